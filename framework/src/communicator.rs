@@ -1,0 +1,250 @@
+//! Communicators: the ranks of one collective group and everything they share.
+//!
+//! [`Communicator::init_all`] creates `n` in-process ranks over one device. Each rank's
+//! [`Communicator`] is used from its own thread (as one NCCL communicator per GPU); the
+//! ranks share a [`Group`]: the device, the topology, the configuration, scratch buffers
+//! keyed by resource tag, and the first fatal error. A call runs select_alg, resource
+//! calculation and orchestration once per op signature and caches the resulting program,
+//! so a repeated call costs only its execution.
+
+use crate::config::{Config, DeviceChoice};
+use crate::error::{ArgError, Error};
+use crate::executor::{Mode, PlanCtx};
+use crate::op::OpParam;
+use crate::orchestrate::build_program;
+use crate::select::{select_alg, SelectRequest, Selection};
+use crate::topology::Topology;
+use oxccl_platform::host::HostDevice;
+use oxccl_platform::sim::SimDevice;
+use oxccl_platform::{Device, DeviceConfig, Rank, RankProgram, ScratchId, UserBuffers};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// State shared by all ranks of a communicator.
+pub struct Group {
+    device: Arc<dyn Device>,
+    topology: Topology,
+    config: Config,
+    scratch: Mutex<HashMap<(String, usize), ScratchId>>,
+    failure: Mutex<Option<String>>,
+}
+
+impl Group {
+    fn scratch_for(&self, tag: &str, bytes: usize) -> Result<Option<ScratchId>, Error> {
+        if bytes == 0 {
+            return Ok(None);
+        }
+        let mut cache = self.scratch.lock();
+        if let Some(id) = cache.get(&(tag.to_string(), bytes)) {
+            return Ok(Some(*id));
+        }
+        let id = self.device.alloc_scratch(bytes)?;
+        tracing::debug!(tag, bytes, "allocated scratch on every rank");
+        cache.insert((tag.to_string(), bytes), id);
+        Ok(Some(id))
+    }
+
+    fn fail(&self, err: &Error) {
+        self.failure.lock().get_or_insert_with(|| err.to_string());
+    }
+}
+
+/// Cache key of a built program.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ProgramKey {
+    op: OpParam,
+    in_place: bool,
+}
+
+/// A program ready to run.
+#[derive(Clone)]
+pub struct Prepared {
+    pub selection: Selection,
+    pub program: Arc<RankProgram>,
+    pub scratch: Option<ScratchId>,
+    pub mode: Mode,
+}
+
+/// One rank of a communicator.
+pub struct Communicator {
+    rank: Rank,
+    group: Arc<Group>,
+    programs: Mutex<HashMap<ProgramKey, Prepared>>,
+}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("rank", &self.rank)
+            .field("size", &self.size())
+            .field("device", &self.group.device.kind())
+            .finish()
+    }
+}
+
+/// Cached programs per rank before the cache is cleared.
+const PROGRAM_CACHE_LIMIT: usize = 256;
+
+fn create_device(n: usize, config: &Config) -> Result<Arc<dyn Device>, Error> {
+    let dc = DeviceConfig {
+        ranks: n,
+        ccl_bytes: config.ccl_buffer_bytes,
+        link_channels: config.link_channels,
+        exec_timeout: config.exec_timeout,
+        host_threads: config.host_threads,
+    };
+    Ok(match config.device {
+        DeviceChoice::Host => Arc::new(HostDevice::new(dc)?),
+        DeviceChoice::Sim { remote_user_buffers } => Arc::new(SimDevice::new(dc, remote_user_buffers)),
+    })
+}
+
+impl Communicator {
+    /// Create `n` in-process ranks sharing one device.
+    pub fn init_all(n: usize, config: Config) -> Result<Vec<Communicator>, Error> {
+        let topology = config.topology.clone().unwrap_or_else(|| Topology::single_server(n));
+        if n == 0 || topology.ranks() != n {
+            return Err(crate::error::ConfigError {
+                var: "ranks",
+                value: n.to_string(),
+                reason: format!("need at least 1 rank, and the topology has {}", topology.ranks()),
+            }
+            .into());
+        }
+        config.algo.validate()?;
+        let device = create_device(n, &config)?;
+        tracing::info!(
+            ranks = n,
+            device = device.kind(),
+            ccl_bytes = config.ccl_buffer_bytes,
+            servers = ?topology.server_sizes(),
+            "communicator created"
+        );
+        let group = Arc::new(Group {
+            device,
+            topology,
+            config,
+            scratch: Mutex::new(HashMap::new()),
+            failure: Mutex::new(None),
+        });
+        Ok((0..n)
+            .map(|rank| Communicator {
+                rank,
+                group: group.clone(),
+                programs: Mutex::new(HashMap::new()),
+            })
+            .collect())
+    }
+
+    /// This rank's index.
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.group.topology.ranks()
+    }
+
+    /// The topology.
+    pub fn topology(&self) -> &Topology {
+        &self.group.topology
+    }
+
+    /// The configuration the communicator was created with.
+    pub fn config(&self) -> &Config {
+        &self.group.config
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.group.device
+    }
+
+    fn mode(&self) -> Mode {
+        if self.group.config.zero_copy && self.group.device.remote_user_buffers() {
+            Mode::Direct
+        } else {
+            Mode::Staged
+        }
+    }
+
+    /// Select, plan and build (or fetch from the cache) this rank's program for `op`.
+    pub fn prepare(&self, op: &OpParam, in_place: bool) -> Result<Prepared, Error> {
+        let key = ProgramKey { op: *op, in_place };
+        if let Some(p) = self.programs.lock().get(&key) {
+            return Ok(p.clone());
+        }
+        let prepared = self.build(op)?;
+        let mut cache = self.programs.lock();
+        if cache.len() >= PROGRAM_CACHE_LIMIT {
+            cache.clear();
+        }
+        cache.insert(key, prepared.clone());
+        Ok(prepared)
+    }
+
+    fn build(&self, op: &OpParam) -> Result<Prepared, Error> {
+        let g = &*self.group;
+        let (bytes, _) = op.buffer_bytes(self.size());
+        let req = SelectRequest { op, ranks: self.size(), topology: &g.topology, bytes };
+        let selection = select_alg(&req, &g.config.algo)?;
+        let entry = selection.executor;
+        let executor = (entry.make)();
+        let plan = PlanCtx {
+            rank: self.rank,
+            ranks: self.size(),
+            op,
+            topology: &g.topology,
+            mode: self.mode(),
+            ccl_bytes: g.config.ccl_buffer_bytes,
+        };
+        let request = executor.resources(&plan)?;
+        tracing::debug!(
+            rank = self.rank,
+            op = %op.kind,
+            count = op.count,
+            executor = entry.name,
+            reason = %selection.reason,
+            ?request,
+            "algorithm selected"
+        );
+        g.device.reserve_local_notifies(2 * request.slave_streams + request.local_notifies)?;
+        let scratch = g.scratch_for(&selection.tag, request.scratch_bytes)?;
+        let program = build_program(entry.name, executor.as_ref(), &plan, &request, g.device.config().layout())?;
+        Ok(Prepared { selection, program: Arc::new(program), scratch, mode: plan.mode })
+    }
+
+    /// Run `op` with `user` bound; blocks until this rank's part is done.
+    pub fn execute(&self, op: &OpParam, user: UserBuffers<'_>) -> Result<(), Error> {
+        if let Some(cause) = self.group.failure.lock().clone() {
+            return Err(Error::Aborted { cause });
+        }
+        let (input_len, output_len) = match &user {
+            UserBuffers::OutOfPlace { input, output } => (Some(input.len()), output.len()),
+            UserBuffers::InPlace(buf) => (None, buf.len()),
+        };
+        op.validate(self.size(), input_len, output_len)?;
+        if op.count == 0 {
+            return Ok(());
+        }
+        let run = self
+            .prepare(op, user.is_in_place())
+            .and_then(|p| Ok(self.group.device.execute(&p.program, user, p.scratch)?));
+        if let Err(err) = &run {
+            if matches!(err, Error::Device(_)) {
+                self.group.fail(err);
+            }
+        }
+        run
+    }
+
+    /// Check that a send and a receive buffer have the same number of elements.
+    pub fn same_length(send: usize, recv: usize) -> Result<(), Error> {
+        if send != recv {
+            return Err(ArgError::LengthMismatch { send, recv }.into());
+        }
+        Ok(())
+    }
+}

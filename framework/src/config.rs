@@ -1,0 +1,173 @@
+//! Communicator configuration, and the one place that reads oxccl's environment.
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `OXCCL_ALGO` | executor override per operator: `all_reduce=ring;all_gather=mesh`, or a bare name for every operator that has it | none |
+//! | `OXCCL_BUFFSIZE` | size of each CCL buffer (CclIn and CclOut) per rank, MiB | 32 |
+//! | `OXCCL_EXEC_TIMEOUT` | seconds a Wait may block before it is an error | 60 |
+//! | `OXCCL_HOST_THREADS` | worker threads of the host device; 0 = one per core | 0 |
+//! | `OXCCL_ZERO_COPY` | 1: eager ops run on user buffers when the device allows it; 0: always stage through the CCL buffers | 1 |
+//! | `OXCCL_LOG` | `tracing` filter (`info`, `oxccl=debug`, ...) | off |
+//!
+//! The default CCL buffer is 32 MiB rather than HCCL's 200 MB: on the host device every
+//! rank is in this process, so 8 ranks hold 16 buffers (512 MiB of address space, committed
+//! only as used), and staging larger chunks buys nothing once a chunk is well past the
+//! caches.
+
+use crate::error::ConfigError;
+use crate::select::AlgoOverride;
+use crate::topology::Topology;
+use std::time::Duration;
+
+/// Which backend a communicator runs on.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// Threads of this process on CPU cores (the default).
+    Host,
+    /// Record programs for the analyzer instead of running them. `remote_user_buffers`
+    /// selects the eager mode (zero-copy when true, staged otherwise).
+    Sim { remote_user_buffers: bool },
+}
+
+/// Everything a communicator is created with.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub ccl_buffer_bytes: usize,
+    pub exec_timeout: Duration,
+    pub host_threads: usize,
+    pub algo: AlgoOverride,
+    pub zero_copy: bool,
+    pub log_filter: Option<String>,
+    pub device: DeviceChoice,
+    /// The topology; `None` means one server with all ranks fully connected.
+    pub topology: Option<Topology>,
+    /// Notify channels per link.
+    pub link_channels: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            ccl_buffer_bytes: 32 << 20,
+            exec_timeout: Duration::from_secs(60),
+            host_threads: 0,
+            algo: AlgoOverride::default(),
+            zero_copy: true,
+            log_filter: None,
+            device: DeviceChoice::Host,
+            topology: None,
+            link_channels: 2,
+        }
+    }
+}
+
+fn parse_num<T: std::str::FromStr>(var: &'static str, value: &str) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    value.trim().parse::<T>().map_err(|e| ConfigError {
+        var,
+        value: value.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+impl Config {
+    /// Defaults overridden by the `OXCCL_*` environment variables.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|var| std::env::var(var).ok())
+    }
+
+    /// Like [`Config::from_env`] with an explicit lookup (for tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut config = Config::default();
+        if let Some(v) = get("OXCCL_BUFFSIZE") {
+            let mib: usize = parse_num("OXCCL_BUFFSIZE", &v)?;
+            if mib == 0 || mib > (1 << 20) {
+                return Err(ConfigError {
+                    var: "OXCCL_BUFFSIZE",
+                    value: v,
+                    reason: "must be between 1 and 1048576 MiB".into(),
+                });
+            }
+            config.ccl_buffer_bytes = mib << 20;
+        }
+        if let Some(v) = get("OXCCL_EXEC_TIMEOUT") {
+            let secs: f64 = parse_num("OXCCL_EXEC_TIMEOUT", &v)?;
+            if !(secs > 0.0 && secs < 1e9) {
+                return Err(ConfigError {
+                    var: "OXCCL_EXEC_TIMEOUT",
+                    value: v,
+                    reason: "must be a positive number of seconds".into(),
+                });
+            }
+            config.exec_timeout = Duration::from_secs_f64(secs);
+        }
+        if let Some(v) = get("OXCCL_HOST_THREADS") {
+            config.host_threads = parse_num("OXCCL_HOST_THREADS", &v)?;
+        }
+        if let Some(v) = get("OXCCL_ZERO_COPY") {
+            config.zero_copy = match v.trim() {
+                "1" | "true" | "on" => true,
+                "0" | "false" | "off" => false,
+                _ => {
+                    return Err(ConfigError {
+                        var: "OXCCL_ZERO_COPY",
+                        value: v,
+                        reason: "use 1 or 0".into(),
+                    })
+                }
+            };
+        }
+        if let Some(v) = get("OXCCL_ALGO") {
+            config.algo = v.parse()?;
+        }
+        config.log_filter = get("OXCCL_LOG").filter(|v| !v.trim().is_empty());
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |var| pairs.iter().find(|(k, _)| k == var).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn reads_every_variable() {
+        let c = Config::from_lookup(env(&[
+            ("OXCCL_BUFFSIZE", "4"),
+            ("OXCCL_EXEC_TIMEOUT", "0.5"),
+            ("OXCCL_HOST_THREADS", "3"),
+            ("OXCCL_ZERO_COPY", "0"),
+            ("OXCCL_LOG", "debug"),
+        ]))
+        .unwrap();
+        assert_eq!(c.ccl_buffer_bytes, 4 << 20);
+        assert_eq!(c.exec_timeout, Duration::from_millis(500));
+        assert_eq!(c.host_threads, 3);
+        assert!(!c.zero_copy);
+        assert_eq!(c.log_filter.as_deref(), Some("debug"));
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (var, value) in [
+            ("OXCCL_BUFFSIZE", "0"),
+            ("OXCCL_BUFFSIZE", "lots"),
+            ("OXCCL_EXEC_TIMEOUT", "-1"),
+            ("OXCCL_HOST_THREADS", "x"),
+            ("OXCCL_ZERO_COPY", "maybe"),
+        ] {
+            let err = Config::from_lookup(env(&[(var, value)])).unwrap_err();
+            assert_eq!(err.var, var);
+            assert!(err.to_string().contains(var), "{err}");
+        }
+    }
+}

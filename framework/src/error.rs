@@ -1,0 +1,93 @@
+//! Errors of the framework layer. Every message says what was asked, what was found, and
+//! what to do about it.
+
+use crate::op::OpKind;
+use oxccl_platform::{DataType, DeviceError, Rank};
+
+/// A collective call whose arguments cannot be right.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgError {
+    #[error(
+        "{which} buffer too short: the call needs {need} {dtype} elements but the buffer \
+         holds {got}; pass a larger buffer or a smaller count"
+    )]
+    BufferTooShort {
+        which: &'static str,
+        need: usize,
+        got: usize,
+        dtype: DataType,
+    },
+    #[error(
+        "send and receive buffers differ in length ({send} vs {recv} elements); this \
+         collective needs them equal"
+    )]
+    LengthMismatch { send: usize, recv: usize },
+    #[error("root {root} is not a rank of this communicator (ranks 0..{ranks})")]
+    InvalidRoot { root: Rank, ranks: usize },
+    #[error("{op} needs a root rank")]
+    MissingRoot { op: OpKind },
+    #[error("{op} cannot run in place; pass distinct send and receive buffers")]
+    InPlaceUnsupported { op: OpKind },
+    #[error("count {count} overflows the address space")]
+    CountOverflow { count: usize },
+}
+
+/// A bad setting in the environment or in a `Config`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{var}={value:?} is invalid: {reason}")]
+pub struct ConfigError {
+    pub var: &'static str,
+    pub value: String,
+    pub reason: String,
+}
+
+/// Everything that can go wrong in the framework.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Arg(#[from] ArgError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("unknown operator `{given}`; known: {known}")]
+    UnknownOperator { given: String, known: String },
+    #[error("unknown algorithm `{name}` for {op}; registered for {op}: {known}")]
+    UnknownAlgorithm {
+        op: OpKind,
+        name: String,
+        known: String,
+    },
+    #[error("executor registry is inconsistent: {0}")]
+    Registry(String),
+    #[error("no executor can run {op} here: {reason}")]
+    NoExecutor { op: OpKind, reason: String },
+    #[error("executor `{executor}` cannot run {op} with {ranks} ranks: {reason}")]
+    Unsupported {
+        executor: String,
+        op: OpKind,
+        ranks: usize,
+        reason: String,
+    },
+    #[error(
+        "executor `{executor}` on rank {rank} needs the link to rank {peer}, which {why}; \
+         choose an algorithm that avoids it"
+    )]
+    NoLink {
+        executor: String,
+        rank: Rank,
+        peer: Rank,
+        why: &'static str,
+    },
+    #[error("executor `{executor}` built an invalid program for rank {rank}: {reason}")]
+    BadProgram {
+        executor: String,
+        rank: Rank,
+        reason: String,
+    },
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error(
+        "the communicator was aborted by an earlier failure and cannot run collectives: \
+         {cause}. Create a new communicator"
+    )]
+    Aborted { cause: String },
+}

@@ -1,0 +1,340 @@
+//! The executor contract: resource calculation as data, then `kernel_run` appends tasks.
+//!
+//! There is no inheritance tower. An executor answers two questions:
+//! 1. [`Executor::resources`]: what it needs on this rank (slave streams, private
+//!    notifies, scratch bytes, which peers it talks to, the largest element count one loop
+//!    iteration may take);
+//! 2. [`Executor::kernel_run`]: the tasks of one loop iteration, appended through a
+//!    [`KernelCtx`] onto the rank's streams, over the buffers named in [`KernelArgs`].
+//!
+//! The framework's orchestration loop calls `kernel_run` once per iteration with either the
+//! CCL buffers (staged eager mode) or the user's buffers (zero-copy mode) bound, so the same
+//! executor serves both.
+
+use crate::error::Error;
+use crate::op::{OpKind, OpParam};
+use crate::topology::Topology;
+use oxccl_platform::{Buf, Link, LinkKind, NotifyId, NotifyLayout, Rank, RankProgram, Slice, StreamProgram};
+
+/// How the orchestration loop binds an executor's buffers.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Eager, HCCL style: user input is copied into CclIn, the kernel runs from CclIn to
+    /// CclOut, and CclOut is copied to the user's output, one buffer-full at a time.
+    Staged,
+    /// The kernel runs directly on the user's buffers, which peers may access (graph mode,
+    /// and eager mode on devices that can expose user buffers, like the host).
+    Direct,
+}
+
+/// What an executor is asked to plan for.
+#[derive(Copy, Clone, Debug)]
+pub struct PlanCtx<'a> {
+    pub rank: Rank,
+    pub ranks: usize,
+    pub op: &'a OpParam,
+    pub topology: &'a Topology,
+    pub mode: Mode,
+    /// Bytes of each CCL buffer.
+    pub ccl_bytes: usize,
+}
+
+/// Which peers an executor needs links to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Peers {
+    /// Every other rank (mesh).
+    All,
+    /// Exactly these ranks.
+    List(Vec<Rank>),
+}
+
+/// An executor's resource request for one rank, as data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceRequest {
+    /// Slave streams besides the main stream.
+    pub slave_streams: usize,
+    /// Executor-private local notifies (fork/join notifies are added by the framework).
+    pub local_notifies: usize,
+    /// Scratch bytes per rank.
+    pub scratch_bytes: usize,
+    /// Peers this rank exchanges data or signals with.
+    pub peers: Peers,
+    /// The most elements one loop iteration may take; `None`: whatever the buffers allow.
+    pub max_count_per_loop: Option<usize>,
+}
+
+impl ResourceRequest {
+    /// A request for links to `peers` and nothing else.
+    pub fn with_peers(peers: Peers) -> Self {
+        ResourceRequest {
+            slave_streams: 0,
+            local_notifies: 0,
+            scratch_bytes: 0,
+            peers,
+            max_count_per_loop: None,
+        }
+    }
+}
+
+/// A byte range of one buffer kind, the same on every rank (symmetric addressing).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct BufRange {
+    pub buf: Buf,
+    pub offset: usize,
+    pub len: usize,
+}
+
+impl BufRange {
+    /// `len` bytes at `offset` into this range, on `rank`.
+    pub fn at(&self, rank: Rank, offset: usize, len: usize) -> Slice {
+        debug_assert!(offset + len <= self.len, "{offset}+{len} past {self:?}");
+        Slice::new(rank, self.buf, self.offset + offset, len)
+    }
+}
+
+/// The buffers and element count of one loop iteration.
+#[derive(Copy, Clone, Debug)]
+pub struct KernelArgs {
+    /// The operator, with `count` set to this iteration's element count.
+    pub op: OpParam,
+    pub input: BufRange,
+    pub output: BufRange,
+    /// The iteration's first element within the whole operation.
+    pub first_element: usize,
+}
+
+/// Where an executor appends its tasks.
+pub struct KernelCtx<'a> {
+    pub rank: Rank,
+    pub ranks: usize,
+    pub(crate) executor: &'static str,
+    pub(crate) program: &'a mut RankProgram,
+    pub(crate) links: &'a [Option<LinkKind>],
+    pub(crate) layout: NotifyLayout,
+    pub(crate) slaves: usize,
+}
+
+impl KernelCtx<'_> {
+    /// Stream `s` (0 is the main stream).
+    pub fn stream(&mut self, s: usize) -> &mut StreamProgram {
+        &mut self.program.streams[s]
+    }
+
+    /// The main stream.
+    pub fn main(&mut self) -> &mut StreamProgram {
+        self.stream(0)
+    }
+
+    /// Number of slave streams.
+    pub fn slaves(&self) -> usize {
+        self.slaves
+    }
+
+    /// The link to `peer` on notify `channel`; an error if it was not requested, is
+    /// broken, or does not exist.
+    pub fn link(&self, peer: Rank, channel: usize) -> Result<Link, Error> {
+        let no_link = |why| Error::NoLink {
+            executor: self.executor.to_string(),
+            rank: self.rank,
+            peer,
+            why,
+        };
+        if peer == self.rank || peer >= self.ranks {
+            return Err(no_link("is not a peer of this rank"));
+        }
+        if channel >= self.layout.link_channels {
+            return Err(Error::BadProgram {
+                executor: self.executor.into(),
+                rank: self.rank,
+                reason: format!(
+                    "link channel {channel} requested, the communicator has {}",
+                    self.layout.link_channels
+                ),
+            });
+        }
+        let kind = self.links[peer].ok_or_else(|| no_link("is broken or was not requested"))?;
+        Ok(Link::new(self.rank, peer, kind, channel, self.layout))
+    }
+
+    /// Executor-private local notify `i` (must be below the requested count).
+    pub fn notify(&self, i: usize) -> NotifyId {
+        self.layout.local(self.rank, 2 * self.slaves + i)
+    }
+
+    fn fork_notify(&self, slave: usize) -> NotifyId {
+        self.layout.local(self.rank, 2 * (slave - 1))
+    }
+
+    fn join_notify(&self, slave: usize) -> NotifyId {
+        self.layout.local(self.rank, 2 * (slave - 1) + 1)
+    }
+
+    /// Start slave streams `slaves` (1-based) after everything the main stream did so far.
+    pub fn fork(&mut self, slaves: std::ops::RangeInclusive<usize>) {
+        for s in slaves {
+            let n = self.fork_notify(s);
+            self.main().post(n);
+            self.stream(s).wait(n);
+        }
+    }
+
+    /// Make the main stream wait until slave streams `slaves` finished what they have.
+    pub fn join(&mut self, slaves: std::ops::RangeInclusive<usize>) {
+        for s in slaves {
+            let n = self.join_notify(s);
+            self.stream(s).post(n);
+            self.main().wait(n);
+        }
+    }
+}
+
+/// A collective algorithm.
+pub trait Executor: Send + Sync {
+    /// What this rank needs for `ctx`.
+    fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error>;
+
+    /// Append the tasks of one loop iteration.
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error>;
+}
+
+/// Declared applicability of an executor, read by selection and by `oxccl algs`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Constraints {
+    pub min_ranks: usize,
+    pub max_ranks: usize,
+    /// Needs every pair of ranks linked (no broken links).
+    pub full_mesh: bool,
+    /// The built-in selector considers it only up to this many bytes per rank.
+    pub max_bytes: Option<usize>,
+}
+
+impl Constraints {
+    /// Any rank count, any topology, any size.
+    pub const ANY: Constraints = Constraints {
+        min_ranks: 1,
+        max_ranks: usize::MAX,
+        full_mesh: false,
+        max_bytes: None,
+    };
+
+    /// Why the constraints fail for `ranks` ranks on `topology`, if they do.
+    pub fn check(&self, ranks: usize, topology: &Topology) -> Option<String> {
+        if ranks < self.min_ranks || ranks > self.max_ranks {
+            let max = if self.max_ranks == usize::MAX {
+                "any".to_string()
+            } else {
+                self.max_ranks.to_string()
+            };
+            return Some(format!("supports {}..={max} ranks", self.min_ranks));
+        }
+        if self.full_mesh && topology.broken_links().next().is_some() {
+            return Some("needs a full mesh, and the topology has broken links".into());
+        }
+        None
+    }
+
+    /// A one-line summary for listings.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if self.min_ranks > 1 || self.max_ranks != usize::MAX {
+            let max = if self.max_ranks == usize::MAX {
+                "".to_string()
+            } else {
+                self.max_ranks.to_string()
+            };
+            parts.push(format!("ranks {}..{max}", self.min_ranks));
+        }
+        if self.full_mesh {
+            parts.push("full mesh".into());
+        }
+        if let Some(b) = self.max_bytes {
+            parts.push(format!("auto-selected up to {b} B"));
+        }
+        if parts.is_empty() {
+            "any".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+/// A registered executor (constant data, collected at link time).
+pub struct ExecutorEntry {
+    pub name: &'static str,
+    pub op: OpKind,
+    pub description: &'static str,
+    /// The crate that registered it (filled in by [`register_executor!`](crate::register_executor)).
+    pub crate_name: &'static str,
+    pub constraints: Constraints,
+    /// The built-in selector picks the applicable executor with the highest preference.
+    pub preference: i32,
+    pub make: fn() -> Box<dyn Executor>,
+}
+
+impl std::fmt::Debug for ExecutorEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{} ({})", self.op, self.name, self.crate_name)
+    }
+}
+
+/// A registered template: a reusable pattern that executors call with a typed parameter
+/// struct. The registry lists them for `oxccl algs` and rejects duplicate names.
+#[derive(Debug)]
+pub struct TemplateEntry {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub crate_name: &'static str,
+}
+
+inventory::collect!(ExecutorEntry);
+inventory::collect!(TemplateEntry);
+
+/// Register an executor at link time.
+///
+/// ```ignore
+/// oxccl_framework::register_executor! {
+///     name: "ring",
+///     op: OpKind::AllReduce,
+///     description: "ring reduce-scatter then ring all-gather",
+///     constraints: Constraints::ANY,
+///     preference: 10,
+///     make: || Box::new(RingAllReduce),
+/// }
+/// ```
+#[macro_export]
+macro_rules! register_executor {
+    (
+        name: $name:expr,
+        op: $op:expr,
+        description: $desc:expr,
+        constraints: $constraints:expr,
+        preference: $pref:expr,
+        make: $make:expr $(,)?
+    ) => {
+        $crate::inventory::submit! {
+            $crate::executor::ExecutorEntry {
+                name: $name,
+                op: $op,
+                description: $desc,
+                crate_name: env!("CARGO_PKG_NAME"),
+                constraints: $constraints,
+                preference: $pref,
+                make: $make,
+            }
+        }
+    };
+}
+
+/// Register a template at link time.
+#[macro_export]
+macro_rules! register_template {
+    (name: $name:expr, description: $desc:expr $(,)?) => {
+        $crate::inventory::submit! {
+            $crate::executor::TemplateEntry {
+                name: $name,
+                description: $desc,
+                crate_name: env!("CARGO_PKG_NAME"),
+            }
+        }
+    };
+}

@@ -1,0 +1,47 @@
+//! # oxccl-framework
+//!
+//! The middle layer of oxccl, after HCCL's framework layer: it turns a collective call into
+//! per-rank programs of the platform's task IR, without knowing any concrete algorithm.
+//!
+//! A call flows through:
+//! 1. [`op`]: the operator and its parameters, validated against the bound buffers;
+//! 2. [`select`]: `select_alg`, a chain of the `OXCCL_ALGO` override, plugin selectors and
+//!    the built-in choice over the executors' declared [`executor::Constraints`];
+//! 3. [`executor`]: the chosen executor's resource request, as data;
+//! 4. [`orchestrate`]: the loop that stages through the CCL buffers (or runs on user
+//!    buffers) and calls the executor's `kernel_run` per iteration;
+//! 5. [`communicator`]: caches the program and hands it to the device.
+//!
+//! [`registry`] holds the executors and templates registered at link time with
+//! [`register_executor!`] and [`register_template!`]; [`config`] reads the environment in
+//! one place; [`topology`] says which links exist.
+
+pub mod communicator;
+pub mod config;
+pub mod error;
+pub mod executor;
+pub mod op;
+pub mod orchestrate;
+pub mod registry;
+pub mod select;
+pub mod topology;
+
+pub use communicator::Communicator;
+pub use config::{Config, DeviceChoice};
+pub use error::{ArgError, ConfigError, Error};
+pub use executor::{
+    BufRange, Constraints, Executor, ExecutorEntry, KernelArgs, KernelCtx, Mode, Peers, PlanCtx,
+    ResourceRequest, TemplateEntry,
+};
+pub use op::{OpKind, OpParam};
+pub use registry::registry;
+pub use select::{select_alg, AlgoOverride, SelectRequest, Selection, SelectorEntry};
+pub use topology::Topology;
+
+/// Re-exported so plugins need no direct dependency on the platform crate.
+pub use oxccl_platform as platform;
+
+#[doc(hidden)]
+pub use inventory;
+#[doc(hidden)]
+pub use linkme;

@@ -1,0 +1,224 @@
+//! Operators and their parameters, validated before anything runs.
+
+use crate::error::{ArgError, Error};
+use oxccl_platform::{DataType, Rank, ReduceOp};
+use std::fmt;
+use std::str::FromStr;
+
+/// A collective operator.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpKind {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    Broadcast,
+    Reduce,
+    Scatter,
+    Gather,
+    AlltoAll,
+}
+
+impl OpKind {
+    /// Every operator oxccl knows, in a fixed order.
+    pub const ALL: [OpKind; 8] = [
+        OpKind::AllReduce,
+        OpKind::AllGather,
+        OpKind::ReduceScatter,
+        OpKind::Broadcast,
+        OpKind::Reduce,
+        OpKind::Scatter,
+        OpKind::Gather,
+        OpKind::AlltoAll,
+    ];
+
+    /// Snake-case name, as in `OXCCL_ALGO` (`all_reduce=ring`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            OpKind::AllReduce => "all_reduce",
+            OpKind::AllGather => "all_gather",
+            OpKind::ReduceScatter => "reduce_scatter",
+            OpKind::Broadcast => "broadcast",
+            OpKind::Reduce => "reduce",
+            OpKind::Scatter => "scatter",
+            OpKind::Gather => "gather",
+            OpKind::AlltoAll => "all_to_all",
+        }
+    }
+
+    /// Whether the operator reduces (takes a [`ReduceOp`]).
+    pub const fn reduces(self) -> bool {
+        matches!(self, OpKind::AllReduce | OpKind::ReduceScatter | OpKind::Reduce)
+    }
+
+    /// Whether the operator has a root rank.
+    pub const fn has_root(self) -> bool {
+        matches!(
+            self,
+            OpKind::Broadcast | OpKind::Reduce | OpKind::Scatter | OpKind::Gather
+        )
+    }
+
+    /// Elements of the input and output buffers of `rank` for `count` (nccl-tests
+    /// convention: `count` is the per-rank block for gathers and scatters).
+    pub fn buffer_counts(self, count: usize, ranks: usize) -> (usize, usize) {
+        let all = count * ranks;
+        match self {
+            OpKind::AllReduce | OpKind::Broadcast | OpKind::Reduce => (count, count),
+            OpKind::AllGather | OpKind::Gather => (count, all),
+            OpKind::ReduceScatter | OpKind::Scatter => (all, count),
+            OpKind::AlltoAll => (all, all),
+        }
+    }
+
+    /// nccl-tests bus bandwidth factor.
+    pub fn busbw_factor(self, ranks: usize) -> f64 {
+        let n = ranks as f64;
+        match self {
+            OpKind::AllReduce => 2.0 * (n - 1.0) / n,
+            OpKind::Broadcast | OpKind::Reduce => 1.0,
+            _ => (n - 1.0) / n,
+        }
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for OpKind {
+    type Err = Error;
+
+    /// Accepts `all_reduce`, `all-reduce`, `allreduce` and `AllReduce`.
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let norm = |x: &str| x.replace(['_', '-'], "").to_ascii_lowercase();
+        OpKind::ALL
+            .into_iter()
+            .find(|k| norm(k.name()) == norm(s))
+            .ok_or_else(|| Error::UnknownOperator {
+                given: s.to_string(),
+                known: OpKind::ALL.map(|k| k.name()).join(", "),
+            })
+    }
+}
+
+/// One collective call, before buffers are bound.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct OpParam {
+    pub kind: OpKind,
+    /// Elements per rank (see [`OpKind::buffer_counts`]).
+    pub count: usize,
+    pub dtype: DataType,
+    /// The reduce op; ignored by operators that do not reduce.
+    pub op: ReduceOp,
+    /// The root rank of rooted operators.
+    pub root: Option<Rank>,
+}
+
+impl OpParam {
+    /// An AllReduce of `count` elements.
+    pub fn all_reduce(count: usize, dtype: DataType, op: ReduceOp) -> Self {
+        OpParam {
+            kind: OpKind::AllReduce,
+            count,
+            dtype,
+            op,
+            root: None,
+        }
+    }
+
+    /// Input and output sizes in bytes for one rank.
+    pub fn buffer_bytes(&self, ranks: usize) -> (usize, usize) {
+        let (i, o) = self.kind.buffer_counts(self.count, ranks);
+        (i * self.dtype.size(), o * self.dtype.size())
+    }
+
+    /// Check the parameters against the communicator size and the bound buffers' lengths
+    /// in bytes (`None` for an in-place call, where `output_len` is the one buffer).
+    pub fn validate(
+        &self,
+        ranks: usize,
+        input_len: Option<usize>,
+        output_len: usize,
+    ) -> Result<(), ArgError> {
+        self.validate_root(ranks)?;
+        let es = self.dtype.size();
+        if self.count.checked_mul(ranks * es).is_none() {
+            return Err(ArgError::CountOverflow { count: self.count });
+        }
+        let (need_in, need_out) = self.buffer_bytes(ranks);
+        let short = |which, need: usize, got: usize| {
+            (got < need).then_some(ArgError::BufferTooShort {
+                which,
+                need: need / es,
+                got: got / es,
+                dtype: self.dtype,
+            })
+        };
+        let problem = match input_len {
+            Some(len) => short("send", need_in, len).or(short("receive", need_out, output_len)),
+            None if !self.in_place_allowed() => Some(ArgError::InPlaceUnsupported { op: self.kind }),
+            None => short("in-place", need_in.max(need_out), output_len),
+        };
+        problem.map_or(Ok(()), Err)
+    }
+
+    fn validate_root(&self, ranks: usize) -> Result<(), ArgError> {
+        match (self.kind.has_root(), self.root) {
+            (true, None) => Err(ArgError::MissingRoot { op: self.kind }),
+            (true, Some(root)) if root >= ranks => Err(ArgError::InvalidRoot { root, ranks }),
+            _ => Ok(()),
+        }
+    }
+
+    fn in_place_allowed(&self) -> bool {
+        !matches!(self.kind, OpKind::AlltoAll)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_names_parse_in_every_spelling() {
+        for spelling in ["all_reduce", "all-reduce", "allreduce", "AllReduce"] {
+            assert_eq!(spelling.parse::<OpKind>().unwrap(), OpKind::AllReduce);
+        }
+        let err = "allsum".parse::<OpKind>().unwrap_err().to_string();
+        assert!(err.contains("all_gather"), "{err}");
+    }
+
+    #[test]
+    fn validation_names_what_is_wrong() {
+        let p = OpParam::all_reduce(10, DataType::F32, ReduceOp::Sum);
+        assert!(p.validate(4, Some(40), 40).is_ok());
+        assert!(p.validate(4, None, 40).is_ok());
+        assert!(matches!(
+            p.validate(4, Some(36), 40),
+            Err(ArgError::BufferTooShort { which: "send", need: 10, got: 9, .. })
+        ));
+        assert!(matches!(
+            p.validate(4, Some(40), 4),
+            Err(ArgError::BufferTooShort { which: "receive", .. })
+        ));
+        let b = OpParam {
+            kind: OpKind::Broadcast,
+            root: Some(4),
+            ..p
+        };
+        assert_eq!(
+            b.validate(4, Some(40), 40),
+            Err(ArgError::InvalidRoot { root: 4, ranks: 4 })
+        );
+        let g = OpParam {
+            kind: OpKind::AllGather,
+            ..p
+        };
+        assert!(matches!(
+            g.validate(4, Some(40), 80),
+            Err(ArgError::BufferTooShort { which: "receive", need: 40, got: 20, .. })
+        ));
+    }
+}

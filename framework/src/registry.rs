@@ -1,0 +1,96 @@
+//! The executor and template registries.
+//!
+//! Entries are constant data submitted at link time (`inventory`). The first lookup builds
+//! sorted maps (link order differs between builds, so nothing may depend on it), rejects
+//! duplicate names with both crates named, and answers unknown names with the known ones.
+
+use crate::error::Error;
+use crate::executor::{ExecutorEntry, TemplateEntry};
+use crate::op::OpKind;
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+/// Every registered executor and template, sorted.
+#[derive(Debug)]
+pub struct Registry {
+    executors: BTreeMap<(OpKind, String), &'static ExecutorEntry>,
+    templates: BTreeMap<String, &'static TemplateEntry>,
+}
+
+/// Names compare case-insensitively.
+fn key(name: &str) -> String {
+    name.to_ascii_lowercase()
+}
+
+impl Registry {
+    fn build() -> Result<Self, String> {
+        let mut executors = BTreeMap::new();
+        for e in inventory::iter::<ExecutorEntry> {
+            if let Some(prev) = executors.insert((e.op, key(e.name)), e) {
+                return Err(format!(
+                    "executor `{}` for {} is registered twice: by crate `{}` and by crate `{}`",
+                    e.name, e.op, prev.crate_name, e.crate_name
+                ));
+            }
+        }
+        let mut templates = BTreeMap::new();
+        for t in inventory::iter::<TemplateEntry> {
+            if let Some(prev) = templates.insert(key(t.name), t) {
+                return Err(format!(
+                    "template `{}` is registered twice: by crate `{}` and by crate `{}`",
+                    t.name, prev.crate_name, t.crate_name
+                ));
+            }
+        }
+        Ok(Registry {
+            executors,
+            templates,
+        })
+    }
+
+    /// Executors, sorted by operator then name.
+    pub fn executors(&self) -> impl Iterator<Item = &'static ExecutorEntry> + '_ {
+        self.executors.values().copied()
+    }
+
+    /// Executors of one operator, sorted by name.
+    pub fn executors_for(&self, op: OpKind) -> impl Iterator<Item = &'static ExecutorEntry> + '_ {
+        self.executors().filter(move |e| e.op == op)
+    }
+
+    /// Templates, sorted by name.
+    pub fn templates(&self) -> impl Iterator<Item = &'static TemplateEntry> + '_ {
+        self.templates.values().copied()
+    }
+
+    /// The executor `name` of `op`, or an error listing the known ones.
+    pub fn executor(&self, op: OpKind, name: &str) -> Result<&'static ExecutorEntry, Error> {
+        self.executors
+            .get(&(op, key(name)))
+            .copied()
+            .ok_or_else(|| Error::UnknownAlgorithm {
+                op,
+                name: name.to_string(),
+                known: self.known_names(op),
+            })
+    }
+
+    /// Comma-separated names of `op`'s executors (`none` when there are none).
+    pub fn known_names(&self, op: OpKind) -> String {
+        let names: Vec<_> = self.executors_for(op).map(|e| e.name).collect();
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(", ")
+        }
+    }
+}
+
+/// The process-wide registry.
+pub fn registry() -> Result<&'static Registry, Error> {
+    static REGISTRY: OnceLock<Result<Registry, String>> = OnceLock::new();
+    REGISTRY
+        .get_or_init(Registry::build)
+        .as_ref()
+        .map_err(|e| Error::Registry(e.clone()))
+}

@@ -1,0 +1,280 @@
+//! One `execute` call on the host device: stream state, notifies, abort and timeouts.
+//!
+//! A [`Launch`] owns the program counters of one rank's streams. Workers advance a stream
+//! until it finishes, parks on an unset notify, or hands a big task to the chunk machinery
+//! (which resumes the stream when the last chunk is done). Notifies live in one table per
+//! device behind a mutex: a Post on a notify whose waiter is parked resumes that stream
+//! directly, so a wakeup is one queue push.
+//!
+//! Memory ordering: a Post and the Wait it satisfies both take the notify table's mutex,
+//! so every write the posting stream made before its Post happens-before every task after
+//! the Wait, on whichever worker those run.
+
+use super::exec;
+use super::memory::Memory;
+use super::pool::WorkerPool;
+use crate::device::DeviceConfig;
+use crate::error::{DeviceError, TaskLocation};
+use crate::ir::{NotifyId, RankProgram, Task};
+use crate::notify::NotifyLayout;
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// State shared by every launch of one host device.
+pub(crate) struct Shared {
+    pub config: DeviceConfig,
+    pub layout: NotifyLayout,
+    pub memory: Memory,
+    pub notifies: Mutex<NotifyTable>,
+    pub pool: WorkerPool,
+}
+
+/// Every rank's notifies.
+pub(crate) struct NotifyTable {
+    pub ranks: Vec<Vec<Slot>>,
+}
+
+impl NotifyTable {
+    /// The slot of `notify`, or an error naming the task that used a notify that does not
+    /// exist.
+    fn slot(&mut self, notify: NotifyId, at: TaskLocation) -> Result<&mut Slot, DeviceError> {
+        let len = self.ranks.first().map_or(0, Vec::len);
+        self.ranks
+            .get_mut(notify.rank)
+            .and_then(|r| r.get_mut(notify.index as usize))
+            .ok_or_else(|| DeviceError::InvalidTask {
+                at,
+                reason: format!("notify {notify:?} does not exist (each table has {len})"),
+            })
+    }
+
+    /// Grow every rank's table to `len` slots.
+    pub(crate) fn reserve(&mut self, len: usize) {
+        for rank in &mut self.ranks {
+            if rank.len() < len {
+                rank.resize_with(len, Slot::default);
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Slot {
+    set: bool,
+    waiter: Option<(Arc<Launch>, usize)>,
+}
+
+/// What a stream does after a task.
+pub(crate) enum Step {
+    /// Go on with the next task.
+    Next,
+    /// The stream is parked on a notify or resumed by the chunk machinery: stop here.
+    Suspended,
+}
+
+/// One rank's program in flight.
+pub(crate) struct Launch {
+    pub shared: Arc<Shared>,
+    pub program: Arc<RankProgram>,
+    pub scratch: Option<usize>,
+    pc: Vec<AtomicUsize>,
+    parked: Mutex<Vec<Option<(NotifyId, Instant, usize)>>>,
+    remaining: AtomicUsize,
+    aborted: AtomicBool,
+    error: Mutex<Option<DeviceError>>,
+    done: Mutex<bool>,
+    done_cv: Condvar,
+}
+
+impl Launch {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        program: Arc<RankProgram>,
+        scratch: Option<usize>,
+    ) -> Arc<Self> {
+        let streams = program.streams.len();
+        Arc::new(Launch {
+            shared,
+            program,
+            scratch,
+            pc: (0..streams).map(|_| AtomicUsize::new(0)).collect(),
+            parked: Mutex::new(vec![None; streams]),
+            remaining: AtomicUsize::new(streams),
+            aborted: AtomicBool::new(false),
+            error: Mutex::new(None),
+            done: Mutex::new(streams == 0),
+            done_cv: Condvar::new(),
+        })
+    }
+
+    pub(crate) fn rank(&self) -> usize {
+        self.program.rank
+    }
+
+    /// Queue every stream.
+    pub(crate) fn start(self: &Arc<Self>) {
+        for s in 0..self.program.streams.len() {
+            self.schedule(s);
+        }
+    }
+
+    /// Queue stream `s` to run from its current task.
+    pub(crate) fn schedule(self: &Arc<Self>, s: usize) {
+        let me = self.clone();
+        self.shared.pool.push(Box::new(move || run_stream(&me, s)));
+    }
+
+    /// Move stream `s` past its current task (used by the chunk machinery).
+    pub(crate) fn advance(&self, s: usize) {
+        self.pc[s].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Acquire)
+    }
+
+    fn finish_stream(&self) {
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            *self.done.lock() = true;
+            self.done_cv.notify_all();
+        }
+    }
+
+    /// Record the first error, stop every stream of this launch, release parked ones.
+    pub(crate) fn abort(self: &Arc<Self>, error: DeviceError) {
+        self.error.lock().get_or_insert(error);
+        self.aborted.store(true, Ordering::Release);
+        let mut table = self.shared.notifies.lock();
+        for slot in table.ranks[self.rank()].iter_mut() {
+            if matches!(&slot.waiter, Some((l, _)) if Arc::ptr_eq(l, self)) {
+                let (_, s) = slot.waiter.take().expect("matched above");
+                self.parked.lock()[s] = None;
+                self.finish_stream();
+            }
+        }
+    }
+
+    /// Block until every stream finished; report a Wait parked longer than the timeout.
+    pub(crate) fn wait_done(self: &Arc<Self>) -> Result<(), DeviceError> {
+        let timeout = self.shared.config.exec_timeout;
+        let tick = (timeout / 8).clamp(
+            std::time::Duration::from_millis(1),
+            std::time::Duration::from_millis(500),
+        );
+        let mut done = self.done.lock();
+        while !*done {
+            self.done_cv.wait_for(&mut done, tick);
+            if *done {
+                break;
+            }
+            if let Some(err) = self.overdue_wait() {
+                drop(done);
+                self.abort(err);
+                done = self.done.lock();
+            }
+        }
+        match self.error.lock().take() {
+            Some(err) => Err(err),
+            None => Ok(()),
+        }
+    }
+
+    fn overdue_wait(&self) -> Option<DeviceError> {
+        let timeout = self.shared.config.exec_timeout;
+        let parked = self.parked.lock();
+        parked.iter().enumerate().find_map(|(stream, p)| {
+            let (notify, since, task) = (*p)?;
+            let waited = since.elapsed();
+            (waited >= timeout).then(|| DeviceError::WaitTimeout {
+                at: TaskLocation {
+                    rank: self.rank(),
+                    stream,
+                    task,
+                },
+                notify,
+                notify_desc: self.shared.layout.describe(notify),
+                waited,
+            })
+        })
+    }
+
+    fn post(&self, notify: NotifyId, at: TaskLocation) -> Result<(), DeviceError> {
+        let mut table = self.shared.notifies.lock();
+        let slot = table.slot(notify, at)?;
+        if let Some((waiter, s)) = slot.waiter.take() {
+            waiter.parked.lock()[s] = None;
+            waiter.advance(s);
+            waiter.schedule(s);
+        } else if slot.set {
+            return Err(DeviceError::LostWakeup {
+                at,
+                notify,
+                notify_desc: self.shared.layout.describe(notify),
+            });
+        } else {
+            slot.set = true;
+        }
+        Ok(())
+    }
+
+    fn wait(
+        self: &Arc<Self>,
+        notify: NotifyId,
+        at: TaskLocation,
+    ) -> Result<Step, DeviceError> {
+        if notify.rank != self.rank() {
+            return Err(DeviceError::InvalidTask {
+                at,
+                reason: format!("Wait on notify {notify:?} of another rank; waits are local"),
+            });
+        }
+        let mut table = self.shared.notifies.lock();
+        let slot = table.slot(notify, at)?;
+        if slot.set {
+            slot.set = false;
+            return Ok(Step::Next);
+        }
+        if slot.waiter.is_some() {
+            return Err(DeviceError::InvalidTask {
+                at,
+                reason: format!("two streams wait on {}", self.shared.layout.describe(notify)),
+            });
+        }
+        slot.waiter = Some((self.clone(), at.stream));
+        self.parked.lock()[at.stream] = Some((notify, Instant::now(), at.task));
+        Ok(Step::Suspended)
+    }
+}
+
+/// Run stream `s` of `launch` until it finishes, parks, or hands off a big task.
+pub(crate) fn run_stream(launch: &Arc<Launch>, s: usize) {
+    let tasks = &launch.program.streams[s].tasks;
+    loop {
+        let pc = launch.pc[s].load(Ordering::Relaxed);
+        let Some(task) = tasks.get(pc).filter(|_| !launch.is_aborted()) else {
+            launch.finish_stream();
+            return;
+        };
+        let at = TaskLocation {
+            rank: launch.rank(),
+            stream: s,
+            task: pc,
+        };
+        let step = match task {
+            Task::Post { notify } => launch.post(*notify, at).map(|()| Step::Next),
+            Task::Wait { notify } => launch.wait(*notify, at),
+            Task::Copy { .. } | Task::Reduce { .. } => exec::run_data_task(launch, task, at),
+        };
+        match step {
+            Ok(Step::Next) => launch.advance(s),
+            Ok(Step::Suspended) => return,
+            Err(err) => {
+                launch.abort(err);
+                launch.finish_stream();
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! The host device: ranks are threads of this process, memory is host memory.
+//!
+//! A small pool of worker threads (one per core unless `host_threads` says otherwise) runs
+//! every stream of every local rank, as a device's scheduler would: a stream blocked on a
+//! Wait holds no thread, a Post makes the waiting stream runnable again, and big Copy and
+//! Reduce tasks are split across idle workers. User buffers are registered for the duration
+//! of each `execute` call, so peers can read and write them directly (zero-copy eager mode).
+//!
+//! Files: `memory` (buffers and user-buffer registry), `pool` (workers), `launch` (stream
+//! state, notifies, timeouts), `exec` (Copy/Reduce with checks and splitting).
+
+mod exec;
+mod launch;
+mod memory;
+mod pool;
+
+use crate::device::{Device, DeviceConfig, ScratchId, UserBuffers};
+use crate::error::DeviceError;
+use crate::ir::RankProgram;
+use launch::{Launch, NotifyTable, Shared};
+use memory::{Memory, Region, UserRegions};
+use parking_lot::Mutex;
+use std::any::Any;
+use std::sync::Arc;
+
+/// The default backend: collectives between threads of one process on CPU cores.
+pub struct HostDevice {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for HostDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostDevice")
+            .field("ranks", &self.shared.config.ranks)
+            .field("ccl_bytes", &self.shared.config.ccl_bytes)
+            .field("threads", &self.shared.pool.threads())
+            .finish()
+    }
+}
+
+impl HostDevice {
+    /// Create a host device for `config.ranks` ranks, with its CCL buffers and workers.
+    pub fn new(config: DeviceConfig) -> Result<Self, DeviceError> {
+        if config.ranks == 0 {
+            return Err(DeviceError::Config("a device needs at least one rank".into()));
+        }
+        if config.link_channels == 0 {
+            return Err(DeviceError::Config("links need at least one notify channel".into()));
+        }
+        let threads = match config.host_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let pool = pool::WorkerPool::new(threads)
+            .map_err(|e| DeviceError::Config(format!("cannot start {threads} worker threads: {e}")))?;
+        let layout = config.layout();
+        let table = NotifyTable {
+            ranks: (0..config.ranks)
+                .map(|_| (0..layout.table_len(0)).map(|_| Default::default()).collect())
+                .collect(),
+        };
+        Ok(HostDevice {
+            shared: Arc::new(Shared {
+                memory: Memory::new(config.ranks, config.ccl_bytes)?,
+                notifies: Mutex::new(table),
+                pool,
+                layout,
+                config,
+            }),
+        })
+    }
+
+    /// Number of worker threads.
+    pub fn threads(&self) -> usize {
+        self.shared.pool.threads()
+    }
+}
+
+fn user_regions(user: UserBuffers<'_>) -> UserRegions {
+    match user {
+        UserBuffers::OutOfPlace { input, output } => UserRegions {
+            input: Region {
+                ptr: input.as_ptr().cast_mut(),
+                len: input.len(),
+                writable: false,
+            },
+            output: Region {
+                ptr: output.as_mut_ptr(),
+                len: output.len(),
+                writable: true,
+            },
+        },
+        UserBuffers::InPlace(buf) => {
+            let region = Region {
+                ptr: buf.as_mut_ptr(),
+                len: buf.len(),
+                writable: true,
+            };
+            UserRegions {
+                input: Region {
+                    writable: false,
+                    ..region
+                },
+                output: region,
+            }
+        }
+    }
+}
+
+impl Device for HostDevice {
+    fn kind(&self) -> &'static str {
+        "host"
+    }
+
+    fn config(&self) -> &DeviceConfig {
+        &self.shared.config
+    }
+
+    fn remote_user_buffers(&self) -> bool {
+        true
+    }
+
+    fn alloc_scratch(&self, bytes_per_rank: usize) -> Result<ScratchId, DeviceError> {
+        let id = self
+            .shared
+            .memory
+            .alloc_scratch(self.shared.config.ranks, bytes_per_rank)?;
+        Ok(ScratchId(id))
+    }
+
+    fn reserve_local_notifies(&self, local: usize) -> Result<(), DeviceError> {
+        let len = self.shared.layout.table_len(local);
+        self.shared.notifies.lock().reserve(len);
+        Ok(())
+    }
+
+    fn execute(
+        &self,
+        program: &Arc<RankProgram>,
+        user: UserBuffers<'_>,
+        scratch: Option<ScratchId>,
+    ) -> Result<(), DeviceError> {
+        let rank = program.rank;
+        if rank >= self.shared.config.ranks {
+            return Err(DeviceError::Config(format!(
+                "program for rank {rank} on a device of {} ranks",
+                self.shared.config.ranks
+            )));
+        }
+        // The registration lives until `unregister` returns, which waits for every task
+        // (local or a peer's) still using these buffers; the borrow of `user` outlives it.
+        let registration = self.shared.memory.register(rank, user_regions(user));
+        let launch = Launch::new(self.shared.clone(), program.clone(), scratch.map(|s| s.0));
+        launch.start();
+        let result = launch.wait_done();
+        self.shared.memory.unregister(rank, registration);
+        result
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,114 @@
+//! The worker pool of the host device.
+//!
+//! A fixed set of threads pulls jobs from one FIFO queue. A job runs a stream until it blocks
+//! on a Wait (the stream is then parked on its notify, holding no thread) or until a big task
+//! is split into chunks that several workers share. Idle workers sleep on a condition
+//! variable: nothing spins, so an oversubscribed machine loses no time to polling.
+//!
+//! Memory ordering: pushing a job and popping it go through the queue's mutex, so everything
+//! the pushing thread wrote before `push` is visible to the thread that runs the job.
+
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+pub(crate) type Job = Box<dyn FnOnce() + Send>;
+
+struct Queue {
+    jobs: Mutex<(VecDeque<Job>, bool)>,
+    ready: Condvar,
+}
+
+/// A fixed-size pool of worker threads.
+pub(crate) struct WorkerPool {
+    queue: Arc<Queue>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl WorkerPool {
+    /// Start `threads` workers (at least one).
+    pub(crate) fn new(threads: usize) -> std::io::Result<Self> {
+        let queue = Arc::new(Queue {
+            jobs: Mutex::new((VecDeque::new(), false)),
+            ready: Condvar::new(),
+        });
+        let threads = (0..threads.max(1))
+            .map(|i| {
+                let queue = queue.clone();
+                std::thread::Builder::new()
+                    .name(format!("oxccl-host-{i}"))
+                    .spawn(move || worker(&queue))
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(WorkerPool { queue, threads })
+    }
+
+    /// Number of worker threads.
+    pub(crate) fn threads(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Queue a job.
+    pub(crate) fn push(&self, job: Job) {
+        self.queue.jobs.lock().0.push_back(job);
+        self.queue.ready.notify_one();
+    }
+}
+
+fn worker(queue: &Queue) {
+    loop {
+        let job = {
+            let mut guard = queue.jobs.lock();
+            loop {
+                if let Some(job) = guard.0.pop_front() {
+                    break job;
+                }
+                if guard.1 {
+                    return;
+                }
+                queue.ready.wait(&mut guard);
+            }
+        };
+        job();
+    }
+}
+
+impl Drop for WorkerPool {
+    fn drop(&mut self) {
+        self.queue.jobs.lock().1 = true;
+        self.queue.ready.notify_all();
+        let me = std::thread::current().id();
+        for t in self.threads.drain(..) {
+            // The last reference may be dropped by a job on a worker: never join oneself.
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn runs_every_job_and_joins_on_drop() {
+        let count = Arc::new(AtomicUsize::new(0));
+        {
+            let pool = WorkerPool::new(3).unwrap();
+            for _ in 0..1000 {
+                let count = count.clone();
+                pool.push(Box::new(move || {
+                    count.fetch_add(1, Ordering::Relaxed);
+                }));
+            }
+            // Drop drains the queue before the workers exit.
+            while count.load(Ordering::Relaxed) < 1000 {
+                std::thread::yield_now();
+            }
+        }
+        assert_eq!(count.load(Ordering::Relaxed), 1000);
+    }
+}

@@ -1,0 +1,37 @@
+//! # oxccl-platform
+//!
+//! The bottom layer of oxccl, after HCCL's platform layer. It knows nothing of collectives:
+//! it defines the **task IR** that every algorithm compiles to and every backend runs, and
+//! the backends themselves.
+//!
+//! - [`ir`]: ranks, buffers, symbolic slices, notifies, the four tasks (Copy, Reduce, Post,
+//!   Wait), streams and per-rank programs.
+//! - [`notify`]: how a rank's notify table is laid out (link notifies, then local ones).
+//! - [`link`]: one rank's connection to a peer, with HCCL's handshake vocabulary for
+//!   SDMA-type and RDMA-type links; each helper appends tasks.
+//! - [`dtype`] and [`reduce`]: the twelve element types, the four reduce ops, and the
+//!   vectorised reduction kernels.
+//! - [`device`]: the object-safe [`Device`] trait the framework drives.
+//! - [`host`]: the default backend, a worker pool that schedules every stream of every
+//!   in-process rank without a thread per stream and without busy-waiting.
+//! - [`sim`]: records programs instead of running them, for the analyzer and cost model.
+//!
+//! Executors never touch memory; they append tasks. The same program therefore runs on the
+//! host, is checked by the analyzer, and is replayed by graph mode with new buffers bound.
+
+pub mod device;
+pub mod dtype;
+pub mod error;
+pub mod host;
+pub mod ir;
+pub mod link;
+pub mod notify;
+pub mod reduce;
+pub mod sim;
+
+pub use device::{Device, DeviceConfig, ScratchId, UserBuffers};
+pub use dtype::{DataType, Element, ReduceOp};
+pub use error::{DeviceError, TaskLocation};
+pub use ir::{Buf, NotifyId, Rank, RankProgram, Slice, StreamProgram, Task};
+pub use link::{Link, LinkKind};
+pub use notify::{LinkSignal, NotifyLayout};

@@ -1,0 +1,180 @@
+//! Links: one rank's connection to one peer, with HCCL's handshake vocabulary.
+//!
+//! A [`Link`] is a value an executor asks the framework for; it appends tasks to a stream.
+//! Its semantics, on the local end talking to `remote`:
+//!
+//! | helper | tasks | meaning |
+//! |---|---|---|
+//! | `tx_ack` | Post peer's Ack | "I am ready for this step" |
+//! | `rx_ack` | Wait own Ack | "the peer is ready" |
+//! | `tx_data_signal` | Post peer's DataSignal | "my data is in place / I am done with yours" |
+//! | `rx_data_signal` | Wait own DataSignal | the peer's data is in place |
+//! | `tx_async` | Copy into peer, Post peer's DataSignal | write and announce |
+//! | `rx_async` | Wait own DataSignal | the peer's write landed |
+//! | `tx_wait_done` | RDMA: Wait own DataAck | the peer confirmed my write (SDMA: nothing) |
+//! | `rx_wait_done` | RDMA: Post peer's DataAck | confirm the peer's write (SDMA: nothing) |
+//! | `barrier` | tx_ack, rx_ack, tx_data_signal, rx_data_signal | both ends reached it |
+//! | `remote` | — | a [`Slice`] of the peer's buffer, for a local task that pulls from it |
+//!
+//! An SDMA-type link (DMA inside a server) completes a write before the next task of the
+//! stream starts, so the DataSignal after it is enough. An RDMA-type link's write completes
+//! asynchronously; the receiver answers with DataAck, which `tx_wait_done` awaits before the
+//! sender may reuse its source or end the exchange.
+
+use crate::ir::{Buf, Rank, Slice, StreamProgram};
+use crate::notify::{LinkSignal, NotifyLayout};
+
+/// The transport class of a link, which decides its handshake.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LinkKind {
+    /// Intra-server DMA-like link (HCCS, NVLink, shared memory): Ack + DataSignal.
+    Sdma,
+    /// Inter-server RDMA-like link (RoCE, InfiniBand): Ack + DataSignal + DataAck.
+    Rdma,
+}
+
+/// The local end of a connection to one peer, on one notify channel.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Link {
+    pub local: Rank,
+    pub remote: Rank,
+    pub kind: LinkKind,
+    pub channel: usize,
+    layout: NotifyLayout,
+}
+
+impl Link {
+    /// A link from `local` to `remote`. The framework hands these out only for links that
+    /// exist and are not broken.
+    pub fn new(
+        local: Rank,
+        remote: Rank,
+        kind: LinkKind,
+        channel: usize,
+        layout: NotifyLayout,
+    ) -> Self {
+        Link {
+            local,
+            remote,
+            kind,
+            channel,
+            layout,
+        }
+    }
+
+    fn local_signal(&self, s: LinkSignal) -> crate::ir::NotifyId {
+        self.layout.link(self.local, self.remote, self.channel, s)
+    }
+
+    fn remote_signal(&self, s: LinkSignal) -> crate::ir::NotifyId {
+        self.layout.link(self.remote, self.local, self.channel, s)
+    }
+
+    /// Tell the peer this end is ready.
+    pub fn tx_ack(&self, stream: &mut StreamProgram) {
+        stream.post(self.remote_signal(LinkSignal::Ack));
+    }
+
+    /// Wait until the peer said it is ready.
+    pub fn rx_ack(&self, stream: &mut StreamProgram) {
+        stream.wait(self.local_signal(LinkSignal::Ack));
+    }
+
+    /// Tell the peer the data is in place (or that this end is done with the peer's data).
+    pub fn tx_data_signal(&self, stream: &mut StreamProgram) {
+        stream.post(self.remote_signal(LinkSignal::DataSignal));
+    }
+
+    /// Wait for the peer's data signal.
+    pub fn rx_data_signal(&self, stream: &mut StreamProgram) {
+        stream.wait(self.local_signal(LinkSignal::DataSignal));
+    }
+
+    /// Write local slices into the peer's buffers, then signal the peer.
+    /// Each pair is `(destination on the peer, local source)`.
+    pub fn tx_async(&self, stream: &mut StreamProgram, writes: &[(Slice, Slice)]) {
+        for &(dst, src) in writes {
+            debug_assert_eq!(dst.rank, self.remote, "tx_async destination must be the peer");
+            debug_assert_eq!(src.rank, self.local, "tx_async source must be local");
+            stream.copy(src, dst);
+        }
+        self.tx_data_signal(stream);
+    }
+
+    /// Wait until the peer's `tx_async` landed.
+    pub fn rx_async(&self, stream: &mut StreamProgram) {
+        self.rx_data_signal(stream);
+    }
+
+    /// Sender side, end of an exchange: on RDMA wait for the receiver's DataAck.
+    pub fn tx_wait_done(&self, stream: &mut StreamProgram) {
+        if self.kind == LinkKind::Rdma {
+            stream.wait(self.local_signal(LinkSignal::DataAck));
+        }
+    }
+
+    /// Receiver side, end of an exchange: on RDMA confirm the write with DataAck.
+    pub fn rx_wait_done(&self, stream: &mut StreamProgram) {
+        if self.kind == LinkKind::Rdma {
+            stream.post(self.remote_signal(LinkSignal::DataAck));
+        }
+    }
+
+    /// Both ends meet: Ack both ways, then DataSignal both ways.
+    pub fn barrier(&self, stream: &mut StreamProgram) {
+        self.tx_ack(stream);
+        self.rx_ack(stream);
+        self.tx_data_signal(stream);
+        self.rx_data_signal(stream);
+    }
+
+    /// A slice of the peer's buffer.
+    pub fn remote(&self, buf: Buf, offset: usize, len: usize) -> Slice {
+        Slice::new(self.remote, buf, offset, len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::Task;
+
+    fn pair(kind: LinkKind) -> (Link, Link) {
+        let layout = NotifyLayout {
+            ranks: 2,
+            link_channels: 1,
+        };
+        (
+            Link::new(0, 1, kind, 0, layout),
+            Link::new(1, 0, kind, 0, layout),
+        )
+    }
+
+    #[test]
+    fn posts_of_one_end_are_waits_of_the_other() {
+        let (a, b) = pair(LinkKind::Sdma);
+        let (mut sa, mut sb) = (StreamProgram::default(), StreamProgram::default());
+        a.tx_ack(&mut sa);
+        b.rx_ack(&mut sb);
+        a.tx_data_signal(&mut sa);
+        b.rx_data_signal(&mut sb);
+        for (post, wait) in sa.tasks.iter().zip(&sb.tasks) {
+            match (post, wait) {
+                (Task::Post { notify: p }, Task::Wait { notify: w }) => assert_eq!(p, w),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn rdma_adds_data_ack_and_sdma_does_not() {
+        for (kind, tasks) in [(LinkKind::Sdma, 0), (LinkKind::Rdma, 1)] {
+            let (a, b) = pair(kind);
+            let (mut sa, mut sb) = (StreamProgram::default(), StreamProgram::default());
+            a.tx_wait_done(&mut sa);
+            b.rx_wait_done(&mut sb);
+            assert_eq!(sa.tasks.len(), tasks);
+            assert_eq!(sb.tasks.len(), tasks);
+        }
+    }
+}
