@@ -4,14 +4,15 @@
 //! user input into CclIn, lets the executor append its kernel from CclIn to CclOut, and
 //! copies CclOut to the user's output; the loop repeats until the op is done. In
 //! [`Mode::Direct`] the kernel runs on the user's buffers, split into iterations only when
-//! the executor caps its per-loop count. Afterwards the program is checked against the
+//! the executor caps its per-loop count. A Close exchange with every linked peer ends the
+//! program (see [`LinkSignal::Close`](oxccl_platform::LinkSignal::Close)). Afterwards the program is checked against the
 //! links the executor was granted, so a program never reaches a device with a task over a
 //! link that does not exist.
 
 use crate::error::Error;
 use crate::executor::{BufRange, Executor, KernelArgs, KernelCtx, Mode, Peers, PlanCtx, ResourceRequest};
 use crate::op::OpKind;
-use oxccl_platform::{Buf, LinkKind, NotifyLayout, RankProgram, Slice, Task};
+use oxccl_platform::{Buf, Link, LinkKind, NotifyLayout, RankProgram, Slice, Task};
 
 /// Build `plan.rank`'s program for the whole operation.
 pub fn build_program(
@@ -50,9 +51,26 @@ pub fn build_program(
         }
         first += count;
     }
+    if op.count > 0 {
+        close_links(&mut program, plan.rank, &links, layout);
+    }
     let notifies = layout.table_len(2 * req.slave_streams + req.local_notifies);
     validate_program(executor_name, plan, &program, &links, notifies as u32)?;
     Ok(program)
+}
+
+/// End the program with a Close exchange with every linked peer, on the main stream: after
+/// it no peer touches this rank's buffers and every notify this rank posted was consumed,
+/// so the next operation may use any executor.
+fn close_links(program: &mut RankProgram, rank: usize, links: &[Option<LinkKind>], layout: NotifyLayout) {
+    let peers: Vec<Link> = links
+        .iter()
+        .enumerate()
+        .filter_map(|(peer, kind)| kind.map(|k| Link::new(rank, peer, k, 0, layout)))
+        .collect();
+    let main = &mut program.streams[0];
+    peers.iter().for_each(|l| l.tx_close(main));
+    peers.iter().for_each(|l| l.rx_close(main));
 }
 
 /// The link kind to every peer this rank may use (`None`: not requested or broken).

@@ -1,5 +1,817 @@
-//! Placeholder until the kernel module lands (scalar).
+//! Element-wise reduction kernels for the host.
+//!
+//! Every reducing collective (all-reduce, reduce, reduce-scatter) ends up, on the CPU, in
+//! one loop: read element `i` of a few buffers, combine them, write element `i` of one or
+//! more buffers. This module is that loop, written once for all twelve [`DataType`]s and
+//! four [`ReduceOp`]s, plus [`reduce_scalar`], a deliberately naive one-element version
+//! that serves as the oracle other reduction paths are tested against.
+//!
+//! The loop works in blocks of 2 KiB. The first two sources' blocks are combined into an
+//! accumulator on the stack, each further source's block is folded into it, and the
+//! finished block is stored to every destination. Accumulating on the stack is what
+//! makes in-place reduction safe: a destination may be one of the sources, because no
+//! byte of a block is written until every source has been read for that block. It also
+//! hands LLVM short loops over slices that provably do not alias (the accumulator
+//! ping-pongs between two stack buffers), which it vectorises. The element type and the
+//! operator (a zero-sized type) are compile-time parameters of those loops; the
+//! `(dtype, op)` pair is matched once per call, never per element.
+//!
+//! `f16` is the one type LLVM cannot vectorise on its own: it takes a detour through
+//! `f32` a chunk at a time, converting with F16C instructions on x86-64 CPUs that have
+//! them and through `half`'s slice conversions elsewhere. `bf16` converts element by element with `half`'s cheap bit operations.
+//!
+//! # Semantics
+//!
+//! `dst[i] = op(srcs[0][i], srcs[1][i], ...)`, folded left to right,
+//! `((s0 op s1) op s2) ...`, with every pairwise step rounded to the element type. The
+//! fold order is fixed, so the result for a given set of sources is bit-for-bit the same
+//! however a collective chunks the buffers, and on every rank.
+//!
+//! - Integers: `Sum` and `Prod` wrap (`wrapping_add`, `wrapping_mul`); `Max` and `Min`
+//!   are the ordinary integer ones.
+//! - `f32` and `f64`: `Sum` and `Prod` are IEEE addition and multiplication; `Max` and
+//!   `Min` are [`f32::max`] and [`f32::min`], which ignore NaN (a NaN operand yields the
+//!   other operand). When both operands are zeros of opposite sign, either may be
+//!   returned, as those functions document.
+//! - `f16` and `bf16`: each step converts both operands to `f32`, applies the `f32`
+//!   operator and rounds the result back to nearest-even. Rounding after every step,
+//!   rather than once at the end, is deliberate: it is what a ring or tree produces, where
+//!   every partial result travels and is stored in the buffer's own type. So in `f16`,
+//!   `2048 + 1 == 2048`, and `2048 + 1 + 1` is still 2048.
+//!
+//! Bytes are in the machine's native order, which is little-endian on every target
+//! oxccl runs on.
+
+use std::ptr;
+
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+
 use crate::dtype::{DataType, ReduceOp};
+
+/// Bytes per block of the kernel loop: the stack accumulator's size.
+const BLOCK_BYTES: usize = 2048;
+
+/// Elements per step of the `f16` detour through `f32`.
+const HALF_CHUNK: usize = 128;
+
+/// Element-wise reduction: for every element `i < count`, each
+/// `dst[i] = op(srcs[0][i], srcs[1][i], ...)`, folding left to right
+/// (`((s0 op s1) op s2) ...`), each step rounded to the element type.
+///
+/// Panics if `srcs` is empty. With no `dsts` or a `count` of 0 it writes nothing.
+///
 /// # Safety
-/// see final version
-pub unsafe fn reduce_raw(_dtype: DataType, _op: ReduceOp, _srcs: &[*const u8], _dsts: &[*mut u8], _count: usize) { unimplemented!() }
+/// - `srcs` is non-empty; each src pointer is valid for reads of `count * dtype.size()`
+///   bytes and aligned to `dtype.size()`;
+/// - each dst pointer is valid for writes of the same length and aligned;
+/// - a dst may be exactly equal to a src pointer (accumulate in place), but must not
+///   otherwise overlap any src, nor any other dst;
+/// - nothing else writes those bytes during the call.
+pub unsafe fn reduce_raw(
+    dtype: DataType,
+    op: ReduceOp,
+    srcs: &[*const u8],
+    dsts: &[*mut u8],
+    count: usize,
+) {
+    assert!(!srcs.is_empty(), "reduce_raw: no source buffers");
+    debug_assert!(
+        srcs.iter().all(|p| is_multiple(*p as usize, dtype.size()))
+            && dsts.iter().all(|p| is_multiple(*p as usize, dtype.size())),
+        "reduce_raw: buffer not aligned for {dtype}"
+    );
+    // SAFETY: the caller upholds this function's contract, which is `reduce_op`'s
+    // contract with `T` the Rust type of `dtype`.
+    unsafe {
+        match dtype {
+            DataType::I8 => reduce_op::<i8>(op, srcs, dsts, count),
+            DataType::U8 => reduce_op::<u8>(op, srcs, dsts, count),
+            DataType::I16 => reduce_op::<i16>(op, srcs, dsts, count),
+            DataType::U16 => reduce_op::<u16>(op, srcs, dsts, count),
+            DataType::I32 => reduce_op::<i32>(op, srcs, dsts, count),
+            DataType::U32 => reduce_op::<u32>(op, srcs, dsts, count),
+            DataType::I64 => reduce_op::<i64>(op, srcs, dsts, count),
+            DataType::U64 => reduce_op::<u64>(op, srcs, dsts, count),
+            DataType::F16 => reduce_op::<f16>(op, srcs, dsts, count),
+            DataType::Bf16 => reduce_op::<bf16>(op, srcs, dsts, count),
+            DataType::F32 => reduce_op::<f32>(op, srcs, dsts, count),
+            DataType::F64 => reduce_op::<f64>(op, srcs, dsts, count),
+        }
+    }
+}
+
+/// Safe wrapper over byte slices, for tests and small host-side uses:
+/// `dst = op(srcs...)`.
+///
+/// Panics (with a clear message) if lengths differ, are not a multiple of `dtype.size()`,
+/// `srcs` is empty, or slices are misaligned for the dtype. Empty slices are never
+/// misaligned.
+pub fn reduce_slices(dtype: DataType, op: ReduceOp, srcs: &[&[u8]], dst: &mut [u8]) {
+    let size = dtype.size();
+    assert!(!srcs.is_empty(), "reduce_slices: no source buffers");
+    assert!(
+        is_multiple(dst.len(), size),
+        "reduce_slices: length {} is not a multiple of the {dtype} element size {size}",
+        dst.len()
+    );
+    for (i, src) in srcs.iter().enumerate() {
+        assert!(
+            src.len() == dst.len(),
+            "reduce_slices: source {i} has {} bytes but the destination has {}",
+            src.len(),
+            dst.len()
+        );
+    }
+    if dst.is_empty() {
+        return;
+    }
+    let misaligned = |p: *const u8| !is_multiple(p as usize, size);
+    assert!(
+        !misaligned(dst.as_ptr()) && !srcs.iter().any(|s| misaligned(s.as_ptr())),
+        "reduce_slices: a buffer is not aligned to {size} bytes for {dtype}"
+    );
+    let src_ptrs: Vec<*const u8> = srcs.iter().map(|s| s.as_ptr()).collect();
+    // SAFETY: every slice holds `count * size` bytes and is aligned (checked above); `dst`
+    // is a unique borrow, so it overlaps no source, and nothing else can write the
+    // borrowed bytes during the call.
+    unsafe { reduce_raw(dtype, op, &src_ptrs, &[dst.as_mut_ptr()], dst.len() / size) }
+}
+
+/// Reduce one element pair, scalar reference semantics (used by tests across the project
+/// as the oracle): `a` and `b` are the little-endian bytes of one element each; returns
+/// the bytes of `op(a, b)`.
+///
+/// This is written independently of the block kernels, one element at a time, so that it
+/// can check them. Panics if `a` or `b` is not exactly `dtype.size()` bytes.
+pub fn reduce_scalar(dtype: DataType, op: ReduceOp, a: &[u8], b: &[u8]) -> Vec<u8> {
+    let size = dtype.size();
+    assert!(
+        a.len() == size && b.len() == size,
+        "reduce_scalar: operands have {} and {} bytes, a {dtype} has {size}",
+        a.len(),
+        b.len()
+    );
+    macro_rules! int {
+        ($t:ty) => {{
+            let (x, y): ($t, $t) = (read(a), read(b));
+            let r = match op {
+                ReduceOp::Sum => x.wrapping_add(y),
+                ReduceOp::Prod => x.wrapping_mul(y),
+                ReduceOp::Max => x.max(y),
+                ReduceOp::Min => x.min(y),
+            };
+            bytemuck::bytes_of(&r).to_vec()
+        }};
+    }
+    match dtype {
+        DataType::I8 => int!(i8),
+        DataType::U8 => int!(u8),
+        DataType::I16 => int!(i16),
+        DataType::U16 => int!(u16),
+        DataType::I32 => int!(i32),
+        DataType::U32 => int!(u32),
+        DataType::I64 => int!(i64),
+        DataType::U64 => int!(u64),
+        DataType::F16 => {
+            let r = scalar_f32(op, read::<f16>(a).to_f32(), read::<f16>(b).to_f32());
+            f16::from_f32(r).to_ne_bytes().to_vec()
+        }
+        DataType::Bf16 => {
+            let r = scalar_f32(op, read::<bf16>(a).to_f32(), read::<bf16>(b).to_f32());
+            bf16::from_f32(r).to_ne_bytes().to_vec()
+        }
+        DataType::F32 => scalar_f32(op, read(a), read(b)).to_ne_bytes().to_vec(),
+        DataType::F64 => {
+            let (x, y): (f64, f64) = (read(a), read(b));
+            let r = match op {
+                ReduceOp::Sum => x + y,
+                ReduceOp::Prod => x * y,
+                ReduceOp::Max => x.max(y),
+                ReduceOp::Min => x.min(y),
+            };
+            r.to_ne_bytes().to_vec()
+        }
+    }
+}
+
+/// One `f32` step of [`reduce_scalar`].
+fn scalar_f32(op: ReduceOp, x: f32, y: f32) -> f32 {
+    match op {
+        ReduceOp::Sum => x + y,
+        ReduceOp::Prod => x * y,
+        ReduceOp::Max => x.max(y),
+        ReduceOp::Min => x.min(y),
+    }
+}
+
+/// Whether `x` is a multiple of `size`, a power of two (every element size is).
+fn is_multiple(x: usize, size: usize) -> bool {
+    x & (size - 1) == 0
+}
+
+/// Reads one element from (possibly unaligned) bytes of exactly its size.
+fn read<T: bytemuck::Pod>(bytes: &[u8]) -> T {
+    bytemuck::pod_read_unaligned(bytes)
+}
+
+/// A reduction operator on `T`, as a zero-sized type so that kernels monomorphise per op.
+trait Op<T> {
+    fn apply(a: T, b: T) -> T;
+}
+
+struct Sum;
+struct Prod;
+struct Max;
+struct Min;
+
+macro_rules! int_ops {
+    ($($t:ty),*) => {$(
+        impl Op<$t> for Sum {
+            #[inline(always)]
+            fn apply(a: $t, b: $t) -> $t { a.wrapping_add(b) }
+        }
+        impl Op<$t> for Prod {
+            #[inline(always)]
+            fn apply(a: $t, b: $t) -> $t { a.wrapping_mul(b) }
+        }
+        impl Op<$t> for Max {
+            #[inline(always)]
+            fn apply(a: $t, b: $t) -> $t { a.max(b) }
+        }
+        impl Op<$t> for Min {
+            #[inline(always)]
+            fn apply(a: $t, b: $t) -> $t { a.min(b) }
+        }
+    )*};
+}
+
+macro_rules! float_ops {
+    ($($t:ty),*) => {$(
+        impl Op<$t> for Sum {
+            #[inline(always)]
+            fn apply(a: $t, b: $t) -> $t { a + b }
+        }
+        impl Op<$t> for Prod {
+            #[inline(always)]
+            fn apply(a: $t, b: $t) -> $t { a * b }
+        }
+        impl Op<$t> for Max {
+            #[inline(always)]
+            fn apply(a: $t, b: $t) -> $t { a.max(b) }
+        }
+        impl Op<$t> for Min {
+            #[inline(always)]
+            fn apply(a: $t, b: $t) -> $t { a.min(b) }
+        }
+    )*};
+}
+
+int_ops!(i8, u8, i16, u16, i32, u32, i64, u64);
+float_ops!(f32, f64);
+
+/// The storage type of one element, and how two blocks combine into a third.
+trait Lane: bytemuck::Pod {
+    /// The type the operators compute in.
+    type Compute;
+
+    /// `out[i] = O(a[i], b[i])` for every `i`, rounded to `Self`. All three have the
+    /// same length.
+    fn combine<O: Op<Self::Compute>>(out: &mut [Self], a: &[Self], b: &[Self]);
+}
+
+macro_rules! native_lanes {
+    ($($t:ty),*) => {$(
+        impl Lane for $t {
+            type Compute = $t;
+
+            #[inline(always)]
+            fn combine<O: Op<$t>>(out: &mut [$t], a: &[$t], b: &[$t]) {
+                for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                    *o = O::apply(x, y);
+                }
+            }
+        }
+    )*};
+}
+
+native_lanes!(i8, u8, i16, u16, i32, u32, i64, u64, f32, f64);
+
+impl Lane for f16 {
+    type Compute = f32;
+
+    #[inline(always)]
+    fn combine<O: Op<f32>>(out: &mut [f16], a: &[f16], b: &[f16]) {
+        #[cfg(target_arch = "x86_64")]
+        if f16c::available() {
+            // SAFETY: the CPU has AVX and F16C.
+            let widen = |h: &[f16], w: &mut [f32]| unsafe { f16c::widen(h, w) };
+            // SAFETY: the CPU has AVX and F16C.
+            let narrow = |w: &[f32], h: &mut [f16]| unsafe { f16c::narrow(w, h) };
+            return combine_f16_via::<O>(out, a, b, widen, narrow);
+        }
+        let widen = |h: &[f16], w: &mut [f32]| h.convert_to_f32_slice(w);
+        let narrow = |w: &[f32], h: &mut [f16]| h.convert_from_f32_slice(w);
+        combine_f16_via::<O>(out, a, b, widen, narrow);
+    }
+}
+
+/// `out[i] = O(a[i], b[i])` for `f16`, a chunk at a time: `widen` both operands' chunks
+/// to `f32`, combine them, `narrow` the result back (rounding to nearest-even).
+#[inline(always)]
+fn combine_f16_via<O: Op<f32>>(
+    out: &mut [f16],
+    a: &[f16],
+    b: &[f16],
+    widen: impl Fn(&[f16], &mut [f32]),
+    narrow: impl Fn(&[f32], &mut [f16]),
+) {
+    let mut wide_a = [0f32; HALF_CHUNK];
+    let mut wide_b = [0f32; HALF_CHUNK];
+    let chunks = out.chunks_mut(HALF_CHUNK).zip(a.chunks(HALF_CHUNK));
+    for ((out, a), b) in chunks.zip(b.chunks(HALF_CHUNK)) {
+        let (wide_a, wide_b) = (&mut wide_a[..a.len()], &mut wide_b[..b.len()]);
+        widen(a, wide_a);
+        widen(b, wide_b);
+        for (x, &y) in wide_a.iter_mut().zip(wide_b.iter()) {
+            *x = O::apply(*x, y);
+        }
+        narrow(wide_a, out);
+    }
+}
+
+/// `f16` conversions with F16C, eight lanes at a time. `half`'s slice conversions use
+/// the same instructions but make an indirect call per eight elements; inlined here they
+/// are several times faster. They round exactly as `half::f16::from_f32` does.
+#[cfg(target_arch = "x86_64")]
+mod f16c {
+    use std::arch::x86_64::{
+        _mm256_cvtph_ps, _mm256_cvtps_ph, _mm256_loadu_ps, _mm256_storeu_ps, _mm_loadu_si128,
+        _mm_storeu_si128, _MM_FROUND_TO_NEAREST_INT,
+    };
+
+    use half::f16;
+
+    /// Whether this CPU can run [`widen`] and [`narrow`].
+    pub(super) fn available() -> bool {
+        is_x86_feature_detected!("avx") && is_x86_feature_detected!("f16c")
+    }
+
+    /// `wide[i] = half[i]` as `f32`. Equal lengths.
+    ///
+    /// # Safety
+    /// The CPU has AVX and F16C ([`available`]).
+    #[target_feature(enable = "avx,f16c")]
+    pub(super) unsafe fn widen(half: &[f16], wide: &mut [f32]) {
+        let mut wide8 = wide.chunks_exact_mut(8);
+        let half8 = half.chunks_exact(8);
+        let tail = half8.remainder();
+        for (w, h) in (&mut wide8).zip(half8) {
+            // SAFETY: `h` is 8 `f16`s (16 bytes) and `w` 8 `f32`s (32 bytes); these loads
+            // and stores take any alignment; the caller guarantees AVX and F16C.
+            unsafe {
+                _mm256_storeu_ps(
+                    w.as_mut_ptr(),
+                    _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().cast())),
+                )
+            };
+        }
+        for (w, h) in wide8.into_remainder().iter_mut().zip(tail) {
+            *w = h.to_f32();
+        }
+    }
+
+    /// `half[i] = wide[i]` rounded to nearest-even. Equal lengths.
+    ///
+    /// # Safety
+    /// The CPU has AVX and F16C ([`available`]).
+    #[target_feature(enable = "avx,f16c")]
+    pub(super) unsafe fn narrow(wide: &[f32], half: &mut [f16]) {
+        let mut half8 = half.chunks_exact_mut(8);
+        let wide8 = wide.chunks_exact(8);
+        let tail = wide8.remainder();
+        for (h, w) in (&mut half8).zip(wide8) {
+            // SAFETY: as in `widen`.
+            unsafe {
+                let v = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(w.as_ptr()));
+                _mm_storeu_si128(h.as_mut_ptr().cast(), v);
+            }
+        }
+        for (h, w) in half8.into_remainder().iter_mut().zip(tail) {
+            *h = f16::from_f32(*w);
+        }
+    }
+}
+
+impl Lane for bf16 {
+    type Compute = f32;
+
+    /// Element by element: `half` has no vector path for `bf16`, and its scalar
+    /// conversions are cheap bit operations that inline into this loop.
+    #[inline(always)]
+    fn combine<O: Op<f32>>(out: &mut [bf16], a: &[bf16], b: &[bf16]) {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = bf16::from_f32(O::apply(x.to_f32(), y.to_f32()));
+        }
+    }
+}
+
+/// Dispatches on `op` for element type `T`.
+///
+/// # Safety
+/// As [`reduce_raw`], with `T` the Rust type of its `dtype`.
+unsafe fn reduce_op<T: Lane>(op: ReduceOp, srcs: &[*const u8], dsts: &[*mut u8], count: usize)
+where
+    Sum: Op<T::Compute>,
+    Prod: Op<T::Compute>,
+    Max: Op<T::Compute>,
+    Min: Op<T::Compute>,
+{
+    // SAFETY: forwarded from this function's contract.
+    unsafe {
+        match op {
+            ReduceOp::Sum => reduce_blocks::<T, Sum>(srcs, dsts, count),
+            ReduceOp::Prod => reduce_blocks::<T, Prod>(srcs, dsts, count),
+            ReduceOp::Max => reduce_blocks::<T, Max>(srcs, dsts, count),
+            ReduceOp::Min => reduce_blocks::<T, Min>(srcs, dsts, count),
+        }
+    }
+}
+
+/// The kernel: reduce each block of the sources into a stack buffer, then store that
+/// buffer to every destination.
+///
+/// # Safety
+/// As [`reduce_raw`], with `T` the Rust type of its `dtype` and `srcs` non-empty.
+unsafe fn reduce_blocks<T: Lane, O: Op<T::Compute>>(
+    srcs: &[*const u8],
+    dsts: &[*mut u8],
+    count: usize,
+) {
+    let mut storage = [[0u64; BLOCK_BYTES / 8]; 2];
+    let [front, back] = &mut storage;
+    let (front, back) = (
+        bytemuck::cast_slice_mut(front),
+        bytemuck::cast_slice_mut(back),
+    );
+    let mut start = 0;
+    while start < count {
+        let n = front.len().min(count - start);
+        // SAFETY: `start + n <= count`; the destinations are written only below, after
+        // `reduce_block` has returned and its borrows of the sources have ended.
+        let block = unsafe { reduce_block::<T, O>(srcs, start, &mut front[..n], &mut back[..n]) };
+        for &dst in dsts {
+            // SAFETY: `dst` is valid for writes of `count` aligned `T`s and `start + n <=
+            // count`; `block` is on this stack frame, so it cannot overlap `dst`.
+            unsafe { ptr::copy_nonoverlapping(block.as_ptr(), dst.cast::<T>().add(start), n) };
+        }
+        start += n;
+    }
+}
+
+/// Reduces elements `start..start + front.len()` of every source, left to right, into
+/// one of the two equal-length stack buffers (ping-ponging between them, so that no
+/// step reads and writes the same slice) and returns the one holding the result.
+///
+/// # Safety
+/// Every source is aligned for `T` and valid for reads of `start + front.len()`
+/// elements, which nothing writes during the call; `srcs` is non-empty.
+unsafe fn reduce_block<'a, T: Lane, O: Op<T::Compute>>(
+    srcs: &[*const u8],
+    start: usize,
+    mut front: &'a mut [T],
+    mut back: &'a mut [T],
+) -> &'a [T] {
+    let n = front.len();
+    // SAFETY: forwarded from this function's contract.
+    let first = unsafe { src_block::<T>(srcs[0], start, n) };
+    let Some((second, rest)) = srcs[1..].split_first() else {
+        front.copy_from_slice(first);
+        return front;
+    };
+    // SAFETY: forwarded from this function's contract.
+    T::combine::<O>(front, first, unsafe { src_block::<T>(*second, start, n) });
+    for &src in rest {
+        // SAFETY: forwarded from this function's contract.
+        T::combine::<O>(back, front, unsafe { src_block::<T>(src, start, n) });
+        std::mem::swap(&mut front, &mut back);
+    }
+    front
+}
+
+/// Elements `start..start + n` of the source at `base`, as a slice.
+///
+/// # Safety
+/// `base` is aligned for `T` and valid for reads of `start + n` elements, and nothing
+/// writes those bytes while the returned slice lives.
+#[inline(always)]
+unsafe fn src_block<'a, T: Lane>(base: *const u8, start: usize, n: usize) -> &'a [T] {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { std::slice::from_raw_parts(base.cast::<T>().add(start), n) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COUNTS: [usize; 9] = [0, 1, 7, 63, 64, 65, 1000, 4096, 4099];
+
+    /// A 64-bit linear congruential generator (Knuth's MMIX constants).
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn next(&mut self) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            self.0 >> 16
+        }
+
+        /// A value in [-4, 4] on a 1/256 grid: sums and products of up to four of them
+        /// stay finite and need rounding in the narrow types.
+        fn small(&mut self) -> f64 {
+            ((self.next() % 2049) as f64 - 1024.0) / 256.0
+        }
+
+        /// One element of `dtype`, as bytes.
+        fn element(&mut self, dtype: DataType) -> Vec<u8> {
+            match dtype {
+                DataType::F16 => f16::from_f64(self.small()).to_ne_bytes().to_vec(),
+                DataType::Bf16 => bf16::from_f64(self.small()).to_ne_bytes().to_vec(),
+                DataType::F32 => (self.small() as f32).to_ne_bytes().to_vec(),
+                DataType::F64 => self.small().to_ne_bytes().to_vec(),
+                _ => self.next().to_ne_bytes()[..dtype.size()].to_vec(),
+            }
+        }
+    }
+
+    /// A byte buffer aligned to 8, so that it is aligned for every data type.
+    struct Buf {
+        words: Vec<u64>,
+        len: usize,
+    }
+
+    impl Buf {
+        fn new(bytes: &[u8]) -> Buf {
+            let mut words = vec![0u64; bytes.len().div_ceil(8)];
+            bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+            Buf {
+                words,
+                len: bytes.len(),
+            }
+        }
+
+        fn bytes(&self) -> &[u8] {
+            &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.len]
+        }
+
+        fn bytes_mut(&mut self) -> &mut [u8] {
+            &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.words)[..self.len]
+        }
+    }
+
+    fn random_buf(rng: &mut Lcg, dtype: DataType, count: usize) -> Buf {
+        let bytes: Vec<u8> = (0..count).flat_map(|_| rng.element(dtype)).collect();
+        Buf::new(&bytes)
+    }
+
+    /// The oracle: a left fold of [`reduce_scalar`] over the sources, element by element.
+    fn expected(dtype: DataType, op: ReduceOp, srcs: &[Buf]) -> Vec<u8> {
+        let size = dtype.size();
+        let elements = |b: &Buf| b.bytes().chunks_exact(size).map(<[u8]>::to_vec).collect();
+        let mut acc: Vec<Vec<u8>> = elements(&srcs[0]);
+        for src in &srcs[1..] {
+            for (a, b) in acc.iter_mut().zip(src.bytes().chunks_exact(size)) {
+                *a = reduce_scalar(dtype, op, a, b);
+            }
+        }
+        acc.concat()
+    }
+
+    /// Out of place, into two destinations at once.
+    fn check_two_dsts(dtype: DataType, op: ReduceOp, srcs: &[Buf], want: &[u8]) {
+        let count = want.len() / dtype.size();
+        let ptrs: Vec<*const u8> = srcs.iter().map(|s| s.bytes().as_ptr()).collect();
+        let mut d0 = Buf::new(&vec![0xa5; want.len()]);
+        let mut d1 = Buf::new(&vec![0x5a; want.len()]);
+        let dsts = [d0.bytes_mut().as_mut_ptr(), d1.bytes_mut().as_mut_ptr()];
+        // SAFETY: all buffers hold `count` elements, are 8-aligned and are distinct.
+        unsafe { reduce_raw(dtype, op, &ptrs, &dsts, count) };
+        assert_eq!(
+            d0.bytes(),
+            want,
+            "{dtype} {op} n={} count={count}",
+            srcs.len()
+        );
+        assert_eq!(
+            d1.bytes(),
+            want,
+            "{dtype} {op} n={} count={count}",
+            srcs.len()
+        );
+    }
+
+    /// In place: the destination is source `which`.
+    fn check_in_place(dtype: DataType, op: ReduceOp, srcs: &[Buf], which: usize, want: &[u8]) {
+        let count = want.len() / dtype.size();
+        let mut bufs: Vec<Buf> = srcs.iter().map(|s| Buf::new(s.bytes())).collect();
+        let ptrs: Vec<*mut u8> = bufs
+            .iter_mut()
+            .map(|b| b.bytes_mut().as_mut_ptr())
+            .collect();
+        let src_ptrs: Vec<*const u8> = ptrs.iter().map(|p| p.cast_const()).collect();
+        // SAFETY: all buffers hold `count` elements and are 8-aligned; the only
+        // destination is exactly source `which`, and no buffer is touched during the call.
+        unsafe { reduce_raw(dtype, op, &src_ptrs, &[ptrs[which]], count) };
+        let got = bufs[which].bytes();
+        assert_eq!(
+            got,
+            want,
+            "{dtype} {op} n={} count={count} in place at {which}",
+            srcs.len()
+        );
+    }
+
+    #[test]
+    fn kernels_match_the_scalar_oracle() {
+        let mut rng = Lcg(0x0c0ffee);
+        for dtype in DataType::ALL {
+            for op in ReduceOp::ALL {
+                for n in 1..=4 {
+                    for count in COUNTS {
+                        let srcs: Vec<Buf> =
+                            (0..n).map(|_| random_buf(&mut rng, dtype, count)).collect();
+                        let want = expected(dtype, op, &srcs);
+                        check_two_dsts(dtype, op, &srcs, &want);
+                        check_in_place(dtype, op, &srcs, 0, &want);
+                        check_in_place(dtype, op, &srcs, n - 1, &want);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Checks the portable `f16` path, which the oracle test reaches only on CPUs
+    /// without F16C, against the oracle.
+    fn check_portable_f16<O: Op<f32>>(op: ReduceOp, a: &[f16], b: &[f16]) {
+        let mut got = vec![f16::ZERO; a.len()];
+        let widen = |h: &[f16], w: &mut [f32]| h.convert_to_f32_slice(w);
+        let narrow = |w: &[f32], h: &mut [f16]| h.convert_from_f32_slice(w);
+        combine_f16_via::<O>(&mut got, a, b, widen, narrow);
+        for ((x, y), g) in a.iter().zip(b).zip(&got) {
+            let want = reduce_scalar(DataType::F16, op, &x.to_ne_bytes(), &y.to_ne_bytes());
+            assert_eq!(g.to_ne_bytes(), *want, "{op}({x}, {y})");
+        }
+    }
+
+    #[test]
+    fn portable_f16_path_matches_the_oracle() {
+        let mut rng = Lcg(16);
+        let mut data = |n| -> Vec<f16> { (0..n).map(|_| f16::from_f64(rng.small())).collect() };
+        for n in [0, 1, 7, 127, 128, 129, 1000] {
+            let (a, b) = (data(n), data(n));
+            check_portable_f16::<Sum>(ReduceOp::Sum, &a, &b);
+            check_portable_f16::<Prod>(ReduceOp::Prod, &a, &b);
+            check_portable_f16::<Max>(ReduceOp::Max, &a, &b);
+            check_portable_f16::<Min>(ReduceOp::Min, &a, &b);
+        }
+    }
+
+    #[test]
+    fn reduce_slices_matches_the_oracle() {
+        let mut rng = Lcg(7);
+        for dtype in DataType::ALL {
+            let srcs: Vec<Buf> = (0..3).map(|_| random_buf(&mut rng, dtype, 300)).collect();
+            let want = expected(dtype, ReduceOp::Sum, &srcs);
+            let views: Vec<&[u8]> = srcs.iter().map(Buf::bytes).collect();
+            let mut dst = Buf::new(&vec![0; want.len()]);
+            reduce_slices(dtype, ReduceOp::Sum, &views, dst.bytes_mut());
+            assert_eq!(dst.bytes(), want, "{dtype}");
+        }
+    }
+
+    fn f16_sum(values: &[f32]) -> f32 {
+        let bufs: Vec<Buf> = values
+            .iter()
+            .map(|v| Buf::new(&f16::from_f32(*v).to_ne_bytes()))
+            .collect();
+        let views: Vec<&[u8]> = bufs.iter().map(Buf::bytes).collect();
+        let mut dst = [0u16; 1];
+        reduce_slices(
+            DataType::F16,
+            ReduceOp::Sum,
+            &views,
+            bytemuck::bytes_of_mut(&mut dst),
+        );
+        f16::from_bits(dst[0]).to_f32()
+    }
+
+    #[test]
+    fn f16_sum_rounds_after_every_step() {
+        assert_eq!(f16_sum(&[2048.0, 1.0]), 2048.0);
+        // Rounded once at the end this would be 2050; rounded per step it stays 2048.
+        assert_eq!(f16_sum(&[2048.0, 1.0, 1.0]), 2048.0);
+        assert_eq!(f16_sum(&[1.0, 1.0, 2048.0]), 2050.0);
+        // Ties go to even: 2049 is halfway between 2048 and 2050.
+        assert_eq!(f16_sum(&[2050.0, 1.0]), 2052.0);
+    }
+
+    #[test]
+    fn scalar_semantics() {
+        let r = |d, op, a: &[u8], b: &[u8]| reduce_scalar(d, op, a, b);
+        assert_eq!(r(DataType::I8, ReduceOp::Sum, &[127], &[1]), [128]);
+        assert_eq!(r(DataType::U8, ReduceOp::Prod, &[16], &[17]), [16]);
+        assert_eq!(r(DataType::I8, ReduceOp::Max, &[0xff], &[1]), [1]);
+        assert_eq!(r(DataType::U8, ReduceOp::Max, &[0xff], &[1]), [0xff]);
+        let (nan, one) = (f32::NAN.to_ne_bytes(), 1f32.to_ne_bytes());
+        assert_eq!(r(DataType::F32, ReduceOp::Max, &nan, &one), one);
+        assert_eq!(r(DataType::F32, ReduceOp::Min, &one, &nan), one);
+        let bf = |v: f32| bf16::from_f32(v).to_ne_bytes();
+        assert_eq!(
+            r(DataType::Bf16, ReduceOp::Sum, &bf(256.0), &bf(1.0)),
+            bf(256.0)
+        );
+    }
+
+    #[test]
+    fn nan_is_ignored_by_max_and_min_kernels() {
+        let a = [f32::NAN, 1.0, f32::NAN, -3.0].repeat(50);
+        let b = [2.0, f32::NAN, f32::NAN, -4.0].repeat(50);
+        let mut dst = [0f32; 200];
+        let srcs = [bytemuck::cast_slice(&a), bytemuck::cast_slice(&b)];
+        reduce_slices(
+            DataType::F32,
+            ReduceOp::Max,
+            &srcs,
+            bytemuck::cast_slice_mut(&mut dst),
+        );
+        for (i, v) in dst.iter().enumerate() {
+            match i % 4 {
+                0 => assert_eq!(*v, 2.0),
+                1 => assert_eq!(*v, 1.0),
+                2 => assert!(v.is_nan()),
+                _ => assert_eq!(*v, -3.0),
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "source 1 has 8 bytes but the destination has 4")]
+    fn reduce_slices_rejects_length_mismatch() {
+        let (a, b, mut d) = ([0u32; 1], [0u32; 2], [0u32; 1]);
+        let srcs = [bytemuck::cast_slice(&a), bytemuck::cast_slice(&b)];
+        reduce_slices(
+            DataType::U32,
+            ReduceOp::Sum,
+            &srcs,
+            bytemuck::cast_slice_mut(&mut d),
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "not a multiple of the int32 element size 4")]
+    fn reduce_slices_rejects_partial_elements() {
+        let (a, mut d) = ([0u8; 6], [0u8; 6]);
+        reduce_slices(DataType::I32, ReduceOp::Sum, &[&a], &mut d);
+    }
+
+    #[test]
+    #[should_panic(expected = "not aligned to 8 bytes for double")]
+    fn reduce_slices_rejects_misalignment() {
+        let mut buf = Buf::new(&[0; 32]);
+        let (a, d) = buf.bytes_mut().split_at_mut(16);
+        reduce_slices(DataType::F64, ReduceOp::Sum, &[&a[4..12]], &mut d[..8]);
+    }
+
+    #[test]
+    #[should_panic(expected = "no source buffers")]
+    fn reduce_slices_rejects_no_sources() {
+        reduce_slices(DataType::F32, ReduceOp::Sum, &[], &mut []);
+    }
+
+    /// Single-thread throughput; run with
+    /// `cargo test --release -- --ignored --nocapture throughput`.
+    #[test]
+    #[ignore = "timing, prints only"]
+    fn throughput() {
+        const BYTES: usize = 4 << 20;
+        for dtype in [DataType::F32, DataType::F16, DataType::Bf16, DataType::I8] {
+            let (a, b) = (Buf::new(&vec![0; BYTES]), Buf::new(&vec![0; BYTES]));
+            let mut d = Buf::new(&vec![0; BYTES]);
+            let srcs = [a.bytes(), b.bytes()];
+            let iters = 100;
+            reduce_slices(dtype, ReduceOp::Sum, &srcs, d.bytes_mut());
+            let t = std::time::Instant::now();
+            for _ in 0..iters {
+                reduce_slices(dtype, ReduceOp::Sum, &srcs, d.bytes_mut());
+            }
+            let secs = t.elapsed().as_secs_f64();
+            let gbs = (iters * BYTES) as f64 / secs / 1e9;
+            eprintln!(
+                "{dtype} sum, 2 x 4 MiB -> 4 MiB: {gbs:.2} GB/s of output, {:.2} GB/s moved",
+                3.0 * gbs
+            );
+        }
+    }
+}

@@ -1,1 +1,45 @@
-fn main(){}
+//! `oxccl`: the command-line front of oxccl.
+//!
+//! - `oxccl perf <collective>`: an nccl-tests-style benchmark on the host device, with
+//!   correctness checked by default;
+//! - `oxccl algs`: every registered executor and template, with its crate of origin.
+
+mod algs;
+mod perf;
+mod sizes;
+
+// Link the example plugin so that `--algo bidir-ring` works out of the box.
+use oxccl_plugin_bidir_ring as _;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "oxccl", version, about = "oxccl: collective communication with plugin algorithms")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Benchmark a collective (nccl-tests style) on the host device.
+    Perf(perf::PerfArgs),
+    /// List registered executors, templates and plugin selectors.
+    Algs,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Perf(args) => perf::run(&args),
+        Command::Algs => algs::run(),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("oxccl: error: {err}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,1 +1,51 @@
+//! # oxccl
+//!
+//! A collective communication library with the three-layer design of Huawei's HCCL
+//! (platform, framework, algorithms), where algorithms are plugins: any crate registers
+//! executors with [`register_executor!`] and the framework finds and selects them by name.
+//!
+//! This crate is the facade: it re-exports what users and plugin authors need and offers
+//! the **eager API**, safe, blocking, typed calls on host memory:
+//!
+//! ```
+//! use oxccl::{Communicator, Config, ReduceOp};
+//!
+//! let comms = Communicator::init_all(4, Config::default()).unwrap();
+//! std::thread::scope(|s| {
+//!     for comm in &comms {
+//!         s.spawn(move || {
+//!             let send = vec![comm.rank() as f32 + 1.0; 1000];
+//!             let mut recv = vec![0.0f32; 1000];
+//!             comm.all_reduce(&send, &mut recv, ReduceOp::Sum).unwrap();
+//!             assert!(recv.iter().all(|&x| x == 10.0));
+//!         });
+//!     }
+//! });
+//! ```
+//!
+//! Every rank calls the same collectives in the same order, each from its own thread.
+//! Linking this crate links the built-in executors ([`algorithms`]); a plugin crate is
+//! linked only when the final binary names it (`use my_plugin as _;`).
 
+mod eager;
+mod logging;
+
+pub use eager::Communicator;
+pub use oxccl_algorithms as algorithms;
+pub use oxccl_algorithms::templates;
+pub use oxccl_framework::{
+    self as framework, registry, select_alg, AlgoOverride, ArgError, BufRange, ConfigError,
+    Constraints, DeviceChoice, Error, Executor, ExecutorEntry, KernelArgs, KernelCtx, Mode,
+    OpKind, OpParam, Peers, PlanCtx, ResourceRequest, SelectRequest, Selection, SelectorEntry,
+    TemplateEntry, Topology,
+};
+pub use oxccl_framework::{register_executor, register_selector, register_template};
+pub use oxccl_framework::Config;
+pub use oxccl_platform::{
+    self as platform, Buf, DataType, DeviceError, Element, Rank, ReduceOp, Slice, UserBuffers,
+};
+/// Half-precision element types.
+pub use half::{bf16, f16};
+
+/// Result of oxccl calls.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

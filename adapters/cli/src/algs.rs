@@ -1,0 +1,33 @@
+//! `oxccl algs`: what is registered, and by which crate.
+
+use oxccl::{registry, Error};
+use std::process::ExitCode;
+
+pub fn run() -> Result<ExitCode, Error> {
+    let reg = registry()?;
+    println!("# executors");
+    println!("{:<16} {:<12} {:<26} {:>4}  {:<22} description", "operator", "name", "crate", "pref", "constraints");
+    for e in reg.executors() {
+        println!(
+            "{:<16} {:<12} {:<26} {:>4}  {:<22} {}",
+            e.op.name(),
+            e.name,
+            e.crate_name,
+            e.preference,
+            e.constraints.describe(),
+            e.description
+        );
+    }
+    println!("\n# templates");
+    println!("{:<22} {:<26} description", "name", "crate");
+    for t in reg.templates() {
+        println!("{:<22} {:<26} {}", t.name, t.crate_name, t.description);
+    }
+    let mut selectors: Vec<_> = oxccl::framework::select::SELECTORS.iter().collect();
+    selectors.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(b.name)));
+    println!("\n# plugin selectors ({})", selectors.len());
+    for s in selectors {
+        println!("{:<22} priority {}", s.name, s.priority);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,124 @@
+//! `oxccl perf`: an nccl-tests-style benchmark of one collective on the host device.
+//!
+//! Every rank is a thread with its own communicator. For each size the ranks run the warmup
+//! iterations, meet at a barrier, time `iters` back-to-back calls, and report the mean time
+//! per call; then (with `-c 1`) a fresh call is checked against the expected result, and
+//! guard bytes around every receive buffer are checked for out-of-bounds writes. The table
+//! has nccl-tests' columns and bandwidth formulas; the exit status is non-zero when any
+//! value is wrong.
+
+mod data;
+mod report;
+mod run;
+
+use crate::sizes::parse_size;
+use clap::Args;
+use oxccl::{Communicator, Config, DataType, Error, OpKind, OpParam, ReduceOp};
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct PerfArgs {
+    /// The collective: all-reduce.
+    pub collective: String,
+    /// Smallest size in bytes (K, M, G suffixes).
+    #[arg(short = 'b', long = "minbytes", default_value = "32M")]
+    pub minbytes: String,
+    /// Largest size in bytes.
+    #[arg(short = 'e', long = "maxbytes", default_value = "32M")]
+    pub maxbytes: String,
+    /// Multiplication factor between sizes.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    pub stepfactor: usize,
+    /// Timed iterations per size.
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    pub iters: usize,
+    /// Warmup iterations per size.
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    pub warmup: usize,
+    /// Check results (1) or not (0).
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    pub check: u8,
+    /// Data type (float, half, bfloat16, int32, ...; `all` for every type).
+    #[arg(short = 'd', long = "datatype", default_value = "float")]
+    pub datatype: String,
+    /// Reduce op (sum, prod, max, min; `all` for every op).
+    #[arg(short = 'o', long = "op", default_value = "sum")]
+    pub op: String,
+    /// Root rank of rooted collectives.
+    #[arg(short = 'r', long = "root", default_value_t = 0)]
+    pub root: usize,
+    /// Number of ranks (threads).
+    #[arg(long, default_value_t = 8)]
+    pub ranks: usize,
+    /// Executor to use (overrides OXCCL_ALGO for this collective).
+    #[arg(long)]
+    pub algo: Option<String>,
+    /// Print one JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_all<T: std::str::FromStr + Copy>(text: &str, all: &[T]) -> Result<Vec<T>, Error>
+where
+    T::Err: std::fmt::Display,
+{
+    if text.eq_ignore_ascii_case("all") {
+        return Ok(all.to_vec());
+    }
+    text.parse::<T>().map(|v| vec![v]).map_err(|e| bad_arg(e.to_string()))
+}
+
+fn bad_arg(reason: String) -> Error {
+    oxccl::ConfigError { var: "oxccl perf", value: String::new(), reason }.into()
+}
+
+/// The sizes from `-b` to `-e`, multiplied by `-f` each step.
+fn sizes(args: &PerfArgs) -> Result<Vec<usize>, Error> {
+    let (min, max) = (parse_size(&args.minbytes).map_err(bad_arg)?, parse_size(&args.maxbytes).map_err(bad_arg)?);
+    if min > max || args.stepfactor < 2 {
+        return Err(bad_arg(format!("need -b <= -e and -f >= 2 (got {min}, {max}, {})", args.stepfactor)));
+    }
+    let mut out = vec![];
+    let mut s = min;
+    while s <= max {
+        out.push(s);
+        s = match s.checked_mul(args.stepfactor) {
+            Some(next) if next > s => next,
+            _ => break,
+        };
+    }
+    Ok(out)
+}
+
+pub fn run(args: &PerfArgs) -> Result<ExitCode, Error> {
+    let kind: OpKind = args.collective.parse()?;
+    let dtypes = parse_all(&args.datatype, &DataType::ALL)?;
+    let redops = if kind.reduces() { parse_all(&args.op, &ReduceOp::ALL)? } else { vec![ReduceOp::Sum] };
+    let mut config = Config::from_env()?;
+    if let Some(name) = &args.algo {
+        config.algo.set(Some(kind), name);
+    }
+    let comms = Communicator::init_all(args.ranks, config)?;
+    let mut report = report::Report::new(kind, &comms, args);
+    for &dtype in &dtypes {
+        for &redop in &redops {
+            for &size in &sizes(args)? {
+                let (count, _) = element_counts(kind, size, dtype, args.ranks);
+                let root = kind.has_root().then_some(args.root);
+                let op = OpParam { kind, count, dtype, op: redop, root };
+                report.row(run::measure(&comms, &op, args)?);
+            }
+        }
+    }
+    Ok(report.finish())
+}
+
+/// nccl-tests' count for a size: per-rank elements, with the total divisible by the ranks
+/// for the gathering and scattering collectives.
+fn element_counts(kind: OpKind, size: usize, dtype: DataType, ranks: usize) -> (usize, usize) {
+    let elems = size / dtype.size();
+    match kind {
+        OpKind::AllReduce | OpKind::Broadcast | OpKind::Reduce => (elems, elems),
+        _ => (elems / ranks, elems / ranks * ranks),
+    }
+}

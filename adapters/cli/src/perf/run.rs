@@ -1,0 +1,117 @@
+//! Measuring one row: every rank on its own thread, timed between two barriers.
+
+use super::data::{count_wrong, expected_period, fill_input, Aligned};
+use super::PerfArgs;
+use oxccl::{Communicator, Error, OpParam, UserBuffers};
+use std::sync::Barrier;
+use std::time::Instant;
+
+/// Guard bytes on each side of every receive buffer.
+const GUARD: usize = 64;
+const GUARD_BYTE: u8 = 0xA5;
+
+/// One direction (out-of-place or in-place) of a row.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timing {
+    /// Mean seconds per call, averaged over ranks.
+    pub seconds: f64,
+    /// Wrong elements over all ranks (`None` when not checked).
+    pub wrong: Option<usize>,
+}
+
+/// A measured row.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    pub op: OpParam,
+    pub out_of_place: Timing,
+    pub in_place: Timing,
+    /// Bytes written outside receive buffers.
+    pub out_of_bounds: usize,
+    pub executor: String,
+    /// Set when the row was skipped, with the reason.
+    pub skipped: Option<String>,
+}
+
+struct RankResult {
+    oop: (f64, usize),
+    ip: (f64, usize),
+    oob: usize,
+}
+
+fn available_memory() -> Option<usize> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+pub fn measure(comms: &[Communicator], op: &OpParam, args: &PerfArgs) -> Result<Measured, Error> {
+    let n = comms.len();
+    let (in_bytes, out_bytes) = op.buffer_bytes(n);
+    let executor = comms[0].framework().prepare(op, false)?.selection.executor.name.to_string();
+    let mut row = Measured { op: *op, out_of_place: Timing::default(), in_place: Timing::default(), out_of_bounds: 0, executor, skipped: None };
+    let need = n * (in_bytes + 2 * out_bytes.max(in_bytes));
+    if available_memory().is_some_and(|avail| need > avail / 10 * 8) {
+        row.skipped = Some(format!("needs ~{} MiB", need >> 20));
+        return Ok(row);
+    }
+    let expected = if args.check != 0 { Some(expected_period(op, n).map_err(super::bad_arg)?) } else { None };
+    let barrier = Barrier::new(n);
+    let results: Vec<Result<RankResult, Error>> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .iter()
+            .map(|comm| {
+                let (barrier, expected) = (&barrier, expected.as_deref());
+                s.spawn(move || run_rank(comm, op, args, barrier, expected))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("rank thread panicked")).collect()
+    });
+    let results = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let mean = |f: fn(&RankResult) -> f64| results.iter().map(f).sum::<f64>() / n as f64;
+    let wrong = |f: fn(&RankResult) -> usize| expected.as_ref().map(|_| results.iter().map(f).sum());
+    row.out_of_place = Timing { seconds: mean(|r| r.oop.0), wrong: wrong(|r| r.oop.1) };
+    row.in_place = Timing { seconds: mean(|r| r.ip.0), wrong: wrong(|r| r.ip.1) };
+    row.out_of_bounds = results.iter().map(|r| r.oob).sum();
+    Ok(row)
+}
+
+/// Time `iters` calls after `warmup` untimed ones; all ranks start together.
+fn timed(args: &PerfArgs, barrier: &Barrier, mut call: impl FnMut() -> Result<(), Error>) -> Result<f64, Error> {
+    for _ in 0..args.warmup {
+        call()?;
+    }
+    barrier.wait();
+    let start = Instant::now();
+    for _ in 0..args.iters {
+        call()?;
+    }
+    Ok(start.elapsed().as_secs_f64() / args.iters.max(1) as f64)
+}
+
+/// The receive buffer inside its guards.
+fn recv(o: &mut Aligned, len: usize) -> &mut [u8] {
+    &mut o.bytes_mut()[GUARD..GUARD + len]
+}
+
+fn run_rank(comm: &Communicator, op: &OpParam, args: &PerfArgs, barrier: &Barrier, expected: Option<&[u8]>) -> Result<RankResult, Error> {
+    let (in_bytes, out_bytes) = op.buffer_bytes(comm.size());
+    let es = op.dtype.size();
+    let mut input = Aligned::zeroed(in_bytes);
+    fill_input(op, comm.rank(), input.bytes_mut());
+    let mut output = Aligned::zeroed(out_bytes + 2 * GUARD);
+    output.bytes_mut().fill(GUARD_BYTE);
+    let oop_time = timed(args, barrier, || comm.execute(op, UserBuffers::OutOfPlace { input: input.bytes(), output: recv(&mut output, out_bytes) }))?;
+    let oop_wrong = expected.map_or(0, |e| count_wrong(recv(&mut output, out_bytes), e, es));
+    let ip_time = timed(args, barrier, || comm.execute(op, UserBuffers::InPlace(recv(&mut output, out_bytes))))?;
+    let mut ip_wrong = 0;
+    if let Some(e) = expected {
+        recv(&mut output, out_bytes).copy_from_slice(&input.bytes()[..out_bytes]);
+        barrier.wait();
+        comm.execute(op, UserBuffers::InPlace(recv(&mut output, out_bytes)))?;
+        ip_wrong = count_wrong(recv(&mut output, out_bytes), e, es);
+    }
+    let bytes = output.bytes();
+    let oob = bytes[..GUARD].iter().chain(&bytes[GUARD + out_bytes..]).filter(|&&b| b != GUARD_BYTE).count();
+    Ok(RankResult { oop: (oop_time, oop_wrong), ip: (ip_time, ip_wrong), oob })
+}

@@ -1,0 +1,70 @@
+//! The eager API: one blocking, typed call per collective.
+//!
+//! Each method validates its buffers, runs the collective on this rank and returns when
+//! this rank's part is done. Slices carry their length, so the counts come from them;
+//! the `_n` variants take an explicit count for buffers that are longer than the data.
+
+use crate::logging;
+use oxccl_framework::{Communicator as Inner, Config, Error, OpParam};
+use oxccl_platform::{Element, Rank, ReduceOp, UserBuffers};
+
+/// One rank of a communicator.
+#[derive(Debug)]
+pub struct Communicator {
+    inner: Inner,
+}
+
+impl Communicator {
+    /// Create `n` in-process ranks; hand each to its own thread.
+    pub fn init_all(n: usize, config: Config) -> Result<Vec<Communicator>, Error> {
+        logging::init(config.log_filter.as_deref());
+        Ok(Inner::init_all(n, config)?
+            .into_iter()
+            .map(|inner| Communicator { inner })
+            .collect())
+    }
+
+    /// [`Communicator::init_all`] with [`Config::from_env`].
+    pub fn init_all_from_env(n: usize) -> Result<Vec<Communicator>, Error> {
+        Self::init_all(n, Config::from_env()?)
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> Rank {
+        self.inner.rank()
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.inner.size()
+    }
+
+    /// The framework communicator (program preparation, topology, device).
+    pub fn framework(&self) -> &Inner {
+        &self.inner
+    }
+
+    /// Untyped call: run `op` on raw byte buffers.
+    pub fn execute(&self, op: &OpParam, user: UserBuffers<'_>) -> Result<(), Error> {
+        self.inner.execute(op, user)
+    }
+
+    /// `recv = op(send of every rank)`, element-wise; `send` and `recv` have equal length.
+    pub fn all_reduce<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<(), Error> {
+        Inner::same_length(send.len(), recv.len())?;
+        self.all_reduce_n(send, recv, send.len(), op)
+    }
+
+    /// AllReduce of the first `count` elements of `send` into `recv`.
+    pub fn all_reduce_n<T: Element>(&self, send: &[T], recv: &mut [T], count: usize, op: ReduceOp) -> Result<(), Error> {
+        let param = OpParam::all_reduce(count, T::DTYPE, op);
+        let user = UserBuffers::OutOfPlace { input: bytemuck::cast_slice(send), output: bytemuck::cast_slice_mut(recv) };
+        self.inner.execute(&param, user)
+    }
+
+    /// AllReduce in place: `buf = op(buf of every rank)`.
+    pub fn all_reduce_in_place<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<(), Error> {
+        let param = OpParam::all_reduce(buf.len(), T::DTYPE, op);
+        self.inner.execute(&param, UserBuffers::InPlace(bytemuck::cast_slice_mut(buf)))
+    }
+}

@@ -1,0 +1,4 @@
+//! AllReduce executors.
+
+pub mod mesh;
+pub mod ring;

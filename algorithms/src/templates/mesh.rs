@@ -1,0 +1,98 @@
+//! Mesh templates: every rank talks to every peer at once, one slave stream per peer.
+//!
+//! Slave stream `i` (1-based) serves peer `rank + i` (mod n), so the ranks start with
+//! different peers and no link is everybody's first. Both templates pull; the handshake on
+//! each link is, in order:
+//!
+//! | phase | tasks on the peer's stream | meaning |
+//! |---|---|---|
+//! | reduce-scatter | `tx_ack`, `rx_ack` | both inputs are in place |
+//! | (main stream) | Reduce of my chunk from every rank's input | |
+//! | all-gather | `tx_data_signal`, `rx_data_signal` | both reduced chunks are ready, both inputs are read |
+//! | all-gather | Copy of the peer's chunk | |
+//!
+//! The rounds alternate Ack and DataSignal, so between two posts of the same notify there
+//! is a wait that the peer passes only after consuming the first post: no wakeup is lost,
+//! also from one loop iteration to the next. The next iteration's Ack round also says "I
+//! am done reading your output", and after the last iteration the framework's Close
+//! exchange does.
+
+use oxccl_framework::platform::{DataType, Rank, ReduceOp};
+use oxccl_framework::{BufRange, Error, KernelCtx};
+
+oxccl_framework::register_template! {
+    name: "mesh_reduce_scatter",
+    description: "handshake with every peer on parallel streams, then one n-way Reduce of the own chunk",
+}
+
+oxccl_framework::register_template! {
+    name: "mesh_all_gather",
+    description: "every peer's chunk pulled on its own stream, in parallel",
+}
+
+/// Parameters of the mesh templates.
+#[derive(Clone, Debug)]
+pub struct MeshParams<'a> {
+    /// `(byte offset, byte length)` of each rank's chunk, relative to `input`/`output`.
+    pub chunks: &'a [(usize, usize)],
+    pub input: BufRange,
+    pub output: BufRange,
+    pub dtype: DataType,
+    pub op: ReduceOp,
+    /// The link channel the handshakes use.
+    pub channel: usize,
+}
+
+/// The peer served by slave stream `slave` (1-based) of `rank`.
+pub fn mesh_peer(rank: Rank, ranks: usize, slave: usize) -> Rank {
+    (rank + slave) % ranks
+}
+
+/// Append, on every peer's stream between a fork and a join, what `per_peer` produces.
+fn on_every_peer(
+    ctx: &mut KernelCtx<'_>,
+    mut per_peer: impl FnMut(&mut KernelCtx<'_>, usize, Rank) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let peers = ctx.ranks - 1;
+    if peers == 0 {
+        return Ok(());
+    }
+    ctx.fork(1..=peers);
+    for slave in 1..=peers {
+        let peer = mesh_peer(ctx.rank, ctx.ranks, slave);
+        per_peer(ctx, slave, peer)?;
+    }
+    ctx.join(1..=peers);
+    Ok(())
+}
+
+/// After it, `output[chunk me]` holds the reduction of every rank's `input[chunk me]`.
+/// Needs `ranks - 1` slave streams.
+pub fn mesh_reduce_scatter(ctx: &mut KernelCtx<'_>, p: &MeshParams<'_>) -> Result<(), Error> {
+    on_every_peer(ctx, |ctx, slave, peer| {
+        let link = ctx.link(peer, p.channel)?;
+        link.tx_ack(ctx.stream(slave));
+        link.rx_ack(ctx.stream(slave));
+        Ok(())
+    })?;
+    let me = ctx.rank;
+    let (off, len) = p.chunks[me];
+    let srcs = (0..ctx.ranks).map(|r| p.input.at(r, off, len)).collect();
+    ctx.main().reduce(srcs, p.output.at(me, off, len), p.dtype, p.op);
+    Ok(())
+}
+
+/// After it, every `output[chunk r]` holds rank `r`'s `output[chunk r]`. Must follow
+/// [`mesh_reduce_scatter`] (its first handshake also releases the peers' inputs).
+pub fn mesh_all_gather(ctx: &mut KernelCtx<'_>, p: &MeshParams<'_>) -> Result<(), Error> {
+    on_every_peer(ctx, |ctx, slave, peer| {
+        let link = ctx.link(peer, p.channel)?;
+        let (off, len) = p.chunks[peer];
+        let (src, dst) = (p.output.at(peer, off, len), p.output.at(ctx.rank, off, len));
+        let s = ctx.stream(slave);
+        link.tx_data_signal(s);
+        link.rx_data_signal(s);
+        s.copy(src, dst);
+        Ok(())
+    })
+}
