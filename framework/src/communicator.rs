@@ -16,7 +16,7 @@ use crate::select::{select_alg, SelectRequest, Selection};
 use crate::topology::Topology;
 use oxccl_platform::host::HostDevice;
 use oxccl_platform::sim::SimDevice;
-use oxccl_platform::{Device, DeviceConfig, Rank, RankProgram, ScratchId, UserBuffers};
+use oxccl_platform::{Device, DeviceConfig, Execution, Rank, RankProgram, ScratchId, UserBuffers};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -176,7 +176,7 @@ impl Communicator {
         if let Some(p) = self.programs.lock().get(&key) {
             return Ok(p.clone());
         }
-        let prepared = self.build(op)?;
+        let prepared = self.build(op, in_place)?;
         let mut cache = self.programs.lock();
         if cache.len() >= PROGRAM_CACHE_LIMIT {
             cache.clear();
@@ -185,7 +185,7 @@ impl Communicator {
         Ok(prepared)
     }
 
-    fn build(&self, op: &OpParam) -> Result<Prepared, Error> {
+    fn build(&self, op: &OpParam, in_place: bool) -> Result<Prepared, Error> {
         let g = &*self.group;
         let (bytes, _) = op.buffer_bytes(self.size());
         let req = SelectRequest { op, ranks: self.size(), topology: &g.topology, bytes };
@@ -199,6 +199,7 @@ impl Communicator {
             topology: &g.topology,
             mode: self.mode(),
             ccl_bytes: g.config.ccl_buffer_bytes,
+            in_place,
         };
         let request = executor.resources(&plan)?;
         tracing::debug!(
@@ -218,6 +219,55 @@ impl Communicator {
 
     /// Run `op` with `user` bound; blocks until this rank's part is done.
     pub fn execute(&self, op: &OpParam, user: UserBuffers<'_>) -> Result<(), Error> {
+        Self::execute_group(vec![(self, *op, user)]).pop().expect("one result per call")
+    }
+
+    /// Run several ranks' collectives from one thread (NCCL's group call): every entry is
+    /// validated and prepared, then all run at once on their shared device. Returns one
+    /// result per entry, in order. All communicators must come from the same `init_all`.
+    pub fn execute_group(calls: Vec<(&Communicator, OpParam, UserBuffers<'_>)>) -> Vec<Result<(), Error>> {
+        let Some(group) = calls.first().map(|c| c.0.group.clone()) else {
+            return Vec::new();
+        };
+        let mut results: Vec<Result<(), Error>> = Vec::with_capacity(calls.len());
+        let mut executions = Vec::new();
+        let mut slots = Vec::new();
+        for (comm, op, user) in calls {
+            match comm.checked_execution(&group, &op, user) {
+                Ok(Some(e)) => {
+                    slots.push(results.len());
+                    executions.push(e);
+                    results.push(Ok(()));
+                }
+                Ok(None) => results.push(Ok(())),
+                Err(err) => results.push(Err(err)),
+            }
+        }
+        for (slot, outcome) in slots.into_iter().zip(group.device.execute_group(executions)) {
+            if let Err(err) = outcome {
+                let err = Error::Device(err);
+                group.fail(&err);
+                results[slot] = Err(err);
+            }
+        }
+        results
+    }
+
+    /// Validate and prepare one call; `None` when there is nothing to run (count 0).
+    fn checked_execution<'a>(
+        &self,
+        group: &Arc<Group>,
+        op: &OpParam,
+        user: UserBuffers<'a>,
+    ) -> Result<Option<Execution<'a>>, Error> {
+        if !Arc::ptr_eq(group, &self.group) {
+            return Err(crate::error::ConfigError {
+                var: "group call",
+                value: format!("rank {}", self.rank),
+                reason: "all communicators of a group call must come from the same init_all".into(),
+            }
+            .into());
+        }
         if let Some(cause) = self.group.failure.lock().clone() {
             return Err(Error::Aborted { cause });
         }
@@ -227,17 +277,10 @@ impl Communicator {
         };
         op.validate(self.size(), input_len, output_len)?;
         if op.count == 0 {
-            return Ok(());
+            return Ok(None);
         }
-        let run = self
-            .prepare(op, user.is_in_place())
-            .and_then(|p| Ok(self.group.device.execute(&p.program, user, p.scratch)?));
-        if let Err(err) = &run {
-            if matches!(err, Error::Device(_)) {
-                self.group.fail(err);
-            }
-        }
-        run
+        let p = self.prepare(op, user.is_in_place())?;
+        Ok(Some(Execution { program: p.program, user, scratch: p.scratch }))
     }
 
     /// Check that a send and a receive buffer have the same number of elements.

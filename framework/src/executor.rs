@@ -37,6 +37,8 @@ pub struct PlanCtx<'a> {
     pub mode: Mode,
     /// Bytes of each CCL buffer.
     pub ccl_bytes: usize,
+    /// The user called the in-place form (input and output are one buffer).
+    pub in_place: bool,
 }
 
 /// Which peers an executor needs links to.
@@ -101,6 +103,30 @@ pub struct KernelArgs {
     pub output: BufRange,
     /// The iteration's first element within the whole operation.
     pub first_element: usize,
+    /// Index of this loop iteration (0 for the first). Executors whose iterations would
+    /// otherwise repeat a round on the same notifies back to back alternate link channels
+    /// by its parity.
+    pub iteration: usize,
+    /// `input` and `output` are the same memory on every rank (an in-place call in
+    /// [`Mode::Direct`]); a peer may then still read the input the executor overwrites.
+    pub aliased: bool,
+    /// How the buffers are bound. In [`Mode::Staged`] the next iteration overwrites the
+    /// input right after this one ends, and copies the output out right after this one's
+    /// tasks: so when a rank's iteration ends, its output must be final and no peer may
+    /// read its input any more.
+    pub mode: Mode,
+}
+
+impl KernelArgs {
+    /// Copy this rank's input to its output, unless they are the same memory: the whole of
+    /// an AllReduce-like operation on a single rank.
+    pub fn copy_input_to_output(&self, ctx: &mut KernelCtx<'_>) {
+        let len = self.op.count * self.op.dtype.size();
+        if !self.aliased {
+            let (src, dst) = (self.input.at(ctx.rank, 0, len), self.output.at(ctx.rank, 0, len));
+            ctx.main().copy(src, dst);
+        }
+    }
 }
 
 /// Where an executor appends its tasks.

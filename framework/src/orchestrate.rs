@@ -30,7 +30,7 @@ pub fn build_program(
     let mut first = 0;
     while first < op.count {
         let count = per_loop.min(op.count - first);
-        let args = iteration_args(plan, first, count);
+        let args = iteration_args(plan, first, count, first / per_loop);
         if plan.mode == Mode::Staged {
             let (from, to) = (Slice::new(plan.rank, Buf::Input, first * es, count * es), args.input.at(plan.rank, 0, count * es));
             program.streams[0].copy(from, to);
@@ -117,7 +117,7 @@ fn loop_count(name: &'static str, plan: &PlanCtx<'_>, req: &ResourceRequest) -> 
     Ok(cap)
 }
 
-fn iteration_args(plan: &PlanCtx<'_>, first: usize, count: usize) -> KernelArgs {
+fn iteration_args(plan: &PlanCtx<'_>, first: usize, count: usize, iteration: usize) -> KernelArgs {
     let es = plan.op.dtype.size();
     let (in_count, out_count) = plan.op.kind.buffer_counts(count, plan.ranks);
     let (input, output) = match plan.mode {
@@ -130,7 +130,15 @@ fn iteration_args(plan: &PlanCtx<'_>, first: usize, count: usize) -> KernelArgs 
             BufRange { buf: Buf::Output, offset: first * es, len: out_count * es },
         ),
     };
-    KernelArgs { op: crate::op::OpParam { count, ..*plan.op }, input, output, first_element: first }
+    KernelArgs {
+        op: crate::op::OpParam { count, ..*plan.op },
+        input,
+        output,
+        first_element: first,
+        iteration,
+        aliased: plan.in_place && plan.mode == Mode::Direct,
+        mode: plan.mode,
+    }
 }
 
 /// Every remote access goes over a granted link, every wait is local, every notify exists,

@@ -56,6 +56,15 @@ impl UserBuffers<'_> {
     }
 }
 
+/// One rank's program with its buffers bound.
+pub struct Execution<'a> {
+    pub program: Arc<RankProgram>,
+    /// Bound to `Buf::Input` and `Buf::Output`.
+    pub user: UserBuffers<'a>,
+    /// Bound to `Buf::Scratch`.
+    pub scratch: Option<ScratchId>,
+}
+
 /// A backend.
 pub trait Device: Send + Sync + std::fmt::Debug {
     /// Short backend name (`host`, `sim`, ...).
@@ -75,15 +84,18 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// Make sure every rank's notify table has room for `local` local notifies.
     fn reserve_local_notifies(&self, local: usize) -> Result<(), DeviceError>;
 
-    /// Run `program` for its rank with `user` bound to Input/Output and `scratch` to Scratch.
-    /// Blocks until every stream finished, or returns the first error; in both cases no task
-    /// of this execution touches `user` after it returns.
-    fn execute(
-        &self,
-        program: &Arc<RankProgram>,
-        user: UserBuffers<'_>,
-        scratch: Option<ScratchId>,
-    ) -> Result<(), DeviceError>;
+    /// Run several ranks' programs at once (a group call: one thread drives many ranks) and
+    /// block until all are done. Returns one result per execution, in order. When one fails,
+    /// the others are aborted rather than left to time out. In every case no task touches
+    /// any of the user buffers after this returns.
+    fn execute_group(&self, group: Vec<Execution<'_>>) -> Vec<Result<(), DeviceError>>;
+
+    /// Run one rank's program (see [`Device::execute_group`]).
+    fn execute(&self, execution: Execution<'_>) -> Result<(), DeviceError> {
+        self.execute_group(vec![execution])
+            .pop()
+            .expect("one result per execution")
+    }
 
     /// For backends with extra capabilities (the `sim` device's recorded programs).
     fn as_any(&self) -> &dyn Any;

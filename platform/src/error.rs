@@ -58,6 +58,13 @@ pub enum DeviceError {
         bytes: usize,
         reason: String,
     },
+    #[error("rank {rank}: aborted because {cause}")]
+    Aborted { rank: Rank, cause: String },
+    #[error(
+        "rank {rank} already has a collective in flight; a communicator runs one collective \
+         at a time, so call it from one thread"
+    )]
+    Busy { rank: Rank },
     #[error("bad device configuration: {0}")]
     Config(String),
 }

@@ -209,6 +209,20 @@ impl StreamProgram {
         }
     }
 
+    /// Append `dsts = op(srcs...)`, one result written to several places; empty reductions
+    /// are skipped.
+    pub fn reduce_to(&mut self, srcs: Vec<Slice>, dsts: Vec<Slice>, dtype: DataType, op: ReduceOp) {
+        if dsts.first().is_none_or(|d| d.len == 0) {
+            return;
+        }
+        self.tasks.push(Task::Reduce {
+            srcs,
+            dsts,
+            dtype,
+            op,
+        });
+    }
+
     /// Append `dst = op(srcs...)`; empty reductions are skipped. A single source is a copy.
     pub fn reduce(&mut self, srcs: Vec<Slice>, dst: Slice, dtype: DataType, op: ReduceOp) {
         if dst.len == 0 {

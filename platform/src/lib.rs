@@ -29,7 +29,7 @@ pub mod notify;
 pub mod reduce;
 pub mod sim;
 
-pub use device::{Device, DeviceConfig, ScratchId, UserBuffers};
+pub use device::{Device, DeviceConfig, Execution, ScratchId, UserBuffers};
 pub use dtype::{DataType, Element, ReduceOp};
 pub use error::{DeviceError, TaskLocation};
 pub use ir::{Buf, NotifyId, Rank, RankProgram, Slice, StreamProgram, Task};

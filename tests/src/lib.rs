@@ -1,1 +1,165 @@
+//! # oxccl-tests
+//!
+//! Cross-crate integration and conformance tests. This library holds the harness the test
+//! files share: inputs whose reductions are exact ([`data`]), a scalar reference written
+//! independently of the kernels ([`oracle`]), and [`run_all_reduce`], which runs a list of
+//! cases on every rank of a communicator and compares every output byte.
 
+pub mod data;
+pub mod oracle;
+
+use oxccl::{Communicator, Config, DataType, OpParam, ReduceOp, Topology, UserBuffers};
+
+// The example plugin must be linked for its executor to be registered.
+use oxccl_plugin_bidir_ring as _;
+
+/// One collective call to check.
+#[derive(Copy, Clone, Debug)]
+pub struct Case {
+    pub dtype: DataType,
+    pub op: ReduceOp,
+    pub count: usize,
+    pub in_place: bool,
+}
+
+/// How the communicator under test is built.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    /// Executor forced for AllReduce.
+    pub algo: &'static str,
+    pub topology: Topology,
+    /// Zero-copy on user buffers (true) or staged through the CCL buffers (false).
+    pub zero_copy: bool,
+    /// Bytes of each CCL buffer; small values make the staged loop run several times.
+    pub ccl_bytes: usize,
+}
+
+impl Setup {
+    /// The communicator configuration for this setup.
+    pub fn config(&self) -> Config {
+        let mut config = Config {
+            ccl_buffer_bytes: self.ccl_bytes,
+            zero_copy: self.zero_copy,
+            topology: Some(self.topology.clone()),
+            exec_timeout: std::time::Duration::from_secs(30),
+            ..Config::default()
+        };
+        config.algo.set(Some(oxccl::OpKind::AllReduce), self.algo);
+        config
+    }
+}
+
+/// A byte buffer aligned for every element type.
+pub struct Aligned {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Aligned {
+    /// A copy of `bytes`.
+    pub fn from_bytes(bytes: &[u8]) -> Self {
+        let mut a = Aligned { words: vec![0; bytes.len().div_ceil(8)], len: bytes.len() };
+        a.bytes_mut().copy_from_slice(bytes);
+        a
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+    }
+}
+
+/// The small element counts every executor is checked with: 0, 1, odd, not divisible by
+/// the rank count, and a few thousand.
+pub fn boundary_counts(ranks: usize) -> Vec<usize> {
+    vec![0, 1, 7, 3 * ranks + 1, 4099]
+}
+
+/// Every dtype x op x boundary count, out-of-place and in place; plus, per dtype, one count
+/// larger than the CCL buffer (so the staged loop runs twice), rotating through the reduce
+/// ops and alternating in-place, so that every dtype and every op crosses the buffer.
+pub fn full_matrix(ranks: usize, ccl_bytes: usize) -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (i, dtype) in DataType::ALL.into_iter().enumerate() {
+        for op in ReduceOp::ALL {
+            for count in boundary_counts(ranks) {
+                for in_place in [false, true] {
+                    cases.push(Case { dtype, op, count, in_place });
+                }
+            }
+        }
+        let big = ccl_bytes / dtype.size() + 37;
+        cases.push(Case { dtype, op: ReduceOp::ALL[i % 4], count: big, in_place: i % 2 == 1 });
+    }
+    cases
+}
+
+fn first_difference(got: &[u8], want: &[u8], es: usize) -> Option<usize> {
+    got.chunks(es).zip(want.chunks(es)).position(|(a, b)| a != b)
+}
+
+/// Run one case on every rank (one thread per rank) and compare with the reference.
+fn run_case(comms: &[Communicator], case: &Case, seed: u64) -> Result<(), String> {
+    let n = comms.len();
+    let es = case.dtype.size();
+    let inputs: Vec<Vec<u8>> = (0..n).map(|r| data::input(case.dtype, case.op, r, case.count, seed)).collect();
+    let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+    let expected = oracle::fold(case.dtype, case.op, &refs);
+    let param = OpParam::all_reduce(case.count, case.dtype, case.op);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .iter()
+            .zip(&inputs)
+            .map(|(comm, input)| {
+                let expected = &expected;
+                s.spawn(move || -> Result<(), String> {
+                    let src = Aligned::from_bytes(input);
+                    let mut out = Aligned::from_bytes(&vec![0xEE; input.len()]);
+                    if case.in_place {
+                        out.bytes_mut().copy_from_slice(input);
+                    }
+                    let user = match case.in_place {
+                        true => UserBuffers::InPlace(out.bytes_mut()),
+                        false => UserBuffers::OutOfPlace { input: src.bytes(), output: out.bytes_mut() },
+                    };
+                    comm.execute(&param, user).map_err(|e| format!("rank {}: {e}", comm.rank()))?;
+                    match first_difference(out.bytes(), expected, es) {
+                        None => Ok(()),
+                        Some(i) => Err(format!(
+                            "rank {} element {i}: got {:?}, want {:?}",
+                            comm.rank(),
+                            &out.bytes()[i * es..(i + 1) * es],
+                            &expected[i * es..(i + 1) * es]
+                        )),
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("rank thread panicked")).collect::<Result<Vec<()>, String>>()
+    })?;
+    Ok(())
+}
+
+/// Run `cases` in order on a fresh communicator built from `setup`; the first failure, with
+/// the setup and case that produced it.
+pub fn run_all_reduce(setup: &Setup, cases: &[Case]) -> Result<(), String> {
+    let n = setup.topology.ranks();
+    let comms = Communicator::init_all(n, setup.config()).map_err(|e| format!("{setup:?}: init: {e}"))?;
+    for (i, case) in cases.iter().enumerate() {
+        run_case(&comms, case, i as u64).map_err(|e| format!("{} on {n} ranks {:?}, zero_copy={}, {case:?}: {e}", setup.algo, setup.topology.server_sizes(), setup.zero_copy))?;
+    }
+    Ok(())
+}
+
+/// The topologies every executor is checked on: one server of 1 to 9 ranks, and
+/// multi-server shapes (even and uneven).
+pub fn shapes() -> Vec<Topology> {
+    let mut shapes: Vec<Topology> = (1..=9).map(Topology::single_server).collect();
+    for servers in [vec![2, 2], vec![4, 4], vec![3, 2]] {
+        shapes.push(Topology::servers(servers).expect("valid shape"));
+    }
+    shapes
+}

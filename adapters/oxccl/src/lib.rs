@@ -28,9 +28,11 @@
 //! linked only when the final binary names it (`use my_plugin as _;`).
 
 mod eager;
+mod group;
 mod logging;
 
 pub use eager::Communicator;
+pub use group::Group;
 pub use oxccl_algorithms as algorithms;
 pub use oxccl_algorithms::templates;
 pub use oxccl_framework::{

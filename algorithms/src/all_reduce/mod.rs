@@ -1,4 +1,6 @@
 //! AllReduce executors.
 
 pub mod mesh;
+pub mod mesh_push;
+pub mod one_shot;
 pub mod ring;

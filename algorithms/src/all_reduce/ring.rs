@@ -50,11 +50,7 @@ impl Executor for RingAllReduce {
             op: op.op,
         };
         if ctx.ranks == 1 {
-            let len = op.count * op.dtype.size();
-            let (src, dst) = (args.input.at(ctx.rank, 0, len), args.output.at(ctx.rank, 0, len));
-            if src != dst {
-                ctx.main().copy(src, dst);
-            }
+            args.copy_input_to_output(ctx);
             return Ok(());
         }
         ring_reduce_scatter(ctx, &p)?;

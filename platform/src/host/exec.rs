@@ -16,6 +16,7 @@ use crate::dtype::{DataType, ReduceOp};
 use crate::error::{DeviceError, TaskLocation};
 use crate::ir::{Slice, Task};
 use crate::reduce::reduce_raw;
+use smallvec::SmallVec;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -33,11 +34,14 @@ enum Kind {
 /// A data task with its memory resolved and checked.
 struct Prepared {
     kind: Kind,
-    srcs: Vec<*const u8>,
-    dsts: Vec<*mut u8>,
+    srcs: Ptrs<*const u8>,
+    dsts: Ptrs<*mut u8>,
     len: usize,
-    _keep: Vec<Resolved>,
+    _keep: SmallVec<[Resolved; 4]>,
 }
+
+/// Pointer lists sized for a mesh of up to 16 ranks without touching the heap.
+type Ptrs<T> = SmallVec<[T; 16]>;
 
 // SAFETY: the pointers were checked against live regions, and `_keep` holds the
 // registrations of any user buffers they point into, so they stay valid while this lives.
@@ -57,8 +61,8 @@ impl Prepared {
                 }
             }
             Kind::Reduce(dtype, op) => {
-                let srcs: Vec<*const u8> = self.srcs.iter().map(|p| p.wrapping_add(from)).collect();
-                let dsts: Vec<*mut u8> = self.dsts.iter().map(|p| p.wrapping_add(from)).collect();
+                let srcs: Ptrs<*const u8> = self.srcs.iter().map(|p| p.wrapping_add(from)).collect();
+                let dsts: Ptrs<*mut u8> = self.dsts.iter().map(|p| p.wrapping_add(from)).collect();
                 // SAFETY: `prepare` checked bounds, alignment to the element size (chunk
                 // offsets are multiples of 64) and that every dst either equals a src or
                 // overlaps none.
@@ -120,7 +124,7 @@ impl ChunkJob {
             self.task.run_range(from, self.chunk.min(self.task.len - from));
             if self.done.fetch_add(1, Ordering::AcqRel) + 1 == self.chunks {
                 self.launch.advance(self.stream);
-                self.launch.schedule(self.stream);
+                self.launch.resume(self.stream);
             }
         }
     }
@@ -137,7 +141,7 @@ fn prepare(launch: &Launch, task: &Task, at: TaskLocation) -> Result<Prepared, D
     if reads.is_empty() || writes.is_empty() {
         return Err(DeviceError::InvalidTask { at, reason: "a data task needs sources and destinations".into() });
     }
-    let mut keep = Vec::with_capacity(reads.len() + writes.len());
+    let mut keep = SmallVec::new();
     let mut resolve = |slice: Slice, write: bool| -> Result<(*mut u8, Slice), DeviceError> {
         check_slice(launch, slice, len, kind, write).map_err(|r| invalid(slice, r))?;
         let resolved = launch.shared.memory.resolve(slice.rank, slice.buf, launch.scratch).map_err(|r| invalid(slice, r))?;
@@ -155,11 +159,13 @@ fn prepare(launch: &Launch, task: &Task, at: TaskLocation) -> Result<Prepared, D
                 return Err(invalid(slice, format!("not aligned to {} bytes for {dtype}", dtype.size())));
             }
         }
-        keep.push(resolved);
+        if resolved.keep.is_some() {
+            keep.push(resolved);
+        }
         Ok((ptr, slice))
     };
-    let srcs = reads.iter().map(|s| resolve(*s, false)).collect::<Result<Vec<_>, _>>()?;
-    let dsts = writes.iter().map(|s| resolve(*s, true)).collect::<Result<Vec<_>, _>>()?;
+    let srcs = reads.iter().map(|s| resolve(*s, false)).collect::<Result<Ptrs<_>, _>>()?;
+    let dsts = writes.iter().map(|s| resolve(*s, true)).collect::<Result<Ptrs<_>, _>>()?;
     check_overlaps(&srcs, &dsts, len, matches!(kind, Kind::Reduce(..))).map_err(|(s, r)| invalid(s, r))?;
     Ok(Prepared {
         kind,

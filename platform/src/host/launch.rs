@@ -126,6 +126,13 @@ impl Launch {
         self.shared.pool.push(Box::new(move || run_stream(&me, s)));
     }
 
+    /// Make stream `s` runnable from a worker: run it next on this worker if the others
+    /// are busy (see the pool).
+    pub(crate) fn resume(self: &Arc<Self>, s: usize) {
+        let me = self.clone();
+        self.shared.pool.push_local(Box::new(move || run_stream(&me, s)));
+    }
+
     /// Move stream `s` past its current task (used by the chunk machinery).
     pub(crate) fn advance(&self, s: usize) {
         self.pc[s].fetch_add(1, Ordering::Relaxed);
@@ -156,6 +163,19 @@ impl Launch {
         }
     }
 
+    /// True once every stream finished.
+    pub(crate) fn is_done(&self) -> bool {
+        self.remaining.load(Ordering::Acquire) == 0
+    }
+
+    /// The outcome, once [`Launch::wait_done`] returned.
+    pub(crate) fn result(&self) -> Result<(), DeviceError> {
+        match self.error.lock().clone() {
+            Some(err) => Err(err),
+            None => Ok(()),
+        }
+    }
+
     /// Block until every stream finished; report a Wait parked longer than the timeout.
     pub(crate) fn wait_done(self: &Arc<Self>) -> Result<(), DeviceError> {
         let timeout = self.shared.config.exec_timeout;
@@ -175,10 +195,8 @@ impl Launch {
                 done = self.done.lock();
             }
         }
-        match self.error.lock().take() {
-            Some(err) => Err(err),
-            None => Ok(()),
-        }
+        drop(done);
+        self.result()
     }
 
     fn overdue_wait(&self) -> Option<DeviceError> {
@@ -206,7 +224,7 @@ impl Launch {
         if let Some((waiter, s)) = slot.waiter.take() {
             waiter.parked.lock()[s] = None;
             waiter.advance(s);
-            waiter.schedule(s);
+            waiter.resume(s);
         } else if slot.set {
             return Err(DeviceError::LostWakeup {
                 at,

@@ -13,9 +13,12 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-const ALIGN: usize = 64;
+/// Alignment of device buffers: enough for every element type. Larger alignments would
+/// make the system allocator zero the buffer eagerly instead of taking fresh zeroed pages
+/// from the kernel, committing every CCL buffer up front.
+const ALIGN: usize = 16;
 
-/// A zeroed, 64-byte aligned heap buffer owned by the device.
+/// A zeroed, 16-byte aligned heap buffer owned by the device.
 pub(crate) struct HostBuffer {
     ptr: NonNull<u8>,
     len: usize,
@@ -91,7 +94,7 @@ pub(crate) struct UserRegions {
 pub(crate) struct Resolved {
     pub region: Region,
     /// Held while a task uses a user buffer, so its owner cannot return in between.
-    pub _keep: Option<Arc<UserRegions>>,
+    pub keep: Option<Arc<UserRegions>>,
 }
 
 /// All memory of one host device.
@@ -126,11 +129,20 @@ impl Memory {
         Ok(scratch.len() - 1)
     }
 
-    /// Publish `rank`'s user buffers; returns the registration to pass to `unregister`.
-    pub(crate) fn register(&self, rank: Rank, regions: UserRegions) -> Arc<UserRegions> {
+    /// Publish `rank`'s user buffers; returns the registration to pass to `unregister`, or
+    /// an error if the rank already has a collective in flight.
+    pub(crate) fn register(
+        &self,
+        rank: Rank,
+        regions: UserRegions,
+    ) -> Result<Arc<UserRegions>, DeviceError> {
+        let mut slot = self.user[rank].lock();
+        if slot.is_some() {
+            return Err(DeviceError::Busy { rank });
+        }
         let reg = Arc::new(regions);
-        *self.user[rank].lock() = Some(reg.clone());
-        reg
+        *slot = Some(reg.clone());
+        Ok(reg)
     }
 
     /// Withdraw `rank`'s user buffers and wait until no task still holds them.
@@ -176,13 +188,13 @@ impl Memory {
                 };
                 return Ok(Resolved {
                     region,
-                    _keep: Some(reg),
+                    keep: Some(reg),
                 });
             }
         };
         Ok(Resolved {
             region,
-            _keep: None,
+            keep: None,
         })
     }
 }

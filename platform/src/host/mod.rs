@@ -14,9 +14,8 @@ mod launch;
 mod memory;
 mod pool;
 
-use crate::device::{Device, DeviceConfig, ScratchId, UserBuffers};
+use crate::device::{Device, DeviceConfig, Execution, ScratchId, UserBuffers};
 use crate::error::DeviceError;
-use crate::ir::RankProgram;
 use launch::{Launch, NotifyTable, Shared};
 use memory::{Memory, Region, UserRegions};
 use parking_lot::Mutex;
@@ -107,6 +106,26 @@ fn user_regions(user: UserBuffers<'_>) -> UserRegions {
     }
 }
 
+impl HostDevice {
+    /// Validate, register the user buffers and queue every stream of one execution.
+    fn start(&self, e: Execution<'_>) -> Result<(Arc<Launch>, Arc<UserRegions>), DeviceError> {
+        let rank = e.program.rank;
+        if rank >= self.shared.config.ranks {
+            return Err(DeviceError::Config(format!(
+                "program for rank {rank} on a device of {} ranks",
+                self.shared.config.ranks
+            )));
+        }
+        // The registration lives until `unregister` returns, which waits for every task
+        // (local or a peer's) still using these buffers; the borrow of the user buffers
+        // outlives `execute_group`, which unregisters before returning.
+        let registration = self.shared.memory.register(rank, user_regions(e.user))?;
+        let launch = Launch::new(self.shared.clone(), e.program, e.scratch.map(|s| s.0));
+        launch.start();
+        Ok((launch, registration))
+    }
+}
+
 impl Device for HostDevice {
     fn kind(&self) -> &'static str {
         "host"
@@ -134,27 +153,37 @@ impl Device for HostDevice {
         Ok(())
     }
 
-    fn execute(
-        &self,
-        program: &Arc<RankProgram>,
-        user: UserBuffers<'_>,
-        scratch: Option<ScratchId>,
-    ) -> Result<(), DeviceError> {
-        let rank = program.rank;
-        if rank >= self.shared.config.ranks {
-            return Err(DeviceError::Config(format!(
-                "program for rank {rank} on a device of {} ranks",
-                self.shared.config.ranks
-            )));
+    fn execute_group(&self, group: Vec<Execution<'_>>) -> Vec<Result<(), DeviceError>> {
+        let mut results: Vec<Result<(), DeviceError>> = Vec::with_capacity(group.len());
+        let mut running = Vec::with_capacity(group.len());
+        for (i, e) in group.into_iter().enumerate() {
+            match self.start(e) {
+                Ok(started) => {
+                    running.push((i, started));
+                    results.push(Ok(()));
+                }
+                Err(err) => results.push(Err(err)),
+            }
         }
-        // The registration lives until `unregister` returns, which waits for every task
-        // (local or a peer's) still using these buffers; the borrow of `user` outlives it.
-        let registration = self.shared.memory.register(rank, user_regions(user));
-        let launch = Launch::new(self.shared.clone(), program.clone(), scratch.map(|s| s.0));
-        launch.start();
-        let result = launch.wait_done();
-        self.shared.memory.unregister(rank, registration);
-        result
+        // Work instead of sleeping while the queue has jobs: small operations then finish on
+        // this thread without a wakeup.
+        while !running.iter().all(|(_, (l, _))| l.is_done()) && self.shared.pool.run_one() {}
+        let mut first_error: Option<String> = results.iter().find_map(|r| r.as_ref().err().map(|e| e.to_string()));
+        for (_, (launch, _)) in &running {
+            if let Some(cause) = &first_error {
+                let rank = launch.rank();
+                launch.abort(DeviceError::Aborted { rank, cause: format!("another rank of the same group failed: {cause}") });
+            }
+            if let Err(err) = launch.wait_done() {
+                first_error.get_or_insert_with(|| err.to_string());
+            }
+        }
+        for (i, (launch, registration)) in running {
+            let rank = launch.rank();
+            results[i] = launch.result();
+            self.shared.memory.unregister(rank, registration);
+        }
+        results
     }
 
     fn as_any(&self) -> &dyn Any {

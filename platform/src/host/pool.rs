@@ -5,11 +5,18 @@
 //! is split into chunks that several workers share. Idle workers sleep on a condition
 //! variable: nothing spins, so an oversubscribed machine loses no time to polling.
 //!
+//! A job that a worker makes runnable while every other worker is busy (a stream resumed by
+//! a Post, say) stays on that worker in a one-job local slot and runs next, skipping the
+//! queue and a wakeup; if some worker is idle, it goes to the queue so the idle one takes it.
+//!
 //! Memory ordering: pushing a job and popping it go through the queue's mutex, so everything
-//! the pushing thread wrote before `push` is visible to the thread that runs the job.
+//! the pushing thread wrote before `push` is visible to the thread that runs the job. A job
+//! kept in the local slot runs later on the same thread.
 
 use parking_lot::{Condvar, Mutex};
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -18,6 +25,15 @@ pub(crate) type Job = Box<dyn FnOnce() + Send>;
 struct Queue {
     jobs: Mutex<(VecDeque<Job>, bool)>,
     ready: Condvar,
+    /// Workers waiting for a job.
+    idle: AtomicUsize,
+}
+
+thread_local! {
+    /// The queue this thread works for (0 on non-worker threads).
+    static WORKER_OF: Cell<usize> = const { Cell::new(0) };
+    /// The job this worker runs next.
+    static NEXT: RefCell<Option<Job>> = const { RefCell::new(None) };
 }
 
 /// A fixed-size pool of worker threads.
@@ -32,6 +48,7 @@ impl WorkerPool {
         let queue = Arc::new(Queue {
             jobs: Mutex::new((VecDeque::new(), false)),
             ready: Condvar::new(),
+            idle: AtomicUsize::new(0),
         });
         let threads = (0..threads.max(1))
             .map(|i| {
@@ -54,9 +71,37 @@ impl WorkerPool {
         self.queue.jobs.lock().0.push_back(job);
         self.queue.ready.notify_one();
     }
+
+    /// Run one queued job on the calling thread; false if the queue was empty. Lets a thread
+    /// that waits for its own launches work instead of sleeping.
+    pub(crate) fn run_one(&self) -> bool {
+        let job = self.queue.jobs.lock().0.pop_front();
+        match job {
+            Some(job) => {
+                job();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Run `job` next on this worker when no other worker is idle; otherwise queue it.
+    pub(crate) fn push_local(&self, job: Job) {
+        let mine = WORKER_OF.get() == Arc::as_ptr(&self.queue) as usize;
+        let job = if mine && self.queue.idle.load(Ordering::Relaxed) == 0 {
+            match NEXT.with_borrow_mut(|next| if next.is_none() { *next = Some(job); None } else { Some(job) }) {
+                None => return,
+                Some(job) => job,
+            }
+        } else {
+            job
+        };
+        self.push(job);
+    }
 }
 
-fn worker(queue: &Queue) {
+fn worker(queue: &Arc<Queue>) {
+    WORKER_OF.set(Arc::as_ptr(queue) as usize);
     loop {
         let job = {
             let mut guard = queue.jobs.lock();
@@ -67,10 +112,15 @@ fn worker(queue: &Queue) {
                 if guard.1 {
                     return;
                 }
+                queue.idle.fetch_add(1, Ordering::Relaxed);
                 queue.ready.wait(&mut guard);
+                queue.idle.fetch_sub(1, Ordering::Relaxed);
             }
         };
         job();
+        while let Some(next) = NEXT.with_borrow_mut(Option::take) {
+            next();
+        }
     }
 }
 

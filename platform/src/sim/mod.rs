@@ -4,7 +4,7 @@
 //! the host device (same resource requests, same orchestration), and the analyzer and cost
 //! model read the recorded programs back with [`SimDevice::take_programs`].
 
-use crate::device::{Device, DeviceConfig, ScratchId, UserBuffers};
+use crate::device::{Device, DeviceConfig, Execution, ScratchId, UserBuffers};
 use crate::error::DeviceError;
 use crate::ir::RankProgram;
 use parking_lot::Mutex;
@@ -84,24 +84,25 @@ impl Device for SimDevice {
         Ok(())
     }
 
-    fn execute(
-        &self,
-        program: &Arc<RankProgram>,
-        user: UserBuffers<'_>,
-        scratch: Option<ScratchId>,
-    ) -> Result<(), DeviceError> {
-        let (in_place, input_bytes, output_bytes) = match &user {
-            UserBuffers::OutOfPlace { input, output } => (false, input.len(), output.len()),
-            UserBuffers::InPlace(buf) => (true, buf.len(), buf.len()),
-        };
-        self.recorded.lock().push(Recorded {
-            program: program.clone(),
-            in_place,
-            input_bytes,
-            output_bytes,
-            scratch,
-        });
-        Ok(())
+    fn execute_group(&self, group: Vec<Execution<'_>>) -> Vec<Result<(), DeviceError>> {
+        let mut recorded = self.recorded.lock();
+        group
+            .into_iter()
+            .map(|e| {
+                let (in_place, input_bytes, output_bytes) = match &e.user {
+                    UserBuffers::OutOfPlace { input, output } => (false, input.len(), output.len()),
+                    UserBuffers::InPlace(buf) => (true, buf.len(), buf.len()),
+                };
+                recorded.push(Recorded {
+                    program: e.program,
+                    in_place,
+                    input_bytes,
+                    output_bytes,
+                    scratch: e.scratch,
+                });
+                Ok(())
+            })
+            .collect()
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -113,11 +113,7 @@ impl Executor for BidirRing {
         let op = &args.op;
         let es = op.dtype.size();
         if ctx.ranks == 1 {
-            let len = op.count * es;
-            let (src, dst) = (args.input.at(ctx.rank, 0, len), args.output.at(ctx.rank, 0, len));
-            if src != dst {
-                ctx.main().copy(src, dst);
-            }
+            args.copy_input_to_output(ctx);
             return Ok(());
         }
         let forward = self.order(ctx.ranks)?;

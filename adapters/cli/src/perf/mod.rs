@@ -1,6 +1,7 @@
 //! `oxccl perf`: an nccl-tests-style benchmark of one collective on the host device.
 //!
-//! Every rank is a thread with its own communicator. For each size the ranks run the warmup
+//! `-t` threads drive the ranks, each with group calls over its share (one thread for all
+//! ranks by default, as in nccl-tests). For each size the threads run the warmup
 //! iterations, meet at a barrier, time `iters` back-to-back calls, and report the mean time
 //! per call; then (with `-c 1`) a fresh call is checked against the expected result, and
 //! guard bytes around every receive buffer are checked for out-of-bounds writes. The table
@@ -47,9 +48,14 @@ pub struct PerfArgs {
     /// Root rank of rooted collectives.
     #[arg(short = 'r', long = "root", default_value_t = 0)]
     pub root: usize,
-    /// Number of ranks (threads).
+    /// Number of ranks.
     #[arg(long, default_value_t = 8)]
     pub ranks: usize,
+    /// Threads driving the ranks (nccl-tests' -t): each drives its share of the ranks with
+    /// group calls. 1 (the default, like nccl-tests) drives all ranks from one thread; equal
+    /// to --ranks gives every rank its own thread.
+    #[arg(short = 't', long = "nthreads", default_value_t = 1)]
+    pub threads: usize,
     /// Executor to use (overrides OXCCL_ALGO for this collective).
     #[arg(long)]
     pub algo: Option<String>,

@@ -2,7 +2,7 @@
 
 use super::data::{count_wrong, expected_period, fill_input, Aligned};
 use super::PerfArgs;
-use oxccl::{Communicator, Error, OpParam, UserBuffers};
+use oxccl::{Communicator, Error, Group, OpParam, UserBuffers};
 use std::sync::Barrier;
 use std::time::Instant;
 
@@ -38,6 +38,13 @@ struct RankResult {
     oob: usize,
 }
 
+/// One rank's communicator and buffers, driven by one of the benchmark's threads.
+struct RankState<'c> {
+    comm: &'c Communicator,
+    input: Aligned,
+    output: Aligned,
+}
+
 fn available_memory() -> Option<usize> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
@@ -56,18 +63,20 @@ pub fn measure(comms: &[Communicator], op: &OpParam, args: &PerfArgs) -> Result<
         return Ok(row);
     }
     let expected = if args.check != 0 { Some(expected_period(op, n).map_err(super::bad_arg)?) } else { None };
-    let barrier = Barrier::new(n);
-    let results: Vec<Result<RankResult, Error>> = std::thread::scope(|s| {
+    let threads = args.threads.clamp(1, n);
+    let barrier = Barrier::new(threads);
+    let per_thread = n.div_ceil(threads);
+    let results: Vec<Result<Vec<RankResult>, Error>> = std::thread::scope(|s| {
         let handles: Vec<_> = comms
-            .iter()
-            .map(|comm| {
+            .chunks(per_thread)
+            .map(|ranks| {
                 let (barrier, expected) = (&barrier, expected.as_deref());
-                s.spawn(move || run_rank(comm, op, args, barrier, expected))
+                s.spawn(move || run_thread(ranks, op, args, barrier, expected))
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("rank thread panicked")).collect()
+        handles.into_iter().map(|h| h.join().expect("benchmark thread panicked")).collect()
     });
-    let results = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let results: Vec<RankResult> = results.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().flatten().collect();
     let mean = |f: fn(&RankResult) -> f64| results.iter().map(f).sum::<f64>() / n as f64;
     let wrong = |f: fn(&RankResult) -> usize| expected.as_ref().map(|_| results.iter().map(f).sum());
     row.out_of_place = Timing { seconds: mean(|r| r.oop.0), wrong: wrong(|r| r.oop.1) };
@@ -76,7 +85,7 @@ pub fn measure(comms: &[Communicator], op: &OpParam, args: &PerfArgs) -> Result<
     Ok(row)
 }
 
-/// Time `iters` calls after `warmup` untimed ones; all ranks start together.
+/// Time `iters` calls after `warmup` untimed ones; all threads start together.
 fn timed(args: &PerfArgs, barrier: &Barrier, mut call: impl FnMut() -> Result<(), Error>) -> Result<f64, Error> {
     for _ in 0..args.warmup {
         call()?;
@@ -94,24 +103,55 @@ fn recv(o: &mut Aligned, len: usize) -> &mut [u8] {
     &mut o.bytes_mut()[GUARD..GUARD + len]
 }
 
-fn run_rank(comm: &Communicator, op: &OpParam, args: &PerfArgs, barrier: &Barrier, expected: Option<&[u8]>) -> Result<RankResult, Error> {
-    let (in_bytes, out_bytes) = op.buffer_bytes(comm.size());
-    let es = op.dtype.size();
-    let mut input = Aligned::zeroed(in_bytes);
-    fill_input(op, comm.rank(), input.bytes_mut());
-    let mut output = Aligned::zeroed(out_bytes + 2 * GUARD);
-    output.bytes_mut().fill(GUARD_BYTE);
-    let oop_time = timed(args, barrier, || comm.execute(op, UserBuffers::OutOfPlace { input: input.bytes(), output: recv(&mut output, out_bytes) }))?;
-    let oop_wrong = expected.map_or(0, |e| count_wrong(recv(&mut output, out_bytes), e, es));
-    let ip_time = timed(args, barrier, || comm.execute(op, UserBuffers::InPlace(recv(&mut output, out_bytes))))?;
-    let mut ip_wrong = 0;
-    if let Some(e) = expected {
-        recv(&mut output, out_bytes).copy_from_slice(&input.bytes()[..out_bytes]);
-        barrier.wait();
-        comm.execute(op, UserBuffers::InPlace(recv(&mut output, out_bytes)))?;
-        ip_wrong = count_wrong(recv(&mut output, out_bytes), e, es);
+/// One group call over every rank this thread drives.
+fn group_call(states: &mut [RankState<'_>], op: &OpParam, len: usize, in_place: bool) -> Result<(), Error> {
+    let mut group = Group::new();
+    for st in states.iter_mut() {
+        let user = if in_place {
+            UserBuffers::InPlace(recv(&mut st.output, len))
+        } else {
+            UserBuffers::OutOfPlace { input: st.input.bytes(), output: recv(&mut st.output, len) }
+        };
+        group.execute(st.comm, *op, user);
     }
-    let bytes = output.bytes();
-    let oob = bytes[..GUARD].iter().chain(&bytes[GUARD + out_bytes..]).filter(|&&b| b != GUARD_BYTE).count();
-    Ok(RankResult { oop: (oop_time, oop_wrong), ip: (ip_time, ip_wrong), oob })
+    group.run()
+}
+
+fn run_thread(comms: &[Communicator], op: &OpParam, args: &PerfArgs, barrier: &Barrier, expected: Option<&[u8]>) -> Result<Vec<RankResult>, Error> {
+    let (in_bytes, out_bytes) = op.buffer_bytes(comms[0].size());
+    let es = op.dtype.size();
+    let mut states: Vec<RankState<'_>> = comms
+        .iter()
+        .map(|comm| {
+            let mut input = Aligned::zeroed(in_bytes);
+            fill_input(op, comm.rank(), input.bytes_mut());
+            let mut output = Aligned::zeroed(out_bytes + 2 * GUARD);
+            output.bytes_mut().fill(GUARD_BYTE);
+            RankState { comm, input, output }
+        })
+        .collect();
+    let check = |states: &mut [RankState<'_>]| -> Vec<usize> {
+        states.iter_mut().map(|st| expected.map_or(0, |e| count_wrong(recv(&mut st.output, out_bytes), e, es))).collect()
+    };
+    let oop_time = timed(args, barrier, || group_call(&mut states, op, out_bytes, false))?;
+    let oop_wrong = check(&mut states);
+    let ip_time = timed(args, barrier, || group_call(&mut states, op, out_bytes, true))?;
+    let mut ip_wrong = vec![0; states.len()];
+    if expected.is_some() {
+        for st in states.iter_mut() {
+            recv(&mut st.output, out_bytes).copy_from_slice(&st.input.bytes()[..out_bytes]);
+        }
+        barrier.wait();
+        group_call(&mut states, op, out_bytes, true)?;
+        ip_wrong = check(&mut states);
+    }
+    Ok(states
+        .iter()
+        .enumerate()
+        .map(|(i, st)| {
+            let bytes = st.output.bytes();
+            let oob = bytes[..GUARD].iter().chain(&bytes[GUARD + out_bytes..]).filter(|&&b| b != GUARD_BYTE).count();
+            RankResult { oop: (oop_time, oop_wrong[i]), ip: (ip_time, ip_wrong[i]), oob }
+        })
+        .collect())
 }

@@ -1,0 +1,54 @@
+//! Group calls: one thread runs the collectives of several ranks at once.
+//!
+//! This is NCCL's `ncclGroupStart`/`ncclGroupEnd` for a thread that drives several devices
+//! (nccl-tests' default): add one call per rank, then [`Group::run`] launches them all and
+//! blocks until all are done. Calls are validated when added.
+
+use oxccl_framework::{Communicator as Inner, Error, OpParam};
+use oxccl_platform::{Element, ReduceOp, UserBuffers};
+
+use crate::Communicator;
+
+/// Collectives of several ranks, launched together.
+#[derive(Default)]
+pub struct Group<'a> {
+    calls: Vec<(&'a Inner, OpParam, UserBuffers<'a>)>,
+}
+
+impl<'a> Group<'a> {
+    /// An empty group.
+    pub fn new() -> Self {
+        Group { calls: Vec::new() }
+    }
+
+    /// Add an untyped call.
+    pub fn execute(&mut self, comm: &'a Communicator, op: OpParam, user: UserBuffers<'a>) -> &mut Self {
+        self.calls.push((comm.framework(), op, user));
+        self
+    }
+
+    /// Add an AllReduce of equal-length `send` into `recv`.
+    pub fn all_reduce<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        send: &'a [T],
+        recv: &'a mut [T],
+        op: ReduceOp,
+    ) -> Result<&mut Self, Error> {
+        Inner::same_length(send.len(), recv.len())?;
+        let param = OpParam::all_reduce(send.len(), T::DTYPE, op);
+        let user = UserBuffers::OutOfPlace { input: bytemuck::cast_slice(send), output: bytemuck::cast_slice_mut(recv) };
+        Ok(self.execute(comm, param, user))
+    }
+
+    /// Add an in-place AllReduce.
+    pub fn all_reduce_in_place<T: Element>(&mut self, comm: &'a Communicator, buf: &'a mut [T], op: ReduceOp) -> &mut Self {
+        let param = OpParam::all_reduce(buf.len(), T::DTYPE, op);
+        self.execute(comm, param, UserBuffers::InPlace(bytemuck::cast_slice_mut(buf)))
+    }
+
+    /// Launch every call and wait for all; the first error, if any.
+    pub fn run(self) -> Result<(), Error> {
+        Inner::execute_group(self.calls).into_iter().collect()
+    }
+}

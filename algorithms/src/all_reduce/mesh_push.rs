@@ -1,0 +1,55 @@
+//! AllReduce mesh-push: reduce-scatter and all-gather fused into one pass.
+//!
+//! After one ready round with every peer, rank `r` reduces chunk `r` of every rank's input
+//! and writes the result straight into chunk `r` of every rank's output, in one Reduce task
+//! with `n` sources and `n` destinations; the framework's Close exchange then tells each
+//! rank that nobody reads its input or writes its output any more. Each rank reads and
+//! writes the data once (`2S` of memory traffic per rank, against `(3 − 1/n)S` for the
+//! classic mesh), in two synchronisation rounds: on shared memory this is the fastest
+//! AllReduce at every size. It needs every pair of ranks linked and peers' outputs to be
+//! writable, which holds for the CCL buffers and for zero-copy user buffers alike.
+//!
+//! In place, rank `q`'s output chunk `r` is its input chunk `r`, which only rank `r` reads,
+//! in the same task that overwrites it (element by element, reads before writes).
+//!
+//! Staged, a rank copies CclOut out as soon as its iteration ends, so a third round
+//! (DataSignal: "I finished writing your output and reading your input") ends each
+//! iteration; zero-copy, the framework's Close exchange plays that part.
+
+use crate::templates::even_chunks;
+use oxccl_framework::{Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx, ResourceRequest};
+
+/// The mesh-push AllReduce executor.
+pub struct MeshPushAllReduce;
+
+oxccl_framework::register_executor! {
+    name: "mesh-push",
+    op: OpKind::AllReduce,
+    description: "one ready round, then each rank reduces its chunk from all inputs into all outputs in one pass",
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
+    preference: 25,
+    make: || Box::new(MeshPushAllReduce),
+}
+
+impl Executor for MeshPushAllReduce {
+    fn resources(&self, _ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        Ok(ResourceRequest::with_peers(Peers::All))
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        let op = &args.op;
+        let me = ctx.rank;
+        let links = (0..ctx.ranks).filter(|&p| p != me).map(|p| ctx.link(p, 0)).collect::<Result<Vec<_>, _>>()?;
+        links.iter().for_each(|l| l.tx_ack(ctx.main()));
+        links.iter().for_each(|l| l.rx_ack(ctx.main()));
+        let (off, len) = even_chunks(op.count, ctx.ranks, op.dtype.size())[me];
+        let srcs = (0..ctx.ranks).map(|r| args.input.at(r, off, len)).collect();
+        let dsts = (0..ctx.ranks).map(|r| args.output.at(r, off, len)).collect();
+        ctx.main().reduce_to(srcs, dsts, op.dtype, op.op);
+        if args.mode == Mode::Staged {
+            links.iter().for_each(|l| l.tx_data_signal(ctx.main()));
+            links.iter().for_each(|l| l.rx_data_signal(ctx.main()));
+        }
+        Ok(())
+    }
+}
