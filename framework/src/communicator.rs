@@ -58,7 +58,7 @@ struct ProgramKey {
 }
 
 /// A program ready to run.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Prepared {
     pub selection: Selection,
     pub program: Arc<RankProgram>,
