@@ -190,3 +190,6 @@ impl Device for HostDevice {
         self
     }
 }
+
+#[cfg(test)]
+mod tests;
