@@ -96,19 +96,27 @@ fn create_device(n: usize, config: &Config) -> Result<Arc<dyn Device>, Error> {
     };
     Ok(match config.device {
         DeviceChoice::Host => Arc::new(HostDevice::new(dc)?),
-        DeviceChoice::Sim { remote_user_buffers } => Arc::new(SimDevice::new(dc, remote_user_buffers)),
+        DeviceChoice::Sim {
+            remote_user_buffers,
+        } => Arc::new(SimDevice::new(dc, remote_user_buffers)),
     })
 }
 
 impl Communicator {
     /// Create `n` in-process ranks sharing one device.
     pub fn init_all(n: usize, config: Config) -> Result<Vec<Communicator>, Error> {
-        let topology = config.topology.clone().unwrap_or_else(|| Topology::single_server(n));
+        let topology = config
+            .topology
+            .clone()
+            .unwrap_or_else(|| Topology::single_server(n));
         if n == 0 || topology.ranks() != n {
             return Err(crate::error::ConfigError {
                 var: "ranks",
                 value: n.to_string(),
-                reason: format!("need at least 1 rank, and the topology has {}", topology.ranks()),
+                reason: format!(
+                    "need at least 1 rank, and the topology has {}",
+                    topology.ranks()
+                ),
             }
             .into());
         }
@@ -188,7 +196,12 @@ impl Communicator {
     fn build(&self, op: &OpParam, in_place: bool) -> Result<Prepared, Error> {
         let g = &*self.group;
         let (bytes, _) = op.buffer_bytes(self.size());
-        let req = SelectRequest { op, ranks: self.size(), topology: &g.topology, bytes };
+        let req = SelectRequest {
+            op,
+            ranks: self.size(),
+            topology: &g.topology,
+            bytes,
+        };
         let selection = select_alg(&req, &g.config.algo)?;
         let entry = selection.executor;
         let executor = (entry.make)();
@@ -211,21 +224,37 @@ impl Communicator {
             ?request,
             "algorithm selected"
         );
-        g.device.reserve_local_notifies(2 * request.slave_streams + request.local_notifies)?;
+        g.device
+            .reserve_local_notifies(2 * request.slave_streams + request.local_notifies)?;
         let scratch = g.scratch_for(&selection.tag, request.scratch_bytes)?;
-        let program = build_program(entry.name, executor.as_ref(), &plan, &request, g.device.config().layout())?;
-        Ok(Prepared { selection, program: Arc::new(program), scratch, mode: plan.mode })
+        let program = build_program(
+            entry.name,
+            executor.as_ref(),
+            &plan,
+            &request,
+            g.device.config().layout(),
+        )?;
+        Ok(Prepared {
+            selection,
+            program: Arc::new(program),
+            scratch,
+            mode: plan.mode,
+        })
     }
 
     /// Run `op` with `user` bound; blocks until this rank's part is done.
     pub fn execute(&self, op: &OpParam, user: UserBuffers<'_>) -> Result<(), Error> {
-        Self::execute_group(vec![(self, *op, user)]).pop().expect("one result per call")
+        Self::execute_group(vec![(self, *op, user)])
+            .pop()
+            .expect("one result per call")
     }
 
     /// Run several ranks' collectives from one thread (NCCL's group call): every entry is
     /// validated and prepared, then all run at once on their shared device. Returns one
     /// result per entry, in order. All communicators must come from the same `init_all`.
-    pub fn execute_group(calls: Vec<(&Communicator, OpParam, UserBuffers<'_>)>) -> Vec<Result<(), Error>> {
+    pub fn execute_group(
+        calls: Vec<(&Communicator, OpParam, UserBuffers<'_>)>,
+    ) -> Vec<Result<(), Error>> {
         let Some(group) = calls.first().map(|c| c.0.group.clone()) else {
             return Vec::new();
         };
@@ -243,7 +272,10 @@ impl Communicator {
                 Err(err) => results.push(Err(err)),
             }
         }
-        for (slot, outcome) in slots.into_iter().zip(group.device.execute_group(executions)) {
+        for (slot, outcome) in slots
+            .into_iter()
+            .zip(group.device.execute_group(executions))
+        {
             if let Err(err) = outcome {
                 let err = Error::Device(err);
                 group.fail(&err);
@@ -280,7 +312,11 @@ impl Communicator {
             return Ok(None);
         }
         let p = self.prepare(op, user.is_in_place())?;
-        Ok(Some(Execution { program: p.program, user, scratch: p.scratch }))
+        Ok(Some(Execution {
+            program: p.program,
+            user,
+            scratch: p.scratch,
+        }))
     }
 
     /// Check that a send and a receive buffer have the same number of elements.

@@ -14,7 +14,9 @@
 use crate::error::Error;
 use crate::op::{OpKind, OpParam};
 use crate::topology::Topology;
-use oxccl_platform::{Buf, Link, LinkKind, NotifyId, NotifyLayout, Rank, RankProgram, Slice, StreamProgram};
+use oxccl_platform::{
+    Buf, Link, LinkKind, NotifyId, NotifyLayout, Rank, RankProgram, Slice, StreamProgram,
+};
 
 /// How the orchestration loop binds an executor's buffers.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -123,7 +125,10 @@ impl KernelArgs {
     pub fn copy_input_to_output(&self, ctx: &mut KernelCtx<'_>) {
         let len = self.op.count * self.op.dtype.size();
         if !self.aliased {
-            let (src, dst) = (self.input.at(ctx.rank, 0, len), self.output.at(ctx.rank, 0, len));
+            let (src, dst) = (
+                self.input.at(ctx.rank, 0, len),
+                self.output.at(ctx.rank, 0, len),
+            );
             ctx.main().copy(src, dst);
         }
     }

@@ -47,7 +47,10 @@ impl OpKind {
 
     /// Whether the operator reduces (takes a [`ReduceOp`]).
     pub const fn reduces(self) -> bool {
-        matches!(self, OpKind::AllReduce | OpKind::ReduceScatter | OpKind::Reduce)
+        matches!(
+            self,
+            OpKind::AllReduce | OpKind::ReduceScatter | OpKind::Reduce
+        )
     }
 
     /// Whether the operator has a root rank.
@@ -158,7 +161,9 @@ impl OpParam {
         };
         let problem = match input_len {
             Some(len) => short("send", need_in, len).or(short("receive", need_out, output_len)),
-            None if !self.in_place_allowed() => Some(ArgError::InPlaceUnsupported { op: self.kind }),
+            None if !self.in_place_allowed() => {
+                Some(ArgError::InPlaceUnsupported { op: self.kind })
+            }
             None => short("in-place", need_in.max(need_out), output_len),
         };
         problem.map_or(Ok(()), Err)
@@ -197,11 +202,19 @@ mod tests {
         assert!(p.validate(4, None, 40).is_ok());
         assert!(matches!(
             p.validate(4, Some(36), 40),
-            Err(ArgError::BufferTooShort { which: "send", need: 10, got: 9, .. })
+            Err(ArgError::BufferTooShort {
+                which: "send",
+                need: 10,
+                got: 9,
+                ..
+            })
         ));
         assert!(matches!(
             p.validate(4, Some(40), 4),
-            Err(ArgError::BufferTooShort { which: "receive", .. })
+            Err(ArgError::BufferTooShort {
+                which: "receive",
+                ..
+            })
         ));
         let b = OpParam {
             kind: OpKind::Broadcast,
@@ -218,7 +231,12 @@ mod tests {
         };
         assert!(matches!(
             g.validate(4, Some(40), 80),
-            Err(ArgError::BufferTooShort { which: "receive", need: 40, got: 20, .. })
+            Err(ArgError::BufferTooShort {
+                which: "receive",
+                need: 40,
+                got: 20,
+                ..
+            })
         ));
     }
 }

@@ -10,7 +10,9 @@
 //! link that does not exist.
 
 use crate::error::Error;
-use crate::executor::{BufRange, Executor, KernelArgs, KernelCtx, Mode, Peers, PlanCtx, ResourceRequest};
+use crate::executor::{
+    BufRange, Executor, KernelArgs, KernelCtx, Mode, Peers, PlanCtx, ResourceRequest,
+};
 use crate::op::OpKind;
 use oxccl_platform::{Buf, Link, LinkKind, NotifyLayout, RankProgram, Slice, Task};
 
@@ -32,7 +34,10 @@ pub fn build_program(
         let count = per_loop.min(op.count - first);
         let args = iteration_args(plan, first, count, first / per_loop);
         if plan.mode == Mode::Staged {
-            let (from, to) = (Slice::new(plan.rank, Buf::Input, first * es, count * es), args.input.at(plan.rank, 0, count * es));
+            let (from, to) = (
+                Slice::new(plan.rank, Buf::Input, first * es, count * es),
+                args.input.at(plan.rank, 0, count * es),
+            );
             program.streams[0].copy(from, to);
         }
         let mut ctx = KernelCtx {
@@ -46,7 +51,10 @@ pub fn build_program(
         };
         executor.kernel_run(&mut ctx, &args)?;
         if plan.mode == Mode::Staged {
-            let (from, to) = (args.output.at(plan.rank, 0, count * es), Slice::new(plan.rank, Buf::Output, first * es, count * es));
+            let (from, to) = (
+                args.output.at(plan.rank, 0, count * es),
+                Slice::new(plan.rank, Buf::Output, first * es, count * es),
+            );
             program.streams[0].copy(from, to);
         }
         first += count;
@@ -62,7 +70,12 @@ pub fn build_program(
 /// End the program with a Close exchange with every linked peer, on the main stream: after
 /// it no peer touches this rank's buffers and every notify this rank posted was consumed,
 /// so the next operation may use any executor.
-fn close_links(program: &mut RankProgram, rank: usize, links: &[Option<LinkKind>], layout: NotifyLayout) {
+fn close_links(
+    program: &mut RankProgram,
+    rank: usize,
+    links: &[Option<LinkKind>],
+    layout: NotifyLayout,
+) {
     let peers: Vec<Link> = links
         .iter()
         .enumerate()
@@ -74,26 +87,46 @@ fn close_links(program: &mut RankProgram, rank: usize, links: &[Option<LinkKind>
 }
 
 /// The link kind to every peer this rank may use (`None`: not requested or broken).
-fn grant_links(name: &'static str, plan: &PlanCtx<'_>, req: &ResourceRequest) -> Result<Vec<Option<LinkKind>>, Error> {
+fn grant_links(
+    name: &'static str,
+    plan: &PlanCtx<'_>,
+    req: &ResourceRequest,
+) -> Result<Vec<Option<LinkKind>>, Error> {
     let peers: Vec<usize> = match &req.peers {
         Peers::All => (0..plan.ranks).filter(|&p| p != plan.rank).collect(),
         Peers::List(list) => list.clone(),
     };
     let mut links = vec![None; plan.ranks];
     for peer in peers {
-        let no_link = |why| Error::NoLink { executor: name.to_string(), rank: plan.rank, peer, why };
+        let no_link = |why| Error::NoLink {
+            executor: name.to_string(),
+            rank: plan.rank,
+            peer,
+            why,
+        };
         if peer >= plan.ranks || peer == plan.rank {
             return Err(no_link("is not a peer of this rank"));
         }
-        links[peer] = Some(plan.topology.link_kind(plan.rank, peer).ok_or_else(|| no_link("is broken"))?);
+        links[peer] = Some(
+            plan.topology
+                .link_kind(plan.rank, peer)
+                .ok_or_else(|| no_link("is broken"))?,
+        );
     }
     Ok(links)
 }
 
 /// Elements per loop iteration.
-fn loop_count(name: &'static str, plan: &PlanCtx<'_>, req: &ResourceRequest) -> Result<usize, Error> {
+fn loop_count(
+    name: &'static str,
+    plan: &PlanCtx<'_>,
+    req: &ResourceRequest,
+) -> Result<usize, Error> {
     let op = plan.op;
-    if !matches!(op.kind, OpKind::AllReduce | OpKind::Broadcast | OpKind::Reduce) {
+    if !matches!(
+        op.kind,
+        OpKind::AllReduce | OpKind::Broadcast | OpKind::Reduce
+    ) {
         // Gathers and scatters need strided staging; until then they run in one iteration
         // on user buffers only.
         if plan.mode == Mode::Staged {
@@ -112,7 +145,11 @@ fn loop_count(name: &'static str, plan: &PlanCtx<'_>, req: &ResourceRequest) -> 
     };
     let cap = req.max_count_per_loop.unwrap_or(usize::MAX).min(buffer_cap);
     if cap == 0 {
-        return Err(Error::BadProgram { executor: name.into(), rank: plan.rank, reason: "resource request allows 0 elements per loop".into() });
+        return Err(Error::BadProgram {
+            executor: name.into(),
+            rank: plan.rank,
+            reason: "resource request allows 0 elements per loop".into(),
+        });
     }
     Ok(cap)
 }
@@ -122,12 +159,28 @@ fn iteration_args(plan: &PlanCtx<'_>, first: usize, count: usize, iteration: usi
     let (in_count, out_count) = plan.op.kind.buffer_counts(count, plan.ranks);
     let (input, output) = match plan.mode {
         Mode::Staged => (
-            BufRange { buf: Buf::CclIn, offset: 0, len: in_count * es },
-            BufRange { buf: Buf::CclOut, offset: 0, len: out_count * es },
+            BufRange {
+                buf: Buf::CclIn,
+                offset: 0,
+                len: in_count * es,
+            },
+            BufRange {
+                buf: Buf::CclOut,
+                offset: 0,
+                len: out_count * es,
+            },
         ),
         Mode::Direct => (
-            BufRange { buf: Buf::Input, offset: first * es, len: in_count * es },
-            BufRange { buf: Buf::Output, offset: first * es, len: out_count * es },
+            BufRange {
+                buf: Buf::Input,
+                offset: first * es,
+                len: in_count * es,
+            },
+            BufRange {
+                buf: Buf::Output,
+                offset: first * es,
+                len: out_count * es,
+            },
         ),
     };
     KernelArgs {
@@ -161,19 +214,39 @@ fn validate_program(
         for (t, task) in stream.tasks.iter().enumerate() {
             for slice in task.reads().iter().chain(task.writes()) {
                 if !reachable(slice.rank) {
-                    return Err(bad(s, t, format!("{slice} is on a rank without a granted link")));
+                    return Err(bad(
+                        s,
+                        t,
+                        format!("{slice} is on a rank without a granted link"),
+                    ));
                 }
                 if slice.rank != me && slice.buf.is_user() && plan.mode == Mode::Staged {
-                    return Err(bad(s, t, format!("{slice} is another rank's user buffer, which staged mode cannot reach")));
+                    return Err(bad(
+                        s,
+                        t,
+                        format!(
+                            "{slice} is another rank's user buffer, which staged mode cannot reach"
+                        ),
+                    ));
                 }
             }
             match task {
-                Task::Wait { notify } if notify.rank != me => return Err(bad(s, t, format!("waits on {notify:?} of another rank"))),
+                Task::Wait { notify } if notify.rank != me => {
+                    return Err(bad(s, t, format!("waits on {notify:?} of another rank")))
+                }
                 Task::Post { notify } | Task::Wait { notify } if !reachable(notify.rank) => {
-                    return Err(bad(s, t, format!("posts {notify:?} on a rank without a granted link")))
+                    return Err(bad(
+                        s,
+                        t,
+                        format!("posts {notify:?} on a rank without a granted link"),
+                    ))
                 }
                 Task::Post { notify } | Task::Wait { notify } if notify.index >= notifies => {
-                    return Err(bad(s, t, format!("uses notify {notify:?}, beyond the {notifies} requested")))
+                    return Err(bad(
+                        s,
+                        t,
+                        format!("uses notify {notify:?}, beyond the {notifies} requested"),
+                    ))
                 }
                 _ => {}
             }

@@ -50,7 +50,9 @@ impl AlgoOverride {
                     reg.executor(*op, name)?;
                 }
                 None => {
-                    let found = OpKind::ALL.into_iter().any(|op| reg.executor(op, name).is_ok());
+                    let found = OpKind::ALL
+                        .into_iter()
+                        .any(|op| reg.executor(op, name).is_ok());
                     if !found {
                         return Err(Error::UnknownAlgorithm {
                             op: OpKind::AllReduce,
@@ -78,7 +80,10 @@ impl FromStr for AlgoOverride {
             };
             match part.split_once('=') {
                 Some((op, name)) => {
-                    let op = op.trim().parse::<OpKind>().map_err(|e| bad(e.to_string()))?;
+                    let op = op
+                        .trim()
+                        .parse::<OpKind>()
+                        .map_err(|e| bad(e.to_string()))?;
                     if name.trim().is_empty() {
                         return Err(bad(format!("no executor name after `{op}=`")));
                     }
@@ -160,7 +165,10 @@ pub fn select_alg(req: &SelectRequest<'_>, over: &AlgoOverride) -> Result<Select
         if let Some(name) = (sel.select)(req) {
             let entry = reg.executor(kind, name)?;
             ensure_applicable(entry, req)?;
-            return Ok(selection(entry, format!("chosen by plugin selector `{}`", sel.name)));
+            return Ok(selection(
+                entry,
+                format!("chosen by plugin selector `{}`", sel.name),
+            ));
         }
     }
     builtin_choice(reg.executors_for(kind), req)

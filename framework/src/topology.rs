@@ -106,7 +106,10 @@ mod tests {
 
     #[test]
     fn kinds_and_broken_links() {
-        let t = Topology::servers(vec![2, 3]).unwrap().with_broken(3, 1).unwrap();
+        let t = Topology::servers(vec![2, 3])
+            .unwrap()
+            .with_broken(3, 1)
+            .unwrap();
         assert_eq!(t.ranks(), 5);
         assert_eq!(t.server_of(1), 0);
         assert_eq!(t.server_of(2), 1);

@@ -44,7 +44,10 @@ pub struct ScratchId(pub usize);
 /// The user's buffers bound to `Buf::Input` and `Buf::Output` for one execution.
 pub enum UserBuffers<'a> {
     /// Distinct send and receive buffers.
-    OutOfPlace { input: &'a [u8], output: &'a mut [u8] },
+    OutOfPlace {
+        input: &'a [u8],
+        output: &'a mut [u8],
+    },
     /// One buffer that is both the input and the output.
     InPlace(&'a mut [u8]),
 }

@@ -34,7 +34,13 @@ pub enum Buf {
 
 impl Buf {
     /// Every buffer kind.
-    pub const ALL: [Buf; 5] = [Buf::Input, Buf::Output, Buf::CclIn, Buf::CclOut, Buf::Scratch];
+    pub const ALL: [Buf; 5] = [
+        Buf::Input,
+        Buf::Output,
+        Buf::CclIn,
+        Buf::CclOut,
+        Buf::Scratch,
+    ];
 
     /// True for the user's buffers, whose memory changes from op to op.
     pub const fn is_user(self) -> bool {

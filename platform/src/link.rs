@@ -95,7 +95,10 @@ impl Link {
     /// Each pair is `(destination on the peer, local source)`.
     pub fn tx_async(&self, stream: &mut StreamProgram, writes: &[(Slice, Slice)]) {
         for &(dst, src) in writes {
-            debug_assert_eq!(dst.rank, self.remote, "tx_async destination must be the peer");
+            debug_assert_eq!(
+                dst.rank, self.remote,
+                "tx_async destination must be the peer"
+            );
             debug_assert_eq!(src.rank, self.local, "tx_async source must be local");
             stream.copy(src, dst);
         }

@@ -58,7 +58,10 @@ pub struct Aligned {
 impl Aligned {
     /// A copy of `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> Self {
-        let mut a = Aligned { words: vec![0; bytes.len().div_ceil(8)], len: bytes.len() };
+        let mut a = Aligned {
+            words: vec![0; bytes.len().div_ceil(8)],
+            len: bytes.len(),
+        };
         a.bytes_mut().copy_from_slice(bytes);
         a
     }
@@ -87,25 +90,39 @@ pub fn full_matrix(ranks: usize, ccl_bytes: usize) -> Vec<Case> {
         for op in ReduceOp::ALL {
             for count in boundary_counts(ranks) {
                 for in_place in [false, true] {
-                    cases.push(Case { dtype, op, count, in_place });
+                    cases.push(Case {
+                        dtype,
+                        op,
+                        count,
+                        in_place,
+                    });
                 }
             }
         }
         let big = ccl_bytes / dtype.size() + 37;
-        cases.push(Case { dtype, op: ReduceOp::ALL[i % 4], count: big, in_place: i % 2 == 1 });
+        cases.push(Case {
+            dtype,
+            op: ReduceOp::ALL[i % 4],
+            count: big,
+            in_place: i % 2 == 1,
+        });
     }
     cases
 }
 
 fn first_difference(got: &[u8], want: &[u8], es: usize) -> Option<usize> {
-    got.chunks(es).zip(want.chunks(es)).position(|(a, b)| a != b)
+    got.chunks(es)
+        .zip(want.chunks(es))
+        .position(|(a, b)| a != b)
 }
 
 /// Run one case on every rank (one thread per rank) and compare with the reference.
 fn run_case(comms: &[Communicator], case: &Case, seed: u64) -> Result<(), String> {
     let n = comms.len();
     let es = case.dtype.size();
-    let inputs: Vec<Vec<u8>> = (0..n).map(|r| data::input(case.dtype, case.op, r, case.count, seed)).collect();
+    let inputs: Vec<Vec<u8>> = (0..n)
+        .map(|r| data::input(case.dtype, case.op, r, case.count, seed))
+        .collect();
     let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
     let expected = oracle::fold(case.dtype, case.op, &refs);
     let param = OpParam::all_reduce(case.count, case.dtype, case.op);
@@ -123,9 +140,13 @@ fn run_case(comms: &[Communicator], case: &Case, seed: u64) -> Result<(), String
                     }
                     let user = match case.in_place {
                         true => UserBuffers::InPlace(out.bytes_mut()),
-                        false => UserBuffers::OutOfPlace { input: src.bytes(), output: out.bytes_mut() },
+                        false => UserBuffers::OutOfPlace {
+                            input: src.bytes(),
+                            output: out.bytes_mut(),
+                        },
                     };
-                    comm.execute(&param, user).map_err(|e| format!("rank {}: {e}", comm.rank()))?;
+                    comm.execute(&param, user)
+                        .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
                     match first_difference(out.bytes(), expected, es) {
                         None => Ok(()),
                         Some(i) => Err(format!(
@@ -138,7 +159,10 @@ fn run_case(comms: &[Communicator], case: &Case, seed: u64) -> Result<(), String
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("rank thread panicked")).collect::<Result<Vec<()>, String>>()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("rank thread panicked"))
+            .collect::<Result<Vec<()>, String>>()
     })?;
     Ok(())
 }
@@ -147,9 +171,17 @@ fn run_case(comms: &[Communicator], case: &Case, seed: u64) -> Result<(), String
 /// the setup and case that produced it.
 pub fn run_all_reduce(setup: &Setup, cases: &[Case]) -> Result<(), String> {
     let n = setup.topology.ranks();
-    let comms = Communicator::init_all(n, setup.config()).map_err(|e| format!("{setup:?}: init: {e}"))?;
+    let comms =
+        Communicator::init_all(n, setup.config()).map_err(|e| format!("{setup:?}: init: {e}"))?;
     for (i, case) in cases.iter().enumerate() {
-        run_case(&comms, case, i as u64).map_err(|e| format!("{} on {n} ranks {:?}, zero_copy={}, {case:?}: {e}", setup.algo, setup.topology.server_sizes(), setup.zero_copy))?;
+        run_case(&comms, case, i as u64).map_err(|e| {
+            format!(
+                "{} on {n} ranks {:?}, zero_copy={}, {case:?}: {e}",
+                setup.algo,
+                setup.topology.server_sizes(),
+                setup.zero_copy
+            )
+        })?;
     }
     Ok(())
 }

@@ -12,7 +12,12 @@ const CCL_BYTES: usize = 1 << 20;
 fn check_executor(algo: &'static str) {
     for topology in shapes() {
         for zero_copy in [true, false] {
-            let setup = Setup { algo, topology: topology.clone(), zero_copy, ccl_bytes: CCL_BYTES };
+            let setup = Setup {
+                algo,
+                topology: topology.clone(),
+                zero_copy,
+                ccl_bytes: CCL_BYTES,
+            };
             let cases = full_matrix(topology.ranks(), CCL_BYTES);
             if let Err(e) = run_all_reduce(&setup, &cases) {
                 panic!("{e}");
@@ -49,6 +54,13 @@ fn bidir_ring_plugin() {
 #[test]
 fn every_registered_all_reduce_executor_is_covered_here() {
     let covered = ["bidir-ring", "mesh", "mesh-push", "one-shot", "ring"];
-    let registered: Vec<&str> = registry().unwrap().executors_for(OpKind::AllReduce).map(|e| e.name).collect();
-    assert_eq!(registered, covered, "add a test above for each new AllReduce executor");
+    let registered: Vec<&str> = registry()
+        .unwrap()
+        .executors_for(OpKind::AllReduce)
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(
+        registered, covered,
+        "add a test above for each new AllReduce executor"
+    );
 }

@@ -2,8 +2,8 @@
 //! duplicate poisons this binary's registry.)
 
 use oxccl::{
-    registry, Communicator, Config, Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx,
-    ResourceRequest,
+    registry, Communicator, Config, Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind,
+    Peers, PlanCtx, ResourceRequest,
 };
 
 struct NotARing;
@@ -30,7 +30,12 @@ oxccl::register_executor! {
 #[test]
 fn duplicate_names_are_reported_with_both_crates() {
     let err = registry().unwrap_err().to_string();
-    assert!(err.contains("`ring`") && err.contains("oxccl-algorithms") && err.contains("oxccl-tests"), "{err}");
-    let err = Communicator::init_all(2, Config::default()).map(|_| ()).unwrap_err();
+    assert!(
+        err.contains("`ring`") && err.contains("oxccl-algorithms") && err.contains("oxccl-tests"),
+        "{err}"
+    );
+    let err = Communicator::init_all(2, Config::default())
+        .map(|_| ())
+        .unwrap_err();
     assert!(matches!(err, Error::Registry(_)), "{err:?}");
 }

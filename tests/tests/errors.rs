@@ -1,6 +1,9 @@
 //! Misuse gets a typed error that says what was wrong; nothing hangs.
 
-use oxccl::{ArgError, Communicator, Config, DataType, DeviceError, Error, OpKind, OpParam, ReduceOp, Topology, UserBuffers};
+use oxccl::{
+    ArgError, Communicator, Config, DataType, DeviceError, Error, OpKind, OpParam, ReduceOp,
+    Topology, UserBuffers,
+};
 use std::time::{Duration, Instant};
 
 // Linked so that the plugin's executor appears among the known names.
@@ -11,14 +14,22 @@ fn comms(n: usize) -> Vec<Communicator> {
 }
 
 fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-    move |var| pairs.iter().find(|(k, _)| *k == var).map(|(_, v)| v.to_string())
+    move |var| {
+        pairs
+            .iter()
+            .find(|(k, _)| *k == var)
+            .map(|(_, v)| v.to_string())
+    }
 }
 
 #[test]
 fn unknown_algorithm_is_rejected_with_the_known_names() {
     let config = Config::from_lookup(env(&[("OXCCL_ALGO", "all_reduce=warp-speed")])).unwrap();
     let err = Communicator::init_all(2, config).unwrap_err();
-    assert!(matches!(&err, Error::UnknownAlgorithm { op: OpKind::AllReduce, name, .. } if name == "warp-speed"), "{err:?}");
+    assert!(
+        matches!(&err, Error::UnknownAlgorithm { op: OpKind::AllReduce, name, .. } if name == "warp-speed"),
+        "{err:?}"
+    );
     let msg = err.to_string();
     for known in ["bidir-ring", "mesh", "mesh-push", "one-shot", "ring"] {
         assert!(msg.contains(known), "{msg}");
@@ -36,73 +47,178 @@ fn bad_environment_values_name_the_variable() {
 #[test]
 fn mismatched_lengths_are_rejected() {
     let c = comms(1);
-    let err = c[0].all_reduce(&[1.0f32; 4], &mut [0.0f32; 5], ReduceOp::Sum).unwrap_err();
-    assert!(matches!(err, Error::Arg(ArgError::LengthMismatch { send: 4, recv: 5 })), "{err:?}");
+    let err = c[0]
+        .all_reduce(&[1.0f32; 4], &mut [0.0f32; 5], ReduceOp::Sum)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Arg(ArgError::LengthMismatch { send: 4, recv: 5 })
+        ),
+        "{err:?}"
+    );
 }
 
 #[test]
 fn short_buffers_are_rejected() {
     let c = comms(1);
-    let err = c[0].all_reduce_n(&[1i32; 3], &mut [0i32; 10], 4, ReduceOp::Sum).unwrap_err();
-    assert!(matches!(err, Error::Arg(ArgError::BufferTooShort { which: "send", need: 4, got: 3, .. })), "{err:?}");
-    let err = c[0].all_reduce_n(&[1i32; 10], &mut [0i32; 3], 4, ReduceOp::Sum).unwrap_err();
-    assert!(matches!(err, Error::Arg(ArgError::BufferTooShort { which: "receive", .. })), "{err:?}");
+    let err = c[0]
+        .all_reduce_n(&[1i32; 3], &mut [0i32; 10], 4, ReduceOp::Sum)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Arg(ArgError::BufferTooShort {
+                which: "send",
+                need: 4,
+                got: 3,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    let err = c[0]
+        .all_reduce_n(&[1i32; 10], &mut [0i32; 3], 4, ReduceOp::Sum)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Arg(ArgError::BufferTooShort {
+                which: "receive",
+                ..
+            })
+        ),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("needs 4 int32 elements"), "{err}");
 }
 
 #[test]
 fn invalid_root_is_rejected() {
     let c = comms(4);
-    let op = OpParam { kind: OpKind::Broadcast, count: 8, dtype: DataType::F32, op: ReduceOp::Sum, root: Some(4) };
+    let op = OpParam {
+        kind: OpKind::Broadcast,
+        count: 8,
+        dtype: DataType::F32,
+        op: ReduceOp::Sum,
+        root: Some(4),
+    };
     let mut buf = [0u8; 32];
-    let err = c[0].execute(&op, UserBuffers::InPlace(&mut buf)).unwrap_err();
-    assert!(matches!(err, Error::Arg(ArgError::InvalidRoot { root: 4, ranks: 4 })), "{err:?}");
+    let err = c[0]
+        .execute(&op, UserBuffers::InPlace(&mut buf))
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Arg(ArgError::InvalidRoot { root: 4, ranks: 4 })),
+        "{err:?}"
+    );
     let missing = OpParam { root: None, ..op };
-    let err = c[0].execute(&missing, UserBuffers::InPlace(&mut buf)).unwrap_err();
-    assert!(matches!(err, Error::Arg(ArgError::MissingRoot { .. })), "{err:?}");
+    let err = c[0]
+        .execute(&missing, UserBuffers::InPlace(&mut buf))
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Arg(ArgError::MissingRoot { .. })),
+        "{err:?}"
+    );
 }
 
 #[test]
 fn an_operator_without_executors_says_so() {
     let c = comms(2);
-    let op = OpParam { kind: OpKind::Broadcast, count: 8, dtype: DataType::F32, op: ReduceOp::Sum, root: Some(0) };
+    let op = OpParam {
+        kind: OpKind::Broadcast,
+        count: 8,
+        dtype: DataType::F32,
+        op: ReduceOp::Sum,
+        root: Some(0),
+    };
     let err = c[0].framework().prepare(&op, true).unwrap_err();
-    assert!(matches!(&err, Error::NoExecutor { op: OpKind::Broadcast, .. }), "{err:?}");
+    assert!(
+        matches!(
+            &err,
+            Error::NoExecutor {
+                op: OpKind::Broadcast,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }
 
 #[test]
 fn a_wait_that_is_never_satisfied_times_out_naming_what_it_waited_for() {
-    let config = Config { exec_timeout: Duration::from_millis(200), ..Config::default() };
+    let config = Config {
+        exec_timeout: Duration::from_millis(200),
+        ..Config::default()
+    };
     let c = Communicator::init_all(2, config).unwrap();
     let start = Instant::now();
     // Rank 1 never joins: rank 0's first Wait can never be satisfied.
-    let err = c[0].all_reduce(&[1.0f32; 16], &mut [0.0f32; 16], ReduceOp::Sum).unwrap_err();
-    assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
-    let Error::Device(DeviceError::WaitTimeout { at, notify, .. }) = &err else { panic!("{err:?}") };
+    let err = c[0]
+        .all_reduce(&[1.0f32; 16], &mut [0.0f32; 16], ReduceOp::Sum)
+        .unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
+    let Error::Device(DeviceError::WaitTimeout { at, notify, .. }) = &err else {
+        panic!("{err:?}")
+    };
     assert_eq!((at.rank, notify.rank), (0, 0));
     let msg = err.to_string();
-    for part in ["rank 0 stream 0 task", "from rank 1", "timed out", "OXCCL_EXEC_TIMEOUT"] {
+    for part in [
+        "rank 0 stream 0 task",
+        "from rank 1",
+        "timed out",
+        "OXCCL_EXEC_TIMEOUT",
+    ] {
         assert!(msg.contains(part), "{msg}");
     }
     // The communicator is now aborted, for every rank.
-    let err = c[1].all_reduce(&[1.0f32; 16], &mut [0.0f32; 16], ReduceOp::Sum).unwrap_err();
-    assert!(matches!(&err, Error::Aborted { cause } if cause.contains("timed out")), "{err:?}");
+    let err = c[1]
+        .all_reduce(&[1.0f32; 16], &mut [0.0f32; 16], ReduceOp::Sum)
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Aborted { cause } if cause.contains("timed out")),
+        "{err:?}"
+    );
 }
 
 #[test]
 fn executors_that_need_a_broken_link_are_refused() {
     let topology = Topology::single_server(4).with_broken(1, 2).unwrap();
-    let mut config = Config { topology: Some(topology), ..Config::default() };
+    let mut config = Config {
+        topology: Some(topology),
+        ..Config::default()
+    };
     config.algo.set(Some(OpKind::AllReduce), "mesh");
     let c = Communicator::init_all(4, config.clone()).unwrap();
-    let err = c[0].all_reduce(&[1u8; 8], &mut [0u8; 8], ReduceOp::Sum).unwrap_err();
-    assert!(matches!(&err, Error::Unsupported { executor, .. } if executor == "mesh"), "{err:?}");
+    let err = c[0]
+        .all_reduce(&[1u8; 8], &mut [0u8; 8], ReduceOp::Sum)
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Unsupported { executor, .. } if executor == "mesh"),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("broken links"), "{err}");
 
     config.algo.set(Some(OpKind::AllReduce), "ring");
     let c = Communicator::init_all(4, config).unwrap();
-    let err = c[1].all_reduce(&[1u8; 8], &mut [0u8; 8], ReduceOp::Sum).unwrap_err();
-    assert!(matches!(&err, Error::NoLink { rank: 1, peer: 2, why: "is broken", .. }), "{err:?}");
+    let err = c[1]
+        .all_reduce(&[1u8; 8], &mut [0u8; 8], ReduceOp::Sum)
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::NoLink {
+                rank: 1,
+                peer: 2,
+                why: "is broken",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -111,8 +227,12 @@ fn group_calls_across_communicators_are_refused() {
     let b = comms(1);
     let (send, mut r1, mut r2) = ([1u8; 4], [0u8; 4], [0u8; 4]);
     let mut group = oxccl::Group::new();
-    group.all_reduce(&a[0], &send, &mut r1, ReduceOp::Sum).unwrap();
-    group.all_reduce(&b[0], &send, &mut r2, ReduceOp::Sum).unwrap();
+    group
+        .all_reduce(&a[0], &send, &mut r1, ReduceOp::Sum)
+        .unwrap();
+    group
+        .all_reduce(&b[0], &send, &mut r2, ReduceOp::Sum)
+        .unwrap();
     let err = group.run().unwrap_err();
     assert!(err.to_string().contains("same init_all"), "{err}");
 }

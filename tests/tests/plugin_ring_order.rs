@@ -6,7 +6,10 @@ use oxccl_plugin_bidir_ring::ORDER_VAR;
 
 fn contest_comms(algo: &str) -> Vec<Communicator> {
     let topology = Topology::single_server(8).with_broken(0, 1).unwrap();
-    let mut config = Config { topology: Some(topology), ..Config::default() };
+    let mut config = Config {
+        topology: Some(topology),
+        ..Config::default()
+    };
     config.algo.set(Some(OpKind::AllReduce), algo);
     Communicator::init_all(8, config).unwrap()
 }
@@ -20,7 +23,9 @@ fn twisted_order_avoids_the_broken_link() {
             .iter()
             .map(|c| {
                 s.spawn(move || {
-                    let send: Vec<f32> = (0..100_003).map(|i| (i % 7) as f32 + c.rank() as f32).collect();
+                    let send: Vec<f32> = (0..100_003)
+                        .map(|i| (i % 7) as f32 + c.rank() as f32)
+                        .collect();
                     let mut recv = vec![0.0; send.len()];
                     c.all_reduce(&send, &mut recv, ReduceOp::Sum).unwrap();
                     recv
@@ -35,10 +40,24 @@ fn twisted_order_avoids_the_broken_link() {
     // The natural order would cross the broken 0-1 link.
     std::env::set_var(ORDER_VAR, "0,1,2,3,4,5,6,7");
     let comms = contest_comms("bidir-ring");
-    let err = comms[0].all_reduce(&[1.0f32; 8], &mut [0.0f32; 8], ReduceOp::Sum).unwrap_err();
-    assert!(matches!(err, Error::NoLink { rank: 0, peer: 1, .. }), "{err:?}");
+    let err = comms[0]
+        .all_reduce(&[1.0f32; 8], &mut [0.0f32; 8], ReduceOp::Sum)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NoLink {
+                rank: 0,
+                peer: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 
     std::env::set_var(ORDER_VAR, "0,1,2");
-    let err = contest_comms("bidir-ring")[3].all_reduce(&[1.0f32; 8], &mut [0.0f32; 8], ReduceOp::Sum).unwrap_err();
+    let err = contest_comms("bidir-ring")[3]
+        .all_reduce(&[1.0f32; 8], &mut [0.0f32; 8], ReduceOp::Sum)
+        .unwrap_err();
     assert!(err.to_string().contains("not a permutation"), "{err}");
 }

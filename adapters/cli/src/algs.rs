@@ -6,7 +6,10 @@ use std::process::ExitCode;
 pub fn run() -> Result<ExitCode, Error> {
     let reg = registry()?;
     println!("# executors");
-    println!("{:<16} {:<12} {:<26} {:>4}  {:<22} description", "operator", "name", "crate", "pref", "constraints");
+    println!(
+        "{:<16} {:<12} {:<26} {:>4}  {:<22} description",
+        "operator", "name", "crate", "pref", "constraints"
+    );
     for e in reg.executors() {
         println!(
             "{:<16} {:<12} {:<26} {:>4}  {:<22} {}",

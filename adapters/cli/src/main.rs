@@ -15,7 +15,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "oxccl", version, about = "oxccl: collective communication with plugin algorithms")]
+#[command(
+    name = "oxccl",
+    version,
+    about = "oxccl: collective communication with plugin algorithms"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -12,10 +12,19 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
         "K" | "KB" | "KIB" => 10,
         "M" | "MB" | "MIB" => 20,
         "G" | "GB" | "GIB" => 30,
-        _ => return Err(format!("unknown size unit `{unit}` in `{text}` (use K, M or G)")),
+        _ => {
+            return Err(format!(
+                "unknown size unit `{unit}` in `{text}` (use K, M or G)"
+            ))
+        }
     };
-    let value: usize = digits.trim().parse().map_err(|_| format!("`{text}` is not a size"))?;
-    value.checked_mul(1 << shift).ok_or_else(|| format!("`{text}` is too large"))
+    let value: usize = digits
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size"))?;
+    value
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("`{text}` is too large"))
 }
 
 #[cfg(test)]

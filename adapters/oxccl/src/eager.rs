@@ -50,21 +50,40 @@ impl Communicator {
     }
 
     /// `recv = op(send of every rank)`, element-wise; `send` and `recv` have equal length.
-    pub fn all_reduce<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<(), Error> {
+    pub fn all_reduce<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+    ) -> Result<(), Error> {
         Inner::same_length(send.len(), recv.len())?;
         self.all_reduce_n(send, recv, send.len(), op)
     }
 
     /// AllReduce of the first `count` elements of `send` into `recv`.
-    pub fn all_reduce_n<T: Element>(&self, send: &[T], recv: &mut [T], count: usize, op: ReduceOp) -> Result<(), Error> {
+    pub fn all_reduce_n<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        count: usize,
+        op: ReduceOp,
+    ) -> Result<(), Error> {
         let param = OpParam::all_reduce(count, T::DTYPE, op);
-        let user = UserBuffers::OutOfPlace { input: bytemuck::cast_slice(send), output: bytemuck::cast_slice_mut(recv) };
+        let user = UserBuffers::OutOfPlace {
+            input: bytemuck::cast_slice(send),
+            output: bytemuck::cast_slice_mut(recv),
+        };
         self.inner.execute(&param, user)
     }
 
     /// AllReduce in place: `buf = op(buf of every rank)`.
-    pub fn all_reduce_in_place<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<(), Error> {
+    pub fn all_reduce_in_place<T: Element>(
+        &self,
+        buf: &mut [T],
+        op: ReduceOp,
+    ) -> Result<(), Error> {
         let param = OpParam::all_reduce(buf.len(), T::DTYPE, op);
-        self.inner.execute(&param, UserBuffers::InPlace(bytemuck::cast_slice_mut(buf)))
+        self.inner
+            .execute(&param, UserBuffers::InPlace(bytemuck::cast_slice_mut(buf)))
     }
 }

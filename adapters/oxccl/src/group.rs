@@ -22,7 +22,12 @@ impl<'a> Group<'a> {
     }
 
     /// Add an untyped call.
-    pub fn execute(&mut self, comm: &'a Communicator, op: OpParam, user: UserBuffers<'a>) -> &mut Self {
+    pub fn execute(
+        &mut self,
+        comm: &'a Communicator,
+        op: OpParam,
+        user: UserBuffers<'a>,
+    ) -> &mut Self {
         self.calls.push((comm.framework(), op, user));
         self
     }
@@ -37,14 +42,26 @@ impl<'a> Group<'a> {
     ) -> Result<&mut Self, Error> {
         Inner::same_length(send.len(), recv.len())?;
         let param = OpParam::all_reduce(send.len(), T::DTYPE, op);
-        let user = UserBuffers::OutOfPlace { input: bytemuck::cast_slice(send), output: bytemuck::cast_slice_mut(recv) };
+        let user = UserBuffers::OutOfPlace {
+            input: bytemuck::cast_slice(send),
+            output: bytemuck::cast_slice_mut(recv),
+        };
         Ok(self.execute(comm, param, user))
     }
 
     /// Add an in-place AllReduce.
-    pub fn all_reduce_in_place<T: Element>(&mut self, comm: &'a Communicator, buf: &'a mut [T], op: ReduceOp) -> &mut Self {
+    pub fn all_reduce_in_place<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        buf: &'a mut [T],
+        op: ReduceOp,
+    ) -> &mut Self {
         let param = OpParam::all_reduce(buf.len(), T::DTYPE, op);
-        self.execute(comm, param, UserBuffers::InPlace(bytemuck::cast_slice_mut(buf)))
+        self.execute(
+            comm,
+            param,
+            UserBuffers::InPlace(bytemuck::cast_slice_mut(buf)),
+        )
     }
 
     /// Launch every call and wait for all; the first error, if any.

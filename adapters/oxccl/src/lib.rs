@@ -33,21 +33,21 @@ mod logging;
 
 pub use eager::Communicator;
 pub use group::Group;
+/// Half-precision element types.
+pub use half::{bf16, f16};
 pub use oxccl_algorithms as algorithms;
 pub use oxccl_algorithms::templates;
+pub use oxccl_framework::Config;
 pub use oxccl_framework::{
     self as framework, registry, select_alg, AlgoOverride, ArgError, BufRange, ConfigError,
-    Constraints, DeviceChoice, Error, Executor, ExecutorEntry, KernelArgs, KernelCtx, Mode,
-    OpKind, OpParam, Peers, PlanCtx, ResourceRequest, SelectRequest, Selection, SelectorEntry,
+    Constraints, DeviceChoice, Error, Executor, ExecutorEntry, KernelArgs, KernelCtx, Mode, OpKind,
+    OpParam, Peers, PlanCtx, ResourceRequest, SelectRequest, Selection, SelectorEntry,
     TemplateEntry, Topology,
 };
 pub use oxccl_framework::{register_executor, register_selector, register_template};
-pub use oxccl_framework::Config;
 pub use oxccl_platform::{
     self as platform, Buf, DataType, DeviceError, Element, Rank, ReduceOp, Slice, UserBuffers,
 };
-/// Half-precision element types.
-pub use half::{bf16, f16};
 
 /// Result of oxccl calls.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

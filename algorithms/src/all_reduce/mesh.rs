@@ -7,7 +7,9 @@
 //! HCCL cost: `2α + 2(p−1)/p·nβ + (p−1)/p·nγ`.
 
 use crate::templates::{even_chunks, mesh_all_gather, mesh_reduce_scatter, MeshParams};
-use oxccl_framework::{Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest};
+use oxccl_framework::{
+    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
+};
 
 /// The mesh AllReduce executor.
 pub struct MeshAllReduce;
@@ -23,7 +25,10 @@ oxccl_framework::register_executor! {
 
 impl Executor for MeshAllReduce {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        Ok(ResourceRequest { slave_streams: ctx.ranks - 1, ..ResourceRequest::with_peers(Peers::All) })
+        Ok(ResourceRequest {
+            slave_streams: ctx.ranks - 1,
+            ..ResourceRequest::with_peers(Peers::All)
+        })
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
@@ -33,7 +38,14 @@ impl Executor for MeshAllReduce {
         }
         let op = &args.op;
         let chunks = even_chunks(op.count, ctx.ranks, op.dtype.size());
-        let p = MeshParams { chunks: &chunks, input: args.input, output: args.output, dtype: op.dtype, op: op.op, channel: 0 };
+        let p = MeshParams {
+            chunks: &chunks,
+            input: args.input,
+            output: args.output,
+            dtype: op.dtype,
+            op: op.op,
+            channel: 0,
+        };
         mesh_reduce_scatter(ctx, &p)?;
         mesh_all_gather(ctx, &p)
     }

@@ -17,7 +17,10 @@
 //! iteration; zero-copy, the framework's Close exchange plays that part.
 
 use crate::templates::even_chunks;
-use oxccl_framework::{Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx, ResourceRequest};
+use oxccl_framework::{
+    Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx,
+    ResourceRequest,
+};
 
 /// The mesh-push AllReduce executor.
 pub struct MeshPushAllReduce;
@@ -39,12 +42,17 @@ impl Executor for MeshPushAllReduce {
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
         let op = &args.op;
         let me = ctx.rank;
-        let links = (0..ctx.ranks).filter(|&p| p != me).map(|p| ctx.link(p, 0)).collect::<Result<Vec<_>, _>>()?;
+        let links = (0..ctx.ranks)
+            .filter(|&p| p != me)
+            .map(|p| ctx.link(p, 0))
+            .collect::<Result<Vec<_>, _>>()?;
         links.iter().for_each(|l| l.tx_ack(ctx.main()));
         links.iter().for_each(|l| l.rx_ack(ctx.main()));
         let (off, len) = even_chunks(op.count, ctx.ranks, op.dtype.size())[me];
         let srcs = (0..ctx.ranks).map(|r| args.input.at(r, off, len)).collect();
-        let dsts = (0..ctx.ranks).map(|r| args.output.at(r, off, len)).collect();
+        let dsts = (0..ctx.ranks)
+            .map(|r| args.output.at(r, off, len))
+            .collect();
         ctx.main().reduce_to(srcs, dsts, op.dtype, op.op);
         if args.mode == Mode::Staged {
             links.iter().for_each(|l| l.tx_data_signal(ctx.main()));

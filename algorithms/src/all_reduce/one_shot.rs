@@ -13,7 +13,10 @@
 //! notify back to back.
 
 use oxccl_framework::platform::Buf;
-use oxccl_framework::{BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx, ResourceRequest};
+use oxccl_framework::{
+    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx,
+    ResourceRequest,
+};
 
 /// The one-shot AllReduce executor.
 pub struct OneShotAllReduce;
@@ -43,18 +46,31 @@ impl Executor for OneShotAllReduce {
         let op = &args.op;
         let (me, len) = (ctx.rank, op.count * op.dtype.size());
         let channel = args.iteration % 2;
-        let links = (0..ctx.ranks).filter(|&p| p != me).map(|p| ctx.link(p, channel)).collect::<Result<Vec<_>, _>>()?;
+        let links = (0..ctx.ranks)
+            .filter(|&p| p != me)
+            .map(|p| ctx.link(p, channel))
+            .collect::<Result<Vec<_>, _>>()?;
         links.iter().for_each(|l| l.tx_ack(ctx.main()));
         links.iter().for_each(|l| l.rx_ack(ctx.main()));
         let srcs = (0..ctx.ranks).map(|r| args.input.at(r, 0, len)).collect();
-        let target = if args.aliased { BufRange { buf: Buf::Scratch, offset: 0, len } } else { args.output };
-        ctx.main().reduce(srcs, target.at(me, 0, len), op.dtype, op.op);
+        let target = if args.aliased {
+            BufRange {
+                buf: Buf::Scratch,
+                offset: 0,
+                len,
+            }
+        } else {
+            args.output
+        };
+        ctx.main()
+            .reduce(srcs, target.at(me, 0, len), op.dtype, op.op);
         if args.aliased || args.mode == Mode::Staged {
             links.iter().for_each(|l| l.tx_data_signal(ctx.main()));
             links.iter().for_each(|l| l.rx_data_signal(ctx.main()));
         }
         if args.aliased {
-            ctx.main().copy(target.at(me, 0, len), args.output.at(me, 0, len));
+            ctx.main()
+                .copy(target.at(me, 0, len), args.output.at(me, 0, len));
         }
         Ok(())
     }

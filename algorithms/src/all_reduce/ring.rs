@@ -6,7 +6,9 @@
 //! HCCL cost: `2(p−1)α + 2(p−1)/p·nβ + (p−1)/p·nγ`.
 
 use crate::templates::{even_chunks, ring_all_gather, ring_reduce_scatter, RingParams};
-use oxccl_framework::{Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest};
+use oxccl_framework::{
+    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
+};
 
 /// The ring AllReduce executor, over the natural rank order.
 pub struct RingAllReduce;
@@ -31,7 +33,9 @@ pub fn natural_ring_peers(rank: usize, ranks: usize) -> Vec<usize> {
 
 impl Executor for RingAllReduce {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        Ok(ResourceRequest::with_peers(Peers::List(natural_ring_peers(ctx.rank, ctx.ranks))))
+        Ok(ResourceRequest::with_peers(Peers::List(
+            natural_ring_peers(ctx.rank, ctx.ranks),
+        )))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {

@@ -78,7 +78,8 @@ pub fn mesh_reduce_scatter(ctx: &mut KernelCtx<'_>, p: &MeshParams<'_>) -> Resul
     let me = ctx.rank;
     let (off, len) = p.chunks[me];
     let srcs = (0..ctx.ranks).map(|r| p.input.at(r, off, len)).collect();
-    ctx.main().reduce(srcs, p.output.at(me, off, len), p.dtype, p.op);
+    ctx.main()
+        .reduce(srcs, p.output.at(me, off, len), p.dtype, p.op);
     Ok(())
 }
 

@@ -49,16 +49,26 @@ impl RingParams<'_> {
     /// Where `ctx.rank` sits in the ring, with links to both neighbours.
     pub(crate) fn position(&self, ctx: &KernelCtx<'_>) -> Result<RingPosition, Error> {
         let n = self.order.len();
-        let pos = self.order.iter().position(|&r| r == ctx.rank).ok_or_else(|| {
-            Error::BadProgram {
+        let pos = self
+            .order
+            .iter()
+            .position(|&r| r == ctx.rank)
+            .ok_or_else(|| Error::BadProgram {
                 executor: "ring template".into(),
                 rank: ctx.rank,
-                reason: format!("rank {} is not in the ring order {:?}", ctx.rank, self.order),
-            }
-        })?;
+                reason: format!(
+                    "rank {} is not in the ring order {:?}",
+                    ctx.rank, self.order
+                ),
+            })?;
         let left = ctx.link(self.order[(pos + n - 1) % n], self.channel)?;
         let right = ctx.link(self.order[(pos + 1) % n], self.channel)?;
-        Ok(RingPosition { pos, n, left, right })
+        Ok(RingPosition {
+            pos,
+            n,
+            left,
+            right,
+        })
     }
 
     /// The chunk owned by ring position `pos` (taken modulo the ring size).

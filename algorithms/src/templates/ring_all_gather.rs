@@ -20,7 +20,9 @@ pub fn ring_all_gather(ctx: &mut KernelCtx<'_>, p: &RingParams<'_>) -> Result<()
     for k in 0..n.saturating_sub(1) {
         let (off, len) = p.chunk(ring.pos + 2 * n - 1 - k);
         let (src, dst) = (p.output.at(left, off, len), p.output.at(me, off, len));
-        ring_step(ctx, p.stream, &ring, |ctx| ctx.stream(p.stream).copy(src, dst));
+        ring_step(ctx, p.stream, &ring, |ctx| {
+            ctx.stream(p.stream).copy(src, dst)
+        });
     }
     Ok(())
 }

@@ -21,10 +21,16 @@ pub fn ring_reduce_scatter(ctx: &mut KernelCtx<'_>, p: &RingParams<'_>) -> Resul
     let (me, left) = (ctx.rank, ring.left.remote);
     for k in 0..n.saturating_sub(1) {
         let (off, len) = p.chunk(ring.pos + 2 * n - k - 2);
-        let from_left = if k == 0 { p.input.at(left, off, len) } else { p.output.at(left, off, len) };
+        let from_left = if k == 0 {
+            p.input.at(left, off, len)
+        } else {
+            p.output.at(left, off, len)
+        };
         let srcs = vec![from_left, p.input.at(me, off, len)];
         let dst = p.output.at(me, off, len);
-        ring_step(ctx, p.stream, &ring, |ctx| ctx.stream(p.stream).reduce(srcs, dst, p.dtype, p.op));
+        ring_step(ctx, p.stream, &ring, |ctx| {
+            ctx.stream(p.stream).reduce(srcs, dst, p.dtype, p.op)
+        });
     }
     Ok(())
 }

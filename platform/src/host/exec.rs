@@ -57,11 +57,14 @@ impl Prepared {
                 for &dst in &self.dsts {
                     // SAFETY: bounds and non-overlap of src/dst were checked in `prepare`;
                     // `from + len <= self.len`.
-                    unsafe { std::ptr::copy_nonoverlapping(self.srcs[0].add(from), dst.add(from), len) }
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(self.srcs[0].add(from), dst.add(from), len)
+                    }
                 }
             }
             Kind::Reduce(dtype, op) => {
-                let srcs: Ptrs<*const u8> = self.srcs.iter().map(|p| p.wrapping_add(from)).collect();
+                let srcs: Ptrs<*const u8> =
+                    self.srcs.iter().map(|p| p.wrapping_add(from)).collect();
                 let dsts: Ptrs<*mut u8> = self.dsts.iter().map(|p| p.wrapping_add(from)).collect();
                 // SAFETY: `prepare` checked bounds, alignment to the element size (chunk
                 // offsets are multiples of 64) and that every dst either equals a src or
@@ -84,7 +87,9 @@ pub(crate) fn run_data_task(
         prepared.run_range(0, prepared.len);
         return Ok(Step::Next);
     }
-    let chunk = (prepared.len / (threads * 4)).max(MIN_CHUNK).next_multiple_of(64);
+    let chunk = (prepared.len / (threads * 4))
+        .max(MIN_CHUNK)
+        .next_multiple_of(64);
     let job = Arc::new(ChunkJob {
         launch: launch.clone(),
         stream: at.stream,
@@ -121,7 +126,8 @@ impl ChunkJob {
                 return;
             }
             let from = i * self.chunk;
-            self.task.run_range(from, self.chunk.min(self.task.len - from));
+            self.task
+                .run_range(from, self.chunk.min(self.task.len - from));
             if self.done.fetch_add(1, Ordering::AcqRel) + 1 == self.chunks {
                 self.launch.advance(self.stream);
                 self.launch.resume(self.stream);
@@ -133,21 +139,36 @@ impl ChunkJob {
 fn prepare(launch: &Launch, task: &Task, at: TaskLocation) -> Result<Prepared, DeviceError> {
     let (kind, reads, writes) = match task {
         Task::Copy { src, dsts } => (Kind::Copy, std::slice::from_ref(src), dsts.as_slice()),
-        Task::Reduce { srcs, dsts, dtype, op } => (Kind::Reduce(*dtype, *op), srcs.as_slice(), dsts.as_slice()),
+        Task::Reduce {
+            srcs,
+            dsts,
+            dtype,
+            op,
+        } => (Kind::Reduce(*dtype, *op), srcs.as_slice(), dsts.as_slice()),
         Task::Post { .. } | Task::Wait { .. } => unreachable!("not a data task"),
     };
     let invalid = |slice: Slice, reason: String| DeviceError::InvalidSlice { at, slice, reason };
     let len = writes.first().map_or(0, |s| s.len);
     if reads.is_empty() || writes.is_empty() {
-        return Err(DeviceError::InvalidTask { at, reason: "a data task needs sources and destinations".into() });
+        return Err(DeviceError::InvalidTask {
+            at,
+            reason: "a data task needs sources and destinations".into(),
+        });
     }
     let mut keep = SmallVec::new();
     let mut resolve = |slice: Slice, write: bool| -> Result<(*mut u8, Slice), DeviceError> {
         check_slice(launch, slice, len, kind, write).map_err(|r| invalid(slice, r))?;
-        let resolved = launch.shared.memory.resolve(slice.rank, slice.buf, launch.scratch).map_err(|r| invalid(slice, r))?;
+        let resolved = launch
+            .shared
+            .memory
+            .resolve(slice.rank, slice.buf, launch.scratch)
+            .map_err(|r| invalid(slice, r))?;
         let region = resolved.region;
         if slice.end() > region.len {
-            return Err(invalid(slice, format!("the buffer has only {} bytes", region.len)));
+            return Err(invalid(
+                slice,
+                format!("the buffer has only {} bytes", region.len),
+            ));
         }
         if write && !region.writable {
             return Err(invalid(slice, "the buffer is read-only".into()));
@@ -155,8 +176,11 @@ fn prepare(launch: &Launch, task: &Task, at: TaskLocation) -> Result<Prepared, D
         // SAFETY: offset + len <= region.len was checked above.
         let ptr = unsafe { region.ptr.add(slice.offset) };
         if let Kind::Reduce(dtype, _) = kind {
-            if ptr as usize % dtype.size() != 0 {
-                return Err(invalid(slice, format!("not aligned to {} bytes for {dtype}", dtype.size())));
+            if !(ptr as usize).is_multiple_of(dtype.size()) {
+                return Err(invalid(
+                    slice,
+                    format!("not aligned to {} bytes for {dtype}", dtype.size()),
+                ));
             }
         }
         if resolved.keep.is_some() {
@@ -164,9 +188,16 @@ fn prepare(launch: &Launch, task: &Task, at: TaskLocation) -> Result<Prepared, D
         }
         Ok((ptr, slice))
     };
-    let srcs = reads.iter().map(|s| resolve(*s, false)).collect::<Result<Ptrs<_>, _>>()?;
-    let dsts = writes.iter().map(|s| resolve(*s, true)).collect::<Result<Ptrs<_>, _>>()?;
-    check_overlaps(&srcs, &dsts, len, matches!(kind, Kind::Reduce(..))).map_err(|(s, r)| invalid(s, r))?;
+    let srcs = reads
+        .iter()
+        .map(|s| resolve(*s, false))
+        .collect::<Result<Ptrs<_>, _>>()?;
+    let dsts = writes
+        .iter()
+        .map(|s| resolve(*s, true))
+        .collect::<Result<Ptrs<_>, _>>()?;
+    check_overlaps(&srcs, &dsts, len, matches!(kind, Kind::Reduce(..)))
+        .map_err(|(s, r)| invalid(s, r))?;
     Ok(Prepared {
         kind,
         srcs: srcs.into_iter().map(|(p, _)| p as *const u8).collect(),
@@ -176,19 +207,31 @@ fn prepare(launch: &Launch, task: &Task, at: TaskLocation) -> Result<Prepared, D
     })
 }
 
-fn check_slice(launch: &Launch, slice: Slice, len: usize, kind: Kind, write: bool) -> Result<(), String> {
+fn check_slice(
+    launch: &Launch,
+    slice: Slice,
+    len: usize,
+    kind: Kind,
+    write: bool,
+) -> Result<(), String> {
     if slice.rank >= launch.shared.config.ranks {
         return Err(format!("rank {} does not exist", slice.rank));
     }
     if slice.len != len {
-        return Err(format!("length {} differs from the task's {len}", slice.len));
+        return Err(format!(
+            "length {} differs from the task's {len}",
+            slice.len
+        ));
     }
     if write && slice.buf == crate::ir::Buf::Input {
         return Err("programs must not write the user's Input".into());
     }
     if let Kind::Reduce(dtype, _) = kind {
-        if slice.len % dtype.size() != 0 {
-            return Err(format!("length is not a multiple of the {dtype} size {}", dtype.size()));
+        if !slice.len.is_multiple_of(dtype.size()) {
+            return Err(format!(
+                "length is not a multiple of the {dtype} size {}",
+                dtype.size()
+            ));
         }
     }
     Ok(())

@@ -130,7 +130,9 @@ impl Launch {
     /// are busy (see the pool).
     pub(crate) fn resume(self: &Arc<Self>, s: usize) {
         let me = self.clone();
-        self.shared.pool.push_local(Box::new(move || run_stream(&me, s)));
+        self.shared
+            .pool
+            .push_local(Box::new(move || run_stream(&me, s)));
     }
 
     /// Move stream `s` past its current task (used by the chunk machinery).
@@ -237,11 +239,7 @@ impl Launch {
         Ok(())
     }
 
-    fn wait(
-        self: &Arc<Self>,
-        notify: NotifyId,
-        at: TaskLocation,
-    ) -> Result<Step, DeviceError> {
+    fn wait(self: &Arc<Self>, notify: NotifyId, at: TaskLocation) -> Result<Step, DeviceError> {
         if notify.rank != self.rank() {
             return Err(DeviceError::InvalidTask {
                 at,
@@ -257,7 +255,10 @@ impl Launch {
         if slot.waiter.is_some() {
             return Err(DeviceError::InvalidTask {
                 at,
-                reason: format!("two streams wait on {}", self.shared.layout.describe(notify)),
+                reason: format!(
+                    "two streams wait on {}",
+                    self.shared.layout.describe(notify)
+                ),
             });
         }
         slot.waiter = Some((self.clone(), at.stream));

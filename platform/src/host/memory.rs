@@ -64,7 +64,12 @@ impl Drop for HostBuffer {
     fn drop(&mut self) {
         if self.len > 0 {
             // SAFETY: allocated in `new` with this exact layout.
-            unsafe { dealloc(self.ptr.as_ptr(), Layout::from_size_align_unchecked(self.len, ALIGN)) }
+            unsafe {
+                dealloc(
+                    self.ptr.as_ptr(),
+                    Layout::from_size_align_unchecked(self.len, ALIGN),
+                )
+            }
         }
     }
 }
@@ -192,9 +197,6 @@ impl Memory {
                 });
             }
         };
-        Ok(Resolved {
-            region,
-            keep: None,
-        })
+        Ok(Resolved { region, keep: None })
     }
 }

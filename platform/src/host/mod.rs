@@ -41,21 +41,30 @@ impl HostDevice {
     /// Create a host device for `config.ranks` ranks, with its CCL buffers and workers.
     pub fn new(config: DeviceConfig) -> Result<Self, DeviceError> {
         if config.ranks == 0 {
-            return Err(DeviceError::Config("a device needs at least one rank".into()));
+            return Err(DeviceError::Config(
+                "a device needs at least one rank".into(),
+            ));
         }
         if config.link_channels == 0 {
-            return Err(DeviceError::Config("links need at least one notify channel".into()));
+            return Err(DeviceError::Config(
+                "links need at least one notify channel".into(),
+            ));
         }
         let threads = match config.host_threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };
-        let pool = pool::WorkerPool::new(threads)
-            .map_err(|e| DeviceError::Config(format!("cannot start {threads} worker threads: {e}")))?;
+        let pool = pool::WorkerPool::new(threads).map_err(|e| {
+            DeviceError::Config(format!("cannot start {threads} worker threads: {e}"))
+        })?;
         let layout = config.layout();
         let table = NotifyTable {
             ranks: (0..config.ranks)
-                .map(|_| (0..layout.table_len(0)).map(|_| Default::default()).collect())
+                .map(|_| {
+                    (0..layout.table_len(0))
+                        .map(|_| Default::default())
+                        .collect()
+                })
                 .collect(),
         };
         Ok(HostDevice {
@@ -168,11 +177,16 @@ impl Device for HostDevice {
         // Work instead of sleeping while the queue has jobs: small operations then finish on
         // this thread without a wakeup.
         while !running.iter().all(|(_, (l, _))| l.is_done()) && self.shared.pool.run_one() {}
-        let mut first_error: Option<String> = results.iter().find_map(|r| r.as_ref().err().map(|e| e.to_string()));
+        let mut first_error: Option<String> = results
+            .iter()
+            .find_map(|r| r.as_ref().err().map(|e| e.to_string()));
         for (_, (launch, _)) in &running {
             if let Some(cause) = &first_error {
                 let rank = launch.rank();
-                launch.abort(DeviceError::Aborted { rank, cause: format!("another rank of the same group failed: {cause}") });
+                launch.abort(DeviceError::Aborted {
+                    rank,
+                    cause: format!("another rank of the same group failed: {cause}"),
+                });
             }
             if let Err(err) = launch.wait_done() {
                 first_error.get_or_insert_with(|| err.to_string());

@@ -89,7 +89,14 @@ impl WorkerPool {
     pub(crate) fn push_local(&self, job: Job) {
         let mine = WORKER_OF.get() == Arc::as_ptr(&self.queue) as usize;
         let job = if mine && self.queue.idle.load(Ordering::Relaxed) == 0 {
-            match NEXT.with_borrow_mut(|next| if next.is_none() { *next = Some(job); None } else { Some(job) }) {
+            match NEXT.with_borrow_mut(|next| {
+                if next.is_none() {
+                    *next = Some(job);
+                    None
+                } else {
+                    Some(job)
+                }
+            }) {
                 None => return,
                 Some(job) => job,
             }

@@ -27,19 +27,45 @@ fn local(dev: &HostDevice, rank: usize, i: usize) -> NotifyId {
 fn hand_off(dev: &HostDevice, len: usize) -> (Arc<RankProgram>, Arc<RankProgram>) {
     let notify = local(dev, 1, 0);
     let mut p0 = RankProgram::new(0, 1);
-    p0.streams[0].copy(Slice::new(0, Buf::Input, 0, len), Slice::new(1, Buf::CclIn, 0, len));
+    p0.streams[0].copy(
+        Slice::new(0, Buf::Input, 0, len),
+        Slice::new(1, Buf::CclIn, 0, len),
+    );
     p0.streams[0].post(notify);
     let mut p1 = RankProgram::new(1, 1);
     p1.streams[0].wait(notify);
-    p1.streams[0].copy(Slice::new(1, Buf::CclIn, 0, len), Slice::new(1, Buf::Output, 0, len));
+    p1.streams[0].copy(
+        Slice::new(1, Buf::CclIn, 0, len),
+        Slice::new(1, Buf::Output, 0, len),
+    );
     (Arc::new(p0), Arc::new(p1))
 }
 
-fn run2(dev: &HostDevice, p0: Arc<RankProgram>, p1: Arc<RankProgram>, input: &[u8], out: &mut [u8]) -> Vec<Result<(), DeviceError>> {
+fn run2(
+    dev: &HostDevice,
+    p0: Arc<RankProgram>,
+    p1: Arc<RankProgram>,
+    input: &[u8],
+    out: &mut [u8],
+) -> Vec<Result<(), DeviceError>> {
     let (mut scratch_out, scratch_in) = (vec![0u8; out.len()], vec![0u8; input.len()]);
     dev.execute_group(vec![
-        Execution { program: p0, user: UserBuffers::OutOfPlace { input, output: &mut scratch_out }, scratch: None },
-        Execution { program: p1, user: UserBuffers::OutOfPlace { input: &scratch_in, output: out }, scratch: None },
+        Execution {
+            program: p0,
+            user: UserBuffers::OutOfPlace {
+                input,
+                output: &mut scratch_out,
+            },
+            scratch: None,
+        },
+        Execution {
+            program: p1,
+            user: UserBuffers::OutOfPlace {
+                input: &scratch_in,
+                output: out,
+            },
+            scratch: None,
+        },
     ])
 }
 
@@ -51,7 +77,9 @@ fn a_post_orders_a_remote_write_before_the_waiting_stream() {
         let input: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
         let mut out = vec![0u8; len];
         let (p0, p1) = hand_off(&dev, len);
-        assert!(run2(&dev, p0, p1, &input, &mut out).into_iter().all(|r| r.is_ok()));
+        assert!(run2(&dev, p0, p1, &input, &mut out)
+            .into_iter()
+            .all(|r| r.is_ok()));
         assert!(out == input, "threads {threads} len {len}");
     }
 }
@@ -63,8 +91,16 @@ fn a_second_post_before_the_wait_is_a_lost_wakeup() {
     let mut p = RankProgram::new(0, 1);
     p.streams[0].post(local(&dev, 1, 0));
     p.streams[0].post(local(&dev, 1, 0));
-    let err = dev.execute(Execution { program: Arc::new(p), user: UserBuffers::InPlace(&mut []), scratch: None }).unwrap_err();
-    let DeviceError::LostWakeup { at, .. } = &err else { panic!("{err:?}") };
+    let err = dev
+        .execute(Execution {
+            program: Arc::new(p),
+            user: UserBuffers::InPlace(&mut []),
+            scratch: None,
+        })
+        .unwrap_err();
+    let DeviceError::LostWakeup { at, .. } = &err else {
+        panic!("{err:?}")
+    };
     assert_eq!((at.rank, at.stream, at.task), (0, 0, 1));
 }
 
@@ -74,8 +110,19 @@ fn a_wait_nobody_posts_times_out_with_its_location() {
     dev.reserve_local_notifies(2).unwrap();
     let mut p = RankProgram::new(1, 2);
     p.streams[1].wait(local(&dev, 1, 1));
-    let err = dev.execute(Execution { program: Arc::new(p), user: UserBuffers::InPlace(&mut []), scratch: None }).unwrap_err();
-    let DeviceError::WaitTimeout { at, notify, waited, .. } = &err else { panic!("{err:?}") };
+    let err = dev
+        .execute(Execution {
+            program: Arc::new(p),
+            user: UserBuffers::InPlace(&mut []),
+            scratch: None,
+        })
+        .unwrap_err();
+    let DeviceError::WaitTimeout {
+        at, notify, waited, ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
     assert_eq!((at.rank, at.stream, at.task, notify.rank), (1, 1, 0, 1));
     assert!(*waited >= Duration::from_millis(100));
     assert!(err.to_string().contains("local #1"), "{err}");
@@ -84,23 +131,72 @@ fn a_wait_nobody_posts_times_out_with_its_location() {
 fn run_one(dev: &HostDevice, task: Task, input: &[u8], output: &mut [u8]) -> DeviceError {
     let mut p = RankProgram::new(0, 1);
     p.streams[0].tasks.push(task);
-    dev.execute(Execution { program: Arc::new(p), user: UserBuffers::OutOfPlace { input, output }, scratch: None }).unwrap_err()
+    dev.execute(Execution {
+        program: Arc::new(p),
+        user: UserBuffers::OutOfPlace { input, output },
+        scratch: None,
+    })
+    .unwrap_err()
 }
 
 #[test]
 fn bad_slices_are_errors_not_memory_accesses() {
     let dev = device(2, 1, 1000);
     let (input, mut output) = (vec![1u8; 16], vec![0u8; 16]);
-    let copy = |src, dst| Task::Copy { src, dsts: vec![dst] };
+    let copy = |src, dst| Task::Copy {
+        src,
+        dsts: vec![dst],
+    };
     let cases = [
-        (copy(Slice::new(0, Buf::Input, 8, 16), Slice::new(0, Buf::Output, 0, 16)), "only 16 bytes"),
-        (copy(Slice::new(0, Buf::Output, 0, 8), Slice::new(0, Buf::Input, 0, 8)), "must not write the user's Input"),
-        (copy(Slice::new(0, Buf::CclIn, 0, 8), Slice::new(0, Buf::CclIn, 4, 8)), "overlaps source"),
-        (copy(Slice::new(0, Buf::Input, 0, 8), Slice::new(5, Buf::CclIn, 0, 8)), "rank 5 does not exist"),
-        (copy(Slice::new(0, Buf::Input, 0, 8), Slice::new(1, Buf::Output, 0, 8)), "no collective in flight"),
-        (copy(Slice::new(0, Buf::Scratch, 0, 8), Slice::new(0, Buf::Output, 0, 8)), "no scratch"),
         (
-            Task::Reduce { srcs: vec![Slice::new(0, Buf::Input, 0, 6)], dsts: vec![Slice::new(0, Buf::Output, 0, 6)], dtype: DataType::F32, op: ReduceOp::Sum },
+            copy(
+                Slice::new(0, Buf::Input, 8, 16),
+                Slice::new(0, Buf::Output, 0, 16),
+            ),
+            "only 16 bytes",
+        ),
+        (
+            copy(
+                Slice::new(0, Buf::Output, 0, 8),
+                Slice::new(0, Buf::Input, 0, 8),
+            ),
+            "must not write the user's Input",
+        ),
+        (
+            copy(
+                Slice::new(0, Buf::CclIn, 0, 8),
+                Slice::new(0, Buf::CclIn, 4, 8),
+            ),
+            "overlaps source",
+        ),
+        (
+            copy(
+                Slice::new(0, Buf::Input, 0, 8),
+                Slice::new(5, Buf::CclIn, 0, 8),
+            ),
+            "rank 5 does not exist",
+        ),
+        (
+            copy(
+                Slice::new(0, Buf::Input, 0, 8),
+                Slice::new(1, Buf::Output, 0, 8),
+            ),
+            "no collective in flight",
+        ),
+        (
+            copy(
+                Slice::new(0, Buf::Scratch, 0, 8),
+                Slice::new(0, Buf::Output, 0, 8),
+            ),
+            "no scratch",
+        ),
+        (
+            Task::Reduce {
+                srcs: vec![Slice::new(0, Buf::Input, 0, 6)],
+                dsts: vec![Slice::new(0, Buf::Output, 0, 6)],
+                dtype: DataType::F32,
+                op: ReduceOp::Sum,
+            },
             "not a multiple",
         ),
     ];
@@ -116,7 +212,13 @@ fn waits_on_another_ranks_notify_are_refused() {
     let dev = device(2, 1, 1000);
     let mut p = RankProgram::new(0, 1);
     p.streams[0].wait(NotifyId { rank: 1, index: 0 });
-    let err = dev.execute(Execution { program: Arc::new(p), user: UserBuffers::InPlace(&mut []), scratch: None }).unwrap_err();
+    let err = dev
+        .execute(Execution {
+            program: Arc::new(p),
+            user: UserBuffers::InPlace(&mut []),
+            scratch: None,
+        })
+        .unwrap_err();
     assert!(err.to_string().contains("waits are local"), "{err}");
 }
 
@@ -125,12 +227,26 @@ fn one_rank_cannot_run_two_collectives_at_once() {
     let dev = device(1, 1, 1000);
     let p = Arc::new(RankProgram::new(0, 1));
     let results = dev.execute_group(vec![
-        Execution { program: p.clone(), user: UserBuffers::InPlace(&mut []), scratch: None },
-        Execution { program: p, user: UserBuffers::InPlace(&mut []), scratch: None },
+        Execution {
+            program: p.clone(),
+            user: UserBuffers::InPlace(&mut []),
+            scratch: None,
+        },
+        Execution {
+            program: p,
+            user: UserBuffers::InPlace(&mut []),
+            scratch: None,
+        },
     ]);
-    assert!(matches!(results[1], Err(DeviceError::Busy { rank: 0 })), "{results:?}");
+    assert!(
+        matches!(results[1], Err(DeviceError::Busy { rank: 0 })),
+        "{results:?}"
+    );
     // The rest of a group whose member could not start is aborted, not left to time out.
-    assert!(matches!(&results[0], Err(DeviceError::Aborted { rank: 0, .. })), "{results:?}");
+    assert!(
+        matches!(&results[0], Err(DeviceError::Aborted { rank: 0, .. })),
+        "{results:?}"
+    );
 }
 
 #[test]
@@ -139,20 +255,37 @@ fn slave_streams_fork_and_join_through_local_notifies() {
     dev.reserve_local_notifies(2).unwrap();
     let (fork, join) = (local(&dev, 0, 0), local(&dev, 0, 1));
     let mut p = RankProgram::new(0, 2);
-    p.streams[0].copy(Slice::new(0, Buf::Input, 0, 4), Slice::new(0, Buf::CclIn, 0, 4));
+    p.streams[0].copy(
+        Slice::new(0, Buf::Input, 0, 4),
+        Slice::new(0, Buf::CclIn, 0, 4),
+    );
     p.streams[0].post(fork);
     p.streams[1].wait(fork);
     p.streams[1].reduce(
-        vec![Slice::new(0, Buf::CclIn, 0, 4), Slice::new(0, Buf::Input, 0, 4)],
+        vec![
+            Slice::new(0, Buf::CclIn, 0, 4),
+            Slice::new(0, Buf::Input, 0, 4),
+        ],
         Slice::new(0, Buf::CclOut, 0, 4),
         DataType::I32,
         ReduceOp::Sum,
     );
     p.streams[1].post(join);
     p.streams[0].wait(join);
-    p.streams[0].copy(Slice::new(0, Buf::CclOut, 0, 4), Slice::new(0, Buf::Output, 0, 4));
+    p.streams[0].copy(
+        Slice::new(0, Buf::CclOut, 0, 4),
+        Slice::new(0, Buf::Output, 0, 4),
+    );
     let input = 21i32.to_le_bytes();
     let mut output = [0u8; 4];
-    dev.execute(Execution { program: Arc::new(p), user: UserBuffers::OutOfPlace { input: &input, output: &mut output }, scratch: None }).unwrap();
+    dev.execute(Execution {
+        program: Arc::new(p),
+        user: UserBuffers::OutOfPlace {
+            input: &input,
+            output: &mut output,
+        },
+        scratch: None,
+    })
+    .unwrap();
     assert_eq!(i32::from_le_bytes(output), 42);
 }

@@ -87,7 +87,10 @@ fn parse_order(text: &str) -> Result<Vec<usize>, Error> {
 /// The two neighbours of `rank` in `order`.
 fn neighbours(order: &[usize], rank: usize) -> Vec<usize> {
     let n = order.len();
-    let pos = order.iter().position(|&r| r == rank).expect("order is a permutation");
+    let pos = order
+        .iter()
+        .position(|&r| r == rank)
+        .expect("order is a permutation");
     let mut peers = vec![order[(pos + n - 1) % n], order[(pos + 1) % n]];
     peers.sort_unstable();
     peers.dedup();
@@ -97,7 +100,11 @@ fn neighbours(order: &[usize], rank: usize) -> Vec<usize> {
 
 /// Byte range `[from, from + len)` of `r`.
 fn part(r: BufRange, from: usize, len: usize) -> BufRange {
-    BufRange { buf: r.buf, offset: r.offset + from, len }
+    BufRange {
+        buf: r.buf,
+        offset: r.offset + from,
+        len,
+    }
 }
 
 impl Executor for BidirRing {
@@ -151,8 +158,14 @@ mod tests {
 
     #[test]
     fn order_must_be_a_permutation() {
-        assert_eq!(BidirRing::with_order(vec![1, 0, 2]).order(3).unwrap(), vec![1, 0, 2]);
-        let err = BidirRing::with_order(vec![0, 0, 2]).order(3).unwrap_err().to_string();
+        assert_eq!(
+            BidirRing::with_order(vec![1, 0, 2]).order(3).unwrap(),
+            vec![1, 0, 2]
+        );
+        let err = BidirRing::with_order(vec![0, 0, 2])
+            .order(3)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not a permutation"), "{err}");
         assert!(parse_order("1, 2,x").is_err());
     }

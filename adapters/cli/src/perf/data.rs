@@ -20,7 +20,10 @@ pub struct Aligned {
 
 impl Aligned {
     pub fn zeroed(len: usize) -> Self {
-        Aligned { words: vec![0; len.div_ceil(8)], len }
+        Aligned {
+            words: vec![0; len.div_ceil(8)],
+            len,
+        }
     }
 
     pub fn bytes(&self) -> &[u8] {
@@ -56,13 +59,18 @@ fn element(dtype: DataType, v: u8) -> Vec<u8> {
 
 /// One period of rank `rank`'s input.
 fn period(op: &OpParam, rank: usize) -> Vec<u8> {
-    (0..PERIOD).flat_map(|i| element(op.dtype, small_int(rank, i, op.op))).collect()
+    (0..PERIOD)
+        .flat_map(|i| element(op.dtype, small_int(rank, i, op.op)))
+        .collect()
 }
 
 /// Fill `buf` with rank `rank`'s input pattern.
 pub fn fill_input(op: &OpParam, rank: usize, buf: &mut [u8]) {
     let pattern = period(op, rank);
-    for (chunk, p) in buf.chunks_mut(pattern.len()).zip(std::iter::repeat(&pattern)) {
+    for (chunk, p) in buf
+        .chunks_mut(pattern.len())
+        .zip(std::iter::repeat(&pattern))
+    {
         chunk.copy_from_slice(&p[..chunk.len()]);
     }
 }

@@ -71,18 +71,31 @@ where
     if text.eq_ignore_ascii_case("all") {
         return Ok(all.to_vec());
     }
-    text.parse::<T>().map(|v| vec![v]).map_err(|e| bad_arg(e.to_string()))
+    text.parse::<T>()
+        .map(|v| vec![v])
+        .map_err(|e| bad_arg(e.to_string()))
 }
 
 fn bad_arg(reason: String) -> Error {
-    oxccl::ConfigError { var: "oxccl perf", value: String::new(), reason }.into()
+    oxccl::ConfigError {
+        var: "oxccl perf",
+        value: String::new(),
+        reason,
+    }
+    .into()
 }
 
 /// The sizes from `-b` to `-e`, multiplied by `-f` each step.
 fn sizes(args: &PerfArgs) -> Result<Vec<usize>, Error> {
-    let (min, max) = (parse_size(&args.minbytes).map_err(bad_arg)?, parse_size(&args.maxbytes).map_err(bad_arg)?);
+    let (min, max) = (
+        parse_size(&args.minbytes).map_err(bad_arg)?,
+        parse_size(&args.maxbytes).map_err(bad_arg)?,
+    );
     if min > max || args.stepfactor < 2 {
-        return Err(bad_arg(format!("need -b <= -e and -f >= 2 (got {min}, {max}, {})", args.stepfactor)));
+        return Err(bad_arg(format!(
+            "need -b <= -e and -f >= 2 (got {min}, {max}, {})",
+            args.stepfactor
+        )));
     }
     let mut out = vec![];
     let mut s = min;
@@ -99,7 +112,11 @@ fn sizes(args: &PerfArgs) -> Result<Vec<usize>, Error> {
 pub fn run(args: &PerfArgs) -> Result<ExitCode, Error> {
     let kind: OpKind = args.collective.parse()?;
     let dtypes = parse_all(&args.datatype, &DataType::ALL)?;
-    let redops = if kind.reduces() { parse_all(&args.op, &ReduceOp::ALL)? } else { vec![ReduceOp::Sum] };
+    let redops = if kind.reduces() {
+        parse_all(&args.op, &ReduceOp::ALL)?
+    } else {
+        vec![ReduceOp::Sum]
+    };
     let mut config = Config::from_env()?;
     if let Some(name) = &args.algo {
         config.algo.set(Some(kind), name);
@@ -111,7 +128,13 @@ pub fn run(args: &PerfArgs) -> Result<ExitCode, Error> {
             for &size in &sizes(args)? {
                 let (count, _) = element_counts(kind, size, dtype, args.ranks);
                 let root = kind.has_root().then_some(args.root);
-                let op = OpParam { kind, count, dtype, op: redop, root };
+                let op = OpParam {
+                    kind,
+                    count,
+                    dtype,
+                    op: redop,
+                    root,
+                };
                 report.row(run::measure(&comms, &op, args)?);
             }
         }

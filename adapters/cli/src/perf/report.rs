@@ -74,10 +74,20 @@ impl Report {
             avg_busbw_gbps: 0.0,
         });
         if json.is_none() {
-            println!("# oxccl perf {}: {ranks} ranks on {:?}", kind.name(), comms[0].framework().device());
-            println!("# iters {} warmup {} check {}", args.iters, args.warmup, args.check);
+            println!(
+                "# oxccl perf {}: {ranks} ranks on {:?}",
+                kind.name(),
+                comms[0].framework().device()
+            );
+            println!(
+                "# iters {} warmup {} check {}",
+                args.iters, args.warmup, args.check
+            );
             println!("#");
-            println!("# {:>10} {:>12} {:>8} {:>6} {:>5}   {:^34}   {:^34}", "", "", "", "", "", "out-of-place", "in-place");
+            println!(
+                "# {:>10} {:>12} {:>8} {:>6} {:>5}   {:^34}   {:^34}",
+                "", "", "", "", "", "out-of-place", "in-place"
+            );
             println!(
                 "# {:>10} {:>12} {:>8} {:>6} {:>5}   {:>9} {:>7} {:>7} {:>7}   {:>9} {:>7} {:>7} {:>7}  executor",
                 "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"
@@ -87,7 +97,15 @@ impl Report {
                 "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""
             );
         }
-        Report { json, kind, ranks, busbw_sum: 0.0, busbw_rows: 0, wrong: 0, out_of_bounds: 0 }
+        Report {
+            json,
+            kind,
+            ranks,
+            busbw_sum: 0.0,
+            busbw_rows: 0,
+            wrong: 0,
+            out_of_bounds: 0,
+        }
     }
 
     fn timing(&mut self, size: usize, t: &Timing) -> (JsonTiming, String) {
@@ -96,25 +114,54 @@ impl Report {
         self.busbw_rows += 1;
         self.wrong += t.wrong.unwrap_or(0);
         let wrong = t.wrong.map_or("N/A".to_string(), |w| w.to_string());
-        let text = format!("{:>9.2} {:>7.3} {:>7.3} {:>7}", t.seconds * 1e6, algbw, busbw, wrong);
-        (JsonTiming { time_us: t.seconds * 1e6, algbw_gbps: algbw, busbw_gbps: busbw, wrong: t.wrong }, text)
+        let text = format!(
+            "{:>9.2} {:>7.3} {:>7.3} {:>7}",
+            t.seconds * 1e6,
+            algbw,
+            busbw,
+            wrong
+        );
+        (
+            JsonTiming {
+                time_us: t.seconds * 1e6,
+                algbw_gbps: algbw,
+                busbw_gbps: busbw,
+                wrong: t.wrong,
+            },
+            text,
+        )
     }
 
     pub fn row(&mut self, m: Measured) {
         let size = size_of(&m, self.ranks);
         let root = m.op.root.map_or(-1, |r| r as i64);
-        let (redop, dtype) = (if self.kind.reduces() { m.op.op.name() } else { "none" }, m.op.dtype.name());
+        let (redop, dtype) = (
+            if self.kind.reduces() {
+                m.op.op.name()
+            } else {
+                "none"
+            },
+            m.op.dtype.name(),
+        );
         let (oop, ip) = match &m.skipped {
             Some(_) => (None, None),
-            None => (Some(self.timing(size, &m.out_of_place)), Some(self.timing(size, &m.in_place))),
+            None => (
+                Some(self.timing(size, &m.out_of_place)),
+                Some(self.timing(size, &m.in_place)),
+            ),
         };
         self.out_of_bounds += m.out_of_bounds;
         match &mut self.json {
             None => match (&oop, &ip, &m.skipped) {
                 (Some((_, o)), Some((_, i)), _) => {
-                    println!("  {size:>10} {:>12} {dtype:>8} {redop:>6} {root:>5}   {o}   {i}  {}", m.op.count, m.executor)
+                    println!(
+                        "  {size:>10} {:>12} {dtype:>8} {redop:>6} {root:>5}   {o}   {i}  {}",
+                        m.op.count, m.executor
+                    )
                 }
-                (_, _, reason) => println!("# skipped {size} B: {}", reason.as_deref().unwrap_or("")),
+                (_, _, reason) => {
+                    println!("# skipped {size} B: {}", reason.as_deref().unwrap_or(""))
+                }
             },
             Some(json) => json.rows.push(JsonRow {
                 size,
@@ -131,17 +178,28 @@ impl Report {
     }
 
     pub fn finish(mut self) -> ExitCode {
-        let avg = if self.busbw_rows > 0 { self.busbw_sum / self.busbw_rows as f64 } else { 0.0 };
+        let avg = if self.busbw_rows > 0 {
+            self.busbw_sum / self.busbw_rows as f64
+        } else {
+            0.0
+        };
         let ok = self.wrong == 0 && self.out_of_bounds == 0;
         match self.json.take() {
             Some(mut json) => {
                 json.out_of_bounds = self.out_of_bounds;
                 json.wrong = self.wrong;
                 json.avg_busbw_gbps = avg;
-                println!("{}", serde_json::to_string_pretty(&json).expect("report serialises"));
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&json).expect("report serialises")
+                );
             }
             None => {
-                let verdict = if self.out_of_bounds == 0 { "OK" } else { "FAILED" };
+                let verdict = if self.out_of_bounds == 0 {
+                    "OK"
+                } else {
+                    "FAILED"
+                };
                 println!("# Out of bounds values : {} {verdict}", self.out_of_bounds);
                 println!("# Avg bus bandwidth    : {avg:.4}");
                 if self.wrong > 0 {

@@ -55,14 +55,31 @@ fn available_memory() -> Option<usize> {
 pub fn measure(comms: &[Communicator], op: &OpParam, args: &PerfArgs) -> Result<Measured, Error> {
     let n = comms.len();
     let (in_bytes, out_bytes) = op.buffer_bytes(n);
-    let executor = comms[0].framework().prepare(op, false)?.selection.executor.name.to_string();
-    let mut row = Measured { op: *op, out_of_place: Timing::default(), in_place: Timing::default(), out_of_bounds: 0, executor, skipped: None };
+    let executor = comms[0]
+        .framework()
+        .prepare(op, false)?
+        .selection
+        .executor
+        .name
+        .to_string();
+    let mut row = Measured {
+        op: *op,
+        out_of_place: Timing::default(),
+        in_place: Timing::default(),
+        out_of_bounds: 0,
+        executor,
+        skipped: None,
+    };
     let need = n * (in_bytes + 2 * out_bytes.max(in_bytes));
     if available_memory().is_some_and(|avail| need > avail / 10 * 8) {
         row.skipped = Some(format!("needs ~{} MiB", need >> 20));
         return Ok(row);
     }
-    let expected = if args.check != 0 { Some(expected_period(op, n).map_err(super::bad_arg)?) } else { None };
+    let expected = if args.check != 0 {
+        Some(expected_period(op, n).map_err(super::bad_arg)?)
+    } else {
+        None
+    };
     let threads = args.threads.clamp(1, n);
     let barrier = Barrier::new(threads);
     let per_thread = n.div_ceil(threads);
@@ -74,19 +91,38 @@ pub fn measure(comms: &[Communicator], op: &OpParam, args: &PerfArgs) -> Result<
                 s.spawn(move || run_thread(ranks, op, args, barrier, expected))
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("benchmark thread panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("benchmark thread panicked"))
+            .collect()
     });
-    let results: Vec<RankResult> = results.into_iter().collect::<Result<Vec<_>, _>>()?.into_iter().flatten().collect();
+    let results: Vec<RankResult> = results
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+        .collect();
     let mean = |f: fn(&RankResult) -> f64| results.iter().map(f).sum::<f64>() / n as f64;
-    let wrong = |f: fn(&RankResult) -> usize| expected.as_ref().map(|_| results.iter().map(f).sum());
-    row.out_of_place = Timing { seconds: mean(|r| r.oop.0), wrong: wrong(|r| r.oop.1) };
-    row.in_place = Timing { seconds: mean(|r| r.ip.0), wrong: wrong(|r| r.ip.1) };
+    let wrong =
+        |f: fn(&RankResult) -> usize| expected.as_ref().map(|_| results.iter().map(f).sum());
+    row.out_of_place = Timing {
+        seconds: mean(|r| r.oop.0),
+        wrong: wrong(|r| r.oop.1),
+    };
+    row.in_place = Timing {
+        seconds: mean(|r| r.ip.0),
+        wrong: wrong(|r| r.ip.1),
+    };
     row.out_of_bounds = results.iter().map(|r| r.oob).sum();
     Ok(row)
 }
 
 /// Time `iters` calls after `warmup` untimed ones; all threads start together.
-fn timed(args: &PerfArgs, barrier: &Barrier, mut call: impl FnMut() -> Result<(), Error>) -> Result<f64, Error> {
+fn timed(
+    args: &PerfArgs,
+    barrier: &Barrier,
+    mut call: impl FnMut() -> Result<(), Error>,
+) -> Result<f64, Error> {
     for _ in 0..args.warmup {
         call()?;
     }
@@ -104,20 +140,34 @@ fn recv(o: &mut Aligned, len: usize) -> &mut [u8] {
 }
 
 /// One group call over every rank this thread drives.
-fn group_call(states: &mut [RankState<'_>], op: &OpParam, len: usize, in_place: bool) -> Result<(), Error> {
+fn group_call(
+    states: &mut [RankState<'_>],
+    op: &OpParam,
+    len: usize,
+    in_place: bool,
+) -> Result<(), Error> {
     let mut group = Group::new();
     for st in states.iter_mut() {
         let user = if in_place {
             UserBuffers::InPlace(recv(&mut st.output, len))
         } else {
-            UserBuffers::OutOfPlace { input: st.input.bytes(), output: recv(&mut st.output, len) }
+            UserBuffers::OutOfPlace {
+                input: st.input.bytes(),
+                output: recv(&mut st.output, len),
+            }
         };
         group.execute(st.comm, *op, user);
     }
     group.run()
 }
 
-fn run_thread(comms: &[Communicator], op: &OpParam, args: &PerfArgs, barrier: &Barrier, expected: Option<&[u8]>) -> Result<Vec<RankResult>, Error> {
+fn run_thread(
+    comms: &[Communicator],
+    op: &OpParam,
+    args: &PerfArgs,
+    barrier: &Barrier,
+    expected: Option<&[u8]>,
+) -> Result<Vec<RankResult>, Error> {
     let (in_bytes, out_bytes) = op.buffer_bytes(comms[0].size());
     let es = op.dtype.size();
     let mut states: Vec<RankState<'_>> = comms
@@ -127,15 +177,26 @@ fn run_thread(comms: &[Communicator], op: &OpParam, args: &PerfArgs, barrier: &B
             fill_input(op, comm.rank(), input.bytes_mut());
             let mut output = Aligned::zeroed(out_bytes + 2 * GUARD);
             output.bytes_mut().fill(GUARD_BYTE);
-            RankState { comm, input, output }
+            RankState {
+                comm,
+                input,
+                output,
+            }
         })
         .collect();
     let check = |states: &mut [RankState<'_>]| -> Vec<usize> {
-        states.iter_mut().map(|st| expected.map_or(0, |e| count_wrong(recv(&mut st.output, out_bytes), e, es))).collect()
+        states
+            .iter_mut()
+            .map(|st| expected.map_or(0, |e| count_wrong(recv(&mut st.output, out_bytes), e, es)))
+            .collect()
     };
-    let oop_time = timed(args, barrier, || group_call(&mut states, op, out_bytes, false))?;
+    let oop_time = timed(args, barrier, || {
+        group_call(&mut states, op, out_bytes, false)
+    })?;
     let oop_wrong = check(&mut states);
-    let ip_time = timed(args, barrier, || group_call(&mut states, op, out_bytes, true))?;
+    let ip_time = timed(args, barrier, || {
+        group_call(&mut states, op, out_bytes, true)
+    })?;
     let mut ip_wrong = vec![0; states.len()];
     if expected.is_some() {
         for st in states.iter_mut() {
@@ -150,8 +211,16 @@ fn run_thread(comms: &[Communicator], op: &OpParam, args: &PerfArgs, barrier: &B
         .enumerate()
         .map(|(i, st)| {
             let bytes = st.output.bytes();
-            let oob = bytes[..GUARD].iter().chain(&bytes[GUARD + out_bytes..]).filter(|&&b| b != GUARD_BYTE).count();
-            RankResult { oop: (oop_time, oop_wrong[i]), ip: (ip_time, ip_wrong[i]), oob }
+            let oob = bytes[..GUARD]
+                .iter()
+                .chain(&bytes[GUARD + out_bytes..])
+                .filter(|&&b| b != GUARD_BYTE)
+                .count();
+            RankResult {
+                oop: (oop_time, oop_wrong[i]),
+                ip: (ip_time, ip_wrong[i]),
+                oob,
+            }
         })
         .collect())
 }
