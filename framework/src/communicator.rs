@@ -9,7 +9,7 @@
 
 use crate::config::{Config, DeviceChoice};
 use crate::error::{ArgError, Error};
-use crate::executor::{Mode, PlanCtx};
+use crate::executor::{Mode, PlanCtx, ResourceRequest};
 use crate::op::OpParam;
 use crate::orchestrate::build_program;
 use crate::select::{select_alg, SelectRequest, Selection};
@@ -61,6 +61,8 @@ struct ProgramKey {
 #[derive(Clone, Debug)]
 pub struct Prepared {
     pub selection: Selection,
+    /// The executor's resource request for this rank.
+    pub request: ResourceRequest,
     pub program: Arc<RankProgram>,
     pub scratch: Option<ScratchId>,
     pub mode: Mode,
@@ -236,6 +238,7 @@ impl Communicator {
         )?;
         Ok(Prepared {
             selection,
+            request,
             program: Arc::new(program),
             scratch,
             mode: plan.mode,

@@ -16,6 +16,7 @@
 //! [`register_executor!`] and [`register_template!`]; [`config`] reads the environment in
 //! one place; [`topology`] says which links exist.
 
+pub mod analyzer;
 pub mod communicator;
 pub mod config;
 pub mod error;
