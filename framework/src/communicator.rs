@@ -203,6 +203,7 @@ impl Communicator {
             ranks: self.size(),
             topology: &g.topology,
             bytes,
+            ccl_bytes: g.config.ccl_buffer_bytes,
         };
         let selection = select_alg(&req, &g.config.algo)?;
         let entry = selection.executor;

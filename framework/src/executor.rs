@@ -138,6 +138,7 @@ impl KernelArgs {
 pub struct KernelCtx<'a> {
     pub rank: Rank,
     pub ranks: usize,
+    pub topology: &'a Topology,
     pub(crate) executor: &'static str,
     pub(crate) program: &'a mut RankProgram,
     pub(crate) links: &'a [Option<LinkKind>],

@@ -43,6 +43,7 @@ pub fn build_program(
         let mut ctx = KernelCtx {
             rank: plan.rank,
             ranks: plan.ranks,
+            topology: plan.topology,
             executor: executor_name,
             program: &mut program,
             links: &links,

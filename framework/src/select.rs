@@ -12,7 +12,7 @@
 //! (HCCL's `newTag`: operator plus executor) that keys cached resources.
 
 use crate::error::{ConfigError, Error};
-use crate::executor::ExecutorEntry;
+use crate::executor::{ExecutorEntry, Mode, Peers, PlanCtx};
 use crate::op::{OpKind, OpParam};
 use crate::registry::registry;
 use crate::topology::Topology;
@@ -104,6 +104,8 @@ pub struct SelectRequest<'a> {
     pub topology: &'a Topology,
     /// Bytes per rank of the operation's input.
     pub bytes: usize,
+    /// Bytes of each CCL buffer.
+    pub ccl_bytes: usize,
 }
 
 /// A plugin selector: returns an executor name for requests it wants to decide.
@@ -193,12 +195,16 @@ fn builtin_choice(
     let mut best: Option<&'static ExecutorEntry> = None;
     let mut rejected = Vec::new();
     for e in candidates {
-        let why = e.constraints.check(req.ranks, req.topology).or_else(|| {
-            e.constraints
-                .max_bytes
-                .filter(|&max| req.bytes > max)
-                .map(|max| format!("only auto-selected up to {max} B"))
-        });
+        let why = e
+            .constraints
+            .check(req.ranks, req.topology)
+            .or_else(|| {
+                e.constraints
+                    .max_bytes
+                    .filter(|&max| req.bytes > max)
+                    .map(|max| format!("only auto-selected up to {max} B"))
+            })
+            .or_else(|| infeasible(e, req));
         match why {
             Some(why) => rejected.push(format!("{}: {why}", e.name)),
             None if best.is_none_or(|b| e.preference > b.preference) => best = Some(e),
@@ -221,6 +227,40 @@ fn builtin_choice(
             best.preference
         ),
     ))
+}
+
+/// Why `entry` cannot run `req` on its topology, found by asking it for every rank's
+/// resources: an error, or a link it needs that is broken or missing.
+fn infeasible(entry: &'static ExecutorEntry, req: &SelectRequest<'_>) -> Option<String> {
+    let executor = (entry.make)();
+    (0..req.ranks).find_map(|rank| {
+        let plan = PlanCtx {
+            rank,
+            ranks: req.ranks,
+            op: req.op,
+            topology: req.topology,
+            mode: Mode::Direct,
+            ccl_bytes: req.ccl_bytes,
+            in_place: false,
+        };
+        match executor.resources(&plan) {
+            Err(e) => Some(e.to_string()),
+            Ok(request) => {
+                let peers: Vec<usize> = match request.peers {
+                    Peers::All => (0..req.ranks).filter(|&p| p != rank).collect(),
+                    Peers::List(list) => list,
+                };
+                peers
+                    .into_iter()
+                    .find(|&p| req.topology.link_kind(rank, p).is_none())
+                    .map(|p| {
+                        format!(
+                            "rank {rank} needs the link to rank {p}, which is broken or missing"
+                        )
+                    })
+            }
+        }
+    })
 }
 
 #[cfg(test)]

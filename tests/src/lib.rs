@@ -25,8 +25,8 @@ pub struct Case {
 /// How the communicator under test is built.
 #[derive(Clone, Debug)]
 pub struct Setup {
-    /// Executor forced for AllReduce.
-    pub algo: &'static str,
+    /// Executor forced for AllReduce (`None`: whatever select_alg picks).
+    pub algo: Option<&'static str>,
     pub topology: Topology,
     /// Zero-copy on user buffers (true) or staged through the CCL buffers (false).
     pub zero_copy: bool,
@@ -44,7 +44,9 @@ impl Setup {
             exec_timeout: std::time::Duration::from_secs(30),
             ..Config::default()
         };
-        config.algo.set(Some(oxccl::OpKind::AllReduce), self.algo);
+        if let Some(algo) = self.algo {
+            config.algo.set(Some(oxccl::OpKind::AllReduce), algo);
+        }
         config
     }
 }
@@ -176,9 +178,10 @@ pub fn run_all_reduce(setup: &Setup, cases: &[Case]) -> Result<(), String> {
     for (i, case) in cases.iter().enumerate() {
         run_case(&comms, case, i as u64).map_err(|e| {
             format!(
-                "{} on {n} ranks {:?}, zero_copy={}, {case:?}: {e}",
+                "{:?} on {n} ranks {:?} (broken {:?}), zero_copy={}, {case:?}: {e}",
                 setup.algo,
                 setup.topology.server_sizes(),
+                setup.topology.broken_links().collect::<Vec<_>>(),
                 setup.zero_copy
             )
         })?;

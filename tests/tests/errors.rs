@@ -201,24 +201,45 @@ fn executors_that_need_a_broken_link_are_refused() {
         "{err:?}"
     );
     assert!(err.to_string().contains("broken links"), "{err}");
+}
 
+#[test]
+fn without_a_ring_of_healthy_links_the_ring_says_so() {
+    // Rank 0 keeps one link only: no ring passes through it.
+    let topology = Topology::single_server(4)
+        .with_broken(0, 2)
+        .unwrap()
+        .with_broken(0, 3)
+        .unwrap();
+    let mut config = Config {
+        topology: Some(topology.clone()),
+        ..Config::default()
+    };
     config.algo.set(Some(OpKind::AllReduce), "ring");
     let c = Communicator::init_all(4, config).unwrap();
     let err = c[1]
         .all_reduce(&[1u8; 8], &mut [0u8; 8], ReduceOp::Sum)
         .unwrap_err();
     assert!(
-        matches!(
-            &err,
-            Error::NoLink {
-                rank: 1,
-                peer: 2,
-                why: "is broken",
-                ..
-            }
-        ),
-        "{err:?}"
+        err.to_string().contains("no ring of healthy links"),
+        "{err}"
     );
+    // Nor can the built-in selector find anything, and it says why for each candidate.
+    let c = Communicator::init_all(
+        4,
+        Config {
+            topology: Some(topology),
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let err = c[1]
+        .all_reduce(&[1u8; 8], &mut [0u8; 8], ReduceOp::Sum)
+        .unwrap_err();
+    assert!(matches!(err, Error::NoExecutor { .. }), "{err:?}");
+    for part in ["ring: ", "mesh: ", "bidir-ring: "] {
+        assert!(err.to_string().contains(part), "{err}");
+    }
 }
 
 #[test]

@@ -1,62 +1,69 @@
 //! AllReduce ring: ring reduce-scatter then ring all-gather, on the main stream.
 //!
 //! `2(n - 1)` steps, each with one neighbour on each side: the AllReduce that needs the
-//! fewest links (two per rank), so it runs on rings and on meshes with broken links as long
-//! as the natural order `0, 1, ..., n-1` is a cycle of healthy links.
+//! fewest links (two per rank), so it runs on rings and on meshes with broken links. The
+//! order is the natural `0, 1, ..., n-1` when its links are healthy, otherwise a
+//! Hamiltonian cycle of the healthy links found by [`healthy_ring`].
 //! HCCL cost: `2(p−1)α + 2(p−1)/p·nβ + (p−1)/p·nγ`.
 
-use crate::templates::{even_chunks, ring_all_gather, ring_reduce_scatter, RingParams};
+use crate::templates::{
+    even_chunks, healthy_ring, ring_all_gather, ring_neighbours, ring_reduce_scatter, RingParams,
+};
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
+    Topology,
 };
 
-/// The ring AllReduce executor, over the natural rank order.
+/// The ring AllReduce executor.
 pub struct RingAllReduce;
 
 oxccl_framework::register_executor! {
     name: "ring",
     op: OpKind::AllReduce,
-    description: "ring reduce-scatter then ring all-gather over ranks 0..n, on the main stream",
+    description: "ring reduce-scatter then ring all-gather over a ring of healthy links, on the main stream",
     constraints: Constraints::ANY,
     preference: 10,
     make: || Box::new(RingAllReduce),
 }
 
-/// The neighbours of `rank` in the natural ring of `ranks`, without duplicates.
-pub fn natural_ring_peers(rank: usize, ranks: usize) -> Vec<usize> {
-    let mut peers = vec![(rank + ranks - 1) % ranks, (rank + 1) % ranks];
-    peers.sort_unstable();
-    peers.dedup();
-    peers.retain(|&p| p != rank);
-    peers
+/// The ring order on `topology`, or why there is none.
+fn ring_order(topology: &Topology, ranks: usize) -> Result<Vec<usize>, Error> {
+    healthy_ring(topology).ok_or_else(|| Error::Unsupported {
+        executor: "ring".into(),
+        op: OpKind::AllReduce,
+        ranks,
+        reason: "no ring of healthy links exists (no Hamiltonian cycle was found)".into(),
+    })
 }
 
 impl Executor for RingAllReduce {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        Ok(ResourceRequest::with_peers(Peers::List(
-            natural_ring_peers(ctx.rank, ctx.ranks),
-        )))
+        let order = ring_order(ctx.topology, ctx.ranks)?;
+        Ok(ResourceRequest::with_peers(Peers::List(ring_neighbours(
+            &order, ctx.rank,
+        ))))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        if ctx.ranks == 1 {
+            args.copy_input_to_output(ctx);
+            return Ok(());
+        }
         let op = &args.op;
-        let order: Vec<usize> = (0..ctx.ranks).collect();
+        let order = ring_order(ctx.topology, ctx.ranks)?;
+        let positions: Vec<usize> = (0..ctx.ranks).collect();
         let chunks = even_chunks(op.count, ctx.ranks, op.dtype.size());
         let p = RingParams {
             order: &order,
             stream: 0,
             channel: 0,
             chunks: &chunks,
-            chunk_at: &order,
+            chunk_at: &positions,
             input: args.input,
             output: args.output,
             dtype: op.dtype,
             op: op.op,
         };
-        if ctx.ranks == 1 {
-            args.copy_input_to_output(ctx);
-            return Ok(());
-        }
         ring_reduce_scatter(ctx, &p)?;
         ring_all_gather(ctx, &p)
     }

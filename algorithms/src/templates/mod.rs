@@ -7,10 +7,12 @@ pub mod chunks;
 pub mod mesh;
 pub mod ring;
 pub mod ring_all_gather;
+pub mod ring_order;
 pub mod ring_reduce_scatter;
 
 pub use chunks::even_chunks;
 pub use mesh::{mesh_all_gather, mesh_peer, mesh_reduce_scatter, MeshParams};
 pub use ring::RingParams;
 pub use ring_all_gather::ring_all_gather;
+pub use ring_order::{healthy_ring, ring_neighbours};
 pub use ring_reduce_scatter::ring_reduce_scatter;

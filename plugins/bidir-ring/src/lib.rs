@@ -17,7 +17,9 @@
 //! bidir-ring`. A binary or test must name this crate (`use oxccl_plugin_bidir_ring as _;`)
 //! for it to be linked.
 
-use oxccl::templates::{even_chunks, ring_all_gather, ring_reduce_scatter, RingParams};
+use oxccl::templates::{
+    even_chunks, ring_all_gather, ring_neighbours, ring_reduce_scatter, RingParams,
+};
 use oxccl::{
     BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx,
     ResourceRequest,
@@ -84,20 +86,6 @@ fn parse_order(text: &str) -> Result<Vec<usize>, Error> {
         })
 }
 
-/// The two neighbours of `rank` in `order`.
-fn neighbours(order: &[usize], rank: usize) -> Vec<usize> {
-    let n = order.len();
-    let pos = order
-        .iter()
-        .position(|&r| r == rank)
-        .expect("order is a permutation");
-    let mut peers = vec![order[(pos + n - 1) % n], order[(pos + 1) % n]];
-    peers.sort_unstable();
-    peers.dedup();
-    peers.retain(|&p| p != rank);
-    peers
-}
-
 /// Byte range `[from, from + len)` of `r`.
 fn part(r: BufRange, from: usize, len: usize) -> BufRange {
     BufRange {
@@ -112,7 +100,7 @@ impl Executor for BidirRing {
         let order = self.order(ctx.ranks)?;
         Ok(ResourceRequest {
             slave_streams: 1,
-            ..ResourceRequest::with_peers(Peers::List(neighbours(&order, ctx.rank)))
+            ..ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)))
         })
     }
 
@@ -168,13 +156,5 @@ mod tests {
             .to_string();
         assert!(err.contains("not a permutation"), "{err}");
         assert!(parse_order("1, 2,x").is_err());
-    }
-
-    #[test]
-    fn neighbours_of_the_contest_order() {
-        let order = [1, 2, 3, 4, 5, 6, 0, 7];
-        assert_eq!(neighbours(&order, 0), vec![6, 7]);
-        assert_eq!(neighbours(&order, 1), vec![2, 7]);
-        assert_eq!(neighbours(&[0, 1], 0), vec![1]);
     }
 }
