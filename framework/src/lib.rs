@@ -19,6 +19,7 @@
 pub mod analyzer;
 pub mod communicator;
 pub mod config;
+pub mod cost;
 pub mod error;
 pub mod executor;
 pub mod op;

@@ -111,7 +111,7 @@ fn grant_links(
         links[peer] = Some(
             plan.topology
                 .link_kind(plan.rank, peer)
-                .ok_or_else(|| no_link("is broken"))?,
+                .ok_or_else(|| no_link(plan.topology.link_status(plan.rank, peer).refusal()))?,
         );
     }
     Ok(links)

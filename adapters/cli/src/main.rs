@@ -2,9 +2,11 @@
 //!
 //! - `oxccl perf <collective>`: an nccl-tests-style benchmark on the host device, with
 //!   correctness checked by default;
+//! - `oxccl check <collective>`: the analyzer and the cost model on a topology;
 //! - `oxccl algs`: every registered executor and template, with its crate of origin.
 
 mod algs;
+mod check;
 mod perf;
 mod sizes;
 
@@ -29,6 +31,8 @@ struct Cli {
 enum Command {
     /// Benchmark a collective (nccl-tests style) on the host device.
     Perf(perf::PerfArgs),
+    /// Prove a collective's programs correct and model their speed on a topology.
+    Check(check::CheckArgs),
     /// List registered executors, templates and plugin selectors.
     Algs,
 }
@@ -37,6 +41,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Perf(args) => perf::run(&args),
+        Command::Check(args) => check::run(&args),
         Command::Algs => algs::run(),
     };
     match result {

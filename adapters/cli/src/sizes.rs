@@ -1,4 +1,6 @@
-//! Byte sizes with K/M/G suffixes, as nccl-tests takes them.
+//! Byte sizes with K/M/G suffixes and size sweeps, as nccl-tests takes them.
+
+use oxccl::{DataType, OpKind};
 
 /// Parse `1024`, `1K`, `64M`, `1G` (powers of 1024).
 pub fn parse_size(text: &str) -> Result<usize, String> {
@@ -27,6 +29,34 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("`{text}` is too large"))
 }
 
+/// The sizes from `min` to `max` (K/M/G suffixes), multiplied by `factor` each step.
+pub fn size_sweep(min: &str, max: &str, factor: usize) -> Result<Vec<usize>, String> {
+    let (min, max) = (parse_size(min)?, parse_size(max)?);
+    if min > max || factor < 2 {
+        return Err(format!("need -b <= -e and -f >= 2 (got {min}, {max}, {factor})"));
+    }
+    let mut out = vec![];
+    let mut s = min;
+    while s <= max {
+        out.push(s);
+        s = match s.checked_mul(factor) {
+            Some(next) if next > s => next,
+            _ => break,
+        };
+    }
+    Ok(out)
+}
+
+/// nccl-tests' element count for a size: per-rank elements, with the total divisible by
+/// the ranks for the gathering and scattering collectives.
+pub fn count_for_size(kind: OpKind, size: usize, dtype: DataType, ranks: usize) -> usize {
+    let elems = size / dtype.size();
+    match kind {
+        OpKind::AllReduce | OpKind::Broadcast | OpKind::Reduce => elems,
+        _ => elems / ranks,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -39,5 +69,13 @@ mod tests {
         assert_eq!(parse_size("100").unwrap(), 100);
         assert!(parse_size("1T").is_err());
         assert!(parse_size("K").is_err());
+    }
+
+    #[test]
+    fn sweeps() {
+        assert_eq!(size_sweep("1K", "1G", 1024).unwrap(), vec![1 << 10, 1 << 20, 1 << 30]);
+        assert_eq!(size_sweep("8", "8", 2).unwrap(), vec![8]);
+        assert!(size_sweep("2K", "1K", 2).is_err());
+        assert!(size_sweep("1K", "2K", 1).is_err());
     }
 }

@@ -40,21 +40,32 @@ impl Recording {
     /// Build every rank's program for `op` with `config` (its topology decides the rank
     /// count; the device is replaced by the `sim` device, zero-copy when `config.zero_copy`).
     pub fn record(op: &OpParam, in_place: bool, config: Config) -> Result<Recording, Error> {
-        let topology = config.topology.clone().ok_or_else(|| crate::error::ConfigError {
-            var: "topology",
-            value: String::new(),
-            reason: "recording needs an explicit topology".into(),
-        })?;
+        let topology = config
+            .topology
+            .clone()
+            .ok_or_else(|| crate::error::ConfigError {
+                var: "topology",
+                value: String::new(),
+                reason: "recording needs an explicit topology".into(),
+            })?;
         let config = Config {
-            device: DeviceChoice::Sim { remote_user_buffers: config.zero_copy },
+            device: DeviceChoice::Sim {
+                remote_user_buffers: config.zero_copy,
+            },
             ..config
         };
         let (layout, ccl_bytes) = (
-            NotifyLayout { ranks: topology.ranks(), link_channels: config.link_channels },
+            NotifyLayout {
+                ranks: topology.ranks(),
+                link_channels: config.link_channels,
+            },
             config.ccl_buffer_bytes,
         );
         let comms = Communicator::init_all(topology.ranks(), config)?;
-        let prepared = comms.iter().map(|c| c.prepare(op, in_place)).collect::<Result<Vec<_>, _>>()?;
+        let prepared = comms
+            .iter()
+            .map(|c| c.prepare(op, in_place))
+            .collect::<Result<Vec<_>, _>>()?;
         let first = &prepared[0];
         Ok(Recording {
             op: *op,
@@ -67,7 +78,10 @@ impl Recording {
             ccl_bytes,
             ranks: prepared
                 .into_iter()
-                .map(|p| RankRecording { program: p.program, request: p.request })
+                .map(|p| RankRecording {
+                    program: p.program,
+                    request: p.request,
+                })
                 .collect(),
         })
     }
@@ -109,7 +123,10 @@ mod tests {
     #[test]
     fn recording_without_executors_reports_the_selection_error() {
         // The framework crate registers no executor of its own.
-        let config = Config { topology: Some(Topology::single_server(2)), ..Config::default() };
+        let config = Config {
+            topology: Some(Topology::single_server(2)),
+            ..Config::default()
+        };
         let op = OpParam::all_reduce(10, DataType::F32, ReduceOp::Sum);
         let err = Recording::record(&op, false, config).unwrap_err();
         assert!(matches!(err, Error::NoExecutor { .. }), "{err:?}");

@@ -12,7 +12,7 @@ mod data;
 mod report;
 mod run;
 
-use crate::sizes::parse_size;
+use crate::sizes::{count_for_size, size_sweep};
 use clap::Args;
 use oxccl::{Communicator, Config, DataType, Error, OpKind, OpParam, ReduceOp};
 use std::process::ExitCode;
@@ -85,30 +85,6 @@ fn bad_arg(reason: String) -> Error {
     .into()
 }
 
-/// The sizes from `-b` to `-e`, multiplied by `-f` each step.
-fn sizes(args: &PerfArgs) -> Result<Vec<usize>, Error> {
-    let (min, max) = (
-        parse_size(&args.minbytes).map_err(bad_arg)?,
-        parse_size(&args.maxbytes).map_err(bad_arg)?,
-    );
-    if min > max || args.stepfactor < 2 {
-        return Err(bad_arg(format!(
-            "need -b <= -e and -f >= 2 (got {min}, {max}, {})",
-            args.stepfactor
-        )));
-    }
-    let mut out = vec![];
-    let mut s = min;
-    while s <= max {
-        out.push(s);
-        s = match s.checked_mul(args.stepfactor) {
-            Some(next) if next > s => next,
-            _ => break,
-        };
-    }
-    Ok(out)
-}
-
 pub fn run(args: &PerfArgs) -> Result<ExitCode, Error> {
     let kind: OpKind = args.collective.parse()?;
     let dtypes = parse_all(&args.datatype, &DataType::ALL)?;
@@ -125,8 +101,8 @@ pub fn run(args: &PerfArgs) -> Result<ExitCode, Error> {
     let mut report = report::Report::new(kind, &comms, args);
     for &dtype in &dtypes {
         for &redop in &redops {
-            for &size in &sizes(args)? {
-                let (count, _) = element_counts(kind, size, dtype, args.ranks);
+            for &size in &size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor).map_err(bad_arg)? {
+                let count = count_for_size(kind, size, dtype, args.ranks);
                 let root = kind.has_root().then_some(args.root);
                 let op = OpParam {
                     kind,
@@ -142,12 +118,3 @@ pub fn run(args: &PerfArgs) -> Result<ExitCode, Error> {
     Ok(report.finish())
 }
 
-/// nccl-tests' count for a size: per-rank elements, with the total divisible by the ranks
-/// for the gathering and scattering collectives.
-fn element_counts(kind: OpKind, size: usize, dtype: DataType, ranks: usize) -> (usize, usize) {
-    let elems = size / dtype.size();
-    match kind {
-        OpKind::AllReduce | OpKind::Broadcast | OpKind::Reduce => (elems, elems),
-        _ => (elems / ranks, elems / ranks * ranks),
-    }
-}

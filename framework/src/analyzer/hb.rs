@@ -1,0 +1,92 @@
+//! Happens-before queries over the canonical execution's task graph.
+//!
+//! The graph has an edge from each task to the next task of its stream, and from each
+//! post to the wait that consumed it in the canonical execution (the lost-wakeup check
+//! proves that pairing is the same in every interleaving). `a` happens before `b` when a
+//! path leads from `a` to `b`.
+//!
+//! A query searches backwards from `b` over predecessors. Every edge goes from a lower to a
+//! higher canonical execution index, so predecessors that ran before `a` cannot lead to
+//! `a` and are pruned; and reaching any task of `a`'s own stream that ran at or after `a`
+//! proves the path, because stream order does the rest. The search is best-first, latest
+//! task first (a max-heap on the execution index): it stops at the latest ancestor of `b`
+//! on `a`'s stream, having visited only the ancestors that ran after that one. So a query
+//! costs what the tasks between `b` and its nearest link to `a`'s stream cost, not what
+//! the distance between `a` and `b` costs: a ring's all-gather write that must follow a
+//! reduce-scatter read a thousand steps earlier finds the neighbour's last handshake a
+//! step back and stops there. Visited marks are epoch-stamped, so a query costs nothing
+//! to reset.
+
+use super::index::{Index, TaskId, NONE};
+use super::schedule::Execution;
+use std::collections::BinaryHeap;
+
+/// A reusable happens-before oracle. Its graph is stored by canonical execution position,
+/// not by task id, so a search touches memory that was written close together in time.
+pub(crate) struct Hb<'a> {
+    ex: &'a Execution,
+    /// Global stream number of the task at each position.
+    stream: Vec<u32>,
+    /// Positions of the stream predecessor and of the consumed post (`NONE` if absent).
+    preds: Vec<[u32; 2]>,
+    mark: Vec<u32>,
+    epoch: u32,
+    heap: BinaryHeap<u32>,
+}
+
+impl<'a> Hb<'a> {
+    pub fn new(idx: &Index<'_>, ex: &'a Execution) -> Self {
+        let pos = |id: TaskId| if id == NONE { NONE } else { ex.exec[id as usize] };
+        let mut stream = Vec::with_capacity(ex.order.len());
+        let mut preds = Vec::with_capacity(ex.order.len());
+        for &id in &ex.order {
+            stream.push(idx.stream_of[id as usize]);
+            let consumed = match idx.task(id) {
+                oxccl_platform::Task::Wait { .. } => pos(ex.partner[id as usize]),
+                _ => NONE,
+            };
+            preds.push([idx.stream_pred(id).map_or(NONE, pos), consumed]);
+        }
+        let n = ex.order.len();
+        Hb { ex, stream, preds, mark: vec![0; n], epoch: 0, heap: BinaryHeap::new() }
+    }
+
+    /// True when `a` happens before `b` (or is `b`). Both must have run.
+    pub fn ordered(&mut self, a: TaskId, b: TaskId) -> bool {
+        let (ea, eb) = (self.ex.exec[a as usize], self.ex.exec[b as usize]);
+        if a == b {
+            return true;
+        }
+        if ea == NONE || eb == NONE || ea > eb {
+            return false;
+        }
+        let sa = self.stream[ea as usize];
+        if self.stream[eb as usize] == sa {
+            return true;
+        }
+        self.search(sa, ea, eb)
+    }
+
+    fn search(&mut self, sa: u32, ea: u32, eb: u32) -> bool {
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.mark.fill(0);
+            self.epoch = 1;
+        }
+        self.heap.clear();
+        self.heap.push(eb);
+        while let Some(x) = self.heap.pop() {
+            for y in self.preds[x as usize] {
+                if y == NONE || y < ea || self.mark[y as usize] == self.epoch {
+                    continue;
+                }
+                if self.stream[y as usize] == sa {
+                    return true;
+                }
+                self.mark[y as usize] = self.epoch;
+                self.heap.push(y);
+            }
+        }
+        false
+    }
+}

@@ -1,0 +1,155 @@
+//! A flat index over every task of a recording.
+//!
+//! The checks talk about millions of tasks (a 1024-rank ring AllReduce has about ten
+//! million), so each task gets a dense `u32` id: the streams of rank 0 first, then rank 1,
+//! and so on, each stream's tasks consecutively. Per-task facts (when the canonical
+//! execution ran it, which post a wait consumed) then live in plain vectors indexed by id,
+//! and the stream predecessor of a task is simply the previous id when both share a
+//! stream. Notifies get the same treatment: every valid [`NotifyId`] maps to a dense key.
+
+use super::recording::Recording;
+use oxccl_platform::{Buf, NotifyId, Rank, Task};
+use std::fmt;
+
+/// Dense id of a task.
+pub(crate) type TaskId = u32;
+
+/// "No task" / "no value" in the per-task vectors.
+pub(crate) const NONE: u32 = u32::MAX;
+
+/// Buffer slots per rank: Input, Output, CclIn, CclOut, Scratch.
+const SLOTS: usize = 5;
+
+/// Where a task sits.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Loc {
+    pub rank: Rank,
+    pub stream: usize,
+    pub task: usize,
+}
+
+impl fmt::Display for Loc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rank {} stream {} task {}", self.rank, self.stream, self.task)
+    }
+}
+
+/// One stream's place in the flat numbering.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct StreamInfo {
+    pub rank: Rank,
+    pub stream: usize,
+    pub first: TaskId,
+    pub len: u32,
+}
+
+/// The flat index.
+pub(crate) struct Index<'r> {
+    pub rec: &'r Recording,
+    pub streams: Vec<StreamInfo>,
+    /// Global stream number of every task.
+    pub stream_of: Vec<u32>,
+    /// Every task, by id (one load instead of four on the hot paths).
+    tasks: Vec<&'r Task>,
+    /// First notify key of every rank, plus the total at the end.
+    notify_base: Vec<u32>,
+}
+
+impl<'r> Index<'r> {
+    pub fn new(rec: &'r Recording) -> Self {
+        let mut streams = Vec::new();
+        let mut next = 0u64;
+        for (rank, r) in rec.ranks.iter().enumerate() {
+            for (stream, s) in r.program.streams.iter().enumerate() {
+                let len = s.tasks.len() as u64;
+                assert!(next + len < u64::from(NONE), "too many tasks to analyse");
+                streams.push(StreamInfo { rank, stream, first: next as u32, len: len as u32 });
+                next += len;
+            }
+        }
+        let mut stream_of = Vec::with_capacity(next as usize);
+        let mut tasks = Vec::with_capacity(next as usize);
+        for (g, s) in streams.iter().enumerate() {
+            stream_of.extend(std::iter::repeat(g as u32).take(s.len as usize));
+            tasks.extend(&rec.ranks[s.rank].program.streams[s.stream].tasks);
+        }
+        let mut notify_base = vec![0u32];
+        for rank in 0..rec.rank_count() {
+            let len = rec.layout.table_len(rec.local_notifies(rank)) as u32;
+            notify_base.push(notify_base[rank] + len);
+        }
+        Index { rec, streams, stream_of, tasks, notify_base }
+    }
+
+    /// Tasks over all ranks and streams.
+    pub fn task_count(&self) -> usize {
+        self.stream_of.len()
+    }
+
+    /// Every task id, rank by rank, stream by stream.
+    pub fn ids(&self) -> std::ops::Range<TaskId> {
+        0..self.task_count() as TaskId
+    }
+
+    pub fn task(&self, id: TaskId) -> &'r Task {
+        self.tasks[id as usize]
+    }
+
+    pub fn loc(&self, id: TaskId) -> Loc {
+        let s = &self.streams[self.stream_of[id as usize] as usize];
+        Loc { rank: s.rank, stream: s.stream, task: (id - s.first) as usize }
+    }
+
+    /// "rank r stream s task t (Kind)".
+    pub fn describe(&self, id: TaskId) -> String {
+        format!("{} ({})", self.loc(id), self.task(id).kind_name())
+    }
+
+    /// The previous task of the same stream.
+    pub fn stream_pred(&self, id: TaskId) -> Option<TaskId> {
+        let same = id > 0 && self.stream_of[id as usize - 1] == self.stream_of[id as usize];
+        same.then(|| id - 1)
+    }
+
+    /// Total notify keys.
+    pub fn notify_keys(&self) -> usize {
+        *self.notify_base.last().unwrap_or(&0) as usize
+    }
+
+    /// The dense key of a notify, if it exists.
+    pub fn notify_key(&self, n: NotifyId) -> Option<u32> {
+        let base = *self.notify_base.get(n.rank)?;
+        let end = *self.notify_base.get(n.rank + 1)?;
+        (n.index < end - base).then(|| base + n.index)
+    }
+
+    /// A notify's description in the layout's words.
+    pub fn notify_name(&self, n: NotifyId) -> String {
+        self.rec.layout.describe(n)
+    }
+
+    /// The memory a buffer of a rank is (Input and Output share one in place).
+    pub fn mem(&self, rank: Rank, buf: Buf) -> usize {
+        let slot = match buf {
+            Buf::Input => 0,
+            Buf::Output if self.rec.in_place => 0,
+            Buf::Output => 1,
+            Buf::CclIn => 2,
+            Buf::CclOut => 3,
+            Buf::Scratch => 4,
+        };
+        rank * SLOTS + slot
+    }
+
+    /// Number of memory ids.
+    pub fn mems(&self) -> usize {
+        self.rec.rank_count() * SLOTS
+    }
+
+    /// True when every slice of the task names an existing rank (the data-flow passes skip
+    /// the others, which the link check reports).
+    pub fn addressable(&self, task: &Task) -> bool {
+        let n = self.rec.rank_count();
+        task.reads().iter().chain(task.writes()).all(|s| s.rank < n)
+    }
+}

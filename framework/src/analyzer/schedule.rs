@@ -1,0 +1,166 @@
+//! The canonical execution, and the deadlock check that reads it.
+//!
+//! One legal interleaving of all ranks' streams, computed without moving data: a FIFO
+//! worklist of runnable streams, each run until it blocks. Copy and Reduce complete at
+//! once; Post sets its notify and wakes a stream blocked on it; Wait consumes a set notify
+//! or blocks its stream. The execution records, for every task, its position in the run
+//! (`exec`), and for every wait the post it consumed (and for every post the wait that
+//! consumed it, in the same `partner` vector). Running streams to their next block keeps
+//! the ranks roughly in lockstep, so tasks close in happens-before are close in `exec`,
+//! which keeps the backward searches of [`super::hb`] short.
+//!
+//! If the worklist empties while some stream is unfinished, every unfinished stream is
+//! blocked on a Wait that nothing left can post: the program can deadlock (it does in this
+//! interleaving, and the lost-wakeup proof shows the pairing of posts and waits is the same
+//! in every interleaving, so then it does in all). Each stuck wait is reported with the
+//! posts that could still have woken it.
+
+use super::index::{Index, TaskId, NONE};
+use super::report::{Check, Collector};
+use oxccl_platform::Task;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// The canonical execution.
+pub(crate) struct Execution {
+    /// Position of each task in the run (`NONE`: never ran).
+    pub exec: Vec<u32>,
+    /// The tasks in the order they ran.
+    pub order: Vec<TaskId>,
+    /// For a wait, the post it consumed; for a post, the wait that consumed it.
+    pub partner: Vec<TaskId>,
+    /// Streams (global numbers) blocked forever at their cursor.
+    pub stuck: Vec<u32>,
+    /// Next task of each stream.
+    cursor: Vec<u32>,
+}
+
+impl Execution {
+    pub fn ran(&self, id: TaskId) -> bool {
+        self.exec[id as usize] != NONE
+    }
+}
+
+struct Runner<'a> {
+    idx: &'a Index<'a>,
+    ex: Execution,
+    /// The post that set each notify, or `NONE`.
+    set_by: Vec<TaskId>,
+    blocked: HashMap<u32, VecDeque<u32>>,
+    ready: VecDeque<u32>,
+}
+
+/// Run every stream of every rank to completion or to a permanent block.
+pub(crate) fn run(idx: &Index<'_>) -> Execution {
+    let n = idx.task_count();
+    let mut r = Runner {
+        idx,
+        ex: Execution {
+            exec: vec![NONE; n],
+            order: Vec::with_capacity(n),
+            partner: vec![NONE; n],
+            stuck: Vec::new(),
+            cursor: idx.streams.iter().map(|s| s.first).collect(),
+        },
+        set_by: vec![NONE; idx.notify_keys()],
+        blocked: HashMap::new(),
+        ready: (0..idx.streams.len() as u32).collect(),
+    };
+    while let Some(s) = r.ready.pop_front() {
+        r.run_stream(s);
+    }
+    let mut ex = r.ex;
+    ex.stuck = (0..idx.streams.len() as u32)
+        .filter(|&s| {
+            let info = &idx.streams[s as usize];
+            ex.cursor[s as usize] < info.first + info.len
+        })
+        .collect();
+    ex
+}
+
+impl Runner<'_> {
+    fn run_stream(&mut self, s: u32) {
+        let info = self.idx.streams[s as usize];
+        let end = info.first + info.len;
+        let mut id = self.ex.cursor[s as usize];
+        while id < end {
+            match self.idx.task(id) {
+                Task::Post { notify } => {
+                    if let Some(key) = self.idx.notify_key(*notify) {
+                        self.set_by[key as usize] = id;
+                        self.wake(key);
+                    }
+                }
+                Task::Wait { notify } => {
+                    if let Some(key) = self.idx.notify_key(*notify) {
+                        let post = self.set_by[key as usize];
+                        if post == NONE {
+                            self.blocked.entry(key).or_default().push_back(s);
+                            break;
+                        }
+                        self.set_by[key as usize] = NONE;
+                        self.ex.partner[id as usize] = post;
+                        self.ex.partner[post as usize] = id;
+                    }
+                }
+                Task::Copy { .. } | Task::Reduce { .. } => {}
+            }
+            self.ex.exec[id as usize] = self.ex.order.len() as u32;
+            self.ex.order.push(id);
+            id += 1;
+        }
+        self.ex.cursor[s as usize] = id;
+    }
+
+    fn wake(&mut self, key: u32) {
+        if let Some(q) = self.blocked.get_mut(&key) {
+            if let Some(s) = q.pop_front() {
+                self.ready.push_back(s);
+            }
+            if q.is_empty() {
+                self.blocked.remove(&key);
+            }
+        }
+    }
+}
+
+/// Report every stuck wait with the posts that could have satisfied it.
+pub(crate) fn check_deadlock(idx: &Index<'_>, ex: &Execution, out: &mut Collector) {
+    if ex.stuck.is_empty() {
+        return;
+    }
+    let mut pending: BTreeMap<u32, Vec<TaskId>> = BTreeMap::new();
+    for id in idx.ids().filter(|&id| !ex.ran(id)) {
+        if let Task::Post { notify } = idx.task(id) {
+            if let Some(key) = idx.notify_key(*notify) {
+                pending.entry(key).or_default().push(id);
+            }
+        }
+    }
+    for &s in &ex.stuck {
+        let id = ex.cursor[s as usize];
+        let Task::Wait { notify } = idx.task(id) else {
+            continue;
+        };
+        let posts = idx.notify_key(*notify).and_then(|k| pending.get(&k));
+        out.at(Check::Deadlock, Some(idx.loc(id)), || {
+            let who = match posts {
+                None => "no task left posts it".to_string(),
+                Some(p) => format!("it could only be posted by {}, which never ran", list(idx, p)),
+            };
+            format!(
+                "deadlock: {} waits forever on {}; {who}",
+                idx.describe(id),
+                idx.notify_name(*notify)
+            )
+        });
+    }
+}
+
+/// Up to eight tasks by location, then how many more.
+fn list(idx: &Index<'_>, ids: &[TaskId]) -> String {
+    let shown: Vec<String> = ids.iter().take(8).map(|&i| idx.describe(i)).collect();
+    let more = ids.len().saturating_sub(8);
+    let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
+    format!("{}{tail}", shown.join(", "))
+}

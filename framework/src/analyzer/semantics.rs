@@ -1,0 +1,200 @@
+//! The semantics check: symbolic data flow along the canonical execution.
+//!
+//! Every memory holds [`Value`]s over byte intervals ([`IntervalMap`]); at the start each
+//! rank's Input holds its own input (shift 0) and everything else, Output included (unless
+//! in place), holds nothing. A Copy moves the source's pieces to each destination, moving
+//! their shifts by the distance between the two offsets. A Reduce splits its range where
+//! any source's pieces change and, per piece, takes the multiset union of the sources'
+//! terms under its op; reading bytes that hold nothing is stale data, and combining a value
+//! reduced with another op is a mixed reduction. The memory-conflict and lost-wakeup checks
+//! make this one execution stand for all of them. At the end every rank's output is
+//! compared with [`expected_output`], piece by piece, and each mismatch is explained:
+//! missing, duplicated or unexpected contributions, wrong offsets, wrong op, or bytes
+//! that were never written. The cost follows the number of tasks and pieces, never bytes.
+
+use super::bounds::show;
+use super::expect::{expected_output, Expected};
+use super::index::{Index, TaskId};
+use super::intervals::IntervalMap;
+use super::report::{Check, Collector};
+use super::schedule::Execution;
+use super::value::{Terms, Value};
+use oxccl_platform::{Buf, DataType, ReduceOp, Slice, Task};
+
+type Memories = Vec<IntervalMap<Value>>;
+
+/// Run the semantics check.
+pub(crate) fn check(idx: &Index<'_>, ex: &Execution, out: &mut Collector) {
+    let rec = idx.rec;
+    let mut mems: Memories = vec![IntervalMap::default(); idx.mems()];
+    let (input_len, _) = rec.op.buffer_bytes(rec.rank_count());
+    for rank in 0..rec.rank_count() {
+        mems[idx.mem(rank, Buf::Input)].assign(0, input_len, Some(Value::input(rank, 0)));
+    }
+    for &t in &ex.order {
+        let task = idx.task(t);
+        if !idx.addressable(task) {
+            continue;
+        }
+        match task {
+            Task::Copy { src, dsts } => copy(idx, &mut mems, src, dsts),
+            Task::Reduce { srcs, dsts, dtype, op } => {
+                if let Some((first, rest)) = dsts.split_first() {
+                    reduce(idx, &mut mems, out, t, srcs, first, *dtype, *op);
+                    copy(idx, &mut mems, first, rest);
+                }
+            }
+            Task::Post { .. } | Task::Wait { .. } => {}
+        }
+    }
+    if ex.stuck.is_empty() {
+        compare_outputs(idx, &mems, out);
+    }
+}
+
+fn span(s: &Slice) -> (usize, usize) {
+    (s.offset, s.offset.saturating_add(s.len))
+}
+
+fn copy(idx: &Index<'_>, mems: &mut Memories, src: &Slice, dsts: &[Slice]) {
+    let (lo, hi) = span(src);
+    let pieces = mems[idx.mem(src.rank, src.buf)].pieces(lo, hi);
+    for d in dsts {
+        let delta = src.offset as i64 - d.offset as i64;
+        let map = &mut mems[idx.mem(d.rank, d.buf)];
+        for (a, b, v) in &pieces {
+            let at = d.offset + (a - src.offset);
+            map.assign(at, at + (b - a), v.as_ref().map(|v| v.shifted(delta)));
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn reduce(idx: &Index<'_>, mems: &mut Memories, out: &mut Collector, t: TaskId, srcs: &[Slice], dst: &Slice, dtype: DataType, op: ReduceOp) {
+    if dtype != idx.rec.op.dtype {
+        out.at(Check::Semantics, Some(idx.loc(t)), || {
+            format!("{} reduces as {dtype}, but the operation's data type is {}", idx.describe(t), idx.rec.op.dtype)
+        });
+    }
+    let len = dst.len;
+    let pieces: Vec<_> = srcs
+        .iter()
+        .map(|s| mems[idx.mem(s.rank, s.buf)].pieces(s.offset, s.offset.saturating_add(len)))
+        .collect();
+    let mut cuts: Vec<usize> = pieces
+        .iter()
+        .zip(srcs)
+        .flat_map(|(p, s)| p.iter().map(move |(a, _, _)| a - s.offset))
+        .chain([len])
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut cursor = vec![0usize; srcs.len()];
+    let mut results = Vec::with_capacity(cuts.len());
+    for w in cuts.windows(2) {
+        let (u, v) = (w[0], w[1]);
+        let mut parts = Vec::with_capacity(srcs.len());
+        let mut stale = None;
+        let mut mixed = None;
+        for (j, s) in srcs.iter().enumerate() {
+            while pieces[j][cursor[j]].1 <= s.offset + u {
+                cursor[j] += 1;
+            }
+            match &pieces[j][cursor[j]].2 {
+                None => stale = stale.or(Some(Slice::new(s.rank, s.buf, s.offset + u, v - u))),
+                Some(val) => {
+                    mixed = mixed.or(val.op.filter(|&o| o != op));
+                    parts.push((&val.terms, s.offset as i64));
+                }
+            }
+        }
+        if let Some(s) = stale {
+            out.at(Check::Semantics, Some(idx.loc(t)), || {
+                format!("stale data read before it was written: {} reduces {}, which holds nothing yet", idx.describe(t), show(&s))
+            });
+        }
+        if let Some(other) = mixed {
+            out.at(Check::Semantics, Some(idx.loc(t)), || {
+                format!("{} reduces with {op:?} a value already reduced with {other:?}", idx.describe(t))
+            });
+        }
+        let value = stale.is_none().then(|| Value::reduced(op, Terms::union(parts)).shifted(-(dst.offset as i64)));
+        results.push((u, v, value));
+    }
+    let map = &mut mems[idx.mem(dst.rank, dst.buf)];
+    for (u, v, value) in results {
+        map.assign(dst.offset + u, dst.offset + v, value);
+    }
+}
+
+fn compare_outputs(idx: &Index<'_>, mems: &Memories, out: &mut Collector) {
+    let rec = idx.rec;
+    for rank in 0..rec.rank_count() {
+        let map = &mems[idx.mem(rank, Buf::Output)];
+        for range in expected_output(&rec.op, rec.rank_count(), rank) {
+            let Expected::Exactly(want) = range.expected else {
+                continue;
+            };
+            for (a, b, have) in map.pieces(range.start, range.end) {
+                if have.as_ref() == Some(&want) {
+                    continue;
+                }
+                out.at(Check::Semantics, None, || {
+                    format!("rank {rank} Output[{a}..{b}]: {}", explain(have.as_ref(), &want, a, b))
+                });
+            }
+        }
+    }
+}
+
+/// Why `have` is not `want` on output bytes `[a, b)`.
+fn explain(have: Option<&Value>, want: &Value, a: usize, b: usize) -> String {
+    let Some(have) = have else {
+        return "uninitialised: no task wrote these bytes (or they hold stale data)".into();
+    };
+    let mut why = Vec::new();
+    let (h, w) = (have.terms.by_rank(), want.terms.by_rank());
+    let missing: Vec<u32> = w.keys().filter(|r| !h.contains_key(r)).copied().collect();
+    let unexpected: Vec<u32> = h.keys().filter(|r| !w.contains_key(r)).copied().collect();
+    let duplicated: Vec<u32> = h.iter().filter(|(_, s)| s.len() > 1).map(|(r, _)| *r).collect();
+    if !missing.is_empty() {
+        why.push(format!("missing contributions of {}", ranks(&missing)));
+    }
+    if !duplicated.is_empty() {
+        why.push(format!("duplicated contributions of {}", ranks(&duplicated)));
+    }
+    if !unexpected.is_empty() {
+        why.push(format!("contributions of {}, which do not belong here", ranks(&unexpected)));
+    }
+    for (r, shifts) in h.iter().filter(|(_, s)| s.len() == 1) {
+        if let Some(&[ws]) = w.get(r).map(Vec::as_slice) {
+            if shifts[0] != ws {
+                let at = |s: i64| format!("[{}..{}]", a as i64 + s, b as i64 + s);
+                why.push(format!("wrong offset: rank {r}'s Input{} where Input{} belongs", at(shifts[0]), at(ws)));
+            }
+        }
+    }
+    if have.op.is_some() && want.op.is_some() && have.op != want.op {
+        why.push(format!("reduced with {:?}, expected {:?}", have.op.unwrap_or(ReduceOp::Sum), want.op.unwrap_or(ReduceOp::Sum)));
+    }
+    if why.is_empty() {
+        why.push(format!("holds {have}, expected {want}"));
+    }
+    why.join("; ")
+}
+
+/// Ranks as compact ranges: "ranks 0..3, 7".
+fn ranks(list: &[u32]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < list.len() {
+        let mut j = i;
+        while j + 1 < list.len() && list[j + 1] == list[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j { list[i].to_string() } else { format!("{}..={}", list[i], list[j]) });
+        i = j + 1;
+    }
+    let noun = if list.len() == 1 { "rank" } else { "ranks" };
+    format!("{noun} {}", parts.join(", "))
+}

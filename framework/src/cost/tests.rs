@@ -1,0 +1,239 @@
+//! Hand-built programs whose modelled time is known in closed form.
+
+use super::*;
+use crate::analyzer::RankRecording;
+use crate::executor::{Mode, Peers, ResourceRequest};
+use crate::op::OpParam;
+use crate::topology::presets::{HCCS_GBPS, HCCS_LATENCY_US, ROCE_GBPS, ROCE_LATENCY_US};
+use oxccl_platform::{Buf, DataType, NotifyId, NotifyLayout, ReduceOp, Slice};
+use std::sync::Arc;
+
+const MB: usize = 1 << 20;
+
+fn no_dispatch() -> CostParams {
+    CostParams {
+        dispatch_us: 0.0,
+        ..CostParams::default()
+    }
+}
+
+fn hccs_time(bytes: usize) -> f64 {
+    HCCS_LATENCY_US * 1e-6 + bytes as f64 / (HCCS_GBPS * 1e9)
+}
+
+fn assert_close(got: f64, want: f64) {
+    assert!(
+        (got - want).abs() <= want * 1e-12,
+        "modelled {got:e} s, expected {want:e} s"
+    );
+}
+
+fn pull(from: usize, to: usize, bytes: usize) -> Task {
+    Task::Copy {
+        src: Slice::new(from, Buf::Input, 0, bytes),
+        dsts: vec![Slice::new(to, Buf::Output, 0, bytes)],
+    }
+}
+
+fn program(rank: usize, streams: Vec<Vec<Task>>) -> RankProgram {
+    let mut p = RankProgram::new(rank, streams.len());
+    for (s, tasks) in streams.into_iter().enumerate() {
+        p.streams[s].tasks = tasks;
+    }
+    p
+}
+
+fn time(programs: &[RankProgram], topology: &Topology, params: &CostParams) -> f64 {
+    let refs: Vec<&RankProgram> = programs.iter().collect();
+    model_programs(&refs, topology, params).unwrap()
+}
+
+#[test]
+fn one_pull_costs_latency_plus_bytes_over_bandwidth() {
+    let programs = [
+        program(0, vec![vec![]]),
+        program(1, vec![vec![pull(0, 1, MB)]]),
+    ];
+    let t = time(&programs, &Topology::single_server(2), &no_dispatch());
+    assert_close(t, hccs_time(MB));
+}
+
+#[test]
+fn two_transfers_on_one_link_take_twice_as_long() {
+    let topo = Topology::single_server(3);
+    let shared = [
+        program(0, vec![vec![]]),
+        program(1, vec![vec![pull(0, 1, MB)], vec![pull(0, 1, MB)]]),
+        program(2, vec![vec![]]),
+    ];
+    assert_close(
+        time(&shared, &topo, &no_dispatch()),
+        HCCS_LATENCY_US * 1e-6 + 2.0 * MB as f64 / (HCCS_GBPS * 1e9),
+    );
+    let separate = [
+        program(0, vec![vec![]]),
+        program(1, vec![vec![pull(0, 1, MB)], vec![pull(2, 1, MB)]]),
+        program(2, vec![vec![]]),
+    ];
+    assert_close(time(&separate, &topo, &no_dispatch()), hccs_time(MB));
+}
+
+#[test]
+fn a_wait_ends_one_latency_after_the_remote_post() {
+    let notify = NotifyId { rank: 1, index: 0 };
+    let programs = [
+        program(0, vec![vec![Task::Post { notify }]]),
+        program(1, vec![vec![Task::Wait { notify }, pull(0, 1, MB)]]),
+    ];
+    let params = CostParams {
+        dispatch_us: 2.0,
+        ..CostParams::default()
+    };
+    // Post and Wait issue at d; the post lands at d + lat; the pull issues at 2d + lat.
+    let want = 2.0 * 2e-6 + HCCS_LATENCY_US * 1e-6 + hccs_time(MB);
+    assert_close(time(&programs, &Topology::single_server(2), &params), want);
+}
+
+#[test]
+fn rdma_transfers_of_one_rank_share_its_nic() {
+    let topo = Topology::servers(vec![1, 1, 1]).unwrap();
+    let push = |to| Task::Copy {
+        src: Slice::new(0, Buf::Input, 0, MB),
+        dsts: vec![Slice::new(to, Buf::Output, 0, MB)],
+    };
+    let programs = [
+        program(0, vec![vec![push(1)], vec![push(2)]]),
+        program(1, vec![vec![]]),
+        program(2, vec![vec![]]),
+    ];
+    let want = ROCE_LATENCY_US * 1e-6 + 2.0 * MB as f64 / (ROCE_GBPS * 1e9);
+    assert_close(time(&programs, &topo, &no_dispatch()), want);
+}
+
+#[test]
+fn local_work_runs_at_the_engine_bandwidths() {
+    let reduce = Task::Reduce {
+        srcs: vec![
+            Slice::new(0, Buf::Input, 0, MB),
+            Slice::new(0, Buf::Output, 0, MB),
+            Slice::new(0, Buf::Scratch, 0, MB),
+        ],
+        dsts: vec![Slice::new(0, Buf::Output, 0, MB)],
+        dtype: DataType::F32,
+        op: ReduceOp::Sum,
+    };
+    let params = no_dispatch();
+    let t = time(
+        &[program(0, vec![vec![reduce]])],
+        &Topology::single_server(1),
+        &params,
+    );
+    assert_close(t, 2.0 * MB as f64 / (params.reduce_gbps * 1e9));
+}
+
+#[test]
+fn broken_links_and_deadlocks_are_errors() {
+    let topo = Topology::parse_spec("mesh8-cut").unwrap();
+    let mut programs: Vec<RankProgram> = (0..8).map(|r| program(r, vec![vec![]])).collect();
+    programs[1] = program(1, vec![vec![pull(0, 1, MB)]]);
+    let refs: Vec<&RankProgram> = programs.iter().collect();
+    let err = model_programs(&refs, &topo, &no_dispatch()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CostError::NoLink {
+                rank: 1,
+                peer: 0,
+                why: "is broken",
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    let notify = NotifyId { rank: 0, index: 3 };
+    let stuck = [program(0, vec![vec![Task::Wait { notify }]])];
+    let err = model_programs(&[&stuck[0]], &Topology::single_server(1), &no_dispatch());
+    assert!(
+        matches!(
+            err,
+            Err(CostError::Deadlock {
+                rank: 0,
+                task: 0,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+}
+
+/// A Recording of a two-rank AllReduce-sized exchange, built by hand.
+fn recording(programs: Vec<RankProgram>, count: usize) -> Recording {
+    let topology = Topology::single_server(programs.len());
+    Recording {
+        op: OpParam::all_reduce(count, DataType::F32, ReduceOp::Sum),
+        layout: NotifyLayout {
+            ranks: topology.ranks(),
+            link_channels: 1,
+        },
+        topology,
+        mode: Mode::Direct,
+        in_place: false,
+        executor: "hand-built",
+        reason: String::new(),
+        ccl_bytes: 0,
+        ranks: programs
+            .into_iter()
+            .map(|p| RankRecording {
+                program: Arc::new(p),
+                request: ResourceRequest::with_peers(Peers::All),
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn report_uses_the_nccl_tests_size_and_bus_factor() {
+    let rec = recording(
+        vec![
+            program(0, vec![vec![pull(1, 0, MB)]]),
+            program(1, vec![vec![pull(0, 1, MB)]]),
+        ],
+        MB / 4,
+    );
+    let report = model(&rec, &no_dispatch()).unwrap();
+    assert_eq!(report.bytes, MB);
+    assert_close(report.time_s, hccs_time(MB));
+    assert_close(report.algbw_gbps, MB as f64 / hccs_time(MB) / 1e9);
+    assert_close(report.busbw_gbps, report.algbw_gbps);
+    assert_eq!((report.tasks, report.link_bytes), (2, 2.0 * MB as f64));
+}
+
+#[test]
+fn chrome_trace_has_a_track_per_stream_and_blocked_waits() {
+    let notify = NotifyId { rank: 1, index: 0 };
+    let rec = recording(
+        vec![
+            program(0, vec![vec![pull(1, 0, MB), Task::Post { notify }]]),
+            program(1, vec![vec![Task::Wait { notify }], vec![]]),
+        ],
+        MB / 4,
+    );
+    let mut out = Vec::new();
+    let report = write_chrome_trace(&rec, &no_dispatch(), &mut out).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    let named = |n: &str| events.iter().filter(|e| e["name"] == n).count();
+    assert_eq!(named("process_name"), 2);
+    assert_eq!(named("thread_name"), 3);
+    let wait = events.iter().find(|e| e["name"] == "Wait").unwrap();
+    assert_eq!(
+        (wait["ph"].as_str(), wait["pid"].as_u64()),
+        (Some("X"), Some(1))
+    );
+    let blocked = wait["args"]["blocked_us"].as_f64().unwrap();
+    let want = hccs_time(MB) + HCCS_LATENCY_US * 1e-6;
+    assert!((blocked * 1e-6 - want).abs() < want * 1e-9, "{blocked} us");
+    assert!(events.iter().any(|e| e["name"] == "Copy from 1 (1.0 MiB)"));
+    assert_eq!(json["otherData"]["bytes"], report.bytes);
+}

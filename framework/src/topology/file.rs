@@ -1,0 +1,523 @@
+//! The topology file format (TOML), `--topo` specs and `--broken` pairs.
+//!
+//! A file describes servers and the rules of the link table; every key but `servers` is
+//! optional, and what is omitted takes the preset figures (see [`super::presets`]):
+//!
+//! ```toml
+//! # Two servers of eight ranks.
+//! servers = [8, 8]
+//!
+//! # Links between two ranks of one server (DMA-like, kind "sdma").
+//! [intra]
+//! wiring = "mesh"          # "mesh" (every pair), "ring" (neighbours i, i+1 mod size), "none"
+//! bandwidth_gbps = 56.0    # GB/s (1e9 B/s) per direction, per link
+//! latency_us = 1.0         # one-way, microseconds
+//!
+//! # Links between ranks of different servers (RDMA-like, kind "rdma").
+//! [inter]
+//! wiring = "mesh"          # "mesh" (every cross-server pair), "plane" (rank i to rank i), "none"
+//! bandwidth_gbps = 25.0
+//! latency_us = 3.0
+//! shared_nic = true        # all RDMA transfers of a rank share one NIC ...
+//! nic_gbps = 25.0          # ... of this bandwidth (default: bandwidth_gbps)
+//!
+//! # Per-pair overrides: `ranks = [a, b]` sets both directions, `from`/`to` one direction.
+//! # Omitted fields keep the pair's current figures; a pair without a link gains one.
+//! [[link]]
+//! ranks = [0, 8]
+//! kind = "rdma"            # "sdma" or "rdma"; default: by placement
+//! bandwidth_gbps = 50.0
+//!
+//! [[link]]
+//! from = 3
+//! to = 4
+//! bandwidth_gbps = 28.0
+//!
+//! # Links that exist but must not be used, as "A-B" (same syntax as --broken).
+//! broken = ["0-1"]
+//! ```
+//!
+//! Every error names the line (and column, for syntax errors) and says what to change.
+
+use super::{presets, Fabric, LinkSpec, Topology, Wiring};
+use crate::error::ConfigError;
+use oxccl_platform::{LinkKind, Rank};
+use serde::Deserialize;
+use std::fmt::Write as _;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use toml::Spanned;
+
+/// Why a topology spec, file or broken-link pair could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    #[error(
+        "unknown topology `{given}`: not a preset ({known}) and not an existing file; \
+         name a preset or the path of a TOML topology file"
+    )]
+    Unknown { given: String, known: String },
+    #[error("cannot read the topology file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{origin}, line {line}, column {column}: {message}")]
+    File {
+        /// The file's path, or `<string>`.
+        origin: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("broken link `{given}` is invalid: {reason}")]
+    Broken { given: String, reason: String },
+}
+
+impl From<TopologyError> for ConfigError {
+    fn from(err: TopologyError) -> Self {
+        let value = match &err {
+            TopologyError::Unknown { given, .. } | TopologyError::Broken { given, .. } => {
+                given.clone()
+            }
+            TopologyError::Read { path, .. } => path.display().to_string(),
+            TopologyError::File { origin, .. } => origin.clone(),
+        };
+        ConfigError {
+            var: "topology",
+            value,
+            reason: err.to_string(),
+        }
+    }
+}
+
+impl From<TopologyError> for crate::error::Error {
+    fn from(err: TopologyError) -> Self {
+        ConfigError::from(err).into()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSpec {
+    servers: Spanned<Vec<usize>>,
+    intra: Option<Spanned<FabricSpec>>,
+    inter: Option<Spanned<FabricSpec>>,
+    #[serde(default)]
+    link: Vec<Spanned<LinkEntry>>,
+    #[serde(default)]
+    broken: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FabricSpec {
+    wiring: Option<WiringName>,
+    bandwidth_gbps: Option<f64>,
+    latency_us: Option<f64>,
+    shared_nic: Option<bool>,
+    nic_gbps: Option<f64>,
+}
+
+#[derive(Deserialize, Copy, Clone)]
+#[serde(rename_all = "lowercase")]
+enum WiringName {
+    Mesh,
+    Ring,
+    Plane,
+    None,
+}
+
+#[derive(Deserialize, Copy, Clone)]
+#[serde(rename_all = "lowercase")]
+enum KindName {
+    Sdma,
+    Rdma,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LinkEntry {
+    ranks: Option<[usize; 2]>,
+    from: Option<usize>,
+    to: Option<usize>,
+    kind: Option<KindName>,
+    bandwidth_gbps: Option<f64>,
+    latency_us: Option<f64>,
+}
+
+/// Where an error points: the text and its origin, to turn byte spans into lines.
+struct Source<'a> {
+    text: &'a str,
+    origin: String,
+}
+
+impl Source<'_> {
+    fn error(&self, span: Option<Range<usize>>, message: impl Into<String>) -> TopologyError {
+        let at = span.map_or(0, |s| s.start).min(self.text.len());
+        let before = &self.text[..at];
+        let line = before.matches('\n').count() + 1;
+        let column = before.chars().rev().take_while(|&c| c != '\n').count() + 1;
+        TopologyError::File {
+            origin: self.origin.clone(),
+            line,
+            column,
+            message: message.into(),
+        }
+    }
+}
+
+impl Topology {
+    /// A preset name (see [`presets::PRESETS`]) or the path of a TOML topology file.
+    pub fn parse_spec(spec: &str) -> Result<Topology, TopologyError> {
+        if let Some(t) = presets::preset(spec) {
+            return Ok(t);
+        }
+        let path = Path::new(spec);
+        if path.exists() || spec.ends_with(".toml") {
+            return Topology::from_toml_file(path);
+        }
+        Err(TopologyError::Unknown {
+            given: spec.to_string(),
+            known: presets::PRESETS
+                .iter()
+                .map(|p| p.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+    }
+
+    /// Read and parse a TOML topology file.
+    pub fn from_toml_file(path: &Path) -> Result<Topology, TopologyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TopologyError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        parse(&Source {
+            text: &text,
+            origin: path.display().to_string(),
+        })
+    }
+
+    /// Parse a TOML topology (the format of this module's docs).
+    pub fn from_toml(text: &str) -> Result<Topology, TopologyError> {
+        parse(&Source {
+            text,
+            origin: "<string>".into(),
+        })
+    }
+
+    /// The topology as a TOML file that [`Topology::from_toml`] reads back unchanged.
+    pub fn to_toml(&self) -> String {
+        let mut out = format!("servers = {:?}\n", self.server_sizes());
+        let broken: Vec<String> = self
+            .broken_links()
+            .map(|(a, b)| format!("\"{a}-{b}\""))
+            .collect();
+        if !broken.is_empty() {
+            let _ = writeln!(out, "broken = [{}]", broken.join(", "));
+        }
+        write_fabric(&mut out, "intra", &self.intra, None);
+        let nic = Some(self.nic_gbps);
+        write_fabric(&mut out, "inter", &self.inter, nic);
+        for (&(low, high), pair) in self.overrides() {
+            if pair.up == pair.down {
+                let _ = write!(out, "\n[[link]]\nranks = [{low}, {high}]\n");
+                write_spec(&mut out, &pair.up);
+            } else {
+                for (from, to, spec) in [(low, high, &pair.up), (high, low, &pair.down)] {
+                    let _ = write!(out, "\n[[link]]\nfrom = {from}\nto = {to}\n");
+                    write_spec(&mut out, spec);
+                }
+            }
+        }
+        out
+    }
+}
+
+fn write_spec(out: &mut String, spec: &LinkSpec) {
+    let kind = match spec.kind {
+        LinkKind::Sdma => "sdma",
+        LinkKind::Rdma => "rdma",
+    };
+    let _ = writeln!(out, "kind = \"{kind}\"");
+    let _ = writeln!(out, "bandwidth_gbps = {:?}", spec.bandwidth_gbps);
+    let _ = writeln!(out, "latency_us = {:?}", spec.latency_us);
+}
+
+fn write_fabric(out: &mut String, table: &str, fabric: &Fabric, nic: Option<Option<f64>>) {
+    let _ = write!(out, "\n[{table}]\nwiring = \"{}\"\n", fabric.wiring.name());
+    let _ = writeln!(out, "bandwidth_gbps = {:?}", fabric.spec.bandwidth_gbps);
+    let _ = writeln!(out, "latency_us = {:?}", fabric.spec.latency_us);
+    match nic {
+        Some(Some(gbps)) => {
+            let _ = writeln!(out, "nic_gbps = {gbps:?}");
+        }
+        Some(None) => out.push_str("shared_nic = false\n"),
+        None => {}
+    }
+}
+
+/// Parse `A-B` (as in `--broken 0-1`) into two distinct ranks.
+pub fn parse_broken(given: &str) -> Result<(Rank, Rank), TopologyError> {
+    let bad = |reason: &str| TopologyError::Broken {
+        given: given.to_string(),
+        reason: reason.to_string(),
+    };
+    let (a, b) = given
+        .split_once('-')
+        .ok_or_else(|| bad("write it as two ranks joined by a dash, e.g. 0-1"))?;
+    let rank = |s: &str| {
+        s.trim()
+            .parse::<Rank>()
+            .map_err(|_| bad("both ends must be rank numbers, e.g. 0-1"))
+    };
+    let (a, b) = (rank(a)?, rank(b)?);
+    if a == b {
+        return Err(bad("a link joins two different ranks"));
+    }
+    Ok((a, b))
+}
+
+fn parse(src: &Source<'_>) -> Result<Topology, TopologyError> {
+    let spec: FileSpec = toml::from_str(src.text).map_err(|e| src.error(e.span(), e.message()))?;
+    let servers = spec.servers.span();
+    let intra = fabric(
+        src,
+        spec.intra.as_ref(),
+        presets::hccs(Wiring::Mesh),
+        "intra",
+    )?;
+    let inter = fabric(
+        src,
+        spec.inter.as_ref(),
+        presets::roce(Wiring::Mesh),
+        "inter",
+    )?;
+    let nic = nic_gbps(src, spec.inter.as_ref(), &inter)?;
+    let mut t = Topology::from_fabrics(spec.servers.into_inner(), intra, inter, nic).map_err(
+        |_| src.error(Some(servers), "`servers` must list at least one server, each with at least one rank, e.g. servers = [8, 8]"),
+    )?;
+    for entry in &spec.link {
+        t = apply_link(src, t, entry)?;
+    }
+    for pair in &spec.broken {
+        let (a, b) = parse_broken(pair.get_ref())
+            .map_err(|e| src.error(Some(pair.span()), e.to_string()))?;
+        t = t.with_broken(a, b).map_err(|e| {
+            src.error(
+                Some(pair.span()),
+                format!("broken link {a}-{b}: {}", e.reason),
+            )
+        })?;
+    }
+    Ok(t)
+}
+
+fn fabric(
+    src: &Source<'_>,
+    given: Option<&Spanned<FabricSpec>>,
+    default: Fabric,
+    table: &str,
+) -> Result<Fabric, TopologyError> {
+    let Some(given) = given else {
+        return Ok(default);
+    };
+    let (span, f) = (given.span(), given.get_ref());
+    let wiring = match (f.wiring, table) {
+        (None, _) => default.wiring,
+        (Some(WiringName::Mesh), _) => Wiring::Mesh,
+        (Some(WiringName::None), _) => Wiring::None,
+        (Some(WiringName::Ring), "intra") => Wiring::Ring,
+        (Some(WiringName::Plane), "inter") => Wiring::Plane,
+        (Some(_), _) => {
+            let allowed = if table == "intra" {
+                "mesh, ring or none"
+            } else {
+                "mesh, plane or none"
+            };
+            return Err(src.error(Some(span), format!("[{table}] wiring must be {allowed}")));
+        }
+    };
+    if table == "intra" && (f.shared_nic.is_some() || f.nic_gbps.is_some()) {
+        return Err(src.error(
+            Some(span),
+            "the NIC belongs in [inter]; move shared_nic and nic_gbps there",
+        ));
+    }
+    let spec = LinkSpec {
+        kind: default.spec.kind,
+        bandwidth_gbps: f.bandwidth_gbps.unwrap_or(default.spec.bandwidth_gbps),
+        latency_us: f.latency_us.unwrap_or(default.spec.latency_us),
+    };
+    check_figures(src, span, &spec, &format!("[{table}]"))?;
+    Ok(Fabric { spec, wiring })
+}
+
+fn nic_gbps(
+    src: &Source<'_>,
+    given: Option<&Spanned<FabricSpec>>,
+    inter: &Fabric,
+) -> Result<Option<f64>, TopologyError> {
+    let Some(given) = given else {
+        return Ok(Some(presets::ROCE_GBPS));
+    };
+    let f = given.get_ref();
+    match (f.shared_nic.unwrap_or(true), f.nic_gbps) {
+        (false, Some(_)) => Err(src.error(
+            Some(given.span()),
+            "[inter] sets nic_gbps but shared_nic = false; drop one of them",
+        )),
+        (false, None) => Ok(None),
+        (true, None) => Ok(Some(inter.spec.bandwidth_gbps)),
+        (true, Some(gbps)) if gbps.is_finite() && gbps > 0.0 => Ok(Some(gbps)),
+        (true, Some(gbps)) => Err(src.error(
+            Some(given.span()),
+            format!("[inter] nic_gbps = {gbps} must be a positive number of GB/s"),
+        )),
+    }
+}
+
+fn check_figures(
+    src: &Source<'_>,
+    span: Range<usize>,
+    spec: &LinkSpec,
+    what: &str,
+) -> Result<(), TopologyError> {
+    if !(spec.bandwidth_gbps.is_finite() && spec.bandwidth_gbps > 0.0) {
+        return Err(src.error(
+            Some(span),
+            format!("{what} bandwidth_gbps = {} must be a positive number of GB/s; to remove a link use `broken` or wiring = \"none\"", spec.bandwidth_gbps),
+        ));
+    }
+    if !(spec.latency_us.is_finite() && spec.latency_us >= 0.0) {
+        return Err(src.error(
+            Some(span),
+            format!(
+                "{what} latency_us = {} must be zero or a positive number of microseconds",
+                spec.latency_us
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn apply_link(
+    src: &Source<'_>,
+    t: Topology,
+    entry: &Spanned<LinkEntry>,
+) -> Result<Topology, TopologyError> {
+    let (span, e) = (entry.span(), entry.get_ref());
+    let (a, b, both) = match (e.ranks, e.from, e.to) {
+        (Some([a, b]), None, None) => (a, b, true),
+        (None, Some(from), Some(to)) => (from, to, false),
+        _ => {
+            return Err(src.error(
+                Some(span),
+                "[[link]] needs either `ranks = [a, b]` (both directions) or `from` and `to` (one direction)",
+            ))
+        }
+    };
+    let n = t.ranks();
+    if a == b || a >= n || b >= n {
+        return Err(src.error(
+            Some(span),
+            format!("[[link]] {a}-{b} must join two different ranks below {n}"),
+        ));
+    }
+    let mut result = t;
+    for (from, to) in if both {
+        vec![(a, b), (b, a)]
+    } else {
+        vec![(a, b)]
+    } {
+        let base = result
+            .wired_spec(from, to)
+            .unwrap_or_else(|| placement_default(&result, from, to));
+        let spec = LinkSpec {
+            kind: match e.kind {
+                Some(KindName::Sdma) => LinkKind::Sdma,
+                Some(KindName::Rdma) => LinkKind::Rdma,
+                None => base.kind,
+            },
+            bandwidth_gbps: e.bandwidth_gbps.unwrap_or(base.bandwidth_gbps),
+            latency_us: e.latency_us.unwrap_or(base.latency_us),
+        };
+        check_figures(src, span.clone(), &spec, &format!("[[link]] {from}-{to}"))?;
+        result = result
+            .with_link(from, to, spec)
+            .map_err(|err| src.error(Some(span.clone()), err.reason))?;
+    }
+    Ok(result)
+}
+
+/// The fabric default for a pair the wiring does not join.
+fn placement_default(t: &Topology, a: Rank, b: Rank) -> LinkSpec {
+    if t.server_of(a) == t.server_of(b) {
+        t.intra.spec
+    } else {
+        t.inter.spec
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::LinkStatus;
+
+    #[test]
+    fn presets_survive_a_toml_round_trip() {
+        for name in ["mesh8", "mesh8-cut", "ring8", "2x8", "3x4"] {
+            let t = Topology::parse_spec(name).unwrap();
+            assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t, "{name}");
+        }
+    }
+
+    #[test]
+    fn overrides_and_broken_links_round_trip() {
+        let text = "servers = [4, 4]\nbroken = [\"1-2\"]\n[intra]\nwiring = \"ring\"\n\
+                    [inter]\nwiring = \"plane\"\nshared_nic = false\n\
+                    [[link]]\nranks = [0, 2]\nbandwidth_gbps = 7.5\n\
+                    [[link]]\nfrom = 4\nto = 0\nlatency_us = 9.0\n";
+        let t = Topology::from_toml(text).unwrap();
+        assert_eq!(
+            t.link(0, 2).unwrap().bandwidth_gbps,
+            7.5,
+            "added to the ring"
+        );
+        assert_eq!(t.link(0, 4).unwrap().latency_us, presets::ROCE_LATENCY_US);
+        assert_eq!(t.link(4, 0).unwrap().latency_us, 9.0);
+        assert_eq!(t.link_status(0, 5), LinkStatus::Missing, "plane wiring");
+        assert_eq!(t.link_status(2, 1), LinkStatus::Broken);
+        assert_eq!(t.nic_gbps(), None);
+        assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
+    }
+
+    #[test]
+    fn errors_name_the_line_and_the_fix() {
+        let text = "servers = [8]\n\n[intra]\nbandwidth_gbps = -1.0\n";
+        let err = Topology::from_toml(text).unwrap_err();
+        let TopologyError::File { line, message, .. } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(*line, 3, "{err}");
+        assert!(message.contains("positive number of GB/s"), "{err}");
+
+        let err = Topology::from_toml("servers = [8]\nbroken = [\"0-9\"]\n").unwrap_err();
+        assert!(matches!(err, TopologyError::File { line: 2, .. }), "{err}");
+
+        let err = Topology::from_toml("servers = [8]\nspeed = 3\n").unwrap_err();
+        assert!(matches!(err, TopologyError::File { line: 2, .. }), "{err}");
+        assert!(err.to_string().contains("speed"), "{err}");
+    }
+
+    #[test]
+    fn specs_and_broken_pairs_parse() {
+        assert_eq!(parse_broken("3-1").unwrap(), (3, 1));
+        assert!(parse_broken("3").is_err() && parse_broken("2-2").is_err());
+        let err = Topology::parse_spec("mesh-eight").unwrap_err();
+        assert!(err.to_string().contains("ring8"), "{err}");
+        let err = Topology::parse_spec("/nonexistent/topo.toml").unwrap_err();
+        assert!(matches!(err, TopologyError::Read { .. }), "{err}");
+    }
+}

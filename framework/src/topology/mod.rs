@@ -1,0 +1,471 @@
+//! Topology: which ranks sit in which server, which links join them, and how fast they are.
+//!
+//! The framework needs a topology to hand out links (a link that does not exist or is
+//! broken is refused); the cost model needs it to know how long bytes take to cross a link.
+//! Both read the same table, so what the analyzer proves and what the cost model times is
+//! the machine the user described.
+//!
+//! A topology is a list of servers (ranks are numbered server by server) and a link table
+//! held as rules rather than as a list of pairs, so a 1024-rank mesh costs a few bytes:
+//!
+//! - an **intra-server fabric** and an **inter-server fabric**, each a default
+//!   [`LinkSpec`] (kind, bandwidth per direction, latency) and a [`Wiring`] that says which
+//!   pairs it joins (a full mesh, a ring of neighbours, rank `i` of every server, or none);
+//! - an optional **shared NIC** bandwidth per rank: every RDMA transfer of a rank, whatever
+//!   the peer, goes through its one NIC, so concurrent inter-server transfers share it;
+//! - **per-pair overrides**, one spec per direction, which may also add a link the wiring
+//!   lacks;
+//! - **broken links**, which do not exist for anyone: [`Topology::link_kind`] and
+//!   [`Topology::link`] answer `None` for them, as for pairs that have no link at all.
+//!
+//! Built-in shapes live in [`presets`] (with the sources of their figures), the file format
+//! in [`file`]. [`Topology::parse_spec`] accepts either: a preset name or a path to a TOML
+//! file.
+
+pub mod file;
+pub mod presets;
+
+use crate::error::ConfigError;
+use oxccl_platform::{LinkKind, Rank};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+pub use file::{parse_broken, TopologyError};
+pub use presets::PRESETS;
+
+/// The speed of one direction of a link.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct LinkSpec {
+    /// Intra-server DMA-like ([`LinkKind::Sdma`]) or inter-server RDMA-like
+    /// ([`LinkKind::Rdma`]); it decides the handshake executors append.
+    pub kind: LinkKind,
+    /// Bandwidth in one direction, GB/s (1e9 bytes per second).
+    pub bandwidth_gbps: f64,
+    /// One-way latency of a transfer or a signal, microseconds.
+    pub latency_us: f64,
+}
+
+impl LinkSpec {
+    /// Bandwidth in bytes per second.
+    pub fn bytes_per_s(&self) -> f64 {
+        self.bandwidth_gbps * 1e9
+    }
+
+    /// Latency in seconds.
+    pub fn latency_s(&self) -> f64 {
+        self.latency_us * 1e-6
+    }
+}
+
+/// Which pairs a fabric joins.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Wiring {
+    /// Every pair.
+    Mesh,
+    /// Intra-server only: each rank with its two neighbours in the server, cyclically.
+    Ring,
+    /// Inter-server only: rank `i` of a server with rank `i` of every other server (HCCL's
+    /// level-1 planes).
+    Plane,
+    /// No pair.
+    None,
+}
+
+impl Wiring {
+    /// The name used in topology files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Wiring::Mesh => "mesh",
+            Wiring::Ring => "ring",
+            Wiring::Plane => "plane",
+            Wiring::None => "none",
+        }
+    }
+}
+
+/// A default link spec and the pairs it applies to.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Fabric {
+    pub spec: LinkSpec,
+    pub wiring: Wiring,
+}
+
+/// What joins two ranks.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum LinkStatus {
+    /// A healthy link, with the spec of the direction asked for.
+    Up(LinkSpec),
+    /// The link exists in the machine but is marked broken: nobody may use it.
+    Broken,
+    /// There is no link between the two ranks (or they are the same rank).
+    Missing,
+}
+
+impl LinkStatus {
+    /// Why a link cannot be used, phrased to follow "the link to rank N".
+    pub const fn refusal(&self) -> &'static str {
+        match self {
+            LinkStatus::Up(_) => "is healthy",
+            LinkStatus::Broken => "is broken",
+            LinkStatus::Missing => "does not exist in the topology",
+        }
+    }
+}
+
+/// The specs of both directions of one overridden pair `(low, high)`.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub(crate) struct PairSpec {
+    /// low -> high.
+    pub up: LinkSpec,
+    /// high -> low.
+    pub down: LinkSpec,
+}
+
+/// Servers, their ranks, and the link table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Topology {
+    /// Ranks per server; ranks are numbered server by server.
+    servers: Vec<usize>,
+    /// First rank of each server, plus the total at the end.
+    starts: Vec<usize>,
+    intra: Fabric,
+    inter: Fabric,
+    /// Shared RDMA bandwidth per rank (one NIC), GB/s per direction; `None`: unlimited.
+    nic_gbps: Option<f64>,
+    /// Per-pair overrides keyed by (low, high).
+    overrides: BTreeMap<(Rank, Rank), PairSpec>,
+    /// Broken links, stored as (low, high).
+    broken: BTreeSet<(Rank, Rank)>,
+}
+
+impl Topology {
+    /// Servers of the given sizes joined by the given fabrics. Errors on an empty server list
+    /// or an empty server.
+    pub fn from_fabrics(
+        ranks_per_server: Vec<usize>,
+        intra: Fabric,
+        inter: Fabric,
+        nic_gbps: Option<f64>,
+    ) -> Result<Self, ConfigError> {
+        if ranks_per_server.is_empty() || ranks_per_server.contains(&0) {
+            return Err(ConfigError {
+                var: "topology",
+                value: format!("{ranks_per_server:?}"),
+                reason: "every server needs at least one rank".into(),
+            });
+        }
+        Ok(Topology::unchecked(
+            ranks_per_server,
+            intra,
+            inter,
+            nic_gbps,
+        ))
+    }
+
+    /// [`Topology::from_fabrics`] for server sizes known to be valid.
+    fn unchecked(servers: Vec<usize>, intra: Fabric, inter: Fabric, nic_gbps: Option<f64>) -> Self {
+        let mut starts = vec![0];
+        for size in &servers {
+            starts.push(starts.last().copied().unwrap_or(0) + size);
+        }
+        Topology {
+            servers,
+            starts,
+            intra,
+            inter,
+            nic_gbps,
+            overrides: BTreeMap::new(),
+            broken: BTreeSet::new(),
+        }
+    }
+
+    /// One server with `ranks` ranks in a full mesh of the generic figures (see
+    /// [`presets`]). Zero ranks is treated as one; the communicator rejects the mismatch.
+    pub fn single_server(ranks: usize) -> Self {
+        presets::generic(&[ranks.max(1)])
+    }
+
+    /// Servers with the given rank counts (may differ), a full mesh inside each and RDMA
+    /// links between every pair across servers, with the generic figures (see [`presets`]).
+    pub fn servers(ranks_per_server: Vec<usize>) -> Result<Self, ConfigError> {
+        Topology::from_fabrics(
+            ranks_per_server,
+            presets::hccs(Wiring::Mesh),
+            presets::roce(Wiring::Mesh),
+            Some(presets::ROCE_GBPS),
+        )
+    }
+
+    /// Mark the link between `a` and `b` broken. Errors when either rank is out of range,
+    /// when they are equal, or when there is no link between them to break.
+    pub fn with_broken(mut self, a: Rank, b: Rank) -> Result<Self, ConfigError> {
+        let bad = |reason: String| ConfigError {
+            var: "broken link",
+            value: format!("{a}-{b}"),
+            reason,
+        };
+        if a == b || a >= self.ranks() || b >= self.ranks() {
+            return Err(bad(format!(
+                "needs two distinct ranks below {}",
+                self.ranks()
+            )));
+        }
+        if self.wired_spec(a, b).is_none() {
+            return Err(bad(
+                "there is no link between these ranks to break; name a pair that is linked".into(),
+            ));
+        }
+        self.broken.insert((a.min(b), a.max(b)));
+        Ok(self)
+    }
+
+    /// Override the spec of the link `from -> to` (one direction), creating the pair's link
+    /// (with `spec` both ways) when the wiring has none.
+    pub fn with_link(mut self, from: Rank, to: Rank, spec: LinkSpec) -> Result<Self, ConfigError> {
+        if from == to || from >= self.ranks() || to >= self.ranks() {
+            return Err(ConfigError {
+                var: "link",
+                value: format!("{from}->{to}"),
+                reason: format!("needs two distinct ranks below {}", self.ranks()),
+            });
+        }
+        let key = (from.min(to), from.max(to));
+        let mut pair = match self.wired_spec(from, to) {
+            Some(_) => PairSpec {
+                up: self.wired_spec(key.0, key.1).unwrap_or(spec),
+                down: self.wired_spec(key.1, key.0).unwrap_or(spec),
+            },
+            None => PairSpec {
+                up: spec,
+                down: spec,
+            },
+        };
+        if from < to {
+            pair.up = spec;
+        } else {
+            pair.down = spec;
+        }
+        self.overrides.insert(key, pair);
+        Ok(self)
+    }
+
+    /// Total ranks.
+    pub fn ranks(&self) -> usize {
+        self.starts.last().copied().unwrap_or(0)
+    }
+
+    /// Ranks per server.
+    pub fn server_sizes(&self) -> &[usize] {
+        &self.servers
+    }
+
+    /// The server that holds `rank`. Panics when `rank` is out of range.
+    pub fn server_of(&self, rank: Rank) -> usize {
+        assert!(
+            rank < self.ranks(),
+            "rank {rank} is not in a topology of {} ranks",
+            self.ranks()
+        );
+        self.starts.partition_point(|&s| s <= rank) - 1
+    }
+
+    /// The intra-server fabric.
+    pub fn intra(&self) -> &Fabric {
+        &self.intra
+    }
+
+    /// The inter-server fabric.
+    pub fn inter(&self) -> &Fabric {
+        &self.inter
+    }
+
+    /// Shared RDMA bandwidth of each rank's NIC, GB/s per direction (`None`: unlimited).
+    pub fn nic_gbps(&self) -> Option<f64> {
+        self.nic_gbps
+    }
+
+    /// True when the link between `a` and `b` is broken.
+    pub fn is_broken(&self, a: Rank, b: Rank) -> bool {
+        self.broken.contains(&(a.min(b), a.max(b)))
+    }
+
+    /// Broken links as (low, high) pairs, sorted.
+    pub fn broken_links(&self) -> impl Iterator<Item = (Rank, Rank)> + '_ {
+        self.broken.iter().copied()
+    }
+
+    /// Whether `a -> b` is healthy, broken or missing.
+    pub fn link_status(&self, a: Rank, b: Rank) -> LinkStatus {
+        match self.wired_spec(a, b) {
+            None => LinkStatus::Missing,
+            Some(_) if self.is_broken(a, b) => LinkStatus::Broken,
+            Some(spec) => LinkStatus::Up(spec),
+        }
+    }
+
+    /// The spec of the healthy link `a -> b`, or `None` when it is broken or missing.
+    pub fn link(&self, a: Rank, b: Rank) -> Option<LinkSpec> {
+        match self.link_status(a, b) {
+            LinkStatus::Up(spec) => Some(spec),
+            LinkStatus::Broken | LinkStatus::Missing => None,
+        }
+    }
+
+    /// The kind of the link between two distinct ranks, or `None` if it is broken or there
+    /// is no link.
+    pub fn link_kind(&self, a: Rank, b: Rank) -> Option<LinkKind> {
+        self.link(a, b).map(|l| l.kind)
+    }
+
+    /// True when every pair of distinct ranks has a healthy link.
+    pub fn is_full_mesh(&self) -> bool {
+        let n = self.ranks();
+        let structurally = (self.intra.wiring == Wiring::Mesh
+            || self.servers.iter().all(|&s| s <= 1)
+            || (self.intra.wiring == Wiring::Ring && self.servers.iter().all(|&s| s <= 3)))
+            && (self.inter.wiring == Wiring::Mesh || self.servers.len() == 1);
+        if structurally {
+            return self.broken.is_empty();
+        }
+        (0..n).all(|a| (a + 1..n).all(|b| self.link(a, b).is_some()))
+    }
+
+    /// Ranks `rank` has a healthy link to, ascending.
+    pub fn peers(&self, rank: Rank) -> impl Iterator<Item = Rank> + '_ {
+        (0..self.ranks()).filter(move |&p| self.link(rank, p).is_some())
+    }
+
+    /// The spec of `a -> b` before broken links are applied.
+    fn wired_spec(&self, a: Rank, b: Rank) -> Option<LinkSpec> {
+        if a == b || a >= self.ranks() || b >= self.ranks() {
+            return None;
+        }
+        if let Some(pair) = self.overrides.get(&(a.min(b), a.max(b))) {
+            return Some(if a < b { pair.up } else { pair.down });
+        }
+        let (sa, sb) = (self.server_of(a), self.server_of(b));
+        let joined = if sa == sb {
+            self.intra_joined(sa, a, b)
+        } else {
+            self.inter_joined(a - self.starts[sa], b - self.starts[sb])
+        };
+        joined.then_some(if sa == sb {
+            self.intra.spec
+        } else {
+            self.inter.spec
+        })
+    }
+
+    fn intra_joined(&self, server: usize, a: Rank, b: Rank) -> bool {
+        match self.intra.wiring {
+            Wiring::Mesh => true,
+            Wiring::Ring => {
+                let size = self.servers[server];
+                let (la, lb) = (a - self.starts[server], b - self.starts[server]);
+                (la + 1) % size == lb || (lb + 1) % size == la
+            }
+            Wiring::Plane | Wiring::None => false,
+        }
+    }
+
+    fn inter_joined(&self, local_a: usize, local_b: usize) -> bool {
+        match self.inter.wiring {
+            Wiring::Mesh => true,
+            Wiring::Plane => local_a == local_b,
+            Wiring::Ring | Wiring::None => false,
+        }
+    }
+
+    pub(crate) fn overrides(&self) -> impl Iterator<Item = (&(Rank, Rank), &PairSpec)> {
+        self.overrides.iter()
+    }
+}
+
+impl fmt::Display for Topology {
+    /// A one-paragraph summary, for `oxccl topo` and logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fabric = |fab: &Fabric| {
+            format!(
+                "{} of {:?} links, {} GB/s per direction, {} us",
+                fab.wiring.name(),
+                fab.spec.kind,
+                fab.spec.bandwidth_gbps,
+                fab.spec.latency_us
+            )
+        };
+        write!(
+            f,
+            "{} ranks in {} server(s) {:?}; inside a server: {}",
+            self.ranks(),
+            self.servers.len(),
+            self.servers,
+            fabric(&self.intra)
+        )?;
+        if self.servers.len() > 1 {
+            write!(f, "; across servers: {}", fabric(&self.inter))?;
+            if let Some(nic) = self.nic_gbps {
+                write!(f, ", one {nic} GB/s NIC per rank")?;
+            }
+        }
+        if !self.overrides.is_empty() {
+            write!(f, "; {} overridden pair(s)", self.overrides.len())?;
+        }
+        let broken: Vec<String> = self
+            .broken
+            .iter()
+            .map(|(a, b)| format!("{a}-{b}"))
+            .collect();
+        if !broken.is_empty() {
+            write!(f, "; broken: {}", broken.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_and_broken_links() {
+        let t = Topology::servers(vec![2, 3])
+            .unwrap()
+            .with_broken(3, 1)
+            .unwrap();
+        assert_eq!(t.ranks(), 5);
+        assert_eq!(t.server_of(1), 0);
+        assert_eq!(t.server_of(2), 1);
+        assert_eq!(t.server_of(4), 1);
+        assert_eq!(t.link_kind(0, 1), Some(LinkKind::Sdma));
+        assert_eq!(t.link_kind(0, 4), Some(LinkKind::Rdma));
+        assert_eq!(t.link_kind(1, 3), None);
+        assert_eq!(t.link_status(1, 3), LinkStatus::Broken);
+        assert!(t.is_broken(3, 1));
+        assert!(!t.is_full_mesh());
+        assert!(Topology::single_server(2).with_broken(1, 1).is_err());
+        assert!(Topology::servers(vec![2, 0]).is_err());
+    }
+
+    #[test]
+    fn ring_wiring_has_only_neighbour_links() {
+        let t = presets::preset("ring8").unwrap();
+        assert_eq!(t.link_status(0, 4), LinkStatus::Missing);
+        assert!(t.link(0, 7).is_some() && t.link(3, 4).is_some());
+        assert_eq!(t.peers(0).collect::<Vec<_>>(), vec![1, 7]);
+        assert!(!t.is_full_mesh());
+        assert!(t.clone().with_broken(0, 4).is_err(), "no link to break");
+    }
+
+    #[test]
+    fn one_direction_override_leaves_the_other() {
+        let mesh = Topology::single_server(4);
+        let slow = LinkSpec {
+            bandwidth_gbps: 1.0,
+            ..mesh.link(0, 1).unwrap()
+        };
+        let t = mesh.clone().with_link(2, 1, slow).unwrap();
+        assert_eq!(t.link(2, 1), Some(slow));
+        assert_eq!(t.link(1, 2), mesh.link(1, 2));
+        assert!(t.is_full_mesh());
+    }
+}

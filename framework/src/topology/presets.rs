@@ -1,0 +1,159 @@
+//! Built-in topologies, and where their figures come from.
+//!
+//! The presets model the machines oxccl's algorithms are written for: one server of eight
+//! Ascend 910B NPUs in a full mesh of HCCS links, and servers of those joined by RoCE.
+//! Bandwidths are per link and per direction, in GB/s (1e9 bytes per second).
+//!
+//! | figure | value | source |
+//! |---|---|---|
+//! | HCCS link bandwidth | 56 GB/s per direction | public: Atlas 800T A2 / 910B spec sheets give 392 GB/s of HCCS per NPU, i.e. 7 links x 56 GB/s in a full mesh of 8 |
+//! | HCCS link latency | 1.0 us | **assumption**: Huawei publishes no figure; the order of a one-way DMA handshake between peer devices on NVLink-class links |
+//! | RoCE bandwidth | 25 GB/s per direction | public: one 200 Gb/s RoCE v2 port per NPU on Atlas 800T A2 servers (200 Gb/s / 8 bits) |
+//! | RoCE latency | 3.0 us | **assumption**: typical NIC-to-NIC RDMA write latency through one switch (2-5 us) |
+//! | shared NIC | 25 GB/s per rank | **model choice**: one NIC per rank; every inter-server transfer of a rank shares it |
+//!
+//! Generic shapes `1xN` and `MxN` (any N, M) reuse these figures: a full mesh of HCCS-class
+//! links inside each server, and every cross-server pair joined by RDMA through each rank's
+//! NIC. For N > 8 the full mesh at 56 GB/s per pair is an **assumption** (real servers of
+//! more than 8 devices are switched, and a switch port would be shared among peers); use a
+//! TOML file to describe such a machine precisely.
+
+use super::{Fabric, LinkSpec, Topology, Wiring};
+use oxccl_platform::LinkKind;
+
+/// HCCS link of an Ascend 910B, GB/s per direction (392 GB/s per NPU over 7 links).
+pub const HCCS_GBPS: f64 = 56.0;
+/// HCCS one-way latency, microseconds (assumption, see the module docs).
+pub const HCCS_LATENCY_US: f64 = 1.0;
+/// A 200 Gb/s RoCE v2 NIC, GB/s per direction.
+pub const ROCE_GBPS: f64 = 25.0;
+/// RoCE one-way latency through one switch, microseconds (assumption).
+pub const ROCE_LATENCY_US: f64 = 3.0;
+
+/// A named built-in topology, for listings (`oxccl topo`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PresetInfo {
+    pub name: &'static str,
+    pub description: &'static str,
+}
+
+/// The built-in topologies, by name; `1xN` and `MxN` stand for any sizes.
+pub const PRESETS: &[PresetInfo] = &[
+    PresetInfo {
+        name: "mesh8",
+        description: "one Ascend 910B-like server: 8 ranks, full mesh of 56 GB/s HCCS links",
+    },
+    PresetInfo {
+        name: "mesh8-cut",
+        description: "mesh8 with the 0-1 link broken (HCCL's AllReduce contest)",
+    },
+    PresetInfo {
+        name: "ring8",
+        description: "8 ranks, only ring-neighbour HCCS links (i <-> i+1 mod 8)",
+    },
+    PresetInfo {
+        name: "2x8",
+        description: "two mesh8 servers joined by RoCE: one 200 Gb/s NIC per rank",
+    },
+    PresetInfo {
+        name: "1xN",
+        description: "one server of N ranks (any N) in a full mesh of HCCS-class links",
+    },
+    PresetInfo {
+        name: "MxN",
+        description: "M servers of N ranks: HCCS-class mesh inside, RoCE across, one NIC per rank",
+    },
+];
+
+/// The intra-server fabric of the presets.
+pub fn hccs(wiring: Wiring) -> Fabric {
+    Fabric {
+        spec: LinkSpec {
+            kind: LinkKind::Sdma,
+            bandwidth_gbps: HCCS_GBPS,
+            latency_us: HCCS_LATENCY_US,
+        },
+        wiring,
+    }
+}
+
+/// The inter-server fabric of the presets.
+pub fn roce(wiring: Wiring) -> Fabric {
+    Fabric {
+        spec: LinkSpec {
+            kind: LinkKind::Rdma,
+            bandwidth_gbps: ROCE_GBPS,
+            latency_us: ROCE_LATENCY_US,
+        },
+        wiring,
+    }
+}
+
+/// Servers of the given (non-zero) sizes with the generic figures.
+pub(super) fn generic(sizes: &[usize]) -> Topology {
+    Topology::unchecked(
+        sizes.to_vec(),
+        hccs(Wiring::Mesh),
+        roce(Wiring::Mesh),
+        Some(ROCE_GBPS),
+    )
+}
+
+/// The preset called `name`, or `None` when there is none.
+pub fn preset(name: &str) -> Option<Topology> {
+    match name {
+        "mesh8" => Some(generic(&[8])),
+        "mesh8-cut" => generic(&[8]).with_broken(0, 1).ok(),
+        "ring8" => Some(Topology::unchecked(
+            vec![8],
+            hccs(Wiring::Ring),
+            roce(Wiring::None),
+            None,
+        )),
+        _ => shape(name).map(|(servers, size)| generic(&vec![size; servers])),
+    }
+}
+
+/// `MxN` as (M, N), both non-zero.
+fn shape(name: &str) -> Option<(usize, usize)> {
+    let (m, n) = name.split_once(['x', 'X'])?;
+    let (m, n) = (m.parse().ok()?, n.parse().ok()?);
+    (m > 0 && n > 0).then_some((m, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::LinkStatus;
+
+    #[test]
+    fn mesh8_is_the_910b_server() {
+        let t = preset("mesh8").unwrap();
+        assert_eq!(t.ranks(), 8);
+        assert!(t.is_full_mesh());
+        let l = t.link(3, 6).unwrap();
+        assert_eq!((l.kind, l.bandwidth_gbps), (LinkKind::Sdma, 56.0));
+    }
+
+    #[test]
+    fn mesh8_cut_has_a_broken_link() {
+        let t = preset("mesh8-cut").unwrap();
+        assert_eq!(t.link_status(1, 0), LinkStatus::Broken);
+        assert_eq!(t.link_kind(0, 1), None);
+        assert!(t.link(0, 2).is_some());
+        assert!(!t.is_full_mesh());
+    }
+
+    #[test]
+    fn two_servers_share_a_nic_per_rank() {
+        let t = preset("2x8").unwrap();
+        assert_eq!(t.server_sizes(), &[8, 8]);
+        assert_eq!(t.link_kind(0, 7), Some(LinkKind::Sdma));
+        assert_eq!(t.link(0, 9).unwrap().kind, LinkKind::Rdma);
+        assert_eq!(t.nic_gbps(), Some(ROCE_GBPS));
+        assert!(t.is_full_mesh());
+        assert_eq!(preset("3x5").unwrap().server_sizes(), &[5, 5, 5]);
+        assert_eq!(preset("1x1024").unwrap().ranks(), 1024);
+        assert!(preset("0x8").is_none() && preset("mesh9").is_none());
+    }
+}

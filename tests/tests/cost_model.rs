@@ -1,0 +1,77 @@
+//! The cost model on the real executors' programs. Ignored by default: they print the
+//! modelled figures the README quotes; run them with
+//! `cargo test -p oxccl-tests --test cost_model -- --ignored --nocapture`.
+
+use oxccl::framework::analyzer::Recording;
+use oxccl::framework::cost::{model, write_chrome_trace, CostParams};
+use oxccl::{Config, DataType, OpKind, OpParam, ReduceOp, Topology};
+use std::time::Instant;
+
+// The example plugin must be linked for its executor to be registered.
+use oxccl_plugin_bidir_ring as _;
+
+fn record(executor: &str, topology: &Topology, bytes: usize) -> Recording {
+    let mut config = Config {
+        topology: Some(topology.clone()),
+        ..Config::default()
+    };
+    config.algo.set(Some(OpKind::AllReduce), executor);
+    let op = OpParam::all_reduce(bytes / 4, DataType::F32, ReduceOp::Sum);
+    Recording::record(&op, false, config).unwrap_or_else(|e| panic!("{executor}: {e}"))
+}
+
+#[test]
+#[ignore = "prints modelled figures; run with --ignored --nocapture"]
+fn all_reduce_executors_on_mesh8() {
+    let topology = Topology::parse_spec("mesh8").unwrap();
+    let params = CostParams::default();
+    // No rank can inject more than its 7 links carry: busbw is bounded by 7 x 56 GB/s.
+    let bound = 7.0 * 56.0;
+    println!("executor     size      time_us     algbw_GB/s  busbw_GB/s  tasks");
+    for executor in ["mesh", "mesh-push", "one-shot", "ring", "bidir-ring"] {
+        for bytes in [1 << 10, 1 << 20, 1 << 30] {
+            let rec = record(executor, &topology, bytes);
+            let r = model(&rec, &params).unwrap_or_else(|e| panic!("{executor}: {e}"));
+            println!(
+                "{executor:<12} {bytes:<10} {:<11.2} {:<11.3} {:<11.3} {}",
+                r.time_s * 1e6,
+                r.algbw_gbps,
+                r.busbw_gbps,
+                r.tasks
+            );
+            assert!(r.time_s > 0.0 && r.busbw_gbps <= bound, "{executor}: {r}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "records and models ten million tasks; run with --ignored --nocapture"]
+fn ring_all_reduce_on_1024_ranks() {
+    let topology = Topology::parse_spec("1x1024").unwrap();
+    let started = Instant::now();
+    let rec = record("ring", &topology, 1 << 30);
+    let recorded = started.elapsed();
+    let started = Instant::now();
+    let r = model(&rec, &CostParams::default()).unwrap();
+    let modelled = started.elapsed();
+    println!("1024-rank ring AllReduce, 1 GiB: {r}");
+    println!("recording took {recorded:?}, modelling took {modelled:?}");
+    assert!(r.tasks > 10_000_000, "{r}");
+}
+
+#[test]
+#[ignore = "writes a Chrome trace to the temp directory; run with --ignored --nocapture"]
+fn chrome_trace_of_a_real_executor() {
+    let topology = Topology::parse_spec("mesh8").unwrap();
+    let rec = record("bidir-ring", &topology, 1 << 20);
+    let path = std::env::temp_dir().join("oxccl-bidir-ring-mesh8-1MiB.json");
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let report = write_chrome_trace(&rec, &CostParams::default(), &mut file).unwrap();
+    drop(file);
+    // One complete event per task (the crate has no JSON parser; Perfetto is the judge).
+    let text = std::fs::read_to_string(&path).unwrap();
+    let tasks = text.matches("\"ph\":\"X\"").count();
+    assert!(text.starts_with('{') && text.trim_end().ends_with('}'));
+    assert_eq!(tasks, report.tasks);
+    println!("{report}; trace in {}", path.display());
+}
