@@ -259,8 +259,8 @@ impl Constraints {
             };
             return Some(format!("supports {}..={max} ranks", self.min_ranks));
         }
-        if self.full_mesh && topology.broken_links().next().is_some() {
-            return Some("needs a full mesh, and the topology has broken links".into());
+        if self.full_mesh && !topology.is_full_mesh() {
+            return Some("needs a full mesh, and the topology has broken or missing links".into());
         }
         None
     }

@@ -16,9 +16,9 @@
 //! operator (a zero-sized type) are compile-time parameters of those loops; the
 //! `(dtype, op)` pair is matched once per call, never per element.
 //!
-//! `f16` is the one type LLVM cannot vectorise on its own: it takes a detour through
-//! `f32` a chunk at a time, converting with F16C instructions on x86-64 CPUs that have
-//! them and through `half`'s slice conversions elsewhere. `bf16` converts element by element with `half`'s cheap bit operations.
+//! `f16` is the one type LLVM cannot vectorise on its own: on x86-64 CPUs with F16C the
+//! conversions are done inline with those instructions, elsewhere through `half`'s slice
+//! conversions. `bf16` converts element by element with `half`'s cheap bit operations.
 //!
 //! # Semantics
 //!
@@ -42,7 +42,7 @@
 //! Bytes are in the machine's native order, which is little-endian on every target
 //! oxccl runs on.
 
-use std::ptr;
+use std::ops::{Add, Mul};
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
@@ -52,7 +52,7 @@ use crate::dtype::{DataType, ReduceOp};
 /// Bytes per block of the kernel loop: the stack accumulator's size.
 const BLOCK_BYTES: usize = 2048;
 
-/// Elements per step of the `f16` detour through `f32`.
+/// Elements per step of the portable `f16` path's detour through `f32`.
 const HALF_CHUNK: usize = 128;
 
 /// Element-wise reduction: for every element `i < count`, each
@@ -77,8 +77,9 @@ pub unsafe fn reduce_raw(
 ) {
     assert!(!srcs.is_empty(), "reduce_raw: no source buffers");
     debug_assert!(
-        srcs.iter().all(|p| is_multiple(*p as usize, dtype.size()))
-            && dsts.iter().all(|p| is_multiple(*p as usize, dtype.size())),
+        count == 0
+            || (srcs.iter().all(|p| is_multiple(*p as usize, dtype.size()))
+                && dsts.iter().all(|p| is_multiple(*p as usize, dtype.size()))),
         "reduce_raw: buffer not aligned for {dtype}"
     );
     // SAFETY: the caller upholds this function's contract, which is `reduce_op`'s
@@ -132,9 +133,9 @@ pub fn reduce_slices(dtype: DataType, op: ReduceOp, srcs: &[&[u8]], dst: &mut [u
         "reduce_slices: a buffer is not aligned to {size} bytes for {dtype}"
     );
     let src_ptrs: Vec<*const u8> = srcs.iter().map(|s| s.as_ptr()).collect();
-    // SAFETY: every slice holds `count * size` bytes and is aligned (checked above); `dst`
-    // is a unique borrow, so it overlaps no source, and nothing else can write the
-    // borrowed bytes during the call.
+    // SAFETY: every slice holds the same whole number of elements and is aligned (checked
+    // above); `dst` is a unique borrow, so it overlaps no source, and nothing else can
+    // write the borrowed bytes during the call.
     unsafe { reduce_raw(dtype, op, &src_ptrs, &[dst.as_mut_ptr()], dst.len() / size) }
 }
 
@@ -152,17 +153,41 @@ pub fn reduce_scalar(dtype: DataType, op: ReduceOp, a: &[u8], b: &[u8]) -> Vec<u
         a.len(),
         b.len()
     );
-    macro_rules! int {
-        ($t:ty) => {{
-            let (x, y): ($t, $t) = (read(a), read(b));
-            let r = match op {
-                ReduceOp::Sum => x.wrapping_add(y),
-                ReduceOp::Prod => x.wrapping_mul(y),
+    macro_rules! apply {
+        ($x:expr, $y:expr, $sum:ident, $prod:ident) => {{
+            let (x, y) = ($x, $y);
+            match op {
+                ReduceOp::Sum => x.$sum(y),
+                ReduceOp::Prod => x.$prod(y),
                 ReduceOp::Max => x.max(y),
                 ReduceOp::Min => x.min(y),
-            };
-            bytemuck::bytes_of(&r).to_vec()
+            }
         }};
+    }
+    macro_rules! int {
+        ($t:ty) => {
+            bytes(apply!(
+                read::<$t>(a),
+                read::<$t>(b),
+                wrapping_add,
+                wrapping_mul
+            ))
+        };
+    }
+    macro_rules! float {
+        ($t:ty) => {
+            bytes(apply!(read::<$t>(a), read::<$t>(b), add, mul))
+        };
+    }
+    macro_rules! half {
+        ($t:ty) => {
+            bytes(<$t>::from_f32(apply!(
+                read::<$t>(a).to_f32(),
+                read::<$t>(b).to_f32(),
+                add,
+                mul
+            )))
+        };
     }
     match dtype {
         DataType::I8 => int!(i8),
@@ -173,46 +198,26 @@ pub fn reduce_scalar(dtype: DataType, op: ReduceOp, a: &[u8], b: &[u8]) -> Vec<u
         DataType::U32 => int!(u32),
         DataType::I64 => int!(i64),
         DataType::U64 => int!(u64),
-        DataType::F16 => {
-            let r = scalar_f32(op, read::<f16>(a).to_f32(), read::<f16>(b).to_f32());
-            f16::from_f32(r).to_ne_bytes().to_vec()
-        }
-        DataType::Bf16 => {
-            let r = scalar_f32(op, read::<bf16>(a).to_f32(), read::<bf16>(b).to_f32());
-            bf16::from_f32(r).to_ne_bytes().to_vec()
-        }
-        DataType::F32 => scalar_f32(op, read(a), read(b)).to_ne_bytes().to_vec(),
-        DataType::F64 => {
-            let (x, y): (f64, f64) = (read(a), read(b));
-            let r = match op {
-                ReduceOp::Sum => x + y,
-                ReduceOp::Prod => x * y,
-                ReduceOp::Max => x.max(y),
-                ReduceOp::Min => x.min(y),
-            };
-            r.to_ne_bytes().to_vec()
-        }
+        DataType::F16 => half!(f16),
+        DataType::Bf16 => half!(bf16),
+        DataType::F32 => float!(f32),
+        DataType::F64 => float!(f64),
     }
-}
-
-/// One `f32` step of [`reduce_scalar`].
-fn scalar_f32(op: ReduceOp, x: f32, y: f32) -> f32 {
-    match op {
-        ReduceOp::Sum => x + y,
-        ReduceOp::Prod => x * y,
-        ReduceOp::Max => x.max(y),
-        ReduceOp::Min => x.min(y),
-    }
-}
-
-/// Whether `x` is a multiple of `size`, a power of two (every element size is).
-fn is_multiple(x: usize, size: usize) -> bool {
-    x & (size - 1) == 0
 }
 
 /// Reads one element from (possibly unaligned) bytes of exactly its size.
 fn read<T: bytemuck::Pod>(bytes: &[u8]) -> T {
     bytemuck::pod_read_unaligned(bytes)
+}
+
+/// The bytes of one element.
+fn bytes<T: bytemuck::Pod>(value: T) -> Vec<u8> {
+    bytemuck::bytes_of(&value).to_vec()
+}
+
+/// Whether `x` is a multiple of `size`, a power of two (every element size is).
+fn is_multiple(x: usize, size: usize) -> bool {
+    x & (size - 1) == 0
 }
 
 /// A reduction operator on `T`, as a zero-sized type so that kernels monomorphise per op.
@@ -225,15 +230,17 @@ struct Prod;
 struct Max;
 struct Min;
 
-macro_rules! int_ops {
-    ($($t:ty),*) => {$(
+/// Implements the four operators for types whose sum and product are the methods
+/// `$sum` and `$prod`; `max` and `min` are `Ord`'s for integers, NaN-ignoring for floats.
+macro_rules! ops {
+    ($sum:ident, $prod:ident: $($t:ty),*) => {$(
         impl Op<$t> for Sum {
             #[inline(always)]
-            fn apply(a: $t, b: $t) -> $t { a.wrapping_add(b) }
+            fn apply(a: $t, b: $t) -> $t { a.$sum(b) }
         }
         impl Op<$t> for Prod {
             #[inline(always)]
-            fn apply(a: $t, b: $t) -> $t { a.wrapping_mul(b) }
+            fn apply(a: $t, b: $t) -> $t { a.$prod(b) }
         }
         impl Op<$t> for Max {
             #[inline(always)]
@@ -246,29 +253,8 @@ macro_rules! int_ops {
     )*};
 }
 
-macro_rules! float_ops {
-    ($($t:ty),*) => {$(
-        impl Op<$t> for Sum {
-            #[inline(always)]
-            fn apply(a: $t, b: $t) -> $t { a + b }
-        }
-        impl Op<$t> for Prod {
-            #[inline(always)]
-            fn apply(a: $t, b: $t) -> $t { a * b }
-        }
-        impl Op<$t> for Max {
-            #[inline(always)]
-            fn apply(a: $t, b: $t) -> $t { a.max(b) }
-        }
-        impl Op<$t> for Min {
-            #[inline(always)]
-            fn apply(a: $t, b: $t) -> $t { a.min(b) }
-        }
-    )*};
-}
-
-int_ops!(i8, u8, i16, u16, i32, u32, i64, u64);
-float_ops!(f32, f64);
+ops!(wrapping_add, wrapping_mul: i8, u8, i16, u16, i32, u32, i64, u64);
+ops!(add, mul: f32, f64);
 
 /// The storage type of one element, and how two blocks combine into a third.
 trait Lane: bytemuck::Pod {
@@ -305,101 +291,79 @@ impl Lane for f16 {
         #[cfg(target_arch = "x86_64")]
         if f16c::available() {
             // SAFETY: the CPU has AVX and F16C.
-            let widen = |h: &[f16], w: &mut [f32]| unsafe { f16c::widen(h, w) };
-            // SAFETY: the CPU has AVX and F16C.
-            let narrow = |w: &[f32], h: &mut [f16]| unsafe { f16c::narrow(w, h) };
-            return combine_f16_via::<O>(out, a, b, widen, narrow);
+            return unsafe { f16c::combine::<O>(out, a, b) };
         }
-        let widen = |h: &[f16], w: &mut [f32]| h.convert_to_f32_slice(w);
-        let narrow = |w: &[f32], h: &mut [f16]| h.convert_from_f32_slice(w);
-        combine_f16_via::<O>(out, a, b, widen, narrow);
+        combine_f16_chunked::<O>(out, a, b);
     }
 }
 
-/// `out[i] = O(a[i], b[i])` for `f16`, a chunk at a time: `widen` both operands' chunks
-/// to `f32`, combine them, `narrow` the result back (rounding to nearest-even).
-#[inline(always)]
-fn combine_f16_via<O: Op<f32>>(
-    out: &mut [f16],
-    a: &[f16],
-    b: &[f16],
-    widen: impl Fn(&[f16], &mut [f32]),
-    narrow: impl Fn(&[f32], &mut [f16]),
-) {
+/// The portable `f16` path: whole chunks through `half`'s slice conversions, which use
+/// the CPU's conversion instructions where `half` knows them.
+fn combine_f16_chunked<O: Op<f32>>(out: &mut [f16], a: &[f16], b: &[f16]) {
     let mut wide_a = [0f32; HALF_CHUNK];
     let mut wide_b = [0f32; HALF_CHUNK];
     let chunks = out.chunks_mut(HALF_CHUNK).zip(a.chunks(HALF_CHUNK));
     for ((out, a), b) in chunks.zip(b.chunks(HALF_CHUNK)) {
         let (wide_a, wide_b) = (&mut wide_a[..a.len()], &mut wide_b[..b.len()]);
-        widen(a, wide_a);
-        widen(b, wide_b);
+        a.convert_to_f32_slice(wide_a);
+        b.convert_to_f32_slice(wide_b);
         for (x, &y) in wide_a.iter_mut().zip(wide_b.iter()) {
             *x = O::apply(*x, y);
         }
-        narrow(wide_a, out);
+        out.convert_from_f32_slice(wide_a);
     }
 }
 
-/// `f16` conversions with F16C, eight lanes at a time. `half`'s slice conversions use
-/// the same instructions but make an indirect call per eight elements; inlined here they
-/// are several times faster. They round exactly as `half::f16::from_f32` does.
+/// The x86-64 `f16` path. `half`'s slice conversions make an indirect call per eight
+/// elements; converting inline with F16C, with the operator applied in between, is about
+/// six times faster. The instructions round to nearest-even, as `half::f16::from_f32`
+/// does (it uses the same instruction where the CPU has it).
 #[cfg(target_arch = "x86_64")]
 mod f16c {
     use std::arch::x86_64::{
-        _mm256_cvtph_ps, _mm256_cvtps_ph, _mm256_loadu_ps, _mm256_storeu_ps, _mm_loadu_si128,
-        _mm_storeu_si128, _MM_FROUND_TO_NEAREST_INT,
+        _mm256_cvtph_ps, _mm256_cvtps_ph, _mm_loadu_si128, _mm_storeu_si128,
+        _MM_FROUND_TO_NEAREST_INT,
     };
 
     use half::f16;
 
-    /// Whether this CPU can run [`widen`] and [`narrow`].
+    use super::Op;
+
+    /// Whether this CPU can run [`combine`].
     pub(super) fn available() -> bool {
         is_x86_feature_detected!("avx") && is_x86_feature_detected!("f16c")
     }
 
-    /// `wide[i] = half[i]` as `f32`. Equal lengths.
+    /// `out[i] = O(a[i], b[i])` in `f32`, rounded to `f16`, eight lanes at a time.
     ///
     /// # Safety
     /// The CPU has AVX and F16C ([`available`]).
     #[target_feature(enable = "avx,f16c")]
-    pub(super) unsafe fn widen(half: &[f16], wide: &mut [f32]) {
-        let mut wide8 = wide.chunks_exact_mut(8);
-        let half8 = half.chunks_exact(8);
-        let tail = half8.remainder();
-        for (w, h) in (&mut wide8).zip(half8) {
-            // SAFETY: `h` is 8 `f16`s (16 bytes) and `w` 8 `f32`s (32 bytes); these loads
-            // and stores take any alignment; the caller guarantees AVX and F16C.
-            unsafe {
-                _mm256_storeu_ps(
-                    w.as_mut_ptr(),
-                    _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().cast())),
+    pub(super) unsafe fn combine<O: Op<f32>>(out: &mut [f16], a: &[f16], b: &[f16]) {
+        let mut out8 = out.chunks_exact_mut(8);
+        let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+        let (a_tail, b_tail) = (a8.remainder(), b8.remainder());
+        for ((o, x), y) in (&mut out8).zip(a8).zip(b8) {
+            // SAFETY: `x` and `y` are 8 `f16`s, 16 bytes each; these loads take any
+            // alignment; the caller guarantees AVX and F16C.
+            let (x, y) = unsafe {
+                (
+                    _mm256_cvtph_ps(_mm_loadu_si128(x.as_ptr().cast())),
+                    _mm256_cvtph_ps(_mm_loadu_si128(y.as_ptr().cast())),
                 )
             };
-        }
-        for (w, h) in wide8.into_remainder().iter_mut().zip(tail) {
-            *w = h.to_f32();
-        }
-    }
-
-    /// `half[i] = wide[i]` rounded to nearest-even. Equal lengths.
-    ///
-    /// # Safety
-    /// The CPU has AVX and F16C ([`available`]).
-    #[target_feature(enable = "avx,f16c")]
-    pub(super) unsafe fn narrow(wide: &[f32], half: &mut [f16]) {
-        let mut half8 = half.chunks_exact_mut(8);
-        let wide8 = wide.chunks_exact(8);
-        let tail = wide8.remainder();
-        for (h, w) in (&mut half8).zip(wide8) {
-            // SAFETY: as in `widen`.
+            let (mut x, y): ([f32; 8], [f32; 8]) = (bytemuck::cast(x), bytemuck::cast(y));
+            for (p, q) in x.iter_mut().zip(y) {
+                *p = O::apply(*p, q);
+            }
+            // SAFETY: `o` is 8 `f16`s, 16 bytes; this store takes any alignment; the
+            // caller guarantees AVX and F16C.
             unsafe {
-                let v = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(w.as_ptr()));
-                _mm_storeu_si128(h.as_mut_ptr().cast(), v);
+                let narrow = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(bytemuck::cast(x));
+                _mm_storeu_si128(o.as_mut_ptr().cast(), narrow);
             }
         }
-        for (h, w) in half8.into_remainder().iter_mut().zip(tail) {
-            *h = f16::from_f32(*w);
-        }
+        super::combine_f16_chunked::<O>(out8.into_remainder(), a_tail, b_tail);
     }
 }
 
@@ -454,6 +418,7 @@ unsafe fn reduce_blocks<T: Lane, O: Op<T::Compute>>(
         bytemuck::cast_slice_mut(front),
         bytemuck::cast_slice_mut(back),
     );
+    let streaming = count * std::mem::size_of::<T>() >= STREAM_BYTES;
     let mut start = 0;
     while start < count {
         let n = front.len().min(count - start);
@@ -463,9 +428,62 @@ unsafe fn reduce_blocks<T: Lane, O: Op<T::Compute>>(
         for &dst in dsts {
             // SAFETY: `dst` is valid for writes of `count` aligned `T`s and `start + n <=
             // count`; `block` is on this stack frame, so it cannot overlap `dst`.
-            unsafe { ptr::copy_nonoverlapping(block.as_ptr(), dst.cast::<T>().add(start), n) };
+            unsafe {
+                store::store(
+                    dst.cast::<T>().add(start).cast(),
+                    bytemuck::cast_slice(block),
+                    streaming,
+                )
+            };
         }
         start += n;
+    }
+    if streaming {
+        store::fence();
+    }
+}
+
+/// Results at least this large are written with non-temporal stores: they will not be read
+/// again before they leave the cache, and streaming them skips the read-for-ownership that
+/// a normal store does first, a third of the memory traffic of an out-of-place reduction.
+const STREAM_BYTES: usize = 256 << 10;
+
+/// Storing a finished block.
+mod store {
+    /// Write `block` to `dst`, with non-temporal stores when `streaming` and the target
+    /// allows it. Streaming stores must be followed by [`fence`] before the data is
+    /// published.
+    ///
+    /// # Safety
+    /// `dst` is valid for writes of `block.len()` bytes that overlap nothing in `block`.
+    #[inline]
+    pub(super) unsafe fn store(dst: *mut u8, block: &[u8], streaming: bool) {
+        #[cfg(target_arch = "x86_64")]
+        if streaming && (dst as usize).is_multiple_of(16) && block.len().is_multiple_of(16) {
+            use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+            for (i, chunk) in block.chunks_exact(16).enumerate() {
+                // SAFETY: SSE2 is part of x86-64; `dst + 16 i` is 16-byte aligned and
+                // inside the destination; `chunk` is 16 readable bytes.
+                unsafe {
+                    let v = _mm_loadu_si128(chunk.as_ptr().cast::<__m128i>());
+                    _mm_stream_si128(dst.add(16 * i).cast::<__m128i>(), v);
+                }
+            }
+            return;
+        }
+        let _ = streaming;
+        // SAFETY: the caller guarantees `dst` is valid and does not overlap `block`.
+        unsafe { std::ptr::copy_nonoverlapping(block.as_ptr(), dst, block.len()) };
+    }
+
+    /// Order streaming stores before everything after them.
+    #[inline]
+    pub(super) fn fence() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: SSE2 is part of x86-64; sfence has no other requirement.
+        unsafe {
+            std::arch::x86_64::_mm_sfence()
+        }
     }
 }
 
@@ -652,13 +670,25 @@ mod tests {
         }
     }
 
+    #[test]
+    fn streaming_stores_match_the_oracle() {
+        // Large enough for non-temporal stores, for the widest and narrowest types, with a
+        // tail that is not a whole block.
+        let mut rng = Lcg(0x57ea);
+        for dtype in [DataType::I8, DataType::F32, DataType::F64] {
+            let count = STREAM_BYTES / dtype.size() + 3;
+            let srcs: Vec<Buf> = (0..3).map(|_| random_buf(&mut rng, dtype, count)).collect();
+            let want = expected(dtype, ReduceOp::Sum, &srcs);
+            check_two_dsts(dtype, ReduceOp::Sum, &srcs, &want);
+            check_in_place(dtype, ReduceOp::Sum, &srcs, 1, &want);
+        }
+    }
+
     /// Checks the portable `f16` path, which the oracle test reaches only on CPUs
     /// without F16C, against the oracle.
     fn check_portable_f16<O: Op<f32>>(op: ReduceOp, a: &[f16], b: &[f16]) {
         let mut got = vec![f16::ZERO; a.len()];
-        let widen = |h: &[f16], w: &mut [f32]| h.convert_to_f32_slice(w);
-        let narrow = |w: &[f32], h: &mut [f16]| h.convert_from_f32_slice(w);
-        combine_f16_via::<O>(&mut got, a, b, widen, narrow);
+        combine_f16_chunked::<O>(&mut got, a, b);
         for ((x, y), g) in a.iter().zip(b).zip(&got) {
             let want = reduce_scalar(DataType::F16, op, &x.to_ne_bytes(), &y.to_ne_bytes());
             assert_eq!(g.to_ne_bytes(), *want, "{op}({x}, {y})");

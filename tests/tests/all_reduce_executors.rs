@@ -13,7 +13,7 @@ fn check_executor(algo: &'static str) {
     for topology in shapes() {
         for zero_copy in [true, false] {
             let setup = Setup {
-                algo,
+                algo: Some(algo),
                 topology: topology.clone(),
                 zero_copy,
                 ccl_bytes: CCL_BYTES,

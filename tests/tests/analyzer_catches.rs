@@ -4,8 +4,8 @@
 use oxccl::framework::analyzer::{analyze, Check, Recording};
 use oxccl::platform::{Buf, Slice};
 use oxccl::{
-    Config, Constraints, DataType, Error, Executor, KernelArgs, KernelCtx, OpKind, OpParam, Peers, PlanCtx,
-    ReduceOp, ResourceRequest, Topology,
+    Config, Constraints, DataType, Error, Executor, KernelArgs, KernelCtx, OpKind, OpParam, Peers,
+    PlanCtx, ReduceOp, ResourceRequest, Topology,
 };
 
 /// A wrong AllReduce: `kernel` appends the tasks; resources are a link to every peer plus
@@ -17,7 +17,10 @@ struct Bad {
 
 impl Executor for Bad {
     fn resources(&self, _: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        Ok(ResourceRequest { slave_streams: self.slaves, ..ResourceRequest::with_peers(Peers::All) })
+        Ok(ResourceRequest {
+            slave_streams: self.slaves,
+            ..ResourceRequest::with_peers(Peers::All)
+        })
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
@@ -45,7 +48,10 @@ fn bytes(args: &KernelArgs) -> usize {
 /// Reduce every rank's input into my output, like one-shot, after a ready round.
 fn ready_round(ctx: &mut KernelCtx<'_>) -> Result<(), Error> {
     let me = ctx.rank;
-    let links = (0..ctx.ranks).filter(|&p| p != me).map(|p| ctx.link(p, 0)).collect::<Result<Vec<_>, _>>()?;
+    let links = (0..ctx.ranks)
+        .filter(|&p| p != me)
+        .map(|p| ctx.link(p, 0))
+        .collect::<Result<Vec<_>, _>>()?;
     links.iter().for_each(|l| l.tx_ack(ctx.main()));
     links.iter().for_each(|l| l.rx_ack(ctx.main()));
     Ok(())
@@ -53,7 +59,10 @@ fn ready_round(ctx: &mut KernelCtx<'_>) -> Result<(), Error> {
 
 fn reduce_from(ctx: &mut KernelCtx<'_>, args: &KernelArgs, ranks: Vec<usize>, shift: usize) {
     let len = bytes(args) - shift;
-    let srcs = ranks.into_iter().map(|r| args.input.at(r, shift, len)).collect();
+    let srcs = ranks
+        .into_iter()
+        .map(|r| args.input.at(r, shift, len))
+        .collect();
     let dst = args.output.at(ctx.rank, 0, len);
     ctx.main().reduce(srcs, dst, args.op.dtype, args.op.op);
 }
@@ -91,7 +100,10 @@ bad_executor!("bad-read-write", 0, |ctx, args| {
     reduce_from(ctx, args, (0..ctx.ranks).collect(), 0);
     let len = bytes(args);
     let right = (ctx.rank + 1) % ctx.ranks;
-    let (src, dst) = (args.output.at(right, 0, len), Slice::new(ctx.rank, Buf::CclIn, 0, len));
+    let (src, dst) = (
+        args.output.at(right, 0, len),
+        Slice::new(ctx.rank, Buf::CclIn, 0, len),
+    );
     ctx.main().copy(src, dst);
     Ok(())
 });
@@ -119,7 +131,10 @@ bad_executor!("bad-offset", 0, |ctx, args| {
     reduce_from(ctx, args, (0..ctx.ranks).collect(), es);
     let len = bytes(args);
     let me = ctx.rank;
-    ctx.main().copy(args.input.at(me, len - es, es), args.output.at(me, len - es, es));
+    ctx.main().copy(
+        args.input.at(me, len - es, es),
+        args.output.at(me, len - es, es),
+    );
     Ok(())
 });
 
@@ -128,7 +143,10 @@ bad_executor!("bad-bounds", 0, |ctx, args| {
     ready_round(ctx)?;
     reduce_from(ctx, args, (0..ctx.ranks).collect(), 0);
     let len = bytes(args);
-    let dst = Slice { len: len + 64, ..args.output.at(ctx.rank, 0, len) };
+    let dst = Slice {
+        len: len + 64,
+        ..args.output.at(ctx.rank, 0, len)
+    };
     let src = Slice::new(ctx.rank, Buf::CclIn, 0, len + 64);
     ctx.main().copy(src, dst);
     Ok(())
@@ -140,13 +158,19 @@ bad_executor!("bad-no-join", 1, |ctx, args| {
     ready_round(ctx)?;
     reduce_from(ctx, args, (0..ctx.ranks).collect(), 0);
     let len = bytes(args);
-    let (src, dst) = (args.input.at(ctx.rank, 0, len), Slice::new(ctx.rank, Buf::CclIn, 0, len));
+    let (src, dst) = (
+        args.input.at(ctx.rank, 0, len),
+        Slice::new(ctx.rank, Buf::CclIn, 0, len),
+    );
     ctx.stream(1).copy(src, dst);
     Ok(())
 });
 
 fn record(algo: &str, ranks: usize) -> Recording {
-    let mut config = Config { topology: Some(Topology::single_server(ranks)), ..Config::default() };
+    let mut config = Config {
+        topology: Some(Topology::single_server(ranks)),
+        ..Config::default()
+    };
     config.algo.set(Some(OpKind::AllReduce), algo);
     let op = OpParam::all_reduce(1000, DataType::F32, ReduceOp::Sum);
     Recording::record(&op, false, config).unwrap()
@@ -157,15 +181,25 @@ fn caught(algo: &str, check: Check, fragments: &[&str]) {
     let report = analyze(&record(algo, 4));
     assert!(!report.passed(), "{algo} passed the analyzer");
     let found = report.failures.iter().find(|f| f.check == check);
-    let Some(f) = found else { panic!("{algo}: no {check:?} failure in {:#?}", report.failures) };
+    let Some(f) = found else {
+        panic!("{algo}: no {check:?} failure in {:#?}", report.failures)
+    };
     for part in fragments {
-        assert!(f.message.contains(part), "{algo}: `{part}` not in: {}", f.message);
+        assert!(
+            f.message.contains(part),
+            "{algo}: `{part}` not in: {}",
+            f.message
+        );
     }
 }
 
 #[test]
 fn deadlock() {
-    caught("bad-deadlock", Check::Deadlock, &["rank", "stream 0", "task", "Ack"]);
+    caught(
+        "bad-deadlock",
+        Check::Deadlock,
+        &["rank", "stream 0", "task", "Ack"],
+    );
 }
 
 #[test]
@@ -175,7 +209,11 @@ fn lost_wakeup() {
 
 #[test]
 fn unordered_write_write() {
-    caught("bad-write-write", Check::MemoryConflict, &["rank 0", "Output"]);
+    caught(
+        "bad-write-write",
+        Check::MemoryConflict,
+        &["rank 0", "Output"],
+    );
 }
 
 #[test]
@@ -214,8 +252,16 @@ fn use_of_a_broken_link() {
     let mut rec = record("mesh", 4);
     rec.topology = Topology::single_server(4).with_broken(0, 1).unwrap();
     let report = analyze(&rec);
-    let f = report.failures.iter().find(|f| f.check == Check::Link).expect("a link failure");
-    assert!(f.message.contains("rank 0") || f.message.contains("rank 1"), "{}", f.message);
+    let f = report
+        .failures
+        .iter()
+        .find(|f| f.check == Check::Link)
+        .expect("a link failure");
+    assert!(
+        f.message.contains("rank 0") || f.message.contains("rank 1"),
+        "{}",
+        f.message
+    );
 }
 
 #[test]

@@ -75,3 +75,32 @@ fn chrome_trace_of_a_real_executor() {
     assert_eq!(tasks, report.tasks);
     println!("{report}; trace in {}", path.display());
 }
+
+#[test]
+#[ignore = "prints modelled figures; run with --ignored --nocapture"]
+fn all_reduce_executors_on_other_presets() {
+    let params = CostParams::default();
+    for preset in ["mesh8-cut", "ring8", "2x8"] {
+        let topology = Topology::parse_spec(preset).unwrap();
+        for executor in ["mesh", "mesh-push", "one-shot", "ring", "bidir-ring"] {
+            let mut config = Config {
+                topology: Some(topology.clone()),
+                ..Config::default()
+            };
+            config.algo.set(Some(OpKind::AllReduce), executor);
+            for bytes in [1 << 10, 1 << 20, 1 << 30] {
+                let op = OpParam::all_reduce(bytes / 4, DataType::F32, ReduceOp::Sum);
+                match Recording::record(&op, false, config.clone()) {
+                    Ok(rec) => println!(
+                        "{preset:<10} {executor:<12} {}",
+                        model(&rec, &params).unwrap()
+                    ),
+                    Err(e) => {
+                        println!("{preset:<10} {executor:<12} cannot run: {e}");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -33,7 +33,9 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
 pub fn size_sweep(min: &str, max: &str, factor: usize) -> Result<Vec<usize>, String> {
     let (min, max) = (parse_size(min)?, parse_size(max)?);
     if min > max || factor < 2 {
-        return Err(format!("need -b <= -e and -f >= 2 (got {min}, {max}, {factor})"));
+        return Err(format!(
+            "need -b <= -e and -f >= 2 (got {min}, {max}, {factor})"
+        ));
     }
     let mut out = vec![];
     let mut s = min;
@@ -73,7 +75,10 @@ mod tests {
 
     #[test]
     fn sweeps() {
-        assert_eq!(size_sweep("1K", "1G", 1024).unwrap(), vec![1 << 10, 1 << 20, 1 << 30]);
+        assert_eq!(
+            size_sweep("1K", "1G", 1024).unwrap(),
+            vec![1 << 10, 1 << 20, 1 << 30]
+        );
         assert_eq!(size_sweep("8", "8", 2).unwrap(), vec![8]);
         assert!(size_sweep("2K", "1K", 2).is_err());
         assert!(size_sweep("1K", "2K", 1).is_err());

@@ -3,17 +3,41 @@
 use std::process::Command;
 
 fn oxccl(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_oxccl")).args(args).output().expect("runs");
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let out = Command::new(env!("CARGO_BIN_EXE_oxccl"))
+        .args(args)
+        .output()
+        .expect("runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success(), text)
 }
 
 #[test]
 fn perf_prints_the_table_with_nothing_wrong() {
     for algo in ["mesh", "ring", "bidir-ring"] {
-        let (ok, text) = oxccl(&["perf", "all-reduce", "--ranks", "4", "-b", "1K", "-e", "256K", "-f", "16", "-n", "3", "-w", "1", "--algo", algo]);
+        let (ok, text) = oxccl(&[
+            "perf",
+            "all-reduce",
+            "--ranks",
+            "4",
+            "-b",
+            "1K",
+            "-e",
+            "256K",
+            "-f",
+            "16",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "--algo",
+            algo,
+        ]);
         assert!(ok, "{text}");
-        let rows: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with(char::is_numeric)).collect();
+        let rows: Vec<&str> = text
+            .lines()
+            .filter(|l| l.trim_start().starts_with(char::is_numeric))
+            .collect();
         assert_eq!(rows.len(), 3, "{text}");
         for row in rows {
             let cols: Vec<&str> = row.split_whitespace().collect();
@@ -25,7 +49,25 @@ fn perf_prints_the_table_with_nothing_wrong() {
 
 #[test]
 fn perf_json_and_every_dtype() {
-    let (ok, text) = oxccl(&["perf", "all-reduce", "--ranks", "3", "-b", "4K", "-e", "4K", "-n", "1", "-w", "0", "-d", "all", "-o", "all", "--json"]);
+    let (ok, text) = oxccl(&[
+        "perf",
+        "all-reduce",
+        "--ranks",
+        "3",
+        "-b",
+        "4K",
+        "-e",
+        "4K",
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "-d",
+        "all",
+        "-o",
+        "all",
+        "--json",
+    ]);
     assert!(ok, "{text}");
     let doc: serde_json::Value = serde_json::from_str(&text).expect("one JSON document");
     assert_eq!(doc["rows"].as_array().unwrap().len(), 12 * 4);
@@ -34,24 +76,60 @@ fn perf_json_and_every_dtype() {
 
 #[test]
 fn perf_rejects_an_unknown_algorithm() {
-    let (ok, text) = oxccl(&["perf", "all-reduce", "--algo", "warp-speed", "-b", "1K", "-e", "1K"]);
+    let (ok, text) = oxccl(&[
+        "perf",
+        "all-reduce",
+        "--algo",
+        "warp-speed",
+        "-b",
+        "1K",
+        "-e",
+        "1K",
+    ]);
     assert!(!ok);
-    assert!(text.contains("warp-speed") && text.contains("mesh-push"), "{text}");
+    assert!(
+        text.contains("warp-speed") && text.contains("mesh-push"),
+        "{text}"
+    );
 }
 
 #[test]
 fn algs_lists_builtins_and_the_plugin_with_their_crates() {
     let (ok, text) = oxccl(&["algs"]);
     assert!(ok, "{text}");
-    assert!(text.lines().any(|l| l.contains("bidir-ring") && l.contains("oxccl-plugin-bidir-ring")), "{text}");
-    assert!(text.lines().any(|l| l.contains("ring_reduce_scatter") && l.contains("oxccl-algorithms")), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("bidir-ring") && l.contains("oxccl-plugin-bidir-ring")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("ring_reduce_scatter") && l.contains("oxccl-algorithms")),
+        "{text}"
+    );
 }
 
 #[test]
 fn check_the_contest_topology() {
-    let (ok, text) = oxccl(&["check", "all-reduce", "--topo", "mesh8", "--broken", "0-1", "-b", "1K", "-e", "1G", "-f", "1024"]);
+    let (ok, text) = oxccl(&[
+        "check",
+        "all-reduce",
+        "--topo",
+        "mesh8",
+        "--broken",
+        "0-1",
+        "-b",
+        "1K",
+        "-e",
+        "1G",
+        "-f",
+        "1024",
+    ]);
     assert!(ok, "{text}");
-    let rows: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with(char::is_numeric)).collect();
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with(char::is_numeric))
+        .collect();
     assert_eq!(rows.len(), 3, "{text}");
     assert!(rows.iter().all(|r| r.contains("PASS")), "{text}");
 }
@@ -60,7 +138,10 @@ fn check_the_contest_topology() {
 fn check_all_passes_for_every_registered_executor() {
     let (ok, text) = oxccl(&["check", "--all"]);
     assert!(ok, "{text}");
-    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("PASS") || l.starts_with("FAIL")).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("PASS") || l.starts_with("FAIL"))
+        .collect();
     assert!(lines.len() >= 5, "{text}");
     assert!(lines.iter().all(|l| l.starts_with("PASS")), "{text}");
 }

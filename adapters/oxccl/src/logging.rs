@@ -1,6 +1,7 @@
 //! `OXCCL_LOG`: a `tracing` subscriber on stderr, installed once if the variable is set and
 //! the application has not installed its own.
 
+use std::io::IsTerminal;
 use std::sync::Once;
 
 /// Install the stderr subscriber for `filter` (a `tracing` env-filter directive).
@@ -16,6 +17,7 @@ pub(crate) fn init(filter: Option<&str>) {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
             .try_init();
     });
 }

@@ -44,9 +44,17 @@ fn slices_in_buffers(idx: &Index<'_>, id: TaskId, task: &Task, out: &mut Collect
             });
         }
     }
-    for s in task.writes().iter().filter(|s| s.buf == oxccl_platform::Buf::Input) {
+    for s in task
+        .writes()
+        .iter()
+        .filter(|s| s.buf == oxccl_platform::Buf::Input)
+    {
         out.at(Check::Bounds, Some(idx.loc(id)), || {
-            format!("{} writes {}, the user's read-only Input", idx.describe(id), show(s))
+            format!(
+                "{} writes {}, the user's read-only Input",
+                idx.describe(id),
+                show(s)
+            )
         });
     }
 }
@@ -126,7 +134,11 @@ fn overlaps(idx: &Index<'_>, id: TaskId, task: &Task, all: &mut Vec<Placed>, out
                 continue;
             }
             out.at(Check::Bounds, Some(idx.loc(id)), || {
-                let what = if a.write && b.write { "destinations" } else { "a source and a destination" };
+                let what = if a.write && b.write {
+                    "destinations"
+                } else {
+                    "a source and a destination"
+                };
                 format!(
                     "{}: {what} overlap: {} and {} share bytes {}..{}",
                     idx.describe(id),
@@ -142,5 +154,11 @@ fn overlaps(idx: &Index<'_>, id: TaskId, task: &Task, all: &mut Vec<Placed>, out
 
 /// A slice as `rank r Buf[a..b]`, without overflowing.
 pub(crate) fn show(s: &Slice) -> String {
-    format!("rank {} {:?}[{}..{}]", s.rank, s.buf, s.offset, s.offset.saturating_add(s.len))
+    format!(
+        "rank {} {:?}[{}..{}]",
+        s.rank,
+        s.buf,
+        s.offset,
+        s.offset.saturating_add(s.len)
+    )
 }

@@ -41,12 +41,22 @@ pub struct ExpectedRange {
 /// What `rank`'s output must hold after `op` on `ranks` ranks, interval by interval.
 pub fn expected_output(op: &OpParam, ranks: usize, rank: Rank) -> Vec<ExpectedRange> {
     let block = op.count * op.dtype.size();
-    let whole = |e| vec![ExpectedRange { start: 0, end: block, expected: e }];
+    let whole = |e| {
+        vec![ExpectedRange {
+            start: 0,
+            end: block,
+            expected: e,
+        }]
+    };
     let all = |shift: i64| Expected::Exactly(Value::reduced(op.op, Terms::ranks(0..ranks, shift)));
     let from = |src: Rank, shift: i64| Expected::Exactly(Value::input(src, shift));
     let blocks = |f: &dyn Fn(Rank) -> Expected| {
         (0..ranks)
-            .map(|s| ExpectedRange { start: s * block, end: (s + 1) * block, expected: f(s) })
+            .map(|s| ExpectedRange {
+                start: s * block,
+                end: (s + 1) * block,
+                expected: f(s),
+            })
             .collect()
     };
     let b = block as i64;
@@ -61,7 +71,11 @@ pub fn expected_output(op: &OpParam, ranks: usize, rank: Rank) -> Vec<ExpectedRa
         OpKind::Gather if rank == root => blocks(&|s| from(s, -(s as i64) * b)),
         OpKind::Reduce | OpKind::Gather => {
             let (_, end) = op.buffer_bytes(ranks);
-            vec![ExpectedRange { start: 0, end, expected: Expected::Anything }]
+            vec![ExpectedRange {
+                start: 0,
+                end,
+                expected: Expected::Anything,
+            }]
         }
         OpKind::AlltoAll => blocks(&|s| from(s, (rank as i64 - s as i64) * b)),
     }
@@ -75,7 +89,11 @@ mod tests {
     #[test]
     fn output_sizes_match_the_operator_buffer_shapes() {
         for kind in OpKind::ALL {
-            let op = OpParam { kind, root: Some(1), ..OpParam::all_reduce(5, DataType::F32, ReduceOp::Sum) };
+            let op = OpParam {
+                kind,
+                root: Some(1),
+                ..OpParam::all_reduce(5, DataType::F32, ReduceOp::Sum)
+            };
             let (_, out) = op.buffer_bytes(4);
             for rank in 0..4 {
                 let e = expected_output(&op, 4, rank);
@@ -88,7 +106,10 @@ mod tests {
 
     #[test]
     fn all_to_all_block_comes_from_the_right_rank_and_offset() {
-        let op = OpParam { kind: OpKind::AlltoAll, ..OpParam::all_reduce(2, DataType::I32, ReduceOp::Sum) };
+        let op = OpParam {
+            kind: OpKind::AlltoAll,
+            ..OpParam::all_reduce(2, DataType::I32, ReduceOp::Sum)
+        };
         let e = expected_output(&op, 3, 2);
         assert_eq!(e[1].expected, Expected::Exactly(Value::input(1, 8)));
     }

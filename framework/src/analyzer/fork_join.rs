@@ -19,7 +19,8 @@ pub(crate) fn check(idx: &Index<'_>, ex: &Execution, hb: &mut Hb<'_>, out: &mut 
     let mut main: Option<Main> = None;
     for info in &idx.streams {
         if info.stream == 0 {
-            main = Some(Main::new(idx, *info));
+            let has_slaves = idx.rec.ranks[info.rank].program.streams.len() > 1;
+            main = has_slaves.then(|| Main::new(idx, *info));
             continue;
         }
         let Some(main) = main.as_ref().filter(|m| m.info.rank == info.rank) else {
@@ -52,7 +53,14 @@ impl Main {
     }
 }
 
-fn slave(idx: &Index<'_>, ex: &Execution, hb: &mut Hb<'_>, main: &Main, info: &StreamInfo, out: &mut Collector) {
+fn slave(
+    idx: &Index<'_>,
+    ex: &Execution,
+    hb: &mut Hb<'_>,
+    main: &Main,
+    info: &StreamInfo,
+    out: &mut Collector,
+) {
     let (first, last) = (info.first, info.first + info.len - 1);
     let is_local = |n: &NotifyId| n.rank == info.rank && n.index >= idx.rec.layout.local_base();
     let forked = match idx.task(first) {
@@ -78,7 +86,9 @@ fn slave(idx: &Index<'_>, ex: &Execution, hb: &mut Hb<'_>, main: &Main, info: &S
     let main_last = main.first + main.len.max(1) - 1;
     let ordered = main.len > 0 && ex.ran(last) && ex.ran(main_last) && hb.ordered(last, main_last);
     if !joins || (ex.ran(last) && ex.ran(main_last) && !ordered) {
-        out.at(Check::ForkJoin, Some(idx.loc(last)), || never_joins(idx, info, last, joins));
+        out.at(Check::ForkJoin, Some(idx.loc(last)), || {
+            never_joins(idx, info, last, joins)
+        });
     }
 }
 
@@ -86,7 +96,13 @@ fn never_joins(idx: &Index<'_>, info: &StreamInfo, last: TaskId, shaped: bool) -
     let why = if shaped {
         "the main stream can finish before it".to_string()
     } else {
-        format!("its last task, {}, is not a Post to a local notify that stream 0 waits on", idx.describe(last))
+        format!(
+            "its last task, {}, is not a Post to a local notify that stream 0 waits on",
+            idx.describe(last)
+        )
     };
-    format!("slave stream {} of rank {} never joins the main stream: {why}", info.stream, info.rank)
+    format!(
+        "slave stream {} of rank {} never joins the main stream: {why}",
+        info.stream, info.rank
+    )
 }

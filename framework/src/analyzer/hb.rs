@@ -17,38 +17,28 @@
 //! step back and stops there. Visited marks are epoch-stamped, so a query costs nothing
 //! to reset.
 
-use super::index::{Index, TaskId, NONE};
+use super::index::{TaskId, NONE};
 use super::schedule::Execution;
 use std::collections::BinaryHeap;
 
-/// A reusable happens-before oracle. Its graph is stored by canonical execution position,
-/// not by task id, so a search touches memory that was written close together in time.
+/// A reusable happens-before oracle over the graph the canonical execution laid out by
+/// position ([`Execution::preds`]), so a search touches memory written close together in
+/// time.
 pub(crate) struct Hb<'a> {
     ex: &'a Execution,
-    /// Global stream number of the task at each position.
-    stream: Vec<u32>,
-    /// Positions of the stream predecessor and of the consumed post (`NONE` if absent).
-    preds: Vec<[u32; 2]>,
     mark: Vec<u32>,
     epoch: u32,
     heap: BinaryHeap<u32>,
 }
 
 impl<'a> Hb<'a> {
-    pub fn new(idx: &Index<'_>, ex: &'a Execution) -> Self {
-        let pos = |id: TaskId| if id == NONE { NONE } else { ex.exec[id as usize] };
-        let mut stream = Vec::with_capacity(ex.order.len());
-        let mut preds = Vec::with_capacity(ex.order.len());
-        for &id in &ex.order {
-            stream.push(idx.stream_of[id as usize]);
-            let consumed = match idx.task(id) {
-                oxccl_platform::Task::Wait { .. } => pos(ex.partner[id as usize]),
-                _ => NONE,
-            };
-            preds.push([idx.stream_pred(id).map_or(NONE, pos), consumed]);
+    pub fn new(ex: &'a Execution) -> Self {
+        Hb {
+            ex,
+            mark: vec![0; ex.order.len()],
+            epoch: 0,
+            heap: BinaryHeap::new(),
         }
-        let n = ex.order.len();
-        Hb { ex, stream, preds, mark: vec![0; n], epoch: 0, heap: BinaryHeap::new() }
     }
 
     /// True when `a` happens before `b` (or is `b`). Both must have run.
@@ -60,8 +50,8 @@ impl<'a> Hb<'a> {
         if ea == NONE || eb == NONE || ea > eb {
             return false;
         }
-        let sa = self.stream[ea as usize];
-        if self.stream[eb as usize] == sa {
+        let sa = self.ex.stream_at[ea as usize];
+        if self.ex.stream_at[eb as usize] == sa {
             return true;
         }
         self.search(sa, ea, eb)
@@ -76,11 +66,11 @@ impl<'a> Hb<'a> {
         self.heap.clear();
         self.heap.push(eb);
         while let Some(x) = self.heap.pop() {
-            for y in self.preds[x as usize] {
+            for y in self.ex.preds[x as usize] {
                 if y == NONE || y < ea || self.mark[y as usize] == self.epoch {
                     continue;
                 }
-                if self.stream[y as usize] == sa {
+                if self.ex.stream_at[y as usize] == sa {
                     return true;
                 }
                 self.mark[y as usize] = self.epoch;

@@ -30,7 +30,11 @@ pub(crate) struct Loc {
 
 impl fmt::Display for Loc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rank {} stream {} task {}", self.rank, self.stream, self.task)
+        write!(
+            f,
+            "rank {} stream {} task {}",
+            self.rank, self.stream, self.task
+        )
     }
 }
 
@@ -63,14 +67,19 @@ impl<'r> Index<'r> {
             for (stream, s) in r.program.streams.iter().enumerate() {
                 let len = s.tasks.len() as u64;
                 assert!(next + len < u64::from(NONE), "too many tasks to analyse");
-                streams.push(StreamInfo { rank, stream, first: next as u32, len: len as u32 });
+                streams.push(StreamInfo {
+                    rank,
+                    stream,
+                    first: next as u32,
+                    len: len as u32,
+                });
                 next += len;
             }
         }
         let mut stream_of = Vec::with_capacity(next as usize);
         let mut tasks = Vec::with_capacity(next as usize);
         for (g, s) in streams.iter().enumerate() {
-            stream_of.extend(std::iter::repeat(g as u32).take(s.len as usize));
+            stream_of.resize(stream_of.len() + s.len as usize, g as u32);
             tasks.extend(&rec.ranks[s.rank].program.streams[s.stream].tasks);
         }
         let mut notify_base = vec![0u32];
@@ -78,7 +87,13 @@ impl<'r> Index<'r> {
             let len = rec.layout.table_len(rec.local_notifies(rank)) as u32;
             notify_base.push(notify_base[rank] + len);
         }
-        Index { rec, streams, stream_of, tasks, notify_base }
+        Index {
+            rec,
+            streams,
+            stream_of,
+            tasks,
+            notify_base,
+        }
     }
 
     /// Tasks over all ranks and streams.
@@ -97,7 +112,11 @@ impl<'r> Index<'r> {
 
     pub fn loc(&self, id: TaskId) -> Loc {
         let s = &self.streams[self.stream_of[id as usize] as usize];
-        Loc { rank: s.rank, stream: s.stream, task: (id - s.first) as usize }
+        Loc {
+            rank: s.rank,
+            stream: s.stream,
+            task: (id - s.first) as usize,
+        }
     }
 
     /// "rank r stream s task t (Kind)".

@@ -16,7 +16,9 @@ pub(crate) struct IntervalMap<V> {
 
 impl<V> Default for IntervalMap<V> {
     fn default() -> Self {
-        IntervalMap { segs: BTreeMap::new() }
+        IntervalMap {
+            segs: BTreeMap::new(),
+        }
     }
 }
 
@@ -24,23 +26,65 @@ impl<V: Clone + PartialEq> IntervalMap<V> {
     /// The pieces of `[lo, hi)`: maximal runs of one value (or of none), in order.
     pub fn pieces(&self, lo: usize, hi: usize) -> Vec<(usize, usize, Option<V>)> {
         let mut out = Vec::with_capacity(1);
-        let mut at = lo;
-        let first = self.segs.range(..=lo).next_back().map_or(lo, |(&s, _)| s);
-        for (&s, (e, v)) in self.segs.range(first..hi) {
-            if *e <= at {
-                continue;
-            }
-            if s > at {
-                out.push((at, s, None));
+        let mut at = hi;
+        for (&s, (e, v)) in self.segs.range(..hi).rev() {
+            if *e <= lo {
+                break;
             }
             let end = (*e).min(hi);
-            out.push((s.max(at), end, Some(v.clone())));
-            at = end;
+            if end < at {
+                out.push((end, at, None));
+            }
+            at = s.max(lo);
+            out.push((at, end, Some(v.clone())));
+            if s <= lo {
+                break;
+            }
         }
-        if at < hi {
-            out.push((at, hi, None));
+        if at > lo {
+            out.push((lo, at, None));
         }
+        out.reverse();
         out
+    }
+
+    /// Replace every piece of `[lo, hi)` by what `f` makes of it. When `[lo, hi)` is
+    /// exactly one stored segment (the common case: a task touching what one earlier task
+    /// wrote) the value is updated in place, with one search and no merging.
+    pub fn update(
+        &mut self,
+        lo: usize,
+        hi: usize,
+        mut f: impl FnMut(usize, usize, Option<&V>) -> Option<V>,
+    ) {
+        if lo >= hi {
+            return;
+        }
+        if let Some((_, (e, v))) = self.segs.range_mut(lo..=lo).next() {
+            if *e == hi {
+                match f(lo, hi, Some(v)) {
+                    Some(new) => *v = new,
+                    None => {
+                        self.segs.remove(&lo);
+                    }
+                }
+                return;
+            }
+        }
+        let in_gap = self
+            .segs
+            .range(..hi)
+            .next_back()
+            .is_none_or(|(_, (e, _))| *e <= lo);
+        if in_gap {
+            let new = f(lo, hi, None);
+            self.fill_gap(lo, hi, new);
+            return;
+        }
+        for (a, b, v) in self.pieces(lo, hi) {
+            let new = f(a, b, v.as_ref());
+            self.assign(a, b, new);
+        }
     }
 
     /// Give `[lo, hi)` the value `v` (`None`: forget it).
@@ -57,6 +101,39 @@ impl<V: Clone + PartialEq> IntervalMap<V> {
         covered.iter().for_each(|s| {
             self.segs.remove(s);
         });
+        self.fill_gap(lo, hi, v);
+    }
+
+    /// Fast path of `assign`: `[lo, hi)` is exactly one segment and neither neighbour can
+    /// merge with the new value.
+    fn replace_exact(&mut self, lo: usize, hi: usize, v: &Option<V>) -> bool {
+        let Some(v) = v else {
+            return false;
+        };
+        let Some((end, old)) = self.segs.get(&lo) else {
+            return false;
+        };
+        if *end != hi || old == v {
+            return *end == hi;
+        }
+        let prev_merges = self
+            .segs
+            .range(..lo)
+            .next_back()
+            .is_some_and(|(_, (e, pv))| *e == lo && pv == v);
+        let next_merges = self.segs.get(&hi).is_some_and(|(_, nv)| nv == v);
+        if prev_merges || next_merges {
+            return false;
+        }
+        if let Some(slot) = self.segs.get_mut(&lo) {
+            slot.1 = v.clone();
+        }
+        true
+    }
+
+    /// Give `[lo, hi)`, which no segment overlaps, the value `v`, merging with equal
+    /// neighbours.
+    fn fill_gap(&mut self, lo: usize, hi: usize, v: Option<V>) {
         let Some(v) = v else {
             return;
         };
@@ -73,29 +150,6 @@ impl<V: Clone + PartialEq> IntervalMap<V> {
             }
         }
         self.segs.insert(start, (end, v));
-    }
-
-    /// Fast path of `assign`: `[lo, hi)` is exactly one segment and neither neighbour can
-    /// merge with the new value.
-    fn replace_exact(&mut self, lo: usize, hi: usize, v: &Option<V>) -> bool {
-        let Some(v) = v else {
-            return false;
-        };
-        let Some((end, old)) = self.segs.get(&lo) else {
-            return false;
-        };
-        if *end != hi || old == v {
-            return *end == hi;
-        }
-        let prev_merges = self.segs.range(..lo).next_back().is_some_and(|(_, (e, pv))| *e == lo && pv == v);
-        let next_merges = self.segs.get(&hi).is_some_and(|(_, nv)| nv == v);
-        if prev_merges || next_merges {
-            return false;
-        }
-        if let Some(slot) = self.segs.get_mut(&lo) {
-            slot.1 = v.clone();
-        }
-        true
     }
 
     /// Make `x` a segment boundary.
@@ -126,7 +180,10 @@ mod tests {
         let mut m = IntervalMap::default();
         m.assign(0, 100, Some(1));
         m.assign(40, 60, Some(2));
-        assert_eq!(m.pieces(0, 100), vec![(0, 40, Some(1)), (40, 60, Some(2)), (60, 100, Some(1))]);
+        assert_eq!(
+            m.pieces(0, 100),
+            vec![(0, 40, Some(1)), (40, 60, Some(2)), (60, 100, Some(1))]
+        );
         m.assign(40, 60, Some(1));
         assert_eq!(m.len(), 1);
         m.assign(90, 120, None);

@@ -50,18 +50,27 @@ pub(crate) fn check(idx: &Index<'_>, out: &mut Collector) {
 fn reach(idx: &Index<'_>, me: Rank, peer: Rank) -> Option<String> {
     let n = idx.rec.rank_count();
     if peer >= n {
-        return Some(format!("rank {peer} does not exist (the communicator has {n} ranks)"));
+        return Some(format!(
+            "rank {peer} does not exist (the communicator has {n} ranks)"
+        ));
     }
     if peer == me || idx.rec.topology.link_kind(me, peer).is_some() {
         return None;
     }
-    Some(format!("the link between ranks {me} and {peer} is broken or does not exist"))
+    Some(format!(
+        "the link between ranks {me} and {peer} is broken or does not exist"
+    ))
 }
 
 fn post(idx: &Index<'_>, id: TaskId, me: Rank, n: NotifyId, out: &mut Collector) {
     if let Some(why) = reach(idx, me, n.rank) {
         out.at(Check::Link, Some(idx.loc(id)), || {
-            format!("{} posts notify {} of rank {}, but {why}", idx.describe(id), n.index, n.rank)
+            format!(
+                "{} posts notify {} of rank {}, but {why}",
+                idx.describe(id),
+                n.index,
+                n.rank
+            )
         });
         return;
     }
@@ -81,7 +90,11 @@ fn post(idx: &Index<'_>, id: TaskId, me: Rank, n: NotifyId, out: &mut Collector)
     };
     if let Some(problem) = problem {
         out.at(Check::Link, Some(idx.loc(id)), || {
-            format!("{} posts {}: {problem}", idx.describe(id), idx.notify_name(n))
+            format!(
+                "{} posts {}: {problem}",
+                idx.describe(id),
+                idx.notify_name(n)
+            )
         });
     }
 }

@@ -32,17 +32,14 @@
 use super::hb::Hb;
 use super::index::{Index, TaskId, NONE};
 use super::report::{Check, Collector};
-use super::schedule::Execution;
+use super::schedule::{Execution, Step};
 use oxccl_platform::Task;
 
 /// Run the lost-wakeup check.
 pub(crate) fn check(idx: &Index<'_>, ex: &Execution, hb: &mut Hb<'_>, out: &mut Collector) {
     let mut last_post = vec![NONE; idx.notify_keys()];
-    for &id in &ex.order {
-        let Task::Post { notify } = idx.task(id) else {
-            continue;
-        };
-        let Some(key) = idx.notify_key(*notify) else {
+    for (&id, step) in ex.order.iter().zip(&ex.step) {
+        let Step::Post(key) = *step else {
             continue;
         };
         let prev = std::mem::replace(&mut last_post[key as usize], id);
@@ -64,7 +61,14 @@ pub(crate) fn check(idx: &Index<'_>, ex: &Execution, hb: &mut Hb<'_>, out: &mut 
 }
 
 /// Check that post `next` safely follows post `prev` on the same notify.
-fn follows(idx: &Index<'_>, ex: &Execution, hb: &mut Hb<'_>, prev: TaskId, next: TaskId, out: &mut Collector) {
+fn follows(
+    idx: &Index<'_>,
+    ex: &Execution,
+    hb: &mut Hb<'_>,
+    prev: TaskId,
+    next: TaskId,
+    out: &mut Collector,
+) {
     let wait = ex.partner[prev as usize];
     if wait == NONE {
         out.at(Check::LostWakeup, Some(idx.loc(next)), || {
@@ -94,7 +98,9 @@ fn follows(idx: &Index<'_>, ex: &Execution, hb: &mut Hb<'_>, prev: TaskId, next:
     if next_wait == NONE {
         return;
     }
-    let ordered = idx.stream_pred(next_wait).is_some_and(|p| hb.ordered(wait, p));
+    let ordered = idx
+        .stream_pred(next_wait)
+        .is_some_and(|p| hb.ordered(wait, p));
     if !ordered {
         out.at(Check::LostWakeup, Some(idx.loc(next_wait)), || {
             format!(

@@ -14,7 +14,7 @@ use super::hb::Hb;
 use super::index::{Index, TaskId, NONE};
 use super::intervals::IntervalMap;
 use super::report::{Check, Collector};
-use super::schedule::Execution;
+use super::schedule::{Execution, Step};
 use oxccl_platform::Slice;
 use std::collections::BTreeMap;
 
@@ -33,13 +33,22 @@ pub(crate) fn check(idx: &Index<'_>, ex: &Execution, hb: &mut Hb<'_>, out: &mut 
     let mut mems: Vec<IntervalMap<Access>> = vec![IntervalMap::default(); idx.mems()];
     let mut found = Found::new();
     let written = written_memories(idx);
-    for &t in &ex.order {
+    for (&t, _) in ex
+        .order
+        .iter()
+        .zip(&ex.step)
+        .filter(|(_, s)| **s == Step::Data)
+    {
         let task = idx.task(t);
         if task.writes().is_empty() || !idx.addressable(task) {
             continue;
         }
         found.clear();
-        for s in task.reads().iter().filter(|s| written[idx.mem(s.rank, s.buf)]) {
+        for s in task
+            .reads()
+            .iter()
+            .filter(|s| written[idx.mem(s.rank, s.buf)])
+        {
             read(idx, hb, &mut mems[idx.mem(s.rank, s.buf)], t, s, &mut found);
         }
         for s in task.writes() {
@@ -58,16 +67,25 @@ fn written_memories(idx: &Index<'_>) -> Vec<bool> {
     for id in idx.ids() {
         let task = idx.task(id);
         if idx.addressable(task) {
-            task.writes().iter().for_each(|s| written[idx.mem(s.rank, s.buf)] = true);
+            task.writes()
+                .iter()
+                .for_each(|s| written[idx.mem(s.rank, s.buf)] = true);
         }
     }
     written
 }
 
-fn read(idx: &Index<'_>, hb: &mut Hb<'_>, map: &mut IntervalMap<Access>, t: TaskId, s: &Slice, found: &mut Found) {
+fn read(
+    idx: &Index<'_>,
+    hb: &mut Hb<'_>,
+    map: &mut IntervalMap<Access>,
+    t: TaskId,
+    s: &Slice,
+    found: &mut Found,
+) {
     let stream = idx.stream_of[t as usize];
-    for (lo, hi, acc) in map.pieces(s.offset, s.offset.saturating_add(s.len)) {
-        let mut acc = acc.unwrap_or_default();
+    map.update(s.offset, s.offset.saturating_add(s.len), |lo, hi, acc| {
+        let mut acc = acc.cloned().unwrap_or_default();
         if let Some(w) = acc.write.filter(|&w| w != t) {
             if !hb.ordered(w, t) {
                 note(found, idx, w, true, s, lo, hi);
@@ -75,25 +93,44 @@ fn read(idx: &Index<'_>, hb: &mut Hb<'_>, map: &mut IntervalMap<Access>, t: Task
         }
         acc.reads.retain(|&r| idx.stream_of[r as usize] != stream);
         acc.reads.push(t);
-        map.assign(lo, hi, Some(acc));
-    }
+        Some(acc)
+    });
 }
 
-fn write(idx: &Index<'_>, hb: &mut Hb<'_>, map: &mut IntervalMap<Access>, t: TaskId, s: &Slice, found: &mut Found) {
-    for (lo, hi, acc) in map.pieces(s.offset, s.offset.saturating_add(s.len)) {
-        let acc = acc.unwrap_or_default();
-        let earlier = acc.write.into_iter().map(|w| (w, true));
-        for (other, writes) in earlier.chain(acc.reads.iter().map(|&r| (r, false))) {
-            if other != t && !hb.ordered(other, t) {
-                note(found, idx, other, writes, s, lo, hi);
+fn write(
+    idx: &Index<'_>,
+    hb: &mut Hb<'_>,
+    map: &mut IntervalMap<Access>,
+    t: TaskId,
+    s: &Slice,
+    found: &mut Found,
+) {
+    map.update(s.offset, s.offset.saturating_add(s.len), |lo, hi, acc| {
+        if let Some(acc) = acc {
+            let earlier = acc.write.into_iter().map(|w| (w, true));
+            for (other, writes) in earlier.chain(acc.reads.iter().map(|&r| (r, false))) {
+                if other != t && !hb.ordered(other, t) {
+                    note(found, idx, other, writes, s, lo, hi);
+                }
             }
         }
-        map.assign(lo, hi, Some(Access { write: Some(t), reads: Vec::new() }));
-    }
+        Some(Access {
+            write: Some(t),
+            reads: Vec::new(),
+        })
+    });
 }
 
 /// Remember a conflict with `other` on the bytes `[lo, hi)` of the memory of `s`.
-fn note(found: &mut Found, idx: &Index<'_>, other: TaskId, writes: bool, s: &Slice, lo: usize, hi: usize) {
+fn note(
+    found: &mut Found,
+    idx: &Index<'_>,
+    other: TaskId,
+    writes: bool,
+    s: &Slice,
+    lo: usize,
+    hi: usize,
+) {
     let key = (other, idx.mem(s.rank, s.buf), writes);
     let e = found.entry(key).or_insert((*s, lo, hi));
     e.1 = e.1.min(lo);
@@ -101,10 +138,21 @@ fn note(found: &mut Found, idx: &Index<'_>, other: TaskId, writes: bool, s: &Sli
 }
 
 #[allow(clippy::too_many_arguments)]
-fn report(idx: &Index<'_>, out: &mut Collector, t: TaskId, other: TaskId, other_writes: bool, s: Slice, lo: usize, hi: usize) {
+fn report(
+    idx: &Index<'_>,
+    out: &mut Collector,
+    t: TaskId,
+    other: TaskId,
+    other_writes: bool,
+    s: Slice,
+    lo: usize,
+    hi: usize,
+) {
     debug_assert_ne!(other, NONE);
     let task = idx.task(t);
-    let this_writes = task.writes().iter().any(|w| idx.mem(w.rank, w.buf) == idx.mem(s.rank, s.buf) && w.offset < hi && lo < w.offset + w.len);
+    let this_writes = task.writes().iter().any(|w| {
+        idx.mem(w.rank, w.buf) == idx.mem(s.rank, s.buf) && w.offset < hi && lo < w.offset + w.len
+    });
     let verb = |w: bool| if w { "writes" } else { "reads" };
     let kind = match (other_writes, this_writes) {
         (true, true) => "write-write",

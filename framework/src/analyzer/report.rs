@@ -137,7 +137,12 @@ impl Collector {
     }
 
     /// Record a failure of `check` at a task location, building its message only if kept.
-    pub fn at(&mut self, check: Check, loc: Option<super::index::Loc>, message: impl FnOnce() -> String) {
+    pub fn at(
+        &mut self,
+        check: Check,
+        loc: Option<super::index::Loc>,
+        message: impl FnOnce() -> String,
+    ) {
         if !self.wants(check) {
             self.count_only(check);
             return;
@@ -149,6 +154,20 @@ impl Collector {
             task: loc.map(|l| l.task),
             message: message(),
         });
+    }
+
+    /// Take in the failures another collector found (the per-check cap still holds).
+    pub fn merge(&mut self, other: Collector) {
+        for (c, n) in other.counts.iter().enumerate() {
+            let room = KEPT_PER_CHECK.saturating_sub(self.counts[c]);
+            let kept = other
+                .kept
+                .iter()
+                .filter(|f| f.check as usize == c)
+                .take(room);
+            self.kept.extend(kept.cloned());
+            self.counts[c] += n;
+        }
     }
 
     /// Sort the kept failures and produce the report.

@@ -30,8 +30,29 @@ pub(crate) struct Execution {
     pub partner: Vec<TaskId>,
     /// Streams (global numbers) blocked forever at their cursor.
     pub stuck: Vec<u32>,
+    /// What the task at each position is, with its notify key (the passes that only care
+    /// about some kinds skip the others without touching the program).
+    pub step: Vec<Step>,
+    /// Global stream number of the task at each position.
+    pub stream_at: Vec<u32>,
+    /// Positions of the stream predecessor and of the consumed post, by position (`NONE`
+    /// if absent): the happens-before graph, laid out in time order.
+    pub preds: Vec<[u32; 2]>,
     /// Next task of each stream.
     cursor: Vec<u32>,
+}
+
+/// A task's kind as the synchronisation passes see it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Copy or Reduce.
+    Data,
+    /// A post of the notify with this key.
+    Post(u32),
+    /// A wait on the notify with this key.
+    Wait(u32),
+    /// A post or wait on a notify that does not exist (the link check reports it).
+    Void,
 }
 
 impl Execution {
@@ -46,6 +67,8 @@ struct Runner<'a> {
     /// The post that set each notify, or `NONE`.
     set_by: Vec<TaskId>,
     blocked: HashMap<u32, VecDeque<u32>>,
+    /// Position of the last task each stream ran.
+    last_pos: Vec<u32>,
     ready: VecDeque<u32>,
 }
 
@@ -59,8 +82,12 @@ pub(crate) fn run(idx: &Index<'_>) -> Execution {
             order: Vec::with_capacity(n),
             partner: vec![NONE; n],
             stuck: Vec::new(),
+            step: Vec::with_capacity(n),
+            stream_at: Vec::with_capacity(n),
+            preds: Vec::with_capacity(n),
             cursor: idx.streams.iter().map(|s| s.first).collect(),
         },
+        last_pos: vec![NONE; idx.streams.len()],
         set_by: vec![NONE; idx.notify_keys()],
         blocked: HashMap::new(),
         ready: (0..idx.streams.len() as u32).collect(),
@@ -84,15 +111,18 @@ impl Runner<'_> {
         let end = info.first + info.len;
         let mut id = self.ex.cursor[s as usize];
         while id < end {
-            match self.idx.task(id) {
-                Task::Post { notify } => {
-                    if let Some(key) = self.idx.notify_key(*notify) {
+            let mut consumed = NONE;
+            let step = match self.idx.task(id) {
+                Task::Post { notify } => match self.idx.notify_key(*notify) {
+                    Some(key) => {
                         self.set_by[key as usize] = id;
                         self.wake(key);
+                        Step::Post(key)
                     }
-                }
-                Task::Wait { notify } => {
-                    if let Some(key) = self.idx.notify_key(*notify) {
+                    None => Step::Void,
+                },
+                Task::Wait { notify } => match self.idx.notify_key(*notify) {
+                    Some(key) => {
                         let post = self.set_by[key as usize];
                         if post == NONE {
                             self.blocked.entry(key).or_default().push_back(s);
@@ -101,15 +131,27 @@ impl Runner<'_> {
                         self.set_by[key as usize] = NONE;
                         self.ex.partner[id as usize] = post;
                         self.ex.partner[post as usize] = id;
+                        consumed = self.ex.exec[post as usize];
+                        Step::Wait(key)
                     }
-                }
-                Task::Copy { .. } | Task::Reduce { .. } => {}
-            }
-            self.ex.exec[id as usize] = self.ex.order.len() as u32;
-            self.ex.order.push(id);
+                    None => Step::Void,
+                },
+                Task::Copy { .. } | Task::Reduce { .. } => Step::Data,
+            };
+            self.record(id, s, step, consumed);
             id += 1;
         }
         self.ex.cursor[s as usize] = id;
+    }
+
+    fn record(&mut self, id: TaskId, s: u32, step: Step, consumed: u32) {
+        let pos = self.ex.order.len() as u32;
+        self.ex.exec[id as usize] = pos;
+        self.ex.order.push(id);
+        self.ex.step.push(step);
+        self.ex.stream_at.push(s);
+        let pred = std::mem::replace(&mut self.last_pos[s as usize], pos);
+        self.ex.preds.push([pred, consumed]);
     }
 
     fn wake(&mut self, key: u32) {
@@ -146,7 +188,10 @@ pub(crate) fn check_deadlock(idx: &Index<'_>, ex: &Execution, out: &mut Collecto
         out.at(Check::Deadlock, Some(idx.loc(id)), || {
             let who = match posts {
                 None => "no task left posts it".to_string(),
-                Some(p) => format!("it could only be posted by {}, which never ran", list(idx, p)),
+                Some(p) => format!(
+                    "it could only be posted by {}, which never ran",
+                    list(idx, p)
+                ),
             };
             format!(
                 "deadlock: {} waits forever on {}; {who}",
@@ -161,6 +206,10 @@ pub(crate) fn check_deadlock(idx: &Index<'_>, ex: &Execution, out: &mut Collecto
 fn list(idx: &Index<'_>, ids: &[TaskId]) -> String {
     let shown: Vec<String> = ids.iter().take(8).map(|&i| idx.describe(i)).collect();
     let more = ids.len().saturating_sub(8);
-    let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
+    let tail = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
     format!("{}{tail}", shown.join(", "))
 }

@@ -17,7 +17,7 @@ use super::expect::{expected_output, Expected};
 use super::index::{Index, TaskId};
 use super::intervals::IntervalMap;
 use super::report::{Check, Collector};
-use super::schedule::Execution;
+use super::schedule::{Execution, Step};
 use super::value::{Terms, Value};
 use oxccl_platform::{Buf, DataType, ReduceOp, Slice, Task};
 
@@ -31,14 +31,24 @@ pub(crate) fn check(idx: &Index<'_>, ex: &Execution, out: &mut Collector) {
     for rank in 0..rec.rank_count() {
         mems[idx.mem(rank, Buf::Input)].assign(0, input_len, Some(Value::input(rank, 0)));
     }
-    for &t in &ex.order {
+    for (&t, _) in ex
+        .order
+        .iter()
+        .zip(&ex.step)
+        .filter(|(_, s)| **s == Step::Data)
+    {
         let task = idx.task(t);
         if !idx.addressable(task) {
             continue;
         }
         match task {
             Task::Copy { src, dsts } => copy(idx, &mut mems, src, dsts),
-            Task::Reduce { srcs, dsts, dtype, op } => {
+            Task::Reduce {
+                srcs,
+                dsts,
+                dtype,
+                op,
+            } => {
                 if let Some((first, rest)) = dsts.split_first() {
                     reduce(idx, &mut mems, out, t, srcs, first, *dtype, *op);
                     copy(idx, &mut mems, first, rest);
@@ -64,23 +74,36 @@ fn copy(idx: &Index<'_>, mems: &mut Memories, src: &Slice, dsts: &[Slice]) {
         let map = &mut mems[idx.mem(d.rank, d.buf)];
         for (a, b, v) in &pieces {
             let at = d.offset + (a - src.offset);
-            map.assign(at, at + (b - a), v.as_ref().map(|v| v.shifted(delta)));
+            map.update(at, at + (b - a), |_, _, _| {
+                v.as_ref().map(|v| v.shifted(delta))
+            });
         }
     }
 }
 
 #[allow(clippy::too_many_arguments)]
-fn reduce(idx: &Index<'_>, mems: &mut Memories, out: &mut Collector, t: TaskId, srcs: &[Slice], dst: &Slice, dtype: DataType, op: ReduceOp) {
-    if dtype != idx.rec.op.dtype {
-        out.at(Check::Semantics, Some(idx.loc(t)), || {
-            format!("{} reduces as {dtype}, but the operation's data type is {}", idx.describe(t), idx.rec.op.dtype)
-        });
-    }
+fn reduce(
+    idx: &Index<'_>,
+    mems: &mut Memories,
+    out: &mut Collector,
+    t: TaskId,
+    srcs: &[Slice],
+    dst: &Slice,
+    dtype: DataType,
+    op: ReduceOp,
+) {
+    check_dtype(idx, out, t, dtype);
     let len = dst.len;
     let pieces: Vec<_> = srcs
         .iter()
         .map(|s| mems[idx.mem(s.rank, s.buf)].pieces(s.offset, s.offset.saturating_add(len)))
         .collect();
+    if pieces.iter().all(|p| p.len() == 1) {
+        let value = combine(idx, out, t, srcs, op, dst, 0, len, |j| &pieces[j][0].2);
+        mems[idx.mem(dst.rank, dst.buf)]
+            .update(dst.offset, dst.offset + len, |_, _, _| value.clone());
+        return;
+    }
     let mut cuts: Vec<usize> = pieces
         .iter()
         .zip(srcs)
@@ -93,37 +116,91 @@ fn reduce(idx: &Index<'_>, mems: &mut Memories, out: &mut Collector, t: TaskId, 
     let mut results = Vec::with_capacity(cuts.len());
     for w in cuts.windows(2) {
         let (u, v) = (w[0], w[1]);
-        let mut parts = Vec::with_capacity(srcs.len());
-        let mut stale = None;
-        let mut mixed = None;
         for (j, s) in srcs.iter().enumerate() {
             while pieces[j][cursor[j]].1 <= s.offset + u {
                 cursor[j] += 1;
             }
-            match &pieces[j][cursor[j]].2 {
-                None => stale = stale.or(Some(Slice::new(s.rank, s.buf, s.offset + u, v - u))),
-                Some(val) => {
-                    mixed = mixed.or(val.op.filter(|&o| o != op));
-                    parts.push((&val.terms, s.offset as i64));
-                }
-            }
         }
-        if let Some(s) = stale {
-            out.at(Check::Semantics, Some(idx.loc(t)), || {
-                format!("stale data read before it was written: {} reduces {}, which holds nothing yet", idx.describe(t), show(&s))
-            });
-        }
-        if let Some(other) = mixed {
-            out.at(Check::Semantics, Some(idx.loc(t)), || {
-                format!("{} reduces with {op:?} a value already reduced with {other:?}", idx.describe(t))
-            });
-        }
-        let value = stale.is_none().then(|| Value::reduced(op, Terms::union(parts)).shifted(-(dst.offset as i64)));
+        let value = combine(idx, out, t, srcs, op, dst, u, v, |j| {
+            &pieces[j][cursor[j]].2
+        });
         results.push((u, v, value));
     }
     let map = &mut mems[idx.mem(dst.rank, dst.buf)];
     for (u, v, value) in results {
-        map.assign(dst.offset + u, dst.offset + v, value);
+        map.update(dst.offset + u, dst.offset + v, |_, _, _| value.clone());
+    }
+}
+
+/// The value of bytes `[u, v)` (relative to the task's slices) of a Reduce, from each
+/// source's value there (`at(j)`); `None` after reporting a stale read.
+#[allow(clippy::too_many_arguments)]
+fn combine<'v>(
+    idx: &Index<'_>,
+    out: &mut Collector,
+    t: TaskId,
+    srcs: &[Slice],
+    op: ReduceOp,
+    dst: &Slice,
+    u: usize,
+    v: usize,
+    at: impl Fn(usize) -> &'v Option<Value>,
+) -> Option<Value> {
+    let mut parts = Vec::with_capacity(srcs.len());
+    let (mut stale, mut mixed) = (None, None);
+    for (j, s) in srcs.iter().enumerate() {
+        match at(j) {
+            None => stale = stale.or(Some(Slice::new(s.rank, s.buf, s.offset + u, v - u))),
+            Some(val) => {
+                mixed = mixed.or(val.op.filter(|&o| o != op));
+                parts.push((&val.terms, s.offset as i64));
+            }
+        }
+    }
+    report_piece(idx, out, t, op, stale, mixed);
+    stale
+        .is_none()
+        .then(|| Value::reduced(op, Terms::union(parts)).shifted(-(dst.offset as i64)))
+}
+
+fn check_dtype(idx: &Index<'_>, out: &mut Collector, t: TaskId, dtype: DataType) {
+    if dtype != idx.rec.op.dtype {
+        out.at(Check::Semantics, Some(idx.loc(t)), || {
+            format!(
+                "{} reduces as {dtype}, but the operation's data type is {}",
+                idx.describe(t),
+                idx.rec.op.dtype
+            )
+        });
+    }
+}
+
+/// Report what went wrong in one piece of a Reduce: a source that holds nothing yet, or
+/// a source already reduced with another op.
+fn report_piece(
+    idx: &Index<'_>,
+    out: &mut Collector,
+    t: TaskId,
+    op: ReduceOp,
+    stale: Option<Slice>,
+    mixed: Option<ReduceOp>,
+) {
+    if let Some(s) = stale {
+        out.at(Check::Semantics, Some(idx.loc(t)), || {
+            format!(
+                "stale data read before it was written: {} reduces {}, which holds nothing yet",
+                idx.describe(t),
+                show(&s)
+            )
+        });
+    }
+    if let Some(other) = mixed {
+        out.at(Check::Semantics, Some(idx.loc(t)), || {
+            format!(
+                "{} reduces with {op:?} a value already reduced with {other:?}",
+                idx.describe(t)
+            )
+        });
     }
 }
 
@@ -140,7 +217,10 @@ fn compare_outputs(idx: &Index<'_>, mems: &Memories, out: &mut Collector) {
                     continue;
                 }
                 out.at(Check::Semantics, None, || {
-                    format!("rank {rank} Output[{a}..{b}]: {}", explain(have.as_ref(), &want, a, b))
+                    format!(
+                        "rank {rank} Output[{a}..{b}]: {}",
+                        explain(have.as_ref(), &want, a, b)
+                    )
                 });
             }
         }
@@ -156,26 +236,44 @@ fn explain(have: Option<&Value>, want: &Value, a: usize, b: usize) -> String {
     let (h, w) = (have.terms.by_rank(), want.terms.by_rank());
     let missing: Vec<u32> = w.keys().filter(|r| !h.contains_key(r)).copied().collect();
     let unexpected: Vec<u32> = h.keys().filter(|r| !w.contains_key(r)).copied().collect();
-    let duplicated: Vec<u32> = h.iter().filter(|(_, s)| s.len() > 1).map(|(r, _)| *r).collect();
+    let duplicated: Vec<u32> = h
+        .iter()
+        .filter(|(_, s)| s.len() > 1)
+        .map(|(r, _)| *r)
+        .collect();
     if !missing.is_empty() {
         why.push(format!("missing contributions of {}", ranks(&missing)));
     }
     if !duplicated.is_empty() {
-        why.push(format!("duplicated contributions of {}", ranks(&duplicated)));
+        why.push(format!(
+            "duplicated contributions of {}",
+            ranks(&duplicated)
+        ));
     }
     if !unexpected.is_empty() {
-        why.push(format!("contributions of {}, which do not belong here", ranks(&unexpected)));
+        why.push(format!(
+            "contributions of {}, which do not belong here",
+            ranks(&unexpected)
+        ));
     }
     for (r, shifts) in h.iter().filter(|(_, s)| s.len() == 1) {
         if let Some(&[ws]) = w.get(r).map(Vec::as_slice) {
             if shifts[0] != ws {
                 let at = |s: i64| format!("[{}..{}]", a as i64 + s, b as i64 + s);
-                why.push(format!("wrong offset: rank {r}'s Input{} where Input{} belongs", at(shifts[0]), at(ws)));
+                why.push(format!(
+                    "wrong offset: rank {r}'s Input{} where Input{} belongs",
+                    at(shifts[0]),
+                    at(ws)
+                ));
             }
         }
     }
     if have.op.is_some() && want.op.is_some() && have.op != want.op {
-        why.push(format!("reduced with {:?}, expected {:?}", have.op.unwrap_or(ReduceOp::Sum), want.op.unwrap_or(ReduceOp::Sum)));
+        why.push(format!(
+            "reduced with {:?}, expected {:?}",
+            have.op.unwrap_or(ReduceOp::Sum),
+            want.op.unwrap_or(ReduceOp::Sum)
+        ));
     }
     if why.is_empty() {
         why.push(format!("holds {have}, expected {want}"));
@@ -192,7 +290,11 @@ fn ranks(list: &[u32]) -> String {
         while j + 1 < list.len() && list[j + 1] == list[j] + 1 {
             j += 1;
         }
-        parts.push(if i == j { list[i].to_string() } else { format!("{}..={}", list[i], list[j]) });
+        parts.push(if i == j {
+            list[i].to_string()
+        } else {
+            format!("{}..={}", list[i], list[j])
+        });
         i = j + 1;
     }
     let noun = if list.len() == 1 { "rank" } else { "ranks" };

@@ -11,6 +11,9 @@ use std::sync::Arc;
 
 const ES: usize = 4;
 
+/// One rank's main-stream program for a hand-written operator.
+type Body = Box<dyn Fn(usize, &mut StreamProgram)>;
+
 /// A recording of `n` ranks on one server, built by `build(rank, program, layout)`.
 fn record(
     op: OpParam,
@@ -19,7 +22,10 @@ fn record(
     build: impl Fn(usize, &mut RankProgram, NotifyLayout),
 ) -> Recording {
     let n = topology.ranks();
-    let layout = NotifyLayout { ranks: n, link_channels: 1 };
+    let layout = NotifyLayout {
+        ranks: n,
+        link_channels: 1,
+    };
     let ranks = (0..n)
         .map(|r| {
             let mut p = RankProgram::new(r, 1 + slaves);
@@ -67,15 +73,23 @@ fn sum(count: usize) -> OpParam {
 
 /// Ack round with every peer on `s`.
 fn ready_round(r: usize, n: usize, s: &mut StreamProgram, layout: NotifyLayout) {
-    (0..n).filter(|&p| p != r).for_each(|p| link(r, p, layout).tx_ack(s));
-    (0..n).filter(|&p| p != r).for_each(|p| link(r, p, layout).rx_ack(s));
+    (0..n)
+        .filter(|&p| p != r)
+        .for_each(|p| link(r, p, layout).tx_ack(s));
+    (0..n)
+        .filter(|&p| p != r)
+        .for_each(|p| link(r, p, layout).rx_ack(s));
 }
 
 /// Close round with every peer on the main stream.
 fn close(r: usize, n: usize, p: &mut RankProgram, layout: NotifyLayout) {
     let s = &mut p.streams[0];
-    (0..n).filter(|&q| q != r).for_each(|q| link(r, q, layout).tx_close(s));
-    (0..n).filter(|&q| q != r).for_each(|q| link(r, q, layout).rx_close(s));
+    (0..n)
+        .filter(|&q| q != r)
+        .for_each(|q| link(r, q, layout).tx_close(s));
+    (0..n)
+        .filter(|&q| q != r)
+        .for_each(|q| link(r, q, layout).rx_close(s));
 }
 
 /// A correct AllReduce: a slave stream does the ready round between a fork and a join, the
@@ -103,7 +117,10 @@ fn of(report: &Report, check: Check) -> Vec<String> {
 
 fn assert_only(report: &Report, check: Check, needle: &str) {
     let msgs = of(report, check);
-    assert!(msgs.iter().any(|m| m.contains(needle)), "no {check} failure with `{needle}` in\n{report}");
+    assert!(
+        msgs.iter().any(|m| m.contains(needle)),
+        "no {check} failure with `{needle}` in\n{report}"
+    );
 }
 
 #[test]
@@ -125,8 +142,16 @@ fn deadlock_names_every_stuck_wait_and_its_posters() {
     let report = analyze(&rec);
     let msgs = of(&report, Check::Deadlock);
     assert_eq!(msgs.len(), 2, "{report}");
-    assert!(msgs[0].contains("rank 0 stream 0 task 0 (Wait) waits forever on notify 4 of rank 0 (Ack from rank 1"), "{report}");
-    assert!(msgs[0].contains("rank 1 stream 0 task 1 (Post), which never ran"), "{report}");
+    assert!(
+        msgs[0].contains(
+            "rank 0 stream 0 task 0 (Wait) waits forever on notify 4 of rank 0 (Ack from rank 1"
+        ),
+        "{report}"
+    );
+    assert!(
+        msgs[0].contains("rank 1 stream 0 task 1 (Post), which never ran"),
+        "{report}"
+    );
 
     let orphan = record(sum(4), Topology::single_server(2), 0, |r, p, layout| {
         if r == 1 {
@@ -152,13 +177,21 @@ fn lost_wakeup_is_found_even_when_the_canonical_run_is_lucky() {
         }
     });
     let report = analyze(&rec);
-    assert_only(&report, Check::LostWakeup, "rank 0 stream 0 task 1 (Post) posts notify 0 of rank 1");
+    assert_only(
+        &report,
+        Check::LostWakeup,
+        "rank 0 stream 0 task 1 (Post) posts notify 0 of rank 1",
+    );
     let unconsumed = record(sum(4), Topology::single_server(2), 0, |r, p, layout| {
         if r == 0 {
             link(0, 1, layout).tx_ack(&mut p.streams[0]);
         }
     });
-    assert_only(&analyze(&unconsumed), Check::LostWakeup, "no wait ever consumes it");
+    assert_only(
+        &analyze(&unconsumed),
+        Check::LostWakeup,
+        "no wait ever consumes it",
+    );
 }
 
 #[test]
@@ -191,27 +224,63 @@ fn missing_duplicated_and_misplaced_contributions_are_named() {
         })
     };
     let missing = variant(|_| vec![in_(0, 0, 16), in_(1, 0, 16)]);
-    assert_only(&analyze(&missing), Check::Semantics, "rank 0 Output[0..16]: missing contributions of rank 2");
+    assert_only(
+        &analyze(&missing),
+        Check::Semantics,
+        "rank 0 Output[0..16]: missing contributions of rank 2",
+    );
     let dup = variant(|_| vec![in_(0, 0, 16), in_(1, 0, 16), in_(2, 0, 16), in_(1, 0, 16)]);
-    assert_only(&analyze(&dup), Check::Semantics, "duplicated contributions of rank 1");
+    assert_only(
+        &analyze(&dup),
+        Check::Semantics,
+        "duplicated contributions of rank 1",
+    );
     let complete = variant(|_| vec![in_(2, 0, 16), in_(0, 0, 16), in_(1, 0, 16)]);
     assert!(analyze(&complete).passed());
     let rec = record(sum(4), Topology::single_server(2), 0, |r, p, _| {
-        p.streams[0].reduce(vec![in_(0, 0, 8), in_(1, 8, 8)], out(r, 0, 8), DataType::F32, ReduceOp::Sum);
-        p.streams[0].reduce(vec![in_(0, 8, 8), in_(1, 0, 8)], out(r, 8, 8), DataType::F32, ReduceOp::Sum);
+        p.streams[0].reduce(
+            vec![in_(0, 0, 8), in_(1, 8, 8)],
+            out(r, 0, 8),
+            DataType::F32,
+            ReduceOp::Sum,
+        );
+        p.streams[0].reduce(
+            vec![in_(0, 8, 8), in_(1, 0, 8)],
+            out(r, 8, 8),
+            DataType::F32,
+            ReduceOp::Sum,
+        );
     });
-    assert_only(&analyze(&rec), Check::Semantics, "wrong offset: rank 1's Input[8..16] where Input[0..8] belongs");
+    assert_only(
+        &analyze(&rec),
+        Check::Semantics,
+        "wrong offset: rank 1's Input[8..16] where Input[0..8] belongs",
+    );
 }
 
 #[test]
 fn wrong_op_and_stale_reads_are_semantic_failures() {
     let max = record(sum(4), Topology::single_server(2), 0, |r, p, _| {
-        p.streams[0].reduce(vec![in_(0, 0, 16), in_(1, 0, 16)], out(r, 0, 16), DataType::F32, ReduceOp::Max);
+        p.streams[0].reduce(
+            vec![in_(0, 0, 16), in_(1, 0, 16)],
+            out(r, 0, 16),
+            DataType::F32,
+            ReduceOp::Max,
+        );
     });
-    assert_only(&analyze(&max), Check::Semantics, "reduced with Max, expected Sum");
+    assert_only(
+        &analyze(&max),
+        Check::Semantics,
+        "reduced with Max, expected Sum",
+    );
     let stale = record(sum(4), Topology::single_server(1), 0, |_, p, _| {
         let ccl = Slice::new(0, Buf::CclIn, 0, 16);
-        p.streams[0].reduce_to(vec![in_(0, 0, 16), ccl], vec![out(0, 0, 16)], DataType::F32, ReduceOp::Sum);
+        p.streams[0].reduce_to(
+            vec![in_(0, 0, 16), ccl],
+            vec![out(0, 0, 16)],
+            DataType::F32,
+            ReduceOp::Sum,
+        );
     });
     let report = analyze(&stale);
     assert_only(&report, Check::Semantics, "stale data read before it was written: rank 0 stream 0 task 0 (Reduce) reduces rank 0 CclIn[0..16]");
@@ -223,12 +292,29 @@ fn out_of_bounds_overlaps_and_input_writes_are_bounds_failures() {
     let rec = record(sum(4), Topology::single_server(1), 0, |_, p, _| {
         p.streams[0].copy(in_(0, 8, 16), out(0, 0, 16));
         p.streams[0].copy(Slice::new(0, Buf::Scratch, 0, 16), in_(0, 0, 16));
-        p.streams[0].reduce_to(vec![out(0, 0, 8), out(0, 4, 8)], vec![out(0, 0, 8)], DataType::F32, ReduceOp::Sum);
+        p.streams[0].reduce_to(
+            vec![out(0, 0, 8), out(0, 4, 8)],
+            vec![out(0, 0, 8)],
+            DataType::F32,
+            ReduceOp::Sum,
+        );
     });
     let report = analyze(&rec);
-    assert_only(&report, Check::Bounds, "touches rank 0 Input[8..24], past the end of the buffer (16 bytes)");
-    assert_only(&report, Check::Bounds, "writes rank 0 Input[0..16], the user's read-only Input");
-    assert_only(&report, Check::Bounds, "a source and a destination overlap: rank 0 Output[0..8] and rank 0 Output[4..12]");
+    assert_only(
+        &report,
+        Check::Bounds,
+        "touches rank 0 Input[8..24], past the end of the buffer (16 bytes)",
+    );
+    assert_only(
+        &report,
+        Check::Bounds,
+        "writes rank 0 Input[0..16], the user's read-only Input",
+    );
+    assert_only(
+        &report,
+        Check::Bounds,
+        "a source and a destination overlap: rank 0 Output[0..8] and rank 0 Output[4..12]",
+    );
     assert_eq!(report.of(Check::Bounds).count(), 3, "{report}");
 }
 
@@ -243,9 +329,21 @@ fn broken_links_and_foreign_waits_are_link_failures() {
         }
     });
     let report = analyze(&rec);
-    assert_only(&report, Check::Link, "touches rank 1 Input[0..16], but the link between ranks 0 and 1 is broken");
-    assert_only(&report, Check::Link, "posts notify 0 of rank 1, but the link between ranks 0 and 1 is broken");
-    assert_only(&report, Check::Link, "waits on notify 0 of rank 2: a rank waits only on its own notifies");
+    assert_only(
+        &report,
+        Check::Link,
+        "touches rank 1 Input[0..16], but the link between ranks 0 and 1 is broken",
+    );
+    assert_only(
+        &report,
+        Check::Link,
+        "posts notify 0 of rank 1, but the link between ranks 0 and 1 is broken",
+    );
+    assert_only(
+        &report,
+        Check::Link,
+        "waits on notify 0 of rank 2: a rank waits only on its own notifies",
+    );
 }
 
 #[test]
@@ -257,39 +355,105 @@ fn slave_that_never_joins_is_reported() {
         p.streams[1].copy(in_(0, 0, 16), out(0, 0, 16));
     });
     let report = analyze(&rec);
-    assert_only(&report, Check::ForkJoin, "slave stream 1 of rank 0 never joins the main stream");
+    assert_only(
+        &report,
+        Check::ForkJoin,
+        "slave stream 1 of rank 0 never joins the main stream",
+    );
+}
+
+/// A correct pull program for every operator but AllReduce, on `n` ranks with root 1.
+fn operator_programs(n: usize, b: usize) -> Vec<(OpKind, Body)> {
+    vec![
+        (
+            OpKind::AllGather,
+            Box::new(move |r, s| (0..n).for_each(|q| s.copy(in_(q, 0, b), out(r, q * b, b)))),
+        ),
+        (
+            OpKind::ReduceScatter,
+            Box::new(move |r, s| {
+                s.reduce(
+                    (0..n).map(|q| in_(q, r * b, b)).collect(),
+                    out(r, 0, b),
+                    DataType::F32,
+                    ReduceOp::Sum,
+                )
+            }),
+        ),
+        (
+            OpKind::Broadcast,
+            Box::new(move |r, s| s.copy(in_(1, 0, b), out(r, 0, b))),
+        ),
+        (
+            OpKind::Reduce,
+            Box::new(move |r, s| {
+                if r == 1 {
+                    s.reduce(
+                        (0..n).map(|q| in_(q, 0, b)).collect(),
+                        out(1, 0, b),
+                        DataType::F32,
+                        ReduceOp::Sum,
+                    )
+                }
+            }),
+        ),
+        (
+            OpKind::Scatter,
+            Box::new(move |r, s| s.copy(in_(1, r * b, b), out(r, 0, b))),
+        ),
+        (
+            OpKind::Gather,
+            Box::new(move |r, s| {
+                if r == 1 {
+                    (0..n).for_each(|q| s.copy(in_(q, 0, b), out(1, q * b, b)))
+                }
+            }),
+        ),
+        (
+            OpKind::AlltoAll,
+            Box::new(move |r, s| (0..n).for_each(|q| s.copy(in_(q, r * b, b), out(r, q * b, b)))),
+        ),
+    ]
 }
 
 #[test]
 fn every_operator_has_a_correct_hand_written_program() {
     let (n, count) = (3, 2);
     let b = count * ES;
-    let op = |kind| OpParam { kind, root: Some(1), ..sum(count) };
-    let cases: Vec<(OpKind, Box<dyn Fn(usize, &mut StreamProgram)>)> = vec![
-        (OpKind::AllGather, Box::new(move |r, s| (0..n).for_each(|q| s.copy(in_(q, 0, b), out(r, q * b, b))))),
-        (OpKind::ReduceScatter, Box::new(move |r, s| s.reduce((0..n).map(|q| in_(q, r * b, b)).collect(), out(r, 0, b), DataType::F32, ReduceOp::Sum))),
-        (OpKind::Broadcast, Box::new(move |r, s| s.copy(in_(1, 0, b), out(r, 0, b)))),
-        (OpKind::Reduce, Box::new(move |r, s| if r == 1 { s.reduce((0..n).map(|q| in_(q, 0, b)).collect(), out(1, 0, b), DataType::F32, ReduceOp::Sum) })),
-        (OpKind::Scatter, Box::new(move |r, s| s.copy(in_(1, r * b, b), out(r, 0, b)))),
-        (OpKind::Gather, Box::new(move |r, s| if r == 1 { (0..n).for_each(|q| s.copy(in_(q, 0, b), out(1, q * b, b))) })),
-        (OpKind::AlltoAll, Box::new(move |r, s| (0..n).for_each(|q| s.copy(in_(q, r * b, b), out(r, q * b, b))))),
-    ];
+    let op = |kind| OpParam {
+        kind,
+        root: Some(1),
+        ..sum(count)
+    };
+    let cases = operator_programs(n, b);
     for (kind, body) in &cases {
-        let rec = record(op(*kind), Topology::single_server(n), 0, |r, p, _| body(r, &mut p.streams[0]));
+        let rec = record(op(*kind), Topology::single_server(n), 0, |r, p, _| {
+            body(r, &mut p.streams[0])
+        });
         let report = analyze(&rec);
         assert!(report.passed(), "{kind}:\n{report}");
     }
     // The same AlltoAll with two blocks swapped is caught.
-    let rec = record(op(OpKind::AlltoAll), Topology::single_server(n), 0, |r, p, _| {
-        (0..n).for_each(|q| p.streams[0].copy(in_(q, (n - 1 - r) * b, b), out(r, q * b, b)))
-    });
+    let rec = record(
+        op(OpKind::AlltoAll),
+        Topology::single_server(n),
+        0,
+        |r, p, _| {
+            (0..n).for_each(|q| p.streams[0].copy(in_(q, (n - 1 - r) * b, b), out(r, q * b, b)))
+        },
+    );
     assert_only(&analyze(&rec), Check::Semantics, "wrong offset");
 }
 
 #[test]
 fn in_place_aliasing_is_one_memory() {
     let mut rec = record(sum(4), Topology::single_server(2), 0, |r, p, _| {
-        p.streams[0].reduce(vec![in_(0, 0, 16), in_(1, 0, 16)], out(r, 0, 16), DataType::F32, ReduceOp::Sum);
+        p.streams[0].reduce(
+            vec![in_(0, 0, 16), in_(1, 0, 16)],
+            out(r, 0, 16),
+            DataType::F32,
+            ReduceOp::Sum,
+        );
     });
     rec.in_place = true;
     let report = analyze(&rec);

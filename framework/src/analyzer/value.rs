@@ -36,7 +36,12 @@ impl Terms {
         if ranks.is_empty() {
             return Terms::default();
         }
-        Terms(Arc::new([Run { shift, lo: ranks.start as u32, hi: ranks.end as u32, count: 1 }]))
+        Terms(Arc::new([Run {
+            shift,
+            lo: ranks.start as u32,
+            hi: ranks.end as u32,
+            count: 1,
+        }]))
     }
 
     /// The runs, in canonical order.
@@ -46,7 +51,10 @@ impl Terms {
 
     /// Number of terms, with multiplicity.
     pub fn len(&self) -> u64 {
-        self.0.iter().map(|r| u64::from(r.hi - r.lo) * u64::from(r.count)).sum()
+        self.0
+            .iter()
+            .map(|r| u64::from(r.hi - r.lo) * u64::from(r.count))
+            .sum()
     }
 
     /// True when there is no term.
@@ -59,7 +67,15 @@ impl Terms {
         if delta == 0 {
             return self.clone();
         }
-        Terms(self.0.iter().map(|r| Run { shift: r.shift + delta, ..*r }).collect())
+        Terms(
+            self.0
+                .iter()
+                .map(|r| Run {
+                    shift: r.shift + delta,
+                    ..*r
+                })
+                .collect(),
+        )
     }
 
     /// The multiset union of several term sets, each moved by its own delta.
@@ -85,7 +101,15 @@ impl Terms {
                 }
                 let next = events.get(i).filter(|e| e.0 == shift).map(|e| e.1);
                 if let (Some(next), true) = (next, count > 0) {
-                    push_run(&mut runs, Run { shift, lo: at, hi: next, count: count as u32 });
+                    push_run(
+                        &mut runs,
+                        Run {
+                            shift,
+                            lo: at,
+                            hi: next,
+                            count: count as u32,
+                        },
+                    );
                 }
             }
         }
@@ -97,7 +121,8 @@ impl Terms {
         let mut m: BTreeMap<u32, Vec<i64>> = BTreeMap::new();
         for r in self.0.iter() {
             for rank in r.lo..r.hi {
-                m.entry(rank).or_default().extend(std::iter::repeat(r.shift).take(r.count as usize));
+                let shifts = m.entry(rank).or_default();
+                shifts.resize(shifts.len() + r.count as usize, r.shift);
             }
         }
         m
@@ -125,7 +150,10 @@ pub struct Value {
 impl Value {
     /// Rank `rank`'s own input at `shift`.
     pub fn input(rank: Rank, shift: i64) -> Value {
-        Value { op: None, terms: Terms::ranks(rank..rank + 1, shift) }
+        Value {
+            op: None,
+            terms: Terms::ranks(rank..rank + 1, shift),
+        }
     }
 
     /// `op` over `terms`; the op is dropped when there is only one term.
@@ -136,7 +164,10 @@ impl Value {
 
     /// The same value seen from `delta` bytes earlier.
     pub fn shifted(&self, delta: i64) -> Value {
-        Value { op: self.op, terms: self.terms.shifted(delta) }
+        Value {
+            op: self.op,
+            terms: self.terms.shifted(delta),
+        }
     }
 }
 
@@ -147,8 +178,16 @@ impl fmt::Display for Value {
             .runs()
             .iter()
             .map(|r| {
-                let ranks = if r.hi - r.lo == 1 { format!("rank {}", r.lo) } else { format!("ranks {}..{}", r.lo, r.hi) };
-                let times = if r.count > 1 { format!(" x{}", r.count) } else { String::new() };
+                let ranks = if r.hi - r.lo == 1 {
+                    format!("rank {}", r.lo)
+                } else {
+                    format!("ranks {}..{}", r.lo, r.hi)
+                };
+                let times = if r.count > 1 {
+                    format!(" x{}", r.count)
+                } else {
+                    String::new()
+                };
                 format!("{ranks} at {:+}{times}", r.shift)
             })
             .collect();

@@ -8,9 +8,9 @@
 //! pulls from the peer, a write pushes to it), taking the link's latency plus its bytes
 //! over the bandwidth it gets, while the executing rank's copy engine does the local part.
 //! Transfers that share a link direction (or, across servers, a rank's NIC) share its
-//! bandwidth equally, and rates are recomputed whenever a transfer starts or ends (see
-//! [`flows`]). The result is a modelled time and nccl-tests' algbw and busbw, so algorithms
-//! can be compared on machines this one does not have.
+//! bandwidth equally, and rates are recomputed whenever a transfer starts or ends (the
+//! private `flows` module). The result is a modelled time and nccl-tests' algbw and
+//! busbw, so algorithms can be compared on machines this one does not have.
 //!
 //! What it leaves out, on purpose: contention inside a device's memory system beyond the
 //! copy engine, protocol overheads (packetisation, flow control), and any dependence of

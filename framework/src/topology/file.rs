@@ -4,37 +4,7 @@
 //! optional, and what is omitted takes the preset figures (see [`super::presets`]):
 //!
 //! ```toml
-//! # Two servers of eight ranks.
-//! servers = [8, 8]
-//!
-//! # Links between two ranks of one server (DMA-like, kind "sdma").
-//! [intra]
-//! wiring = "mesh"          # "mesh" (every pair), "ring" (neighbours i, i+1 mod size), "none"
-//! bandwidth_gbps = 56.0    # GB/s (1e9 B/s) per direction, per link
-//! latency_us = 1.0         # one-way, microseconds
-//!
-//! # Links between ranks of different servers (RDMA-like, kind "rdma").
-//! [inter]
-//! wiring = "mesh"          # "mesh" (every cross-server pair), "plane" (rank i to rank i), "none"
-//! bandwidth_gbps = 25.0
-//! latency_us = 3.0
-//! shared_nic = true        # all RDMA transfers of a rank share one NIC ...
-//! nic_gbps = 25.0          # ... of this bandwidth (default: bandwidth_gbps)
-//!
-//! # Per-pair overrides: `ranks = [a, b]` sets both directions, `from`/`to` one direction.
-//! # Omitted fields keep the pair's current figures; a pair without a link gains one.
-//! [[link]]
-//! ranks = [0, 8]
-//! kind = "rdma"            # "sdma" or "rdma"; default: by placement
-//! bandwidth_gbps = 50.0
-//!
-//! [[link]]
-//! from = 3
-//! to = 4
-//! bandwidth_gbps = 28.0
-//!
-//! # Links that exist but must not be used, as "A-B" (same syntax as --broken).
-//! broken = ["0-1"]
+#![doc = include_str!("example.toml")]
 //! ```
 //!
 //! Every error names the line (and column, for syntax errors) and says what to change.
@@ -113,6 +83,7 @@ struct FileSpec {
 #[serde(deny_unknown_fields)]
 struct FabricSpec {
     wiring: Option<WiringName>,
+    kind: Option<KindName>,
     bandwidth_gbps: Option<f64>,
     latency_us: Option<f64>,
     shared_nic: Option<bool>,
@@ -133,6 +104,15 @@ enum WiringName {
 enum KindName {
     Sdma,
     Rdma,
+}
+
+impl KindName {
+    fn kind(self) -> LinkKind {
+        match self {
+            KindName::Sdma => LinkKind::Sdma,
+            KindName::Rdma => LinkKind::Rdma,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -217,9 +197,14 @@ impl Topology {
         if !broken.is_empty() {
             let _ = writeln!(out, "broken = [{}]", broken.join(", "));
         }
-        write_fabric(&mut out, "intra", &self.intra, None);
-        let nic = Some(self.nic_gbps);
-        write_fabric(&mut out, "inter", &self.inter, nic);
+        write_fabric(&mut out, Table::Intra, &self.intra);
+        write_fabric(&mut out, Table::Inter, &self.inter);
+        match self.nic_gbps {
+            Some(gbps) => {
+                let _ = writeln!(out, "nic_gbps = {gbps:?}");
+            }
+            None => out.push_str("shared_nic = false\n"),
+        }
         for (&(low, high), pair) in self.overrides() {
             if pair.up == pair.down {
                 let _ = write!(out, "\n[[link]]\nranks = [{low}, {high}]\n");
@@ -245,17 +230,14 @@ fn write_spec(out: &mut String, spec: &LinkSpec) {
     let _ = writeln!(out, "latency_us = {:?}", spec.latency_us);
 }
 
-fn write_fabric(out: &mut String, table: &str, fabric: &Fabric, nic: Option<Option<f64>>) {
-    let _ = write!(out, "\n[{table}]\nwiring = \"{}\"\n", fabric.wiring.name());
-    let _ = writeln!(out, "bandwidth_gbps = {:?}", fabric.spec.bandwidth_gbps);
-    let _ = writeln!(out, "latency_us = {:?}", fabric.spec.latency_us);
-    match nic {
-        Some(Some(gbps)) => {
-            let _ = writeln!(out, "nic_gbps = {gbps:?}");
-        }
-        Some(None) => out.push_str("shared_nic = false\n"),
-        None => {}
-    }
+fn write_fabric(out: &mut String, table: Table, fabric: &Fabric) {
+    let _ = write!(
+        out,
+        "\n[{}]\nwiring = \"{}\"\n",
+        table.name(),
+        fabric.wiring.name()
+    );
+    write_spec(out, &fabric.spec);
 }
 
 /// Parse `A-B` (as in `--broken 0-1`) into two distinct ranks.
@@ -282,22 +264,11 @@ pub fn parse_broken(given: &str) -> Result<(Rank, Rank), TopologyError> {
 fn parse(src: &Source<'_>) -> Result<Topology, TopologyError> {
     let spec: FileSpec = toml::from_str(src.text).map_err(|e| src.error(e.span(), e.message()))?;
     let servers = spec.servers.span();
-    let intra = fabric(
-        src,
-        spec.intra.as_ref(),
-        presets::hccs(Wiring::Mesh),
-        "intra",
-    )?;
-    let inter = fabric(
-        src,
-        spec.inter.as_ref(),
-        presets::roce(Wiring::Mesh),
-        "inter",
-    )?;
+    let intra = fabric(src, spec.intra.as_ref(), Table::Intra)?;
+    let inter = fabric(src, spec.inter.as_ref(), Table::Inter)?;
     let nic = nic_gbps(src, spec.inter.as_ref(), &inter)?;
-    let mut t = Topology::from_fabrics(spec.servers.into_inner(), intra, inter, nic).map_err(
-        |_| src.error(Some(servers), "`servers` must list at least one server, each with at least one rank, e.g. servers = [8, 8]"),
-    )?;
+    let mut t = Topology::from_fabrics(spec.servers.into_inner(), intra, inter, nic)
+        .map_err(|_| src.error(Some(servers), SERVERS_HINT))?;
     for entry in &spec.link {
         t = apply_link(src, t, entry)?;
     }
@@ -314,12 +285,38 @@ fn parse(src: &Source<'_>) -> Result<Topology, TopologyError> {
     Ok(t)
 }
 
+const SERVERS_HINT: &str =
+    "`servers` must list at least one server, each with at least one rank, e.g. servers = [8, 8]";
+
+/// The two fabric tables of a file.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Table {
+    Intra,
+    Inter,
+}
+
+impl Table {
+    fn name(self) -> &'static str {
+        match self {
+            Table::Intra => "intra",
+            Table::Inter => "inter",
+        }
+    }
+
+    fn default_fabric(self) -> Fabric {
+        match self {
+            Table::Intra => presets::hccs(Wiring::Mesh),
+            Table::Inter => presets::roce(Wiring::Mesh),
+        }
+    }
+}
+
 fn fabric(
     src: &Source<'_>,
     given: Option<&Spanned<FabricSpec>>,
-    default: Fabric,
-    table: &str,
+    table: Table,
 ) -> Result<Fabric, TopologyError> {
+    let default = table.default_fabric();
     let Some(given) = given else {
         return Ok(default);
     };
@@ -328,29 +325,32 @@ fn fabric(
         (None, _) => default.wiring,
         (Some(WiringName::Mesh), _) => Wiring::Mesh,
         (Some(WiringName::None), _) => Wiring::None,
-        (Some(WiringName::Ring), "intra") => Wiring::Ring,
-        (Some(WiringName::Plane), "inter") => Wiring::Plane,
+        (Some(WiringName::Ring), Table::Intra) => Wiring::Ring,
+        (Some(WiringName::Plane), Table::Inter) => Wiring::Plane,
         (Some(_), _) => {
-            let allowed = if table == "intra" {
+            let allowed = if table == Table::Intra {
                 "mesh, ring or none"
             } else {
                 "mesh, plane or none"
             };
-            return Err(src.error(Some(span), format!("[{table}] wiring must be {allowed}")));
+            return Err(src.error(
+                Some(span),
+                format!("[{}] wiring must be {allowed}", table.name()),
+            ));
         }
     };
-    if table == "intra" && (f.shared_nic.is_some() || f.nic_gbps.is_some()) {
+    if table == Table::Intra && (f.shared_nic.is_some() || f.nic_gbps.is_some()) {
         return Err(src.error(
             Some(span),
             "the NIC belongs in [inter]; move shared_nic and nic_gbps there",
         ));
     }
     let spec = LinkSpec {
-        kind: default.spec.kind,
+        kind: f.kind.map_or(default.spec.kind, KindName::kind),
         bandwidth_gbps: f.bandwidth_gbps.unwrap_or(default.spec.bandwidth_gbps),
         latency_us: f.latency_us.unwrap_or(default.spec.latency_us),
     };
-    check_figures(src, span, &spec, &format!("[{table}]"))?;
+    check_figures(src, span, &spec, &format!("[{}]", table.name()))?;
     Ok(Fabric { spec, wiring })
 }
 
@@ -435,11 +435,7 @@ fn apply_link(
             .wired_spec(from, to)
             .unwrap_or_else(|| placement_default(&result, from, to));
         let spec = LinkSpec {
-            kind: match e.kind {
-                Some(KindName::Sdma) => LinkKind::Sdma,
-                Some(KindName::Rdma) => LinkKind::Rdma,
-                None => base.kind,
-            },
+            kind: e.kind.map_or(base.kind, KindName::kind),
             bandwidth_gbps: e.bandwidth_gbps.unwrap_or(base.bandwidth_gbps),
             latency_us: e.latency_us.unwrap_or(base.latency_us),
         };
@@ -464,6 +460,19 @@ fn placement_default(t: &Topology, a: Rank, b: Rank) -> LinkSpec {
 mod tests {
     use super::*;
     use crate::topology::LinkStatus;
+
+    #[test]
+    fn the_documented_example_parses() {
+        let t = Topology::from_toml(include_str!("example.toml")).unwrap();
+        assert_eq!(t.ranks(), 16);
+        assert_eq!(t.link_status(1, 0), LinkStatus::Broken);
+        assert_eq!(t.link(8, 0).unwrap().bandwidth_gbps, 50.0);
+        assert_eq!(t.link(0, 8).unwrap().kind, LinkKind::Rdma);
+        assert_eq!(t.link(3, 4).unwrap().bandwidth_gbps, 28.0);
+        assert_eq!(t.link(4, 3).unwrap().bandwidth_gbps, presets::HCCS_GBPS);
+        assert_eq!(t.nic_gbps(), Some(25.0));
+        assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
+    }
 
     #[test]
     fn presets_survive_a_toml_round_trip() {

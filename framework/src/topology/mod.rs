@@ -19,7 +19,7 @@
 //!   [`Topology::link`] answer `None` for them, as for pairs that have no link at all.
 //!
 //! Built-in shapes live in [`presets`] (with the sources of their figures), the file format
-//! in [`file`]. [`Topology::parse_spec`] accepts either: a preset name or a path to a TOML
+//! in [`file`](mod@file). [`Topology::parse_spec`] accepts either: a preset name or a path to a TOML
 //! file.
 
 pub mod file;
@@ -269,6 +269,11 @@ impl Topology {
         self.starts.partition_point(|&s| s <= rank) - 1
     }
 
+    /// The ranks of `server` (the level-0 plane of hierarchical algorithms).
+    pub fn server_ranks(&self, server: usize) -> std::ops::Range<Rank> {
+        self.starts[server]..self.starts[server + 1]
+    }
+
     /// The intra-server fabric.
     pub fn intra(&self) -> &Fabric {
         &self.intra
@@ -436,6 +441,7 @@ mod tests {
         assert_eq!(t.server_of(1), 0);
         assert_eq!(t.server_of(2), 1);
         assert_eq!(t.server_of(4), 1);
+        assert_eq!(t.server_ranks(1), 2..5);
         assert_eq!(t.link_kind(0, 1), Some(LinkKind::Sdma));
         assert_eq!(t.link_kind(0, 4), Some(LinkKind::Rdma));
         assert_eq!(t.link_kind(1, 3), None);

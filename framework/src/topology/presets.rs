@@ -6,9 +6,9 @@
 //!
 //! | figure | value | source |
 //! |---|---|---|
-//! | HCCS link bandwidth | 56 GB/s per direction | public: Atlas 800T A2 / 910B spec sheets give 392 GB/s of HCCS per NPU, i.e. 7 links x 56 GB/s in a full mesh of 8 |
+//! | HCCS link bandwidth | 56 GB/s per direction | public: the HCCL AllReduce contest statement (8 Ascend 910B in a full mesh of HCCS links of about 56 GB/s each); consistent with the 392 GB/s of HCCS per NPU commonly quoted for Atlas 800T A2 servers (7 links x 56 GB/s) |
 //! | HCCS link latency | 1.0 us | **assumption**: Huawei publishes no figure; the order of a one-way DMA handshake between peer devices on NVLink-class links |
-//! | RoCE bandwidth | 25 GB/s per direction | public: one 200 Gb/s RoCE v2 port per NPU on Atlas 800T A2 servers (200 Gb/s / 8 bits) |
+//! | RoCE bandwidth | 25 GB/s per direction | public: one 200 Gb/s RoCE v2 port per NPU in Atlas 800T A2-class servers (8 x 200GE per server), 200 Gb/s / 8 bits; protocol overhead ignored |
 //! | RoCE latency | 3.0 us | **assumption**: typical NIC-to-NIC RDMA write latency through one switch (2-5 us) |
 //! | shared NIC | 25 GB/s per rank | **model choice**: one NIC per rank; every inter-server transfer of a rank shares it |
 //!

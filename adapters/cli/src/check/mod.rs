@@ -74,13 +74,20 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode, Error> {
         return matrix::run(args);
     }
     let Some(collective) = &args.collective else {
-        return Err(bad_arg("name a collective (e.g. `oxccl check all-reduce`) or pass --all".into()));
+        return Err(bad_arg(
+            "name a collective (e.g. `oxccl check all-reduce`) or pass --all".into(),
+        ));
     };
     single::run(args, collective.parse()?)
 }
 
 pub(crate) fn bad_arg(reason: String) -> Error {
-    oxccl::ConfigError { var: "oxccl check", value: String::new(), reason }.into()
+    oxccl::ConfigError {
+        var: "oxccl check",
+        value: String::new(),
+        reason,
+    }
+    .into()
 }
 
 /// The topology named by `--topo`/`--ranks`, with every `--broken` link applied.
@@ -90,14 +97,22 @@ pub(crate) fn topology(args: &CheckArgs) -> Result<Topology, Error> {
         None => Topology::single_server(args.ranks),
     };
     args.broken.iter().try_fold(base, |t, pair| {
-        let parsed = pair.split_once('-').and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
-        let (a, b) = parsed.ok_or_else(|| bad_arg(format!("--broken {pair:?}: expected two ranks like 0-1")))?;
+        let parsed = pair
+            .split_once('-')
+            .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+        let (a, b) = parsed
+            .ok_or_else(|| bad_arg(format!("--broken {pair:?}: expected two ranks like 0-1")))?;
         Ok(t.with_broken(a, b)?)
     })
 }
 
 /// The configuration a recording is made with.
-pub(crate) fn config(args: &CheckArgs, kind: OpKind, topology: &Topology, algo: Option<&str>) -> Result<Config, Error> {
+pub(crate) fn config(
+    args: &CheckArgs,
+    kind: OpKind,
+    topology: &Topology,
+    algo: Option<&str>,
+) -> Result<Config, Error> {
     let mut config = Config::from_env()?;
     config.topology = Some(topology.clone());
     config.zero_copy = !args.staged;
@@ -109,13 +124,28 @@ pub(crate) fn config(args: &CheckArgs, kind: OpKind, topology: &Topology, algo: 
 
 /// The operations of a size sweep (or of `--count`).
 pub(crate) fn ops(args: &CheckArgs, kind: OpKind, ranks: usize) -> Result<Vec<OpParam>, Error> {
-    let dtype: DataType = args.datatype.parse().map_err(|e: oxccl::platform::dtype::ParseNameError| bad_arg(e.to_string()))?;
-    let op: ReduceOp = args.op.parse().map_err(|e: oxccl::platform::dtype::ParseNameError| bad_arg(e.to_string()))?;
+    let dtype: DataType = args
+        .datatype
+        .parse()
+        .map_err(|e: oxccl::platform::dtype::ParseNameError| bad_arg(e.to_string()))?;
+    let op: ReduceOp = args
+        .op
+        .parse()
+        .map_err(|e: oxccl::platform::dtype::ParseNameError| bad_arg(e.to_string()))?;
     let root = kind.has_root().then_some(args.root);
-    let param = |count| OpParam { kind, count, dtype, op, root };
+    let param = |count| OpParam {
+        kind,
+        count,
+        dtype,
+        op,
+        root,
+    };
     if let Some(count) = args.count {
         return Ok(vec![param(count)]);
     }
     let sizes = size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor).map_err(bad_arg)?;
-    Ok(sizes.into_iter().map(|size| param(count_for_size(kind, size, dtype, ranks))).collect())
+    Ok(sizes
+        .into_iter()
+        .map(|size| param(count_for_size(kind, size, dtype, ranks)))
+        .collect())
 }

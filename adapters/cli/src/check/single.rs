@@ -30,7 +30,15 @@ fn describe(f: &Failure) -> String {
 }
 
 fn print_header(kind: OpKind, args: &CheckArgs, topo_desc: &str) {
-    println!("# oxccl check {} on {topo_desc}{}", kind.name(), if args.staged { " (staged eager mode)" } else { "" });
+    println!(
+        "# oxccl check {} on {topo_desc}{}",
+        kind.name(),
+        if args.staged {
+            " (staged eager mode)"
+        } else {
+            ""
+        }
+    );
     println!(
         "# {:>12} {:>12}  {:<12} {:>7} {:>10} {:>9}   {:>12} {:>9} {:>9}",
         "size", "count", "executor", "verdict", "tasks", "check", "time", "algbw", "busbw"
@@ -43,7 +51,12 @@ fn print_header(kind: OpKind, args: &CheckArgs, topo_desc: &str) {
 
 pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
     let topo = topology(args)?;
-    let topo_desc = format!("{} ranks {:?}, broken {:?}", topo.ranks(), topo.server_sizes(), topo.broken_links().collect::<Vec<_>>());
+    let topo_desc = format!(
+        "{} ranks {:?}, broken {:?}",
+        topo.ranks(),
+        topo.server_sizes(),
+        topo.broken_links().collect::<Vec<_>>()
+    );
     let params = CostParams::default();
     let mut rows = Vec::new();
     let mut failures: Vec<(usize, Failure)> = Vec::new();
@@ -52,7 +65,11 @@ pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
         print_header(kind, args, &topo_desc);
     }
     for op in ops(args, kind, topo.ranks())? {
-        let rec = Recording::record(&op, args.in_place, config(args, kind, &topo, args.algo.as_deref())?)?;
+        let rec = Recording::record(
+            &op,
+            args.in_place,
+            config(args, kind, &topo, args.algo.as_deref())?,
+        )?;
         let start = Instant::now();
         let report = analyze(&rec);
         let analyzer_ms = start.elapsed().as_secs_f64() * 1e3;
@@ -71,10 +88,22 @@ pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
             busbw_gbps: cost.busbw_gbps,
         };
         if !args.json {
-            let verdict = if row.failures == 0 { "PASS".to_string() } else { format!("FAIL({})", row.failures) };
+            let verdict = if row.failures == 0 {
+                "PASS".to_string()
+            } else {
+                format!("FAIL({})", row.failures)
+            };
             println!(
                 "  {:>12} {:>12}  {:<12} {:>7} {:>10} {:>9.1}   {:>12.2} {:>9.3} {:>9.3}",
-                row.size, row.count, row.executor, verdict, row.tasks, row.analyzer_ms, row.time_us, row.algbw_gbps, row.busbw_gbps
+                row.size,
+                row.count,
+                row.executor,
+                verdict,
+                row.tasks,
+                row.analyzer_ms,
+                row.time_us,
+                row.algbw_gbps,
+                row.busbw_gbps
             );
         }
         failures.extend(report.failures.into_iter().map(|f| (row.size, f)));
@@ -82,8 +111,10 @@ pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
         last = Some(rec);
     }
     if let (Some(path), Some(rec)) = (&args.trace, &last) {
-        let mut file = std::fs::File::create(path).map_err(|e| super::bad_arg(format!("cannot write {}: {e}", path.display())))?;
-        write_chrome_trace(rec, &params, &mut file).map_err(|e| super::bad_arg(format!("cannot write {}: {e}", path.display())))?;
+        let mut file = std::fs::File::create(path)
+            .map_err(|e| super::bad_arg(format!("cannot write {}: {e}", path.display())))?;
+        write_chrome_trace(rec, &params, &mut file)
+            .map_err(|e| super::bad_arg(format!("cannot write {}: {e}", path.display())))?;
     }
     if args.json {
         let doc = serde_json::json!({
@@ -92,7 +123,10 @@ pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
             "rows": rows,
             "failures": failures.iter().map(|(size, f)| serde_json::json!({"size": size, "failure": describe(f)})).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("report serialises"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("report serialises")
+        );
     } else {
         if let Some(row) = rows.first() {
             println!("# selection: {}", row.reason);
@@ -104,5 +138,9 @@ pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
             println!("... and {} more failures", failures.len() - SHOWN_FAILURES);
         }
     }
-    Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

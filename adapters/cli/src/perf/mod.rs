@@ -101,7 +101,9 @@ pub fn run(args: &PerfArgs) -> Result<ExitCode, Error> {
     let mut report = report::Report::new(kind, &comms, args);
     for &dtype in &dtypes {
         for &redop in &redops {
-            for &size in &size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor).map_err(bad_arg)? {
+            for &size in
+                &size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor).map_err(bad_arg)?
+            {
                 let count = count_for_size(kind, size, dtype, args.ranks);
                 let root = kind.has_root().then_some(args.root);
                 let op = OpParam {
@@ -117,4 +119,3 @@ pub fn run(args: &PerfArgs) -> Result<ExitCode, Error> {
     }
     Ok(report.finish())
 }
-

@@ -1,0 +1,160 @@
+//! Conformance: one executor over the analyzer's matrix of shapes, types, ops and counts.
+//!
+//! The matrix follows HCCL's analyzer suite and goes further: shapes 1x1..1x9, 4+4, 8+8
+//! and the asymmetric 8+4; int8, int32, f16, bf16 and f32; every reduce op of reducing
+//! operators; counts 0, 1, odd, not divisible by the ranks, a few thousand, and larger
+//! than the CCL buffer; in place and out of place; zero-copy and staged through the CCL
+//! buffers. A shape excluded by the executor's declared constraints is skipped; anything
+//! else that fails to record or to pass the analyzer is a failure.
+//!
+//! A plugin's own test proves its executor in one line:
+//!
+//! ```ignore
+//! oxccl::framework::analyzer::conformance::assert_conforms(OpKind::AllReduce, "my-ring");
+//! ```
+
+use super::{analyze, Recording};
+use crate::config::Config;
+use crate::error::Error;
+use crate::executor::ExecutorEntry;
+use crate::op::{OpKind, OpParam};
+use crate::registry::registry;
+use crate::topology::Topology;
+use oxccl_platform::{DataType, ReduceOp};
+
+/// The data types of the matrix (those of HCCL's analyzer suite).
+pub const DTYPES: [DataType; 5] = [
+    DataType::I8,
+    DataType::I32,
+    DataType::F16,
+    DataType::Bf16,
+    DataType::F32,
+];
+
+/// The rank shapes of the matrix.
+pub fn shapes() -> Vec<Topology> {
+    let mut shapes: Vec<Topology> = (1..=9).map(Topology::single_server).collect();
+    for servers in [vec![4, 4], vec![8, 8], vec![8, 4]] {
+        shapes.push(Topology::servers(servers).expect("valid shape"));
+    }
+    shapes
+}
+
+fn counts(ranks: usize, ccl_bytes: usize, dtype: DataType) -> [usize; 6] {
+    [0, 1, 7, 3 * ranks + 1, 4099, ccl_bytes / dtype.size() + 37]
+}
+
+/// Every (operation, in place, zero-copy) case of one shape.
+pub fn cases(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<(OpParam, bool, bool)> {
+    let reduce_ops: &[ReduceOp] = if kind.reduces() {
+        &ReduceOp::ALL
+    } else {
+        &[ReduceOp::Sum]
+    };
+    let mut cases = Vec::new();
+    for dtype in DTYPES {
+        for &op in reduce_ops {
+            for count in counts(ranks, ccl_bytes, dtype) {
+                let param = OpParam {
+                    kind,
+                    count,
+                    dtype,
+                    op,
+                    root: kind.has_root().then_some(ranks / 2),
+                };
+                for (in_place, zero_copy) in
+                    [(false, true), (true, true), (false, false), (true, false)]
+                {
+                    cases.push((param, in_place, zero_copy));
+                }
+            }
+        }
+    }
+    cases
+}
+
+/// What one executor did over the matrix.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    pub cases: usize,
+    pub failures: usize,
+    /// Shapes its declared constraints exclude.
+    pub skipped_shapes: usize,
+    pub first_failure: Option<String>,
+}
+
+/// The first problem of one case, if any.
+fn check_case(config: &Config, topo: &Topology, op: &OpParam, in_place: bool) -> Option<String> {
+    let what = format!(
+        "{:?} {} count {} {} {} {}",
+        topo.server_sizes(),
+        op.dtype,
+        op.count,
+        op.op,
+        if in_place { "in-place" } else { "out-of-place" },
+        if config.zero_copy {
+            "zero-copy"
+        } else {
+            "staged"
+        }
+    );
+    match Recording::record(op, in_place, config.clone()) {
+        Err(e) => Some(format!("{what}: {e}")),
+        Ok(rec) => analyze(&rec)
+            .failures
+            .first()
+            .map(|f| format!("{what}: [{:?}] {}", f.check, f.message)),
+    }
+}
+
+/// Run `entry` over the matrix; `base` supplies everything but the topology, the executor
+/// and the eager mode.
+pub fn conformance(entry: &ExecutorEntry, base: &Config) -> Outcome {
+    let mut out = Outcome::default();
+    for topo in shapes() {
+        if entry.constraints.check(topo.ranks(), &topo).is_some() {
+            out.skipped_shapes += 1;
+            continue;
+        }
+        let mut config = Config {
+            topology: Some(topo.clone()),
+            ..base.clone()
+        };
+        config.algo.set(Some(entry.op), entry.name);
+        for (op, in_place, zero_copy) in cases(entry.op, topo.ranks(), config.ccl_buffer_bytes) {
+            out.cases += 1;
+            config.zero_copy = zero_copy;
+            if let Some(problem) = check_case(&config, &topo, &op, in_place) {
+                out.failures += 1;
+                out.first_failure.get_or_insert(problem);
+            }
+        }
+    }
+    out
+}
+
+/// Run the registered executor `name` of `op` over the matrix with the default
+/// configuration; `Err` carries the first failure.
+pub fn check_conformance(op: OpKind, name: &str) -> Result<Outcome, Error> {
+    let entry = registry()?.executor(op, name)?;
+    let out = conformance(entry, &Config::default());
+    match &out.first_failure {
+        None => Ok(out),
+        Some(first) => Err(Error::BadProgram {
+            executor: name.to_string(),
+            rank: 0,
+            reason: format!(
+                "{} of {} conformance cases failed; first: {first}",
+                out.failures, out.cases
+            ),
+        }),
+    }
+}
+
+/// Panic with the first failure unless the executor passes the whole matrix: one line in a
+/// plugin's tests.
+pub fn assert_conforms(op: OpKind, name: &str) {
+    if let Err(e) = check_conformance(op, name) {
+        panic!("{e}");
+    }
+}
