@@ -4,7 +4,7 @@
 //! `sim` device and must pass every check, out of place and in place, zero-copy and staged
 //! (with a CCL buffer small enough to force several loop iterations). The ignored tests
 //! time the analyzer on a 1024-rank ring and on 8-rank 1 GiB AllReduces:
-//! `cargo test --release -p oxccl-tests --test analyzer -- --ignored --nocapture`.
+//! `cargo test -p oxccl-tests --test analyzer -- --ignored --nocapture --test-threads 1`.
 
 use oxccl::framework::analyzer::{analyze, Recording};
 use oxccl::{AlgoOverride, Config, DataType, OpKind, OpParam, ReduceOp, Topology};
@@ -69,7 +69,7 @@ fn timed(algo: &str, ranks: usize, bytes: usize, zero_copy: bool) {
 }
 
 #[test]
-#[ignore = "timing: run in release with --ignored --nocapture"]
+#[ignore = "timing: run with --ignored --nocapture"]
 fn analyzer_wall_time_8_ranks_1_gib() {
     for algo in ["mesh", "ring"] {
         for zero_copy in [true, false] {
@@ -79,7 +79,7 @@ fn analyzer_wall_time_8_ranks_1_gib() {
 }
 
 #[test]
-#[ignore = "timing: run in release with --ignored --nocapture"]
+#[ignore = "timing: run with --ignored --nocapture"]
 fn analyzer_wall_time_1024_rank_ring() {
     timed("ring", 1024, 1 << 20, true);
 }
@@ -103,11 +103,29 @@ fn a_real_program_with_one_handshake_removed_fails() {
 }
 
 #[test]
-fn builtin_all_reduce_executors_conform() {
-    use oxccl::framework::analyzer::conformance::check_conformance;
-    for algo in ["ring", "mesh", "mesh-push", "one-shot"] {
-        if let Err(e) = check_conformance(OpKind::AllReduce, algo) {
-            panic!("{algo}: {e}");
-        }
-    }
+fn a_mesh_that_does_not_join_its_slaves_fails() {
+    use oxccl::framework::analyzer::Check;
+    use oxccl::framework::platform::Task;
+    let op = OpParam::all_reduce(1000, DataType::F32, ReduceOp::Sum);
+    let cfg = config("mesh", Topology::single_server(4), true, 4096);
+    let mut rec = Recording::record(&op, false, cfg).expect("record");
+    let mut program = (*rec.ranks[2].program).clone();
+    // The main stream's first waits are the joins of the ready round: drop them all, so
+    // the main stream runs ahead of its slaves.
+    let main = &mut program.streams[0].tasks;
+    let first_reduce = main
+        .iter()
+        .position(|t| matches!(t, Task::Reduce { .. }))
+        .expect("a reduce");
+    let joins: Vec<usize> = (0..first_reduce)
+        .filter(|&i| matches!(main[i], Task::Wait { .. }))
+        .collect();
+    joins.iter().rev().for_each(|&i| {
+        main.remove(i);
+    });
+    rec.ranks[2].program = std::sync::Arc::new(program);
+    let report = analyze(&rec);
+    println!("{report}");
+    // The next fork posts a fork notify the slave has not consumed yet.
+    assert!(report.of(Check::LostWakeup).next().is_some(), "{report}");
 }

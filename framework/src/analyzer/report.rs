@@ -1,7 +1,7 @@
 //! What the analyzer found: typed failures, collected per check, sorted, and capped.
 //!
 //! A broken program can fail the same way millions of times (a ring of 1024 ranks that
-//! forgets one handshake races in every step). The [`Collector`] therefore keeps at most
+//! forgets one handshake races in every step). The collector therefore keeps at most
 //! [`KEPT_PER_CHECK`] failures of each [`Check`], so that one flood does not hide the other
 //! checks' findings, and counts every failure in [`Report::failure_count`]. The kept
 //! failures are the first ones found in a deterministic order and are sorted by check,

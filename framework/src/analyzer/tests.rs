@@ -115,7 +115,7 @@ fn of(report: &Report, check: Check) -> Vec<String> {
     report.of(check).map(|f| f.message.clone()).collect()
 }
 
-fn assert_only(report: &Report, check: Check, needle: &str) {
+fn assert_reports(report: &Report, check: Check, needle: &str) {
     let msgs = of(report, check);
     assert!(
         msgs.iter().any(|m| m.contains(needle)),
@@ -158,7 +158,7 @@ fn deadlock_names_every_stuck_wait_and_its_posters() {
             link(1, 0, layout).rx_data_signal(&mut p.streams[0]);
         }
     });
-    assert_only(&analyze(&orphan), Check::Deadlock, "no task left posts it");
+    assert_reports(&analyze(&orphan), Check::Deadlock, "no task left posts it");
 }
 
 #[test]
@@ -177,7 +177,7 @@ fn lost_wakeup_is_found_even_when_the_canonical_run_is_lucky() {
         }
     });
     let report = analyze(&rec);
-    assert_only(
+    assert_reports(
         &report,
         Check::LostWakeup,
         "rank 0 stream 0 task 1 (Post) posts notify 0 of rank 1",
@@ -187,7 +187,7 @@ fn lost_wakeup_is_found_even_when_the_canonical_run_is_lucky() {
             link(0, 1, layout).tx_ack(&mut p.streams[0]);
         }
     });
-    assert_only(
+    assert_reports(
         &analyze(&unconsumed),
         Check::LostWakeup,
         "no wait ever consumes it",
@@ -203,7 +203,7 @@ fn unordered_writes_and_reads_conflict() {
         }
     });
     let report = analyze(&ww);
-    assert_only(&report, Check::MemoryConflict, "write-write conflict: rank 0 stream 0 task 0 (Copy) writes and rank 1 stream 0 task 0 (Copy) writes rank 1 Output[0..16]");
+    assert_reports(&report, Check::MemoryConflict, "write-write conflict: rank 0 stream 0 task 0 (Copy) writes and rank 1 stream 0 task 0 (Copy) writes rank 1 Output[0..16]");
 
     let rw = record(sum(4), Topology::single_server(2), 0, |r, p, _| {
         if r == 0 {
@@ -224,13 +224,13 @@ fn missing_duplicated_and_misplaced_contributions_are_named() {
         })
     };
     let missing = variant(|_| vec![in_(0, 0, 16), in_(1, 0, 16)]);
-    assert_only(
+    assert_reports(
         &analyze(&missing),
         Check::Semantics,
         "rank 0 Output[0..16]: missing contributions of rank 2",
     );
     let dup = variant(|_| vec![in_(0, 0, 16), in_(1, 0, 16), in_(2, 0, 16), in_(1, 0, 16)]);
-    assert_only(
+    assert_reports(
         &analyze(&dup),
         Check::Semantics,
         "duplicated contributions of rank 1",
@@ -251,7 +251,7 @@ fn missing_duplicated_and_misplaced_contributions_are_named() {
             ReduceOp::Sum,
         );
     });
-    assert_only(
+    assert_reports(
         &analyze(&rec),
         Check::Semantics,
         "wrong offset: rank 1's Input[8..16] where Input[0..8] belongs",
@@ -268,7 +268,7 @@ fn wrong_op_and_stale_reads_are_semantic_failures() {
             ReduceOp::Max,
         );
     });
-    assert_only(
+    assert_reports(
         &analyze(&max),
         Check::Semantics,
         "reduced with Max, expected Sum",
@@ -283,8 +283,8 @@ fn wrong_op_and_stale_reads_are_semantic_failures() {
         );
     });
     let report = analyze(&stale);
-    assert_only(&report, Check::Semantics, "stale data read before it was written: rank 0 stream 0 task 0 (Reduce) reduces rank 0 CclIn[0..16]");
-    assert_only(&report, Check::Semantics, "uninitialised");
+    assert_reports(&report, Check::Semantics, "stale data read before it was written: rank 0 stream 0 task 0 (Reduce) reduces rank 0 CclIn[0..16]");
+    assert_reports(&report, Check::Semantics, "uninitialised");
 }
 
 #[test]
@@ -300,17 +300,17 @@ fn out_of_bounds_overlaps_and_input_writes_are_bounds_failures() {
         );
     });
     let report = analyze(&rec);
-    assert_only(
+    assert_reports(
         &report,
         Check::Bounds,
         "touches rank 0 Input[8..24], past the end of the buffer (16 bytes)",
     );
-    assert_only(
+    assert_reports(
         &report,
         Check::Bounds,
         "writes rank 0 Input[0..16], the user's read-only Input",
     );
-    assert_only(
+    assert_reports(
         &report,
         Check::Bounds,
         "a source and a destination overlap: rank 0 Output[0..8] and rank 0 Output[4..12]",
@@ -329,17 +329,17 @@ fn broken_links_and_foreign_waits_are_link_failures() {
         }
     });
     let report = analyze(&rec);
-    assert_only(
+    assert_reports(
         &report,
         Check::Link,
         "touches rank 1 Input[0..16], but the link between ranks 0 and 1 is broken",
     );
-    assert_only(
+    assert_reports(
         &report,
         Check::Link,
         "posts notify 0 of rank 1, but the link between ranks 0 and 1 is broken",
     );
-    assert_only(
+    assert_reports(
         &report,
         Check::Link,
         "waits on notify 0 of rank 2: a rank waits only on its own notifies",
@@ -355,7 +355,7 @@ fn slave_that_never_joins_is_reported() {
         p.streams[1].copy(in_(0, 0, 16), out(0, 0, 16));
     });
     let report = analyze(&rec);
-    assert_only(
+    assert_reports(
         &report,
         Check::ForkJoin,
         "slave stream 1 of rank 0 never joins the main stream",
@@ -442,7 +442,7 @@ fn every_operator_has_a_correct_hand_written_program() {
             (0..n).for_each(|q| p.streams[0].copy(in_(q, (n - 1 - r) * b, b), out(r, q * b, b)))
         },
     );
-    assert_only(&analyze(&rec), Check::Semantics, "wrong offset");
+    assert_reports(&analyze(&rec), Check::Semantics, "wrong offset");
 }
 
 #[test]
