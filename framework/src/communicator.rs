@@ -116,7 +116,7 @@ impl Communicator {
                 var: "ranks",
                 value: n.to_string(),
                 reason: format!(
-                    "need at least 1 rank, and the topology has {}",
+                    "need at least one rank, as many as the topology has ({}); check OXCCL_TOPO_FILE",
                     topology.ranks()
                 ),
             }

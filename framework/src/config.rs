@@ -7,6 +7,7 @@
 //! | `OXCCL_EXEC_TIMEOUT` | seconds a Wait may block before it is an error | 60 |
 //! | `OXCCL_HOST_THREADS` | worker threads of the host device; 0 = one per core | 0 |
 //! | `OXCCL_ZERO_COPY` | 1: eager ops run on user buffers when the device allows it; 0: always stage through the CCL buffers | 1 |
+//! | `OXCCL_TOPO_FILE` | the communicator's topology: a preset (`mesh8`, `2x8`, `1xN`...) or a TOML file | one server, full mesh |
 //! | `OXCCL_LOG` | `tracing` filter (`info`, `oxccl=debug`, ...) | off |
 //!
 //! The default CCL buffer is 32 MiB rather than HCCL's 200 MB: on the host device every
@@ -122,6 +123,14 @@ impl Config {
         if let Some(v) = get("OXCCL_ALGO") {
             config.algo = v.parse()?;
         }
+        if let Some(v) = get("OXCCL_TOPO_FILE") {
+            let topology = Topology::parse_spec(v.trim()).map_err(|e| ConfigError {
+                var: "OXCCL_TOPO_FILE",
+                value: v.clone(),
+                reason: e.to_string(),
+            })?;
+            config.topology = Some(topology);
+        }
         config.log_filter = get("OXCCL_LOG").filter(|v| !v.trim().is_empty());
         Ok(config)
     }
@@ -154,6 +163,8 @@ mod tests {
         assert_eq!(c.host_threads, 3);
         assert!(!c.zero_copy);
         assert_eq!(c.log_filter.as_deref(), Some("debug"));
+        let c = Config::from_lookup(env(&[("OXCCL_TOPO_FILE", "2x8")])).unwrap();
+        assert_eq!(c.topology.map(|t| t.ranks()), Some(16));
     }
 
     #[test]
@@ -164,6 +175,7 @@ mod tests {
             ("OXCCL_EXEC_TIMEOUT", "-1"),
             ("OXCCL_HOST_THREADS", "x"),
             ("OXCCL_ZERO_COPY", "maybe"),
+            ("OXCCL_TOPO_FILE", "/no/such/file.toml"),
         ] {
             let err = Config::from_lookup(env(&[(var, value)])).unwrap_err();
             assert_eq!(err.var, var);

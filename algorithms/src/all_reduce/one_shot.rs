@@ -21,7 +21,7 @@ use oxccl_framework::{
 /// The one-shot AllReduce executor.
 pub struct OneShotAllReduce;
 
-/// Scratch per rank, which bounds the elements per loop iteration.
+/// Scratch per rank for in-place calls, which bounds their elements per loop iteration.
 const SCRATCH_BYTES: usize = 1 << 20;
 
 oxccl_framework::register_executor! {
@@ -35,10 +35,15 @@ oxccl_framework::register_executor! {
 
 impl Executor for OneShotAllReduce {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        let peers = ResourceRequest::with_peers(Peers::All);
+        // Only an in-place zero-copy call needs the scratch detour, and only it is capped.
+        if !(ctx.in_place && ctx.mode == Mode::Direct) {
+            return Ok(peers);
+        }
         Ok(ResourceRequest {
             scratch_bytes: SCRATCH_BYTES,
             max_count_per_loop: Some(SCRATCH_BYTES / ctx.op.dtype.size()),
-            ..ResourceRequest::with_peers(Peers::All)
+            ..peers
         })
     }
 
