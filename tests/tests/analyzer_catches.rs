@@ -3,6 +3,7 @@
 
 use oxccl::framework::analyzer::{analyze, Check, Recording};
 use oxccl::platform::{Buf, Slice};
+use oxccl::templates::{all_peers_round, Round};
 use oxccl::{
     Config, Constraints, DataType, Error, Executor, KernelArgs, KernelCtx, OpKind, OpParam, Peers,
     PlanCtx, ReduceOp, ResourceRequest, Topology,
@@ -45,16 +46,9 @@ fn bytes(args: &KernelArgs) -> usize {
     args.op.count * args.op.dtype.size()
 }
 
-/// Reduce every rank's input into my output, like one-shot, after a ready round.
+/// A ready round with every peer, as one-shot starts.
 fn ready_round(ctx: &mut KernelCtx<'_>) -> Result<(), Error> {
-    let me = ctx.rank;
-    let links = (0..ctx.ranks)
-        .filter(|&p| p != me)
-        .map(|p| ctx.link(p, 0))
-        .collect::<Result<Vec<_>, _>>()?;
-    links.iter().for_each(|l| l.tx_ack(ctx.main()));
-    links.iter().for_each(|l| l.rx_ack(ctx.main()));
-    Ok(())
+    all_peers_round(ctx, 0, Round::Ack)
 }
 
 fn reduce_from(ctx: &mut KernelCtx<'_>, args: &KernelArgs, ranks: Vec<usize>, shift: usize) {

@@ -12,6 +12,13 @@ fn oxccl(args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// The data rows of a table (lines that start with a number).
+fn rows(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| l.trim_start().starts_with(char::is_numeric))
+        .collect()
+}
+
 #[test]
 fn perf_prints_the_table_with_nothing_wrong() {
     for algo in ["mesh", "ring", "bidir-ring"] {
@@ -34,10 +41,7 @@ fn perf_prints_the_table_with_nothing_wrong() {
             algo,
         ]);
         assert!(ok, "{text}");
-        let rows: Vec<&str> = text
-            .lines()
-            .filter(|l| l.trim_start().starts_with(char::is_numeric))
-            .collect();
+        let rows = rows(&text);
         assert_eq!(rows.len(), 3, "{text}");
         for row in rows {
             let cols: Vec<&str> = row.split_whitespace().collect();
@@ -126,10 +130,7 @@ fn check_the_contest_topology() {
         "1024",
     ]);
     assert!(ok, "{text}");
-    let rows: Vec<&str> = text
-        .lines()
-        .filter(|l| l.trim_start().starts_with(char::is_numeric))
-        .collect();
+    let rows = rows(&text);
     assert_eq!(rows.len(), 3, "{text}");
     assert!(rows.iter().all(|r| r.contains("PASS")), "{text}");
 }

@@ -16,7 +16,7 @@
 //! (DataSignal: "I finished writing your output and reading your input") ends each
 //! iteration; zero-copy, the framework's Close exchange plays that part.
 
-use crate::templates::even_chunks;
+use crate::templates::{all_peers_round, even_chunks, Round};
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx,
     ResourceRequest,
@@ -42,12 +42,7 @@ impl Executor for MeshPushAllReduce {
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
         let op = &args.op;
         let me = ctx.rank;
-        let links = (0..ctx.ranks)
-            .filter(|&p| p != me)
-            .map(|p| ctx.link(p, 0))
-            .collect::<Result<Vec<_>, _>>()?;
-        links.iter().for_each(|l| l.tx_ack(ctx.main()));
-        links.iter().for_each(|l| l.rx_ack(ctx.main()));
+        all_peers_round(ctx, 0, Round::Ack)?;
         let (off, len) = even_chunks(op.count, ctx.ranks, op.dtype.size())[me];
         let srcs = (0..ctx.ranks).map(|r| args.input.at(r, off, len)).collect();
         let dsts = (0..ctx.ranks)
@@ -55,8 +50,7 @@ impl Executor for MeshPushAllReduce {
             .collect();
         ctx.main().reduce_to(srcs, dsts, op.dtype, op.op);
         if args.mode == Mode::Staged {
-            links.iter().for_each(|l| l.tx_data_signal(ctx.main()));
-            links.iter().for_each(|l| l.rx_data_signal(ctx.main()));
+            all_peers_round(ctx, 0, Round::DataSignal)?;
         }
         Ok(())
     }

@@ -12,6 +12,7 @@
 //! Iterations alternate link channels, so two iterations' ready rounds never post the same
 //! notify back to back.
 
+use crate::templates::{all_peers_round, Round};
 use oxccl_framework::platform::Buf;
 use oxccl_framework::{
     BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx,
@@ -51,12 +52,7 @@ impl Executor for OneShotAllReduce {
         let op = &args.op;
         let (me, len) = (ctx.rank, op.count * op.dtype.size());
         let channel = args.iteration % 2;
-        let links = (0..ctx.ranks)
-            .filter(|&p| p != me)
-            .map(|p| ctx.link(p, channel))
-            .collect::<Result<Vec<_>, _>>()?;
-        links.iter().for_each(|l| l.tx_ack(ctx.main()));
-        links.iter().for_each(|l| l.rx_ack(ctx.main()));
+        all_peers_round(ctx, channel, Round::Ack)?;
         let srcs = (0..ctx.ranks).map(|r| args.input.at(r, 0, len)).collect();
         let target = if args.aliased {
             BufRange {
@@ -70,8 +66,7 @@ impl Executor for OneShotAllReduce {
         ctx.main()
             .reduce(srcs, target.at(me, 0, len), op.dtype, op.op);
         if args.aliased || args.mode == Mode::Staged {
-            links.iter().for_each(|l| l.tx_data_signal(ctx.main()));
-            links.iter().for_each(|l| l.rx_data_signal(ctx.main()));
+            all_peers_round(ctx, channel, Round::DataSignal)?;
         }
         if args.aliased {
             ctx.main()

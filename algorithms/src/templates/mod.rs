@@ -5,6 +5,7 @@
 
 pub mod chunks;
 pub mod mesh;
+pub mod peer_round;
 pub mod ring;
 pub mod ring_all_gather;
 pub mod ring_order;
@@ -12,6 +13,7 @@ pub mod ring_reduce_scatter;
 
 pub use chunks::even_chunks;
 pub use mesh::{mesh_all_gather, mesh_peer, mesh_reduce_scatter, MeshParams};
+pub use peer_round::{all_peers_round, Round};
 pub use ring::RingParams;
 pub use ring_all_gather::ring_all_gather;
 pub use ring_order::{healthy_ring, ring_neighbours};

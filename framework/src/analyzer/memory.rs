@@ -14,7 +14,7 @@ use super::hb::Hb;
 use super::index::{Index, TaskId, NONE};
 use super::intervals::IntervalMap;
 use super::report::{Check, Collector};
-use super::schedule::{Execution, Step};
+use super::schedule::Execution;
 use oxccl_platform::Slice;
 use std::collections::BTreeMap;
 
@@ -33,12 +33,7 @@ pub(crate) fn check(idx: &Index<'_>, ex: &Execution, hb: &mut Hb<'_>, out: &mut 
     let mut mems: Vec<IntervalMap<Access>> = vec![IntervalMap::default(); idx.mems()];
     let mut found = Found::new();
     let written = written_memories(idx);
-    for (&t, _) in ex
-        .order
-        .iter()
-        .zip(&ex.step)
-        .filter(|(_, s)| **s == Step::Data)
-    {
+    for t in ex.data_tasks() {
         let task = idx.task(t);
         if task.writes().is_empty() || !idx.addressable(task) {
             continue;

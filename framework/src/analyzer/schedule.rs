@@ -42,6 +42,17 @@ pub(crate) struct Execution {
     cursor: Vec<u32>,
 }
 
+impl Execution {
+    /// The Copy and Reduce tasks, in the order they ran.
+    pub(crate) fn data_tasks(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.order
+            .iter()
+            .zip(&self.step)
+            .filter(|(_, s)| **s == Step::Data)
+            .map(|(&t, _)| t)
+    }
+}
+
 /// A task's kind as the synchronisation passes see it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Step {

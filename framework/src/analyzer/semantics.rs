@@ -17,7 +17,7 @@ use super::expect::{expected_output, Expected};
 use super::index::{Index, TaskId};
 use super::intervals::IntervalMap;
 use super::report::{Check, Collector};
-use super::schedule::{Execution, Step};
+use super::schedule::Execution;
 use super::value::{Terms, Value};
 use oxccl_platform::{Buf, DataType, ReduceOp, Slice, Task};
 
@@ -31,12 +31,7 @@ pub(crate) fn check(idx: &Index<'_>, ex: &Execution, out: &mut Collector) {
     for rank in 0..rec.rank_count() {
         mems[idx.mem(rank, Buf::Input)].assign(0, input_len, Some(Value::input(rank, 0)));
     }
-    for (&t, _) in ex
-        .order
-        .iter()
-        .zip(&ex.step)
-        .filter(|(_, s)| **s == Step::Data)
-    {
+    for t in ex.data_tasks() {
         let task = idx.task(t);
         if !idx.addressable(task) {
             continue;

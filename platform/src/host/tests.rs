@@ -91,13 +91,7 @@ fn a_second_post_before_the_wait_is_a_lost_wakeup() {
     let mut p = RankProgram::new(0, 1);
     p.streams[0].post(local(&dev, 1, 0));
     p.streams[0].post(local(&dev, 1, 0));
-    let err = dev
-        .execute(Execution {
-            program: Arc::new(p),
-            user: UserBuffers::InPlace(&mut []),
-            scratch: None,
-        })
-        .unwrap_err();
+    let err = run_without_buffers(&dev, p).unwrap_err();
     let DeviceError::LostWakeup { at, .. } = &err else {
         panic!("{err:?}")
     };
@@ -110,13 +104,7 @@ fn a_wait_nobody_posts_times_out_with_its_location() {
     dev.reserve_local_notifies(2).unwrap();
     let mut p = RankProgram::new(1, 2);
     p.streams[1].wait(local(&dev, 1, 1));
-    let err = dev
-        .execute(Execution {
-            program: Arc::new(p),
-            user: UserBuffers::InPlace(&mut []),
-            scratch: None,
-        })
-        .unwrap_err();
+    let err = run_without_buffers(&dev, p).unwrap_err();
     let DeviceError::WaitTimeout {
         at, notify, waited, ..
     } = &err
@@ -126,6 +114,15 @@ fn a_wait_nobody_posts_times_out_with_its_location() {
     assert_eq!((at.rank, at.stream, at.task, notify.rank), (1, 1, 0, 1));
     assert!(*waited >= Duration::from_millis(100));
     assert!(err.to_string().contains("local #1"), "{err}");
+}
+
+/// Run a program that touches no user buffer.
+fn run_without_buffers(dev: &HostDevice, p: RankProgram) -> Result<(), DeviceError> {
+    dev.execute(Execution {
+        program: Arc::new(p),
+        user: UserBuffers::InPlace(&mut []),
+        scratch: None,
+    })
 }
 
 fn run_one(dev: &HostDevice, task: Task, input: &[u8], output: &mut [u8]) -> DeviceError {
@@ -212,13 +209,7 @@ fn waits_on_another_ranks_notify_are_refused() {
     let dev = device(2, 1, 1000);
     let mut p = RankProgram::new(0, 1);
     p.streams[0].wait(NotifyId { rank: 1, index: 0 });
-    let err = dev
-        .execute(Execution {
-            program: Arc::new(p),
-            user: UserBuffers::InPlace(&mut []),
-            scratch: None,
-        })
-        .unwrap_err();
+    let err = run_without_buffers(&dev, p).unwrap_err();
     assert!(err.to_string().contains("waits are local"), "{err}");
 }
 
