@@ -200,7 +200,7 @@ fn executors_that_need_a_broken_link_are_refused() {
         matches!(&err, Error::Unsupported { executor, .. } if executor == "mesh"),
         "{err:?}"
     );
-    assert!(err.to_string().contains("broken links"), "{err}");
+    assert!(err.to_string().contains("broken or missing links"), "{err}");
 }
 
 #[test]
