@@ -22,6 +22,29 @@ pub enum ArgError {
          collective needs them equal"
     )]
     LengthMismatch { send: usize, recv: usize },
+    #[error(
+        "{op} on {ranks} ranks needs {need_send} send and {need_recv} receive elements (one \
+         block of {block} per rank), got {send} and {recv}; the larger buffer must hold \
+         exactly {ranks} blocks of the smaller"
+    )]
+    BlockMismatch {
+        op: OpKind,
+        ranks: usize,
+        block: usize,
+        send: usize,
+        recv: usize,
+        need_send: usize,
+        need_recv: usize,
+    },
+    #[error(
+        "in-place {op} on {ranks} ranks needs a buffer of one block per rank, a multiple of \
+         {ranks} elements; got {len}"
+    )]
+    NotDivisible {
+        op: OpKind,
+        ranks: usize,
+        len: usize,
+    },
     #[error("root {root} is not a rank of this communicator (ranks 0..{ranks})")]
     InvalidRoot { root: Rank, ranks: usize },
     #[error("{op} needs a root rank")]

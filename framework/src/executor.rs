@@ -111,17 +111,29 @@ pub struct KernelArgs {
     pub iteration: usize,
     /// `input` and `output` are the same memory on every rank (an in-place call in
     /// [`Mode::Direct`]); a peer may then still read the input the executor overwrites.
+    /// For AllGather the input is then the rank's own block of the output, for
+    /// ReduceScatter the output is the rank's own block of the input.
     pub aliased: bool,
     /// How the buffers are bound. In [`Mode::Staged`] the next iteration overwrites the
     /// input right after this one ends, and copies the output out right after this one's
     /// tasks: so when a rank's iteration ends, its output must be final and no peer may
     /// read its input any more.
     pub mode: Mode,
+    /// Block layout of gathers and scatters: bytes from one rank's block to the next in
+    /// the buffer that holds one block per rank (AllGather's `output`, ReduceScatter's
+    /// `input`). Each block holds this iteration's `op.count` elements, block `r` starting
+    /// `r * block_stride` bytes into the range (see [`KernelArgs::blocks`]). In
+    /// [`Mode::Staged`] the blocks are packed in the CCL buffer (`block_stride` is
+    /// `op.count * es`); in [`Mode::Direct`] they are slices of the user's buffer, one
+    /// user block apart (`block_stride` is the whole operation's `count * es`), so an
+    /// iteration touches `[first, first + count)` of every block. For operators without
+    /// blocks (AllReduce, Broadcast, Reduce) it equals `op.count * es`.
+    pub block_stride: usize,
 }
 
 impl KernelArgs {
     /// Copy this rank's input to its output, unless they are the same memory: the whole of
-    /// an AllReduce-like operation on a single rank.
+    /// an AllReduce-like operation (or a gather or scatter) on a single rank.
     pub fn copy_input_to_output(&self, ctx: &mut KernelCtx<'_>) {
         let len = self.op.count * self.op.dtype.size();
         if !self.aliased {
@@ -131,6 +143,13 @@ impl KernelArgs {
             );
             ctx.main().copy(src, dst);
         }
+    }
+
+    /// `(byte offset, byte length)` of every rank's block, relative to the range that
+    /// holds one block per rank (see [`KernelArgs::block_stride`]).
+    pub fn blocks(&self, ranks: usize) -> Vec<(usize, usize)> {
+        let len = self.op.count * self.op.dtype.size();
+        (0..ranks).map(|r| (r * self.block_stride, len)).collect()
     }
 }
 

@@ -73,6 +73,44 @@ impl OpKind {
         }
     }
 
+    /// The per-rank block of a call with `send` and `recv` elements: the smaller buffer,
+    /// after checking that the larger holds exactly one such block per rank (AllGather:
+    /// `recv = ranks * send`; ReduceScatter: `send = ranks * recv`; AllReduce:
+    /// `recv = send`).
+    pub fn block_count(self, ranks: usize, send: usize, recv: usize) -> Result<usize, ArgError> {
+        let (in_blocks, out_blocks) = self.buffer_counts(1, ranks);
+        let block = if in_blocks <= out_blocks { send } else { recv };
+        let (need_send, need_recv) = self.buffer_counts(block, ranks);
+        if (need_send, need_recv) == (send, recv) {
+            return Ok(block);
+        }
+        Err(ArgError::BlockMismatch {
+            op: self,
+            ranks,
+            block,
+            send,
+            recv,
+            need_send,
+            need_recv,
+        })
+    }
+
+    /// The per-rank block of an in-place call on a buffer of `len` elements: `len` for
+    /// AllReduce-like operators, `len / ranks` for gathers and scatters, whose buffer
+    /// holds one block per rank (an error unless `ranks` divides `len`).
+    pub fn in_place_block_count(self, ranks: usize, len: usize) -> Result<usize, ArgError> {
+        let (in_blocks, out_blocks) = self.buffer_counts(1, ranks);
+        let blocks = in_blocks.max(out_blocks);
+        if !len.is_multiple_of(blocks) {
+            return Err(ArgError::NotDivisible {
+                op: self,
+                ranks,
+                len,
+            });
+        }
+        Ok(len / blocks)
+    }
+
     /// nccl-tests bus bandwidth factor.
     pub fn busbw_factor(self, ranks: usize) -> f64 {
         let n = ranks as f64;
@@ -131,10 +169,39 @@ impl OpParam {
         }
     }
 
+    /// An AllGather of `count` elements per rank.
+    pub fn all_gather(count: usize, dtype: DataType) -> Self {
+        OpParam {
+            kind: OpKind::AllGather,
+            ..OpParam::all_reduce(count, dtype, ReduceOp::Sum)
+        }
+    }
+
+    /// A ReduceScatter of `count` elements per rank.
+    pub fn reduce_scatter(count: usize, dtype: DataType, op: ReduceOp) -> Self {
+        OpParam {
+            kind: OpKind::ReduceScatter,
+            ..OpParam::all_reduce(count, dtype, op)
+        }
+    }
+
     /// Input and output sizes in bytes for one rank.
     pub fn buffer_bytes(&self, ranks: usize) -> (usize, usize) {
         let (i, o) = self.kind.buffer_counts(self.count, ranks);
         (i * self.dtype.size(), o * self.dtype.size())
+    }
+
+    /// Byte offsets of `rank`'s input and output data inside the one buffer of an in-place
+    /// call (NCCL's convention: the buffer is the larger side; AllGather's input is block
+    /// `rank` of its output, ReduceScatter's output is block `rank` of its input). `(0, 0)`
+    /// for every other operator.
+    pub fn in_place_offsets(&self, rank: Rank) -> (usize, usize) {
+        let own_block = rank * self.count * self.dtype.size();
+        match self.kind {
+            OpKind::AllGather => (own_block, 0),
+            OpKind::ReduceScatter => (0, own_block),
+            _ => (0, 0),
+        }
     }
 
     /// Check the parameters against the communicator size and the bound buffers' lengths
@@ -193,6 +260,45 @@ mod tests {
         }
         let err = "allsum".parse::<OpKind>().unwrap_err().to_string();
         assert!(err.contains("all_gather"), "{err}");
+    }
+
+    #[test]
+    fn block_counts_check_the_block_shape() {
+        assert_eq!(OpKind::AllGather.block_count(4, 3, 12), Ok(3));
+        assert_eq!(OpKind::ReduceScatter.block_count(4, 12, 3), Ok(3));
+        assert_eq!(OpKind::AllReduce.block_count(4, 5, 5), Ok(5));
+        assert!(matches!(
+            OpKind::AllGather.block_count(4, 3, 13),
+            Err(ArgError::BlockMismatch {
+                need_recv: 12,
+                recv: 13,
+                ..
+            })
+        ));
+        assert!(matches!(
+            OpKind::ReduceScatter.block_count(4, 11, 3),
+            Err(ArgError::BlockMismatch { need_send: 12, .. })
+        ));
+        assert_eq!(OpKind::AllGather.in_place_block_count(4, 12), Ok(3));
+        assert_eq!(OpKind::AllReduce.in_place_block_count(4, 13), Ok(13));
+        assert_eq!(
+            OpKind::ReduceScatter.in_place_block_count(4, 13),
+            Err(ArgError::NotDivisible {
+                op: OpKind::ReduceScatter,
+                ranks: 4,
+                len: 13
+            })
+        );
+    }
+
+    #[test]
+    fn in_place_data_lies_in_the_own_block() {
+        let ag = OpParam::all_gather(3, DataType::F32);
+        assert_eq!(ag.in_place_offsets(2), (24, 0));
+        let rs = OpParam::reduce_scatter(3, DataType::I16, ReduceOp::Max);
+        assert_eq!(rs.in_place_offsets(2), (0, 12));
+        let ar = OpParam::all_reduce(3, DataType::F32, ReduceOp::Sum);
+        assert_eq!(ar.in_place_offsets(2), (0, 0));
     }
 
     #[test]

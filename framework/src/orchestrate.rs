@@ -4,10 +4,24 @@
 //! user input into CclIn, lets the executor append its kernel from CclIn to CclOut, and
 //! copies CclOut to the user's output; the loop repeats until the op is done. In
 //! [`Mode::Direct`] the kernel runs on the user's buffers, split into iterations only when
-//! the executor caps its per-loop count. A Close exchange with every linked peer ends the
-//! program (see [`LinkSignal::Close`](oxccl_platform::LinkSignal::Close)). Afterwards the program is checked against the
-//! links the executor was granted, so a program never reaches a device with a task over a
-//! link that does not exist.
+//! the executor caps its per-loop count.
+//!
+//! Gathers and scatters move blocks: one per rank, `count` elements each, in AllGather's
+//! output and ReduceScatter's input. An iteration of `c` elements starting at element
+//! `first` takes `[first, first + c)` of every block. Staged, the blocks are packed into
+//! the CCL buffer `c` elements apart (AllGather: Input to CclIn, kernel gathers into
+//! CclOut's `n` blocks, `n` copies to the Output blocks; ReduceScatter: `n` copies of the
+//! input blocks into CclIn, kernel reduces into CclOut, one copy out), so `c` is at most
+//! the CCL buffer over the rank count, aligned down to 128 bytes as HCCL does. Zero-copy,
+//! the kernel sees the user's buffer with the blocks one user block apart
+//! ([`KernelArgs::block_stride`]). In place (NCCL's convention) the one buffer is the
+//! larger side: AllGather's input is block `rank` of it, ReduceScatter's output is block
+//! `rank` of it.
+//!
+//! A Close exchange with every linked peer ends the program (see
+//! [`LinkSignal::Close`](oxccl_platform::LinkSignal::Close)). Afterwards the program is
+//! checked against the links the executor was granted, so a program never reaches a
+//! device with a task over a link that does not exist.
 
 use crate::error::Error;
 use crate::executor::{
@@ -27,18 +41,13 @@ pub fn build_program(
     let links = grant_links(executor_name, plan, req)?;
     let mut program = RankProgram::new(plan.rank, 1 + req.slave_streams);
     let op = plan.op;
-    let es = op.dtype.size();
     let per_loop = loop_count(executor_name, plan, req)?;
     let mut first = 0;
     while first < op.count {
         let count = per_loop.min(op.count - first);
         let args = iteration_args(plan, first, count, first / per_loop);
         if plan.mode == Mode::Staged {
-            let (from, to) = (
-                Slice::new(plan.rank, Buf::Input, first * es, count * es),
-                args.input.at(plan.rank, 0, count * es),
-            );
-            program.streams[0].copy(from, to);
+            stage_in(&mut program, plan, &args, first);
         }
         let mut ctx = KernelCtx {
             rank: plan.rank,
@@ -52,11 +61,7 @@ pub fn build_program(
         };
         executor.kernel_run(&mut ctx, &args)?;
         if plan.mode == Mode::Staged {
-            let (from, to) = (
-                args.output.at(plan.rank, 0, count * es),
-                Slice::new(plan.rank, Buf::Output, first * es, count * es),
-            );
-            program.streams[0].copy(from, to);
+            stage_out(&mut program, plan, &args, first);
         }
         first += count;
     }
@@ -117,6 +122,27 @@ fn grant_links(
     Ok(links)
 }
 
+/// Which sides of an operator hold one block per rank (input, output), for the operators
+/// the loop can split and stage; `None` for the others, which run in one iteration on
+/// user buffers.
+fn block_sides(kind: OpKind) -> Option<(bool, bool)> {
+    match kind {
+        OpKind::AllReduce | OpKind::Broadcast | OpKind::Reduce => Some((false, false)),
+        OpKind::AllGather => Some((false, true)),
+        OpKind::ReduceScatter => Some((true, false)),
+        OpKind::Scatter | OpKind::Gather | OpKind::AlltoAll => None,
+    }
+}
+
+/// Byte offsets of the user's input and output data within the bound buffers (see
+/// [`OpParam::in_place_offsets`](crate::op::OpParam::in_place_offsets)).
+fn user_bases(plan: &PlanCtx<'_>) -> (usize, usize) {
+    match plan.in_place {
+        true => plan.op.in_place_offsets(plan.rank),
+        false => (0, 0),
+    }
+}
+
 /// Elements per loop iteration.
 fn loop_count(
     name: &'static str,
@@ -124,12 +150,9 @@ fn loop_count(
     req: &ResourceRequest,
 ) -> Result<usize, Error> {
     let op = plan.op;
-    if !matches!(
-        op.kind,
-        OpKind::AllReduce | OpKind::Broadcast | OpKind::Reduce
-    ) {
-        // Gathers and scatters need strided staging; until then they run in one iteration
-        // on user buffers only.
+    let Some((in_blocks, out_blocks)) = block_sides(op.kind) else {
+        // Scatter, Gather and AlltoAll need their own staging; until then they run in one
+        // iteration on user buffers only.
         if plan.mode == Mode::Staged {
             return Err(Error::Unsupported {
                 executor: name.into(),
@@ -139,9 +162,16 @@ fn loop_count(
             });
         }
         return Ok(op.count.max(1));
-    }
+    };
+    let es = op.dtype.size();
     let buffer_cap = match plan.mode {
-        Mode::Staged => plan.ccl_bytes / op.dtype.size(),
+        Mode::Staged if in_blocks || out_blocks => {
+            // HCCL: the CCL buffer over the rank count, aligned down to 128 bytes.
+            let per_rank = plan.ccl_bytes / plan.ranks;
+            let aligned = per_rank / 128 * 128;
+            (if aligned > 0 { aligned } else { per_rank }) / es
+        }
+        Mode::Staged => plan.ccl_bytes / es,
         Mode::Direct => usize::MAX,
     };
     let cap = req.max_count_per_loop.unwrap_or(usize::MAX).min(buffer_cap);
@@ -149,40 +179,89 @@ fn loop_count(
         return Err(Error::BadProgram {
             executor: name.into(),
             rank: plan.rank,
-            reason: "resource request allows 0 elements per loop".into(),
+            reason: "resource request or CCL buffer size allows 0 elements per loop".into(),
         });
     }
     Ok(cap)
 }
 
+/// Staged: copy this iteration's user input (one slice per input block) into CclIn.
+fn stage_in(program: &mut RankProgram, plan: &PlanCtx<'_>, args: &KernelArgs, first: usize) {
+    let (in_blocks, _) = block_sides(plan.op.kind).unwrap_or((false, false));
+    let (base, _) = user_bases(plan);
+    for_blocks(plan, args, first, in_blocks, |staged, user| {
+        let from = Slice::new(plan.rank, Buf::Input, base + user, staged.1);
+        let to = args.input.at(plan.rank, staged.0, staged.1);
+        program.streams[0].copy(from, to);
+    });
+}
+
+/// Staged: copy this iteration's result (one slice per output block) out of CclOut.
+fn stage_out(program: &mut RankProgram, plan: &PlanCtx<'_>, args: &KernelArgs, first: usize) {
+    let (_, out_blocks) = block_sides(plan.op.kind).unwrap_or((false, false));
+    let (_, base) = user_bases(plan);
+    for_blocks(plan, args, first, out_blocks, |staged, user| {
+        let from = args.output.at(plan.rank, staged.0, staged.1);
+        let to = Slice::new(plan.rank, Buf::Output, base + user, staged.1);
+        program.streams[0].copy(from, to);
+    });
+}
+
+/// Call `f((staged offset, len), user offset)` for each block of one side of the
+/// iteration (one block when the side has none).
+fn for_blocks(
+    plan: &PlanCtx<'_>,
+    args: &KernelArgs,
+    first: usize,
+    blocked: bool,
+    mut f: impl FnMut((usize, usize), usize),
+) {
+    let es = plan.op.dtype.size();
+    let blocks = if blocked { plan.ranks } else { 1 };
+    for (r, staged) in args.blocks(blocks).into_iter().enumerate() {
+        f(staged, (r * plan.op.count + first) * es);
+    }
+}
+
 fn iteration_args(plan: &PlanCtx<'_>, first: usize, count: usize, iteration: usize) -> KernelArgs {
     let es = plan.op.dtype.size();
-    let (in_count, out_count) = plan.op.kind.buffer_counts(count, plan.ranks);
-    let (input, output) = match plan.mode {
-        Mode::Staged => (
-            BufRange {
-                buf: Buf::CclIn,
-                offset: 0,
-                len: in_count * es,
-            },
-            BufRange {
-                buf: Buf::CclOut,
-                offset: 0,
-                len: out_count * es,
-            },
-        ),
-        Mode::Direct => (
-            BufRange {
-                buf: Buf::Input,
-                offset: first * es,
-                len: in_count * es,
-            },
-            BufRange {
-                buf: Buf::Output,
-                offset: first * es,
-                len: out_count * es,
-            },
-        ),
+    let n = plan.ranks;
+    let (in_base, out_base) = user_bases(plan);
+    // Bytes a side spans: one block, or `n` blocks `stride` apart.
+    let span = |blocked: bool, stride: usize| match blocked {
+        true => (n - 1) * stride + count * es,
+        false => count * es,
+    };
+    let range = |buf, offset, len| BufRange { buf, offset, len };
+    let (input, output, block_stride) = match (block_sides(plan.op.kind), plan.mode) {
+        (Some((ib, ob)), Mode::Staged) => {
+            let stride = count * es;
+            (
+                range(Buf::CclIn, 0, span(ib, stride)),
+                range(Buf::CclOut, 0, span(ob, stride)),
+                stride,
+            )
+        }
+        (Some((ib, ob)), Mode::Direct) => {
+            let stride = if ib || ob {
+                plan.op.count * es
+            } else {
+                count * es
+            };
+            (
+                range(Buf::Input, in_base + first * es, span(ib, stride)),
+                range(Buf::Output, out_base + first * es, span(ob, stride)),
+                stride,
+            )
+        }
+        (None, _) => {
+            let (in_count, out_count) = plan.op.kind.buffer_counts(count, n);
+            (
+                range(Buf::Input, first * es, in_count * es),
+                range(Buf::Output, first * es, out_count * es),
+                count * es,
+            )
+        }
     };
     KernelArgs {
         op: crate::op::OpParam { count, ..*plan.op },
@@ -192,6 +271,7 @@ fn iteration_args(plan: &PlanCtx<'_>, first: usize, count: usize, iteration: usi
         iteration,
         aliased: plan.in_place && plan.mode == Mode::Direct,
         mode: plan.mode,
+        block_stride,
     }
 }
 

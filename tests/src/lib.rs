@@ -3,8 +3,10 @@
 //! Cross-crate integration and conformance tests. This library holds the harness the test
 //! files share: inputs whose reductions are exact ([`data`]), a scalar reference written
 //! independently of the kernels ([`oracle`]), and [`run_all_reduce`], which runs a list of
-//! cases on every rank of a communicator and compares every output byte.
+//! cases on every rank of a communicator and compares every output byte; [`blocks`] does
+//! the same for AllGather and ReduceScatter.
 
+pub mod blocks;
 pub mod data;
 pub mod oracle;
 
@@ -35,8 +37,13 @@ pub struct Setup {
 }
 
 impl Setup {
-    /// The communicator configuration for this setup.
+    /// The communicator configuration for this setup (`algo` forced for AllReduce).
     pub fn config(&self) -> Config {
+        self.config_for(oxccl::OpKind::AllReduce)
+    }
+
+    /// The communicator configuration for this setup, `algo` forced for `kind`.
+    pub fn config_for(&self, kind: oxccl::OpKind) -> Config {
         let mut config = Config {
             ccl_buffer_bytes: self.ccl_bytes,
             zero_copy: self.zero_copy,
@@ -45,7 +52,7 @@ impl Setup {
             ..Config::default()
         };
         if let Some(algo) = self.algo {
-            config.algo.set(Some(oxccl::OpKind::AllReduce), algo);
+            config.algo.set(Some(kind), algo);
         }
         config
     }
@@ -112,7 +119,7 @@ pub fn full_matrix(ranks: usize, ccl_bytes: usize) -> Vec<Case> {
     cases
 }
 
-fn first_difference(got: &[u8], want: &[u8], es: usize) -> Option<usize> {
+pub(crate) fn first_difference(got: &[u8], want: &[u8], es: usize) -> Option<usize> {
     got.chunks(es)
         .zip(want.chunks(es))
         .position(|(a, b)| a != b)

@@ -3,9 +3,15 @@
 //! Each method validates its buffers, runs the collective on this rank and returns when
 //! this rank's part is done. Slices carry their length, so the counts come from them;
 //! the `_n` variants take an explicit count for buffers that are longer than the data.
+//!
+//! Gathers and scatters follow NCCL: the count is the per-rank block, the larger buffer
+//! holds one block per rank (block `r` for rank `r`), and the in-place forms take that
+//! larger buffer alone. In place, AllGather's input is the rank's own block of the buffer,
+//! and ReduceScatter leaves its result in the rank's own block; the other blocks of a
+//! ReduceScatter buffer are left as they were.
 
 use crate::logging;
-use oxccl_framework::{Communicator as Inner, Config, Error, OpParam};
+use oxccl_framework::{Communicator as Inner, Config, Error, OpKind, OpParam};
 use oxccl_platform::{Element, Rank, ReduceOp, UserBuffers};
 
 /// One rank of a communicator.
@@ -85,5 +91,56 @@ impl Communicator {
         let param = OpParam::all_reduce(buf.len(), T::DTYPE, op);
         self.inner
             .execute(&param, UserBuffers::InPlace(bytemuck::cast_slice_mut(buf)))
+    }
+
+    /// `recv` block `s` = `send` of rank `s`; `recv` holds exactly `size() * send.len()`
+    /// elements.
+    pub fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
+        let count = OpKind::AllGather.block_count(self.size(), send.len(), recv.len())?;
+        let user = UserBuffers::OutOfPlace {
+            input: bytemuck::cast_slice(send),
+            output: bytemuck::cast_slice_mut(recv),
+        };
+        self.inner
+            .execute(&OpParam::all_gather(count, T::DTYPE), user)
+    }
+
+    /// AllGather in place: `buf` holds one block per rank, this rank's input in block
+    /// `rank()`; afterwards block `s` holds rank `s`'s.
+    pub fn all_gather_in_place<T: Element>(&self, buf: &mut [T]) -> Result<(), Error> {
+        let count = OpKind::AllGather.in_place_block_count(self.size(), buf.len())?;
+        let user = UserBuffers::InPlace(bytemuck::cast_slice_mut(buf));
+        self.inner
+            .execute(&OpParam::all_gather(count, T::DTYPE), user)
+    }
+
+    /// `recv = op(block rank() of send of every rank)`; `send` holds exactly
+    /// `size() * recv.len()` elements.
+    pub fn reduce_scatter<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+    ) -> Result<(), Error> {
+        let count = OpKind::ReduceScatter.block_count(self.size(), send.len(), recv.len())?;
+        let user = UserBuffers::OutOfPlace {
+            input: bytemuck::cast_slice(send),
+            output: bytemuck::cast_slice_mut(recv),
+        };
+        self.inner
+            .execute(&OpParam::reduce_scatter(count, T::DTYPE, op), user)
+    }
+
+    /// ReduceScatter in place: `buf` holds one block per rank; afterwards block `rank()`
+    /// holds `op` over block `rank()` of every rank's `buf`.
+    pub fn reduce_scatter_in_place<T: Element>(
+        &self,
+        buf: &mut [T],
+        op: ReduceOp,
+    ) -> Result<(), Error> {
+        let count = OpKind::ReduceScatter.in_place_block_count(self.size(), buf.len())?;
+        let user = UserBuffers::InPlace(bytemuck::cast_slice_mut(buf));
+        self.inner
+            .execute(&OpParam::reduce_scatter(count, T::DTYPE, op), user)
     }
 }

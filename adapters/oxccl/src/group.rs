@@ -4,7 +4,7 @@
 //! (nccl-tests' default): add one call per rank, then [`Group::run`] launches them all and
 //! blocks until all are done. Calls are validated when added.
 
-use oxccl_framework::{Communicator as Inner, Error, OpParam};
+use oxccl_framework::{Communicator as Inner, Error, OpKind, OpParam};
 use oxccl_platform::{Element, ReduceOp, UserBuffers};
 
 use crate::Communicator;
@@ -62,6 +62,61 @@ impl<'a> Group<'a> {
             param,
             UserBuffers::InPlace(bytemuck::cast_slice_mut(buf)),
         )
+    }
+
+    /// Add an AllGather: `recv` holds exactly `comm.size() * send.len()` elements.
+    pub fn all_gather<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        send: &'a [T],
+        recv: &'a mut [T],
+    ) -> Result<&mut Self, Error> {
+        let count = OpKind::AllGather.block_count(comm.size(), send.len(), recv.len())?;
+        let user = UserBuffers::OutOfPlace {
+            input: bytemuck::cast_slice(send),
+            output: bytemuck::cast_slice_mut(recv),
+        };
+        Ok(self.execute(comm, OpParam::all_gather(count, T::DTYPE), user))
+    }
+
+    /// Add an in-place AllGather: `buf` holds one block per rank, the input in block
+    /// `comm.rank()`.
+    pub fn all_gather_in_place<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        buf: &'a mut [T],
+    ) -> Result<&mut Self, Error> {
+        let count = OpKind::AllGather.in_place_block_count(comm.size(), buf.len())?;
+        let user = UserBuffers::InPlace(bytemuck::cast_slice_mut(buf));
+        Ok(self.execute(comm, OpParam::all_gather(count, T::DTYPE), user))
+    }
+
+    /// Add a ReduceScatter: `send` holds exactly `comm.size() * recv.len()` elements.
+    pub fn reduce_scatter<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        send: &'a [T],
+        recv: &'a mut [T],
+        op: ReduceOp,
+    ) -> Result<&mut Self, Error> {
+        let count = OpKind::ReduceScatter.block_count(comm.size(), send.len(), recv.len())?;
+        let user = UserBuffers::OutOfPlace {
+            input: bytemuck::cast_slice(send),
+            output: bytemuck::cast_slice_mut(recv),
+        };
+        Ok(self.execute(comm, OpParam::reduce_scatter(count, T::DTYPE, op), user))
+    }
+
+    /// Add an in-place ReduceScatter: the result lands in block `comm.rank()` of `buf`.
+    pub fn reduce_scatter_in_place<T: Element>(
+        &mut self,
+        comm: &'a Communicator,
+        buf: &'a mut [T],
+        op: ReduceOp,
+    ) -> Result<&mut Self, Error> {
+        let count = OpKind::ReduceScatter.in_place_block_count(comm.size(), buf.len())?;
+        let user = UserBuffers::InPlace(bytemuck::cast_slice_mut(buf));
+        Ok(self.execute(comm, OpParam::reduce_scatter(count, T::DTYPE, op), user))
     }
 
     /// Launch every call and wait for all; the first error, if any.

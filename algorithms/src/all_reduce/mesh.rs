@@ -40,6 +40,7 @@ impl Executor for MeshAllReduce {
         let chunks = even_chunks(op.count, ctx.ranks, op.dtype.size());
         let p = MeshParams {
             chunks: &chunks,
+            out_chunks: &chunks,
             input: args.input,
             output: args.output,
             dtype: op.dtype,

@@ -3,15 +3,15 @@
 //! `2(n - 1)` steps, each with one neighbour on each side: the AllReduce that needs the
 //! fewest links (two per rank), so it runs on rings and on meshes with broken links. The
 //! order is the natural `0, 1, ..., n-1` when its links are healthy, otherwise a
-//! Hamiltonian cycle of the healthy links found by [`healthy_ring`].
+//! Hamiltonian cycle of the healthy links found by [`healthy_ring`](crate::templates::healthy_ring).
 //! HCCL cost: `2(p−1)α + 2(p−1)/p·nβ + (p−1)/p·nγ`.
 
 use crate::templates::{
-    even_chunks, healthy_ring, ring_all_gather, ring_neighbours, ring_reduce_scatter, RingParams,
+    even_chunks, healthy_ring_for, ring_all_gather, ring_neighbours, ring_reduce_scatter,
+    RingParams,
 };
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
-    Topology,
 };
 
 /// The ring AllReduce executor.
@@ -26,19 +26,9 @@ oxccl_framework::register_executor! {
     make: || Box::new(RingAllReduce),
 }
 
-/// The ring order on `topology`, or why there is none.
-fn ring_order(topology: &Topology, ranks: usize) -> Result<Vec<usize>, Error> {
-    healthy_ring(topology).ok_or_else(|| Error::Unsupported {
-        executor: "ring".into(),
-        op: OpKind::AllReduce,
-        ranks,
-        reason: "no ring of healthy links exists (no Hamiltonian cycle was found)".into(),
-    })
-}
-
 impl Executor for RingAllReduce {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let order = ring_order(ctx.topology, ctx.ranks)?;
+        let order = healthy_ring_for(ctx.topology, "ring", OpKind::AllReduce)?;
         Ok(ResourceRequest::with_peers(Peers::List(ring_neighbours(
             &order, ctx.rank,
         ))))
@@ -50,7 +40,7 @@ impl Executor for RingAllReduce {
             return Ok(());
         }
         let op = &args.op;
-        let order = ring_order(ctx.topology, ctx.ranks)?;
+        let order = healthy_ring_for(ctx.topology, "ring", OpKind::AllReduce)?;
         let positions: Vec<usize> = (0..ctx.ranks).collect();
         let chunks = even_chunks(op.count, ctx.ranks, op.dtype.size());
         let p = RingParams {

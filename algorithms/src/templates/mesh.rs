@@ -33,8 +33,13 @@ oxccl_framework::register_template! {
 /// Parameters of the mesh templates.
 #[derive(Clone, Debug)]
 pub struct MeshParams<'a> {
-    /// `(byte offset, byte length)` of each rank's chunk, relative to `input`/`output`.
+    /// `(byte offset, byte length)` of each rank's chunk, relative to `input` (and to
+    /// `output` for [`mesh_all_gather`]).
     pub chunks: &'a [(usize, usize)],
+    /// Where [`mesh_reduce_scatter`] puts each rank's reduced chunk, relative to `output`:
+    /// the same as `chunks` for AllReduce, offset 0 for ReduceScatter, whose output holds
+    /// only the rank's own block.
+    pub out_chunks: &'a [(usize, usize)],
     pub input: BufRange,
     pub output: BufRange,
     pub dtype: DataType,
@@ -66,7 +71,8 @@ fn on_every_peer(
     Ok(())
 }
 
-/// After it, `output[chunk me]` holds the reduction of every rank's `input[chunk me]`.
+/// After it, `output[out_chunks[me]]` holds the reduction of every rank's
+/// `input[chunks[me]]`.
 /// Needs `ranks - 1` slave streams.
 pub fn mesh_reduce_scatter(ctx: &mut KernelCtx<'_>, p: &MeshParams<'_>) -> Result<(), Error> {
     on_every_peer(ctx, |ctx, slave, peer| {
@@ -78,13 +84,17 @@ pub fn mesh_reduce_scatter(ctx: &mut KernelCtx<'_>, p: &MeshParams<'_>) -> Resul
     let me = ctx.rank;
     let (off, len) = p.chunks[me];
     let srcs = (0..ctx.ranks).map(|r| p.input.at(r, off, len)).collect();
+    let (out_off, _) = p.out_chunks[me];
     ctx.main()
-        .reduce(srcs, p.output.at(me, off, len), p.dtype, p.op);
+        .reduce(srcs, p.output.at(me, out_off, len), p.dtype, p.op);
     Ok(())
 }
 
-/// After it, every `output[chunk r]` holds rank `r`'s `output[chunk r]`. Must follow
-/// [`mesh_reduce_scatter`] (its first handshake also releases the peers' inputs).
+/// After it, every `output[chunk r]` holds rank `r`'s `output[chunk r]`. Each peer's
+/// DataSignal says "my chunk is ready", so the own chunk must be in place before it;
+/// within an AllReduce it follows [`mesh_reduce_scatter`], whose first handshake also
+/// released the peers' inputs. Nothing here says "I am done reading your output": a
+/// caller whose peers overwrite their output next (a staged loop) adds a round for it.
 pub fn mesh_all_gather(ctx: &mut KernelCtx<'_>, p: &MeshParams<'_>) -> Result<(), Error> {
     on_every_peer(ctx, |ctx, slave, peer| {
         let link = ctx.link(peer, p.channel)?;

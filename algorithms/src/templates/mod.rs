@@ -16,5 +16,5 @@ pub use mesh::{mesh_all_gather, mesh_peer, mesh_reduce_scatter, MeshParams};
 pub use peer_round::{all_peers_round, Round};
 pub use ring::RingParams;
 pub use ring_all_gather::ring_all_gather;
-pub use ring_order::{healthy_ring, ring_neighbours};
-pub use ring_reduce_scatter::ring_reduce_scatter;
+pub use ring_order::{healthy_ring, healthy_ring_for, ring_neighbours};
+pub use ring_reduce_scatter::{ring_reduce_scatter, ring_reduce_scatter_into, RingTargets};

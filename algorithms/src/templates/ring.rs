@@ -73,7 +73,12 @@ impl RingParams<'_> {
 
     /// The chunk owned by ring position `pos` (taken modulo the ring size).
     pub(crate) fn chunk(&self, pos: usize) -> (usize, usize) {
-        self.chunks[self.chunk_at[pos % self.order.len()]]
+        self.chunks[self.chunk_index(pos)]
+    }
+
+    /// The index of the chunk owned by ring position `pos` (taken modulo the ring size).
+    pub(crate) fn chunk_index(&self, pos: usize) -> usize {
+        self.chunk_at[pos % self.order.len()]
     }
 }
 

@@ -8,7 +8,7 @@
 //! instead of searching forever.
 
 use oxccl_framework::platform::Rank;
-use oxccl_framework::Topology;
+use oxccl_framework::{Error, OpKind, Topology};
 
 /// Explored partial paths before the search gives up.
 const SEARCH_BUDGET: usize = 1 << 20;
@@ -66,6 +66,20 @@ impl Search<'_> {
         }
         false
     }
+}
+
+/// [`healthy_ring`], or the error executor `executor` of `op` reports when there is none.
+pub fn healthy_ring_for(
+    topology: &Topology,
+    executor: &str,
+    op: OpKind,
+) -> Result<Vec<Rank>, Error> {
+    healthy_ring(topology).ok_or_else(|| Error::Unsupported {
+        executor: executor.into(),
+        op,
+        ranks: topology.ranks(),
+        reason: "no ring of healthy links exists (no Hamiltonian cycle was found)".into(),
+    })
 }
 
 /// The two neighbours of `rank` in `order`, sorted, without duplicates or `rank` itself.

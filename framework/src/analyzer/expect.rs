@@ -16,6 +16,12 @@
 //! | AlltoAll | block `s` = block `r` of rank `s`'s input (shift `(r - s)B`) |
 //!
 //! A reduction over a single rank is a plain copy (no op).
+//!
+//! The ranges are relative to the start of the rank's output. In place, AllGather and
+//! ReduceScatter follow NCCL: the one buffer is the larger side, AllGather's input is
+//! block `r` of it and ReduceScatter's output is block `r` of it; the semantics check
+//! places the input and reads the output there
+//! ([`Recording::user_offsets`](super::Recording::user_offsets)).
 
 use super::value::{Terms, Value};
 use crate::op::{OpKind, OpParam};

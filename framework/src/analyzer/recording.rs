@@ -103,6 +103,16 @@ impl Recording {
         }
     }
 
+    /// Byte offsets of `rank`'s input and output data in the Input and Output buffers:
+    /// `(0, 0)` out of place; in place, NCCL's convention
+    /// ([`OpParam::in_place_offsets`]).
+    pub fn user_offsets(&self, rank: Rank) -> (usize, usize) {
+        match self.in_place {
+            true => self.op.in_place_offsets(rank),
+            false => (0, 0),
+        }
+    }
+
     /// True when `a` and `b` name the same memory on a rank (Input and Output in place).
     pub fn same_memory(&self, a: Buf, b: Buf) -> bool {
         a == b || (self.in_place && a.is_user() && b.is_user())

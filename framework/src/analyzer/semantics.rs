@@ -2,7 +2,9 @@
 //!
 //! Every memory holds [`Value`]s over byte intervals ([`IntervalMap`]); at the start each
 //! rank's Input holds its own input (shift 0) and everything else, Output included (unless
-//! in place), holds nothing. A Copy moves the source's pieces to each destination, moving
+//! in place), holds nothing. In place, the input and the output lie where NCCL puts them
+//! in the one buffer ([`Recording::user_offsets`]): AllGather's input is block `rank` of
+//! the buffer, and ReduceScatter's output is checked in block `rank`. A Copy moves the source's pieces to each destination, moving
 //! their shifts by the distance between the two offsets. A Reduce splits its range where
 //! any source's pieces change and, per piece, takes the multiset union of the sources'
 //! terms under its op; reading bytes that hold nothing is stale data, and combining a value
@@ -11,6 +13,8 @@
 //! compared with [`expected_output`], piece by piece, and each mismatch is explained:
 //! missing, duplicated or unexpected contributions, wrong offsets, wrong op, or bytes
 //! that were never written. The cost follows the number of tasks and pieces, never bytes.
+//!
+//! [`Recording::user_offsets`]: super::Recording::user_offsets
 
 use super::bounds::show;
 use super::expect::{expected_output, Expected};
@@ -29,7 +33,9 @@ pub(crate) fn check(idx: &Index<'_>, ex: &Execution, out: &mut Collector) {
     let mut mems: Memories = vec![IntervalMap::default(); idx.mems()];
     let (input_len, _) = rec.op.buffer_bytes(rec.rank_count());
     for rank in 0..rec.rank_count() {
-        mems[idx.mem(rank, Buf::Input)].assign(0, input_len, Some(Value::input(rank, 0)));
+        let (base, _) = rec.user_offsets(rank);
+        let value = Value::input(rank, -(base as i64));
+        mems[idx.mem(rank, Buf::Input)].assign(base, base + input_len, Some(value));
     }
     for t in ex.data_tasks() {
         let task = idx.task(t);
@@ -203,11 +209,13 @@ fn compare_outputs(idx: &Index<'_>, mems: &Memories, out: &mut Collector) {
     let rec = idx.rec;
     for rank in 0..rec.rank_count() {
         let map = &mems[idx.mem(rank, Buf::Output)];
+        let (_, base) = rec.user_offsets(rank);
         for range in expected_output(&rec.op, rec.rank_count(), rank) {
             let Expected::Exactly(want) = range.expected else {
                 continue;
             };
-            for (a, b, have) in map.pieces(range.start, range.end) {
+            let want = want.shifted(-(base as i64));
+            for (a, b, have) in map.pieces(base + range.start, base + range.end) {
                 if have.as_ref() == Some(&want) {
                     continue;
                 }

@@ -459,3 +459,45 @@ fn in_place_aliasing_is_one_memory() {
     let report = analyze(&rec);
     assert!(!of(&report, Check::MemoryConflict).is_empty(), "{report}");
 }
+
+#[test]
+fn in_place_gathers_and_scatters_use_the_own_block() {
+    let (n, count) = (3, 2);
+    let b = count * ES;
+    let op = |kind| OpParam { kind, ..sum(count) };
+    let in_place = |kind, body: &dyn Fn(usize, &mut StreamProgram)| {
+        let mut rec = record(op(kind), Topology::single_server(n), 0, |r, p, _| {
+            body(r, &mut p.streams[0])
+        });
+        rec.in_place = true;
+        analyze(&rec)
+    };
+    // NCCL: AllGather's input is block r of the one buffer, so block r needs no task.
+    let gather = |src_block: fn(usize) -> usize| {
+        move |r: usize, s: &mut StreamProgram| {
+            (0..n)
+                .filter(|&q| q != r)
+                .for_each(|q| s.copy(in_(q, src_block(q) * b, b), out(r, q * b, b)))
+        }
+    };
+    let report = in_place(OpKind::AllGather, &gather(|q| q));
+    assert!(report.passed(), "{report}");
+    let report = in_place(OpKind::AllGather, &gather(|_| 0));
+    assert_reports(&report, Check::Semantics, "uninitialised");
+    // NCCL: ReduceScatter's output is block r of the one buffer.
+    let scatter = |dst_block: fn(usize) -> usize| {
+        move |r: usize, s: &mut StreamProgram| {
+            let srcs = (0..n).map(|q| in_(q, r * b, b)).collect();
+            s.reduce(
+                srcs,
+                out(r, dst_block(r) * b, b),
+                DataType::F32,
+                ReduceOp::Sum,
+            )
+        }
+    };
+    let report = in_place(OpKind::ReduceScatter, &scatter(|r| r));
+    assert!(report.passed(), "{report}");
+    let report = in_place(OpKind::ReduceScatter, &scatter(|_| 0));
+    assert!(!of(&report, Check::Semantics).is_empty(), "{report}");
+}

@@ -75,26 +75,71 @@ pub fn fill_input(op: &OpParam, rank: usize, buf: &mut [u8]) {
     }
 }
 
-/// One period of the expected output of `op` over `ranks` ranks.
-pub fn expected_period(op: &OpParam, ranks: usize) -> Result<Vec<u8>, String> {
-    if op.kind != OpKind::AllReduce {
-        return Err(format!("oxccl perf cannot check {} yet", op.kind));
+/// What every rank's output must hold, as periods of the input pattern.
+///
+/// AllReduce: the reduced period everywhere. AllGather: output block `s` is rank `s`'s
+/// input, so its own period, from the block's start. ReduceScatter: rank `r`'s output is
+/// element `r * count + i` of every input reduced, so the reduced period rotated by
+/// `r * count`. Comparing against a period keeps the check linear and cheap at 64 MiB.
+pub struct Expected {
+    op: OpParam,
+    ranks: usize,
+    /// One period of each rank's input.
+    inputs: Vec<Vec<u8>>,
+    /// One period of the reduction over every rank's input.
+    reduced: Vec<u8>,
+}
+
+impl Expected {
+    /// The expectation for `op` over `ranks` ranks, or why it cannot be checked.
+    pub fn new(op: &OpParam, ranks: usize) -> Result<Self, String> {
+        if !matches!(
+            op.kind,
+            OpKind::AllReduce | OpKind::AllGather | OpKind::ReduceScatter
+        ) {
+            return Err(format!("oxccl perf cannot check {} yet", op.kind));
+        }
+        let es = op.dtype.size();
+        let inputs: Vec<Vec<u8>> = (0..ranks).map(|r| period(op, r)).collect();
+        let mut reduced = inputs[0].clone();
+        for input in &inputs[1..] {
+            for i in 0..PERIOD {
+                let r = i * es..(i + 1) * es;
+                let v = reduce_scalar(op.dtype, op.op, &reduced[r.clone()], &input[r.clone()]);
+                reduced[r].copy_from_slice(&v);
+            }
+        }
+        Ok(Expected {
+            op: *op,
+            ranks,
+            inputs,
+            reduced,
+        })
     }
-    let es = op.dtype.size();
-    let inputs: Vec<Vec<u8>> = (0..ranks).map(|r| period(op, r)).collect();
-    let mut out = inputs[0].clone();
-    for input in &inputs[1..] {
-        for i in 0..PERIOD {
-            let r = i * es..(i + 1) * es;
-            let v = reduce_scalar(op.dtype, op.op, &out[r.clone()], &input[r.clone()]);
-            out[r].copy_from_slice(&v);
+
+    /// Wrong elements of `rank`'s result: `buf` is its output buffer, or its one buffer
+    /// of an in-place call (where ReduceScatter's result is block `rank`).
+    pub fn count_wrong(&self, rank: usize, in_place: bool, buf: &[u8]) -> usize {
+        let es = self.op.dtype.size();
+        let block = self.op.count * es;
+        match self.op.kind {
+            OpKind::AllGather => (0..self.ranks)
+                .map(|s| count_wrong(&buf[s * block..(s + 1) * block], &self.inputs[s], es))
+                .sum(),
+            OpKind::ReduceScatter => {
+                let at = if in_place { rank * block } else { 0 };
+                let phase = (rank * self.op.count) % PERIOD;
+                let mut rotated = self.reduced.clone();
+                rotated.rotate_left(phase * es);
+                count_wrong(&buf[at..at + block], &rotated, es)
+            }
+            _ => count_wrong(&buf[..block], &self.reduced, es),
         }
     }
-    Ok(out)
 }
 
 /// Elements of `out` that differ from the repeated `expected` period.
-pub fn count_wrong(out: &[u8], expected: &[u8], elem_size: usize) -> usize {
+fn count_wrong(out: &[u8], expected: &[u8], elem_size: usize) -> usize {
     out.chunks(expected.len())
         .map(|chunk| {
             chunk
@@ -104,4 +149,55 @@ pub fn count_wrong(out: &[u8], expected: &[u8], elem_size: usize) -> usize {
                 .count()
         })
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The inputs of every rank, in full.
+    fn inputs(op: &OpParam, ranks: usize, len: usize) -> Vec<Aligned> {
+        (0..ranks)
+            .map(|r| {
+                let mut a = Aligned::zeroed(len);
+                fill_input(op, r, a.bytes_mut());
+                a
+            })
+            .collect()
+    }
+
+    #[test]
+    fn all_gather_expects_each_block_from_its_rank() {
+        let op = OpParam::all_gather(5, DataType::I32);
+        let e = Expected::new(&op, 3).unwrap();
+        let ins = inputs(&op, 3, 20);
+        let gathered: Vec<u8> = ins.iter().flat_map(|a| a.bytes().to_vec()).collect();
+        assert_eq!(e.count_wrong(1, false, &gathered), 0);
+        let mut swapped = gathered.clone();
+        swapped[..20].copy_from_slice(ins[1].bytes());
+        assert!(e.count_wrong(1, false, &swapped) > 0);
+    }
+
+    #[test]
+    fn reduce_scatter_expects_the_own_block_reduced() {
+        let op = OpParam::reduce_scatter(5, DataType::F32, ReduceOp::Sum);
+        let ins = inputs(&op, 3, 60);
+        let e = Expected::new(&op, 3).unwrap();
+        for rank in 0..3 {
+            let block = |r: usize| -> Vec<f32> {
+                bytemuck::pod_collect_to_vec(&ins[r].bytes()[rank * 20..(rank + 1) * 20])
+            };
+            let sum: Vec<f32> = (0..5).map(|i| (0..3).map(|r| block(r)[i]).sum()).collect();
+            let out: Vec<u8> = bytemuck::cast_slice(&sum).to_vec();
+            assert_eq!(e.count_wrong(rank, false, &out), 0, "rank {rank}");
+            let mut in_place = vec![0u8; 60];
+            in_place[rank * 20..(rank + 1) * 20].copy_from_slice(&out);
+            assert_eq!(e.count_wrong(rank, true, &in_place), 0, "rank {rank}");
+            // Another rank's block is wrong here.
+            assert!(
+                e.count_wrong((rank + 1) % 3, false, &out) > 0,
+                "rank {rank}"
+            );
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! Measuring one row: every rank on its own thread, timed between two barriers.
 
-use super::data::{count_wrong, expected_period, fill_input, Aligned};
+use super::data::{fill_input, Aligned, Expected};
 use super::PerfArgs;
 use oxccl::{Communicator, Error, Group, OpParam, UserBuffers};
 use std::sync::Barrier;
@@ -70,13 +70,13 @@ pub fn measure(comms: &[Communicator], op: &OpParam, args: &PerfArgs) -> Result<
         executor,
         skipped: None,
     };
-    let need = n * (in_bytes + 2 * out_bytes.max(in_bytes));
+    let need = n * (in_bytes + out_bytes.max(in_bytes));
     if available_memory().is_some_and(|avail| need > avail / 10 * 8) {
         row.skipped = Some(format!("needs ~{} MiB", need >> 20));
         return Ok(row);
     }
     let expected = if args.check != 0 {
-        Some(expected_period(op, n).map_err(super::bad_arg)?)
+        Some(Expected::new(op, n).map_err(super::bad_arg)?)
     } else {
         None
     };
@@ -87,7 +87,7 @@ pub fn measure(comms: &[Communicator], op: &OpParam, args: &PerfArgs) -> Result<
         let handles: Vec<_> = comms
             .chunks(per_thread)
             .map(|ranks| {
-                let (barrier, expected) = (&barrier, expected.as_deref());
+                let (barrier, expected) = (&barrier, expected.as_ref());
                 s.spawn(move || run_thread(ranks, op, args, barrier, expected))
             })
             .collect();
@@ -166,16 +166,17 @@ fn run_thread(
     op: &OpParam,
     args: &PerfArgs,
     barrier: &Barrier,
-    expected: Option<&[u8]>,
+    expected: Option<&Expected>,
 ) -> Result<Vec<RankResult>, Error> {
     let (in_bytes, out_bytes) = op.buffer_bytes(comms[0].size());
-    let es = op.dtype.size();
+    // In place, the one buffer is the larger side (NCCL's convention).
+    let one_bytes = in_bytes.max(out_bytes);
     let mut states: Vec<RankState<'_>> = comms
         .iter()
         .map(|comm| {
             let mut input = Aligned::zeroed(in_bytes);
             fill_input(op, comm.rank(), input.bytes_mut());
-            let mut output = Aligned::zeroed(out_bytes + 2 * GUARD);
+            let mut output = Aligned::zeroed(one_bytes + 2 * GUARD);
             output.bytes_mut().fill(GUARD_BYTE);
             RankState {
                 comm,
@@ -184,43 +185,55 @@ fn run_thread(
             }
         })
         .collect();
-    let check = |states: &mut [RankState<'_>]| -> Vec<usize> {
+    let check = |states: &mut [RankState<'_>], in_place: bool, len: usize| -> Vec<usize> {
         states
             .iter_mut()
-            .map(|st| expected.map_or(0, |e| count_wrong(recv(&mut st.output, out_bytes), e, es)))
+            .map(|st| {
+                let rank = st.comm.rank();
+                expected.map_or(0, |e| {
+                    e.count_wrong(rank, in_place, recv(&mut st.output, len))
+                })
+            })
             .collect()
     };
     let oop_time = timed(args, barrier, || {
         group_call(&mut states, op, out_bytes, false)
     })?;
-    let oop_wrong = check(&mut states);
+    let oop_wrong = check(&mut states, false, out_bytes);
+    let oop_oob: Vec<usize> = states
+        .iter()
+        .map(|st| guard_damage(&st.output, out_bytes))
+        .collect();
     let ip_time = timed(args, barrier, || {
-        group_call(&mut states, op, out_bytes, true)
+        group_call(&mut states, op, one_bytes, true)
     })?;
     let mut ip_wrong = vec![0; states.len()];
     if expected.is_some() {
         for st in states.iter_mut() {
-            recv(&mut st.output, out_bytes).copy_from_slice(&st.input.bytes()[..out_bytes]);
+            let (at, _) = op.in_place_offsets(st.comm.rank());
+            recv(&mut st.output, one_bytes)[at..at + in_bytes].copy_from_slice(st.input.bytes());
         }
         barrier.wait();
-        group_call(&mut states, op, out_bytes, true)?;
-        ip_wrong = check(&mut states);
+        group_call(&mut states, op, one_bytes, true)?;
+        ip_wrong = check(&mut states, true, one_bytes);
     }
     Ok(states
         .iter()
         .enumerate()
-        .map(|(i, st)| {
-            let bytes = st.output.bytes();
-            let oob = bytes[..GUARD]
-                .iter()
-                .chain(&bytes[GUARD + out_bytes..])
-                .filter(|&&b| b != GUARD_BYTE)
-                .count();
-            RankResult {
-                oop: (oop_time, oop_wrong[i]),
-                ip: (ip_time, ip_wrong[i]),
-                oob,
-            }
+        .map(|(i, st)| RankResult {
+            oop: (oop_time, oop_wrong[i]),
+            ip: (ip_time, ip_wrong[i]),
+            oob: oop_oob[i] + guard_damage(&st.output, one_bytes),
         })
         .collect())
+}
+
+/// Guard bytes around the first `len` bytes of the receive buffer that were overwritten.
+fn guard_damage(output: &Aligned, len: usize) -> usize {
+    let bytes = output.bytes();
+    bytes[..GUARD]
+        .iter()
+        .chain(&bytes[GUARD + len..])
+        .filter(|&&b| b != GUARD_BYTE)
+        .count()
 }

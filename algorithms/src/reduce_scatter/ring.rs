@@ -1,0 +1,86 @@
+//! ReduceScatter ring: `n - 1` pull steps around a ring of healthy links, on the main
+//! stream.
+//!
+//! In each step a rank reduces its left neighbour's partial sum of one block (the left
+//! neighbour's input block in the first step) with its own input block and keeps the
+//! result for its right neighbour; block `order[i]` travels once around the ring and
+//! ends, fully reduced, at ring position `i`.
+//! Partial sums need one block per rank of room, which the output (one block) lacks, so
+//! they go to scratch, and the last step writes straight into the output. The scratch is
+//! one CCL buffer, which caps a zero-copy iteration at the CCL buffer over the rank count.
+//! Needs two links per rank, so it keeps running when links break (the order comes from
+//! [`healthy_ring`](crate::templates::healthy_ring)).
+//! HCCL cost: `(p−1)α + (p−1)/p·nβ + (p−1)/p·nγ`.
+//!
+//! Each step ends with the right neighbour's Ack ("done reading your buffers"), so when an
+//! iteration ends nobody reads this rank's input or scratch any more.
+
+use crate::templates::{
+    healthy_ring_for, ring_neighbours, ring_reduce_scatter_into, RingParams, RingTargets,
+};
+use oxccl_framework::platform::Buf;
+use oxccl_framework::{
+    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx,
+    ResourceRequest,
+};
+
+/// The ring ReduceScatter executor.
+pub struct RingReduceScatter;
+
+oxccl_framework::register_executor! {
+    name: "ring",
+    op: OpKind::ReduceScatter,
+    description: "n-1 pull steps around a ring of healthy links, partial sums in scratch",
+    constraints: Constraints::ANY,
+    preference: 10,
+    make: || Box::new(RingReduceScatter),
+}
+
+impl Executor for RingReduceScatter {
+    fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        let order = healthy_ring_for(ctx.topology, "ring", OpKind::ReduceScatter)?;
+        let peers = ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)));
+        if ctx.ranks == 1 {
+            return Ok(peers);
+        }
+        let per_rank = (ctx.ccl_bytes / ctx.ranks / ctx.op.dtype.size()).max(1);
+        Ok(ResourceRequest {
+            scratch_bytes: ctx.ranks * per_rank * ctx.op.dtype.size(),
+            max_count_per_loop: Some(per_rank),
+            ..peers
+        })
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        let n = ctx.ranks;
+        if n == 1 {
+            args.copy_input_to_output(ctx);
+            return Ok(());
+        }
+        let order = healthy_ring_for(ctx.topology, "ring", OpKind::ReduceScatter)?;
+        let blocks = args.blocks(n);
+        let len = args.op.count * args.op.dtype.size();
+        let partial_chunks: Vec<(usize, usize)> = (0..n).map(|c| (c * len, len)).collect();
+        let p = RingParams {
+            order: &order,
+            stream: 0,
+            channel: 0,
+            chunks: &blocks,
+            chunk_at: &order,
+            input: args.input,
+            output: args.output,
+            dtype: args.op.dtype,
+            op: args.op.op,
+        };
+        let targets = RingTargets {
+            partials: BufRange {
+                buf: Buf::Scratch,
+                offset: 0,
+                len: n * len,
+            },
+            partial_chunks: &partial_chunks,
+            result: Some(args.output),
+        };
+        ring_reduce_scatter_into(ctx, &p, &targets)
+    }
+}

@@ -1,0 +1,316 @@
+//! Kernel tests against the scalar oracle.
+
+use super::*;
+
+const COUNTS: [usize; 9] = [0, 1, 7, 63, 64, 65, 1000, 4096, 4099];
+
+/// A 64-bit linear congruential generator (Knuth's MMIX constants).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 16
+    }
+
+    /// A value in [-4, 4] on a 1/256 grid: sums and products of up to four of them
+    /// stay finite and need rounding in the narrow types.
+    fn small(&mut self) -> f64 {
+        ((self.next() % 2049) as f64 - 1024.0) / 256.0
+    }
+
+    /// One element of `dtype`, as bytes.
+    fn element(&mut self, dtype: DataType) -> Vec<u8> {
+        match dtype {
+            DataType::F16 => f16::from_f64(self.small()).to_ne_bytes().to_vec(),
+            DataType::Bf16 => bf16::from_f64(self.small()).to_ne_bytes().to_vec(),
+            DataType::F32 => (self.small() as f32).to_ne_bytes().to_vec(),
+            DataType::F64 => self.small().to_ne_bytes().to_vec(),
+            _ => self.next().to_ne_bytes()[..dtype.size()].to_vec(),
+        }
+    }
+}
+
+/// A byte buffer aligned to 8, so that it is aligned for every data type.
+struct Buf {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Buf {
+    fn new(bytes: &[u8]) -> Buf {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        Buf {
+            words,
+            len: bytes.len(),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.len]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.words)[..self.len]
+    }
+}
+
+fn random_buf(rng: &mut Lcg, dtype: DataType, count: usize) -> Buf {
+    let bytes: Vec<u8> = (0..count).flat_map(|_| rng.element(dtype)).collect();
+    Buf::new(&bytes)
+}
+
+/// The oracle: a left fold of [`reduce_scalar`] over the sources, element by element.
+fn expected(dtype: DataType, op: ReduceOp, srcs: &[Buf]) -> Vec<u8> {
+    let size = dtype.size();
+    let elements = |b: &Buf| b.bytes().chunks_exact(size).map(<[u8]>::to_vec).collect();
+    let mut acc: Vec<Vec<u8>> = elements(&srcs[0]);
+    for src in &srcs[1..] {
+        for (a, b) in acc.iter_mut().zip(src.bytes().chunks_exact(size)) {
+            *a = reduce_scalar(dtype, op, a, b);
+        }
+    }
+    acc.concat()
+}
+
+/// Out of place, into two destinations at once.
+fn check_two_dsts(dtype: DataType, op: ReduceOp, srcs: &[Buf], want: &[u8]) {
+    let count = want.len() / dtype.size();
+    let ptrs: Vec<*const u8> = srcs.iter().map(|s| s.bytes().as_ptr()).collect();
+    let mut d0 = Buf::new(&vec![0xa5; want.len()]);
+    let mut d1 = Buf::new(&vec![0x5a; want.len()]);
+    let dsts = [d0.bytes_mut().as_mut_ptr(), d1.bytes_mut().as_mut_ptr()];
+    // SAFETY: all buffers hold `count` elements, are 8-aligned and are distinct.
+    unsafe { reduce_raw(dtype, op, &ptrs, &dsts, count) };
+    assert_eq!(
+        d0.bytes(),
+        want,
+        "{dtype} {op} n={} count={count}",
+        srcs.len()
+    );
+    assert_eq!(
+        d1.bytes(),
+        want,
+        "{dtype} {op} n={} count={count}",
+        srcs.len()
+    );
+}
+
+/// In place: the destination is source `which`.
+fn check_in_place(dtype: DataType, op: ReduceOp, srcs: &[Buf], which: usize, want: &[u8]) {
+    let count = want.len() / dtype.size();
+    let mut bufs: Vec<Buf> = srcs.iter().map(|s| Buf::new(s.bytes())).collect();
+    let ptrs: Vec<*mut u8> = bufs
+        .iter_mut()
+        .map(|b| b.bytes_mut().as_mut_ptr())
+        .collect();
+    let src_ptrs: Vec<*const u8> = ptrs.iter().map(|p| p.cast_const()).collect();
+    // SAFETY: all buffers hold `count` elements and are 8-aligned; the only
+    // destination is exactly source `which`, and no buffer is touched during the call.
+    unsafe { reduce_raw(dtype, op, &src_ptrs, &[ptrs[which]], count) };
+    let got = bufs[which].bytes();
+    assert_eq!(
+        got,
+        want,
+        "{dtype} {op} n={} count={count} in place at {which}",
+        srcs.len()
+    );
+}
+
+#[test]
+fn kernels_match_the_scalar_oracle() {
+    let mut rng = Lcg(0x0c0ffee);
+    for dtype in DataType::ALL {
+        for op in ReduceOp::ALL {
+            for n in 1..=4 {
+                for count in COUNTS {
+                    let srcs: Vec<Buf> =
+                        (0..n).map(|_| random_buf(&mut rng, dtype, count)).collect();
+                    let want = expected(dtype, op, &srcs);
+                    check_two_dsts(dtype, op, &srcs, &want);
+                    check_in_place(dtype, op, &srcs, 0, &want);
+                    check_in_place(dtype, op, &srcs, n - 1, &want);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn streaming_stores_match_the_oracle() {
+    // Large enough for non-temporal stores, for the widest and narrowest types, with a
+    // tail that is not a whole block.
+    let mut rng = Lcg(0x57ea);
+    for dtype in [DataType::I8, DataType::F32, DataType::F64] {
+        let count = STREAM_BYTES / dtype.size() + 3;
+        let srcs: Vec<Buf> = (0..3).map(|_| random_buf(&mut rng, dtype, count)).collect();
+        let want = expected(dtype, ReduceOp::Sum, &srcs);
+        check_two_dsts(dtype, ReduceOp::Sum, &srcs, &want);
+        check_in_place(dtype, ReduceOp::Sum, &srcs, 1, &want);
+    }
+}
+
+/// Checks the portable `f16` path, which the oracle test reaches only on CPUs
+/// without F16C, against the oracle.
+fn check_portable_f16<O: Op<f32>>(op: ReduceOp, a: &[f16], b: &[f16]) {
+    let mut got = vec![f16::ZERO; a.len()];
+    combine_f16_chunked::<O>(&mut got, a, b);
+    for ((x, y), g) in a.iter().zip(b).zip(&got) {
+        let want = reduce_scalar(DataType::F16, op, &x.to_ne_bytes(), &y.to_ne_bytes());
+        assert_eq!(g.to_ne_bytes(), *want, "{op}({x}, {y})");
+    }
+}
+
+#[test]
+fn portable_f16_path_matches_the_oracle() {
+    let mut rng = Lcg(16);
+    let mut data = |n| -> Vec<f16> { (0..n).map(|_| f16::from_f64(rng.small())).collect() };
+    for n in [0, 1, 7, 127, 128, 129, 1000] {
+        let (a, b) = (data(n), data(n));
+        check_portable_f16::<Sum>(ReduceOp::Sum, &a, &b);
+        check_portable_f16::<Prod>(ReduceOp::Prod, &a, &b);
+        check_portable_f16::<Max>(ReduceOp::Max, &a, &b);
+        check_portable_f16::<Min>(ReduceOp::Min, &a, &b);
+    }
+}
+
+#[test]
+fn reduce_slices_matches_the_oracle() {
+    let mut rng = Lcg(7);
+    for dtype in DataType::ALL {
+        let srcs: Vec<Buf> = (0..3).map(|_| random_buf(&mut rng, dtype, 300)).collect();
+        let want = expected(dtype, ReduceOp::Sum, &srcs);
+        let views: Vec<&[u8]> = srcs.iter().map(Buf::bytes).collect();
+        let mut dst = Buf::new(&vec![0; want.len()]);
+        reduce_slices(dtype, ReduceOp::Sum, &views, dst.bytes_mut());
+        assert_eq!(dst.bytes(), want, "{dtype}");
+    }
+}
+
+fn f16_sum(values: &[f32]) -> f32 {
+    let bufs: Vec<Buf> = values
+        .iter()
+        .map(|v| Buf::new(&f16::from_f32(*v).to_ne_bytes()))
+        .collect();
+    let views: Vec<&[u8]> = bufs.iter().map(Buf::bytes).collect();
+    let mut dst = [0u16; 1];
+    reduce_slices(
+        DataType::F16,
+        ReduceOp::Sum,
+        &views,
+        bytemuck::bytes_of_mut(&mut dst),
+    );
+    f16::from_bits(dst[0]).to_f32()
+}
+
+#[test]
+fn f16_sum_rounds_after_every_step() {
+    assert_eq!(f16_sum(&[2048.0, 1.0]), 2048.0);
+    // Rounded once at the end this would be 2050; rounded per step it stays 2048.
+    assert_eq!(f16_sum(&[2048.0, 1.0, 1.0]), 2048.0);
+    assert_eq!(f16_sum(&[1.0, 1.0, 2048.0]), 2050.0);
+    // Ties go to even: 2049 is halfway between 2048 and 2050.
+    assert_eq!(f16_sum(&[2050.0, 1.0]), 2052.0);
+}
+
+#[test]
+fn scalar_semantics() {
+    let r = |d, op, a: &[u8], b: &[u8]| reduce_scalar(d, op, a, b);
+    assert_eq!(r(DataType::I8, ReduceOp::Sum, &[127], &[1]), [128]);
+    assert_eq!(r(DataType::U8, ReduceOp::Prod, &[16], &[17]), [16]);
+    assert_eq!(r(DataType::I8, ReduceOp::Max, &[0xff], &[1]), [1]);
+    assert_eq!(r(DataType::U8, ReduceOp::Max, &[0xff], &[1]), [0xff]);
+    let (nan, one) = (f32::NAN.to_ne_bytes(), 1f32.to_ne_bytes());
+    assert_eq!(r(DataType::F32, ReduceOp::Max, &nan, &one), one);
+    assert_eq!(r(DataType::F32, ReduceOp::Min, &one, &nan), one);
+    let bf = |v: f32| bf16::from_f32(v).to_ne_bytes();
+    assert_eq!(
+        r(DataType::Bf16, ReduceOp::Sum, &bf(256.0), &bf(1.0)),
+        bf(256.0)
+    );
+}
+
+#[test]
+fn nan_is_ignored_by_max_and_min_kernels() {
+    let a = [f32::NAN, 1.0, f32::NAN, -3.0].repeat(50);
+    let b = [2.0, f32::NAN, f32::NAN, -4.0].repeat(50);
+    let mut dst = [0f32; 200];
+    let srcs = [bytemuck::cast_slice(&a), bytemuck::cast_slice(&b)];
+    reduce_slices(
+        DataType::F32,
+        ReduceOp::Max,
+        &srcs,
+        bytemuck::cast_slice_mut(&mut dst),
+    );
+    for (i, v) in dst.iter().enumerate() {
+        match i % 4 {
+            0 => assert_eq!(*v, 2.0),
+            1 => assert_eq!(*v, 1.0),
+            2 => assert!(v.is_nan()),
+            _ => assert_eq!(*v, -3.0),
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "source 1 has 8 bytes but the destination has 4")]
+fn reduce_slices_rejects_length_mismatch() {
+    let (a, b, mut d) = ([0u32; 1], [0u32; 2], [0u32; 1]);
+    let srcs = [bytemuck::cast_slice(&a), bytemuck::cast_slice(&b)];
+    reduce_slices(
+        DataType::U32,
+        ReduceOp::Sum,
+        &srcs,
+        bytemuck::cast_slice_mut(&mut d),
+    );
+}
+
+#[test]
+#[should_panic(expected = "not a multiple of the int32 element size 4")]
+fn reduce_slices_rejects_partial_elements() {
+    let (a, mut d) = ([0u8; 6], [0u8; 6]);
+    reduce_slices(DataType::I32, ReduceOp::Sum, &[&a], &mut d);
+}
+
+#[test]
+#[should_panic(expected = "not aligned to 8 bytes for double")]
+fn reduce_slices_rejects_misalignment() {
+    let mut buf = Buf::new(&[0; 32]);
+    let (a, d) = buf.bytes_mut().split_at_mut(16);
+    reduce_slices(DataType::F64, ReduceOp::Sum, &[&a[4..12]], &mut d[..8]);
+}
+
+#[test]
+#[should_panic(expected = "no source buffers")]
+fn reduce_slices_rejects_no_sources() {
+    reduce_slices(DataType::F32, ReduceOp::Sum, &[], &mut []);
+}
+
+/// Single-thread throughput; run with
+/// `cargo test --release -- --ignored --nocapture throughput`.
+#[test]
+#[ignore = "timing, prints only"]
+fn throughput() {
+    const BYTES: usize = 4 << 20;
+    for dtype in [DataType::F32, DataType::F16, DataType::Bf16, DataType::I8] {
+        let (a, b) = (Buf::new(&vec![0; BYTES]), Buf::new(&vec![0; BYTES]));
+        let mut d = Buf::new(&vec![0; BYTES]);
+        let srcs = [a.bytes(), b.bytes()];
+        let iters = 100;
+        reduce_slices(dtype, ReduceOp::Sum, &srcs, d.bytes_mut());
+        let t = std::time::Instant::now();
+        for _ in 0..iters {
+            reduce_slices(dtype, ReduceOp::Sum, &srcs, d.bytes_mut());
+        }
+        let secs = t.elapsed().as_secs_f64();
+        let gbs = (iters * BYTES) as f64 / secs / 1e9;
+        eprintln!(
+            "{dtype} sum, 2 x 4 MiB -> 4 MiB: {gbs:.2} GB/s of output, {:.2} GB/s moved",
+            3.0 * gbs
+        );
+    }
+}

@@ -1,0 +1,159 @@
+//! The harness for gathers and scatters: AllGather and ReduceScatter on every rank, each
+//! output compared byte for byte with a reference built from [`oracle::fold`].
+//!
+//! Buffers follow NCCL. Out of place, AllGather sends `count` and receives `n` blocks of
+//! `count`, ReduceScatter the reverse. In place, the one buffer holds `n` blocks: an
+//! AllGather rank starts with its input in block `rank` (the other blocks hold garbage),
+//! a ReduceScatter rank with its whole input and must end with its result in block `rank`
+//! and every other block untouched.
+
+use crate::{data, first_difference, oracle, Aligned, Case, Setup};
+use oxccl::{Communicator, DataType, OpKind, OpParam, ReduceOp, UserBuffers};
+
+/// Byte that marks memory the collective must overwrite.
+const GARBAGE: u8 = 0xEE;
+
+/// Every dtype x boundary count, in and out of place, for every reduce op when `kind`
+/// reduces; plus, per dtype, one count whose `n` blocks exceed the CCL buffer (so the
+/// staged loop runs more than once), rotating through the reduce ops and alternating in
+/// place.
+pub fn block_matrix(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<Case> {
+    let ops: &[ReduceOp] = if kind.reduces() {
+        &ReduceOp::ALL
+    } else {
+        &[ReduceOp::Sum]
+    };
+    let mut cases = Vec::new();
+    for (i, dtype) in DataType::ALL.into_iter().enumerate() {
+        for &op in ops {
+            for count in crate::boundary_counts(ranks) {
+                for in_place in [false, true] {
+                    cases.push(Case {
+                        dtype,
+                        op,
+                        count,
+                        in_place,
+                    });
+                }
+            }
+        }
+        cases.push(Case {
+            dtype,
+            op: ReduceOp::ALL[i % 4],
+            count: ccl_bytes / (ranks * dtype.size()) + 37,
+            in_place: i % 2 == 1,
+        });
+    }
+    cases
+}
+
+/// Each rank's buffers before the call and the bytes its output must hold after it.
+struct RankData {
+    input: Vec<u8>,
+    /// The in-place buffer, or the output buffer's initial bytes.
+    start: Vec<u8>,
+    expected: Vec<u8>,
+}
+
+fn prepare(kind: OpKind, n: usize, case: &Case, seed: u64) -> Vec<RankData> {
+    let (in_count, _) = kind.buffer_counts(case.count, n);
+    let inputs: Vec<Vec<u8>> = (0..n)
+        .map(|r| data::input(case.dtype, case.op, r, in_count, seed))
+        .collect();
+    let block = case.count * case.dtype.size();
+    let gathered = inputs.concat();
+    (0..n)
+        .map(|r| {
+            let own = r * block..(r + 1) * block;
+            let (start, expected) = match (kind, case.in_place) {
+                (OpKind::AllGather, false) => (vec![GARBAGE; n * block], gathered.clone()),
+                (OpKind::AllGather, true) => {
+                    let mut start = vec![GARBAGE; n * block];
+                    start[own].copy_from_slice(&inputs[r]);
+                    (start, gathered.clone())
+                }
+                (_, in_place) => {
+                    let blocks: Vec<&[u8]> = inputs.iter().map(|i| &i[own.clone()]).collect();
+                    let reduced = oracle::fold(case.dtype, case.op, &blocks);
+                    if in_place {
+                        let mut expected = inputs[r].clone();
+                        expected[own].copy_from_slice(&reduced);
+                        (inputs[r].clone(), expected)
+                    } else {
+                        (vec![GARBAGE; block], reduced)
+                    }
+                }
+            };
+            RankData {
+                input: inputs[r].clone(),
+                start,
+                expected,
+            }
+        })
+        .collect()
+}
+
+/// Run one case on every rank (one thread per rank) and compare with the reference.
+fn run_case(kind: OpKind, comms: &[Communicator], case: &Case, seed: u64) -> Result<(), String> {
+    let es = case.dtype.size();
+    let data = prepare(kind, comms.len(), case, seed);
+    let param = OpParam {
+        kind,
+        ..OpParam::all_reduce(case.count, case.dtype, case.op)
+    };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .iter()
+            .zip(&data)
+            .map(|(comm, d)| {
+                s.spawn(move || -> Result<(), String> {
+                    let src = Aligned::from_bytes(&d.input);
+                    let mut out = Aligned::from_bytes(&d.start);
+                    let user = match case.in_place {
+                        true => UserBuffers::InPlace(out.bytes_mut()),
+                        false => UserBuffers::OutOfPlace {
+                            input: src.bytes(),
+                            output: out.bytes_mut(),
+                        },
+                    };
+                    comm.execute(&param, user)
+                        .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
+                    match first_difference(out.bytes(), &d.expected, es) {
+                        None => Ok(()),
+                        Some(i) => Err(format!(
+                            "rank {} element {i}: got {:?}, want {:?}",
+                            comm.rank(),
+                            &out.bytes()[i * es..(i + 1) * es],
+                            &d.expected[i * es..(i + 1) * es]
+                        )),
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("rank thread panicked"))
+            .collect::<Result<Vec<()>, String>>()
+    })?;
+    Ok(())
+}
+
+/// Run `cases` of `kind` (AllGather or ReduceScatter) in order on a fresh communicator
+/// built from `setup` (its `algo` forced for `kind`); the first failure, with the setup
+/// and case that produced it.
+pub fn run_blocks(kind: OpKind, setup: &Setup, cases: &[Case]) -> Result<(), String> {
+    let n = setup.topology.ranks();
+    let comms = Communicator::init_all(n, setup.config_for(kind))
+        .map_err(|e| format!("{setup:?}: init: {e}"))?;
+    for (i, case) in cases.iter().enumerate() {
+        run_case(kind, &comms, case, i as u64).map_err(|e| {
+            format!(
+                "{kind} {:?} on {n} ranks {:?}, zero_copy={}, {case:?}: {e}",
+                setup.algo,
+                setup.topology.server_sizes(),
+                setup.zero_copy
+            )
+        })?;
+    }
+    Ok(())
+}
