@@ -205,3 +205,37 @@ pub fn shapes() -> Vec<Topology> {
     }
     shapes
 }
+
+/// Small CCL buffers, so that the staged loop runs more than once.
+pub const SMALL_CCL_BYTES: usize = 1 << 20;
+
+/// Run `algo` on every shape of [`shapes`], zero-copy and staged, with small CCL buffers;
+/// `run` checks one setup. Panics with the first failure.
+pub fn check_on_every_shape(algo: &'static str, run: impl Fn(&Setup) -> Result<(), String>) {
+    for topology in shapes() {
+        for zero_copy in [true, false] {
+            let setup = Setup {
+                algo: Some(algo),
+                topology: topology.clone(),
+                zero_copy,
+                ccl_bytes: SMALL_CCL_BYTES,
+            };
+            if let Err(e) = run(&setup) {
+                panic!("{e}");
+            }
+        }
+    }
+}
+
+/// The executors registered for `kind` are exactly `covered`: a new executor needs a test.
+pub fn assert_executors_covered(kind: oxccl::OpKind, covered: &[&str]) {
+    let registered: Vec<&str> = oxccl::registry()
+        .expect("registry")
+        .executors_for(kind)
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(
+        registered, covered,
+        "add a test for each new {kind} executor"
+    );
+}

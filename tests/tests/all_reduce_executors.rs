@@ -3,27 +3,15 @@
 //! at boundary counts (0, 1, odd, not divisible by the ranks, larger than the CCL buffer),
 //! in place and out of place, zero-copy and staged.
 
-use oxccl::{registry, OpKind};
-use oxccl_tests::{full_matrix, run_all_reduce, shapes, Setup};
-
-/// Small CCL buffers, so that the staged loop runs more than once.
-const CCL_BYTES: usize = 1 << 20;
+use oxccl::OpKind;
+use oxccl_tests::{
+    assert_executors_covered, check_on_every_shape, full_matrix, run_all_reduce, SMALL_CCL_BYTES,
+};
 
 fn check_executor(algo: &'static str) {
-    for topology in shapes() {
-        for zero_copy in [true, false] {
-            let setup = Setup {
-                algo: Some(algo),
-                topology: topology.clone(),
-                zero_copy,
-                ccl_bytes: CCL_BYTES,
-            };
-            let cases = full_matrix(topology.ranks(), CCL_BYTES);
-            if let Err(e) = run_all_reduce(&setup, &cases) {
-                panic!("{e}");
-            }
-        }
-    }
+    check_on_every_shape(algo, |setup| {
+        run_all_reduce(setup, &full_matrix(setup.topology.ranks(), SMALL_CCL_BYTES))
+    });
 }
 
 #[test]
@@ -53,14 +41,8 @@ fn bidir_ring_plugin() {
 
 #[test]
 fn every_registered_all_reduce_executor_is_covered_here() {
-    let covered = ["bidir-ring", "mesh", "mesh-push", "one-shot", "ring"];
-    let registered: Vec<&str> = registry()
-        .unwrap()
-        .executors_for(OpKind::AllReduce)
-        .map(|e| e.name)
-        .collect();
-    assert_eq!(
-        registered, covered,
-        "add a test above for each new AllReduce executor"
+    assert_executors_covered(
+        OpKind::AllReduce,
+        &["bidir-ring", "mesh", "mesh-push", "one-shot", "ring"],
     );
 }

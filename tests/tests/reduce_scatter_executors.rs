@@ -4,28 +4,19 @@
 //! ranks, blocks larger than the CCL buffer), in place and out of place, zero-copy and
 //! staged.
 
-use oxccl::{registry, OpKind};
+use oxccl::OpKind;
 use oxccl_tests::blocks::{block_matrix, run_blocks};
-use oxccl_tests::{shapes, Setup};
-
-/// Small CCL buffers, so that the staged loop runs more than once.
-const CCL_BYTES: usize = 1 << 20;
+use oxccl_tests::{assert_executors_covered, check_on_every_shape, SMALL_CCL_BYTES};
 
 fn check_executor(algo: &'static str) {
-    for topology in shapes() {
-        for zero_copy in [true, false] {
-            let setup = Setup {
-                algo: Some(algo),
-                topology: topology.clone(),
-                zero_copy,
-                ccl_bytes: CCL_BYTES,
-            };
-            let cases = block_matrix(OpKind::ReduceScatter, topology.ranks(), CCL_BYTES);
-            if let Err(e) = run_blocks(OpKind::ReduceScatter, &setup, &cases) {
-                panic!("{e}");
-            }
-        }
-    }
+    let kind = OpKind::ReduceScatter;
+    check_on_every_shape(algo, |setup| {
+        run_blocks(
+            kind,
+            setup,
+            &block_matrix(kind, setup.topology.ranks(), SMALL_CCL_BYTES),
+        )
+    });
 }
 
 #[test]
@@ -40,14 +31,5 @@ fn ring() {
 
 #[test]
 fn every_registered_reduce_scatter_executor_is_covered_here() {
-    let covered = ["mesh", "ring"];
-    let registered: Vec<&str> = registry()
-        .unwrap()
-        .executors_for(OpKind::ReduceScatter)
-        .map(|e| e.name)
-        .collect();
-    assert_eq!(
-        registered, covered,
-        "add a test above for each new ReduceScatter executor"
-    );
+    assert_executors_covered(OpKind::ReduceScatter, &["mesh", "ring"]);
 }
