@@ -10,10 +10,9 @@
 //! framework's Close exchange plays that part.
 
 use super::place_own_block;
-use crate::templates::{all_peers_round, mesh_all_gather, MeshParams, Round};
+use crate::templates::{all_peers_round, mesh_all_gather, mesh_resources, MeshParams, Round};
 use oxccl_framework::{
-    Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx,
-    ResourceRequest,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, PlanCtx, ResourceRequest,
 };
 
 /// The mesh AllGather executor.
@@ -30,10 +29,7 @@ oxccl_framework::register_executor! {
 
 impl Executor for MeshAllGather {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        Ok(ResourceRequest {
-            slave_streams: ctx.ranks - 1,
-            ..ResourceRequest::with_peers(Peers::All)
-        })
+        Ok(mesh_resources(ctx.ranks))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {

@@ -45,17 +45,7 @@ impl Executor for RingAllGather {
             return Ok(());
         }
         let order = healthy_ring_for(ctx.topology, "ring", OpKind::AllGather)?;
-        let p = RingParams {
-            order: &order,
-            stream: 0,
-            channel: 0,
-            chunks: &blocks,
-            chunk_at: &order,
-            input: args.input,
-            output: args.output,
-            dtype: args.op.dtype,
-            op: args.op.op,
-        };
+        let p = RingParams::on_main_stream(&order, &blocks, &order, args);
         ring_all_gather(ctx, &p)
     }
 }

@@ -6,9 +6,11 @@
 //! least traffic of any AllReduce when every pair of ranks is linked.
 //! HCCL cost: `2α + 2(p−1)/p·nβ + (p−1)/p·nγ`.
 
-use crate::templates::{even_chunks, mesh_all_gather, mesh_reduce_scatter, MeshParams};
+use crate::templates::{
+    even_chunks, mesh_all_gather, mesh_reduce_scatter, mesh_resources, MeshParams,
+};
 use oxccl_framework::{
-    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, PlanCtx, ResourceRequest,
 };
 
 /// The mesh AllReduce executor.
@@ -25,10 +27,7 @@ oxccl_framework::register_executor! {
 
 impl Executor for MeshAllReduce {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        Ok(ResourceRequest {
-            slave_streams: ctx.ranks - 1,
-            ..ResourceRequest::with_peers(Peers::All)
-        })
+        Ok(mesh_resources(ctx.ranks))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {

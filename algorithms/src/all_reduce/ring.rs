@@ -43,17 +43,7 @@ impl Executor for RingAllReduce {
         let order = healthy_ring_for(ctx.topology, "ring", OpKind::AllReduce)?;
         let positions: Vec<usize> = (0..ctx.ranks).collect();
         let chunks = even_chunks(op.count, ctx.ranks, op.dtype.size());
-        let p = RingParams {
-            order: &order,
-            stream: 0,
-            channel: 0,
-            chunks: &chunks,
-            chunk_at: &positions,
-            input: args.input,
-            output: args.output,
-            dtype: op.dtype,
-            op: op.op,
-        };
+        let p = RingParams::on_main_stream(&order, &chunks, &positions, args);
         ring_reduce_scatter(ctx, &p)?;
         ring_all_gather(ctx, &p)
     }

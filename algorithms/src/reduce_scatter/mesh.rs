@@ -8,10 +8,9 @@
 //! reading your input") ends every iteration; zero-copy, the framework's Close exchange
 //! plays that part.
 
-use crate::templates::{all_peers_round, mesh_reduce_scatter, MeshParams, Round};
+use crate::templates::{all_peers_round, mesh_reduce_scatter, mesh_resources, MeshParams, Round};
 use oxccl_framework::{
-    Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx,
-    ResourceRequest,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, PlanCtx, ResourceRequest,
 };
 
 /// The mesh ReduceScatter executor.
@@ -28,10 +27,7 @@ oxccl_framework::register_executor! {
 
 impl Executor for MeshReduceScatter {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        Ok(ResourceRequest {
-            slave_streams: ctx.ranks - 1,
-            ..ResourceRequest::with_peers(Peers::All)
-        })
+        Ok(mesh_resources(ctx.ranks))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {

@@ -61,17 +61,7 @@ impl Executor for RingReduceScatter {
         let blocks = args.blocks(n);
         let len = args.op.count * args.op.dtype.size();
         let partial_chunks: Vec<(usize, usize)> = (0..n).map(|c| (c * len, len)).collect();
-        let p = RingParams {
-            order: &order,
-            stream: 0,
-            channel: 0,
-            chunks: &blocks,
-            chunk_at: &order,
-            input: args.input,
-            output: args.output,
-            dtype: args.op.dtype,
-            op: args.op.op,
-        };
+        let p = RingParams::on_main_stream(&order, &blocks, &order, args);
         let targets = RingTargets {
             partials: BufRange {
                 buf: Buf::Scratch,

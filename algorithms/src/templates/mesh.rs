@@ -18,7 +18,7 @@
 //! exchange does.
 
 use oxccl_framework::platform::{DataType, Rank, ReduceOp};
-use oxccl_framework::{BufRange, Error, KernelCtx};
+use oxccl_framework::{BufRange, Error, KernelCtx, Peers, ResourceRequest};
 
 oxccl_framework::register_template! {
     name: "mesh_reduce_scatter",
@@ -46,6 +46,14 @@ pub struct MeshParams<'a> {
     pub op: ReduceOp,
     /// The link channel the handshakes use.
     pub channel: usize,
+}
+
+/// What every mesh executor needs: links to every peer and one slave stream per peer.
+pub fn mesh_resources(ranks: usize) -> ResourceRequest {
+    ResourceRequest {
+        slave_streams: ranks - 1,
+        ..ResourceRequest::with_peers(Peers::All)
+    }
 }
 
 /// The peer served by slave stream `slave` (1-based) of `rank`.

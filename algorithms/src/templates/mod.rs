@@ -12,7 +12,7 @@ pub mod ring_order;
 pub mod ring_reduce_scatter;
 
 pub use chunks::even_chunks;
-pub use mesh::{mesh_all_gather, mesh_peer, mesh_reduce_scatter, MeshParams};
+pub use mesh::{mesh_all_gather, mesh_peer, mesh_reduce_scatter, mesh_resources, MeshParams};
 pub use peer_round::{all_peers_round, Round};
 pub use ring::RingParams;
 pub use ring_all_gather::ring_all_gather;

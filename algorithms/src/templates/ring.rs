@@ -15,7 +15,7 @@
 //! output may alias it (in-place).
 
 use oxccl_framework::platform::{DataType, Link, Rank, ReduceOp};
-use oxccl_framework::{BufRange, Error, KernelCtx};
+use oxccl_framework::{BufRange, Error, KernelArgs, KernelCtx};
 
 /// One ring over some ranks, seen from one of them.
 #[derive(Clone, Debug)]
@@ -35,6 +35,28 @@ pub struct RingParams<'a> {
     pub output: BufRange,
     pub dtype: DataType,
     pub op: ReduceOp,
+}
+
+impl<'a> RingParams<'a> {
+    /// A ring on the main stream and link channel 0, over the iteration's buffers.
+    pub fn on_main_stream(
+        order: &'a [Rank],
+        chunks: &'a [(usize, usize)],
+        chunk_at: &'a [usize],
+        args: &KernelArgs,
+    ) -> Self {
+        RingParams {
+            order,
+            stream: 0,
+            channel: 0,
+            chunks,
+            chunk_at,
+            input: args.input,
+            output: args.output,
+            dtype: args.op.dtype,
+            op: args.op.op,
+        }
+    }
 }
 
 /// A rank's place in a ring.
