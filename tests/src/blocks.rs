@@ -7,8 +7,8 @@
 //! a ReduceScatter rank with its whole input and must end with its result in block `rank`
 //! and every other block untouched.
 
-use crate::{data, first_difference, oracle, Aligned, Case, Setup};
-use oxccl::{Communicator, DataType, OpKind, OpParam, ReduceOp, UserBuffers};
+use crate::{data, oracle, run_on_every_rank, Case, RankData, Setup};
+use oxccl::{Communicator, DataType, OpKind, OpParam, ReduceOp};
 
 /// Byte that marks memory the collective must overwrite.
 const GARBAGE: u8 = 0xEE;
@@ -45,14 +45,6 @@ pub fn block_matrix(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<Case> {
         });
     }
     cases
-}
-
-/// Each rank's buffers before the call and the bytes its output must hold after it.
-struct RankData {
-    input: Vec<u8>,
-    /// The in-place buffer, or the output buffer's initial bytes.
-    start: Vec<u8>,
-    expected: Vec<u8>,
 }
 
 fn prepare(kind: OpKind, n: usize, case: &Case, seed: u64) -> Vec<RankData> {
@@ -93,49 +85,14 @@ fn prepare(kind: OpKind, n: usize, case: &Case, seed: u64) -> Vec<RankData> {
         .collect()
 }
 
-/// Run one case on every rank (one thread per rank) and compare with the reference.
+/// Run one case on every rank and compare with the reference.
 fn run_case(kind: OpKind, comms: &[Communicator], case: &Case, seed: u64) -> Result<(), String> {
-    let es = case.dtype.size();
     let data = prepare(kind, comms.len(), case, seed);
     let param = OpParam {
         kind,
         ..OpParam::all_reduce(case.count, case.dtype, case.op)
     };
-    std::thread::scope(|s| {
-        let handles: Vec<_> = comms
-            .iter()
-            .zip(&data)
-            .map(|(comm, d)| {
-                s.spawn(move || -> Result<(), String> {
-                    let src = Aligned::from_bytes(&d.input);
-                    let mut out = Aligned::from_bytes(&d.start);
-                    let user = match case.in_place {
-                        true => UserBuffers::InPlace(out.bytes_mut()),
-                        false => UserBuffers::OutOfPlace {
-                            input: src.bytes(),
-                            output: out.bytes_mut(),
-                        },
-                    };
-                    comm.execute(&param, user)
-                        .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
-                    match first_difference(out.bytes(), &d.expected, es) {
-                        None => Ok(()),
-                        Some(i) => Err(format!(
-                            "rank {} element {i}: got {:?}, want {:?}",
-                            comm.rank(),
-                            &out.bytes()[i * es..(i + 1) * es],
-                            &d.expected[i * es..(i + 1) * es]
-                        )),
-                    }
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("rank thread panicked"))
-            .collect::<Result<Vec<()>, String>>()
-    })?;
-    Ok(())
+    run_on_every_rank(comms, &param, case.in_place, &data)
 }
 
 /// Run `cases` of `kind` (AllGather or ReduceScatter) in order on a fresh communicator

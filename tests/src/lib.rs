@@ -119,50 +119,53 @@ pub fn full_matrix(ranks: usize, ccl_bytes: usize) -> Vec<Case> {
     cases
 }
 
-pub(crate) fn first_difference(got: &[u8], want: &[u8], es: usize) -> Option<usize> {
+fn first_difference(got: &[u8], want: &[u8], es: usize) -> Option<usize> {
     got.chunks(es)
         .zip(want.chunks(es))
         .position(|(a, b)| a != b)
 }
 
-/// Run one case on every rank (one thread per rank) and compare with the reference.
-fn run_case(comms: &[Communicator], case: &Case, seed: u64) -> Result<(), String> {
-    let n = comms.len();
-    let es = case.dtype.size();
-    let inputs: Vec<Vec<u8>> = (0..n)
-        .map(|r| data::input(case.dtype, case.op, r, case.count, seed))
-        .collect();
-    let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-    let expected = oracle::fold(case.dtype, case.op, &refs);
-    let param = OpParam::all_reduce(case.count, case.dtype, case.op);
+/// Each rank's buffers before the call and the bytes its output must hold after it.
+pub struct RankData {
+    pub input: Vec<u8>,
+    /// The in-place buffer, or the output buffer's initial bytes.
+    pub start: Vec<u8>,
+    pub expected: Vec<u8>,
+}
+
+/// Run `param` on every rank at once (one thread per rank) and compare every output byte
+/// with its rank's expected bytes; the first difference, naming rank and element.
+pub fn run_on_every_rank(
+    comms: &[Communicator],
+    param: &OpParam,
+    in_place: bool,
+    data: &[RankData],
+) -> Result<(), String> {
+    let es = param.dtype.size();
     std::thread::scope(|s| {
         let handles: Vec<_> = comms
             .iter()
-            .zip(&inputs)
-            .map(|(comm, input)| {
-                let expected = &expected;
+            .zip(data)
+            .map(|(comm, d)| {
                 s.spawn(move || -> Result<(), String> {
-                    let src = Aligned::from_bytes(input);
-                    let mut out = Aligned::from_bytes(&vec![0xEE; input.len()]);
-                    if case.in_place {
-                        out.bytes_mut().copy_from_slice(input);
-                    }
-                    let user = match case.in_place {
+                    let src = Aligned::from_bytes(&d.input);
+                    let mut out = Aligned::from_bytes(&d.start);
+                    let user = match in_place {
                         true => UserBuffers::InPlace(out.bytes_mut()),
                         false => UserBuffers::OutOfPlace {
                             input: src.bytes(),
                             output: out.bytes_mut(),
                         },
                     };
-                    comm.execute(&param, user)
+                    comm.execute(param, user)
                         .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
-                    match first_difference(out.bytes(), expected, es) {
+                    match first_difference(out.bytes(), &d.expected, es) {
                         None => Ok(()),
                         Some(i) => Err(format!(
                             "rank {} element {i}: got {:?}, want {:?}",
                             comm.rank(),
                             &out.bytes()[i * es..(i + 1) * es],
-                            &expected[i * es..(i + 1) * es]
+                            &d.expected[i * es..(i + 1) * es]
                         )),
                     }
                 })
@@ -170,10 +173,35 @@ fn run_case(comms: &[Communicator], case: &Case, seed: u64) -> Result<(), String
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().expect("rank thread panicked"))
-            .collect::<Result<Vec<()>, String>>()
-    })?;
-    Ok(())
+            .try_for_each(|h| h.join().expect("rank thread panicked"))
+    })
+}
+
+/// Run one AllReduce case on every rank and compare with the scalar reference.
+fn run_case(comms: &[Communicator], case: &Case, seed: u64) -> Result<(), String> {
+    let inputs: Vec<Vec<u8>> = (0..comms.len())
+        .map(|r| data::input(case.dtype, case.op, r, case.count, seed))
+        .collect();
+    let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+    let expected = oracle::fold(case.dtype, case.op, &refs);
+    let data: Vec<RankData> = inputs
+        .into_iter()
+        .map(|input| RankData {
+            start: if case.in_place {
+                input.clone()
+            } else {
+                vec![0xEE; input.len()]
+            },
+            input,
+            expected: expected.clone(),
+        })
+        .collect();
+    run_on_every_rank(
+        comms,
+        &OpParam::all_reduce(case.count, case.dtype, case.op),
+        case.in_place,
+        &data,
+    )
 }
 
 /// Run `cases` in order on a fresh communicator built from `setup`; the first failure, with

@@ -10,8 +10,9 @@
 //! and ReduceScatter leaves its result in the rank's own block; the other blocks of a
 //! ReduceScatter buffer are left as they were.
 
+use crate::group::{out_of_place, Group};
 use crate::logging;
-use oxccl_framework::{Communicator as Inner, Config, Error, OpKind, OpParam};
+use oxccl_framework::{Communicator as Inner, Config, Error, OpParam};
 use oxccl_platform::{Element, Rank, ReduceOp, UserBuffers};
 
 /// One rank of a communicator.
@@ -62,8 +63,9 @@ impl Communicator {
         recv: &mut [T],
         op: ReduceOp,
     ) -> Result<(), Error> {
-        Inner::same_length(send.len(), recv.len())?;
-        self.all_reduce_n(send, recv, send.len(), op)
+        let mut group = Group::new();
+        group.all_reduce(self, send, recv, op)?;
+        group.run()
     }
 
     /// AllReduce of the first `count` elements of `send` into `recv`.
@@ -74,12 +76,10 @@ impl Communicator {
         count: usize,
         op: ReduceOp,
     ) -> Result<(), Error> {
-        let param = OpParam::all_reduce(count, T::DTYPE, op);
-        let user = UserBuffers::OutOfPlace {
-            input: bytemuck::cast_slice(send),
-            output: bytemuck::cast_slice_mut(recv),
-        };
-        self.inner.execute(&param, user)
+        self.inner.execute(
+            &OpParam::all_reduce(count, T::DTYPE, op),
+            out_of_place(send, recv),
+        )
     }
 
     /// AllReduce in place: `buf = op(buf of every rank)`.
@@ -88,30 +88,25 @@ impl Communicator {
         buf: &mut [T],
         op: ReduceOp,
     ) -> Result<(), Error> {
-        let param = OpParam::all_reduce(buf.len(), T::DTYPE, op);
-        self.inner
-            .execute(&param, UserBuffers::InPlace(bytemuck::cast_slice_mut(buf)))
+        let mut group = Group::new();
+        group.all_reduce_in_place(self, buf, op);
+        group.run()
     }
 
     /// `recv` block `s` = `send` of rank `s`; `recv` holds exactly `size() * send.len()`
     /// elements.
     pub fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
-        let count = OpKind::AllGather.block_count(self.size(), send.len(), recv.len())?;
-        let user = UserBuffers::OutOfPlace {
-            input: bytemuck::cast_slice(send),
-            output: bytemuck::cast_slice_mut(recv),
-        };
-        self.inner
-            .execute(&OpParam::all_gather(count, T::DTYPE), user)
+        let mut group = Group::new();
+        group.all_gather(self, send, recv)?;
+        group.run()
     }
 
     /// AllGather in place: `buf` holds one block per rank, this rank's input in block
     /// `rank()`; afterwards block `s` holds rank `s`'s.
     pub fn all_gather_in_place<T: Element>(&self, buf: &mut [T]) -> Result<(), Error> {
-        let count = OpKind::AllGather.in_place_block_count(self.size(), buf.len())?;
-        let user = UserBuffers::InPlace(bytemuck::cast_slice_mut(buf));
-        self.inner
-            .execute(&OpParam::all_gather(count, T::DTYPE), user)
+        let mut group = Group::new();
+        group.all_gather_in_place(self, buf)?;
+        group.run()
     }
 
     /// `recv = op(block rank() of send of every rank)`; `send` holds exactly
@@ -122,13 +117,9 @@ impl Communicator {
         recv: &mut [T],
         op: ReduceOp,
     ) -> Result<(), Error> {
-        let count = OpKind::ReduceScatter.block_count(self.size(), send.len(), recv.len())?;
-        let user = UserBuffers::OutOfPlace {
-            input: bytemuck::cast_slice(send),
-            output: bytemuck::cast_slice_mut(recv),
-        };
-        self.inner
-            .execute(&OpParam::reduce_scatter(count, T::DTYPE, op), user)
+        let mut group = Group::new();
+        group.reduce_scatter(self, send, recv, op)?;
+        group.run()
     }
 
     /// ReduceScatter in place: `buf` holds one block per rank; afterwards block `rank()`
@@ -138,9 +129,8 @@ impl Communicator {
         buf: &mut [T],
         op: ReduceOp,
     ) -> Result<(), Error> {
-        let count = OpKind::ReduceScatter.in_place_block_count(self.size(), buf.len())?;
-        let user = UserBuffers::InPlace(bytemuck::cast_slice_mut(buf));
-        self.inner
-            .execute(&OpParam::reduce_scatter(count, T::DTYPE, op), user)
+        let mut group = Group::new();
+        group.reduce_scatter_in_place(self, buf, op)?;
+        group.run()
     }
 }

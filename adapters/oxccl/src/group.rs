@@ -9,6 +9,19 @@ use oxccl_platform::{Element, ReduceOp, UserBuffers};
 
 use crate::Communicator;
 
+/// Typed send and receive buffers as the device's byte view.
+pub(crate) fn out_of_place<'a, T: Element>(send: &'a [T], recv: &'a mut [T]) -> UserBuffers<'a> {
+    UserBuffers::OutOfPlace {
+        input: bytemuck::cast_slice(send),
+        output: bytemuck::cast_slice_mut(recv),
+    }
+}
+
+/// One typed buffer, input and output at once, as the device's byte view.
+pub(crate) fn in_place<T: Element>(buf: &mut [T]) -> UserBuffers<'_> {
+    UserBuffers::InPlace(bytemuck::cast_slice_mut(buf))
+}
+
 /// Collectives of several ranks, launched together.
 #[derive(Default)]
 pub struct Group<'a> {
@@ -42,10 +55,7 @@ impl<'a> Group<'a> {
     ) -> Result<&mut Self, Error> {
         Inner::same_length(send.len(), recv.len())?;
         let param = OpParam::all_reduce(send.len(), T::DTYPE, op);
-        let user = UserBuffers::OutOfPlace {
-            input: bytemuck::cast_slice(send),
-            output: bytemuck::cast_slice_mut(recv),
-        };
+        let user = out_of_place(send, recv);
         Ok(self.execute(comm, param, user))
     }
 
@@ -57,11 +67,7 @@ impl<'a> Group<'a> {
         op: ReduceOp,
     ) -> &mut Self {
         let param = OpParam::all_reduce(buf.len(), T::DTYPE, op);
-        self.execute(
-            comm,
-            param,
-            UserBuffers::InPlace(bytemuck::cast_slice_mut(buf)),
-        )
+        self.execute(comm, param, in_place(buf))
     }
 
     /// Add an AllGather: `recv` holds exactly `comm.size() * send.len()` elements.
@@ -72,10 +78,7 @@ impl<'a> Group<'a> {
         recv: &'a mut [T],
     ) -> Result<&mut Self, Error> {
         let count = OpKind::AllGather.block_count(comm.size(), send.len(), recv.len())?;
-        let user = UserBuffers::OutOfPlace {
-            input: bytemuck::cast_slice(send),
-            output: bytemuck::cast_slice_mut(recv),
-        };
+        let user = out_of_place(send, recv);
         Ok(self.execute(comm, OpParam::all_gather(count, T::DTYPE), user))
     }
 
@@ -87,7 +90,7 @@ impl<'a> Group<'a> {
         buf: &'a mut [T],
     ) -> Result<&mut Self, Error> {
         let count = OpKind::AllGather.in_place_block_count(comm.size(), buf.len())?;
-        let user = UserBuffers::InPlace(bytemuck::cast_slice_mut(buf));
+        let user = in_place(buf);
         Ok(self.execute(comm, OpParam::all_gather(count, T::DTYPE), user))
     }
 
@@ -100,10 +103,7 @@ impl<'a> Group<'a> {
         op: ReduceOp,
     ) -> Result<&mut Self, Error> {
         let count = OpKind::ReduceScatter.block_count(comm.size(), send.len(), recv.len())?;
-        let user = UserBuffers::OutOfPlace {
-            input: bytemuck::cast_slice(send),
-            output: bytemuck::cast_slice_mut(recv),
-        };
+        let user = out_of_place(send, recv);
         Ok(self.execute(comm, OpParam::reduce_scatter(count, T::DTYPE, op), user))
     }
 
@@ -115,7 +115,7 @@ impl<'a> Group<'a> {
         op: ReduceOp,
     ) -> Result<&mut Self, Error> {
         let count = OpKind::ReduceScatter.in_place_block_count(comm.size(), buf.len())?;
-        let user = UserBuffers::InPlace(bytemuck::cast_slice_mut(buf));
+        let user = in_place(buf);
         Ok(self.execute(comm, OpParam::reduce_scatter(count, T::DTYPE, op), user))
     }
 
