@@ -182,7 +182,10 @@ impl Communicator {
 
     /// Select, plan and build (or fetch from the cache) this rank's program for `op`.
     pub fn prepare(&self, op: &OpParam, in_place: bool) -> Result<Prepared, Error> {
-        let key = ProgramKey { op: *op, in_place };
+        let key = ProgramKey {
+            op: op.clone(),
+            in_place,
+        };
         if let Some(p) = self.programs.lock().get(&key) {
             return Ok(p.clone());
         }
@@ -197,7 +200,7 @@ impl Communicator {
 
     fn build(&self, op: &OpParam, in_place: bool) -> Result<Prepared, Error> {
         let g = &*self.group;
-        let (bytes, _) = op.buffer_bytes(self.size());
+        let (bytes, _) = op.buffer_bytes(self.rank, self.size());
         let req = SelectRequest {
             op,
             ranks: self.size(),
@@ -248,7 +251,7 @@ impl Communicator {
 
     /// Run `op` with `user` bound; blocks until this rank's part is done.
     pub fn execute(&self, op: &OpParam, user: UserBuffers<'_>) -> Result<(), Error> {
-        Self::execute_group(vec![(self, *op, user)])
+        Self::execute_group(vec![(self, op.clone(), user)])
             .pop()
             .expect("one result per call")
     }
@@ -311,8 +314,8 @@ impl Communicator {
             UserBuffers::OutOfPlace { input, output } => (Some(input.len()), output.len()),
             UserBuffers::InPlace(buf) => (None, buf.len()),
         };
-        op.validate(self.size(), input_len, output_len)?;
-        if op.count == 0 {
+        op.validate(self.rank, self.size(), input_len, output_len)?;
+        if !op.has_work() {
             return Ok(None);
         }
         let p = self.prepare(op, user.is_in_place())?;

@@ -51,6 +51,8 @@ pub enum ArgError {
     MissingRoot { op: OpKind },
     #[error("{op} cannot run in place; pass distinct send and receive buffers")]
     InPlaceUnsupported { op: OpKind },
+    #[error("bad counts or displacements: {reason}")]
+    BadLayout { reason: String },
     #[error("count {count} overflows the address space")]
     CountOverflow { count: usize },
 }

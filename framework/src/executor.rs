@@ -97,7 +97,7 @@ impl BufRange {
 }
 
 /// The buffers and element count of one loop iteration.
-#[derive(Copy, Clone, Debug)]
+#[derive(Clone, Debug)]
 pub struct KernelArgs {
     /// The operator, with `count` set to this iteration's element count.
     pub op: OpParam,

@@ -27,7 +27,7 @@ use crate::error::Error;
 use crate::executor::{
     BufRange, Executor, KernelArgs, KernelCtx, Mode, Peers, PlanCtx, ResourceRequest,
 };
-use crate::op::OpKind;
+use crate::op::{OpKind, OpParam};
 use oxccl_platform::{Buf, Link, LinkKind, NotifyLayout, RankProgram, Slice, Task};
 
 /// Build `plan.rank`'s program for the whole operation.
@@ -42,10 +42,9 @@ pub fn build_program(
     let mut program = RankProgram::new(plan.rank, 1 + req.slave_streams);
     let op = plan.op;
     let per_loop = loop_count(executor_name, plan, req)?;
-    let mut first = 0;
-    while first < op.count {
+    for (iteration, first) in iteration_starts(op, per_loop).enumerate() {
         let count = per_loop.min(op.count - first);
-        let args = iteration_args(plan, first, count, first / per_loop);
+        let args = iteration_args(plan, first, count, iteration);
         if plan.mode == Mode::Staged {
             stage_in(&mut program, plan, &args, first);
         }
@@ -63,14 +62,24 @@ pub fn build_program(
         if plan.mode == Mode::Staged {
             stage_out(&mut program, plan, &args, first);
         }
-        first += count;
     }
-    if op.count > 0 {
+    if op.has_work() {
         close_links(&mut program, plan.rank, &links, layout);
     }
     let notifies = layout.table_len(2 * req.slave_streams + req.local_notifies);
     validate_program(executor_name, plan, &program, &links, notifies as u32)?;
     Ok(program)
+}
+
+/// The first element of every loop iteration: one iteration per `per_loop` elements, and
+/// a single one for a barrier (which has no elements but must run).
+fn iteration_starts(op: &OpParam, per_loop: usize) -> impl Iterator<Item = usize> {
+    let end = if op.kind == OpKind::Barrier {
+        1
+    } else {
+        op.count
+    };
+    (0..end).step_by(per_loop)
 }
 
 /// End the program with a Close exchange with every linked peer, on the main stream: after
@@ -123,14 +132,21 @@ fn grant_links(
 }
 
 /// Which sides of an operator hold one block per rank (input, output), for the operators
-/// the loop can split and stage; `None` for the others, which run in one iteration on
-/// user buffers.
+/// the loop splits and stages; `None` for the vector operators and Barrier, which run in
+/// one iteration on the user's buffers in either mode: their executors move data through
+/// the CCL buffers themselves in [`Mode::Staged`], where peers cannot reach user buffers
+/// (see [`crate::op::VLayout`]).
 fn block_sides(kind: OpKind) -> Option<(bool, bool)> {
     match kind {
         OpKind::AllReduce | OpKind::Broadcast | OpKind::Reduce => Some((false, false)),
-        OpKind::AllGather => Some((false, true)),
-        OpKind::ReduceScatter => Some((true, false)),
-        OpKind::Scatter | OpKind::Gather | OpKind::AlltoAll => None,
+        OpKind::AllGather | OpKind::Gather => Some((false, true)),
+        OpKind::ReduceScatter | OpKind::Scatter => Some((true, false)),
+        OpKind::AlltoAll => Some((true, true)),
+        OpKind::AllGatherV
+        | OpKind::ReduceScatterV
+        | OpKind::AlltoAllV
+        | OpKind::SendRecv
+        | OpKind::Barrier => None,
     }
 }
 
@@ -151,16 +167,6 @@ fn loop_count(
 ) -> Result<usize, Error> {
     let op = plan.op;
     let Some((in_blocks, out_blocks)) = block_sides(op.kind) else {
-        // Scatter, Gather and AlltoAll need their own staging; until then they run in one
-        // iteration on user buffers only.
-        if plan.mode == Mode::Staged {
-            return Err(Error::Unsupported {
-                executor: name.into(),
-                op: op.kind,
-                ranks: plan.ranks,
-                reason: "staged orchestration of this operator is not available; enable OXCCL_ZERO_COPY on a device that supports it".into(),
-            });
-        }
         return Ok(op.count.max(1));
     };
     let es = op.dtype.size();
@@ -255,21 +261,23 @@ fn iteration_args(plan: &PlanCtx<'_>, first: usize, count: usize, iteration: usi
             )
         }
         (None, _) => {
-            let (in_count, out_count) = plan.op.kind.buffer_counts(count, n);
+            // The whole operation on the user's buffers.
+            let (in_count, out_count) = plan.op.buffer_counts(plan.rank, n);
             (
-                range(Buf::Input, first * es, in_count * es),
-                range(Buf::Output, first * es, out_count * es),
+                range(Buf::Input, in_base, in_count * es),
+                range(Buf::Output, out_base, out_count * es),
                 count * es,
             )
         }
     };
+    let on_user_buffers = plan.mode == Mode::Direct || block_sides(plan.op.kind).is_none();
     KernelArgs {
-        op: crate::op::OpParam { count, ..*plan.op },
+        op: plan.op.with_count(count),
         input,
         output,
         first_element: first,
         iteration,
-        aliased: plan.in_place && plan.mode == Mode::Direct,
+        aliased: plan.in_place && on_user_buffers,
         mode: plan.mode,
         block_stride,
     }

@@ -96,13 +96,7 @@ fn short_buffers_are_rejected() {
 #[test]
 fn invalid_root_is_rejected() {
     let c = comms(4);
-    let op = OpParam {
-        kind: OpKind::Broadcast,
-        count: 8,
-        dtype: DataType::F32,
-        op: ReduceOp::Sum,
-        root: Some(4),
-    };
+    let op = OpParam::rooted(OpKind::Broadcast, 8, DataType::F32, ReduceOp::Sum, 4);
     let mut buf = [0u8; 32];
     let err = c[0]
         .execute(&op, UserBuffers::InPlace(&mut buf))
@@ -111,7 +105,10 @@ fn invalid_root_is_rejected() {
         matches!(err, Error::Arg(ArgError::InvalidRoot { root: 4, ranks: 4 })),
         "{err:?}"
     );
-    let missing = OpParam { root: None, ..op };
+    let missing = OpParam {
+        root: None,
+        ..op.clone()
+    };
     let err = c[0]
         .execute(&missing, UserBuffers::InPlace(&mut buf))
         .unwrap_err();
@@ -124,13 +121,7 @@ fn invalid_root_is_rejected() {
 #[test]
 fn an_operator_without_executors_says_so() {
     let c = comms(2);
-    let op = OpParam {
-        kind: OpKind::Broadcast,
-        count: 8,
-        dtype: DataType::F32,
-        op: ReduceOp::Sum,
-        root: Some(0),
-    };
+    let op = OpParam::rooted(OpKind::Broadcast, 8, DataType::F32, ReduceOp::Sum, 0);
     let err = c[0].framework().prepare(&op, true).unwrap_err();
     assert!(
         matches!(

@@ -61,11 +61,12 @@ pub fn cases(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<(OpParam, bool
                     dtype,
                     op,
                     root: kind.has_root().then_some(ranks / 2),
+                    layout: None,
                 };
                 for (in_place, zero_copy) in
                     [(false, true), (true, true), (false, false), (true, false)]
                 {
-                    cases.push((param, in_place, zero_copy));
+                    cases.push((param.clone(), in_place, zero_copy));
                 }
             }
         }

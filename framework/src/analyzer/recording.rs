@@ -21,7 +21,11 @@ pub struct RankRecording {
 /// Every rank's program for one operation.
 #[derive(Clone, Debug)]
 pub struct Recording {
+    /// The operation (rank 0's parameters).
     pub op: OpParam,
+    /// Every rank's parameters, indexed by rank: the same for all but the point-to-point
+    /// vector operators, whose layouts differ per rank.
+    pub ops: Vec<OpParam>,
     pub topology: Topology,
     pub mode: Mode,
     /// The user called the in-place form: Input and Output are the same memory.
@@ -40,6 +44,17 @@ impl Recording {
     /// Build every rank's program for `op` with `config` (its topology decides the rank
     /// count; the device is replaced by the `sim` device, zero-copy when `config.zero_copy`).
     pub fn record(op: &OpParam, in_place: bool, config: Config) -> Result<Recording, Error> {
+        let ranks = config.topology.as_ref().map_or(1, Topology::ranks);
+        Self::record_each(&vec![op.clone(); ranks], in_place, config)
+    }
+
+    /// Like [`Recording::record`], with each rank's own parameters (`ops[rank]`), as the
+    /// point-to-point vector operators need.
+    pub fn record_each(
+        ops: &[OpParam],
+        in_place: bool,
+        config: Config,
+    ) -> Result<Recording, Error> {
         let topology = config
             .topology
             .clone()
@@ -61,14 +76,27 @@ impl Recording {
             },
             config.ccl_buffer_bytes,
         );
+        if ops.len() != topology.ranks() {
+            return Err(crate::error::ConfigError {
+                var: "ranks",
+                value: ops.len().to_string(),
+                reason: format!(
+                    "one operation per rank needed, the topology has {}",
+                    topology.ranks()
+                ),
+            }
+            .into());
+        }
         let comms = Communicator::init_all(topology.ranks(), config)?;
         let prepared = comms
             .iter()
-            .map(|c| c.prepare(op, in_place))
+            .zip(ops)
+            .map(|(c, op)| c.prepare(op, in_place))
             .collect::<Result<Vec<_>, _>>()?;
         let first = &prepared[0];
         Ok(Recording {
-            op: *op,
+            op: ops[0].clone(),
+            ops: ops.to_vec(),
             topology,
             mode: first.mode,
             in_place,
@@ -93,7 +121,7 @@ impl Recording {
 
     /// Bytes of `buf` on `rank`. In place, Input and Output are one buffer of the larger size.
     pub fn buffer_len(&self, rank: Rank, buf: Buf) -> usize {
-        let (input, output) = self.op.buffer_bytes(self.rank_count());
+        let (input, output) = self.ops[rank].buffer_bytes(rank, self.rank_count());
         match buf {
             Buf::Input | Buf::Output if self.in_place => input.max(output),
             Buf::Input => input,
@@ -108,7 +136,7 @@ impl Recording {
     /// ([`OpParam::in_place_offsets`]).
     pub fn user_offsets(&self, rank: Rank) -> (usize, usize) {
         match self.in_place {
-            true => self.op.in_place_offsets(rank),
+            true => self.ops[rank].in_place_offsets(rank),
             false => (0, 0),
         }
     }

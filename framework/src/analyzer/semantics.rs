@@ -31,8 +31,8 @@ type Memories = Vec<IntervalMap<Value>>;
 pub(crate) fn check(idx: &Index<'_>, ex: &Execution, out: &mut Collector) {
     let rec = idx.rec;
     let mut mems: Memories = vec![IntervalMap::default(); idx.mems()];
-    let (input_len, _) = rec.op.buffer_bytes(rec.rank_count());
     for rank in 0..rec.rank_count() {
+        let (input_len, _) = rec.ops[rank].buffer_bytes(rank, rec.rank_count());
         let (base, _) = rec.user_offsets(rank);
         let value = Value::input(rank, -(base as i64));
         mems[idx.mem(rank, Buf::Input)].assign(base, base + input_len, Some(value));
@@ -210,9 +210,21 @@ fn compare_outputs(idx: &Index<'_>, mems: &Memories, out: &mut Collector) {
     for rank in 0..rec.rank_count() {
         let map = &mems[idx.mem(rank, Buf::Output)];
         let (_, base) = rec.user_offsets(rank);
-        for range in expected_output(&rec.op, rec.rank_count(), rank) {
-            let Expected::Exactly(want) = range.expected else {
-                continue;
+        for range in expected_output(&rec.ops, rank) {
+            let want = match range.expected {
+                Expected::Exactly(want) => want,
+                Expected::Anything => continue,
+                Expected::Unmatched { peer } => {
+                    out.at(Check::Semantics, None, || {
+                        format!(
+                            "rank {rank} Output[{}..{}] receives from rank {peer}, which has no \
+                             matching send of the same count",
+                            base + range.start,
+                            base + range.end
+                        )
+                    });
+                    continue;
+                }
             };
             let want = want.shifted(-(base as i64));
             for (a, b, have) in map.pieces(base + range.start, base + range.end) {

@@ -43,6 +43,7 @@ fn record(
         })
         .collect();
     Recording {
+        ops: vec![op.clone(); topology.ranks()],
         op,
         topology,
         mode: Mode::Direct,

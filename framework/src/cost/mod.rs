@@ -197,7 +197,7 @@ fn model_with(
 ) -> Result<CostReport, CostError> {
     params.validate()?;
     let outcome = engine::run(programs, &rec.topology, params, observer)?;
-    let (input, output) = rec.op.buffer_bytes(rec.rank_count());
+    let (input, output) = rec.ops[0].buffer_bytes(0, rec.rank_count());
     let bytes = input.max(output);
     let algbw_gbps = if outcome.time_s > 0.0 {
         bytes as f64 / outcome.time_s / 1e9

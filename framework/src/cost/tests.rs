@@ -170,8 +170,10 @@ fn broken_links_and_deadlocks_are_errors() {
 /// A Recording of a two-rank AllReduce-sized exchange, built by hand.
 fn recording(programs: Vec<RankProgram>, count: usize) -> Recording {
     let topology = Topology::single_server(programs.len());
+    let op = OpParam::all_reduce(count, DataType::F32, ReduceOp::Sum);
     Recording {
-        op: OpParam::all_reduce(count, DataType::F32, ReduceOp::Sum),
+        ops: vec![op.clone(); programs.len()],
+        op,
         layout: NotifyLayout {
             ranks: topology.ranks(),
             link_channels: 1,

@@ -139,6 +139,7 @@ pub(crate) fn ops(args: &CheckArgs, kind: OpKind, ranks: usize) -> Result<Vec<Op
         dtype,
         op,
         root,
+        layout: None,
     };
     if let Some(count) = args.count {
         return Ok(vec![param(count)]);

@@ -74,7 +74,7 @@ pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
         let report = analyze(&rec);
         let analyzer_ms = start.elapsed().as_secs_f64() * 1e3;
         let cost = model(&rec, &params).map_err(|e| super::bad_arg(format!("cost model: {e}")))?;
-        let (i, o) = op.buffer_bytes(topo.ranks());
+        let (i, o) = op.buffer_bytes(0, topo.ranks());
         let row = Row {
             size: i.max(o),
             count: op.count,

@@ -110,7 +110,7 @@ impl Expected {
             }
         }
         Ok(Expected {
-            op: *op,
+            op: op.clone(),
             ranks,
             inputs,
             reduced,

@@ -112,6 +112,7 @@ pub fn run(args: &PerfArgs) -> Result<ExitCode, Error> {
                     dtype,
                     op: redop,
                     root,
+                    layout: None,
                 };
                 report.row(run::measure(&comms, &op, args)?);
             }

@@ -56,7 +56,7 @@ fn bandwidth(kind: OpKind, ranks: usize, bytes: usize, seconds: f64) -> (f64, f6
 
 /// nccl-tests' "size": per-rank bytes for AllReduce/Broadcast/Reduce, total otherwise.
 fn size_of(m: &Measured, ranks: usize) -> usize {
-    let (i, o) = m.op.buffer_bytes(ranks);
+    let (i, o) = m.op.buffer_bytes(0, ranks);
     i.max(o)
 }
 

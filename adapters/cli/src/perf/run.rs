@@ -54,7 +54,7 @@ fn available_memory() -> Option<usize> {
 
 pub fn measure(comms: &[Communicator], op: &OpParam, args: &PerfArgs) -> Result<Measured, Error> {
     let n = comms.len();
-    let (in_bytes, out_bytes) = op.buffer_bytes(n);
+    let (in_bytes, out_bytes) = op.buffer_bytes(0, n);
     let executor = comms[0]
         .framework()
         .prepare(op, false)?
@@ -63,7 +63,7 @@ pub fn measure(comms: &[Communicator], op: &OpParam, args: &PerfArgs) -> Result<
         .name
         .to_string();
     let mut row = Measured {
-        op: *op,
+        op: op.clone(),
         out_of_place: Timing::default(),
         in_place: Timing::default(),
         out_of_bounds: 0,
@@ -156,7 +156,7 @@ fn group_call(
                 output: recv(&mut st.output, len),
             }
         };
-        group.execute(st.comm, *op, user);
+        group.execute(st.comm, op.clone(), user);
     }
     group.run()
 }
@@ -168,7 +168,7 @@ fn run_thread(
     barrier: &Barrier,
     expected: Option<&Expected>,
 ) -> Result<Vec<RankResult>, Error> {
-    let (in_bytes, out_bytes) = op.buffer_bytes(comms[0].size());
+    let (in_bytes, out_bytes) = op.buffer_bytes(0, comms[0].size());
     // In place, the one buffer is the larger side (NCCL's convention).
     let one_bytes = in_bytes.max(out_bytes);
     let mut states: Vec<RankState<'_>> = comms

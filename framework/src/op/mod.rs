@@ -1,9 +1,14 @@
 //! Operators and their parameters, validated before anything runs.
 
+mod layout;
+
+pub use layout::{P2pItem, VLayout};
+
 use crate::error::{ArgError, Error};
 use oxccl_platform::{DataType, Rank, ReduceOp};
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// A collective operator.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -16,11 +21,23 @@ pub enum OpKind {
     Scatter,
     Gather,
     AlltoAll,
+    /// AllGather with a count and displacement per rank ([`VLayout::Blocks`]).
+    AllGatherV,
+    /// ReduceScatter with a count and displacement per rank ([`VLayout::Blocks`]).
+    ReduceScatterV,
+    /// AlltoAll with per-peer counts and displacements ([`VLayout::P2p`], one send and
+    /// one receive per rank).
+    AlltoAllV,
+    /// Point-to-point sends and receives, one or many pairs in one call
+    /// ([`VLayout::P2p`]); a plain send or receive is a call with one item.
+    SendRecv,
+    /// No data; returns on a rank once every rank has entered it.
+    Barrier,
 }
 
 impl OpKind {
     /// Every operator oxccl knows, in a fixed order.
-    pub const ALL: [OpKind; 8] = [
+    pub const ALL: [OpKind; 13] = [
         OpKind::AllReduce,
         OpKind::AllGather,
         OpKind::ReduceScatter,
@@ -29,6 +46,11 @@ impl OpKind {
         OpKind::Scatter,
         OpKind::Gather,
         OpKind::AlltoAll,
+        OpKind::AllGatherV,
+        OpKind::ReduceScatterV,
+        OpKind::AlltoAllV,
+        OpKind::SendRecv,
+        OpKind::Barrier,
     ];
 
     /// Snake-case name, as in `OXCCL_ALGO` (`all_reduce=ring`).
@@ -42,6 +64,11 @@ impl OpKind {
             OpKind::Scatter => "scatter",
             OpKind::Gather => "gather",
             OpKind::AlltoAll => "all_to_all",
+            OpKind::AllGatherV => "all_gather_v",
+            OpKind::ReduceScatterV => "reduce_scatter_v",
+            OpKind::AlltoAllV => "all_to_all_v",
+            OpKind::SendRecv => "send_recv",
+            OpKind::Barrier => "barrier",
         }
     }
 
@@ -49,7 +76,7 @@ impl OpKind {
     pub const fn reduces(self) -> bool {
         matches!(
             self,
-            OpKind::AllReduce | OpKind::ReduceScatter | OpKind::Reduce
+            OpKind::AllReduce | OpKind::ReduceScatter | OpKind::Reduce | OpKind::ReduceScatterV
         )
     }
 
@@ -61,8 +88,23 @@ impl OpKind {
         )
     }
 
-    /// Elements of the input and output buffers of `rank` for `count` (nccl-tests
-    /// convention: `count` is the per-rank block for gathers and scatters).
+    /// Whether the operator takes a [`VLayout`] (and which kind).
+    pub const fn is_vector(self) -> bool {
+        matches!(
+            self,
+            OpKind::AllGatherV | OpKind::ReduceScatterV | OpKind::AlltoAllV | OpKind::SendRecv
+        )
+    }
+
+    /// Whether the operator's layout is a list of point-to-point items.
+    pub const fn is_p2p(self) -> bool {
+        matches!(self, OpKind::AlltoAllV | OpKind::SendRecv)
+    }
+
+    /// Elements of the input and output buffers of every rank for `count` (nccl-tests
+    /// convention: `count` is the per-rank block for gathers and scatters). Vector
+    /// operators size their buffers from their layout ([`OpParam::buffer_counts`]);
+    /// here they count as `(count, count)`, Barrier as `(0, 0)`.
     pub fn buffer_counts(self, count: usize, ranks: usize) -> (usize, usize) {
         let all = count * ranks;
         match self {
@@ -70,6 +112,10 @@ impl OpKind {
             OpKind::AllGather | OpKind::Gather => (count, all),
             OpKind::ReduceScatter | OpKind::Scatter => (all, count),
             OpKind::AlltoAll => (all, all),
+            OpKind::AllGatherV | OpKind::ReduceScatterV | OpKind::AlltoAllV | OpKind::SendRecv => {
+                (count, count)
+            }
+            OpKind::Barrier => (0, 0),
         }
     }
 
@@ -111,12 +157,13 @@ impl OpKind {
         Ok(len / blocks)
     }
 
-    /// nccl-tests bus bandwidth factor.
+    /// nccl-tests bus bandwidth factor (vector operators as their fixed-size forms).
     pub fn busbw_factor(self, ranks: usize) -> f64 {
         let n = ranks as f64;
         match self {
             OpKind::AllReduce => 2.0 * (n - 1.0) / n,
-            OpKind::Broadcast | OpKind::Reduce => 1.0,
+            OpKind::Broadcast | OpKind::Reduce | OpKind::SendRecv => 1.0,
+            OpKind::Barrier => 0.0,
             _ => (n - 1.0) / n,
         }
     }
@@ -145,79 +192,157 @@ impl FromStr for OpKind {
 }
 
 /// One collective call, before buffers are bound.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct OpParam {
     pub kind: OpKind,
-    /// Elements per rank (see [`OpKind::buffer_counts`]).
+    /// Elements per rank (see [`OpKind::buffer_counts`]). For AllGatherV and
+    /// ReduceScatterV the sum of the per-rank counts; for AlltoAllV and send/recv this
+    /// rank's sent plus received elements (0: this rank has nothing to do); 0 for Barrier.
     pub count: usize,
     pub dtype: DataType,
     /// The reduce op; ignored by operators that do not reduce.
     pub op: ReduceOp,
     /// The root rank of rooted operators.
     pub root: Option<Rank>,
+    /// The layout of vector operators; `None` for the others.
+    pub layout: Option<Arc<VLayout>>,
 }
 
 impl OpParam {
-    /// An AllReduce of `count` elements.
-    pub fn all_reduce(count: usize, dtype: DataType, op: ReduceOp) -> Self {
+    /// An operator without root or layout.
+    pub fn new(kind: OpKind, count: usize, dtype: DataType, op: ReduceOp) -> Self {
         OpParam {
-            kind: OpKind::AllReduce,
+            kind,
             count,
             dtype,
             op,
             root: None,
+            layout: None,
         }
+    }
+
+    /// An AllReduce of `count` elements.
+    pub fn all_reduce(count: usize, dtype: DataType, op: ReduceOp) -> Self {
+        OpParam::new(OpKind::AllReduce, count, dtype, op)
     }
 
     /// An AllGather of `count` elements per rank.
     pub fn all_gather(count: usize, dtype: DataType) -> Self {
-        OpParam {
-            kind: OpKind::AllGather,
-            ..OpParam::all_reduce(count, dtype, ReduceOp::Sum)
-        }
+        OpParam::new(OpKind::AllGather, count, dtype, ReduceOp::Sum)
     }
 
     /// A ReduceScatter of `count` elements per rank.
     pub fn reduce_scatter(count: usize, dtype: DataType, op: ReduceOp) -> Self {
+        OpParam::new(OpKind::ReduceScatter, count, dtype, op)
+    }
+
+    /// A rooted operator (Broadcast, Reduce, Scatter, Gather) of `count` elements per rank.
+    pub fn rooted(kind: OpKind, count: usize, dtype: DataType, op: ReduceOp, root: Rank) -> Self {
         OpParam {
-            kind: OpKind::ReduceScatter,
-            ..OpParam::all_reduce(count, dtype, op)
+            root: Some(root),
+            ..OpParam::new(kind, count, dtype, op)
         }
     }
 
-    /// Input and output sizes in bytes for one rank.
-    pub fn buffer_bytes(&self, ranks: usize) -> (usize, usize) {
-        let (i, o) = self.kind.buffer_counts(self.count, ranks);
+    /// A vector operator with its layout; `count` is derived from the layout.
+    pub fn vector(kind: OpKind, layout: VLayout, dtype: DataType, op: ReduceOp) -> Self {
+        let count = match &layout {
+            VLayout::Blocks { counts, .. } => counts.iter().sum(),
+            VLayout::P2p { sends, recvs } => sends.iter().chain(recvs).map(|i| i.count).sum(),
+        };
+        OpParam {
+            layout: Some(Arc::new(layout)),
+            ..OpParam::new(kind, count, dtype, op)
+        }
+    }
+
+    /// A barrier.
+    pub fn barrier() -> Self {
+        OpParam::new(OpKind::Barrier, 0, DataType::U8, ReduceOp::Sum)
+    }
+
+    /// The same operation with `count` elements (one loop iteration's share).
+    pub fn with_count(&self, count: usize) -> Self {
+        OpParam {
+            count,
+            ..self.clone()
+        }
+    }
+
+    /// Whether the call moves or synchronises anything (a count-0 call returns at once;
+    /// a barrier always runs).
+    pub fn has_work(&self) -> bool {
+        self.count > 0 || self.kind == OpKind::Barrier
+    }
+
+    /// The layout of a vector operator.
+    pub fn layout(&self) -> Option<&VLayout> {
+        self.layout.as_deref()
+    }
+
+    /// Elements of `rank`'s input and output buffers.
+    pub fn buffer_counts(&self, rank: Rank, ranks: usize) -> (usize, usize) {
+        let Some(layout) = self.layout() else {
+            return self.kind.buffer_counts(self.count, ranks);
+        };
+        let extent = |items: &[P2pItem]| items.iter().map(P2pItem::end).max().unwrap_or(0);
+        match (self.kind, layout) {
+            (OpKind::AllGatherV, VLayout::Blocks { counts, .. }) => (
+                counts.get(rank).copied().unwrap_or(0),
+                layout.blocks_extent(),
+            ),
+            (OpKind::ReduceScatterV, VLayout::Blocks { counts, .. }) => (
+                layout.blocks_extent(),
+                counts.get(rank).copied().unwrap_or(0),
+            ),
+            (_, VLayout::P2p { sends, recvs }) => (extent(sends), extent(recvs)),
+            _ => self.kind.buffer_counts(self.count, ranks),
+        }
+    }
+
+    /// Input and output sizes in bytes for `rank`.
+    pub fn buffer_bytes(&self, rank: Rank, ranks: usize) -> (usize, usize) {
+        let (i, o) = self.buffer_counts(rank, ranks);
         (i * self.dtype.size(), o * self.dtype.size())
     }
 
     /// Byte offsets of `rank`'s input and output data inside the one buffer of an in-place
-    /// call (NCCL's convention: the buffer is the larger side; AllGather's input is block
-    /// `rank` of its output, ReduceScatter's output is block `rank` of its input). `(0, 0)`
-    /// for every other operator.
+    /// call (NCCL's convention: the buffer is the larger side; the input of AllGather and
+    /// Gather is block `rank` of the output, the output of ReduceScatter and Scatter is
+    /// block `rank` of the input; the V forms use their displacements). `(0, 0)` for every
+    /// other operator.
     pub fn in_place_offsets(&self, rank: Rank) -> (usize, usize) {
-        let own_block = rank * self.count * self.dtype.size();
+        let es = self.dtype.size();
+        let own_block = match self.layout().and_then(VLayout::blocks) {
+            Some((_, displs)) => displs.get(rank).copied().unwrap_or(0) * es,
+            None => rank * self.count * es,
+        };
         match self.kind {
-            OpKind::AllGather => (own_block, 0),
-            OpKind::ReduceScatter => (0, own_block),
+            OpKind::AllGather | OpKind::Gather | OpKind::AllGatherV => (own_block, 0),
+            OpKind::ReduceScatter | OpKind::Scatter | OpKind::ReduceScatterV => (0, own_block),
             _ => (0, 0),
         }
     }
 
-    /// Check the parameters against the communicator size and the bound buffers' lengths
-    /// in bytes (`None` for an in-place call, where `output_len` is the one buffer).
+    /// Check the parameters against the communicator size and `rank`'s bound buffers'
+    /// lengths in bytes (`None` for an in-place call, where `output_len` is the one buffer).
     pub fn validate(
         &self,
+        rank: Rank,
         ranks: usize,
         input_len: Option<usize>,
         output_len: usize,
     ) -> Result<(), ArgError> {
         self.validate_root(ranks)?;
+        self.validate_layout(ranks)?;
         let es = self.dtype.size();
-        if self.count.checked_mul(ranks * es).is_none() {
+        let (need_in, need_out) = self.buffer_counts(rank, ranks);
+        if need_in.max(need_out).checked_mul(es).is_none()
+            || self.count.checked_mul(ranks * es).is_none()
+        {
             return Err(ArgError::CountOverflow { count: self.count });
         }
-        let (need_in, need_out) = self.buffer_bytes(ranks);
+        let (need_in, need_out) = (need_in * es, need_out * es);
         let short = |which, need: usize, got: usize| {
             (got < need).then_some(ArgError::BufferTooShort {
                 which,
@@ -244,8 +369,26 @@ impl OpParam {
         }
     }
 
+    fn validate_layout(&self, ranks: usize) -> Result<(), ArgError> {
+        let missing = |reason: &str| ArgError::BadLayout {
+            reason: format!("{} {reason}", self.kind),
+        };
+        match (self.kind.is_vector(), self.layout()) {
+            (false, None) => Ok(()),
+            (false, Some(_)) => Err(missing("takes no per-rank counts")),
+            (true, None) => Err(missing("needs per-rank counts and displacements")),
+            (true, Some(l)) if l.p2p().is_some() != self.kind.is_p2p() => {
+                Err(missing("got the wrong kind of layout"))
+            }
+            (true, Some(l)) => l.validate(ranks, self.kind == OpKind::AlltoAllV),
+        }
+    }
+
     fn in_place_allowed(&self) -> bool {
-        !matches!(self.kind, OpKind::AlltoAll)
+        !matches!(
+            self.kind,
+            OpKind::AlltoAll | OpKind::AlltoAllV | OpKind::SendRecv
+        )
     }
 }
 
@@ -304,10 +447,10 @@ mod tests {
     #[test]
     fn validation_names_what_is_wrong() {
         let p = OpParam::all_reduce(10, DataType::F32, ReduceOp::Sum);
-        assert!(p.validate(4, Some(40), 40).is_ok());
-        assert!(p.validate(4, None, 40).is_ok());
+        assert!(p.validate(0, 4, Some(40), 40).is_ok());
+        assert!(p.validate(0, 4, None, 40).is_ok());
         assert!(matches!(
-            p.validate(4, Some(36), 40),
+            p.validate(0, 4, Some(36), 40),
             Err(ArgError::BufferTooShort {
                 which: "send",
                 need: 10,
@@ -316,7 +459,7 @@ mod tests {
             })
         ));
         assert!(matches!(
-            p.validate(4, Some(40), 4),
+            p.validate(0, 4, Some(40), 4),
             Err(ArgError::BufferTooShort {
                 which: "receive",
                 ..
@@ -325,10 +468,10 @@ mod tests {
         let b = OpParam {
             kind: OpKind::Broadcast,
             root: Some(4),
-            ..p
+            ..p.clone()
         };
         assert_eq!(
-            b.validate(4, Some(40), 40),
+            b.validate(0, 4, Some(40), 40),
             Err(ArgError::InvalidRoot { root: 4, ranks: 4 })
         );
         let g = OpParam {
@@ -336,7 +479,7 @@ mod tests {
             ..p
         };
         assert!(matches!(
-            g.validate(4, Some(40), 80),
+            g.validate(0, 4, Some(40), 80),
             Err(ArgError::BufferTooShort {
                 which: "receive",
                 need: 40,

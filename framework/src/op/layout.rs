@@ -1,0 +1,209 @@
+//! Per-rank layouts of the vector operators: AllGatherV, ReduceScatterV, AlltoAllV and
+//! grouped send/recv.
+//!
+//! Counts and offsets are in elements. Each rank's layout is what that rank passed: for
+//! AllGatherV and ReduceScatterV every rank passes the same per-rank counts and
+//! displacements (as in HCCL); for AlltoAllV and send/recv each rank passes only its own
+//! sends and receives, and the `k`-th send of `a` to `b` matches the `k`-th receive of `b`
+//! from `a` (NCCL's matching rule). No metadata is exchanged: executors of these operators
+//! move data through slots of the sender's CCL buffer whose positions both sides compute
+//! from their own counts.
+
+use crate::error::ArgError;
+use oxccl_platform::Rank;
+
+/// One send or receive of a vector operator: `count` elements at element `offset` of the
+/// rank's input (send) or output (receive), to or from `peer`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct P2pItem {
+    pub peer: Rank,
+    pub offset: usize,
+    pub count: usize,
+}
+
+impl P2pItem {
+    /// One past the last element.
+    pub fn end(&self) -> usize {
+        self.offset + self.count
+    }
+}
+
+/// The layout of a vector operator on one rank.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum VLayout {
+    /// AllGatherV / ReduceScatterV: block `r` of the buffer that holds one block per rank
+    /// (AllGatherV's output, ReduceScatterV's input) has `counts[r]` elements starting at
+    /// element `displs[r]`. The same on every rank.
+    Blocks {
+        counts: Vec<usize>,
+        displs: Vec<usize>,
+    },
+    /// AlltoAllV / send-recv: this rank's sends (from its input) and receives (into its
+    /// output), in call order.
+    P2p {
+        sends: Vec<P2pItem>,
+        recvs: Vec<P2pItem>,
+    },
+}
+
+impl VLayout {
+    /// AlltoAllV from MPI-style per-peer counts and displacements.
+    pub fn all_to_all_v(
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> VLayout {
+        let items = |counts: &[usize], displs: &[usize]| {
+            counts
+                .iter()
+                .zip(displs)
+                .enumerate()
+                .map(|(peer, (&count, &offset))| P2pItem {
+                    peer,
+                    offset,
+                    count,
+                })
+                .collect()
+        };
+        VLayout::P2p {
+            sends: items(send_counts, send_displs),
+            recvs: items(recv_counts, recv_displs),
+        }
+    }
+
+    /// Blocks packed one after the other (displacements are the prefix sums of `counts`).
+    pub fn packed_blocks(counts: &[usize]) -> VLayout {
+        let displs = counts
+            .iter()
+            .scan(0, |at, &c| {
+                let d = *at;
+                *at += c;
+                Some(d)
+            })
+            .collect();
+        VLayout::Blocks {
+            counts: counts.to_vec(),
+            displs,
+        }
+    }
+
+    /// `(counts, displs)` of a [`VLayout::Blocks`] layout.
+    pub fn blocks(&self) -> Option<(&[usize], &[usize])> {
+        match self {
+            VLayout::Blocks { counts, displs } => Some((counts, displs)),
+            VLayout::P2p { .. } => None,
+        }
+    }
+
+    /// `(sends, recvs)` of a [`VLayout::P2p`] layout.
+    pub fn p2p(&self) -> Option<(&[P2pItem], &[P2pItem])> {
+        match self {
+            VLayout::P2p { sends, recvs } => Some((sends, recvs)),
+            VLayout::Blocks { .. } => None,
+        }
+    }
+
+    /// Elements the blocked buffer must hold: the end of its furthest block.
+    pub fn blocks_extent(&self) -> usize {
+        match self {
+            VLayout::Blocks { counts, displs } => counts
+                .iter()
+                .zip(displs)
+                .map(|(c, d)| c + d)
+                .max()
+                .unwrap_or(0),
+            VLayout::P2p { .. } => 0,
+        }
+    }
+
+    /// Check the layout for a communicator of `ranks` ranks: one count and displacement per
+    /// rank, peers in range, no two receives (or gathered blocks) writing the same element,
+    /// and `per_peer` items per peer for AlltoAllV.
+    pub fn validate(&self, ranks: usize, all_to_all: bool) -> Result<(), ArgError> {
+        let bad = |reason: String| Err(ArgError::BadLayout { reason });
+        match self {
+            VLayout::Blocks { counts, displs } => {
+                if counts.len() != ranks || displs.len() != ranks {
+                    return bad(format!(
+                        "{} counts and {} displacements for {ranks} ranks; pass one of each per rank",
+                        counts.len(),
+                        displs.len()
+                    ));
+                }
+                let ranges: Vec<_> = counts
+                    .iter()
+                    .zip(displs)
+                    .map(|(&c, &d)| (d, d + c))
+                    .collect();
+                no_overlap("block", &ranges)
+            }
+            VLayout::P2p { sends, recvs } => {
+                if let Some(item) = sends.iter().chain(recvs).find(|i| i.peer >= ranks) {
+                    return bad(format!(
+                        "peer {} is not a rank of this communicator (ranks 0..{ranks})",
+                        item.peer
+                    ));
+                }
+                if all_to_all {
+                    for (what, items) in [("send", sends), ("receive", recvs)] {
+                        let peers: Vec<Rank> = items.iter().map(|i| i.peer).collect();
+                        if peers != (0..ranks).collect::<Vec<_>>() {
+                            return bad(format!(
+                                "all-to-all-v needs one {what} count per rank in rank order, got peers {peers:?}"
+                            ));
+                        }
+                    }
+                }
+                let ranges: Vec<_> = recvs.iter().map(|i| (i.offset, i.end())).collect();
+                no_overlap("receive", &ranges)
+            }
+        }
+    }
+}
+
+/// An error when two non-empty ranges overlap.
+fn no_overlap(what: &str, ranges: &[(usize, usize)]) -> Result<(), ArgError> {
+    let mut sorted: Vec<(usize, usize, usize)> = ranges
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.1 > r.0)
+        .map(|(i, r)| (r.0, r.1, i))
+        .collect();
+    sorted.sort_unstable();
+    for w in sorted.windows(2) {
+        if w[1].0 < w[0].1 {
+            return Err(ArgError::BadLayout {
+                reason: format!(
+                    "{what} {} [{}, {}) overlaps {what} {} [{}, {}); results would race",
+                    w[0].2, w[0].0, w[0].1, w[1].2, w[1].0, w[1].1
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_blocks_have_prefix_sum_displacements() {
+        let l = VLayout::packed_blocks(&[3, 0, 2]);
+        assert_eq!(l.blocks(), Some((&[3, 0, 2][..], &[0, 3, 3][..])));
+        assert_eq!(l.blocks_extent(), 5);
+        assert!(l.validate(3, false).is_ok());
+        assert!(l.validate(4, false).is_err());
+    }
+
+    #[test]
+    fn overlapping_receives_are_refused() {
+        let l = VLayout::all_to_all_v(&[1, 1], &[0, 1], &[2, 2], &[0, 1]);
+        let err = l.validate(2, true).unwrap_err().to_string();
+        assert!(err.contains("overlaps"), "{err}");
+        let ok = VLayout::all_to_all_v(&[1, 1], &[0, 1], &[2, 2], &[0, 2]);
+        assert!(ok.validate(2, true).is_ok());
+        assert!(ok.validate(3, true).is_err());
+    }
+}
