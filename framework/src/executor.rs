@@ -129,6 +129,10 @@ pub struct KernelArgs {
     /// iteration touches `[first, first + count)` of every block. For operators without
     /// blocks (AllReduce, Broadcast, Reduce) it equals `op.count * es`.
     pub block_stride: usize,
+    /// Bytes of each CCL buffer (CclIn and CclOut). Executors of the vector operators and
+    /// Barrier, which get the user's buffers in both modes, stage through them themselves
+    /// in [`Mode::Staged`].
+    pub ccl_bytes: usize,
 }
 
 impl KernelArgs {

@@ -280,6 +280,7 @@ fn iteration_args(plan: &PlanCtx<'_>, first: usize, count: usize, iteration: usi
         aliased: plan.in_place && on_user_buffers,
         mode: plan.mode,
         block_stride,
+        ccl_bytes: plan.ccl_bytes,
     }
 }
 

@@ -25,16 +25,14 @@ pub fn block_matrix(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<Case> {
     };
     let mut cases = Vec::new();
     for (i, dtype) in DataType::ALL.into_iter().enumerate() {
-        for &op in ops {
-            for count in crate::boundary_counts(ranks) {
-                for in_place in [false, true] {
-                    cases.push(Case {
-                        dtype,
-                        op,
-                        count,
-                        in_place,
-                    });
-                }
+        for (j, count) in crate::boundary_counts(ranks).into_iter().enumerate() {
+            for (op, in_place) in crate::op_variants(ops, ranks, i, j) {
+                cases.push(Case {
+                    dtype,
+                    op,
+                    count,
+                    in_place,
+                });
             }
         }
         cases.push(Case {

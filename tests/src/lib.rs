@@ -90,22 +90,35 @@ pub fn boundary_counts(ranks: usize) -> Vec<usize> {
     vec![0, 1, 7, 3 * ranks + 1, 4099]
 }
 
+/// Ranks above which the matrices are thinned (each dtype x count once, rotating through
+/// the ops and alternating in place): a 32-rank case costs 32 threads on the host device.
+pub const THIN_ABOVE_RANKS: usize = 9;
+
+/// The `(op, in_place)` pairs to check for one dtype (index `i`) and count (index `j`):
+/// every op, in and out of place; thinned above [`THIN_ABOVE_RANKS`].
+pub fn op_variants(ops: &[ReduceOp], ranks: usize, i: usize, j: usize) -> Vec<(ReduceOp, bool)> {
+    if ranks > THIN_ABOVE_RANKS {
+        return vec![(ops[(i + j) % ops.len()], (i + j) % 2 == 1)];
+    }
+    ops.iter()
+        .flat_map(|&op| [(op, false), (op, true)])
+        .collect()
+}
+
 /// Every dtype x op x boundary count, out-of-place and in place; plus, per dtype, one count
 /// larger than the CCL buffer (so the staged loop runs twice), rotating through the reduce
 /// ops and alternating in-place, so that every dtype and every op crosses the buffer.
 pub fn full_matrix(ranks: usize, ccl_bytes: usize) -> Vec<Case> {
     let mut cases = Vec::new();
     for (i, dtype) in DataType::ALL.into_iter().enumerate() {
-        for op in ReduceOp::ALL {
-            for count in boundary_counts(ranks) {
-                for in_place in [false, true] {
-                    cases.push(Case {
-                        dtype,
-                        op,
-                        count,
-                        in_place,
-                    });
-                }
+        for (j, count) in boundary_counts(ranks).into_iter().enumerate() {
+            for (op, in_place) in op_variants(&ReduceOp::ALL, ranks, i, j) {
+                cases.push(Case {
+                    dtype,
+                    op,
+                    count,
+                    in_place,
+                });
             }
         }
         let big = ccl_bytes / dtype.size() + 37;
@@ -225,10 +238,18 @@ pub fn run_all_reduce(setup: &Setup, cases: &[Case]) -> Result<(), String> {
 }
 
 /// The topologies every executor is checked on: one server of 1 to 9 ranks, and
-/// multi-server shapes (even and uneven).
+/// multi-server shapes, even (2x2, 2x4, 3x3, 2x8, 4x8) and uneven (3+2, 8+4).
 pub fn shapes() -> Vec<Topology> {
     let mut shapes: Vec<Topology> = (1..=9).map(Topology::single_server).collect();
-    for servers in [vec![2, 2], vec![4, 4], vec![3, 2]] {
+    for servers in [
+        vec![2, 2],
+        vec![3, 2],
+        vec![4, 4],
+        vec![3, 3, 3],
+        vec![8, 8],
+        vec![8, 4],
+        vec![8, 8, 8, 8],
+    ] {
         shapes.push(Topology::servers(servers).expect("valid shape"));
     }
     shapes
