@@ -13,6 +13,7 @@
 //! oxccl::framework::analyzer::conformance::assert_conforms(OpKind::AllReduce, "my-ring");
 //! ```
 
+use super::layouts::vector_ops;
 use super::{analyze, Recording};
 use crate::config::Config;
 use crate::error::Error;
@@ -44,29 +45,49 @@ fn counts(ranks: usize, ccl_bytes: usize, dtype: DataType) -> [usize; 6] {
     [0, 1, 7, 3 * ranks + 1, 4099, ccl_bytes / dtype.size() + 37]
 }
 
-/// Every (operation, in place, zero-copy) case of one shape.
-pub fn cases(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<(OpParam, bool, bool)> {
+/// One case of the matrix: every rank's parameters (equal except for the point-to-point
+/// vector operators), in place or not, zero-copy or staged.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub ops: Vec<OpParam>,
+    pub in_place: bool,
+    pub zero_copy: bool,
+}
+
+/// Every case of one shape. Vector operators get uneven layouts
+/// ([`layouts::vector_ops`]); operators that refuse in place get no in-place cases; a
+/// barrier gets one case per mode.
+pub fn cases(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<Case> {
     let reduce_ops: &[ReduceOp] = if kind.reduces() {
         &ReduceOp::ALL
     } else {
         &[ReduceOp::Sum]
     };
+    let dtypes: &[DataType] = if kind == OpKind::Barrier {
+        &[DataType::U8]
+    } else {
+        &DTYPES
+    };
     let mut cases = Vec::new();
-    for dtype in DTYPES {
+    for &dtype in dtypes {
         for &op in reduce_ops {
-            for count in counts(ranks, ccl_bytes, dtype) {
-                let param = OpParam {
-                    kind,
-                    count,
-                    dtype,
-                    op,
-                    root: kind.has_root().then_some(ranks / 2),
-                    layout: None,
-                };
+            let counts = match kind {
+                OpKind::Barrier => vec![0],
+                _ => counts(ranks, ccl_bytes, dtype).to_vec(),
+            };
+            for count in counts {
+                let ops = vector_ops(kind, count, ranks, dtype, op);
                 for (in_place, zero_copy) in
                     [(false, true), (true, true), (false, false), (true, false)]
                 {
-                    cases.push((param.clone(), in_place, zero_copy));
+                    if in_place && !ops[0].in_place_allowed() {
+                        continue;
+                    }
+                    cases.push(Case {
+                        ops: ops.clone(),
+                        in_place,
+                        zero_copy,
+                    });
                 }
             }
         }
@@ -85,7 +106,8 @@ pub struct Outcome {
 }
 
 /// The first problem of one case, if any.
-fn check_case(config: &Config, topo: &Topology, op: &OpParam, in_place: bool) -> Option<String> {
+fn check_case(config: &Config, topo: &Topology, ops: &[OpParam], in_place: bool) -> Option<String> {
+    let op = &ops[0];
     let what = format!(
         "{:?} {} count {} {} {} {}",
         topo.server_sizes(),
@@ -99,7 +121,7 @@ fn check_case(config: &Config, topo: &Topology, op: &OpParam, in_place: bool) ->
             "staged"
         }
     );
-    match Recording::record(op, in_place, config.clone()) {
+    match Recording::record_each(ops, in_place, config.clone()) {
         Err(e) => Some(format!("{what}: {e}")),
         Ok(rec) => analyze(&rec)
             .failures
@@ -122,10 +144,10 @@ pub fn conformance(entry: &ExecutorEntry, base: &Config) -> Outcome {
             ..base.clone()
         };
         config.algo.set(Some(entry.op), entry.name);
-        for (op, in_place, zero_copy) in cases(entry.op, topo.ranks(), config.ccl_buffer_bytes) {
+        for case in cases(entry.op, topo.ranks(), config.ccl_buffer_bytes) {
             out.cases += 1;
-            config.zero_copy = zero_copy;
-            if let Some(problem) = check_case(&config, &topo, &op, in_place) {
+            config.zero_copy = case.zero_copy;
+            if let Some(problem) = check_case(&config, &topo, &case.ops, case.in_place) {
                 out.failures += 1;
                 out.first_failure.get_or_insert(problem);
             }

@@ -35,6 +35,7 @@ mod fork_join;
 mod hb;
 mod index;
 mod intervals;
+pub mod layouts;
 mod links;
 mod lost_wakeup;
 mod memory;

@@ -384,7 +384,8 @@ impl OpParam {
         }
     }
 
-    fn in_place_allowed(&self) -> bool {
+    /// Whether the operator has an in-place form.
+    pub fn in_place_allowed(&self) -> bool {
         !matches!(
             self.kind,
             OpKind::AlltoAll | OpKind::AlltoAllV | OpKind::SendRecv
