@@ -6,6 +6,7 @@
 //! - `oxccl algs`: every registered executor and template, with its crate of origin.
 
 mod algs;
+mod calls;
 mod check;
 mod perf;
 mod sizes;

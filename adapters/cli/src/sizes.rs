@@ -49,12 +49,14 @@ pub fn size_sweep(min: &str, max: &str, factor: usize) -> Result<Vec<usize>, Str
     Ok(out)
 }
 
-/// nccl-tests' element count for a size: per-rank elements, with the total divisible by
-/// the ranks for the gathering and scattering collectives.
+/// nccl-tests' element count for a size: per-rank elements for AllReduce, Broadcast,
+/// Reduce and send/recv; for the gathering and scattering collectives (V forms included)
+/// the per-rank block, so the total is divisible by the ranks; 0 for a barrier.
 pub fn count_for_size(kind: OpKind, size: usize, dtype: DataType, ranks: usize) -> usize {
     let elems = size / dtype.size();
     match kind {
-        OpKind::AllReduce | OpKind::Broadcast | OpKind::Reduce => elems,
+        OpKind::AllReduce | OpKind::Broadcast | OpKind::Reduce | OpKind::SendRecv => elems,
+        OpKind::Barrier => 0,
         _ => elems / ranks,
     }
 }

@@ -10,6 +10,7 @@
 mod matrix;
 mod single;
 
+use crate::calls::calls;
 use crate::sizes::{count_for_size, size_sweep};
 use clap::Args;
 use oxccl::{Config, DataType, Error, OpKind, OpParam, ReduceOp, Topology};
@@ -122,8 +123,12 @@ pub(crate) fn config(
     Ok(config)
 }
 
-/// The operations of a size sweep (or of `--count`).
-pub(crate) fn ops(args: &CheckArgs, kind: OpKind, ranks: usize) -> Result<Vec<OpParam>, Error> {
+/// The operations of a size sweep (or of `--count`), each as every rank's call.
+pub(crate) fn ops(
+    args: &CheckArgs,
+    kind: OpKind,
+    ranks: usize,
+) -> Result<Vec<Vec<OpParam>>, Error> {
     let dtype: DataType = args
         .datatype
         .parse()
@@ -132,15 +137,7 @@ pub(crate) fn ops(args: &CheckArgs, kind: OpKind, ranks: usize) -> Result<Vec<Op
         .op
         .parse()
         .map_err(|e: oxccl::platform::dtype::ParseNameError| bad_arg(e.to_string()))?;
-    let root = kind.has_root().then_some(args.root);
-    let param = |count| OpParam {
-        kind,
-        count,
-        dtype,
-        op,
-        root,
-        layout: None,
-    };
+    let param = |count| calls(kind, count, dtype, op, args.root, ranks);
     if let Some(count) = args.count {
         return Ok(vec![param(count)]);
     }

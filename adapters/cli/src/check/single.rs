@@ -64,9 +64,10 @@ pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
     if !args.json {
         print_header(kind, args, &topo_desc);
     }
-    for op in ops(args, kind, topo.ranks())? {
-        let rec = Recording::record(
-            &op,
+    for each in ops(args, kind, topo.ranks())? {
+        let op = &each[0];
+        let rec = Recording::record_each(
+            &each,
             args.in_place,
             config(args, kind, &topo, args.algo.as_deref())?,
         )?;

@@ -6,6 +6,7 @@
 //! expected output does not depend on the algorithm's reduction order, and only eight
 //! expected elements need computing.
 
+use oxccl::framework::op::VLayout;
 use oxccl::platform::reduce::reduce_scalar;
 use oxccl::{bf16, f16, DataType, OpKind, OpParam, ReduceOp};
 
@@ -77,10 +78,15 @@ pub fn fill_input(op: &OpParam, rank: usize, buf: &mut [u8]) {
 
 /// What every rank's output must hold, as periods of the input pattern.
 ///
-/// AllReduce: the reduced period everywhere. AllGather: output block `s` is rank `s`'s
-/// input, so its own period, from the block's start. ReduceScatter: rank `r`'s output is
-/// element `r * count + i` of every input reduced, so the reduced period rotated by
-/// `r * count`. Comparing against a period keeps the check linear and cheap at 64 MiB.
+/// AllReduce and Reduce (root): the reduced period. AllGather and Gather (root): output
+/// block `s` is rank `s`'s input, so its own period, from the block's start.
+/// ReduceScatter: rank `r`'s output is element `r * count + i` of every input reduced, so
+/// the reduced period rotated by `r * count`; Scatter the same of the root's input.
+/// Broadcast: the root's period. AlltoAll: block `s` is block `r` of rank `s`'s input.
+/// Send/recv (each rank from the previous one): the previous rank's period. The V forms
+/// use uniform packed layouts and match their fixed forms. Non-root outputs of Reduce and
+/// Gather are undefined and not checked. Comparing against a period keeps the check
+/// linear and cheap at 64 MiB.
 pub struct Expected {
     op: OpParam,
     ranks: usize,
@@ -93,11 +99,11 @@ pub struct Expected {
 impl Expected {
     /// The expectation for `op` over `ranks` ranks, or why it cannot be checked.
     pub fn new(op: &OpParam, ranks: usize) -> Result<Self, String> {
-        if !matches!(
-            op.kind,
-            OpKind::AllReduce | OpKind::AllGather | OpKind::ReduceScatter
-        ) {
-            return Err(format!("oxccl perf cannot check {} yet", op.kind));
+        if op.layout().is_some_and(|l| !is_uniform(l)) {
+            return Err(format!(
+                "oxccl perf checks {} only with uniform packed layouts",
+                op.kind
+            ));
         }
         let es = op.dtype.size();
         let inputs: Vec<Vec<u8>> = (0..ranks).map(|r| period(op, r)).collect();
@@ -121,19 +127,64 @@ impl Expected {
     /// of an in-place call (where ReduceScatter's result is block `rank`).
     pub fn count_wrong(&self, rank: usize, in_place: bool, buf: &[u8]) -> usize {
         let es = self.op.dtype.size();
-        let block = self.op.count * es;
+        let count = block_count(&self.op);
+        let block = count * es;
+        let n = self.ranks;
+        let root = self.op.root.unwrap_or(0);
+        // Block `s` of `buf` against `period` rotated by `shift` elements.
+        let block_wrong = |s: usize, period: &[u8], shift: usize| {
+            let mut rotated = period.to_vec();
+            rotated.rotate_left((shift % PERIOD) * es);
+            count_wrong(&buf[s * block..(s + 1) * block], &rotated, es)
+        };
+        let own = if in_place { rank } else { 0 };
         match self.op.kind {
-            OpKind::AllGather => (0..self.ranks)
-                .map(|s| count_wrong(&buf[s * block..(s + 1) * block], &self.inputs[s], es))
-                .sum(),
-            OpKind::ReduceScatter => {
-                let at = if in_place { rank * block } else { 0 };
-                let phase = (rank * self.op.count) % PERIOD;
-                let mut rotated = self.reduced.clone();
-                rotated.rotate_left(phase * es);
-                count_wrong(&buf[at..at + block], &rotated, es)
+            OpKind::AllGather | OpKind::AllGatherV => {
+                (0..n).map(|s| block_wrong(s, &self.inputs[s], 0)).sum()
             }
-            _ => count_wrong(&buf[..block], &self.reduced, es),
+            OpKind::Gather if rank == root => {
+                (0..n).map(|s| block_wrong(s, &self.inputs[s], 0)).sum()
+            }
+            OpKind::Gather | OpKind::Reduce if rank != root => 0,
+            OpKind::ReduceScatter | OpKind::ReduceScatterV => {
+                block_wrong(own, &self.reduced, rank * count)
+            }
+            OpKind::Scatter => block_wrong(own, &self.inputs[root], rank * count),
+            OpKind::Broadcast => block_wrong(0, &self.inputs[root], 0),
+            OpKind::AlltoAll | OpKind::AlltoAllV => (0..n)
+                .map(|s| block_wrong(s, &self.inputs[s], rank * count))
+                .sum(),
+            OpKind::SendRecv => block_wrong(0, &self.inputs[(rank + n - 1) % n], 0),
+            OpKind::Barrier => 0,
+            _ => block_wrong(0, &self.reduced, 0),
+        }
+    }
+}
+
+/// Elements of one block: `count`, or the first block of a vector operator's layout.
+fn block_count(op: &OpParam) -> usize {
+    match op.layout() {
+        Some(VLayout::Blocks { counts, .. }) => counts.first().copied().unwrap_or(0),
+        Some(VLayout::P2p { sends, .. }) => sends.first().map_or(0, |s| s.count),
+        None => op.count,
+    }
+}
+
+/// Whether every block of a layout has the same count and blocks are packed in rank order
+/// (every peer's receive at `peer * count`), as `oxccl perf` builds them.
+fn is_uniform(layout: &VLayout) -> bool {
+    let packed = |counts: &[usize], displs: &[usize]| {
+        let c = counts.first().copied().unwrap_or(0);
+        counts.iter().all(|&x| x == c) && displs.iter().enumerate().all(|(r, &d)| d == r * c)
+    };
+    match layout {
+        VLayout::Blocks { counts, displs } => packed(counts, displs),
+        VLayout::P2p { recvs, .. } if recvs.len() == 1 => recvs[0].offset == 0,
+        VLayout::P2p { sends, recvs } => {
+            let counts: Vec<usize> = recvs.iter().map(|i| i.count).collect();
+            let displs: Vec<usize> = recvs.iter().map(|i| i.offset).collect();
+            let send_displs: Vec<usize> = sends.iter().map(|i| i.offset).collect();
+            packed(&counts, &displs) && packed(&counts, &send_displs)
         }
     }
 }

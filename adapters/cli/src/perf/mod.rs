@@ -12,14 +12,16 @@ mod data;
 mod report;
 mod run;
 
+use crate::calls::calls;
 use crate::sizes::{count_for_size, size_sweep};
 use clap::Args;
-use oxccl::{Communicator, Config, DataType, Error, OpKind, OpParam, ReduceOp};
+use oxccl::{Communicator, Config, DataType, Error, OpKind, ReduceOp};
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
 pub struct PerfArgs {
-    /// The collective: all-reduce.
+    /// The collective: all-reduce, all-gather, reduce-scatter, broadcast, reduce, scatter,
+    /// gather, all-to-all, all-gather-v, reduce-scatter-v, all-to-all-v, send-recv, barrier.
     pub collective: String,
     /// Smallest size in bytes (K, M, G suffixes).
     #[arg(short = 'b', long = "minbytes", default_value = "32M")]
@@ -98,23 +100,18 @@ pub fn run(args: &PerfArgs) -> Result<ExitCode, Error> {
         config.algo.set(Some(kind), name);
     }
     let comms = Communicator::init_all(args.ranks, config)?;
+    let sweep = match kind {
+        // A barrier moves no data: one row.
+        OpKind::Barrier => vec![0],
+        _ => size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor).map_err(bad_arg)?,
+    };
     let mut report = report::Report::new(kind, &comms, args);
     for &dtype in &dtypes {
         for &redop in &redops {
-            for &size in
-                &size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor).map_err(bad_arg)?
-            {
+            for &size in &sweep {
                 let count = count_for_size(kind, size, dtype, args.ranks);
-                let root = kind.has_root().then_some(args.root);
-                let op = OpParam {
-                    kind,
-                    count,
-                    dtype,
-                    op: redop,
-                    root,
-                    layout: None,
-                };
-                report.row(run::measure(&comms, &op, args)?);
+                let ops = calls(kind, count, dtype, redop, args.root, args.ranks);
+                report.row(run::measure(&comms, &ops, args)?);
             }
         }
     }

@@ -147,13 +147,16 @@ impl Report {
             Some(_) => (None, None),
             None => (
                 Some(self.timing(size, &m.out_of_place)),
-                Some(self.timing(size, &m.in_place)),
+                m.in_place.as_ref().map(|t| self.timing(size, t)),
             ),
         };
         self.out_of_bounds += m.out_of_bounds;
         match &mut self.json {
             None => match (&oop, &ip, &m.skipped) {
-                (Some((_, o)), Some((_, i)), _) => {
+                (Some((_, o)), ip, None) => {
+                    let i = ip
+                        .as_ref()
+                        .map_or(format!("{:>34}", "no in-place form"), |x| x.1.clone());
                     println!(
                         "  {size:>10} {:>12} {dtype:>8} {redop:>6} {root:>5}   {o}   {i}  {}",
                         m.op.count, m.executor

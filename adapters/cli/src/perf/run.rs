@@ -24,7 +24,8 @@ pub struct Timing {
 pub struct Measured {
     pub op: OpParam,
     pub out_of_place: Timing,
-    pub in_place: Timing,
+    /// `None` for operators without an in-place form (AlltoAll(V), send/recv).
+    pub in_place: Option<Timing>,
     /// Bytes written outside receive buffers.
     pub out_of_bounds: usize,
     pub executor: String,
@@ -38,9 +39,10 @@ struct RankResult {
     oob: usize,
 }
 
-/// One rank's communicator and buffers, driven by one of the benchmark's threads.
+/// One rank's communicator, call and buffers, driven by one of the benchmark's threads.
 struct RankState<'c> {
     comm: &'c Communicator,
+    op: &'c OpParam,
     input: Aligned,
     output: Aligned,
 }
@@ -52,8 +54,15 @@ fn available_memory() -> Option<usize> {
     Some(kib * 1024)
 }
 
-pub fn measure(comms: &[Communicator], op: &OpParam, args: &PerfArgs) -> Result<Measured, Error> {
+/// Measure one row: `ops[r]` is rank `r`'s call (the same on every rank except for
+/// send/recv, whose peers differ).
+pub fn measure(
+    comms: &[Communicator],
+    ops: &[OpParam],
+    args: &PerfArgs,
+) -> Result<Measured, Error> {
     let n = comms.len();
+    let op = &ops[0];
     let (in_bytes, out_bytes) = op.buffer_bytes(0, n);
     let executor = comms[0]
         .framework()
@@ -65,7 +74,7 @@ pub fn measure(comms: &[Communicator], op: &OpParam, args: &PerfArgs) -> Result<
     let mut row = Measured {
         op: op.clone(),
         out_of_place: Timing::default(),
-        in_place: Timing::default(),
+        in_place: None,
         out_of_bounds: 0,
         executor,
         skipped: None,
@@ -88,7 +97,7 @@ pub fn measure(comms: &[Communicator], op: &OpParam, args: &PerfArgs) -> Result<
             .chunks(per_thread)
             .map(|ranks| {
                 let (barrier, expected) = (&barrier, expected.as_ref());
-                s.spawn(move || run_thread(ranks, op, args, barrier, expected))
+                s.spawn(move || run_thread(ranks, ops, args, barrier, expected))
             })
             .collect();
         handles
@@ -109,10 +118,10 @@ pub fn measure(comms: &[Communicator], op: &OpParam, args: &PerfArgs) -> Result<
         seconds: mean(|r| r.oop.0),
         wrong: wrong(|r| r.oop.1),
     };
-    row.in_place = Timing {
+    row.in_place = op.in_place_allowed().then(|| Timing {
         seconds: mean(|r| r.ip.0),
         wrong: wrong(|r| r.ip.1),
-    };
+    });
     row.out_of_bounds = results.iter().map(|r| r.oob).sum();
     Ok(row)
 }
@@ -140,12 +149,7 @@ fn recv(o: &mut Aligned, len: usize) -> &mut [u8] {
 }
 
 /// One group call over every rank this thread drives.
-fn group_call(
-    states: &mut [RankState<'_>],
-    op: &OpParam,
-    len: usize,
-    in_place: bool,
-) -> Result<(), Error> {
+fn group_call(states: &mut [RankState<'_>], len: usize, in_place: bool) -> Result<(), Error> {
     let mut group = Group::new();
     for st in states.iter_mut() {
         let user = if in_place {
@@ -156,18 +160,20 @@ fn group_call(
                 output: recv(&mut st.output, len),
             }
         };
-        group.execute(st.comm, op.clone(), user);
+        group.execute(st.comm, st.op.clone(), user);
     }
     group.run()
 }
 
-fn run_thread(
-    comms: &[Communicator],
-    op: &OpParam,
+fn run_thread<'c>(
+    comms: &'c [Communicator],
+    ops: &'c [OpParam],
     args: &PerfArgs,
     barrier: &Barrier,
     expected: Option<&Expected>,
 ) -> Result<Vec<RankResult>, Error> {
+    // Every rank's buffers have rank 0's sizes (equal in every benchmarked layout).
+    let op = &ops[0];
     let (in_bytes, out_bytes) = op.buffer_bytes(0, comms[0].size());
     // In place, the one buffer is the larger side (NCCL's convention).
     let one_bytes = in_bytes.max(out_bytes);
@@ -180,6 +186,7 @@ fn run_thread(
             output.bytes_mut().fill(GUARD_BYTE);
             RankState {
                 comm,
+                op: &ops[comm.rank()],
                 input,
                 output,
             }
@@ -196,17 +203,22 @@ fn run_thread(
             })
             .collect()
     };
-    let oop_time = timed(args, barrier, || {
-        group_call(&mut states, op, out_bytes, false)
-    })?;
+    let oop_time = timed(args, barrier, || group_call(&mut states, out_bytes, false))?;
     let oop_wrong = check(&mut states, false, out_bytes);
     let oop_oob: Vec<usize> = states
         .iter()
         .map(|st| guard_damage(&st.output, out_bytes))
         .collect();
-    let ip_time = timed(args, barrier, || {
-        group_call(&mut states, op, one_bytes, true)
-    })?;
+    if !op.in_place_allowed() {
+        return Ok(results(
+            &states,
+            (oop_time, &oop_wrong),
+            None,
+            &oop_oob,
+            one_bytes,
+        ));
+    }
+    let ip_time = timed(args, barrier, || group_call(&mut states, one_bytes, true))?;
     let mut ip_wrong = vec![0; states.len()];
     if expected.is_some() {
         for st in states.iter_mut() {
@@ -214,18 +226,36 @@ fn run_thread(
             recv(&mut st.output, one_bytes)[at..at + in_bytes].copy_from_slice(st.input.bytes());
         }
         barrier.wait();
-        group_call(&mut states, op, one_bytes, true)?;
+        group_call(&mut states, one_bytes, true)?;
         ip_wrong = check(&mut states, true, one_bytes);
     }
-    Ok(states
+    Ok(results(
+        &states,
+        (oop_time, &oop_wrong),
+        Some((ip_time, &ip_wrong)),
+        &oop_oob,
+        one_bytes,
+    ))
+}
+
+/// Each rank's times and wrong counts (`ip`: `None` for operators without an in-place
+/// form, reported as zero).
+fn results(
+    states: &[RankState<'_>],
+    oop: (f64, &[usize]),
+    ip: Option<(f64, &[usize])>,
+    oop_oob: &[usize],
+    one_bytes: usize,
+) -> Vec<RankResult> {
+    states
         .iter()
         .enumerate()
         .map(|(i, st)| RankResult {
-            oop: (oop_time, oop_wrong[i]),
-            ip: (ip_time, ip_wrong[i]),
-            oob: oop_oob[i] + guard_damage(&st.output, one_bytes),
+            oop: (oop.0, oop.1[i]),
+            ip: ip.map_or((0.0, 0), |(t, w)| (t, w[i])),
+            oob: oop_oob[i] + ip.map_or(0, |_| guard_damage(&st.output, one_bytes)),
         })
-        .collect())
+        .collect()
 }
 
 /// Guard bytes around the first `len` bytes of the receive buffer that were overwritten.
