@@ -123,6 +123,16 @@ impl Communicator {
             .into());
         }
         config.algo.validate()?;
+        if config.link_channels < 2 {
+            return Err(crate::error::ConfigError {
+                var: "link_channels",
+                value: config.link_channels.to_string(),
+                reason:
+                    "at least 2 are needed: the Close handshake that ends every operation uses two"
+                        .into(),
+            }
+            .into());
+        }
         let device = create_device(n, &config)?;
         tracing::info!(
             ranks = n,

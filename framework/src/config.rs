@@ -42,7 +42,8 @@ pub struct Config {
     pub device: DeviceChoice,
     /// The topology; `None` means one server with all ranks fully connected.
     pub topology: Option<Topology>,
-    /// Notify channels per link.
+    /// Notify channels per link; at least 2 (the end-of-operation Close handshake uses
+    /// channels 0 and 1, see `orchestrate`).
     pub link_channels: usize,
 }
 

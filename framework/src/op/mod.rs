@@ -125,7 +125,11 @@ impl OpKind {
     /// `recv = send`).
     pub fn block_count(self, ranks: usize, send: usize, recv: usize) -> Result<usize, ArgError> {
         let (in_blocks, out_blocks) = self.buffer_counts(1, ranks);
-        let block = if in_blocks <= out_blocks { send } else { recv };
+        let block = if in_blocks <= out_blocks {
+            send / in_blocks
+        } else {
+            recv / out_blocks
+        };
         let (need_send, need_recv) = self.buffer_counts(block, ranks);
         if (need_send, need_recv) == (send, recv) {
             return Ok(block);
@@ -411,6 +415,8 @@ mod tests {
         assert_eq!(OpKind::AllGather.block_count(4, 3, 12), Ok(3));
         assert_eq!(OpKind::ReduceScatter.block_count(4, 12, 3), Ok(3));
         assert_eq!(OpKind::AllReduce.block_count(4, 5, 5), Ok(5));
+        assert_eq!(OpKind::AlltoAll.block_count(3, 6, 6), Ok(2));
+        assert!(OpKind::AlltoAll.block_count(3, 7, 7).is_err());
         assert!(matches!(
             OpKind::AllGather.block_count(4, 3, 13),
             Err(ArgError::BlockMismatch {
