@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Install and build the peer benchmark (OpenMPI) that oxccl's figures are compared with,
-# then run it next to `oxccl perf` for AllReduce, float32 sum, 8 ranks.
+# then run it next to `oxccl perf` on 8 ranks, float32 (sum), in the same run.
 #
 #   scripts/bench-peers.sh [sizes...]        (default: 1K 1M 64M)
+#   COLLS="all-reduce broadcast" scripts/bench-peers.sh 1M
 #
+# COLLS (default: all-reduce all-gather reduce-scatter broadcast) are oxccl's names; sizes
+# follow nccl-tests (per rank for all-reduce and broadcast, total for the others) in both.
 # Needs root for apt-get (Debian packages openmpi-bin, libopenmpi-dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || set -- 1K 1M 64M
+colls=${COLLS:-all-reduce all-gather reduce-scatter broadcast}
 if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
   apt-get update -qq
   apt-get install -y -qq openmpi-bin libopenmpi-dev
@@ -16,8 +20,18 @@ peers=../shared/bench/peers
 mkdir -p target
 mpicc -O2 -o target/mpi_bench "$peers/mpi_bench.c"
 cargo build --release -q -p oxccl-cli
-for size in "$@"; do
-  echo "== $size"
-  ./target/release/oxccl perf all-reduce --ranks 8 -b "$size" -e "$size" -n 50 -w 5 | grep -E '^ +[0-9]'
-  mpirun --allow-run-as-root --oversubscribe -np 8 target/mpi_bench allreduce "$size" | grep -E '^ +[0-9]'
+mpi_name() {
+  case $1 in
+    all-reduce) echo allreduce ;; all-gather) echo allgather ;;
+    reduce-scatter) echo reducescatter ;; broadcast) echo bcast ;;
+    *) echo "no MPI peer for $1" >&2; exit 2 ;;
+  esac
+}
+for coll in $colls; do
+  for size in "$@"; do
+    iters=50; [ "$size" = 64M ] && iters=10
+    echo "== $coll $size"
+    ./target/release/oxccl perf "$coll" --ranks 8 -b "$size" -e "$size" -n $iters -w 5 | grep -E '^ +[0-9]'
+    mpirun --allow-run-as-root --oversubscribe -np 8 target/mpi_bench "$(mpi_name "$coll")" "$size" | grep -E '^ +[0-9]'
+  done
 done
