@@ -42,10 +42,12 @@ pub fn build_program(
     let mut program = RankProgram::new(plan.rank, 1 + req.slave_streams);
     let op = plan.op;
     let per_loop = loop_count(executor_name, plan, req)?;
+    // Vector operators and Barrier stage by themselves (see `block_sides`).
+    let staged_by_loop = plan.mode == Mode::Staged && block_sides(op.kind).is_some();
     for (iteration, first) in iteration_starts(op, per_loop).enumerate() {
         let count = per_loop.min(op.count - first);
         let args = iteration_args(plan, first, count, iteration);
-        if plan.mode == Mode::Staged {
+        if staged_by_loop {
             stage_in(&mut program, plan, &args, first);
         }
         let mut ctx = KernelCtx {
@@ -59,7 +61,7 @@ pub fn build_program(
             slaves: req.slave_streams,
         };
         executor.kernel_run(&mut ctx, &args)?;
-        if plan.mode == Mode::Staged {
+        if staged_by_loop {
             stage_out(&mut program, plan, &args, first);
         }
     }
