@@ -261,6 +261,12 @@ pub struct Constraints {
     pub full_mesh: bool,
     /// The built-in selector considers it only up to this many bytes per rank.
     pub max_bytes: Option<usize>,
+    /// The built-in selector considers it only from this many bytes per rank (a
+    /// pipeline that pays off for large data).
+    pub min_bytes: Option<usize>,
+    /// The built-in selector considers it only on topologies of at least this many
+    /// servers (hierarchical executors); it still runs anywhere when forced by name.
+    pub min_servers: usize,
 }
 
 impl Constraints {
@@ -270,7 +276,28 @@ impl Constraints {
         max_ranks: usize::MAX,
         full_mesh: false,
         max_bytes: None,
+        min_bytes: None,
+        min_servers: 1,
     };
+
+    /// Why the built-in selector should not pick it for `bytes` per rank on `topology`
+    /// although it could run ([`Constraints::max_bytes`], [`Constraints::min_bytes`],
+    /// [`Constraints::min_servers`]).
+    pub fn auto_selection_veto(&self, bytes: usize, topology: &Topology) -> Option<String> {
+        if let Some(max) = self.max_bytes.filter(|&max| bytes > max) {
+            return Some(format!("only auto-selected up to {max} B"));
+        }
+        if let Some(min) = self.min_bytes.filter(|&min| bytes < min) {
+            return Some(format!("only auto-selected from {min} B"));
+        }
+        let servers = topology.server_sizes().len();
+        (servers < self.min_servers).then(|| {
+            format!(
+                "only auto-selected on {}+ servers (the topology has {servers})",
+                self.min_servers
+            )
+        })
+    }
 
     /// Why the constraints fail for `ranks` ranks on `topology`, if they do.
     pub fn check(&self, ranks: usize, topology: &Topology) -> Option<String> {
@@ -304,6 +331,12 @@ impl Constraints {
         }
         if let Some(b) = self.max_bytes {
             parts.push(format!("auto-selected up to {b} B"));
+        }
+        if let Some(b) = self.min_bytes {
+            parts.push(format!("auto-selected from {b} B"));
+        }
+        if self.min_servers > 1 {
+            parts.push(format!("auto-selected on {}+ servers", self.min_servers));
         }
         if parts.is_empty() {
             "any".into()

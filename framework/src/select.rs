@@ -198,12 +198,7 @@ fn builtin_choice(
         let why = e
             .constraints
             .check(req.ranks, req.topology)
-            .or_else(|| {
-                e.constraints
-                    .max_bytes
-                    .filter(|&max| req.bytes > max)
-                    .map(|max| format!("only auto-selected up to {max} B"))
-            })
+            .or_else(|| e.constraints.auto_selection_veto(req.bytes, req.topology))
             .or_else(|| infeasible(e, req));
         match why {
             Some(why) => rejected.push(format!("{}: {why}", e.name)),
