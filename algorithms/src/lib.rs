@@ -6,6 +6,16 @@
 //! crate is all it takes to make the built-ins selectable.
 
 pub mod all_gather;
+pub mod all_gather_v;
 pub mod all_reduce;
+pub mod all_to_all;
+pub mod all_to_all_v;
+pub mod barrier;
+pub mod broadcast;
+pub mod gather;
+pub mod reduce;
 pub mod reduce_scatter;
+pub mod reduce_scatter_v;
+pub mod scatter;
+pub mod send_recv;
 pub mod templates;

@@ -9,6 +9,8 @@
 pub mod blocks;
 pub mod data;
 pub mod oracle;
+pub mod rooted;
+pub mod vector;
 
 use oxccl::{Communicator, Config, DataType, OpParam, ReduceOp, Topology, UserBuffers};
 

@@ -1,6 +1,12 @@
 //! AllReduce executors.
 
+pub mod double_ring;
+pub mod hier_levels;
+pub mod hier_pipelined;
 pub mod mesh;
 pub mod mesh_push;
+pub mod nb;
+pub mod nhr;
 pub mod one_shot;
+pub mod rhd;
 pub mod ring;

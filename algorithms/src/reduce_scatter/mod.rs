@@ -8,5 +8,10 @@
 //!
 //! [`KernelArgs::blocks`]: oxccl_framework::KernelArgs::blocks
 
+pub mod double_ring;
+pub mod hier_levels;
 pub mod mesh;
+pub mod nb;
+pub mod nhr;
+pub mod rhd;
 pub mod ring;

@@ -4,17 +4,38 @@
 //! `oxccl` facade).
 
 pub mod chunks;
+pub mod double_ring;
+pub mod hierarchy;
 pub mod mesh;
+pub mod nb;
+pub mod nhr;
+pub mod p2p;
 pub mod peer_round;
+pub mod rhd;
 pub mod ring;
 pub mod ring_all_gather;
 pub mod ring_order;
 pub mod ring_reduce_scatter;
+pub mod tree;
 
 pub use chunks::even_chunks;
+pub use double_ring::{double_ring, Direction};
+pub use hierarchy::{
+    pull_from_server, server_all_gather, server_round, server_slaves, Level1, Servers,
+};
 pub use mesh::{mesh_all_gather, mesh_peer, mesh_reduce_scatter, mesh_resources, MeshParams};
+pub use nb::{nb_all_gather, nb_peers, nb_reduce_scatter, nb_reduce_scatter_into, nb_schedule};
+pub use nhr::{
+    nhr_all_gather, nhr_peers, nhr_reduce_scatter, nhr_reduce_scatter_into, nhr_schedule,
+};
+pub use p2p::{p2p_exchange, p2p_peers, p2p_slot_bytes, P2pParams, P2pPhase};
 pub use peer_round::{all_peers_round, Round};
+pub use rhd::{
+    require_links, rhd_all_gather, rhd_all_reduce, rhd_peers, rhd_reduce_scatter,
+    rhd_reduce_scatter_into,
+};
 pub use ring::RingParams;
 pub use ring_all_gather::ring_all_gather;
 pub use ring_order::{healthy_ring, healthy_ring_for, ring_neighbours};
 pub use ring_reduce_scatter::{ring_reduce_scatter, ring_reduce_scatter_into, RingTargets};
+pub use tree::BinomialTree;

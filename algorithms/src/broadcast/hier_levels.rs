@@ -1,0 +1,183 @@
+//! Broadcast hierarchical (HCCL's scatter + all-gather over the levels): the root's
+//! server scatters the data, each piece crosses the servers on its own plane of ranks, and
+//! every server all-gathers the pieces.
+//!
+//! The data is cut into `L` chunks, `L` the widest server's rank count; on a server of `m`
+//! ranks chunk `c` belongs to local rank `c % m`, and the level-1 group of `c` is its owner
+//! on every server (see [`Servers`]).
+//! 1. Level 0, scatter: in the root's server, every rank pulls the chunks it owns from the
+//!    root's input.
+//! 2. Level 1: for each chunk `c` it owns, in increasing order, a rank joins the broadcast
+//!    of `c` from its owner on the root's server (the source) to the group of `c`: each
+//!    other member pulls its `1/S` of the chunk from the source, then the [`Level1`]
+//!    all-gather over the group completes it.
+//! 3. Level 0, all-gather: every rank pulls the chunks it does not own from their owners
+//!    in its server, one slave stream per server peer.
+//!
+//! Every rank's NIC carries about `2(S−1)/S · n/m` instead of the whole vector.
+//! Cost with `m` ranks per server and `S` servers, level 1 a ring:
+//! `2α₀ + 2(m−1)/m·nβ₀ + Sα₁ + 2(S−1)/(S·m)·nβ₁`. Needs a full mesh inside each server and
+//! links between the owners of a chunk.
+//!
+//! Each scatter pull is announced by a DataSignal from the rank read and answered by an
+//! Ack ("done reading"); the level-1 templates end every step with a full handshake.
+//! Staged, an Ack round with the server ("I am done reading your output") ends every
+//! iteration, and consecutive iterations alternate link channels.
+
+use super::{root_keeps_its_data, root_of};
+use crate::templates::{
+    even_chunks, server_all_gather, server_round, server_slaves, Level1, RingParams, Round, Servers,
+};
+use oxccl_framework::platform::Rank;
+use oxccl_framework::{
+    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx,
+    ResourceRequest,
+};
+
+/// The hierarchical Broadcast executor, over a level-1 algorithm.
+pub struct HierBroadcast(pub Level1);
+
+oxccl_framework::register_executor! {
+    name: "hier-ring",
+    op: OpKind::Broadcast,
+    description: "scatter in the root's server, level-1 scatter + ring all-gather of each chunk across servers, level-0 all-gather",
+    constraints: Constraints {
+        min_servers: 2,
+        min_bytes: Some(1 << 20),
+        ..Constraints::ANY
+    },
+    preference: 26,
+    make: || Box::new(HierBroadcast(Level1::Ring)),
+}
+
+oxccl_framework::register_executor! {
+    name: "hier-rhd",
+    op: OpKind::Broadcast,
+    description: "scatter in the root's server, level-1 scatter + recursive-doubling all-gather of each chunk across servers, level-0 all-gather",
+    constraints: Constraints::ANY,
+    preference: 5,
+    make: || Box::new(HierBroadcast(Level1::Rhd)),
+}
+
+oxccl_framework::register_executor! {
+    name: "hier-nhr",
+    op: OpKind::Broadcast,
+    description: "scatter in the root's server, level-1 scatter + NHR all-gather of each chunk across servers, level-0 all-gather",
+    constraints: Constraints::ANY,
+    preference: 5,
+    make: || Box::new(HierBroadcast(Level1::Nhr)),
+}
+
+impl Executor for HierBroadcast {
+    fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        let root = root_of(ctx.op, "hier broadcast")?;
+        let servers = Servers::of(ctx.topology);
+        let source_server = servers.server_of(root);
+        let me = ctx.rank;
+        let mut peers = servers.server_peers(me);
+        for c in servers.owned_chunks(me) {
+            let group = servers.group(c);
+            let source = group[source_server];
+            match me == source {
+                true => peers.extend(group.iter().filter(|&&r| r != me)),
+                false => peers.push(source),
+            }
+            peers.extend(self.0.peers(&group, me));
+        }
+        peers.sort_unstable();
+        peers.dedup();
+        Ok(ResourceRequest {
+            slave_streams: server_slaves(&servers, me),
+            ..ResourceRequest::with_peers(Peers::List(peers))
+        })
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        let root = root_of(&args.op, "hier broadcast")?;
+        let servers = Servers::of(ctx.topology);
+        let es = args.op.dtype.size();
+        let chunks = even_chunks(args.op.count, servers.widest(), es);
+        let channel = args.iteration % 2;
+        let me = ctx.rank;
+        if me == root {
+            root_keeps_its_data(ctx, args);
+        }
+        if servers.server_of(me) == servers.server_of(root) {
+            let pulls: Vec<(usize, usize)> = servers
+                .owned_chunks(me)
+                .into_iter()
+                .map(|c| chunks[c])
+                .collect();
+            let peers = servers.server_peers(me);
+            pull_from_source(ctx, args.input, args.output, root, &peers, &pulls, channel)?;
+        }
+        let source_server = servers.server_of(root);
+        for c in servers.owned_chunks(me) {
+            let group = servers.group(c);
+            if group.len() < 2 {
+                continue;
+            }
+            let (off, len) = chunks[c];
+            let sub: Vec<(usize, usize)> = even_chunks(len / es, group.len(), es)
+                .into_iter()
+                .map(|(o, l)| (off + o, l))
+                .collect();
+            let source = group[source_server];
+            let pos = group.iter().position(|&r| r == me).unwrap_or(0);
+            let others: Vec<Rank> = group.iter().copied().filter(|&r| r != source).collect();
+            let out = args.output;
+            pull_from_source(ctx, out, out, source, &others, &[sub[pos]], channel)?;
+            let positions: Vec<usize> = (0..group.len()).collect();
+            let p = RingParams {
+                order: &group,
+                stream: 0,
+                channel,
+                chunks: &sub,
+                chunk_at: &positions,
+                input: args.output,
+                output: args.output,
+                dtype: args.op.dtype,
+                op: args.op.op,
+            };
+            self.0.all_gather(ctx, &p)?;
+        }
+        server_all_gather(ctx, &servers, args.output, &chunks, (channel, 1))?;
+        if args.mode == Mode::Staged {
+            server_round(ctx, &servers, channel, Round::Ack)?;
+        }
+        Ok(())
+    }
+}
+
+/// `source` announces its data (a DataSignal to each of `readers`) and waits until each
+/// is done (their Acks); every reader pulls `pulls` (`(byte offset, byte length)`) from
+/// the source's `from` into its own `to`, between the two.
+fn pull_from_source(
+    ctx: &mut KernelCtx<'_>,
+    from: BufRange,
+    to: BufRange,
+    source: Rank,
+    readers: &[Rank],
+    pulls: &[(usize, usize)],
+    channel: usize,
+) -> Result<(), Error> {
+    let me = ctx.rank;
+    if me == source {
+        let links = readers
+            .iter()
+            .filter(|&&r| r != me)
+            .map(|&r| ctx.link(r, channel))
+            .collect::<Result<Vec<_>, _>>()?;
+        links.iter().for_each(|l| l.tx_data_signal(ctx.main()));
+        links.iter().for_each(|l| l.rx_ack(ctx.main()));
+        return Ok(());
+    }
+    let link = ctx.link(source, channel)?;
+    link.rx_data_signal(ctx.main());
+    for &(off, len) in pulls {
+        let (src, dst) = (from.at(source, off, len), to.at(me, off, len));
+        ctx.main().copy(src, dst);
+    }
+    link.tx_ack(ctx.main());
+    Ok(())
+}

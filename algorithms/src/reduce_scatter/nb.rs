@@ -1,0 +1,74 @@
+//! ReduceScatter NB: HCCL's non-uniform Bruck, `⌈log2 p⌉` steps for any rank count, on
+//! the main stream.
+//!
+//! The transpose of Bruck's all-gather: in step `k` (from the last down to 0) every rank
+//! reduces into its own partial sums those of the rank `2^k` behind, for the run of (up to
+//! `2^k`) blocks starting at its own; after step 0 its own block is complete. No fold and
+//! no extra volume on any rank count. See [`nb`](crate::templates::nb). Partial sums
+//! need one block per rank of room, which the output (one block) lacks, so they go to
+//! scratch (one CCL buffer, which caps a zero-copy iteration at the CCL buffer over the
+//! rank count), and the last step writes straight into the output. It needs links between
+//! the ranks `2^k` apart; a broken one is reported as [`Error::NoLink`].
+//! HCCL cost: `⌈log2 p⌉α + (p−1)/p·nβ + (p−1)/p·nγ`.
+//!
+//! Every step ends with the reader's Ack ("done reading your buffers"), so when an
+//! iteration ends nobody reads this rank's input or scratch any more.
+
+use crate::templates::{nb_peers, nb_reduce_scatter_into, require_links, RingParams, RingTargets};
+use oxccl_framework::platform::Buf;
+use oxccl_framework::{
+    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx,
+    ResourceRequest,
+};
+
+/// The NB ReduceScatter executor.
+pub struct NbReduceScatter;
+
+oxccl_framework::register_executor! {
+    name: "nb",
+    op: OpKind::ReduceScatter,
+    description: "transposed Bruck: ceil(log2 n) steps, the peer of step k 2^k away, partial sums in scratch",
+    constraints: Constraints::ANY,
+    preference: 6,
+    make: || Box::new(NbReduceScatter),
+}
+
+impl Executor for NbReduceScatter {
+    fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        let order: Vec<usize> = (0..ctx.ranks).collect();
+        let peers = require_links(ctx.topology, "nb", ctx.rank, nb_peers(&order, ctx.rank))?;
+        let request = ResourceRequest::with_peers(Peers::List(peers));
+        if ctx.ranks == 1 {
+            return Ok(request);
+        }
+        let per_rank = (ctx.ccl_bytes / ctx.ranks / ctx.op.dtype.size()).max(1);
+        Ok(ResourceRequest {
+            scratch_bytes: ctx.ranks * per_rank * ctx.op.dtype.size(),
+            max_count_per_loop: Some(per_rank),
+            ..request
+        })
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        let n = ctx.ranks;
+        if n == 1 {
+            args.copy_input_to_output(ctx);
+            return Ok(());
+        }
+        let order: Vec<usize> = (0..n).collect();
+        let blocks = args.blocks(n);
+        let len = args.op.count * args.op.dtype.size();
+        let partial_chunks: Vec<(usize, usize)> = (0..n).map(|c| (c * len, len)).collect();
+        let p = RingParams::on_main_stream(&order, &blocks, &order, args);
+        let targets = RingTargets {
+            partials: BufRange {
+                buf: Buf::Scratch,
+                offset: 0,
+                len: n * len,
+            },
+            partial_chunks: &partial_chunks,
+            result: Some(args.output),
+        };
+        nb_reduce_scatter_into(ctx, &p, &targets)
+    }
+}

@@ -1,0 +1,80 @@
+//! ReduceScatter RHD: recursive halving between ranks `2^k` apart, HCCL's `H-D_R`, on
+//! the main stream.
+//!
+//! In each step a rank keeps the half of its current block range that holds its own
+//! block and reduces its partner's partial sums of it into its own, so the data halves
+//! each step: `log2(p)` steps on a power of two. Any other rank count folds first, the
+//! HCCL way: of the first `2(p − 2^k)` ranks, each even one reduces its odd neighbour's
+//! input into its own and takes part for both, and hands the odd one its block at the end
+//! (two more steps, the first moving the whole input). See [`rhd`](crate::templates::rhd).
+//! Partial sums need one block per rank of room, which the output (one block) lacks, so
+//! they go to scratch (one CCL buffer, which caps a zero-copy iteration at the CCL buffer
+//! over the rank count), and the last step writes straight into the output. It needs
+//! links between the ranks at those distances; a broken one is reported as
+//! [`Error::NoLink`].
+//! HCCL cost: `log2(p)α + (p−1)/p·nβ + (p−1)/p·nγ` on a power of two; otherwise two
+//! more steps.
+//!
+//! Every step ends with the partner's Ack ("done reading your buffers"), so when an
+//! iteration ends nobody reads this rank's input or scratch any more.
+
+use crate::templates::{
+    require_links, rhd_peers, rhd_reduce_scatter_into, RingParams, RingTargets,
+};
+use oxccl_framework::platform::Buf;
+use oxccl_framework::{
+    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx,
+    ResourceRequest,
+};
+
+/// The RHD ReduceScatter executor.
+pub struct RhdReduceScatter;
+
+oxccl_framework::register_executor! {
+    name: "rhd",
+    op: OpKind::ReduceScatter,
+    description: "recursive halving between ranks 2^k apart, partial sums in scratch; non-powers of two fold pairwise",
+    constraints: Constraints::ANY,
+    preference: 8,
+    make: || Box::new(RhdReduceScatter),
+}
+
+impl Executor for RhdReduceScatter {
+    fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        let order: Vec<usize> = (0..ctx.ranks).collect();
+        let peers = require_links(ctx.topology, "rhd", ctx.rank, rhd_peers(&order, ctx.rank))?;
+        let request = ResourceRequest::with_peers(Peers::List(peers));
+        if ctx.ranks == 1 {
+            return Ok(request);
+        }
+        let per_rank = (ctx.ccl_bytes / ctx.ranks / ctx.op.dtype.size()).max(1);
+        Ok(ResourceRequest {
+            scratch_bytes: ctx.ranks * per_rank * ctx.op.dtype.size(),
+            max_count_per_loop: Some(per_rank),
+            ..request
+        })
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        let n = ctx.ranks;
+        if n == 1 {
+            args.copy_input_to_output(ctx);
+            return Ok(());
+        }
+        let order: Vec<usize> = (0..n).collect();
+        let blocks = args.blocks(n);
+        let len = args.op.count * args.op.dtype.size();
+        let partial_chunks: Vec<(usize, usize)> = (0..n).map(|c| (c * len, len)).collect();
+        let p = RingParams::on_main_stream(&order, &blocks, &order, args);
+        let targets = RingTargets {
+            partials: BufRange {
+                buf: Buf::Scratch,
+                offset: 0,
+                len: n * len,
+            },
+            partial_chunks: &partial_chunks,
+            result: Some(args.output),
+        };
+        rhd_reduce_scatter_into(ctx, &p, &targets)
+    }
+}

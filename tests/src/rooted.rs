@@ -1,0 +1,199 @@
+//! The harness for the rooted operators: Broadcast, Reduce, Scatter and Gather on every
+//! rank, with roots 0, `n/2` and `n − 1` in turn, compared byte for byte with a reference
+//! built from [`oracle::fold`].
+//!
+//! Buffers follow NCCL. Broadcast and Reduce send and receive `count` elements; Scatter
+//! sends `n` blocks of `count` and receives one, Gather the reverse. In place, the one
+//! buffer is the larger side: a Broadcast root starts with its data there (the others
+//! with garbage), a Reduce rank with its input, a Scatter root with its `n` blocks (and
+//! must end with its own block unchanged, every rank's other blocks untouched), a Gather
+//! rank with its input in block `rank`. Only the root's output is defined for Reduce and
+//! Gather, so only the root's is compared for them.
+
+use crate::{data, oracle, Aligned, Case, Setup};
+use oxccl::{Communicator, DataType, OpKind, OpParam, ReduceOp, UserBuffers};
+
+/// Byte that marks memory the collective must overwrite.
+const GARBAGE: u8 = 0xEE;
+
+/// Every dtype x boundary count, in and out of place, for every reduce op when `kind`
+/// reduces; plus, per dtype, one count that exceeds the CCL buffer (Broadcast, Reduce:
+/// the vector; Scatter, Gather: the `n` blocks), rotating through the reduce ops and
+/// alternating in place.
+pub fn rooted_matrix(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<Case> {
+    let ops: &[ReduceOp] = if kind.reduces() {
+        &ReduceOp::ALL
+    } else {
+        &[ReduceOp::Sum]
+    };
+    let (in_blocks, out_blocks) = kind.buffer_counts(1, ranks);
+    let blocks = in_blocks.max(out_blocks);
+    let mut cases = Vec::new();
+    for (i, dtype) in DataType::ALL.into_iter().enumerate() {
+        for (j, count) in crate::boundary_counts(ranks).into_iter().enumerate() {
+            for (op, in_place) in crate::op_variants(ops, ranks, i, j) {
+                cases.push(Case {
+                    dtype,
+                    op,
+                    count,
+                    in_place,
+                });
+            }
+        }
+        cases.push(Case {
+            dtype,
+            op: ops[i % ops.len()],
+            count: ccl_bytes / (blocks * dtype.size()) + 37,
+            in_place: i % 2 == 1,
+        });
+    }
+    cases
+}
+
+/// One rank's buffers before the call and what its output must hold after it (`None`:
+/// anything).
+struct RootedData {
+    input: Vec<u8>,
+    start: Vec<u8>,
+    expected: Option<Vec<u8>>,
+}
+
+fn prepare(kind: OpKind, n: usize, root: usize, case: &Case, seed: u64) -> Vec<RootedData> {
+    let (in_count, _) = kind.buffer_counts(case.count, n);
+    let inputs: Vec<Vec<u8>> = (0..n)
+        .map(|r| data::input(case.dtype, case.op, r, in_count, seed))
+        .collect();
+    let block = case.count * case.dtype.size();
+    let own = |r: usize| r * block..(r + 1) * block;
+    (0..n)
+        .map(|r| {
+            let garbage = |len: usize| vec![GARBAGE; len];
+            let (start, expected) = match (kind, case.in_place) {
+                (OpKind::Broadcast, false) => (garbage(block), Some(inputs[root].clone())),
+                (OpKind::Broadcast, true) => {
+                    let start = match r == root {
+                        true => inputs[r].clone(),
+                        false => garbage(block),
+                    };
+                    (start, Some(inputs[root].clone()))
+                }
+                (OpKind::Reduce, in_place) => {
+                    let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+                    let expected = (r == root).then(|| oracle::fold(case.dtype, case.op, &refs));
+                    let start = match in_place {
+                        true => inputs[r].clone(),
+                        false => garbage(block),
+                    };
+                    (start, expected)
+                }
+                (OpKind::Scatter, false) => (garbage(block), Some(inputs[root][own(r)].to_vec())),
+                (OpKind::Scatter, true) => {
+                    let start = match r == root {
+                        true => inputs[r].clone(),
+                        false => garbage(n * block),
+                    };
+                    let mut expected = start.clone();
+                    expected[own(r)].copy_from_slice(&inputs[root][own(r)]);
+                    (start, Some(expected))
+                }
+                (_, in_place) => {
+                    let mut start = garbage(n * block);
+                    if in_place {
+                        start[own(r)].copy_from_slice(&inputs[r]);
+                    }
+                    (start, (r == root).then(|| inputs.concat()))
+                }
+            };
+            RootedData {
+                input: inputs[r].clone(),
+                start,
+                expected,
+            }
+        })
+        .collect()
+}
+
+fn first_difference(got: &[u8], want: &[u8], es: usize) -> Option<usize> {
+    if got.len() != want.len() {
+        return Some(got.len().min(want.len()) / es);
+    }
+    got.chunks(es)
+        .zip(want.chunks(es))
+        .position(|(a, b)| a != b)
+}
+
+/// Run `param` on every rank at once (one thread per rank) and compare the outputs that
+/// are defined; the first difference, naming rank and element.
+fn run_on_every_rank(
+    comms: &[Communicator],
+    param: &OpParam,
+    in_place: bool,
+    data: &[RootedData],
+) -> Result<(), String> {
+    let es = param.dtype.size();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .iter()
+            .zip(data)
+            .map(|(comm, d)| {
+                s.spawn(move || -> Result<(), String> {
+                    let src = Aligned::from_bytes(&d.input);
+                    let mut out = Aligned::from_bytes(&d.start);
+                    let user = match in_place {
+                        true => UserBuffers::InPlace(out.bytes_mut()),
+                        false => UserBuffers::OutOfPlace {
+                            input: src.bytes(),
+                            output: out.bytes_mut(),
+                        },
+                    };
+                    comm.execute(param, user)
+                        .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
+                    let Some(want) = &d.expected else {
+                        return Ok(());
+                    };
+                    match first_difference(out.bytes(), want, es) {
+                        None => Ok(()),
+                        Some(i) => Err(format!(
+                            "rank {} element {i}: got {:?}, want {:?}",
+                            comm.rank(),
+                            out.bytes().get(i * es..(i + 1) * es),
+                            want.get(i * es..(i + 1) * es)
+                        )),
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().expect("rank thread panicked"))
+    })
+}
+
+/// The roots the cases rotate through: 0, `n/2` and `n − 1`.
+pub fn roots(ranks: usize) -> [usize; 3] {
+    [0, ranks / 2, ranks - 1]
+}
+
+/// Run `cases` of the rooted operator `kind` in order on a fresh communicator built from
+/// `setup` (its `algo` forced for `kind`), case `i` with root `roots(n)[i % 3]`; the
+/// first failure, with the setup and case that produced it.
+pub fn run_rooted(kind: OpKind, setup: &Setup, cases: &[Case]) -> Result<(), String> {
+    let n = setup.topology.ranks();
+    let comms = Communicator::init_all(n, setup.config_for(kind))
+        .map_err(|e| format!("{setup:?}: init: {e}"))?;
+    for (i, case) in cases.iter().enumerate() {
+        let root = roots(n)[i % 3];
+        let data = prepare(kind, n, root, case, i as u64);
+        let param = OpParam::rooted(kind, case.count, case.dtype, case.op, root);
+        run_on_every_rank(&comms, &param, case.in_place, &data).map_err(|e| {
+            format!(
+                "{kind} {:?} on {n} ranks {:?} (broken {:?}), zero_copy={}, root {root}, {case:?}: {e}",
+                setup.algo,
+                setup.topology.server_sizes(),
+                setup.topology.broken_links().collect::<Vec<_>>(),
+                setup.zero_copy
+            )
+        })?;
+    }
+    Ok(())
+}
