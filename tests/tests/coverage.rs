@@ -1,0 +1,87 @@
+//! Every registered executor has its tests: the lists below name, per operator, exactly the
+//! executors the registry holds, and the test file that checks each one's results on the
+//! host device and runs it through the analyzer's conformance matrix. Registering a new
+//! executor fails this test until it is added here, with its tests.
+
+use oxccl::OpKind;
+use oxccl_tests::assert_executors_covered;
+
+#[test]
+fn every_registered_executor_is_covered_by_a_test_file() {
+    let covered: [(OpKind, &[&str]); 13] = [
+        // all_reduce_executors (built-in + plugin), double_ring_executors,
+        // log_step_executors (rhd, nhr, nb), hierarchical_executors (hier-*).
+        (
+            OpKind::AllReduce,
+            &[
+                "bidir-ring",
+                "double-ring",
+                "hier-nhr",
+                "hier-pipelined",
+                "hier-rhd",
+                "hier-ring",
+                "mesh",
+                "mesh-push",
+                "nb",
+                "nhr",
+                "one-shot",
+                "rhd",
+                "ring",
+            ],
+        ),
+        // all_gather_executors, double_ring_executors, log_step_executors,
+        // hierarchical_executors.
+        (
+            OpKind::AllGather,
+            &[
+                "double-ring",
+                "hier-nhr",
+                "hier-rhd",
+                "hier-ring",
+                "mesh",
+                "nb",
+                "nhr",
+                "rhd",
+                "ring",
+            ],
+        ),
+        // reduce_scatter_executors, double_ring_executors, log_step_executors,
+        // hierarchical_executors.
+        (
+            OpKind::ReduceScatter,
+            &[
+                "double-ring",
+                "hier-nhr",
+                "hier-rhd",
+                "hier-ring",
+                "mesh",
+                "nb",
+                "nhr",
+                "rhd",
+                "ring",
+            ],
+        ),
+        // broadcast_executors, hierarchical_executors.
+        (
+            OpKind::Broadcast,
+            &["hier-nhr", "hier-rhd", "hier-ring", "mesh", "ring", "tree"],
+        ),
+        // reduce_executors, scatter_executors, gather_executors.
+        (OpKind::Reduce, &["mesh", "ring", "tree"]),
+        (OpKind::Scatter, &["mesh", "tree"]),
+        (OpKind::Gather, &["mesh", "tree"]),
+        // all_to_all_executors.
+        (OpKind::AlltoAll, &["mesh", "pairwise"]),
+        // vector_executors.
+        (OpKind::AllGatherV, &["mesh", "ring"]),
+        (OpKind::ReduceScatterV, &["mesh", "ring"]),
+        (OpKind::AlltoAllV, &["pairwise"]),
+        // send_recv_executors, barrier_executors.
+        (OpKind::SendRecv, &["p2p"]),
+        (OpKind::Barrier, &["dissemination"]),
+    ];
+    assert_eq!(covered.len(), OpKind::ALL.len(), "every operator listed");
+    for (kind, names) in covered {
+        assert_executors_covered(kind, names);
+    }
+}
