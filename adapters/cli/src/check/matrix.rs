@@ -1,18 +1,15 @@
 //! `oxccl check --all`: every registered executor over the conformance matrix (see
 //! `oxccl::framework::analyzer::conformance`), one line per executor.
 
-use super::{bad_arg, CheckArgs};
+use super::CheckArgs;
 use oxccl::framework::analyzer::conformance::{conformance, shapes, DTYPES};
-use oxccl::{registry, Config, Error};
+use oxccl::{registry, Config, Error, OpKind};
 use std::process::ExitCode;
 use std::time::Instant;
 
 pub fn run(args: &CheckArgs) -> Result<ExitCode, Error> {
-    if args.collective.is_some() {
-        return Err(bad_arg(
-            "--all checks every collective; drop the collective name".into(),
-        ));
-    }
+    // A collective name narrows `--all` to that operator's executors.
+    let only: Option<OpKind> = args.collective.as_deref().map(str::parse).transpose()?;
     let base = Config::from_env()?;
     let mut all_passed = true;
     println!(
@@ -20,7 +17,10 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode, Error> {
         shapes().len(),
         DTYPES.map(|d| d.name())
     );
-    for entry in registry()?.executors() {
+    for entry in registry()?
+        .executors()
+        .filter(|e| only.is_none_or(|k| e.op == k))
+    {
         let start = Instant::now();
         let out = conformance(entry, &base);
         let verdict = if out.failures == 0 { "PASS" } else { "FAIL" };
