@@ -8,9 +8,18 @@ use oxccl::framework::analyzer::conformance::assert_conforms;
 use oxccl::{DataType, OpKind, ReduceOp, Topology};
 use oxccl_tests::blocks::{block_matrix, run_blocks};
 use oxccl_tests::rooted::{rooted_matrix, run_rooted};
-use oxccl_tests::{
-    check_on_every_shape, full_matrix, run_all_reduce, Case, Setup, SMALL_CCL_BYTES,
-};
+use oxccl_tests::{check_on_shapes, full_matrix, run_all_reduce, Case, Setup, SMALL_CCL_BYTES};
+
+/// The shapes `algo` is checked on: every shape, except that the RHD and NHR level-1
+/// variants skip single servers, where level 1 is empty and they run exactly what
+/// `hier-ring` runs (their level-1 templates have their own tests in log_step_executors).
+fn keep_shape(algo: &str) -> impl Fn(&oxccl::Topology) -> bool + '_ {
+    move |t| !matches!(algo, "hier-rhd" | "hier-nhr") || t.server_sizes().len() > 1
+}
+
+fn check_on_every_shape(algo: &'static str, run: impl Fn(&Setup) -> Result<(), String>) {
+    check_on_shapes(algo, keep_shape(algo), run)
+}
 
 fn check_all_reduce(algo: &'static str) {
     check_on_every_shape(algo, |setup| {
@@ -174,7 +183,8 @@ fn all_reduce_hier_pipelined_conforms() {
 #[test]
 fn all_reduce_hier_pipelined_runs_several_segments() {
     let segment = oxccl::algorithms::all_reduce::hier_pipelined::MIN_SEGMENT_BYTES;
-    for servers in [vec![2, 2], vec![3, 2], vec![8, 4]] {
+    // Segments are at least 32 MiB: one uneven shape keeps the test's time reasonable.
+    for servers in [vec![3, 2]] {
         for zero_copy in [true, false] {
             let setup = Setup {
                 algo: Some("hier-pipelined"),
