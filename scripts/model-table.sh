@@ -20,14 +20,14 @@ for topo in "$@"; do
     op=${coll//-/_}
     for algo in $($bin algs | awk -v op="$op" '$1 == op { print $2 }'); do
       if out=$($bin check "$coll" --topo "$topo" --algo "$algo" -b 1K -e 1G -f 1024 --json 2>&1); then
-        cells=$(python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(" | ".join(f"{r[\"busbw_gbps\"]:.3g}" for r in d["rows"]))' <<<"$out")
+        cells=$(python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(" | ".join("%.3g" % r["busbw_gbps"] for r in d["rows"]))' <<<"$out")
       else
         cells="refused: $(tail -1 <<<"$out" | cut -c1-90)"
       fi
       echo "| $coll | $algo | $cells |"
     done
     sel=$($bin check "$coll" --topo "$topo" -b 1K -e 1G -f 1024 --json 2>/dev/null \
-      | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(" | ".join(f"{r[\"busbw_gbps\"]:.3g} ({r[\"executor\"]})" for r in d["rows"]))' || echo "error")
+      | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(" | ".join("%.3g (%s)" % (r["busbw_gbps"], r["executor"]) for r in d["rows"]))' || echo "error")
     echo "| $coll | *select_alg* | $sel |"
   done
   echo

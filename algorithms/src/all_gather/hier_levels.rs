@@ -39,7 +39,6 @@ oxccl_framework::register_executor! {
     description: "level-1 ring all-gather across servers, then level-0 mesh all-gather in each server",
     constraints: Constraints {
         min_servers: 2,
-        min_bytes: Some(1 << 20),
         ..Constraints::ANY
     },
     preference: 26,

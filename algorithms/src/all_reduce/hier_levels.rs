@@ -41,7 +41,6 @@ oxccl_framework::register_executor! {
     description: "level-0 mesh reduce-scatter in each server, level-1 ring AllReduce across servers, level-0 mesh all-gather",
     constraints: Constraints {
         min_servers: 2,
-        min_bytes: Some(1 << 20),
         ..Constraints::ANY
     },
     preference: 26,

@@ -43,7 +43,6 @@ oxccl_framework::register_executor! {
     description: "scatter in the root's server, level-1 scatter + ring all-gather of each chunk across servers, level-0 all-gather",
     constraints: Constraints {
         min_servers: 2,
-        min_bytes: Some(1 << 20),
         ..Constraints::ANY
     },
     preference: 26,

@@ -39,7 +39,6 @@ oxccl_framework::register_executor! {
     description: "level-0 mesh reduce in each server, then level-1 ring reduce-scatter across servers",
     constraints: Constraints {
         min_servers: 2,
-        min_bytes: Some(1 << 20),
         ..Constraints::ANY
     },
     preference: 26,
