@@ -109,7 +109,7 @@ pub const FULL_MATRIX_RANKS: [usize; 2] = [3, 4];
 /// and above [`THIN_ABOVE_RANKS`] only for every third (dtype, count) pair (each dtype
 /// keeps at least one count besides its larger-than-the-buffer case).
 pub fn op_variants(ops: &[ReduceOp], ranks: usize, i: usize, j: usize) -> Vec<(ReduceOp, bool)> {
-    if ranks > THIN_ABOVE_RANKS && (i + j) % 3 != 0 {
+    if ranks > THIN_ABOVE_RANKS && !(i + j).is_multiple_of(3) {
         return Vec::new();
     }
     if !FULL_MATRIX_RANKS.contains(&ranks) {
