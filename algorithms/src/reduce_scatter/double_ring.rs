@@ -13,7 +13,6 @@ use crate::templates::{
     double_ring, healthy_ring_for, ring_neighbours, ring_reduce_scatter_into, RingParams,
     RingTargets,
 };
-use oxccl_framework::platform::Buf;
 use oxccl_framework::{
     BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx,
     ResourceRequest,
@@ -35,15 +34,9 @@ impl Executor for DoubleRingReduceScatter {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let order = healthy_ring_for(ctx.topology, "double-ring", OpKind::ReduceScatter)?;
         let peers = ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)));
-        if ctx.ranks == 1 {
-            return Ok(peers);
-        }
-        let per_rank = (ctx.ccl_bytes / ctx.ranks / ctx.op.dtype.size()).max(1);
         Ok(ResourceRequest {
-            slave_streams: 1,
-            scratch_bytes: ctx.ranks * per_rank * ctx.op.dtype.size(),
-            max_count_per_loop: Some(per_rank),
-            ..peers
+            slave_streams: usize::from(ctx.ranks > 1),
+            ..super::with_partials_scratch(ctx, peers)
         })
     }
 
@@ -58,9 +51,9 @@ impl Executor for DoubleRingReduceScatter {
         let len = args.op.count * es;
         let blocks = args.blocks(n);
         // Partial sums of block c at c * len of scratch, split like the blocks.
-        let partials: Vec<(usize, usize)> = (0..n).map(|c| (c * len, len)).collect();
+        let (partials, partial_chunks) = super::partials(args, n);
         let [a, b] = double_ring(&order, &blocks, es);
-        let [pa, pb] = double_ring(&order, &partials, es);
+        let [pa, pb] = double_ring(&order, &partial_chunks, es);
         let own_half = a.chunks[0].1;
         ctx.fork(1..=1);
         for (dir, partial, result) in [
@@ -76,11 +69,7 @@ impl Executor for DoubleRingReduceScatter {
                 ..RingParams::on_main_stream(&order, &blocks, &order, args)
             };
             let targets = RingTargets {
-                partials: BufRange {
-                    buf: Buf::Scratch,
-                    offset: 0,
-                    len: n * len,
-                },
+                partials,
                 partial_chunks: &partial.chunks,
                 result: Some(result),
             };

@@ -15,10 +15,8 @@
 //! iteration ends nobody reads this rank's input or scratch any more.
 
 use crate::templates::{nb_peers, nb_reduce_scatter_into, require_links, RingParams, RingTargets};
-use oxccl_framework::platform::Buf;
 use oxccl_framework::{
-    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx,
-    ResourceRequest,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
 };
 
 /// The NB ReduceScatter executor.
@@ -38,15 +36,7 @@ impl Executor for NbReduceScatter {
         let order: Vec<usize> = (0..ctx.ranks).collect();
         let peers = require_links(ctx.topology, "nb", ctx.rank, nb_peers(&order, ctx.rank))?;
         let request = ResourceRequest::with_peers(Peers::List(peers));
-        if ctx.ranks == 1 {
-            return Ok(request);
-        }
-        let per_rank = (ctx.ccl_bytes / ctx.ranks / ctx.op.dtype.size()).max(1);
-        Ok(ResourceRequest {
-            scratch_bytes: ctx.ranks * per_rank * ctx.op.dtype.size(),
-            max_count_per_loop: Some(per_rank),
-            ..request
-        })
+        Ok(super::with_partials_scratch(ctx, request))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
@@ -57,15 +47,10 @@ impl Executor for NbReduceScatter {
         }
         let order: Vec<usize> = (0..n).collect();
         let blocks = args.blocks(n);
-        let len = args.op.count * args.op.dtype.size();
-        let partial_chunks: Vec<(usize, usize)> = (0..n).map(|c| (c * len, len)).collect();
+        let (partials, partial_chunks) = super::partials(args, n);
         let p = RingParams::on_main_stream(&order, &blocks, &order, args);
         let targets = RingTargets {
-            partials: BufRange {
-                buf: Buf::Scratch,
-                offset: 0,
-                len: n * len,
-            },
+            partials,
             partial_chunks: &partial_chunks,
             result: Some(args.output),
         };

@@ -18,10 +18,8 @@
 use crate::templates::{
     healthy_ring_for, ring_neighbours, ring_reduce_scatter_into, RingParams, RingTargets,
 };
-use oxccl_framework::platform::Buf;
 use oxccl_framework::{
-    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx,
-    ResourceRequest,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
 };
 
 /// The ring ReduceScatter executor.
@@ -39,16 +37,8 @@ oxccl_framework::register_executor! {
 impl Executor for RingReduceScatter {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let order = healthy_ring_for(ctx.topology, "ring", OpKind::ReduceScatter)?;
-        let peers = ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)));
-        if ctx.ranks == 1 {
-            return Ok(peers);
-        }
-        let per_rank = (ctx.ccl_bytes / ctx.ranks / ctx.op.dtype.size()).max(1);
-        Ok(ResourceRequest {
-            scratch_bytes: ctx.ranks * per_rank * ctx.op.dtype.size(),
-            max_count_per_loop: Some(per_rank),
-            ..peers
-        })
+        let request = ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)));
+        Ok(super::with_partials_scratch(ctx, request))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
@@ -59,15 +49,10 @@ impl Executor for RingReduceScatter {
         }
         let order = healthy_ring_for(ctx.topology, "ring", OpKind::ReduceScatter)?;
         let blocks = args.blocks(n);
-        let len = args.op.count * args.op.dtype.size();
-        let partial_chunks: Vec<(usize, usize)> = (0..n).map(|c| (c * len, len)).collect();
+        let (partials, partial_chunks) = super::partials(args, n);
         let p = RingParams::on_main_stream(&order, &blocks, &order, args);
         let targets = RingTargets {
-            partials: BufRange {
-                buf: Buf::Scratch,
-                offset: 0,
-                len: n * len,
-            },
+            partials,
             partial_chunks: &partial_chunks,
             result: Some(args.output),
         };
