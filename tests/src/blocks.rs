@@ -35,6 +35,9 @@ pub fn block_matrix(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<Case> {
                 });
             }
         }
+        if !crate::crosses_buffer(ranks, i) {
+            continue;
+        }
         cases.push(Case {
             dtype,
             op: ReduceOp::ALL[i % 4],

@@ -40,6 +40,9 @@ pub fn rooted_matrix(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<Case> 
                 });
             }
         }
+        if !crate::crosses_buffer(ranks, i) {
+            continue;
+        }
         cases.push(Case {
             dtype,
             op: ops[i % ops.len()],

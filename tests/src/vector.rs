@@ -302,6 +302,9 @@ pub fn blocks_matrix(kind: OpKind, n: usize, ccl_bytes: usize) -> Vec<VCase> {
                 });
             }
         }
+        if !crate::crosses_buffer(n, i) {
+            continue;
+        }
         let mut counts: Vec<usize> = (0..n).map(|r| r % 3 * 5 + 1).collect();
         counts[0] = ccl_bytes / dtype.size() + 37;
         cases.push(VCase {
