@@ -10,8 +10,9 @@
 //! rank with its input in block `rank`. Only the root's output is defined for Reduce and
 //! Gather, so only the root's is compared for them.
 
-use crate::{data, oracle, Aligned, Case, Setup};
-use oxccl::{Communicator, DataType, OpKind, OpParam, ReduceOp, UserBuffers};
+use crate::{check_on_every_shape, data, oracle, Aligned, Case, Setup, SMALL_CCL_BYTES};
+use oxccl::framework::analyzer::conformance::check_conformance;
+use oxccl::{Communicator, DataType, OpKind, OpParam, ReduceOp, Topology, UserBuffers};
 
 /// Byte that marks memory the collective must overwrite.
 const GARBAGE: u8 = 0xEE;
@@ -199,4 +200,43 @@ pub fn run_rooted(kind: OpKind, setup: &Setup, cases: &[Case]) -> Result<(), Str
         })?;
     }
     Ok(())
+}
+
+/// Check executor `algo` of rooted `kind` on every shape and mode with [`rooted_matrix`].
+pub fn check_rooted_executor(kind: OpKind, algo: &'static str) {
+    check_on_every_shape(algo, |setup| {
+        run_rooted(
+            kind,
+            setup,
+            &rooted_matrix(kind, setup.topology.ranks(), SMALL_CCL_BYTES),
+        )
+    });
+}
+
+/// The executor passes the analyzer's whole conformance matrix, on every shape.
+pub fn rooted_conforms(kind: OpKind, algo: &str) {
+    let out = check_conformance(kind, algo).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.cases > 0 && out.skipped_shapes == 0, "{out:?}");
+}
+
+/// With links broken around the roots the cases use, the built-in selector still finds
+/// an executor and its results are right, zero-copy and staged. Root 0 (the first case's)
+/// loses its link to rank 3: no star around it, but a tree (and a ring of healthy links)
+/// remain for every root.
+pub fn rooted_selection_around_broken_links(kind: OpKind) {
+    let topology = Topology::single_server(8)
+        .with_broken(0, 3)
+        .and_then(|t| t.with_broken(1, 6))
+        .and_then(|t| t.with_broken(2, 5))
+        .expect("valid topology");
+    for zero_copy in [true, false] {
+        let setup = Setup {
+            algo: None,
+            topology: topology.clone(),
+            zero_copy,
+            ccl_bytes: SMALL_CCL_BYTES,
+        };
+        let cases = rooted_matrix(kind, 8, SMALL_CCL_BYTES);
+        run_rooted(kind, &setup, &cases).unwrap_or_else(|e| panic!("{e}"));
+    }
 }
