@@ -16,8 +16,55 @@ pub mod nhr;
 pub mod rhd;
 pub mod ring;
 
-use oxccl_framework::platform::Buf;
-use oxccl_framework::{BufRange, KernelArgs as Args, PlanCtx, ResourceRequest};
+use crate::templates::{require_links, RingParams, RingTargets};
+use oxccl_framework::platform::{Buf, Rank};
+use oxccl_framework::{
+    BufRange, Error, KernelArgs as Args, KernelCtx, Peers, PlanCtx, ResourceRequest,
+};
+
+/// A reduce-scatter template that keeps partial sums in [`RingTargets`] (ring, RHD, NHR,
+/// NB: `ring_reduce_scatter_into` and its log-step siblings).
+pub(crate) type ScatterInto =
+    fn(&mut KernelCtx<'_>, &RingParams<'_>, &RingTargets<'_>) -> Result<(), Error>;
+
+/// The kernel of the executors built on a [`ScatterInto`] template: over `order` (ring
+/// position `i` ends with block `order[i]`), partial sums in scratch, the own block's
+/// last step straight into the output; a plain copy on one rank.
+pub(crate) fn scatter_via_scratch(
+    ctx: &mut KernelCtx<'_>,
+    args: &Args,
+    order: &[Rank],
+    template: ScatterInto,
+) -> Result<(), Error> {
+    let n = ctx.ranks;
+    if n == 1 {
+        args.copy_input_to_output(ctx);
+        return Ok(());
+    }
+    let blocks = args.blocks(n);
+    let (partials, partial_chunks) = partials(args, n);
+    let p = RingParams::on_main_stream(order, &blocks, order, args);
+    let targets = RingTargets {
+        partials,
+        partial_chunks: &partial_chunks,
+        result: Some(args.output),
+    };
+    template(ctx, &p, &targets)
+}
+
+/// The resources of the log-step executors (RHD, NHR, NB) over the natural order: links
+/// to the peers `peers_of` names for this rank, each checked healthy, plus the
+/// partial-sums scratch.
+pub(crate) fn log_step_resources(
+    ctx: &PlanCtx<'_>,
+    name: &str,
+    peers_of: fn(&[Rank], Rank) -> Vec<Rank>,
+) -> Result<ResourceRequest, Error> {
+    let order: Vec<Rank> = (0..ctx.ranks).collect();
+    let peers = require_links(ctx.topology, name, ctx.rank, peers_of(&order, ctx.rank))?;
+    let request = ResourceRequest::with_peers(Peers::List(peers));
+    Ok(with_partials_scratch(ctx, request))
+}
 
 /// The request of a ReduceScatter that keeps partial sums of every block in scratch
 /// (ring, double ring, RHD, NHR, NB): `request` plus one CCL buffer of scratch, which caps

@@ -14,9 +14,9 @@
 //! Every step ends with the reader's Ack ("done reading your buffers"), so when an
 //! iteration ends nobody reads this rank's input or scratch any more.
 
-use crate::templates::{nb_peers, nb_reduce_scatter_into, require_links, RingParams, RingTargets};
+use crate::templates::{nb_peers, nb_reduce_scatter_into};
 use oxccl_framework::{
-    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, PlanCtx, ResourceRequest,
 };
 
 /// The NB ReduceScatter executor.
@@ -33,27 +33,11 @@ oxccl_framework::register_executor! {
 
 impl Executor for NbReduceScatter {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let order: Vec<usize> = (0..ctx.ranks).collect();
-        let peers = require_links(ctx.topology, "nb", ctx.rank, nb_peers(&order, ctx.rank))?;
-        let request = ResourceRequest::with_peers(Peers::List(peers));
-        Ok(super::with_partials_scratch(ctx, request))
+        super::log_step_resources(ctx, "nb", nb_peers)
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let n = ctx.ranks;
-        if n == 1 {
-            args.copy_input_to_output(ctx);
-            return Ok(());
-        }
-        let order: Vec<usize> = (0..n).collect();
-        let blocks = args.blocks(n);
-        let (partials, partial_chunks) = super::partials(args, n);
-        let p = RingParams::on_main_stream(&order, &blocks, &order, args);
-        let targets = RingTargets {
-            partials,
-            partial_chunks: &partial_chunks,
-            result: Some(args.output),
-        };
-        nb_reduce_scatter_into(ctx, &p, &targets)
+        let order: Vec<usize> = (0..ctx.ranks).collect();
+        super::scatter_via_scratch(ctx, args, &order, nb_reduce_scatter_into)
     }
 }

@@ -18,11 +18,9 @@
 //! Every step ends with the partner's Ack ("done reading your buffers"), so when an
 //! iteration ends nobody reads this rank's input or scratch any more.
 
-use crate::templates::{
-    require_links, rhd_peers, rhd_reduce_scatter_into, RingParams, RingTargets,
-};
+use crate::templates::{rhd_peers, rhd_reduce_scatter_into};
 use oxccl_framework::{
-    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, PlanCtx, ResourceRequest,
 };
 
 /// The RHD ReduceScatter executor.
@@ -39,27 +37,11 @@ oxccl_framework::register_executor! {
 
 impl Executor for RhdReduceScatter {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let order: Vec<usize> = (0..ctx.ranks).collect();
-        let peers = require_links(ctx.topology, "rhd", ctx.rank, rhd_peers(&order, ctx.rank))?;
-        let request = ResourceRequest::with_peers(Peers::List(peers));
-        Ok(super::with_partials_scratch(ctx, request))
+        super::log_step_resources(ctx, "rhd", rhd_peers)
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let n = ctx.ranks;
-        if n == 1 {
-            args.copy_input_to_output(ctx);
-            return Ok(());
-        }
-        let order: Vec<usize> = (0..n).collect();
-        let blocks = args.blocks(n);
-        let (partials, partial_chunks) = super::partials(args, n);
-        let p = RingParams::on_main_stream(&order, &blocks, &order, args);
-        let targets = RingTargets {
-            partials,
-            partial_chunks: &partial_chunks,
-            result: Some(args.output),
-        };
-        rhd_reduce_scatter_into(ctx, &p, &targets)
+        let order: Vec<usize> = (0..ctx.ranks).collect();
+        super::scatter_via_scratch(ctx, args, &order, rhd_reduce_scatter_into)
     }
 }

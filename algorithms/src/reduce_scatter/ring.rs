@@ -15,9 +15,7 @@
 //! Each step ends with the right neighbour's Ack ("done reading your buffers"), so when an
 //! iteration ends nobody reads this rank's input or scratch any more.
 
-use crate::templates::{
-    healthy_ring_for, ring_neighbours, ring_reduce_scatter_into, RingParams, RingTargets,
-};
+use crate::templates::{healthy_ring_for, ring_neighbours, ring_reduce_scatter_into};
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
 };
@@ -42,20 +40,7 @@ impl Executor for RingReduceScatter {
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let n = ctx.ranks;
-        if n == 1 {
-            args.copy_input_to_output(ctx);
-            return Ok(());
-        }
         let order = healthy_ring_for(ctx.topology, "ring", OpKind::ReduceScatter)?;
-        let blocks = args.blocks(n);
-        let (partials, partial_chunks) = super::partials(args, n);
-        let p = RingParams::on_main_stream(&order, &blocks, &order, args);
-        let targets = RingTargets {
-            partials,
-            partial_chunks: &partial_chunks,
-            result: Some(args.output),
-        };
-        ring_reduce_scatter_into(ctx, &p, &targets)
+        super::scatter_via_scratch(ctx, args, &order, ring_reduce_scatter_into)
     }
 }
