@@ -27,6 +27,7 @@ pub mod orchestrate;
 pub mod registry;
 pub mod select;
 pub mod topology;
+pub mod tune;
 
 pub use communicator::Communicator;
 pub use config::{Config, DeviceChoice};

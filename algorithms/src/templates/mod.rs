@@ -11,6 +11,7 @@ pub mod nb;
 pub mod nhr;
 pub mod p2p;
 pub mod peer_round;
+pub mod relay;
 pub mod rhd;
 pub mod ring;
 pub mod ring_all_gather;
@@ -30,6 +31,7 @@ pub use nhr::{
 };
 pub use p2p::{p2p_exchange, p2p_peers, p2p_slot_bytes, P2pParams, P2pPhase};
 pub use peer_round::{all_peers_round, Round};
+pub use relay::{common_neighbours, relay_duties, relay_pieces, require_routes, route, Route};
 pub use rhd::{
     require_links, rhd_all_gather, rhd_all_reduce, rhd_peers, rhd_reduce_scatter,
     rhd_reduce_scatter_into,

@@ -289,6 +289,24 @@ impl Topology {
         self.nic_gbps
     }
 
+    /// A short identity of the topology's shape: server sizes and broken links, as in
+    /// `[8] broken 0-1,2-3` (`[8]` when nothing is broken). Tuning tables are keyed by it:
+    /// it names what changes which algorithm runs, and not the link figures, which the
+    /// host device does not have.
+    pub fn describe(&self) -> String {
+        let sizes: Vec<String> = self.servers.iter().map(usize::to_string).collect();
+        let mut text = format!("[{}]", sizes.join(","));
+        if !self.broken.is_empty() {
+            let pairs: Vec<String> = self
+                .broken
+                .iter()
+                .map(|(a, b)| format!("{a}-{b}"))
+                .collect();
+            text.push_str(&format!(" broken {}", pairs.join(",")));
+        }
+        text
+    }
+
     /// True when the link between `a` and `b` is broken.
     pub fn is_broken(&self, a: Rank, b: Rank) -> bool {
         self.broken.contains(&(a.min(b), a.max(b)))
