@@ -45,6 +45,9 @@ pub struct Config {
     /// Notify channels per link; at least 2 (the end-of-operation Close handshake uses
     /// channels 0 and 1, see `orchestrate`).
     pub link_channels: usize,
+    /// Measured executor times (`OXCCL_TUNE_FILE`, written by `oxccl tune`) that
+    /// `select_alg` prefers over the cost model.
+    pub tune: Option<std::sync::Arc<crate::tune::TuneTable>>,
 }
 
 impl Default for Config {
@@ -59,6 +62,7 @@ impl Default for Config {
             device: DeviceChoice::Host,
             topology: None,
             link_channels: 2,
+            tune: None,
         }
     }
 }
