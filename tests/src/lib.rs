@@ -6,6 +6,8 @@
 //! cases on every rank of a communicator and compares every output byte; [`blocks`] does
 //! the same for AllGather and ReduceScatter.
 
+pub mod all_to_all;
+pub mod barrier;
 pub mod blocks;
 pub mod data;
 pub mod oracle;

@@ -1,0 +1,59 @@
+//! The harness for AlltoAll: block `s` of rank `r`'s output is block `r` of rank `s`'s
+//! input, compared byte for byte, for every dtype at boundary counts and one count whose
+//! `n` blocks exceed the CCL buffer.
+
+use crate::{boundary_counts, data, run_on_every_rank, RankData, Setup, SMALL_CCL_BYTES};
+use oxccl::{Communicator, DataType, OpKind, OpParam, ReduceOp};
+
+fn run_case(
+    comms: &[Communicator],
+    dtype: DataType,
+    count: usize,
+    seed: u64,
+) -> Result<(), String> {
+    let n = comms.len();
+    let block = count * dtype.size();
+    let inputs: Vec<Vec<u8>> = (0..n)
+        .map(|r| data::input(dtype, ReduceOp::Sum, r, n * count, seed))
+        .collect();
+    let data: Vec<RankData> = (0..n)
+        .map(|r| RankData {
+            input: inputs[r].clone(),
+            start: vec![0xEE; n * block],
+            expected: (0..n)
+                .flat_map(|s| inputs[s][r * block..(r + 1) * block].to_vec())
+                .collect(),
+        })
+        .collect();
+    let param = OpParam::new(OpKind::AlltoAll, count, dtype, ReduceOp::Sum);
+    run_on_every_rank(comms, &param, false, &data)
+}
+
+/// Every dtype x (boundary counts + one past the CCL buffer) on a fresh communicator built
+/// from `setup` (its `algo` forced for AlltoAll), thinned on many ranks; `keep(i, j)`
+/// selects the (dtype index, count index) pairs to run. The first failure, with the setup
+/// and case that produced it.
+pub fn run_all_to_all(setup: &Setup, keep: impl Fn(usize, usize) -> bool) -> Result<(), String> {
+    let n = setup.topology.ranks();
+    let comms = Communicator::init_all(n, setup.config_for(OpKind::AlltoAll))
+        .map_err(|e| format!("{setup:?}: init: {e}"))?;
+    for (i, dtype) in DataType::ALL.into_iter().enumerate() {
+        let mut counts = boundary_counts(n);
+        counts.push(SMALL_CCL_BYTES / (n * dtype.size()) + 37);
+        for (j, &count) in counts.iter().enumerate() {
+            if !keep(i, j) || (n > crate::THIN_ABOVE_RANKS && (i + j) % 3 != 0) {
+                continue;
+            }
+            run_case(&comms, dtype, count, (i * 16 + j) as u64).map_err(|e| {
+                format!(
+                    "{:?} on {:?} (broken {:?}), zero_copy={}, {dtype} count {count}: {e}",
+                    setup.algo,
+                    setup.topology.server_sizes(),
+                    setup.topology.broken_links().collect::<Vec<_>>(),
+                    setup.zero_copy
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
