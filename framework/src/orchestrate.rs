@@ -74,10 +74,11 @@ pub fn build_program(
 }
 
 /// The first element of every loop iteration: one iteration per `per_loop` elements, and
-/// a single one for a barrier (which has no elements but must run).
+/// at least one for the operators that run without elements of their own (a barrier; a
+/// point-to-point rank that may relay others' transfers, see [`OpParam::has_work`]).
 fn iteration_starts(op: &OpParam, per_loop: usize) -> impl Iterator<Item = usize> {
-    let end = if op.kind == OpKind::Barrier {
-        1
+    let end = if op.kind == OpKind::Barrier || op.kind.is_p2p() {
+        op.count.max(1)
     } else {
         op.count
     };

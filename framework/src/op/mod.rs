@@ -273,10 +273,12 @@ impl OpParam {
         }
     }
 
-    /// Whether the call moves or synchronises anything (a count-0 call returns at once;
-    /// a barrier always runs).
+    /// Whether the call must run (a count-0 call returns at once). A barrier always runs,
+    /// and so do the point-to-point operators (AlltoAllV, send/recv): on a topology with
+    /// broken links a rank with nothing of its own may relay other ranks' transfers, which
+    /// only the executor, seeing the topology, knows.
     pub fn has_work(&self) -> bool {
-        self.count > 0 || self.kind == OpKind::Barrier
+        self.count > 0 || self.kind == OpKind::Barrier || self.kind.is_p2p()
     }
 
     /// The layout of a vector operator.
