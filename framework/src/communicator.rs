@@ -105,7 +105,9 @@ fn create_device(n: usize, config: &Config) -> Result<Arc<dyn Device>, Error> {
 }
 
 impl Communicator {
-    /// Create `n` in-process ranks sharing one device.
+    /// Create `n` in-process ranks sharing one device. Refuses a topology whose healthy
+    /// links do not join every rank to every other ([`Error::Disconnected`]): no
+    /// collective could run on it.
     pub fn init_all(n: usize, config: Config) -> Result<Vec<Communicator>, Error> {
         let topology = config
             .topology
@@ -122,6 +124,7 @@ impl Communicator {
             }
             .into());
         }
+        topology.check_connected()?;
         config.algo.validate()?;
         if config.link_channels < 2 {
             return Err(crate::error::ConfigError {
@@ -208,17 +211,27 @@ impl Communicator {
         Ok(prepared)
     }
 
-    fn build(&self, op: &OpParam, in_place: bool) -> Result<Prepared, Error> {
+    /// Which executor runs `op` on this communicator (select_alg with this rank's request
+    /// and the communicator's override and tuning table).
+    pub fn select(&self, op: &OpParam, in_place: bool) -> Result<Selection, Error> {
         let g = &*self.group;
-        let (bytes, _) = op.buffer_bytes(self.rank, self.size());
         let req = SelectRequest {
             op,
             ranks: self.size(),
             topology: &g.topology,
-            bytes,
+            bytes: SelectRequest::input_bytes(op, self.rank, self.size()),
             ccl_bytes: g.config.ccl_buffer_bytes,
+            mode: self.mode(),
+            in_place,
+            link_channels: g.config.link_channels,
+            tune: g.config.tune.as_deref(),
         };
-        let selection = select_alg(&req, &g.config.algo)?;
+        select_alg(&req, &g.config.algo)
+    }
+
+    fn build(&self, op: &OpParam, in_place: bool) -> Result<Prepared, Error> {
+        let g = &*self.group;
+        let selection = self.select(op, in_place)?;
         let entry = selection.executor;
         let executor = (entry.make)();
         let plan = PlanCtx {

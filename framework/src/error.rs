@@ -83,6 +83,15 @@ pub enum Error {
     },
     #[error("executor registry is inconsistent: {0}")]
     Registry(String),
+    #[error(
+        "the topology is disconnected: {} have no path of healthy links between them; \
+         repair a link or drop a broken one (--broken, or `broken` in the topology file)",
+        rank_groups(groups)
+    )]
+    Disconnected {
+        /// The groups of ranks that reach each other, ascending, ordered by first rank.
+        groups: Vec<Vec<Rank>>,
+    },
     #[error("no executor can run {op} here: {reason}")]
     NoExecutor { op: OpKind, reason: String },
     #[error("executor `{executor}` cannot run {op} with {ranks} ranks: {reason}")]
@@ -115,4 +124,52 @@ pub enum Error {
          {cause}. Create a new communicator"
     )]
     Aborted { cause: String },
+}
+
+/// `ranks {0} and {1,...,7}`: each group in braces, runs of three or more ranks shortened.
+fn rank_groups(groups: &[Vec<Rank>]) -> String {
+    let group = |g: &Vec<Rank>| {
+        let mut parts: Vec<String> = Vec::new();
+        let mut i = 0;
+        while i < g.len() {
+            let mut j = i;
+            while j + 1 < g.len() && g[j + 1] == g[j] + 1 {
+                j += 1;
+            }
+            match j - i {
+                0 => parts.push(g[i].to_string()),
+                1 => parts.push(format!("{},{}", g[i], g[j])),
+                _ => parts.push(format!("{},...,{}", g[i], g[j])),
+            }
+            i = j + 1;
+        }
+        format!("{{{}}}", parts.join(","))
+    };
+    let all: Vec<String> = groups.iter().map(group).collect();
+    match all.split_last() {
+        Some((last, rest)) if !rest.is_empty() => {
+            format!("ranks {} and {last}", rest.join(", "))
+        }
+        _ => format!("ranks {}", all.join("")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disconnected_names_the_groups() {
+        let err = Error::Disconnected {
+            groups: vec![vec![0], (1..8).collect()],
+        };
+        let text = err.to_string();
+        assert!(
+            text.contains("ranks {0} and {1,...,7} have no path"),
+            "{text}"
+        );
+        assert!(text.contains("repair a link"), "{text}");
+        let three = rank_groups(&[vec![0, 1], vec![2, 4, 5, 6], vec![3]]);
+        assert_eq!(three, "ranks {0,1}, {2,4,...,6} and {3}");
+    }
 }

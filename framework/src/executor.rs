@@ -259,13 +259,18 @@ pub struct Constraints {
     pub max_ranks: usize,
     /// Needs every pair of ranks linked (no broken links).
     pub full_mesh: bool,
-    /// The built-in selector considers it only up to this many bytes per rank.
+    /// Size hint: the preference fallback considers it only up to this many bytes per
+    /// rank. The hints (`max_bytes`, `min_bytes`, `min_servers`) were hand-made proxies
+    /// for the cost model: the model-driven choice ignores them and times every candidate
+    /// that can run; only the preference fallback (zero bytes, point-to-point operators)
+    /// still reads them. `oxccl algs` and selection explanations show them.
     pub max_bytes: Option<usize>,
-    /// The built-in selector considers it only from this many bytes per rank (a
-    /// pipeline that pays off for large data).
+    /// Size hint: the preference fallback considers it only from this many bytes per rank
+    /// (a pipeline that pays off for large data).
     pub min_bytes: Option<usize>,
-    /// The built-in selector considers it only on topologies of at least this many
-    /// servers (hierarchical executors); it still runs anywhere when forced by name.
+    /// Topology hint: the preference fallback considers it only on topologies of at least
+    /// this many servers (hierarchical executors); it still runs anywhere when forced by
+    /// name or chosen by the model.
     pub min_servers: usize,
 }
 
@@ -280,8 +285,8 @@ impl Constraints {
         min_servers: 1,
     };
 
-    /// Why the built-in selector should not pick it for `bytes` per rank on `topology`
-    /// although it could run ([`Constraints::max_bytes`], [`Constraints::min_bytes`],
+    /// Why the preference fallback should not pick it for `bytes` per rank on `topology`
+    /// although it could run (the model-driven choice does not ask) ([`Constraints::max_bytes`], [`Constraints::min_bytes`],
     /// [`Constraints::min_servers`]).
     pub fn auto_selection_veto(&self, bytes: usize, topology: &Topology) -> Option<String> {
         if let Some(max) = self.max_bytes.filter(|&max| bytes > max) {
@@ -354,7 +359,8 @@ pub struct ExecutorEntry {
     /// The crate that registered it (filled in by [`register_executor!`](crate::register_executor)).
     pub crate_name: &'static str,
     pub constraints: Constraints,
-    /// The built-in selector picks the applicable executor with the highest preference.
+    /// Breaks ties between equal modelled times, and decides alone where the model cannot
+    /// (zero bytes, point-to-point operators): higher wins.
     pub preference: i32,
     pub make: fn() -> Box<dyn Executor>,
 }

@@ -5,8 +5,9 @@
 //!
 //! A call flows through:
 //! 1. [`op`]: the operator and its parameters, validated against the bound buffers;
-//! 2. [`select`]: `select_alg`, a chain of the `OXCCL_ALGO` override, plugin selectors and
-//!    the built-in choice over the executors' declared [`executor::Constraints`];
+//! 2. [`select`]: `select_alg`, a chain of the `OXCCL_ALGO` override, plugin selectors, the
+//!    tuning table and the built-in choice by [`cost`] model among the executors whose
+//!    declared [`executor::Constraints`] hold and whose links exist;
 //! 3. [`executor`]: the chosen executor's resource request, as data;
 //! 4. [`orchestrate`]: the loop that stages through the CCL buffers (or runs on user
 //!    buffers) and calls the executor's `kernel_run` per iteration;
@@ -38,7 +39,10 @@ pub use executor::{
 };
 pub use op::{OpKind, OpParam};
 pub use registry::registry;
-pub use select::{select_alg, AlgoOverride, SelectRequest, Selection, SelectorEntry};
+pub use select::{
+    select_alg, AlgoOverride, CandidateReport, Explanation, SelectRequest, Selection,
+    SelectorEntry, Verdict,
+};
 pub use topology::Topology;
 
 /// Re-exported so plugins need no direct dependency on the platform crate.

@@ -136,6 +136,73 @@ fn check_the_contest_topology() {
 }
 
 #[test]
+fn check_explain_lists_every_candidate_under_each_row() {
+    let (ok, text) = oxccl(&[
+        "check",
+        "all-reduce",
+        "--topo",
+        "mesh8",
+        "--broken",
+        "0-1",
+        "-b",
+        "1K",
+        "-e",
+        "1M",
+        "-f",
+        "1024",
+        "--explain",
+    ]);
+    assert!(ok, "{text}");
+    assert_eq!(rows(&text).len(), 2, "{text}");
+    let decided: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("selected by the cost model"))
+        .collect();
+    assert_eq!(decided.len(), 2, "{text}");
+    // Each row's executor is the candidate marked chosen under it, with its figures.
+    for row in rows(&text) {
+        let executor = row.split_whitespace().nth(2).unwrap();
+        let chosen = format!("{executor} ");
+        assert!(
+            text.lines()
+                .any(|l| l.trim_start().starts_with(&chosen) && l.contains("chosen: ")),
+            "{text}"
+        );
+    }
+    // mesh needs the broken link: rejected, with the reason.
+    assert!(
+        text.lines().any(|l| l.trim_start().starts_with("mesh ")
+            && l.contains("rejected (constraint): needs a full mesh")),
+        "{text}"
+    );
+    assert!(text.contains("slower than"), "{text}");
+}
+
+#[test]
+fn check_refuses_a_disconnected_topology_naming_the_ranks() {
+    let mut args = vec![
+        "check",
+        "all-reduce",
+        "--topo",
+        "mesh8",
+        "-b",
+        "1K",
+        "-e",
+        "1K",
+    ];
+    let pairs: Vec<String> = (1..8).map(|p| format!("0-{p}")).collect();
+    for pair in &pairs {
+        args.extend(["--broken", pair.as_str()]);
+    }
+    let (ok, text) = oxccl(&args);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("ranks {0} and {1,...,7} have no path of healthy links"),
+        "{text}"
+    );
+}
+
+#[test]
 fn check_all_passes_for_the_executors_of_a_collective() {
     // Every executor's own test runs the same matrix (`assert_conforms`); here the command
     // itself, narrowed to two cheap collectives to keep the suite's time.
@@ -148,7 +215,8 @@ fn check_all_passes_for_the_executors_of_a_collective() {
         .lines()
         .filter(|l| l.starts_with("PASS") || l.starts_with("FAIL"))
         .collect();
-    assert_eq!(lines.len(), 3, "{text}");
+    // dissemination and spanning-tree; mesh, relay-mesh and tree.
+    assert_eq!(lines.len(), 5, "{text}");
     assert!(
         lines
             .iter()

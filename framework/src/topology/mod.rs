@@ -353,6 +353,62 @@ impl Topology {
         (0..n).all(|a| (a + 1..n).all(|b| self.link(a, b).is_some()))
     }
 
+    /// The groups of ranks that reach each other over paths of healthy links (connected
+    /// components), each ascending, ordered by first rank: one group when the topology
+    /// is connected.
+    pub fn components(&self) -> Vec<Vec<Rank>> {
+        let n = self.ranks();
+        if self.connected_by_wiring() {
+            return vec![(0..n).collect()];
+        }
+        let mut group = vec![usize::MAX; n];
+        let mut groups: Vec<Vec<Rank>> = Vec::new();
+        for start in 0..n {
+            if group[start] != usize::MAX {
+                continue;
+            }
+            let id = groups.len();
+            group[start] = id;
+            let mut members = vec![start];
+            let mut next = 0;
+            while let Some(&rank) = members.get(next) {
+                next += 1;
+                for peer in self.peers(rank) {
+                    if group[peer] == usize::MAX {
+                        group[peer] = id;
+                        members.push(peer);
+                    }
+                }
+            }
+            members.sort_unstable();
+            groups.push(members);
+        }
+        groups
+    }
+
+    /// True when every rank can reach every other over healthy links.
+    pub fn is_connected(&self) -> bool {
+        self.components().len() <= 1
+    }
+
+    /// [`Error::Disconnected`](crate::Error::Disconnected), naming the groups of ranks that
+    /// cannot reach each other, unless the topology is connected.
+    pub fn check_connected(&self) -> Result<(), crate::error::Error> {
+        let groups = self.components();
+        match groups.len() {
+            0 | 1 => Ok(()),
+            _ => Err(crate::error::Error::Disconnected { groups }),
+        }
+    }
+
+    /// Connected without a search: meshes everywhere and nothing broken (per-pair
+    /// overrides only change figures or add links).
+    fn connected_by_wiring(&self) -> bool {
+        self.broken.is_empty()
+            && self.intra.wiring == Wiring::Mesh
+            && (self.servers.len() == 1 || self.inter.wiring == Wiring::Mesh)
+    }
+
     /// Ranks `rank` has a healthy link to, ascending.
     pub fn peers(&self, rank: Rank) -> impl Iterator<Item = Rank> + '_ {
         (0..self.ranks()).filter(move |&p| self.link(rank, p).is_some())
@@ -478,6 +534,24 @@ mod tests {
         assert_eq!(t.peers(0).collect::<Vec<_>>(), vec![1, 7]);
         assert!(!t.is_full_mesh());
         assert!(t.clone().with_broken(0, 4).is_err(), "no link to break");
+    }
+
+    #[test]
+    fn components_follow_healthy_links() {
+        let mesh = presets::preset("mesh8").unwrap();
+        assert!(mesh.is_connected());
+        let cut = (1..8).fold(mesh, |t, p| t.with_broken(0, p).unwrap());
+        assert_eq!(cut.components(), vec![vec![0], (1..8).collect::<Vec<_>>()]);
+        let err = cut.check_connected().unwrap_err().to_string();
+        assert!(err.contains("{0} and {1,...,7}"), "{err}");
+        let ring = presets::preset("ring8").unwrap();
+        assert!(ring.is_connected());
+        let halves = ring.with_broken(0, 7).unwrap().with_broken(3, 4).unwrap();
+        assert_eq!(
+            halves.components(),
+            vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]
+        );
+        assert!(Topology::servers(vec![4, 4]).unwrap().is_connected());
     }
 
     #[test]

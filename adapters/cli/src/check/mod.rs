@@ -4,6 +4,8 @@
 //! the `sim` device (select_alg included, unless `--algo` forces an executor), proves it
 //! correct with the analyzer, and models its time on the topology: one row per size with
 //! the verdict and the modelled time, algbw and busbw, then the first failures in full.
+//! `--explain` adds, under each row, select_alg's candidate table (the source of the
+//! choice, and per executor its modelled time and algbw or why it was rejected).
 //! `--all` runs every registered executor over the conformance matrix instead, one line
 //! per executor. The exit status is non-zero on any failure.
 
@@ -65,6 +67,10 @@ pub struct CheckArgs {
     /// Write the modelled schedule of the last size as Chrome trace-event JSON.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<std::path::PathBuf>,
+    /// Under each size, list every candidate executor with its verdict: modelled time and
+    /// algbw, or why it was rejected or lost.
+    #[arg(long)]
+    pub explain: bool,
     /// Print one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -93,18 +99,7 @@ pub(crate) fn bad_arg(reason: String) -> Error {
 
 /// The topology named by `--topo`/`--ranks`, with every `--broken` link applied.
 pub(crate) fn topology(args: &CheckArgs) -> Result<Topology, Error> {
-    let base = match &args.topo {
-        Some(spec) => Topology::parse_spec(spec).map_err(|e| bad_arg(e.to_string()))?,
-        None => Topology::single_server(args.ranks),
-    };
-    args.broken.iter().try_fold(base, |t, pair| {
-        let parsed = pair
-            .split_once('-')
-            .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
-        let (a, b) = parsed
-            .ok_or_else(|| bad_arg(format!("--broken {pair:?}: expected two ranks like 0-1")))?;
-        Ok(t.with_broken(a, b)?)
-    })
+    crate::topo_args::topology(args.ranks, args.topo.as_deref(), &args.broken)
 }
 
 /// The configuration a recording is made with.

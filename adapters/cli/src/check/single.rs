@@ -3,7 +3,8 @@
 use super::{config, ops, topology, CheckArgs};
 use oxccl::framework::analyzer::{analyze, Failure, Recording};
 use oxccl::framework::cost::{model, write_chrome_trace, CostParams};
-use oxccl::{Error, OpKind};
+use oxccl::framework::{Communicator, DeviceChoice, Explanation, Verdict};
+use oxccl::{Error, OpKind, OpParam};
 use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -23,6 +24,43 @@ struct Row {
     time_us: f64,
     algbw_gbps: f64,
     busbw_gbps: f64,
+    /// select_alg's candidates (with --explain).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    candidates: Option<Vec<serde_json::Value>>,
+}
+
+/// Sim-device communicators that answer select_alg as the recordings do, for --explain.
+fn explainer(
+    args: &CheckArgs,
+    kind: OpKind,
+    topo: &oxccl::Topology,
+) -> Result<Communicator, Error> {
+    let mut config = config(args, kind, topo, args.algo.as_deref())?;
+    config.device = DeviceChoice::Sim {
+        remote_user_buffers: config.zero_copy,
+    };
+    Ok(Communicator::init_all(topo.ranks(), config)?.swap_remove(0))
+}
+
+fn explanation(comm: &Communicator, op: &OpParam, args: &CheckArgs) -> Result<Explanation, Error> {
+    Ok((*comm.select(op, args.in_place)?.explanation).clone())
+}
+
+fn candidates_json(e: &Explanation) -> Vec<serde_json::Value> {
+    e.candidates
+        .iter()
+        .map(|c| {
+            let modelled = c.verdict.modelled();
+            serde_json::json!({
+                "executor": c.name,
+                "preference": c.preference,
+                "chosen": matches!(c.verdict, Verdict::Chosen { .. }),
+                "time_us": modelled.map(|m| m.time_us),
+                "algbw_gbps": modelled.map(|m| m.algbw_gbps),
+                "verdict": c.verdict.to_string(),
+            })
+        })
+        .collect()
 }
 
 fn describe(f: &Failure) -> String {
@@ -40,17 +78,22 @@ fn print_header(kind: OpKind, args: &CheckArgs, topo_desc: &str) {
         }
     );
     println!(
-        "# {:>12} {:>12}  {:<12} {:>7} {:>10} {:>9}   {:>12} {:>9} {:>9}",
+        "# {:>12} {:>12}  {:<18} {:>7} {:>10} {:>9}   {:>12} {:>9} {:>9}",
         "size", "count", "executor", "verdict", "tasks", "check", "time", "algbw", "busbw"
     );
     println!(
-        "# {:>12} {:>12}  {:<12} {:>7} {:>10} {:>9}   {:>12} {:>9} {:>9}",
+        "# {:>12} {:>12}  {:<18} {:>7} {:>10} {:>9}   {:>12} {:>9} {:>9}",
         "(B)", "(elements)", "", "", "", "(ms)", "(us)", "(GB/s)", "(GB/s)"
     );
 }
 
 pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
     let topo = topology(args)?;
+    topo.check_connected()?;
+    let explainer = match args.explain {
+        true => Some(explainer(args, kind, &topo)?),
+        false => None,
+    };
     let topo_desc = format!(
         "{} ranks {:?}, broken {:?}",
         topo.ranks(),
@@ -75,6 +118,10 @@ pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
         let report = analyze(&rec);
         let analyzer_ms = start.elapsed().as_secs_f64() * 1e3;
         let cost = model(&rec, &params).map_err(|e| super::bad_arg(format!("cost model: {e}")))?;
+        let explained = match &explainer {
+            Some(comm) => Some(explanation(comm, op, args)?),
+            None => None,
+        };
         let (i, o) = op.buffer_bytes(0, topo.ranks());
         let row = Row {
             size: i.max(o),
@@ -87,6 +134,7 @@ pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
             time_us: cost.time_s * 1e6,
             algbw_gbps: cost.algbw_gbps,
             busbw_gbps: cost.busbw_gbps,
+            candidates: explained.as_ref().map(candidates_json),
         };
         if !args.json {
             let verdict = if row.failures == 0 {
@@ -95,7 +143,7 @@ pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
                 format!("FAIL({})", row.failures)
             };
             println!(
-                "  {:>12} {:>12}  {:<12} {:>7} {:>10} {:>9.1}   {:>12.2} {:>9.3} {:>9.3}",
+                "  {:>12} {:>12}  {:<18} {:>7} {:>10} {:>9.1}   {:>12.2} {:>9.3} {:>9.3}",
                 row.size,
                 row.count,
                 row.executor,
@@ -106,6 +154,9 @@ pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
                 row.algbw_gbps,
                 row.busbw_gbps
             );
+            if let Some(e) = &explained {
+                print!("{}", e.table("      "));
+            }
         }
         failures.extend(report.failures.into_iter().map(|f| (row.size, f)));
         rows.push(row);
