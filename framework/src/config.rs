@@ -8,6 +8,7 @@
 //! | `OXCCL_HOST_THREADS` | worker threads of the host device; 0 = one per core | 0 |
 //! | `OXCCL_ZERO_COPY` | 1: eager ops run on user buffers when the device allows it; 0: always stage through the CCL buffers | 1 |
 //! | `OXCCL_TOPO_FILE` | the communicator's topology: a preset (`mesh8`, `2x8`, `1xN`...) or a TOML file | one server, full mesh |
+//! | `OXCCL_TUNE_FILE` | a tuning table written by `oxccl tune` (see [`crate::tune`]): `select_alg` runs the fastest measured executor for sizes it covers | none (the model decides) |
 //! | `OXCCL_LOG` | `tracing` filter (`info`, `oxccl=debug`, ...) | off |
 //!
 //! The default CCL buffer is 32 MiB rather than HCCL's 200 MB: on the host device every
@@ -18,6 +19,7 @@
 use crate::error::ConfigError;
 use crate::select::AlgoOverride;
 use crate::topology::Topology;
+use crate::tune::TuneTable;
 use std::time::Duration;
 
 /// Which backend a communicator runs on.
@@ -78,6 +80,23 @@ where
     })
 }
 
+/// The tuning table named by `OXCCL_TUNE_FILE`; a bad file names the variable, the path,
+/// the line and what was wrong.
+fn load_tune_file(value: &str) -> Result<TuneTable, ConfigError> {
+    let bad = |reason: String| ConfigError {
+        var: "OXCCL_TUNE_FILE",
+        value: value.to_string(),
+        reason,
+    };
+    let path = value.trim();
+    if path.is_empty() {
+        return Err(bad(
+            "name a tuning table written by `oxccl tune`, or unset the variable".into(),
+        ));
+    }
+    TuneTable::load(path).map_err(|e| bad(e.to_string()))
+}
+
 impl Config {
     /// Defaults overridden by the `OXCCL_*` environment variables.
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -136,6 +155,9 @@ impl Config {
             })?;
             config.topology = Some(topology);
         }
+        if let Some(v) = get("OXCCL_TUNE_FILE") {
+            config.tune = Some(std::sync::Arc::new(load_tune_file(&v)?));
+        }
         config.log_filter = get("OXCCL_LOG").filter(|v| !v.trim().is_empty());
         Ok(config)
     }
@@ -181,10 +203,38 @@ mod tests {
             ("OXCCL_HOST_THREADS", "x"),
             ("OXCCL_ZERO_COPY", "maybe"),
             ("OXCCL_TOPO_FILE", "/no/such/file.toml"),
+            ("OXCCL_TUNE_FILE", "/no/such/tune.txt"),
+            ("OXCCL_TUNE_FILE", " "),
         ] {
             let err = Config::from_lookup(env(&[(var, value)])).unwrap_err();
             assert_eq!(err.var, var);
             assert!(err.to_string().contains(var), "{err}");
+        }
+    }
+
+    #[test]
+    fn tune_file_is_loaded_and_its_errors_name_the_line() {
+        let dir = std::env::temp_dir();
+        let good = dir.join(format!("oxccl-config-tune-{}.txt", std::process::id()));
+        std::fs::write(
+            &good,
+            "oxccl-tune 1\nall_reduce 8 float 1024 ring 3.5 [8]\n",
+        )
+        .unwrap();
+        let c = Config::from_lookup(env(&[("OXCCL_TUNE_FILE", good.to_str().unwrap())]));
+        std::fs::write(
+            &good,
+            "oxccl-tune 1\n\nall_reduce 8 float 1024 ring slow [8]\n",
+        )
+        .unwrap();
+        let err =
+            Config::from_lookup(env(&[("OXCCL_TUNE_FILE", good.to_str().unwrap())])).unwrap_err();
+        std::fs::remove_file(&good).unwrap();
+        assert_eq!(c.unwrap().tune.map(|t| t.entries.len()), Some(1));
+        let message = err.to_string();
+        assert_eq!(err.var, "OXCCL_TUNE_FILE");
+        for needle in ["OXCCL_TUNE_FILE", good.to_str().unwrap(), "line 3", "slow"] {
+            assert!(message.contains(needle), "{needle:?} not in {message}");
         }
     }
 }

@@ -1,11 +1,58 @@
 //! Tuning tables: measured executor times that `select_alg` prefers over the cost model.
 //!
-//! INTERFACE SKELETON (being filled in): the types and signatures below are the contract
-//! between `select` (which calls [`TuneTable::pick`]) and `oxccl tune` (which writes
-//! tables with [`TuneTable::to_text`]).
+//! `oxccl tune` runs every feasible executor of an operator over a size sweep on the real
+//! device and writes what it measured; `OXCCL_TUNE_FILE` loads such a table into
+//! [`crate::Config::tune`], and `select_alg` asks [`TuneTable::pick`] which executor to run.
+//!
+//! # The file format
+//!
+//! A line-oriented text file, chosen over TOML because a table is thousands of uniform
+//! rows that people read, diff and `sort` as columns, and because every error then has a
+//! line number:
+//!
+//! ```text
+//! oxccl-tune 1
+//! # operator   ranks  dtype  bytes     executor   time_us  topology
+//! all_reduce   8      float  1024      one-shot   11.52    [8]
+//! all_reduce   8      float  1024      mesh       19.07    [8]
+//! all_reduce   8      float  1048576   ring       402.9    [8] broken 0-1
+//! ```
+//!
+//! - The first line that is neither blank nor a comment is the header `oxccl-tune 1`
+//!   (format version 1); a newer version is refused rather than misread.
+//! - `#` starts a comment line; blank lines are ignored.
+//! - Every other line is one measurement, fields separated by whitespace: the operator
+//!   (any spelling `OpKind` parses: `all_reduce`, `all-reduce`, `AllReduce`), the rank
+//!   count, the data type (`float`, `f32`, `bfloat16`...), the bytes of one rank's input
+//!   (`SelectRequest::bytes`, which for the gathering operators is one block, not the
+//!   nccl-tests "size"), the executor's name, the mean time per call in microseconds, and
+//!   last, running to the end of the line, the topology as
+//!   [`crate::Topology::describe`] writes it (`[8]`, `[8,8]`, `[8] broken 0-1`).
+//! - A measurement may appear once: a second line with the same operator, ranks,
+//!   topology, data type, bytes and executor is an error naming both lines.
+//!
+//! [`TuneTable::to_text`] writes this format with aligned columns and
+//! [`TuneTable::parse`] reads it back to an equal table.
+//!
+//! # The pick rule
+//!
+//! Sizes are grouped in power-of-two buckets: `bytes` falls in the bucket
+//! `bytes.next_power_of_two()`, i.e. `(2^(k-1), 2^k]` (0 and 1 share the bucket 1). For a
+//! request, [`TuneTable::pick`] keeps the measurements of the same operator, ranks,
+//! topology and data type whose executor is among the candidates (executors measured but
+//! no longer registered, or infeasible here, are ignored) and whose size is in the
+//! request's bucket; among those it takes the measured size nearest to the request (the
+//! smaller on a tie), and at that size the fastest executor (by name on a tie). With no
+//! such measurement it answers `None` and the model decides: a measurement says nothing
+//! about sizes a factor of two or more away, where a different algorithm may win.
 
 use crate::op::OpKind;
 use oxccl_platform::DataType;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// The header line of a version-1 table.
+const HEADER: &str = "oxccl-tune 1";
 
 /// One measurement: `executor` ran `op` on `ranks` ranks of topology `topology`
 /// ([`crate::Topology::describe`]) with `bytes` per rank of `dtype` in `time_us`.
@@ -47,11 +94,506 @@ pub struct TuneTable {
     pub entries: Vec<TuneEntry>,
 }
 
+/// A table that cannot be read or parsed: where (file, line) and what was wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct TuneError {
+    /// The file, when the table came from one.
+    pub path: Option<PathBuf>,
+    /// 1-based line number, when the error is about one line.
+    pub line: Option<usize>,
+    pub reason: String,
+}
+
+impl fmt::Display for TuneError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut place = Vec::new();
+        if let Some(path) = &self.path {
+            place.push(path.display().to_string());
+        }
+        if let Some(line) = self.line {
+            place.push(format!("line {line}"));
+        }
+        if place.is_empty() {
+            f.write_str(&self.reason)
+        } else {
+            write!(f, "{}: {}", place.join(", "), self.reason)
+        }
+    }
+}
+
+fn line_error(line: usize, reason: String) -> TuneError {
+    TuneError {
+        path: None,
+        line: Some(line),
+        reason,
+    }
+}
+
+/// The power-of-two bucket of a size (see the module doc).
+pub fn size_bucket(bytes: usize) -> usize {
+    bytes.next_power_of_two()
+}
+
+impl TuneEntry {
+    /// True when this measurement is about `key`'s operator, ranks, topology and dtype.
+    fn matches(&self, key: &TuneKey<'_>) -> bool {
+        self.op == key.op
+            && self.ranks == key.ranks
+            && self.dtype == key.dtype
+            && self.topology == key.topology
+    }
+
+    /// True when both belong to one tuning run's series: same operator, ranks, topology
+    /// and dtype.
+    fn same_series(&self, other: &TuneEntry) -> bool {
+        self.matches(&TuneKey {
+            op: other.op,
+            ranks: other.ranks,
+            topology: &other.topology,
+            dtype: other.dtype,
+            bytes: other.bytes,
+        })
+    }
+
+    /// True when both measure the same thing (they may differ only in time).
+    fn same_measurement(&self, other: &TuneEntry) -> bool {
+        self.same_series(other) && self.bytes == other.bytes && self.executor == other.executor
+    }
+}
+
 impl TuneTable {
     /// The fastest measured executor among `candidates` for `key`, from the measurements
     /// of the size bucket `key.bytes` falls in; `None` when the table has none.
     pub fn pick(&self, key: &TuneKey<'_>, candidates: &[&str]) -> Option<TunedPick> {
-        let _ = (key, candidates);
-        None
+        let bucket = size_bucket(key.bytes);
+        let usable: Vec<&TuneEntry> = self
+            .entries
+            .iter()
+            .filter(|e| e.matches(key) && size_bucket(e.bytes) == bucket)
+            .filter(|e| candidates.contains(&e.executor.as_str()))
+            .collect();
+        let nearest = usable
+            .iter()
+            .map(|e| e.bytes)
+            .min_by_key(|&b| (b.abs_diff(key.bytes), b))?;
+        usable
+            .into_iter()
+            .filter(|e| e.bytes == nearest)
+            .min_by(|a, b| {
+                a.time_us
+                    .total_cmp(&b.time_us)
+                    .then_with(|| a.executor.cmp(&b.executor))
+            })
+            .map(|e| TunedPick {
+                executor: e.executor.clone(),
+                time_us: e.time_us,
+                measured_bytes: e.bytes,
+            })
+    }
+
+    /// Add `fresh` measurements, dropping the old ones of every operator, ranks, topology
+    /// and dtype that `fresh` measured (a re-run of `oxccl tune` replaces what it
+    /// re-measured and keeps the rest).
+    pub fn merge(&mut self, fresh: TuneTable) {
+        self.entries
+            .retain(|old| !fresh.entries.iter().any(|new| new.same_series(old)));
+        self.entries.extend(fresh.entries);
+    }
+
+    /// Parse a table in the format of the module doc.
+    pub fn parse(text: &str) -> Result<Self, TuneError> {
+        let mut table = TuneTable::default();
+        let mut lines_of = Vec::new();
+        let mut header_seen = false;
+        for (index, raw) in text.lines().enumerate() {
+            let line = index + 1;
+            let content = raw.trim();
+            if content.is_empty() || content.starts_with('#') {
+                continue;
+            }
+            if !header_seen {
+                check_header(content).map_err(|reason| line_error(line, reason))?;
+                header_seen = true;
+                continue;
+            }
+            let entry = parse_entry(content).map_err(|reason| line_error(line, reason))?;
+            if let Some(i) = table
+                .entries
+                .iter()
+                .position(|e| e.same_measurement(&entry))
+            {
+                let reason = format!(
+                    "repeats the measurement of line {} (same operator, ranks, topology, \
+                     dtype, bytes and executor); keep one of the two",
+                    lines_of[i]
+                );
+                return Err(line_error(line, reason));
+            }
+            table.entries.push(entry);
+            lines_of.push(line);
+        }
+        if !header_seen {
+            return Err(TuneError {
+                path: None,
+                line: None,
+                reason: format!(
+                    "no `{HEADER}` header: this is not a tuning table (write one with `oxccl tune`)"
+                ),
+            });
+        }
+        Ok(table)
+    }
+
+    /// Read and parse the table at `path`; errors name the path.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, TuneError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| TuneError {
+            path: Some(path.to_path_buf()),
+            line: None,
+            reason: format!("cannot read the file ({e})"),
+        })?;
+        Self::parse(&text).map_err(|e| TuneError {
+            path: Some(path.to_path_buf()),
+            ..e
+        })
+    }
+
+    /// The table in the format of the module doc; [`TuneTable::parse`] reads it back equal.
+    pub fn to_text(&self) -> String {
+        let rows: Vec<[String; 7]> = self
+            .entries
+            .iter()
+            .map(|e| {
+                [
+                    e.op.name().to_string(),
+                    e.ranks.to_string(),
+                    e.dtype.name().to_string(),
+                    e.bytes.to_string(),
+                    e.executor.clone(),
+                    // Rust's float Display is the shortest text that reads back equal.
+                    e.time_us.to_string(),
+                    e.topology.clone(),
+                ]
+            })
+            .collect();
+        let titles = [
+            "# operator",
+            "ranks",
+            "dtype",
+            "bytes",
+            "executor",
+            "time_us",
+            "topology",
+        ];
+        let mut widths = titles.map(str::len);
+        for row in &rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.len());
+            }
+        }
+        let mut out = format!("{HEADER}\n");
+        out.push_str(&aligned(&titles.map(String::from), &widths));
+        for row in &rows {
+            out.push_str(&aligned(row, &widths));
+        }
+        out
+    }
+}
+
+/// One line of cells padded to `widths` (the last cell unpadded).
+fn aligned(cells: &[String; 7], widths: &[usize; 7]) -> String {
+    let mut line = String::new();
+    for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+        if i + 1 == cells.len() {
+            line.push_str(cell);
+        } else {
+            line.push_str(&format!("{cell:<w$}  "));
+        }
+    }
+    line.push('\n');
+    line
+}
+
+fn check_header(content: &str) -> Result<(), String> {
+    let mut words = content.split_whitespace();
+    match (words.next(), words.next(), words.next()) {
+        (Some("oxccl-tune"), Some("1"), None) => Ok(()),
+        (Some("oxccl-tune"), Some(version), None) => Err(format!(
+            "tuning table version {version} is not supported (this oxccl reads version 1); \
+             re-run `oxccl tune`"
+        )),
+        _ => Err(format!(
+            "expected the header `{HEADER}`, found `{content}`; a tuning table starts with it"
+        )),
+    }
+}
+
+/// One measurement line: `op ranks dtype bytes executor time_us topology...`.
+fn parse_entry(content: &str) -> Result<TuneEntry, String> {
+    let mut rest = content;
+    let mut field = |what: &str| -> Result<&str, String> {
+        let trimmed = rest.trim_start();
+        let end = trimmed.find(char::is_whitespace).unwrap_or(trimmed.len());
+        let (word, tail) = trimmed.split_at(end);
+        rest = tail;
+        if word.is_empty() {
+            Err(format!(
+                "missing {what}; a measurement is `operator ranks dtype bytes executor \
+                 time_us topology`"
+            ))
+        } else {
+            Ok(word)
+        }
+    };
+    let op: OpKind = field("the operator")?
+        .parse()
+        .map_err(|e: crate::Error| e.to_string())?;
+    let ranks = parse_count(field("the rank count")?, "rank count")?;
+    if ranks == 0 {
+        return Err("rank count 0: a communicator has at least one rank".into());
+    }
+    let dtype: DataType = field("the data type")?
+        .parse()
+        .map_err(|e: oxccl_platform::dtype::ParseNameError| e.to_string())?;
+    let bytes = parse_count(field("the bytes per rank")?, "bytes per rank")?;
+    let executor = field("the executor")?.to_string();
+    let time_us = parse_time(field("the time in µs")?)?;
+    let topology = rest.trim();
+    if !topology.starts_with('[') {
+        return Err(format!(
+            "missing or malformed topology `{topology}`: expected what Topology::describe \
+             writes, e.g. `[8]` or `[8] broken 0-1`"
+        ));
+    }
+    Ok(TuneEntry {
+        op,
+        ranks,
+        topology: topology.to_string(),
+        dtype,
+        bytes,
+        executor,
+        time_us,
+    })
+}
+
+fn parse_count(word: &str, what: &str) -> Result<usize, String> {
+    word.parse()
+        .map_err(|_| format!("{what} `{word}` is not a whole number"))
+}
+
+fn parse_time(word: &str) -> Result<f64, String> {
+    match word.parse::<f64>() {
+        Ok(t) if t.is_finite() && t > 0.0 => Ok(t),
+        _ => Err(format!(
+            "time `{word}` must be a positive number of microseconds"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(bytes: usize, executor: &str, time_us: f64) -> TuneEntry {
+        TuneEntry {
+            op: OpKind::AllReduce,
+            ranks: 8,
+            topology: "[8]".into(),
+            dtype: DataType::F32,
+            bytes,
+            executor: executor.into(),
+            time_us,
+        }
+    }
+
+    fn key(bytes: usize) -> TuneKey<'static> {
+        TuneKey {
+            op: OpKind::AllReduce,
+            ranks: 8,
+            topology: "[8]",
+            dtype: DataType::F32,
+            bytes,
+        }
+    }
+
+    const ALL: &[&str] = &["one-shot", "mesh", "ring", "rhd"];
+
+    #[test]
+    fn round_trips() {
+        let mut broken = entry(1 << 20, "ring", 402.93);
+        broken.topology = "[8] broken 0-1,2-3".into();
+        let mut gather = entry(4096, "mesh", 0.1 + 0.2);
+        gather.op = OpKind::AllGather;
+        gather.dtype = DataType::Bf16;
+        let table = TuneTable {
+            entries: vec![entry(1024, "one-shot", 11.5), broken, gather],
+        };
+        let text = table.to_text();
+        assert!(text.starts_with("oxccl-tune 1\n"), "{text}");
+        assert_eq!(TuneTable::parse(&text).unwrap(), table);
+    }
+
+    #[test]
+    fn reads_comments_spellings_and_topologies_with_spaces() {
+        let text = "\n# written by hand\noxccl-tune 1\n\n  AllReduce 8 f32 2048 ring 30 [8] broken 0-1  \n# end\n";
+        let table = TuneTable::parse(text).unwrap();
+        let mut want = entry(2048, "ring", 30.0);
+        want.topology = "[8] broken 0-1".into();
+        assert_eq!(table.entries, vec![want]);
+    }
+
+    #[test]
+    fn bad_lines_name_the_line_and_the_problem() {
+        let cases = [
+            ("all_reduce 8 float 1024 ring 3 [8]", 1, "header"),
+            ("oxccl-tune 2", 1, "version 2"),
+            ("oxccl-tune 1\nallsum 8 float 1024 ring 3 [8]", 2, "allsum"),
+            ("oxccl-tune 1\n\nall_reduce x float 1024 ring 3 [8]", 3, "rank count"),
+            ("oxccl-tune 1\nall_reduce 0 float 1024 ring 3 [8]", 2, "at least one"),
+            ("oxccl-tune 1\nall_reduce 8 quad 1024 ring 3 [8]", 2, "quad"),
+            ("oxccl-tune 1\nall_reduce 8 float 1K ring 3 [8]", 2, "1K"),
+            ("oxccl-tune 1\nall_reduce 8 float 1024 ring -3 [8]", 2, "positive"),
+            ("oxccl-tune 1\nall_reduce 8 float 1024 ring NaN [8]", 2, "positive"),
+            ("oxccl-tune 1\nall_reduce 8 float 1024 ring 3", 2, "topology"),
+            ("oxccl-tune 1\nall_reduce 8 float 1024", 2, "missing the executor"),
+            (
+                "oxccl-tune 1\nall_reduce 8 float 1024 ring 3 [8]\nall_reduce 8 float 1024 ring 4 [8]",
+                3,
+                "line 2",
+            ),
+        ];
+        for (text, line, needle) in cases {
+            let err = TuneTable::parse(text).unwrap_err();
+            assert_eq!(err.line, Some(line), "{text:?}: {err}");
+            let message = err.to_string();
+            assert!(message.contains(&format!("line {line}")), "{message}");
+            assert!(message.contains(needle), "{needle:?} not in {message}");
+        }
+        let err = TuneTable::parse("# only a comment\n").unwrap_err();
+        assert!(err.to_string().contains("oxccl-tune 1"), "{err}");
+    }
+
+    #[test]
+    fn load_names_the_path() {
+        let err = TuneTable::load("/no/such/tune.txt").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("/no/such/tune.txt: cannot read"),
+            "{err}"
+        );
+        let path = std::env::temp_dir().join(format!("oxccl-tune-test-{}.txt", std::process::id()));
+        std::fs::write(
+            &path,
+            "oxccl-tune 1\nall_reduce 8 float 1024 ring fast [8]\n",
+        )
+        .unwrap();
+        let err = TuneTable::load(&path).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        let message = err.to_string();
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(message.contains("line 2"), "{message}");
+    }
+
+    #[test]
+    fn picks_the_fastest_at_the_nearest_size_of_the_bucket() {
+        let table = TuneTable {
+            entries: vec![
+                entry(1024, "one-shot", 10.0),
+                entry(1024, "mesh", 20.0),
+                entry(3000, "ring", 5.0),
+                entry(4096, "mesh", 30.0),
+                entry(4096, "ring", 40.0),
+            ],
+        };
+        let pick = |bytes| {
+            table
+                .pick(&key(bytes), ALL)
+                .map(|p| (p.executor, p.measured_bytes))
+        };
+        assert_eq!(pick(1024), Some(("one-shot".into(), 1024)));
+        // 700 is in the bucket of 1024, (512, 1024].
+        assert_eq!(pick(700), Some(("one-shot".into(), 1024)));
+        // 3500 is nearer 3000 than 4096, in the same bucket (2048, 4096].
+        assert_eq!(pick(3500), Some(("ring".into(), 3000)));
+        assert_eq!(pick(4000), Some(("mesh".into(), 4096)));
+        // 1025 is in (1024, 2048], where nothing was measured.
+        assert_eq!(pick(1025), None);
+        assert_eq!(pick(512), None);
+        let p = table.pick(&key(1024), ALL).unwrap();
+        assert_eq!(p.time_us, 10.0);
+    }
+
+    #[test]
+    fn ignores_executors_that_are_not_candidates() {
+        let table = TuneTable {
+            entries: vec![
+                entry(4096, "gone", 1.0),
+                entry(4096, "mesh", 30.0),
+                entry(4096, "ring", 20.0),
+                entry(3000, "gone", 1.0),
+            ],
+        };
+        let pick = |cands: &[&str]| table.pick(&key(3000), cands).map(|p| p.executor);
+        // The nearest size with a candidate is 4096, not the 3000 of `gone`.
+        assert_eq!(pick(&["mesh", "ring"]), Some("ring".into()));
+        assert_eq!(pick(&["mesh"]), Some("mesh".into()));
+        assert_eq!(pick(&["rhd"]), None);
+    }
+
+    #[test]
+    fn other_operator_ranks_topology_or_dtype_do_not_match() {
+        let table = TuneTable {
+            entries: vec![entry(1024, "ring", 1.0)],
+        };
+        assert!(table.pick(&key(1024), ALL).is_some());
+        let variants = [
+            TuneKey {
+                op: OpKind::AllGather,
+                ..key(1024)
+            },
+            TuneKey {
+                ranks: 4,
+                ..key(1024)
+            },
+            TuneKey {
+                topology: "[8] broken 0-1",
+                ..key(1024)
+            },
+            TuneKey {
+                dtype: DataType::F16,
+                ..key(1024)
+            },
+        ];
+        for k in variants {
+            assert_eq!(table.pick(&k, ALL), None, "{k:?}");
+        }
+    }
+
+    #[test]
+    fn merge_replaces_the_series_it_measured() {
+        let mut other_topology = entry(1024, "ring", 9.0);
+        other_topology.topology = "[8] broken 0-1".into();
+        let mut table = TuneTable {
+            entries: vec![
+                entry(1024, "ring", 9.0),
+                entry(4096, "mesh", 9.0),
+                other_topology.clone(),
+            ],
+        };
+        table.merge(TuneTable {
+            entries: vec![entry(1024, "mesh", 5.0)],
+        });
+        assert_eq!(
+            table.entries,
+            vec![other_topology, entry(1024, "mesh", 5.0)]
+        );
+    }
+
+    #[test]
+    fn buckets_are_powers_of_two() {
+        assert_eq!(size_bucket(0), 1);
+        assert_eq!(size_bucket(1), 1);
+        assert_eq!(size_bucket(1024), 1024);
+        assert_eq!(size_bucket(1025), 2048);
     }
 }

@@ -3,6 +3,8 @@
 //! - `oxccl perf <collective>`: an nccl-tests-style benchmark on the host device, with
 //!   correctness checked by default;
 //! - `oxccl check <collective>`: the analyzer and the cost model on a topology;
+//! - `oxccl tune <collective>`: measure every candidate executor and write a tuning table
+//!   that `OXCCL_TUNE_FILE` makes select_alg follow;
 //! - `oxccl algs`: every registered executor and template, with its crate of origin.
 
 mod algs;
@@ -10,6 +12,8 @@ mod calls;
 mod check;
 mod perf;
 mod sizes;
+mod topo_args;
+mod tune;
 
 // Link the example plugin so that `--algo bidir-ring` works out of the box.
 use oxccl_plugin_bidir_ring as _;
@@ -34,6 +38,8 @@ enum Command {
     Perf(perf::PerfArgs),
     /// Prove a collective's programs correct and model their speed on a topology.
     Check(check::CheckArgs),
+    /// Measure every candidate executor of a collective and write a tuning table.
+    Tune(tune::TuneArgs),
     /// List registered executors, templates and plugin selectors.
     Algs,
 }
@@ -43,6 +49,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Perf(args) => perf::run(&args),
         Command::Check(args) => check::run(&args),
+        Command::Tune(args) => tune::run(&args),
         Command::Algs => algs::run(),
     };
     match result {

@@ -7,15 +7,22 @@
 //! guard bytes around every receive buffer are checked for out-of-bounds writes. The table
 //! has nccl-tests' columns and bandwidth formulas; the exit status is non-zero when any
 //! value is wrong.
+//!
+//! `--topo` and `--broken` give the communicator a topology (a preset or a TOML file, and
+//! links to treat as broken): the communicator then refuses broken links, and select_alg
+//! runs the executors that avoid them. `oxccl tune` measures with this module's
+//! [`measure`].
 
 mod data;
 mod report;
 mod run;
 
+pub use run::{measure, Measured, Settings};
+
 use crate::calls::calls;
 use crate::sizes::{count_for_size, size_sweep};
 use clap::Args;
-use oxccl::{Communicator, Config, DataType, Error, OpKind, ReduceOp};
+use oxccl::{Communicator, Config, DataType, Error, OpKind, ReduceOp, Topology};
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
@@ -50,9 +57,16 @@ pub struct PerfArgs {
     /// Root rank of rooted collectives.
     #[arg(short = 'r', long = "root", default_value_t = 0)]
     pub root: usize,
-    /// Number of ranks.
-    #[arg(long, default_value_t = 8)]
-    pub ranks: usize,
+    /// Number of ranks (default 8, or the topology's; must agree with --topo).
+    #[arg(long)]
+    pub ranks: Option<usize>,
+    /// Topology: a preset (mesh8, mesh8-cut, ring8, 2x8, 1xN, MxN) or a TOML file
+    /// (default: OXCCL_TOPO_FILE, else one server of --ranks).
+    #[arg(long)]
+    pub topo: Option<String>,
+    /// A broken link, `A-B` (repeatable): the communicator refuses it.
+    #[arg(long = "broken", value_name = "A-B")]
+    pub broken: Vec<String>,
     /// Threads driving the ranks (nccl-tests' -t): each drives its share of the ranks with
     /// group calls. 1 (the default, like nccl-tests) drives all ranks from one thread; equal
     /// to --ranks gives every rank its own thread.
@@ -87,6 +101,36 @@ fn bad_arg(reason: String) -> Error {
     .into()
 }
 
+impl PerfArgs {
+    fn settings(&self) -> Settings {
+        Settings {
+            iters: self.iters,
+            warmup: self.warmup,
+            check: self.check != 0,
+            threads: self.threads,
+            in_place: true,
+        }
+    }
+}
+
+/// The communicator's configuration: the environment's, with `--topo`/`--broken`/`--ranks`
+/// applied and `algo` forced for `kind` when given.
+pub(crate) fn run_config(
+    ranks: Option<usize>,
+    topo: Option<&str>,
+    broken: &[String],
+    kind: OpKind,
+    algo: Option<&str>,
+) -> Result<(Config, Topology), Error> {
+    let mut config = Config::from_env()?;
+    let topology = crate::topo_args::run_topology(ranks, topo, broken, config.topology.as_ref())?;
+    config.topology = Some(topology.clone());
+    if let Some(name) = algo {
+        config.algo.set(Some(kind), name);
+    }
+    Ok((config, topology))
+}
+
 pub fn run(args: &PerfArgs) -> Result<ExitCode, Error> {
     let kind: OpKind = args.collective.parse()?;
     let dtypes = parse_all(&args.datatype, &DataType::ALL)?;
@@ -95,23 +139,27 @@ pub fn run(args: &PerfArgs) -> Result<ExitCode, Error> {
     } else {
         vec![ReduceOp::Sum]
     };
-    let mut config = Config::from_env()?;
-    if let Some(name) = &args.algo {
-        config.algo.set(Some(kind), name);
-    }
-    let comms = Communicator::init_all(args.ranks, config)?;
+    let (config, topology) = run_config(
+        args.ranks,
+        args.topo.as_deref(),
+        &args.broken,
+        kind,
+        args.algo.as_deref(),
+    )?;
+    let ranks = topology.ranks();
+    let comms = Communicator::init_all(ranks, config)?;
     let sweep = match kind {
         // A barrier moves no data: one row.
         OpKind::Barrier => vec![0],
         _ => size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor).map_err(bad_arg)?,
     };
-    let mut report = report::Report::new(kind, &comms, args);
+    let mut report = report::Report::new(kind, &comms, &topology, args);
     for &dtype in &dtypes {
         for &redop in &redops {
             for &size in &sweep {
-                let count = count_for_size(kind, size, dtype, args.ranks);
-                let ops = calls(kind, count, dtype, redop, args.root, args.ranks);
-                report.row(run::measure(&comms, &ops, args)?);
+                let count = count_for_size(kind, size, dtype, ranks);
+                let ops = calls(kind, count, dtype, redop, args.root, ranks);
+                report.row(measure(&comms, &ops, &args.settings())?);
             }
         }
     }

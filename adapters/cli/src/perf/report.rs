@@ -2,7 +2,7 @@
 
 use super::run::{Measured, Timing};
 use super::PerfArgs;
-use oxccl::{Communicator, OpKind};
+use oxccl::{Communicator, OpKind, Topology};
 use serde::Serialize;
 use std::process::ExitCode;
 
@@ -31,6 +31,7 @@ struct JsonRow {
 struct JsonReport {
     collective: String,
     ranks: usize,
+    topology: String,
     device: String,
     rows: Vec<JsonRow>,
     out_of_bounds: usize,
@@ -61,12 +62,13 @@ fn size_of(m: &Measured, ranks: usize) -> usize {
 }
 
 impl Report {
-    pub fn new(kind: OpKind, comms: &[Communicator], args: &PerfArgs) -> Self {
+    pub fn new(kind: OpKind, comms: &[Communicator], topology: &Topology, args: &PerfArgs) -> Self {
         let ranks = comms.len();
         let device = format!("{:?}", comms[0].framework().device());
         let json = args.json.then(|| JsonReport {
             collective: kind.name().into(),
             ranks,
+            topology: topology.describe(),
             device,
             rows: vec![],
             out_of_bounds: 0,
@@ -75,14 +77,21 @@ impl Report {
         });
         if json.is_none() {
             println!(
-                "# oxccl perf {}: {ranks} ranks on {:?}",
+                "# oxccl perf {}: {ranks} ranks on {:?}, topology {}",
                 kind.name(),
-                comms[0].framework().device()
+                comms[0].framework().device(),
+                topology.describe()
             );
             println!(
                 "# iters {} warmup {} check {}",
                 args.iters, args.warmup, args.check
             );
+            if let Some(table) = &comms[0].framework().config().tune {
+                println!(
+                    "# tuning table (OXCCL_TUNE_FILE): {} measurements",
+                    table.entries.len()
+                );
+            }
             println!("#");
             println!(
                 "# {:>10} {:>12} {:>8} {:>6} {:>5}   {:^34}   {:^34}",

@@ -1,7 +1,6 @@
 //! Measuring one row: every rank on its own thread, timed between two barriers.
 
 use super::data::{fill_input, Aligned, Expected};
-use super::PerfArgs;
 use oxccl::{Communicator, Error, Group, OpParam, UserBuffers};
 use std::sync::Barrier;
 use std::time::Instant;
@@ -9,6 +8,21 @@ use std::time::Instant;
 /// Guard bytes on each side of every receive buffer.
 const GUARD: usize = 64;
 const GUARD_BYTE: u8 = 0xA5;
+
+/// How to measure a row: `oxccl perf` and `oxccl tune` both measure with this.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// Timed calls per direction.
+    pub iters: usize,
+    /// Untimed calls before them.
+    pub warmup: usize,
+    /// Check every result and the guard bytes.
+    pub check: bool,
+    /// Threads driving the ranks, each with group calls over its share.
+    pub threads: usize,
+    /// Measure the in-place form too (where the operator has one).
+    pub in_place: bool,
+}
 
 /// One direction (out-of-place or in-place) of a row.
 #[derive(Clone, Copy, Debug, Default)]
@@ -54,23 +68,33 @@ fn available_memory() -> Option<usize> {
     Some(kib * 1024)
 }
 
+/// The executor every rank runs `ops` with, after building every rank's programs (both
+/// forms when `in_place`): an executor that cannot run here fails before anything runs,
+/// with the error of the first rank it fails on.
+fn prepare_all(comms: &[Communicator], ops: &[OpParam], in_place: bool) -> Result<String, Error> {
+    let mut name = String::new();
+    for (comm, op) in comms.iter().zip(ops) {
+        let forms: &[bool] = if in_place { &[false, true] } else { &[false] };
+        for &form in forms {
+            let prepared = comm.framework().prepare(op, form)?;
+            name = prepared.selection.executor.name.to_string();
+        }
+    }
+    Ok(name)
+}
+
 /// Measure one row: `ops[r]` is rank `r`'s call (the same on every rank except for
 /// send/recv, whose peers differ).
 pub fn measure(
     comms: &[Communicator],
     ops: &[OpParam],
-    args: &PerfArgs,
+    settings: &Settings,
 ) -> Result<Measured, Error> {
     let n = comms.len();
     let op = &ops[0];
     let (in_bytes, out_bytes) = op.buffer_bytes(0, n);
-    let executor = comms[0]
-        .framework()
-        .prepare(op, false)?
-        .selection
-        .executor
-        .name
-        .to_string();
+    let in_place = settings.in_place && op.in_place_allowed();
+    let executor = prepare_all(comms, ops, in_place)?;
     let mut row = Measured {
         op: op.clone(),
         out_of_place: Timing::default(),
@@ -84,12 +108,12 @@ pub fn measure(
         row.skipped = Some(format!("needs ~{} MiB", need >> 20));
         return Ok(row);
     }
-    let expected = if args.check != 0 {
+    let expected = if settings.check {
         Some(Expected::new(op, n).map_err(super::bad_arg)?)
     } else {
         None
     };
-    let threads = args.threads.clamp(1, n);
+    let threads = settings.threads.clamp(1, n);
     let barrier = Barrier::new(threads);
     let per_thread = n.div_ceil(threads);
     let results: Vec<Result<Vec<RankResult>, Error>> = std::thread::scope(|s| {
@@ -97,7 +121,7 @@ pub fn measure(
             .chunks(per_thread)
             .map(|ranks| {
                 let (barrier, expected) = (&barrier, expected.as_ref());
-                s.spawn(move || run_thread(ranks, ops, args, barrier, expected))
+                s.spawn(move || run_thread(ranks, ops, settings, barrier, expected))
             })
             .collect();
         handles
@@ -118,7 +142,7 @@ pub fn measure(
         seconds: mean(|r| r.oop.0),
         wrong: wrong(|r| r.oop.1),
     };
-    row.in_place = op.in_place_allowed().then(|| Timing {
+    row.in_place = in_place.then(|| Timing {
         seconds: mean(|r| r.ip.0),
         wrong: wrong(|r| r.ip.1),
     });
@@ -128,7 +152,7 @@ pub fn measure(
 
 /// Time `iters` calls after `warmup` untimed ones; all threads start together.
 fn timed(
-    args: &PerfArgs,
+    args: &Settings,
     barrier: &Barrier,
     mut call: impl FnMut() -> Result<(), Error>,
 ) -> Result<f64, Error> {
@@ -168,7 +192,7 @@ fn group_call(states: &mut [RankState<'_>], len: usize, in_place: bool) -> Resul
 fn run_thread<'c>(
     comms: &'c [Communicator],
     ops: &'c [OpParam],
-    args: &PerfArgs,
+    args: &Settings,
     barrier: &Barrier,
     expected: Option<&Expected>,
 ) -> Result<Vec<RankResult>, Error> {
@@ -209,7 +233,7 @@ fn run_thread<'c>(
         .iter()
         .map(|st| guard_damage(&st.output, out_bytes))
         .collect();
-    if !op.in_place_allowed() {
+    if !(args.in_place && op.in_place_allowed()) {
         return Ok(results(
             &states,
             (oop_time, &oop_wrong),

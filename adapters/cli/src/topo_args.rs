@@ -1,0 +1,89 @@
+//! `--ranks`, `--topo` and `--broken`, shared by `oxccl check`, `perf` and `tune`.
+//!
+//! `--topo` takes what `Topology::parse_spec` takes (a preset such as `mesh8`, `2x8`,
+//! `1xN`, or a TOML file); every `--broken A-B` marks one more link broken on top of it.
+
+use oxccl::{Error, Topology};
+
+fn bad_arg(var: &'static str, value: &str, reason: String) -> Error {
+    oxccl::ConfigError {
+        var,
+        value: value.to_string(),
+        reason,
+    }
+    .into()
+}
+
+/// The topology named by `topo` (or one server of `ranks` ranks), with every `broken`
+/// link applied.
+pub fn topology(ranks: usize, topo: Option<&str>, broken: &[String]) -> Result<Topology, Error> {
+    let base = match topo {
+        Some(spec) => {
+            Topology::parse_spec(spec).map_err(|e| bad_arg("--topo", spec, e.to_string()))?
+        }
+        None => Topology::single_server(ranks),
+    };
+    with_broken(base, broken)
+}
+
+/// `base` with every `A-B` of `broken` marked broken.
+pub fn with_broken(base: Topology, broken: &[String]) -> Result<Topology, Error> {
+    broken.iter().try_fold(base, |t, pair| {
+        let parsed = pair
+            .split_once('-')
+            .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)));
+        let (a, b) = parsed
+            .ok_or_else(|| bad_arg("--broken", pair, "expected two ranks like 0-1".into()))?;
+        Ok(t.with_broken(a, b)?)
+    })
+}
+
+/// The topology of a command that runs for real (`perf`, `tune`): `--topo` if given, else
+/// the environment's (`OXCCL_TOPO_FILE`), else one server of `--ranks` (8 by default);
+/// then `--broken`. `--ranks` given with a topology must agree with its rank count.
+pub fn run_topology(
+    ranks: Option<usize>,
+    topo: Option<&str>,
+    broken: &[String],
+    from_env: Option<&Topology>,
+) -> Result<Topology, Error> {
+    let (base, source) = match (topo, from_env) {
+        (Some(spec), _) => (topology(0, Some(spec), &[])?, format!("--topo {spec}")),
+        (None, Some(env)) => (env.clone(), "OXCCL_TOPO_FILE".to_string()),
+        (None, None) => return topology(ranks.unwrap_or(8), None, broken),
+    };
+    if let Some(n) = ranks.filter(|&n| n != base.ranks()) {
+        let reason = format!(
+            "disagrees with {source}, which has {} ranks; drop --ranks or pass --ranks {}",
+            base.ranks(),
+            base.ranks()
+        );
+        return Err(bad_arg("--ranks", &n.to_string(), reason));
+    }
+    with_broken(base, broken)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_and_topo_must_agree() {
+        let t = run_topology(Some(8), Some("mesh8"), &["0-1".into()], None).unwrap();
+        assert_eq!(t.describe(), "[8] broken 0-1");
+        let err = run_topology(Some(4), Some("mesh8"), &[], None).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--ranks=\"4\" is invalid: disagrees"),
+            "{err}"
+        );
+        let env = Topology::single_server(4);
+        assert!(run_topology(Some(8), None, &[], Some(&env)).is_err());
+        assert_eq!(
+            run_topology(None, None, &[], Some(&env)).unwrap().ranks(),
+            4
+        );
+        assert_eq!(run_topology(None, None, &[], None).unwrap().ranks(), 8);
+        assert!(run_topology(None, None, &["0_1".into()], None).is_err());
+    }
+}

@@ -1,0 +1,179 @@
+//! `oxccl tune`: measure every candidate executor and write a tuning table.
+//!
+//! For each chosen operator the candidates are the registered executors whose declared
+//! constraints hold on the topology ([`candidates`]). Each one is forced (the `--algo`
+//! override `oxccl perf` uses) on a fresh set of communicators and measured over the size
+//! sweep with `oxccl perf`'s own measuring code ([`crate::perf::measure`]), out of place,
+//! results and guard bytes checked. The whole pass over every executor runs `--rounds`
+//! times (2 by default) and each point keeps its fastest round: other processes on the
+//! machine only ever add time, and spreading one executor's samples over the run keeps a
+//! burst of such load from deciding the ranking. An executor that cannot be built here (a link it needs
+//! is broken or missing, or it refuses the shape: `Unsupported`, `NoLink`, `NoExecutor`)
+//! is skipped with the reason printed. One that computes a wrong value, writes out of
+//! bounds or fails on the device is reported as FAILED, none of its figures are recorded,
+//! and the exit status is non-zero.
+//!
+//! The table printed per operator lists every size with its executors from fastest to
+//! slowest; the file (`-o`, `oxccl-tune.txt` by default; see `oxccl::framework::tune` for
+//! the format) records, per measurement, the bytes of one rank's input: the size
+//! `select_alg` looks up. If the file exists it must be a tuning table: the series this run
+//! measured (operator, ranks, topology, dtype) replace their old figures and the rest is
+//! kept, so one file can collect several operators and topologies.
+
+mod candidates;
+mod report;
+mod sweep;
+
+use crate::perf::{run_config, Settings};
+use crate::sizes::size_sweep;
+use clap::Args;
+use oxccl::framework::tune::TuneTable;
+use oxccl::{DataType, Error, OpKind};
+use std::path::Path;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct TuneArgs {
+    /// The collective (all-reduce, ...); omit with --all.
+    pub collective: Option<String>,
+    /// Tune every operator.
+    #[arg(long)]
+    pub all: bool,
+    /// Number of ranks (default 8, or the topology's; must agree with --topo).
+    #[arg(long)]
+    pub ranks: Option<usize>,
+    /// Topology: a preset (mesh8, mesh8-cut, ring8, 2x8, 1xN, MxN) or a TOML file
+    /// (default: OXCCL_TOPO_FILE, else one server of --ranks).
+    #[arg(long)]
+    pub topo: Option<String>,
+    /// A broken link, `A-B` (repeatable).
+    #[arg(long = "broken", value_name = "A-B")]
+    pub broken: Vec<String>,
+    /// Smallest size in bytes (K, M, G suffixes), nccl-tests' size as in `oxccl perf`.
+    #[arg(short = 'b', long = "minbytes", default_value = "1K")]
+    pub minbytes: String,
+    /// Largest size in bytes.
+    #[arg(short = 'e', long = "maxbytes", default_value = "64M")]
+    pub maxbytes: String,
+    /// Multiplication factor between sizes.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 4)]
+    pub stepfactor: usize,
+    /// Timed iterations per executor, size and round.
+    #[arg(short = 'n', long = "iters", default_value_t = 4)]
+    pub iters: usize,
+    /// Warmup iterations per executor, size and round.
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 1)]
+    pub warmup: usize,
+    /// Rounds over every executor: each measurement keeps its best round.
+    #[arg(short = 'R', long = "rounds", default_value_t = 2)]
+    pub rounds: usize,
+    /// Data type (float, half, bfloat16, int32, ...).
+    #[arg(short = 'd', long = "datatype", default_value = "float")]
+    pub datatype: String,
+    /// Root rank of rooted collectives.
+    #[arg(short = 'r', long = "root", default_value_t = 0)]
+    pub root: usize,
+    /// Threads driving the ranks, as `oxccl perf -t`.
+    #[arg(short = 't', long = "nthreads", default_value_t = 1)]
+    pub threads: usize,
+    /// The tuning table to write (merged into it when it exists).
+    #[arg(short = 'o', long = "output", default_value = "oxccl-tune.txt")]
+    pub output: std::path::PathBuf,
+}
+
+impl TuneArgs {
+    fn settings(&self) -> Settings {
+        Settings {
+            iters: self.iters.max(1),
+            warmup: self.warmup,
+            check: true,
+            threads: self.threads,
+            in_place: false,
+        }
+    }
+
+    fn operators(&self) -> Result<Vec<OpKind>, Error> {
+        match (&self.collective, self.all) {
+            (Some(_), true) => Err(bad_arg(
+                "name one collective or pass --all, not both".into(),
+            )),
+            (None, true) => Ok(OpKind::ALL.to_vec()),
+            (Some(name), false) => Ok(vec![name.parse()?]),
+            (None, false) => Err(bad_arg(
+                "name a collective (e.g. `oxccl tune all-reduce`) or pass --all".into(),
+            )),
+        }
+    }
+}
+
+pub fn run(args: &TuneArgs) -> Result<ExitCode, Error> {
+    let kinds = args.operators()?;
+    let dtype: DataType = args
+        .datatype
+        .parse()
+        .map_err(|e: oxccl::platform::dtype::ParseNameError| bad_arg(e.to_string()))?;
+    let sizes = size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor).map_err(bad_arg)?;
+    let mut table = existing_table(&args.output)?;
+    let mut fresh = TuneTable::default();
+    let mut failures = Vec::new();
+    for kind in kinds {
+        let (config, topology) =
+            run_config(args.ranks, args.topo.as_deref(), &args.broken, kind, None)?;
+        let job = sweep::Job {
+            kind,
+            dtype,
+            root: args.root,
+            sizes: if kind == OpKind::Barrier {
+                vec![0]
+            } else {
+                sizes.clone()
+            },
+            settings: args.settings(),
+            rounds: args.rounds,
+            config,
+            topology,
+        };
+        let outcome = sweep::tune_operator(&job)?;
+        report::print(&job, &outcome);
+        failures.extend(outcome.failures.iter().cloned());
+        fresh
+            .entries
+            .extend(outcome.points.into_iter().map(|p| p.entry));
+    }
+    let measured = fresh.entries.len();
+    table.merge(fresh);
+    std::fs::write(&args.output, table.to_text()).map_err(|e| {
+        bad_arg(format!(
+            "cannot write the tuning table {}: {e}",
+            args.output.display()
+        ))
+    })?;
+    println!(
+        "# wrote {measured} measurements to {} ({} in all)",
+        args.output.display(),
+        table.entries.len()
+    );
+    Ok(report::finish(&failures))
+}
+
+pub(crate) fn bad_arg(reason: String) -> Error {
+    oxccl::ConfigError {
+        var: "oxccl tune",
+        value: String::new(),
+        reason,
+    }
+    .into()
+}
+
+/// The table at `path` to merge into: empty when there is no file; an error when there is
+/// one that is not a tuning table (it is not overwritten).
+fn existing_table(path: &Path) -> Result<TuneTable, Error> {
+    if !path.exists() {
+        return Ok(TuneTable::default());
+    }
+    TuneTable::load(path).map_err(|e| {
+        bad_arg(format!(
+            "{e}; -o must name a tuning table to merge into or a new file"
+        ))
+    })
+}

@@ -1,0 +1,259 @@
+//! Measuring the candidates of one operator over the size sweep.
+
+use super::candidates::candidates;
+use crate::calls::calls;
+use crate::perf::{measure, Measured, Settings};
+use crate::sizes::count_for_size;
+use oxccl::framework::executor::ExecutorEntry;
+use oxccl::framework::tune::TuneEntry;
+use oxccl::{Communicator, Config, DataType, Error, OpKind, ReduceOp, Topology};
+
+/// What to tune: one operator on one topology.
+pub struct Job {
+    pub kind: OpKind,
+    pub dtype: DataType,
+    pub root: usize,
+    /// nccl-tests sizes, as `oxccl perf` takes them.
+    pub sizes: Vec<usize>,
+    pub settings: Settings,
+    /// Rounds over every executor; each point keeps its best round.
+    pub rounds: usize,
+    /// The communicators' configuration (topology set, no executor forced).
+    pub config: Config,
+    pub topology: Topology,
+}
+
+/// One measured (or skipped) point of the sweep, for the printed table.
+pub struct Point {
+    pub size: usize,
+    pub entry: TuneEntry,
+}
+
+/// An executor (or every executor) that cannot run here, at one size or at all.
+pub struct Skip {
+    pub executor: String,
+    pub size: Option<usize>,
+    pub why: String,
+}
+
+/// Everything one operator's tuning found.
+#[derive(Default)]
+pub struct Outcome {
+    /// Sound measurements, in sweep order per executor.
+    pub points: Vec<Point>,
+    /// What cannot run here: every size of an executor (`size: None`), or one size.
+    pub skipped: Vec<Skip>,
+    /// Executors that computed wrong results or failed on the device: never recorded.
+    pub failures: Vec<String>,
+}
+
+impl Outcome {
+    /// Keep the faster of `point` and an earlier round's measurement of the same point.
+    fn record(&mut self, point: Point) {
+        let earlier = self
+            .points
+            .iter_mut()
+            .find(|p| p.size == point.size && p.entry.executor == point.entry.executor);
+        match earlier {
+            Some(p) if p.entry.time_us <= point.entry.time_us => {}
+            Some(p) => *p = point,
+            None => self.points.push(point),
+        }
+    }
+
+    /// True when `executor` was found unable to run `size` in an earlier round.
+    fn skips(&self, executor: &str, size: usize) -> bool {
+        self.skipped
+            .iter()
+            .any(|s| s.executor == executor && s.size == Some(size))
+    }
+
+    /// Record that `executor` failed: its points are dropped, later rounds pass it by.
+    fn fail(&mut self, executor: &str, failure: String) {
+        self.points.retain(|p| p.entry.executor != executor);
+        self.failures.push(failure);
+    }
+}
+
+/// Errors that say an executor cannot run this shape or topology: skipped, not failed.
+fn cannot_run_here(err: &Error) -> bool {
+    matches!(
+        err,
+        Error::Unsupported { .. } | Error::NoLink { .. } | Error::NoExecutor { .. }
+    )
+}
+
+/// Measure every candidate of `job.kind` over `job.sizes`.
+pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
+    let found = candidates(job.kind, &job.topology)?;
+    let mut outcome = Outcome::default();
+    for (name, why) in found.skipped {
+        outcome.skipped.push(Skip {
+            executor: name.to_string(),
+            size: None,
+            why,
+        });
+    }
+    let sizes = measurable_sizes(job, &mut outcome);
+    let mut failed: Vec<&str> = vec![];
+    for round in 1..=job.rounds.max(1) {
+        for entry in &found.run {
+            if failed.contains(&entry.name) {
+                continue;
+            }
+            eprintln!(
+                "# tuning {} {} (round {round})",
+                job.kind.name(),
+                entry.name
+            );
+            if let Err(failure) = tune_executor(job, &sizes, entry, &mut outcome) {
+                outcome.fail(entry.name, failure);
+                failed.push(entry.name);
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+/// The sizes of the sweep that hold at least one element per rank (all of them for a
+/// barrier); the others are recorded as skipped for every executor.
+fn measurable_sizes(job: &Job, outcome: &mut Outcome) -> Vec<usize> {
+    let ranks = job.topology.ranks();
+    let mut sizes = Vec::new();
+    for &size in &job.sizes {
+        let empty =
+            job.kind != OpKind::Barrier && count_for_size(job.kind, size, job.dtype, ranks) == 0;
+        if empty {
+            outcome.skipped.push(Skip {
+                executor: "every executor".into(),
+                size: Some(size),
+                why: "less than one element per rank".into(),
+            });
+        } else {
+            sizes.push(size);
+        }
+    }
+    sizes
+}
+
+/// Measure one executor over the sweep on its own communicators (one round); `Err` is a
+/// failure report (wrong values, out-of-bounds writes, a device error).
+fn tune_executor(
+    job: &Job,
+    sizes: &[usize],
+    entry: &'static ExecutorEntry,
+    outcome: &mut Outcome,
+) -> Result<(), String> {
+    let failed = |what: String| format!("{} {}: {what}", job.kind.name(), entry.name);
+    let mut config = job.config.clone();
+    config.algo.set(Some(job.kind), entry.name);
+    let ranks = job.topology.ranks();
+    let comms = Communicator::init_all(ranks, config).map_err(|e| failed(format!("init: {e}")))?;
+    for &size in sizes {
+        if outcome.skips(entry.name, size) {
+            continue;
+        }
+        let count = count_for_size(job.kind, size, job.dtype, ranks);
+        let ops = calls(job.kind, count, job.dtype, ReduceOp::Sum, job.root, ranks);
+        match measure(&comms, &ops, &job.settings) {
+            Err(e) if cannot_run_here(&e) => outcome.skipped.push(Skip {
+                executor: entry.name.to_string(),
+                size: Some(size),
+                why: e.to_string(),
+            }),
+            Err(e) => return Err(failed(format!("at {size} B: {e}"))),
+            Ok(m) => {
+                if let Some(why) = m.skipped {
+                    outcome.skipped.push(Skip {
+                        executor: entry.name.to_string(),
+                        size: Some(size),
+                        why,
+                    });
+                    continue;
+                }
+                let tuned =
+                    sound_entry(job, entry, &m).map_err(|w| failed(format!("at {size} B: {w}")))?;
+                outcome.record(Point { size, entry: tuned });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The table entry of a measured row, or why it must not be recorded.
+fn sound_entry(job: &Job, entry: &ExecutorEntry, m: &Measured) -> Result<TuneEntry, String> {
+    if m.executor != entry.name {
+        return Err(format!(
+            "ran `{}` although `{}` was forced",
+            m.executor, entry.name
+        ));
+    }
+    let wrong = m.out_of_place.wrong.unwrap_or(0);
+    if wrong > 0 || m.out_of_bounds > 0 {
+        return Err(format!(
+            "{wrong} wrong values and {} bytes written out of bounds; not recorded",
+            m.out_of_bounds
+        ));
+    }
+    let ranks = job.topology.ranks();
+    Ok(TuneEntry {
+        op: job.kind,
+        ranks,
+        topology: job.topology.describe(),
+        dtype: job.dtype,
+        // What select_alg looks up: the bytes of one rank's input.
+        bytes: m.op.buffer_bytes(0, ranks).0,
+        executor: entry.name.to_string(),
+        // Hundredths of a µs are below the noise; never 0, which the format refuses.
+        time_us: ((m.out_of_place.seconds * 1e8).round() / 100.0).max(0.01),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(size: usize, executor: &str, time_us: f64) -> Point {
+        Point {
+            size,
+            entry: TuneEntry {
+                op: OpKind::AllReduce,
+                ranks: 4,
+                topology: "[4]".into(),
+                dtype: DataType::F32,
+                bytes: size,
+                executor: executor.into(),
+                time_us,
+            },
+        }
+    }
+
+    fn times(outcome: &Outcome) -> Vec<(usize, &str, f64)> {
+        outcome
+            .points
+            .iter()
+            .map(|p| (p.size, p.entry.executor.as_str(), p.entry.time_us))
+            .collect()
+    }
+
+    #[test]
+    fn rounds_keep_the_best_time_and_a_failure_drops_the_executor() {
+        let mut outcome = Outcome::default();
+        outcome.record(point(1024, "ring", 30.0));
+        outcome.record(point(1024, "mesh", 20.0));
+        outcome.record(point(1024, "ring", 10.0));
+        outcome.record(point(1024, "mesh", 25.0));
+        outcome.record(point(4096, "ring", 40.0));
+        assert_eq!(
+            times(&outcome),
+            vec![
+                (1024, "ring", 10.0),
+                (1024, "mesh", 20.0),
+                (4096, "ring", 40.0)
+            ]
+        );
+        outcome.fail("ring", "all_reduce ring: 3 wrong values".into());
+        assert_eq!(times(&outcome), vec![(1024, "mesh", 20.0)]);
+        assert_eq!(outcome.failures.len(), 1);
+    }
+}

@@ -1,0 +1,186 @@
+//! `oxccl tune`, `OXCCL_TUNE_FILE` and `oxccl perf --topo/--broken`, end to end.
+
+use oxccl::framework::tune::TuneTable;
+use oxccl::OpKind;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn oxccl(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_oxccl"));
+    cmd.args(args).env_remove("OXCCL_TUNE_FILE");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// A path in the temporary directory unique to this test process and `name`.
+fn temp_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("oxccl-cli-{}-{name}", std::process::id()))
+}
+
+/// The data rows of a table (lines that start with a number).
+fn rows(text: &str) -> Vec<Vec<&str>> {
+    text.lines()
+        .filter(|l| l.trim_start().starts_with(char::is_numeric))
+        .map(|l| l.split_whitespace().collect())
+        .collect()
+}
+
+#[test]
+fn tune_writes_a_table_that_parses_and_skips_what_needs_a_broken_link() {
+    let path = temp_path("tune.txt");
+    let out = path.to_str().unwrap();
+    let (ok, text) = oxccl(
+        &[
+            "tune",
+            "all-reduce",
+            "--ranks",
+            "4",
+            "--broken",
+            "0-1",
+            "-b",
+            "1K",
+            "-e",
+            "4K",
+            "-f",
+            "4",
+            "-n",
+            "1",
+            "-w",
+            "0",
+            "-R",
+            "2",
+            "-o",
+            out,
+        ],
+        &[],
+    );
+    let table = TuneTable::load(&path);
+    std::fs::remove_file(&path).ok();
+    assert!(ok, "{text}");
+    let table = table.unwrap_or_else(|e| panic!("{e}\n{text}"));
+    for e in &table.entries {
+        assert_eq!(
+            (e.op, e.ranks, e.topology.as_str()),
+            (OpKind::AllReduce, 4, "[4] broken 0-1")
+        );
+        assert!([1024, 4096].contains(&e.bytes), "{e:?}");
+    }
+    let at = |bytes: usize| -> Vec<&str> {
+        let mut names: Vec<&str> = table
+            .entries
+            .iter()
+            .filter(|e| e.bytes == bytes)
+            .map(|e| e.executor.as_str())
+            .collect();
+        names.sort();
+        names
+    };
+    // The ring family routes around the broken link; the mesh needs it and is skipped.
+    assert!(
+        at(1024).contains(&"ring") && at(1024).contains(&"double-ring"),
+        "{text}"
+    );
+    assert_eq!(at(1024), at(4096), "{text}");
+    assert!(!at(1024).contains(&"mesh"), "{text}");
+    assert!(text.contains("# skipped mesh"), "{text}");
+    // Each size's rows are fastest first, and the printed table agrees with the file.
+    let printed = rows(&text);
+    assert_eq!(printed.len(), table.entries.len(), "{text}");
+    assert_eq!(printed[0].last(), Some(&"fastest"), "{text}");
+}
+
+#[test]
+fn a_bad_tune_file_stops_perf_naming_the_line() {
+    let path = temp_path("bad-tune.txt");
+    std::fs::write(
+        &path,
+        "oxccl-tune 1\nall_reduce 2 float 1024 ring 3.5 [2]\nall_reduce 2 float 4096 ring soon [2]\n",
+    )
+    .unwrap();
+    let (ok, text) = oxccl(
+        &["perf", "all-reduce", "--ranks", "2", "-b", "1K", "-e", "1K"],
+        &[("OXCCL_TUNE_FILE", path.to_str().unwrap())],
+    );
+    std::fs::remove_file(&path).ok();
+    assert!(!ok, "{text}");
+    for needle in ["OXCCL_TUNE_FILE", path.to_str().unwrap(), "line 3", "soon"] {
+        assert!(text.contains(needle), "{needle:?} not in {text}");
+    }
+}
+
+#[test]
+fn perf_runs_on_a_topology_with_a_broken_link() {
+    let (ok, text) = oxccl(
+        &[
+            "perf",
+            "all-reduce",
+            "--topo",
+            "mesh8",
+            "--broken",
+            "0-1",
+            "-b",
+            "64K",
+            "-e",
+            "64K",
+            "-n",
+            "1",
+            "-w",
+            "0",
+        ],
+        &[],
+    );
+    assert!(ok, "{text}");
+    assert!(text.contains("topology [8] broken 0-1"), "{text}");
+    let rows = rows(&text);
+    assert_eq!(rows.len(), 1, "{text}");
+    assert_eq!((rows[0][8], rows[0][12]), ("0", "0"), "{text}");
+    // Forcing an executor that needs the broken link is refused, naming the link.
+    let (ok, text) = oxccl(
+        &[
+            "perf",
+            "all-reduce",
+            "--topo",
+            "mesh8",
+            "--broken",
+            "0-1",
+            "-b",
+            "1K",
+            "-e",
+            "1K",
+            "--algo",
+            "mesh",
+        ],
+        &[],
+    );
+    assert!(!ok, "{text}");
+    assert!(text.contains("broken"), "{text}");
+}
+
+#[test]
+fn ranks_must_agree_with_the_topology() {
+    let (ok, text) = oxccl(
+        &[
+            "perf",
+            "all-reduce",
+            "--topo",
+            "mesh8",
+            "--ranks",
+            "4",
+            "-b",
+            "1K",
+            "-e",
+            "1K",
+        ],
+        &[],
+    );
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("disagrees with --topo mesh8, which has 8 ranks"),
+        "{text}"
+    );
+}
