@@ -10,7 +10,8 @@ use oxccl_tests::assert_executors_covered;
 fn every_registered_executor_is_covered_by_a_test_file() {
     let covered: [(OpKind, &[&str]); 13] = [
         // all_reduce_executors (built-in + plugin), double_ring_executors,
-        // log_step_executors (rhd, nhr, nb), hierarchical_executors (hier-*).
+        // log_step_executors (rhd, nhr, nb), hierarchical_executors (hier-*),
+        // relay_mesh_executors (relay-*, also for AllGather and ReduceScatter).
         (
             OpKind::AllReduce,
             &[
@@ -25,6 +26,8 @@ fn every_registered_executor_is_covered_by_a_test_file() {
                 "nb",
                 "nhr",
                 "one-shot",
+                "relay-mesh",
+                "relay-mesh-single",
                 "rhd",
                 "ring",
             ],
@@ -41,6 +44,7 @@ fn every_registered_executor_is_covered_by_a_test_file() {
                 "mesh",
                 "nb",
                 "nhr",
+                "relay-mesh",
                 "rhd",
                 "ring",
             ],
@@ -57,28 +61,48 @@ fn every_registered_executor_is_covered_by_a_test_file() {
                 "mesh",
                 "nb",
                 "nhr",
+                "relay-mesh",
                 "rhd",
                 "ring",
             ],
         ),
-        // broadcast_executors, hierarchical_executors.
+        // broadcast_executors, hierarchical_executors, relay_rooted_executors (relay-*).
         (
             OpKind::Broadcast,
-            &["hier-nhr", "hier-rhd", "hier-ring", "mesh", "ring", "tree"],
+            &[
+                "hier-nhr",
+                "hier-rhd",
+                "hier-ring",
+                "mesh",
+                "relay-mesh",
+                "relay-scatter-allgather",
+                "ring",
+                "tree",
+            ],
         ),
-        // reduce_executors, scatter_executors, gather_executors.
-        (OpKind::Reduce, &["mesh", "ring", "tree"]),
-        (OpKind::Scatter, &["mesh", "tree"]),
-        (OpKind::Gather, &["mesh", "tree"]),
-        // all_to_all_executors.
-        (OpKind::AlltoAll, &["mesh", "pairwise"]),
-        // vector_executors.
-        (OpKind::AllGatherV, &["mesh", "ring"]),
-        (OpKind::ReduceScatterV, &["mesh", "ring"]),
-        (OpKind::AlltoAllV, &["pairwise"]),
-        // send_recv_executors, barrier_executors.
-        (OpKind::SendRecv, &["p2p"]),
-        (OpKind::Barrier, &["dissemination"]),
+        // reduce_executors, scatter_executors, gather_executors, relay_rooted_executors.
+        (
+            OpKind::Reduce,
+            &[
+                "mesh",
+                "relay-mesh",
+                "relay-reduce-scatter-gather",
+                "ring",
+                "tree",
+            ],
+        ),
+        (OpKind::Scatter, &["mesh", "relay-mesh", "tree"]),
+        (OpKind::Gather, &["mesh", "relay-mesh", "tree"]),
+        // all_to_all_executors, relay_p2p_executors.
+        (OpKind::AlltoAll, &["mesh", "pairwise", "relay-mesh"]),
+        // vector_executors, relay_rooted_executors (relay-mesh of the V forms),
+        // relay_p2p_executors (relay-pairwise).
+        (OpKind::AllGatherV, &["mesh", "relay-mesh", "ring"]),
+        (OpKind::ReduceScatterV, &["mesh", "relay-mesh", "ring"]),
+        (OpKind::AlltoAllV, &["pairwise", "relay-pairwise"]),
+        // send_recv_executors, barrier_executors, relay_p2p_executors.
+        (OpKind::SendRecv, &["p2p", "relay-p2p"]),
+        (OpKind::Barrier, &["dissemination", "spanning-tree"]),
     ];
     assert_eq!(covered.len(), OpKind::ALL.len(), "every operator listed");
     for (kind, names) in covered {

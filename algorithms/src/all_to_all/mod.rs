@@ -4,13 +4,15 @@
 //! The framework's block loop hands every iteration one block per rank on both sides
 //! ([`KernelArgs::blocks`] applies to input and output alike): packed CCL buffers when
 //! staged, the user's buffers zero-copy. In place is refused by validation, so input and
-//! output never alias. Both executors pull: a rank copies its block out of each peer's
-//! input, so nothing is written into a peer.
+//! output never alias. The mesh and pairwise executors pull: a rank copies its block out of
+//! each peer's input, so nothing is written into a peer; relay-mesh pulls over healthy
+//! links too, and writes the pieces of unlinked pairs into the relays' Scratch slots.
 //!
 //! [`KernelArgs::blocks`]: oxccl_framework::KernelArgs::blocks
 
 pub mod mesh;
 pub mod pairwise;
+pub mod relay_mesh;
 
 use oxccl_framework::platform::Rank;
 use oxccl_framework::{KernelArgs, KernelCtx};

@@ -5,3 +5,4 @@
 //! [`VLayout::P2p`]: oxccl_framework::op::VLayout::P2p
 
 pub mod pairwise;
+pub mod relay_pairwise;

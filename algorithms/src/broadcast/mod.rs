@@ -8,6 +8,8 @@
 
 pub mod hier_levels;
 pub mod mesh;
+pub mod relay_mesh;
+pub mod relay_scatter_all_gather;
 pub mod ring;
 pub mod tree;
 

@@ -8,6 +8,7 @@
 //! [`KernelArgs::blocks`]: oxccl_framework::KernelArgs::blocks
 
 pub mod mesh;
+pub mod relay_mesh;
 pub mod tree;
 
 use oxccl_framework::platform::{Rank, Slice};

@@ -13,6 +13,7 @@ pub mod hier_levels;
 pub mod mesh;
 pub mod nb;
 pub mod nhr;
+pub mod relay_mesh;
 pub mod rhd;
 pub mod ring;
 

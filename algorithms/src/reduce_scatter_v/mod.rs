@@ -8,4 +8,5 @@
 //! writes it.
 
 pub mod mesh;
+pub mod relay_mesh;
 pub mod ring;

@@ -7,6 +7,7 @@
 //! [`KernelArgs::blocks`]: oxccl_framework::KernelArgs::blocks
 
 pub mod mesh;
+pub mod relay_mesh;
 pub mod tree;
 
 use oxccl_framework::{KernelArgs, KernelCtx};

@@ -12,6 +12,9 @@ pub mod nhr;
 pub mod p2p;
 pub mod peer_round;
 pub mod relay;
+pub mod relay_mesh;
+pub mod relay_p2p;
+pub mod relay_rooted;
 pub mod rhd;
 pub mod ring;
 pub mod ring_all_gather;
@@ -32,6 +35,11 @@ pub use nhr::{
 pub use p2p::{p2p_exchange, p2p_peers, p2p_slot_bytes, P2pParams, P2pPhase};
 pub use peer_round::{all_peers_round, Round};
 pub use relay::{common_neighbours, relay_duties, relay_pieces, require_routes, route, Route};
+pub use relay_mesh::{
+    iteration_count_bound, neighbour_round, relay_mesh_all_gather, relay_mesh_reduce_scatter,
+    relay_mesh_resources, relay_scratch_bytes, relays_for, NeighbourRound, RelayLayout,
+    RelayMeshParams, RelayPlan, RELAY_COST_BYTES,
+};
 pub use rhd::{
     require_links, rhd_all_gather, rhd_all_reduce, rhd_peers, rhd_reduce_scatter,
     rhd_reduce_scatter_into,

@@ -1,0 +1,104 @@
+//! AllGatherV relay-mesh: the mesh AllGatherV for topologies with broken links.
+//!
+//! Every rank is the root of its own block. A round has two phases:
+//! 1. direct: with every linked peer, on the peer's slave stream, "my block is ready"
+//!    both ways (DataSignal, channel 0), then the peer's block is pulled, as in
+//!    [`mesh`](super::mesh);
+//! 2. relayed: a rank relays, for every pair `(s, d)` without a link of which it is a
+//!    common neighbour, its piece of block `s` ([`relayed_pieces`](crate::templates::relay_rooted::relayed_pieces)), which it pulled in
+//!    phase 1. Once phase 1 is done it tells each such `d` (Ack, channel 1; one signal per
+//!    destination whatever the number of blocks), and `d` pulls the pieces out of the
+//!    relay's buffer on the relay's slave stream ([`relayed_all_gather`]).
+//!
+//! Zero-copy, one round runs on the outputs. Staged, the blocks move in rounds through
+//! CclOut slots as in [`mesh`](super::mesh): the own piece into the own slot, the two
+//! phases on the slots, the slots out to the output, and an Ack round with every linked
+//! peer ("done reading your CclOut") before the slots are refilled (after the last round
+//! the framework's Close exchange says it). Signals on a link
+//! alternate DataSignal (channel 0), Ack (channel 1) and Ack (channel 0), each consumed
+//! before it is posted again. Cost per round: `α + bβ` then `α + f·b/m·β` for blocks of
+//! `b` and `f` far blocks relayed over `m` relays. On a healthy mesh it is the mesh
+//! AllGatherV. It needs a route through at most one relay between every pair of ranks.
+
+use super::{block_layout, PieceRounds};
+use crate::templates::relay_rooted::{linked_peers, peers_round, relayed_all_gather};
+use crate::templates::{require_routes, Round};
+use oxccl_framework::platform::Buf;
+use oxccl_framework::{
+    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx,
+    ResourceRequest,
+};
+
+/// The relaying mesh AllGatherV executor.
+pub struct RelayMeshAllGatherV;
+
+const NAME: &str = "relay-mesh";
+const KIND: OpKind = OpKind::AllGatherV;
+
+oxccl_framework::register_executor! {
+    name: NAME,
+    op: KIND,
+    description: "mesh AllGatherV; blocks between unlinked ranks travel in pieces through every common neighbour",
+    constraints: Constraints::ANY,
+    preference: 15,
+    make: || Box::new(RelayMeshAllGatherV),
+}
+
+impl Executor for RelayMeshAllGatherV {
+    fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        let linked = linked_peers(ctx.topology, ctx.rank);
+        require_routes(ctx.topology, NAME, KIND, None)?;
+        Ok(ResourceRequest {
+            slave_streams: ctx.ranks - 1,
+            ..ResourceRequest::with_peers(Peers::List(linked))
+        })
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        let (counts, displs) = block_layout(NAME, KIND, args)?;
+        let (me, n, es) = (ctx.rank, ctx.ranks, args.op.dtype.size());
+        if !args.aliased {
+            let len = counts[me] * es;
+            let (src, dst) = (
+                args.input.at(me, 0, len),
+                args.output.at(me, displs[me] * es, len),
+            );
+            ctx.main().copy(src, dst);
+        }
+        if n == 1 {
+            return Ok(());
+        }
+        if args.mode == Mode::Direct {
+            let chunks: Vec<(usize, usize)> =
+                (0..n).map(|s| (displs[s] * es, counts[s] * es)).collect();
+            return relayed_all_gather(ctx, args.output, &chunks, es, NAME, KIND);
+        }
+        let plan = PieceRounds::new(NAME, KIND, counts, es, args.ccl_bytes)?;
+        let slots = BufRange {
+            buf: Buf::CclOut,
+            offset: 0,
+            len: n * plan.slot,
+        };
+        for t in 0..plan.rounds {
+            let pieces: Vec<(usize, usize)> =
+                counts.iter().map(|&c| plan.piece(c, es, t)).collect();
+            let chunks: Vec<(usize, usize)> =
+                (0..n).map(|s| (s * plan.slot, pieces[s].1)).collect();
+            let (at, len) = pieces[me];
+            let (src, dst) = (args.input.at(me, at, len), slots.at(me, chunks[me].0, len));
+            ctx.main().copy(src, dst);
+            relayed_all_gather(ctx, slots, &chunks, es, NAME, KIND)?;
+            for s in (0..n).filter(|&s| s != me) {
+                let (at, len) = pieces[s];
+                let src = slots.at(me, chunks[s].0, len);
+                let dst = args.output.at(me, displs[s] * es + at, len);
+                ctx.main().copy(src, dst);
+            }
+            if t + 1 < plan.rounds {
+                let linked = linked_peers(ctx.topology, me);
+                peers_round(ctx, &linked, 0, Round::Ack)?;
+            }
+        }
+        Ok(())
+    }
+}
