@@ -107,14 +107,19 @@ pub const THIN_ABOVE_RANKS: usize = 9;
 pub const FULL_MATRIX_RANKS: [usize; 2] = [3, 4];
 
 /// The `(op, in_place)` pairs to check for one dtype (index `i`) and count (index `j`):
-/// every op, in and out of place, on [`FULL_MATRIX_RANKS`]; one rotating pair otherwise,
-/// and above [`THIN_ABOVE_RANKS`] only for every third (dtype, count) pair (each dtype
-/// keeps at least one count besides its larger-than-the-buffer case).
+/// every op, in and out of place, on [`FULL_MATRIX_RANKS`]; otherwise one rotating pair,
+/// for half the dtypes (those whose index has the parity of the rank count, so that every
+/// dtype runs on every other rank count, single- and multi-server), and above
+/// [`THIN_ABOVE_RANKS`] only for every third (dtype, count) pair (each dtype keeps at least
+/// one count besides its larger-than-the-buffer case).
 pub fn op_variants(ops: &[ReduceOp], ranks: usize, i: usize, j: usize) -> Vec<(ReduceOp, bool)> {
     if ranks > THIN_ABOVE_RANKS && !(i + j).is_multiple_of(3) {
         return Vec::new();
     }
     if !FULL_MATRIX_RANKS.contains(&ranks) {
+        if ranks <= THIN_ABOVE_RANKS && !(i + ranks).is_multiple_of(2) {
+            return Vec::new();
+        }
         return vec![(ops[(i + j) % ops.len()], (i + j) % 2 == 1)];
     }
     ops.iter()
@@ -123,10 +128,15 @@ pub fn op_variants(ops: &[ReduceOp], ranks: usize, i: usize, j: usize) -> Vec<(R
 }
 
 /// Whether dtype `i` (of [`DataType::ALL`]) gets a case larger than the CCL buffer on
-/// `ranks` ranks: every dtype up to [`THIN_ABOVE_RANKS`], every fourth above (each such
-/// case moves megabytes per rank through 12 to 32 threads).
+/// `ranks` ranks: every dtype on [`FULL_MATRIX_RANKS`], the dtypes [`op_variants`] keeps
+/// on the other shapes up to [`THIN_ABOVE_RANKS`], every fourth above (each such case
+/// moves megabytes per rank through 12 to 32 threads).
 pub fn crosses_buffer(ranks: usize, i: usize) -> bool {
-    ranks <= THIN_ABOVE_RANKS || i.is_multiple_of(4)
+    match ranks {
+        r if FULL_MATRIX_RANKS.contains(&r) => true,
+        r if r <= THIN_ABOVE_RANKS => (i + r).is_multiple_of(2),
+        _ => i.is_multiple_of(4),
+    }
 }
 
 /// Every dtype x op x boundary count, out-of-place and in place (see [`op_variants`]); plus,

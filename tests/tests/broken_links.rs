@@ -115,7 +115,7 @@ fn vector_operators() {
                 .map(|r| (r, (r + 1) % 8, r * 5 + 1))
                 .collect::<Vec<_>>(),
         ),
-        send_recv(8, &[(1, 0, 9), (0, 1, SMALL_CCL_BYTES / 4 + 3), (2, 3, 4)]),
+        send_recv(8, &[(1, 0, 9), (0, 1, SMALL_CCL_BYTES / 16 + 3), (2, 3, 4)]),
     ];
     for (kind, layouts) in [(OpKind::AlltoAllV, exchanges), (OpKind::SendRecv, rings)] {
         for_each_broken_mesh(|setup| {
@@ -143,6 +143,11 @@ fn selected_programs_pass_the_analyzer_and_avoid_broken_links() {
                 let op = &case.ops[0];
                 let first_op = op.op == ReduceOp::ALL[0] || !kind.reduces();
                 if kind != OpKind::Barrier && (op.dtype != dtypes[t] || !first_op) {
+                    continue;
+                }
+                // A relayed point-to-point pair carries at most what the relays' slots
+                // hold per call (a typed error beyond; see `relay_p2p`).
+                if kind.is_p2p() && op.count * op.dtype.size() > SMALL_CCL_BYTES {
                     continue;
                 }
                 let config = Config {

@@ -120,12 +120,17 @@ fn invalid_root_is_rejected() {
 
 #[test]
 fn an_operator_without_executors_says_so() {
-    // Every Broadcast executor needs the only link of two ranks, and it is broken.
+    // A path 0 - 1 - 2 - 3: connected, but no ring exists, the root has one link, and 0
+    // and 3 share no neighbour to relay through. Every Broadcast executor refuses it.
+    let mut path = Topology::single_server(4);
+    for (a, b) in [(0, 2), (0, 3), (1, 3)] {
+        path = path.with_broken(a, b).unwrap();
+    }
     let config = Config {
-        topology: Some(Topology::single_server(2).with_broken(0, 1).unwrap()),
+        topology: Some(path),
         ..Config::default()
     };
-    let c = Communicator::init_all(2, config).unwrap();
+    let c = Communicator::init_all(4, config).unwrap();
     let op = OpParam::rooted(OpKind::Broadcast, 8, DataType::F32, ReduceOp::Sum, 0);
     let err = c[0].framework().prepare(&op, true).unwrap_err();
     assert!(
@@ -137,6 +142,23 @@ fn an_operator_without_executors_says_so() {
             }
         ),
         "{err:?}"
+    );
+    for part in ["ring: ", "relay-mesh: ", "common healthy neighbour"] {
+        assert!(err.to_string().contains(part), "{err}");
+    }
+}
+
+#[test]
+fn a_disconnected_topology_is_refused_at_init() {
+    let config = Config {
+        topology: Some(Topology::single_server(2).with_broken(0, 1).unwrap()),
+        ..Config::default()
+    };
+    let err = Communicator::init_all(2, config).unwrap_err();
+    assert!(matches!(&err, Error::Disconnected { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("no path of healthy links"),
+        "{err}"
     );
 }
 
@@ -220,7 +242,8 @@ fn without_a_ring_of_healthy_links_the_ring_says_so() {
         err.to_string().contains("no ring of healthy links"),
         "{err}"
     );
-    // Nor can the built-in selector find anything, and it says why for each candidate.
+    // The built-in selector rejects the ring for that reason and relays through rank 1
+    // instead, and says so for every candidate.
     let c = Communicator::init_all(
         4,
         Config {
@@ -229,12 +252,12 @@ fn without_a_ring_of_healthy_links_the_ring_says_so() {
         },
     )
     .unwrap();
-    let err = c[1]
-        .all_reduce(&[1u8; 8], &mut [0u8; 8], ReduceOp::Sum)
-        .unwrap_err();
-    assert!(matches!(err, Error::NoExecutor { .. }), "{err:?}");
-    for part in ["ring: ", "mesh: ", "bidir-ring: "] {
-        assert!(err.to_string().contains(part), "{err}");
+    let op = OpParam::all_reduce(8, DataType::U8, ReduceOp::Sum);
+    let selection = c[1].framework().select(&op, false).unwrap();
+    assert_eq!(selection.executor.name, "relay-mesh");
+    let table = selection.explanation.table("");
+    for part in ["ring", "no ring of healthy links", "mesh", "relay-mesh"] {
+        assert!(table.contains(part), "{table}");
     }
 }
 
