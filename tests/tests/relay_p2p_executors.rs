@@ -15,11 +15,11 @@
 use oxccl::framework::analyzer::conformance::assert_conforms;
 use oxccl::framework::analyzer::{analyze, Recording};
 use oxccl::framework::op::VLayout;
-use oxccl::{
-    Communicator, Config, DataType, Error, OpKind, OpParam, ReduceOp, Topology, UserBuffers,
-};
+use oxccl::{Config, DataType, Error, OpKind, OpParam, ReduceOp, Topology};
+use oxccl_tests::all_to_all::run_all_to_all;
+use oxccl_tests::barrier::run_barriers;
 use oxccl_tests::vector::{all_to_all_v, p2p_matrix, run_vector, send_recv, VCase};
-use oxccl_tests::{data, run_on_every_rank, RankData, Setup, SMALL_CCL_BYTES};
+use oxccl_tests::{Setup, SMALL_CCL_BYTES};
 
 /// The broken topologies: `(ranks, broken pairs)`.
 const BROKEN: [(usize, &[(usize, usize)]); 4] = [
@@ -199,44 +199,11 @@ fn spanning_tree_passes_the_analyzer_on_broken_meshes() {
 
 // ---- broken meshes: data on the host device ----
 
-/// One AlltoAll call checked byte for byte.
-fn all_to_all_case(comms: &[Communicator], dtype: DataType, count: usize) -> Result<(), String> {
-    let n = comms.len();
-    let block = count * dtype.size();
-    let inputs: Vec<Vec<u8>> = (0..n)
-        .map(|r| data::input(dtype, ReduceOp::Sum, r, n * count, count as u64))
-        .collect();
-    let data: Vec<RankData> = (0..n)
-        .map(|r| RankData {
-            input: inputs[r].clone(),
-            start: vec![0xEE; n * block],
-            expected: (0..n)
-                .flat_map(|s| inputs[s][r * block..(r + 1) * block].to_vec())
-                .collect(),
-        })
-        .collect();
-    let param = OpParam::new(OpKind::AlltoAll, count, dtype, ReduceOp::Sum);
-    run_on_every_rank(comms, &param, false, &data)
-}
-
 #[test]
 fn relay_mesh_moves_the_data_on_broken_meshes() {
-    // 16 KiB CCL buffers: the last count needs several iterations of relay slots.
+    // 16 KiB CCL buffers: the larger counts need several iterations of relay slots.
     for_each_broken_mesh("relay-mesh", 16 << 10, |setup| {
-        let n = setup.topology.ranks();
-        let comms = Communicator::init_all(n, setup.config_for(OpKind::AlltoAll))
-            .map_err(|e| format!("init: {e}"))?;
-        for (dtype, count) in [
-            (DataType::I8, 0),
-            (DataType::F32, 1),
-            (DataType::U16, 7),
-            (DataType::F64, 3 * n + 1),
-            (DataType::Bf16, 5001),
-        ] {
-            all_to_all_case(&comms, dtype, count)
-                .map_err(|e| format!("zero_copy={} {dtype} count {count}: {e}", setup.zero_copy))?;
-        }
-        Ok(())
+        run_all_to_all(setup, |i, j| (i + j).is_multiple_of(4) || j == 5)
     });
 }
 
@@ -288,48 +255,10 @@ fn relay_p2p_moves_the_data_on_broken_meshes() {
     });
 }
 
-/// Five barriers in a row; the rank that enters late must hold everybody back.
+/// Ten barriers in a row; the rank that enters late must hold everybody back.
 #[test]
 fn spanning_tree_holds_every_rank_on_broken_meshes() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    for_each_broken_mesh("spanning-tree", SMALL_CCL_BYTES, |setup| {
-        let n = setup.topology.ranks();
-        let comms = Communicator::init_all(n, setup.config_for(OpKind::Barrier))
-            .map_err(|e| format!("init: {e}"))?;
-        let entered = AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            let handles: Vec<_> = comms
-                .iter()
-                .map(|comm| {
-                    let entered = &entered;
-                    s.spawn(move || -> Result<(), String> {
-                        for round in 0..5 {
-                            if comm.rank() == (3 * round + 1) % n {
-                                std::thread::sleep(std::time::Duration::from_millis(2));
-                            }
-                            entered.fetch_add(1, Ordering::SeqCst);
-                            let mut none: [u8; 0] = [];
-                            comm.execute(&OpParam::barrier(), UserBuffers::InPlace(&mut none))
-                                .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
-                            let seen = entered.load(Ordering::SeqCst);
-                            if seen < (round + 1) * n {
-                                return Err(format!(
-                                    "rank {} left barrier {round} after {seen} entries",
-                                    comm.rank()
-                                ));
-                            }
-                            comm.execute(&OpParam::barrier(), UserBuffers::InPlace(&mut none))
-                                .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .try_for_each(|h| h.join().expect("rank thread panicked"))
-        })
-    });
+    for_each_broken_mesh("spanning-tree", SMALL_CCL_BYTES, run_barriers);
 }
 
 // ---- what the executors refuse ----
