@@ -137,13 +137,23 @@ impl Communicator {
             .into());
         }
         let device = create_device(n, &config)?;
-        tracing::info!(
-            ranks = n,
-            device = device.kind(),
-            ccl_bytes = config.ccl_buffer_bytes,
-            servers = ?topology.server_sizes(),
-            "communicator created"
-        );
+        // Recordings on `sim` (the analyzer, and select_alg modelling every candidate)
+        // create communicators by the dozen: they log at debug level only.
+        if matches!(config.device, DeviceChoice::Sim { .. }) {
+            tracing::debug!(
+                ranks = n,
+                device = device.kind(),
+                "recording communicator created"
+            );
+        } else {
+            tracing::info!(
+                ranks = n,
+                device = device.kind(),
+                ccl_bytes = config.ccl_buffer_bytes,
+                servers = ?topology.server_sizes(),
+                "communicator created"
+            );
+        }
         let group = Arc::new(Group {
             device,
             topology,
