@@ -8,12 +8,10 @@
 //! pair of ranks linked.
 //! HCCL cost: `α + (p−1)/p·nβ` per round (staged: `2α`), with `n` the largest block times `p`.
 
-use super::{block_layout, PieceRounds};
+use super::gather_v_blocks;
 use crate::templates::{all_peers_round, mesh_all_gather, mesh_resources, MeshParams, Round};
-use oxccl_framework::platform::Buf;
 use oxccl_framework::{
-    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, PlanCtx,
-    ResourceRequest,
+    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, PlanCtx, ResourceRequest,
 };
 
 /// The mesh AllGatherV executor.
@@ -49,47 +47,12 @@ impl Executor for MeshAllGatherV {
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let (counts, displs) = block_layout(NAME, KIND, args)?;
-        let (me, n, es) = (ctx.rank, ctx.ranks, args.op.dtype.size());
-        if !args.aliased {
-            let len = counts[me] * es;
-            let (src, dst) = (
-                args.input.at(me, 0, len),
-                args.output.at(me, displs[me] * es, len),
-            );
-            ctx.main().copy(src, dst);
-        }
-        if n == 1 {
-            return Ok(());
-        }
-        if args.mode == Mode::Direct {
-            let chunks: Vec<(usize, usize)> =
-                (0..n).map(|s| (displs[s] * es, counts[s] * es)).collect();
-            return mesh_all_gather(ctx, &params(&chunks, args.output, args));
-        }
-        let plan = PieceRounds::new(NAME, KIND, counts, es, args.ccl_bytes)?;
-        let slots = BufRange {
-            buf: Buf::CclOut,
-            offset: 0,
-            len: n * plan.slot,
-        };
-        for t in 0..plan.rounds {
-            let pieces: Vec<(usize, usize)> =
-                counts.iter().map(|&c| plan.piece(c, es, t)).collect();
-            let chunks: Vec<(usize, usize)> =
-                (0..n).map(|s| (s * plan.slot, pieces[s].1)).collect();
-            let (at, len) = pieces[me];
-            let (src, dst) = (args.input.at(me, at, len), slots.at(me, chunks[me].0, len));
-            ctx.main().copy(src, dst);
-            mesh_all_gather(ctx, &params(&chunks, slots, args))?;
-            for s in (0..n).filter(|&s| s != me) {
-                let (at, len) = pieces[s];
-                let src = slots.at(me, chunks[s].0, len);
-                let dst = args.output.at(me, displs[s] * es + at, len);
-                ctx.main().copy(src, dst);
-            }
-            all_peers_round(ctx, 0, Round::Ack)?;
-        }
-        Ok(())
+        gather_v_blocks(
+            ctx,
+            args,
+            NAME,
+            |ctx, buffer, chunks| mesh_all_gather(ctx, &params(chunks, buffer, args)),
+            |ctx, _| all_peers_round(ctx, 0, Round::Ack),
+        )
     }
 }

@@ -20,13 +20,11 @@
 //! `b` and `f` far blocks relayed over `m` relays. On a healthy mesh it is the mesh
 //! AllGatherV. It needs a route through at most one relay between every pair of ranks.
 
-use super::{block_layout, PieceRounds};
+use super::gather_v_blocks;
 use crate::templates::relay_rooted::{linked_peers, peers_round, relayed_all_gather};
 use crate::templates::{require_routes, Round};
-use oxccl_framework::platform::Buf;
 use oxccl_framework::{
-    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx,
-    ResourceRequest,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
 };
 
 /// The relaying mesh AllGatherV executor.
@@ -55,50 +53,17 @@ impl Executor for RelayMeshAllGatherV {
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let (counts, displs) = block_layout(NAME, KIND, args)?;
-        let (me, n, es) = (ctx.rank, ctx.ranks, args.op.dtype.size());
-        if !args.aliased {
-            let len = counts[me] * es;
-            let (src, dst) = (
-                args.input.at(me, 0, len),
-                args.output.at(me, displs[me] * es, len),
-            );
-            ctx.main().copy(src, dst);
-        }
-        if n == 1 {
-            return Ok(());
-        }
-        if args.mode == Mode::Direct {
-            let chunks: Vec<(usize, usize)> =
-                (0..n).map(|s| (displs[s] * es, counts[s] * es)).collect();
-            return relayed_all_gather(ctx, args.output, &chunks, es, NAME, KIND);
-        }
-        let plan = PieceRounds::new(NAME, KIND, counts, es, args.ccl_bytes)?;
-        let slots = BufRange {
-            buf: Buf::CclOut,
-            offset: 0,
-            len: n * plan.slot,
-        };
-        for t in 0..plan.rounds {
-            let pieces: Vec<(usize, usize)> =
-                counts.iter().map(|&c| plan.piece(c, es, t)).collect();
-            let chunks: Vec<(usize, usize)> =
-                (0..n).map(|s| (s * plan.slot, pieces[s].1)).collect();
-            let (at, len) = pieces[me];
-            let (src, dst) = (args.input.at(me, at, len), slots.at(me, chunks[me].0, len));
-            ctx.main().copy(src, dst);
-            relayed_all_gather(ctx, slots, &chunks, es, NAME, KIND)?;
-            for s in (0..n).filter(|&s| s != me) {
-                let (at, len) = pieces[s];
-                let src = slots.at(me, chunks[s].0, len);
-                let dst = args.output.at(me, displs[s] * es + at, len);
-                ctx.main().copy(src, dst);
-            }
-            if t + 1 < plan.rounds {
-                let linked = linked_peers(ctx.topology, me);
-                peers_round(ctx, &linked, 0, Round::Ack)?;
-            }
-        }
-        Ok(())
+        let es = args.op.dtype.size();
+        let linked = linked_peers(ctx.topology, ctx.rank);
+        gather_v_blocks(
+            ctx,
+            args,
+            NAME,
+            |ctx, buffer, chunks| relayed_all_gather(ctx, buffer, chunks, es, NAME, KIND),
+            |ctx, last| match last {
+                true => Ok(()),
+                false => peers_round(ctx, &linked, 0, Round::Ack),
+            },
+        )
     }
 }

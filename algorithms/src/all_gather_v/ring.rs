@@ -10,11 +10,11 @@
 //! [`healthy_ring`](crate::templates::healthy_ring)), so it keeps running when links break.
 //! HCCL cost: `(p−1)α + (p−1)/p·nβ` per round, with `n` the largest block times `p`.
 
-use super::{block_layout, PieceRounds};
+use super::gather_v_blocks;
 use crate::templates::{healthy_ring_for, ring_all_gather, ring_neighbours, RingParams};
-use oxccl_framework::platform::{Buf, Rank};
+use oxccl_framework::platform::Rank;
 use oxccl_framework::{
-    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx,
+    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx,
     ResourceRequest,
 };
 
@@ -42,48 +42,15 @@ impl Executor for RingAllGatherV {
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let (counts, displs) = block_layout(NAME, KIND, args)?;
-        let (me, n, es) = (ctx.rank, ctx.ranks, args.op.dtype.size());
-        if !args.aliased {
-            let len = counts[me] * es;
-            let (src, dst) = (
-                args.input.at(me, 0, len),
-                args.output.at(me, displs[me] * es, len),
-            );
-            ctx.main().copy(src, dst);
-        }
-        if n == 1 {
-            return Ok(());
-        }
+        // Every ring step ends with the right neighbour's Ack: a round needs no more.
         let order = healthy_ring_for(ctx.topology, NAME, KIND)?;
-        if args.mode == Mode::Direct {
-            let chunks: Vec<(usize, usize)> =
-                (0..n).map(|s| (displs[s] * es, counts[s] * es)).collect();
-            return ring_all_gather(ctx, &ring(&order, &chunks, args.output, args));
-        }
-        let plan = PieceRounds::new(NAME, KIND, counts, es, args.ccl_bytes)?;
-        let slots = BufRange {
-            buf: Buf::CclOut,
-            offset: 0,
-            len: n * plan.slot,
-        };
-        for t in 0..plan.rounds {
-            let pieces: Vec<(usize, usize)> =
-                counts.iter().map(|&c| plan.piece(c, es, t)).collect();
-            let chunks: Vec<(usize, usize)> =
-                (0..n).map(|s| (s * plan.slot, pieces[s].1)).collect();
-            let (at, len) = pieces[me];
-            let (src, dst) = (args.input.at(me, at, len), slots.at(me, chunks[me].0, len));
-            ctx.main().copy(src, dst);
-            ring_all_gather(ctx, &ring(&order, &chunks, slots, args))?;
-            for s in (0..n).filter(|&s| s != me) {
-                let (at, len) = pieces[s];
-                let src = slots.at(me, chunks[s].0, len);
-                let dst = args.output.at(me, displs[s] * es + at, len);
-                ctx.main().copy(src, dst);
-            }
-        }
-        Ok(())
+        gather_v_blocks(
+            ctx,
+            args,
+            NAME,
+            |ctx, buffer, chunks| ring_all_gather(ctx, &ring(&order, chunks, buffer, args)),
+            |_, _| Ok(()),
+        )
     }
 }
 

@@ -64,12 +64,7 @@ impl Executor for RelayMeshReduceScatterV {
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
         let (counts, displs) = block_layout(NAME, KIND, args)?;
         let (me, n, es) = (ctx.rank, ctx.ranks, args.op.dtype.size());
-        if n == 1 {
-            if !args.aliased {
-                let len = counts[0] * es;
-                let src = args.input.at(me, displs[0] * es, len);
-                ctx.main().copy(src, args.output.at(me, 0, len));
-            }
+        if super::alone(ctx, args, (displs[0], counts[0])) {
             return Ok(());
         }
         if args.mode == Mode::Direct && !has_far_pairs(ctx.topology) {
