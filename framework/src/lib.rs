@@ -23,6 +23,7 @@ pub mod config;
 pub mod cost;
 pub mod error;
 pub mod executor;
+pub mod limits;
 pub mod op;
 pub mod orchestrate;
 pub mod registry;

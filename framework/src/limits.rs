@@ -1,0 +1,40 @@
+//! The documented upper bounds on what a caller, a file or the environment may ask for.
+//!
+//! Every size, count and rank number that reaches oxccl from outside is checked against
+//! these bounds (and computed with checked arithmetic) before anything is allocated or
+//! built, so no input can make a call run away with memory or time. Past a bound the
+//! answer is a typed error that names the bound and the value asked for.
+//!
+//! Why these numbers:
+//! - [`MAX_RANKS`] = 1024: one communicator's ranks. The in-process platform keeps a
+//!   notify table per rank that grows with the rank count (a table row per peer), and
+//!   `oxccl check` records every rank's program, so both grow quadratically; at 1024 ranks
+//!   that is still well under a few GiB and a couple of minutes. HCCL and NCCL jobs of
+//!   thousands of ranks need the multi-process platform, which lifts this bound for ranks
+//!   that are not in this process.
+//! - [`MAX_BUFFER_BYTES`] = 1 TiB: one rank's input or output buffer. Larger than the
+//!   memory of any host or GPU a rank runs on today, small enough that every byte offset
+//!   derived from it, times any rank count up to [`MAX_RANKS`], fits a `usize` with room
+//!   to spare, and that programs built for it stay bounded (see [`MAX_TASKS`]).
+//! - [`MAX_TASKS`] = 4 Mi: tasks in one rank's program. A staged 1 TiB AllReduce through
+//!   32 MiB CCL buffers takes about 700 Ki tasks; beyond this bound a program would cost
+//!   gigabytes to hold, so building it is refused (raise `OXCCL_BUFFSIZE`, or split the
+//!   call).
+//! - [`MAX_HOST_THREADS`] = 1024: worker threads of the host device.
+//! - [`MAX_P2P_ITEMS`] = 1 Mi: sends plus receives of one AlltoAllV or send/recv call on
+//!   one rank.
+
+/// Most ranks a communicator or topology may have.
+pub const MAX_RANKS: usize = 1024;
+
+/// Most bytes one rank's input or output buffer of one call may span.
+pub const MAX_BUFFER_BYTES: usize = 1 << 40;
+
+/// Most tasks one rank's program may hold.
+pub const MAX_TASKS: usize = 4 << 20;
+
+/// Most worker threads of the host device.
+pub const MAX_HOST_THREADS: usize = 1024;
+
+/// Most sends plus receives of one vector call on one rank.
+pub const MAX_P2P_ITEMS: usize = 1 << 20;
