@@ -17,8 +17,11 @@ use crate::topology::Topology;
 use oxccl_platform::host::HostDevice;
 use oxccl_platform::sim::SimDevice;
 use oxccl_platform::{Device, DeviceConfig, Execution, Rank, RankProgram, ScratchId, UserBuffers};
+use crate::agreement::{CallBoard, Deposit, Signature};
+use crate::limits::{MAX_HOST_THREADS, MAX_RANKS};
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// State shared by all ranks of a communicator.
@@ -28,6 +31,8 @@ pub struct Group {
     config: Config,
     scratch: Mutex<HashMap<(String, usize), ScratchId>>,
     failure: Mutex<Option<String>>,
+    /// Where the ranks agree on every call before it runs (see [`crate::agreement`]).
+    board: CallBoard,
 }
 
 impl Group {
@@ -45,8 +50,14 @@ impl Group {
         Ok(Some(id))
     }
 
+    /// Mark the communicator failed and release every rank waiting for an agreement.
     fn fail(&self, err: &Error) {
-        self.failure.lock().get_or_insert_with(|| err.to_string());
+        let cause = self
+            .failure
+            .lock()
+            .get_or_insert_with(|| err.to_string())
+            .clone();
+        self.board.fail(&Error::Aborted { cause });
     }
 }
 
@@ -73,6 +84,10 @@ pub struct Communicator {
     rank: Rank,
     group: Arc<Group>,
     programs: Mutex<HashMap<ProgramKey, Prepared>>,
+    /// Calls this rank has made (the next call's number on the agreement board).
+    calls: AtomicU64,
+    /// Set while a call of this rank runs: a second thread's call is refused.
+    busy: AtomicBool,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -82,6 +97,15 @@ impl std::fmt::Debug for Communicator {
             .field("size", &self.size())
             .field("device", &self.group.device.kind())
             .finish()
+    }
+}
+
+/// Clears a rank's busy flag when its call ends, on every path.
+struct BusyClaim<'a>(&'a AtomicBool);
+
+impl Drop for BusyClaim<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -113,6 +137,24 @@ impl Communicator {
             .topology
             .clone()
             .unwrap_or_else(|| Topology::single_server(n));
+        if n > MAX_RANKS {
+            return Err(crate::error::ConfigError {
+                var: "ranks",
+                value: n.to_string(),
+                reason: format!(
+                    "at most {MAX_RANKS} ranks per communicator (oxccl::framework::limits::MAX_RANKS)"
+                ),
+            }
+            .into());
+        }
+        if config.host_threads > MAX_HOST_THREADS {
+            return Err(crate::error::ConfigError {
+                var: "OXCCL_HOST_THREADS",
+                value: config.host_threads.to_string(),
+                reason: format!("at most {MAX_HOST_THREADS} worker threads; 0 means one per core"),
+            }
+            .into());
+        }
         if n == 0 || topology.ranks() != n {
             return Err(crate::error::ConfigError {
                 var: "ranks",
@@ -160,12 +202,15 @@ impl Communicator {
             config,
             scratch: Mutex::new(HashMap::new()),
             failure: Mutex::new(None),
+            board: CallBoard::new(n),
         });
         Ok((0..n)
             .map(|rank| Communicator {
                 rank,
                 group: group.clone(),
                 programs: Mutex::new(HashMap::new()),
+                calls: AtomicU64::new(0),
+                busy: AtomicBool::new(false),
             })
             .collect())
     }
@@ -203,8 +248,15 @@ impl Communicator {
         }
     }
 
-    /// Select, plan and build (or fetch from the cache) this rank's program for `op`.
+    /// Select, plan and build (or fetch from the cache) this rank's program for `op`,
+    /// after checking its shape ([`OpParam::validate_shape`]).
     pub fn prepare(&self, op: &OpParam, in_place: bool) -> Result<Prepared, Error> {
+        op.validate_shape(self.rank, self.size())?;
+        self.prepare_valid(op, in_place)
+    }
+
+    /// [`Communicator::prepare`] for an op already validated.
+    fn prepare_valid(&self, op: &OpParam, in_place: bool) -> Result<Prepared, Error> {
         let key = ProgramKey {
             op: op.clone(),
             in_place,
@@ -224,6 +276,11 @@ impl Communicator {
     /// Which executor runs `op` on this communicator (select_alg with this rank's request
     /// and the communicator's override and tuning table).
     pub fn select(&self, op: &OpParam, in_place: bool) -> Result<Selection, Error> {
+        op.validate_shape(self.rank, self.size())?;
+        self.select_valid(op, in_place)
+    }
+
+    fn select_valid(&self, op: &OpParam, in_place: bool) -> Result<Selection, Error> {
         let g = &*self.group;
         let req = SelectRequest {
             op,
@@ -241,7 +298,7 @@ impl Communicator {
 
     fn build(&self, op: &OpParam, in_place: bool) -> Result<Prepared, Error> {
         let g = &*self.group;
-        let selection = self.select(op, in_place)?;
+        let selection = self.select_valid(op, in_place)?;
         let entry = selection.executor;
         let executor = (entry.make)();
         let plan = PlanCtx {
@@ -290,26 +347,52 @@ impl Communicator {
     }
 
     /// Run several ranks' collectives from one thread (NCCL's group call): every entry is
-    /// validated and prepared, then all run at once on their shared device. Returns one
-    /// result per entry, in order. All communicators must come from the same `init_all`.
+    /// validated and prepared, the ranks agree on each call ([`crate::agreement`]), then
+    /// all run at once on their shared device. Returns one result per entry, in order.
+    /// All communicators must come from the same `init_all`; a group that mixes
+    /// communicators is refused whole, before any rank runs.
     pub fn execute_group(
         calls: Vec<(&Communicator, OpParam, UserBuffers<'_>)>,
     ) -> Vec<Result<(), Error>> {
         let Some(group) = calls.first().map(|c| c.0.group.clone()) else {
             return Vec::new();
         };
+        if let Some(stranger) = calls.iter().find(|c| !Arc::ptr_eq(&c.0.group, &group)) {
+            let err: Error = crate::error::ConfigError {
+                var: "group call",
+                value: format!("rank {}", stranger.0.rank),
+                reason: "all communicators of a group call must come from the same init_all; \
+                         nothing was run"
+                    .into(),
+            }
+            .into();
+            return calls.iter().map(|_| Err(err.clone())).collect();
+        }
+        let mut claims: Vec<BusyClaim<'_>> = Vec::with_capacity(calls.len());
         let mut results: Vec<Result<(), Error>> = Vec::with_capacity(calls.len());
+        let mut pending = Vec::with_capacity(calls.len());
+        for (comm, op, user) in calls {
+            match comm.claim() {
+                Ok(claim) => claims.push(claim),
+                Err(err) => {
+                    results.push(Err(err));
+                    continue;
+                }
+            }
+            let (call, run) = comm.announce(&op, user);
+            pending.push((results.len(), comm, call, run));
+            results.push(Ok(()));
+        }
         let mut executions = Vec::new();
         let mut slots = Vec::new();
-        for (comm, op, user) in calls {
-            match comm.checked_execution(&group, &op, user) {
+        for (slot, comm, call, run) in pending {
+            match comm.agreed(call, run) {
                 Ok(Some(e)) => {
-                    slots.push(results.len());
+                    slots.push(slot);
                     executions.push(e);
-                    results.push(Ok(()));
                 }
-                Ok(None) => results.push(Ok(())),
-                Err(err) => results.push(Err(err)),
+                Ok(None) => {}
+                Err(err) => results[slot] = Err(err),
             }
         }
         for (slot, outcome) in slots
@@ -322,24 +405,68 @@ impl Communicator {
                 results[slot] = Err(err);
             }
         }
+        drop(claims);
         results
     }
 
-    /// Validate and prepare one call; `None` when there is nothing to run (count 0).
-    fn checked_execution<'a>(
+    /// Mark this rank busy for one call, or refuse the call (without touching the
+    /// communicator) when another thread's call runs.
+    fn claim(&self) -> Result<BusyClaim<'_>, Error> {
+        if self.busy.swap(true, Ordering::Acquire) {
+            return Err(Error::Busy { rank: self.rank });
+        }
+        Ok(BusyClaim(&self.busy))
+    }
+
+    /// Validate and prepare one call, number it, and deposit its signature (or its
+    /// refusal) on the agreement board. Returns the call number and what to run.
+    fn announce<'a>(
         &self,
-        group: &Arc<Group>,
         op: &OpParam,
         user: UserBuffers<'a>,
-    ) -> Result<Option<Execution<'a>>, Error> {
-        if !Arc::ptr_eq(group, &self.group) {
-            return Err(crate::error::ConfigError {
-                var: "group call",
-                value: format!("rank {}", self.rank),
-                reason: "all communicators of a group call must come from the same init_all".into(),
-            }
-            .into());
+    ) -> (u64, Result<Option<Execution<'a>>, Error>) {
+        let call = self.calls.fetch_add(1, Ordering::Relaxed);
+        let run = self.checked_execution(op, user);
+        if self.group.config.check_calls {
+            let deposit = match &run {
+                Ok(prepared) => {
+                    let executor = prepared.as_ref().map(|(_, name)| *name);
+                    Deposit::Call(Signature::new(self.rank, op, executor))
+                }
+                Err(err) => Deposit::Refused(err.to_string()),
+            };
+            self.group.board.deposit(call, self.rank, deposit);
         }
+        (call, run.map(|prepared| prepared.map(|(e, _)| e)))
+    }
+
+    /// Wait for every rank's agreement on call `call`, then hand back what to run.
+    fn agreed<'a>(
+        &self,
+        call: u64,
+        run: Result<Option<Execution<'a>>, Error>,
+    ) -> Result<Option<Execution<'a>>, Error> {
+        if !self.group.config.check_calls {
+            return run;
+        }
+        let run = run?;
+        let timeout = self.group.config.exec_timeout;
+        if let Err(err) = self.group.board.verdict(call, self.rank, timeout) {
+            if matches!(err, Error::CallTimeout { .. }) {
+                self.group.fail(&err);
+            }
+            return Err(err);
+        }
+        Ok(run)
+    }
+
+    /// Validate and prepare one call: its execution and the executor's name, or `None`
+    /// when there is nothing to run (count 0).
+    fn checked_execution<'a>(
+        &self,
+        op: &OpParam,
+        user: UserBuffers<'a>,
+    ) -> Result<Option<(Execution<'a>, &'static str)>, Error> {
         if let Some(cause) = self.group.failure.lock().clone() {
             return Err(Error::Aborted { cause });
         }
@@ -351,12 +478,13 @@ impl Communicator {
         if !op.has_work() {
             return Ok(None);
         }
-        let p = self.prepare(op, user.is_in_place())?;
-        Ok(Some(Execution {
+        let p = self.prepare_valid(op, user.is_in_place())?;
+        let execution = Execution {
             program: p.program,
             user,
             scratch: p.scratch,
-        }))
+        };
+        Ok(Some((execution, p.selection.executor.name)))
     }
 
     /// Check that a send and a receive buffer have the same number of elements.

@@ -9,6 +9,7 @@
 //! | `OXCCL_ZERO_COPY` | 1: eager ops run on user buffers when the device allows it; 0: always stage through the CCL buffers | 1 |
 //! | `OXCCL_TOPO_FILE` | the communicator's topology: a preset (`mesh8`, `2x8`, `1xN`...) or a TOML file | one server, full mesh |
 //! | `OXCCL_TUNE_FILE` | a tuning table written by `oxccl tune` (see [`crate::tune`]): `select_alg` runs the fastest measured executor for sizes it covers | none (the model decides) |
+//! | `OXCCL_CHECK_CALLS` | 1: ranks agree on every call (operator, type, op, root, counts, executor) before it runs, and a mismatch is an error on every rank (see [`crate::agreement`]); 0: skip the check | 1 |
 //! | `OXCCL_LOG` | `tracing` filter (`info`, `oxccl=debug`, ...) | off |
 //!
 //! The default CCL buffer is 32 MiB rather than HCCL's 200 MB: on the host device every
@@ -40,6 +41,9 @@ pub struct Config {
     pub host_threads: usize,
     pub algo: AlgoOverride,
     pub zero_copy: bool,
+    /// Ranks agree on every call before it runs (`OXCCL_CHECK_CALLS`, see
+    /// [`crate::agreement`]).
+    pub check_calls: bool,
     pub log_filter: Option<String>,
     pub device: DeviceChoice,
     /// The topology; `None` means one server with all ranks fully connected.
@@ -60,6 +64,7 @@ impl Default for Config {
             host_threads: 0,
             algo: AlgoOverride::default(),
             zero_copy: true,
+            check_calls: true,
             log_filter: None,
             device: DeviceChoice::Host,
             topology: None,
@@ -78,6 +83,19 @@ where
         value: value.to_string(),
         reason: e.to_string(),
     })
+}
+
+/// A 1/0 switch (`true`/`false`, `on`/`off` too).
+fn parse_switch(var: &'static str, value: String) -> Result<bool, ConfigError> {
+    match value.trim() {
+        "1" | "true" | "on" => Ok(true),
+        "0" | "false" | "off" => Ok(false),
+        _ => Err(ConfigError {
+            var,
+            value,
+            reason: "use 1 or 0".into(),
+        }),
+    }
 }
 
 /// The tuning table named by `OXCCL_TUNE_FILE`; a bad file names the variable, the path,
@@ -132,17 +150,10 @@ impl Config {
             config.host_threads = parse_num("OXCCL_HOST_THREADS", &v)?;
         }
         if let Some(v) = get("OXCCL_ZERO_COPY") {
-            config.zero_copy = match v.trim() {
-                "1" | "true" | "on" => true,
-                "0" | "false" | "off" => false,
-                _ => {
-                    return Err(ConfigError {
-                        var: "OXCCL_ZERO_COPY",
-                        value: v,
-                        reason: "use 1 or 0".into(),
-                    })
-                }
-            };
+            config.zero_copy = parse_switch("OXCCL_ZERO_COPY", v)?;
+        }
+        if let Some(v) = get("OXCCL_CHECK_CALLS") {
+            config.check_calls = parse_switch("OXCCL_CHECK_CALLS", v)?;
         }
         if let Some(v) = get("OXCCL_ALGO") {
             config.algo = v.parse()?;

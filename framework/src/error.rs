@@ -47,14 +47,28 @@ pub enum ArgError {
     },
     #[error("root {root} is not a rank of this communicator (ranks 0..{ranks})")]
     InvalidRoot { root: Rank, ranks: usize },
+    #[error(
+        "rank {rank} of a communicator of {ranks} ranks: a rank must be below the size, and a \
+         communicator has at most {} ranks (oxccl::framework::limits::MAX_RANKS)",
+        crate::limits::MAX_RANKS
+    )]
+    BadRank { rank: Rank, ranks: usize },
     #[error("{op} needs a root rank")]
     MissingRoot { op: OpKind },
     #[error("{op} cannot run in place; pass distinct send and receive buffers")]
     InPlaceUnsupported { op: OpKind },
     #[error("bad counts or displacements: {reason}")]
     BadLayout { reason: String },
-    #[error("count {count} overflows the address space")]
-    CountOverflow { count: usize },
+    #[error(
+        "count {count} of {dtype} on {ranks} ranks needs a buffer of more than {limit} bytes \
+         (oxccl::framework::limits::MAX_BUFFER_BYTES); split the call"
+    )]
+    CountOverflow {
+        count: usize,
+        dtype: DataType,
+        ranks: usize,
+        limit: usize,
+    },
 }
 
 /// A bad setting in the environment or in a `Config`.
@@ -117,6 +131,50 @@ pub enum Error {
         rank: Rank,
         reason: String,
     },
+    #[error(
+        "executor `{executor}` on rank {rank} would build a program of more than {limit} \
+         tasks (oxccl::framework::limits::MAX_TASKS): the op is too large for the CCL \
+         buffers it stages through; raise OXCCL_BUFFSIZE or split the call"
+    )]
+    TooManyTasks {
+        executor: String,
+        rank: Rank,
+        limit: usize,
+    },
+    #[error(
+        "call #{call} differs between ranks in its {field}: {detail}. Every rank must call \
+         the same collectives in the same order with matching arguments; nothing was run"
+    )]
+    Mismatch {
+        /// The call's number (each rank counts its calls on the communicator from 0).
+        call: u64,
+        field: &'static str,
+        detail: String,
+    },
+    #[error("call #{call} was refused on rank {rank}, so no rank ran it: {reason}")]
+    PeerRefused {
+        call: u64,
+        rank: Rank,
+        reason: String,
+    },
+    #[error(
+        "rank {rank} waited {waited:?} for ranks {absent:?} to make call #{call}{what}; \
+         check that every rank calls the same collectives in the same order, or raise \
+         OXCCL_EXEC_TIMEOUT. The communicator is aborted"
+    )]
+    CallTimeout {
+        call: u64,
+        rank: Rank,
+        what: String,
+        absent: Vec<Rank>,
+        waited: std::time::Duration,
+    },
+    #[error(
+        "rank {rank} already has a collective in flight (from another thread); a \
+         communicator rank runs one collective at a time, so call it from one thread. \
+         The call was refused and the communicator is unaffected"
+    )]
+    Busy { rank: Rank },
     #[error(transparent)]
     Device(#[from] DeviceError),
     #[error(

@@ -185,6 +185,17 @@ impl KernelCtx<'_> {
         self.slaves
     }
 
+    /// Refuse, before appending them, `rounds` more rounds of about `tasks_per_round`
+    /// tasks each when the program would pass [`crate::limits::MAX_TASKS`]. Executors and
+    /// templates whose round count grows with the data (pieces through CCL slots) call it
+    /// first, so no input makes program building run away with memory.
+    pub fn reserve_rounds(&self, rounds: usize, tasks_per_round: usize) -> Result<(), Error> {
+        let planned = rounds
+            .checked_mul(tasks_per_round.max(1))
+            .and_then(|t| t.checked_add(self.program.task_count()));
+        crate::orchestrate::check_task_count(self.executor, self.rank, planned)
+    }
+
     /// The link to `peer` on notify `channel`; an error if it was not requested, is
     /// broken, or does not exist.
     pub fn link(&self, peer: Rank, channel: usize) -> Result<Link, Error> {

@@ -17,6 +17,7 @@
 //! [`register_executor!`] and [`register_template!`]; [`config`] reads the environment in
 //! one place; [`topology`] says which links exist.
 
+pub mod agreement;
 pub mod analyzer;
 pub mod communicator;
 pub mod config;

@@ -27,6 +27,7 @@ use crate::error::Error;
 use crate::executor::{
     BufRange, Executor, KernelArgs, KernelCtx, Mode, Peers, PlanCtx, ResourceRequest,
 };
+use crate::limits::MAX_TASKS;
 use crate::op::{OpKind, OpParam};
 use oxccl_platform::{Buf, Link, LinkKind, NotifyLayout, RankProgram, Slice, Task};
 
@@ -44,6 +45,7 @@ pub fn build_program(
     let per_loop = loop_count(executor_name, plan, req)?;
     // Vector operators and Barrier stage by themselves (see `block_sides`).
     let staged_by_loop = plan.mode == Mode::Staged && block_sides(op.kind).is_some();
+    check_task_count(executor_name, plan.rank, Some(op.count.div_ceil(per_loop)))?;
     for (iteration, first) in iteration_starts(op, per_loop).enumerate() {
         let count = per_loop.min(op.count - first);
         let args = iteration_args(plan, first, count, iteration);
@@ -64,6 +66,7 @@ pub fn build_program(
         if staged_by_loop {
             stage_out(&mut program, plan, &args, first);
         }
+        check_task_count(executor_name, plan.rank, Some(program.task_count()))?;
     }
     if op.has_work() {
         close_links(&mut program, plan.rank, &links, layout);
@@ -71,6 +74,23 @@ pub fn build_program(
     let notifies = layout.table_len(2 * req.slave_streams + req.local_notifies);
     validate_program(executor_name, plan, &program, &links, notifies as u32)?;
     Ok(program)
+}
+
+/// Refuse a program of `tasks` tasks (`None`: the count overflowed) beyond
+/// [`MAX_TASKS`]: the op is too large for the CCL buffers it stages through.
+pub(crate) fn check_task_count(
+    executor: &str,
+    rank: usize,
+    tasks: Option<usize>,
+) -> Result<(), Error> {
+    match tasks {
+        Some(t) if t <= MAX_TASKS => Ok(()),
+        _ => Err(Error::TooManyTasks {
+            executor: executor.to_string(),
+            rank,
+            limit: MAX_TASKS,
+        }),
+    }
 }
 
 /// The first element of every loop iteration: one iteration per `per_loop` elements, and

@@ -67,9 +67,10 @@ impl Slice {
         }
     }
 
-    /// One past the last byte.
+    /// One past the last byte; `usize::MAX` when `offset + len` overflows, so a bounds
+    /// check `end() <= region_len` against any real region refuses such a slice.
     pub const fn end(&self) -> usize {
-        self.offset + self.len
+        self.offset.saturating_add(self.len)
     }
 
     /// A sub-range, `offset` bytes into this slice.

@@ -163,9 +163,46 @@ fn a_disconnected_topology_is_refused_at_init() {
 }
 
 #[test]
-fn a_wait_that_is_never_satisfied_times_out_naming_what_it_waited_for() {
+fn a_rank_that_never_calls_times_out_naming_it_and_aborts_the_communicator() {
     let config = Config {
         exec_timeout: Duration::from_millis(200),
+        ..Config::default()
+    };
+    let c = Communicator::init_all(3, config).unwrap();
+    let start = Instant::now();
+    // Rank 2 never makes call #0: ranks 0 and 1 agree on nothing and give up.
+    std::thread::scope(|s| {
+        for comm in &c[..2] {
+            s.spawn(move || {
+                let err = comm
+                    .all_reduce(&[1.0f32; 16], &mut [0.0f32; 16], ReduceOp::Sum)
+                    .unwrap_err();
+                // The first rank to time out aborts the communicator, which wakes the
+                // other with that cause.
+                assert!(
+                    matches!(&err, Error::CallTimeout { absent, call: 0, .. } if absent == &[2])
+                        || matches!(&err, Error::Aborted { .. }),
+                    "{err:?}"
+                );
+                let msg = err.to_string();
+                for part in ["call #0", "all_reduce", "ranks [2]"] {
+                    assert!(msg.contains(part), "{msg}");
+                }
+            });
+        }
+    });
+    assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
+    let err = c[2].barrier().unwrap_err();
+    assert!(matches!(&err, Error::Aborted { cause } if cause.contains("call #0")), "{err:?}");
+}
+
+#[test]
+fn a_wait_that_is_never_satisfied_times_out_naming_what_it_waited_for() {
+    // Without the call agreement (which would catch the missing rank first), the
+    // device's own timeout names the wait.
+    let config = Config {
+        exec_timeout: Duration::from_millis(200),
+        check_calls: false,
         ..Config::default()
     };
     let c = Communicator::init_all(2, config).unwrap();

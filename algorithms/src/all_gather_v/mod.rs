@@ -112,6 +112,7 @@ pub(crate) fn gather_v_blocks(
         return gather(ctx, args.output, &chunks);
     }
     let plan = PieceRounds::new(executor, kind, counts, es, args.ccl_bytes)?;
+    ctx.reserve_rounds(plan.rounds, 4 * counts.len())?;
     let slots = BufRange {
         buf: Buf::CclOut,
         offset: 0,

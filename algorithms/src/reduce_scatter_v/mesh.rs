@@ -68,6 +68,7 @@ impl Executor for MeshReduceScatterV {
             return mesh_reduce_scatter(ctx, &params(&chunks, &out, args.input, args));
         }
         let plan = PieceRounds::new(NAME, KIND, counts, es, args.ccl_bytes)?;
+        ctx.reserve_rounds(plan.rounds, 4 * counts.len())?;
         let slots = BufRange {
             buf: Buf::CclIn,
             offset: 0,

@@ -73,6 +73,7 @@ impl Executor for RelayMeshReduceScatterV {
             return reduce_round(ctx, args, args.input, &chunks, (0, 0), true);
         }
         let plan = PieceRounds::new(NAME, KIND, counts, es, args.ccl_bytes)?;
+        ctx.reserve_rounds(plan.rounds, 4 * counts.len())?;
         for t in 0..plan.rounds {
             let pieces: Vec<(usize, usize)> =
                 counts.iter().map(|&c| plan.piece(c, es, t)).collect();

@@ -53,6 +53,7 @@ impl Executor for RingReduceScatterV {
         }
         let order = healthy_ring_for(ctx.topology, NAME, KIND)?;
         let plan = PieceRounds::new(NAME, KIND, counts, es, args.ccl_bytes)?;
+        ctx.reserve_rounds(plan.rounds, 4 * counts.len())?;
         let slots = |buf| BufRange {
             buf,
             offset: 0,

@@ -99,7 +99,12 @@ fn items_with(items: &[P2pItem], peer: Rank) -> Vec<P2pItem> {
 
 /// Bytes of the stream of `items`.
 fn stream_bytes(items: &[P2pItem], es: usize) -> usize {
-    items.iter().map(|i| i.count * es).sum()
+    // Validated layouts keep every item within MAX_BUFFER_BYTES; saturating keeps a sum
+    // of many items from wrapping.
+    items
+        .iter()
+        .map(|i| i.count.saturating_mul(es))
+        .fold(0, usize::saturating_add)
 }
 
 /// The parts of bytes `[lo, hi)` of the stream of `items`: `(byte offset in the rank's
@@ -178,6 +183,7 @@ fn through_slots(ctx: &mut KernelCtx<'_>, p: &P2pParams<'_>) -> Result<(), Error
             .map(|(_, _, bytes)| bytes.div_ceil(slot))
             .max()
             .unwrap_or(0);
+        ctx.reserve_rounds(rounds, 3 * (outgoing.len() + incoming.len()))?;
         for j in 0..rounds {
             let (lo, hi) = (j * slot, (j + 1) * slot);
             let active = |list: &[(Rank, Vec<P2pItem>, usize)]| {

@@ -10,6 +10,7 @@
 //! from their own counts.
 
 use crate::error::ArgError;
+use crate::limits::{MAX_BUFFER_BYTES, MAX_P2P_ITEMS};
 use oxccl_platform::Rank;
 
 /// One send or receive of a vector operator: `count` elements at element `offset` of the
@@ -22,9 +23,10 @@ pub struct P2pItem {
 }
 
 impl P2pItem {
-    /// One past the last element.
+    /// One past the last element; `usize::MAX` when `offset + count` overflows, which
+    /// [`VLayout::validate`] refuses, so a validated item never saturates.
     pub fn end(&self) -> usize {
-        self.offset + self.count
+        self.offset.saturating_add(self.count)
     }
 }
 
@@ -76,9 +78,9 @@ impl VLayout {
     pub fn packed_blocks(counts: &[usize]) -> VLayout {
         let displs = counts
             .iter()
-            .scan(0, |at, &c| {
+            .scan(0usize, |at, &c| {
                 let d = *at;
-                *at += c;
+                *at = at.saturating_add(c);
                 Some(d)
             })
             .collect();
@@ -104,23 +106,27 @@ impl VLayout {
         }
     }
 
-    /// Elements the blocked buffer must hold: the end of its furthest block.
+    /// Elements the blocked buffer must hold: the end of its furthest block (saturating:
+    /// [`VLayout::validate`] refuses a block whose end overflows).
     pub fn blocks_extent(&self) -> usize {
         match self {
             VLayout::Blocks { counts, displs } => counts
                 .iter()
                 .zip(displs)
-                .map(|(c, d)| c + d)
+                .map(|(c, d)| c.saturating_add(*d))
                 .max()
                 .unwrap_or(0),
             VLayout::P2p { .. } => 0,
         }
     }
 
-    /// Check the layout for a communicator of `ranks` ranks: one count and displacement per
-    /// rank, peers in range, no two receives (or gathered blocks) writing the same element,
-    /// and `per_peer` items per peer for AlltoAllV.
-    pub fn validate(&self, ranks: usize, all_to_all: bool) -> Result<(), ArgError> {
+    /// Check the layout for a communicator of `ranks` ranks with elements of `elem_size`
+    /// bytes: one count and displacement per rank, every block or item ending within
+    /// [`MAX_BUFFER_BYTES`] (checked arithmetic: a displacement plus a count that wraps is
+    /// refused, never wrapped), at most [`MAX_P2P_ITEMS`] items, peers in range, no two
+    /// receives (or gathered blocks) writing the same element, and one item per peer in
+    /// rank order for AlltoAllV.
+    pub fn validate(&self, ranks: usize, elem_size: usize, all_to_all: bool) -> Result<(), ArgError> {
         let bad = |reason: String| Err(ArgError::BadLayout { reason });
         match self {
             VLayout::Blocks { counts, displs } => {
@@ -131,14 +137,26 @@ impl VLayout {
                         displs.len()
                     ));
                 }
-                let ranges: Vec<_> = counts
+                let ranges = counts
                     .iter()
                     .zip(displs)
-                    .map(|(&c, &d)| (d, d + c))
-                    .collect();
+                    .enumerate()
+                    .map(|(r, (&count, &offset))| checked_range("block", r, offset, count, elem_size))
+                    .collect::<Result<Vec<_>, _>>()?;
                 no_overlap("block", &ranges)
             }
             VLayout::P2p { sends, recvs } => {
+                let items = sends.len().saturating_add(recvs.len());
+                if items > MAX_P2P_ITEMS {
+                    return bad(format!(
+                        "{items} sends and receives in one call; at most {MAX_P2P_ITEMS} are allowed, split the call"
+                    ));
+                }
+                for (what, list) in [("send", sends), ("receive", recvs)] {
+                    for (i, item) in list.iter().enumerate() {
+                        checked_range(what, i, item.offset, item.count, elem_size)?;
+                    }
+                }
                 if let Some(item) = sends.iter().chain(recvs).find(|i| i.peer >= ranks) {
                     return bad(format!(
                         "peer {} is not a rank of this communicator (ranks 0..{ranks})",
@@ -159,6 +177,28 @@ impl VLayout {
                 no_overlap("receive", &ranges)
             }
         }
+    }
+}
+
+/// `[offset, offset + count)` of item `index`, refused when its end in bytes overflows or
+/// passes [`MAX_BUFFER_BYTES`].
+fn checked_range(
+    what: &str,
+    index: usize,
+    offset: usize,
+    count: usize,
+    elem_size: usize,
+) -> Result<(usize, usize), ArgError> {
+    let end = offset.checked_add(count);
+    match end.and_then(|e| e.checked_mul(elem_size)) {
+        Some(bytes) if bytes <= MAX_BUFFER_BYTES => Ok((offset, offset + count)),
+        _ => Err(ArgError::BadLayout {
+            reason: format!(
+                "{what} {index} (displacement {offset}, count {count}) ends beyond {MAX_BUFFER_BYTES} bytes \
+                 (oxccl::framework::limits::MAX_BUFFER_BYTES); displacements and counts must \
+                 address the buffer passed"
+            ),
+        }),
     }
 }
 
@@ -193,17 +233,33 @@ mod tests {
         let l = VLayout::packed_blocks(&[3, 0, 2]);
         assert_eq!(l.blocks(), Some((&[3, 0, 2][..], &[0, 3, 3][..])));
         assert_eq!(l.blocks_extent(), 5);
-        assert!(l.validate(3, false).is_ok());
-        assert!(l.validate(4, false).is_err());
+        assert!(l.validate(3, 4, false).is_ok());
+        assert!(l.validate(4, 4, false).is_err());
     }
 
     #[test]
     fn overlapping_receives_are_refused() {
         let l = VLayout::all_to_all_v(&[1, 1], &[0, 1], &[2, 2], &[0, 1]);
-        let err = l.validate(2, true).unwrap_err().to_string();
+        let err = l.validate(2, 1, true).unwrap_err().to_string();
         assert!(err.contains("overlaps"), "{err}");
         let ok = VLayout::all_to_all_v(&[1, 1], &[0, 1], &[2, 2], &[0, 2]);
-        assert!(ok.validate(2, true).is_ok());
-        assert!(ok.validate(3, true).is_err());
+        assert!(ok.validate(2, 1, true).is_ok());
+        assert!(ok.validate(3, 1, true).is_err());
+    }
+
+    #[test]
+    fn wrapping_displacements_and_counts_are_refused() {
+        let wraps = VLayout::all_to_all_v(&[1, 1], &[0, usize::MAX], &[1, 1], &[0, 1]);
+        let err = wraps.validate(2, 4, true).unwrap_err().to_string();
+        assert!(err.contains("send 1") && err.contains("MAX_BUFFER_BYTES"), "{err}");
+        let blocks = VLayout::Blocks {
+            counts: vec![2, usize::MAX / 2],
+            displs: vec![usize::MAX / 2 + 3, 0],
+        };
+        assert!(blocks.validate(2, 2, false).is_err());
+        // Fits a usize in elements, not in bytes.
+        let huge = VLayout::packed_blocks(&[usize::MAX / 4, 1]);
+        assert!(huge.validate(2, 8, false).is_err());
+        assert_eq!(VLayout::packed_blocks(&[usize::MAX, 5]).blocks_extent(), usize::MAX);
     }
 }

@@ -5,6 +5,7 @@ mod layout;
 pub use layout::{P2pItem, VLayout};
 
 use crate::error::{ArgError, Error};
+use crate::limits::{MAX_BUFFER_BYTES, MAX_RANKS};
 use oxccl_platform::{DataType, Rank, ReduceOp};
 use std::fmt;
 use std::str::FromStr;
@@ -105,8 +106,11 @@ impl OpKind {
     /// convention: `count` is the per-rank block for gathers and scatters). Vector
     /// operators size their buffers from their layout ([`OpParam::buffer_counts`]);
     /// here they count as `(count, count)`, Barrier as `(0, 0)`.
+    ///
+    /// Saturating: a product that overflows becomes `usize::MAX`, which validation
+    /// refuses ([`OpParam::validate_shape`]) and no buffer can match.
     pub fn buffer_counts(self, count: usize, ranks: usize) -> (usize, usize) {
-        let all = count * ranks;
+        let all = count.saturating_mul(ranks);
         match self {
             OpKind::AllReduce | OpKind::Broadcast | OpKind::Reduce => (count, count),
             OpKind::AllGather | OpKind::Gather => (count, all),
@@ -126,9 +130,9 @@ impl OpKind {
     pub fn block_count(self, ranks: usize, send: usize, recv: usize) -> Result<usize, ArgError> {
         let (in_blocks, out_blocks) = self.buffer_counts(1, ranks);
         let block = if in_blocks <= out_blocks {
-            send / in_blocks
+            send / in_blocks.max(1)
         } else {
-            recv / out_blocks
+            recv / out_blocks.max(1)
         };
         let (need_send, need_recv) = self.buffer_counts(block, ranks);
         if (need_send, need_recv) == (send, recv) {
@@ -150,7 +154,7 @@ impl OpKind {
     /// holds one block per rank (an error unless `ranks` divides `len`).
     pub fn in_place_block_count(self, ranks: usize, len: usize) -> Result<usize, ArgError> {
         let (in_blocks, out_blocks) = self.buffer_counts(1, ranks);
-        let blocks = in_blocks.max(out_blocks);
+        let blocks = in_blocks.max(out_blocks).max(1);
         if !len.is_multiple_of(blocks) {
             return Err(ArgError::NotDivisible {
                 op: self,
@@ -248,11 +252,13 @@ impl OpParam {
         }
     }
 
-    /// A vector operator with its layout; `count` is derived from the layout.
+    /// A vector operator with its layout; `count` is derived from the layout (saturating
+    /// at `usize::MAX`, which validation refuses).
     pub fn vector(kind: OpKind, layout: VLayout, dtype: DataType, op: ReduceOp) -> Self {
+        let sum = |counts: &mut dyn Iterator<Item = usize>| counts.fold(0, usize::saturating_add);
         let count = match &layout {
-            VLayout::Blocks { counts, .. } => counts.iter().sum(),
-            VLayout::P2p { sends, recvs } => sends.iter().chain(recvs).map(|i| i.count).sum(),
+            VLayout::Blocks { counts, .. } => sum(&mut counts.iter().copied()),
+            VLayout::P2p { sends, recvs } => sum(&mut sends.iter().chain(recvs).map(|i| i.count)),
         };
         OpParam {
             layout: Some(Arc::new(layout)),
@@ -306,10 +312,12 @@ impl OpParam {
         }
     }
 
-    /// Input and output sizes in bytes for `rank`.
+    /// Input and output sizes in bytes for `rank` (saturating; see
+    /// [`OpParam::validate_shape`]).
     pub fn buffer_bytes(&self, rank: Rank, ranks: usize) -> (usize, usize) {
         let (i, o) = self.buffer_counts(rank, ranks);
-        (i * self.dtype.size(), o * self.dtype.size())
+        let es = self.dtype.size();
+        (i.saturating_mul(es), o.saturating_mul(es))
     }
 
     /// Byte offsets of `rank`'s input and output data inside the one buffer of an in-place
@@ -319,9 +327,10 @@ impl OpParam {
     /// other operator.
     pub fn in_place_offsets(&self, rank: Rank) -> (usize, usize) {
         let es = self.dtype.size();
+        // Saturating: a validated op's offsets lie inside its buffers (`validate_shape`).
         let own_block = match self.layout().and_then(VLayout::blocks) {
-            Some((_, displs)) => displs.get(rank).copied().unwrap_or(0) * es,
-            None => rank * self.count * es,
+            Some((_, displs)) => displs.get(rank).copied().unwrap_or(0).saturating_mul(es),
+            None => rank.saturating_mul(self.count).saturating_mul(es),
         };
         match self.kind {
             OpKind::AllGather | OpKind::Gather | OpKind::AllGatherV => (own_block, 0),
@@ -339,16 +348,9 @@ impl OpParam {
         input_len: Option<usize>,
         output_len: usize,
     ) -> Result<(), ArgError> {
-        self.validate_root(ranks)?;
-        self.validate_layout(ranks)?;
+        self.validate_shape(rank, ranks)?;
+        let (need_in, need_out) = self.buffer_bytes(rank, ranks);
         let es = self.dtype.size();
-        let (need_in, need_out) = self.buffer_counts(rank, ranks);
-        if need_in.max(need_out).checked_mul(es).is_none()
-            || self.count.checked_mul(ranks * es).is_none()
-        {
-            return Err(ArgError::CountOverflow { count: self.count });
-        }
-        let (need_in, need_out) = (need_in * es, need_out * es);
         let short = |which, need: usize, got: usize| {
             (got < need).then_some(ArgError::BufferTooShort {
                 which,
@@ -365,6 +367,34 @@ impl OpParam {
             None => short("in-place", need_in.max(need_out), output_len),
         };
         problem.map_or(Ok(()), Err)
+    }
+
+    /// Check everything but the buffers: the root, the layout, and that every buffer of
+    /// every rank fits [`MAX_BUFFER_BYTES`] — with checked arithmetic, so that afterwards
+    /// every size and offset derived from the op (counts times ranks times the element
+    /// size, displacements plus counts) is exact. Programs are built only for ops that
+    /// pass ([`crate::Communicator::prepare`]).
+    pub fn validate_shape(&self, rank: Rank, ranks: usize) -> Result<(), ArgError> {
+        if rank >= ranks || ranks > MAX_RANKS {
+            return Err(ArgError::BadRank { rank, ranks });
+        }
+        self.validate_root(ranks)?;
+        self.validate_layout(ranks)?;
+        let es = self.dtype.size();
+        let fits = |elements: usize| elements.checked_mul(es).is_some_and(|b| b <= MAX_BUFFER_BYTES);
+        // This rank's own buffers, and for the fixed-size operators every rank's blocks
+        // (count x ranks; vector layouts were bounded item by item above).
+        let (need_in, need_out) = self.buffer_counts(rank, ranks);
+        let blocks_fit = self.kind.is_vector() || self.count.checked_mul(ranks).is_some_and(fits);
+        if !(fits(need_in) && fits(need_out) && blocks_fit) {
+            return Err(ArgError::CountOverflow {
+                count: self.count,
+                dtype: self.dtype,
+                ranks,
+                limit: MAX_BUFFER_BYTES,
+            });
+        }
+        Ok(())
     }
 
     fn validate_root(&self, ranks: usize) -> Result<(), ArgError> {
@@ -386,7 +416,7 @@ impl OpParam {
             (true, Some(l)) if l.p2p().is_some() != self.kind.is_p2p() => {
                 Err(missing("got the wrong kind of layout"))
             }
-            (true, Some(l)) => l.validate(ranks, self.kind == OpKind::AlltoAllV),
+            (true, Some(l)) => l.validate(ranks, self.dtype.size(), self.kind == OpKind::AlltoAllV),
         }
     }
 

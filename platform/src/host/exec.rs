@@ -164,7 +164,13 @@ fn prepare(launch: &Launch, task: &Task, at: TaskLocation) -> Result<Prepared, D
             .resolve(slice.rank, slice.buf, launch.scratch)
             .map_err(|r| invalid(slice, r))?;
         let region = resolved.region;
-        if slice.end() > region.len {
+        // Checked on its own (not trusting `Slice::end` or any earlier validation): the
+        // sum must not wrap and must stay within the region.
+        let inside = slice
+            .offset
+            .checked_add(slice.len)
+            .is_some_and(|end| end <= region.len);
+        if !inside {
             return Err(invalid(
                 slice,
                 format!("the buffer has only {} bytes", region.len),
@@ -173,7 +179,8 @@ fn prepare(launch: &Launch, task: &Task, at: TaskLocation) -> Result<Prepared, D
         if write && !region.writable {
             return Err(invalid(slice, "the buffer is read-only".into()));
         }
-        // SAFETY: offset + len <= region.len was checked above.
+        // SAFETY: `offset + len` did not overflow and is at most `region.len`, so
+        // `ptr + offset` and every byte up to `ptr + offset + len` lie in the region.
         let ptr = unsafe { region.ptr.add(slice.offset) };
         if let Kind::Reduce(dtype, _) = kind {
             if !(ptr as usize).is_multiple_of(dtype.size()) {
@@ -247,7 +254,9 @@ fn check_overlaps(
 ) -> Result<(), (Slice, String)> {
     let overlap = |a: *mut u8, b: *mut u8| {
         let (a, b) = (a as usize, b as usize);
-        len > 0 && a < b + len && b < a + len
+        // Both ranges were checked to lie inside live regions, so these sums do not wrap;
+        // saturating keeps the check sound even if they did.
+        len > 0 && a < b.saturating_add(len) && b < a.saturating_add(len)
     };
     for (i, &(d, ds)) in dsts.iter().enumerate() {
         for &(o, os) in &dsts[i + 1..] {

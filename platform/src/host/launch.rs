@@ -29,6 +29,59 @@ pub(crate) struct Shared {
     pub memory: Memory,
     pub notifies: Mutex<NotifyTable>,
     pub pool: WorkerPool,
+    pub running: Mutex<Running>,
+}
+
+/// The launches in flight, and the failure that stopped the device, if any.
+///
+/// A device serves the ranks of one communicator, whose programs wait on each other: when
+/// one launch fails, every other launch in flight is aborted at once (its ranks would
+/// otherwise wait out `exec_timeout` for posts that will never come), and every later
+/// launch is refused with the same cause, because the failed program left notifies and
+/// buffers in an unknown state.
+#[derive(Default)]
+pub(crate) struct Running {
+    launches: Vec<std::sync::Weak<Launch>>,
+    failure: Option<String>,
+}
+
+impl Shared {
+    /// Track `launch`, unless an earlier failure stopped the device.
+    pub(crate) fn admit(&self, launch: &Arc<Launch>) -> Result<(), DeviceError> {
+        let mut running = self.running.lock();
+        if let Some(cause) = &running.failure {
+            return Err(DeviceError::Aborted {
+                rank: launch.rank(),
+                cause: cause.clone(),
+            });
+        }
+        running.launches.retain(|l| l.strong_count() > 0);
+        running.launches.push(Arc::downgrade(launch));
+        Ok(())
+    }
+
+    /// Stop the device after `failed`'s error: abort every other launch in flight.
+    fn fail_all(&self, failed: &Arc<Launch>, error: &DeviceError) {
+        self.stop(format!("rank {} failed: {error}", failed.rank()), Some(failed));
+    }
+
+    /// Stop the device for `cause`: abort every launch in flight but `except`, refuse
+    /// every later one.
+    pub(crate) fn stop(&self, cause: String, except: Option<&Arc<Launch>>) {
+        let others: Vec<Arc<Launch>> = {
+            let mut running = self.running.lock();
+            running.failure.get_or_insert_with(|| cause.clone());
+            running.launches.iter().filter_map(std::sync::Weak::upgrade).collect()
+        };
+        let skip = |o: &Arc<Launch>| except.is_some_and(|e| Arc::ptr_eq(o, e));
+        for other in others.iter().filter(|o| !skip(o)) {
+            let rank = other.rank();
+            other.abort(DeviceError::Aborted {
+                rank,
+                cause: cause.clone(),
+            });
+        }
+    }
 }
 
 /// Every rank's notifies.
@@ -151,9 +204,21 @@ impl Launch {
         }
     }
 
-    /// Record the first error, stop every stream of this launch, release parked ones.
+    /// Record the first error, stop every stream of this launch, release parked ones. An
+    /// error of this launch's own (not an abort on another's behalf) stops the whole
+    /// device: see [`Running`].
     pub(crate) fn abort(self: &Arc<Self>, error: DeviceError) {
-        self.error.lock().get_or_insert(error);
+        let first = {
+            let mut slot = self.error.lock();
+            let first = slot.is_none();
+            if first {
+                *slot = Some(error.clone());
+            }
+            first
+        };
+        if first && !matches!(error, DeviceError::Aborted { .. }) {
+            self.shared.fail_all(self, &error);
+        }
         self.aborted.store(true, Ordering::Release);
         let mut table = self.shared.notifies.lock();
         for slot in table.ranks[self.rank()].iter_mut() {

@@ -72,6 +72,7 @@ impl HostDevice {
                 memory: Memory::new(config.ranks, config.ccl_bytes)?,
                 notifies: Mutex::new(table),
                 pool,
+                running: Mutex::new(Default::default()),
                 layout,
                 config,
             }),
@@ -130,6 +131,10 @@ impl HostDevice {
         // outlives `execute_group`, which unregisters before returning.
         let registration = self.shared.memory.register(rank, user_regions(e.user))?;
         let launch = Launch::new(self.shared.clone(), e.program, e.scratch.map(|s| s.0));
+        if let Err(err) = self.shared.admit(&launch) {
+            self.shared.memory.unregister(rank, registration);
+            return Err(err);
+        }
         launch.start();
         Ok((launch, registration))
     }
@@ -177,20 +182,19 @@ impl Device for HostDevice {
         // Work instead of sleeping while the queue has jobs: small operations then finish on
         // this thread without a wakeup.
         while !running.iter().all(|(_, (l, _))| l.is_done()) && self.shared.pool.run_one() {}
-        let mut first_error: Option<String> = results
-            .iter()
-            .find_map(|r| r.as_ref().err().map(|e| e.to_string()));
+        // A part of the group that could not start leaves its peers waiting for it: stop
+        // the device, which aborts every launch in flight (this group's and others').
+        let start_error = results.iter().find_map(|r| match r {
+            Err(DeviceError::Aborted { .. }) | Ok(()) => None,
+            Err(e) => Some(e.to_string()),
+        });
+        if let Some(cause) = start_error {
+            self.shared
+                .stop(format!("a rank of a group call could not start: {cause}"), None);
+        }
         for (_, (launch, _)) in &running {
-            if let Some(cause) = &first_error {
-                let rank = launch.rank();
-                launch.abort(DeviceError::Aborted {
-                    rank,
-                    cause: format!("another rank of the same group failed: {cause}"),
-                });
-            }
-            if let Err(err) = launch.wait_done() {
-                first_error.get_or_insert_with(|| err.to_string());
-            }
+            // Errors are collected below; a failure already stopped the device.
+            let _ = launch.wait_done();
         }
         for (i, (launch, registration)) in running {
             let rank = launch.rank();

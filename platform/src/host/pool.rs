@@ -50,15 +50,20 @@ impl WorkerPool {
             ready: Condvar::new(),
             idle: AtomicUsize::new(0),
         });
-        let threads = (0..threads.max(1))
-            .map(|i| {
-                let queue = queue.clone();
-                std::thread::Builder::new()
-                    .name(format!("oxccl-host-{i}"))
-                    .spawn(move || worker(&queue))
-            })
-            .collect::<std::io::Result<Vec<_>>>()?;
-        Ok(WorkerPool { queue, threads })
+        let mut pool = WorkerPool {
+            queue,
+            threads: Vec::with_capacity(threads.max(1)),
+        };
+        for i in 0..threads.max(1) {
+            let queue = pool.queue.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("oxccl-host-{i}"))
+                .spawn(move || worker(&queue));
+            // On failure `pool` drops here, which stops and joins the workers already
+            // started: a pool that cannot start leaks no thread.
+            pool.threads.push(spawned?);
+        }
+        Ok(pool)
     }
 
     /// Number of worker threads.

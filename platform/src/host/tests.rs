@@ -138,7 +138,6 @@ fn run_one(dev: &HostDevice, task: Task, input: &[u8], output: &mut [u8]) -> Dev
 
 #[test]
 fn bad_slices_are_errors_not_memory_accesses() {
-    let dev = device(2, 1, 1000);
     let (input, mut output) = (vec![1u8; 16], vec![0u8; 16]);
     let copy = |src, dst| Task::Copy {
         src,
@@ -196,12 +195,50 @@ fn bad_slices_are_errors_not_memory_accesses() {
             },
             "not a multiple",
         ),
+        (
+            // offset + len wraps around the address space: refused, not wrapped.
+            copy(
+                Slice::new(0, Buf::Input, 0, 8),
+                Slice::new(0, Buf::Output, usize::MAX - 3, 8),
+            ),
+            "only 16 bytes",
+        ),
+        (
+            copy(
+                Slice::new(0, Buf::Input, usize::MAX, 8),
+                Slice::new(0, Buf::Output, 0, 8),
+            ),
+            "only 16 bytes",
+        ),
     ];
     for (task, want) in cases {
+        // A failed launch stops its device (see `Running`): one device per case.
+        let dev = device(2, 1, 1000);
         let err = run_one(&dev, task.clone(), &input, &mut output).to_string();
         assert!(err.contains(want), "{task:?}: {err}");
     }
     assert!(output.iter().all(|&b| b == 0), "nothing was written");
+}
+
+#[test]
+fn a_failed_launch_releases_the_others_and_stops_the_device() {
+    let dev = device(2, 1, 60_000);
+    let mut waiter = RankProgram::new(1, 1);
+    waiter.streams[0].wait(NotifyId { rank: 1, index: 0 });
+    let mut bad = RankProgram::new(0, 1);
+    bad.streams[0].wait(NotifyId { rank: 1, index: 0 });
+    let started = std::time::Instant::now();
+    std::thread::scope(|s| {
+        let blocked = s.spawn(|| run_without_buffers(&dev, waiter));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let err = run_without_buffers(&dev, bad).unwrap_err();
+        assert!(err.to_string().contains("waits are local"), "{err}");
+        let released = blocked.join().unwrap().unwrap_err().to_string();
+        assert!(released.contains("rank 0 failed"), "{released}");
+    });
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "released promptly");
+    let after = run_without_buffers(&dev, RankProgram::new(0, 1)).unwrap_err();
+    assert!(after.to_string().contains("aborted"), "{after}");
 }
 
 #[test]

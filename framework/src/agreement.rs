@@ -1,0 +1,163 @@
+//! Call agreement: before data moves, the ranks of an operation agree on what it is.
+//!
+//! NCCL leaves mismatched calls undefined (ranks that call different collectives, counts,
+//! types or roots), and they are the first cause of silent corruption and hangs its users
+//! report. oxccl checks them: every call of every rank gets a sequence number (the
+//! rank's count of calls on the communicator) and deposits its [`Signature`] — operator,
+//! data type, reduce op, root, count or layout, and the executor `select_alg` chose — on
+//! the communicator's [`CallBoard`] under that number. The last rank to deposit compares
+//! them once and posts the verdict; every rank waits for the verdict before it launches
+//! its program. A mismatch is then [`Error::Mismatch`] on every rank, naming the call, the
+//! field and which ranks passed what, and no rank has moved a byte: the communicator stays
+//! usable. A rank whose own call was refused (a bad argument) returns its error at once
+//! and deposits the refusal, so the others learn it instead of waiting out
+//! `exec_timeout` for it. Every call counts, refused or not: ranks stay in step as long
+//! as they make the same sequence of calls, which is the contract of every CCL.
+//!
+//! Cost: in-process, one lock and one comparison per rank per call; a thread that drives
+//! every rank (a group call) never waits, a thread per rank waits for the last rank to
+//! arrive, which the collective itself would have waited for a moment later. Across
+//! processes the same signature travels in the connection handshake. `OXCCL_CHECK_CALLS=0`
+//! turns the check off (measure before you do: see the README).
+//!
+//! The point-to-point operators (AlltoAllV, send/recv) are compared pair by pair: the
+//! non-empty sends of `a` to `b`, in call order, must have the counts of the non-empty
+//! receives of `b` from `a`.
+
+mod signature;
+
+pub use signature::Signature;
+
+use crate::error::Error;
+use oxccl_platform::Rank;
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// What one rank deposits for one call.
+#[derive(Clone, Debug)]
+pub enum Deposit {
+    /// The call passed its own checks and will run with this signature.
+    Call(Signature),
+    /// The call was refused on this rank before it could run.
+    Refused(String),
+}
+
+/// The deposits of one call number, and the verdict once every rank is in.
+struct Round {
+    deposits: Vec<Option<Deposit>>,
+    arrived: usize,
+    verdict: Option<Result<(), Error>>,
+    /// Ranks that have not read the verdict yet; the round is dropped at 0.
+    unread: usize,
+}
+
+/// The agreement state of one communicator (shared by its in-process ranks).
+pub struct CallBoard {
+    ranks: usize,
+    rounds: Mutex<BoardState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct BoardState {
+    rounds: HashMap<u64, Round>,
+    /// Set when the communicator failed: waiters give up at once.
+    failure: Option<Error>,
+}
+
+impl CallBoard {
+    /// A board for `ranks` ranks.
+    pub fn new(ranks: usize) -> Self {
+        CallBoard {
+            ranks,
+            rounds: Mutex::new(BoardState::default()),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Deposit `rank`'s part of call `call`. The last deposit computes the verdict.
+    pub fn deposit(&self, call: u64, rank: Rank, deposit: Deposit) {
+        let mut state = self.rounds.lock();
+        let round = state.rounds.entry(call).or_insert_with(|| Round {
+            deposits: vec![None; self.ranks],
+            arrived: 0,
+            verdict: None,
+            unread: self.ranks,
+        });
+        // A rank that refused its call returns its own error at once: it never reads
+        // the verdict.
+        if matches!(deposit, Deposit::Refused(_)) {
+            round.unread -= 1;
+        }
+        if round.deposits[rank].replace(deposit).is_none() {
+            round.arrived += 1;
+        }
+        if round.arrived == self.ranks && round.unread == 0 {
+            state.rounds.remove(&call);
+            return;
+        }
+        if round.arrived == self.ranks {
+            let deposits: Vec<Deposit> = round.deposits.iter().flatten().cloned().collect();
+            round.verdict = Some(signature::verdict(call, &deposits));
+            drop(state);
+            self.changed.notify_all();
+        }
+    }
+
+    /// Wait until every rank deposited call `call`, then return the verdict for `rank`.
+    /// Gives up after `timeout`, naming the ranks that never called, or at once when the
+    /// communicator fails meanwhile ([`CallBoard::fail`]).
+    pub fn verdict(&self, call: u64, rank: Rank, timeout: Duration) -> Result<(), Error> {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.rounds.lock();
+        loop {
+            if let Some(round) = state.rounds.get_mut(&call) {
+                if let Some(verdict) = round.verdict.clone() {
+                    round.unread -= 1;
+                    if round.unread == 0 {
+                        state.rounds.remove(&call);
+                    }
+                    return verdict;
+                }
+            }
+            if let Some(failure) = &state.failure {
+                return Err(failure.clone());
+            }
+            if self.changed.wait_until(&mut state, deadline).timed_out() {
+                return Err(self.missing(&state, call, rank, timeout));
+            }
+        }
+    }
+
+    /// The timeout error of `rank` waiting for call `call`.
+    fn missing(&self, state: &BoardState, call: u64, rank: Rank, waited: Duration) -> Error {
+        let round = state.rounds.get(&call);
+        let absent: Vec<Rank> = (0..self.ranks)
+            .filter(|&r| round.is_none_or(|round| round.deposits[r].is_none()))
+            .collect();
+        let what = round
+            .and_then(|round| round.deposits[rank].as_ref())
+            .map_or_else(String::new, |d| match d {
+                Deposit::Call(sig) => format!(" ({sig})"),
+                Deposit::Refused(_) => String::new(),
+            });
+        Error::CallTimeout {
+            call,
+            rank,
+            what,
+            absent,
+            waited,
+        }
+    }
+
+    /// The communicator failed: wake every waiter with `error`, and answer every later
+    /// wait with it.
+    pub fn fail(&self, error: &Error) {
+        self.rounds.lock().failure.get_or_insert_with(|| error.clone());
+        self.changed.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,188 @@
+//! What ranks compare about one call, and the comparison.
+
+use super::Deposit;
+use crate::error::Error;
+use crate::op::{OpKind, OpParam, P2pItem, VLayout};
+use oxccl_platform::{DataType, Rank, ReduceOp};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// One rank's view of a call: the fields every rank of the call must agree on.
+#[derive(Clone, Debug)]
+pub struct Signature {
+    pub rank: Rank,
+    pub kind: OpKind,
+    pub dtype: DataType,
+    /// The reduce op of the operators that reduce.
+    pub op: Option<ReduceOp>,
+    pub root: Option<Rank>,
+    /// Elements per rank of the fixed-size operators.
+    pub count: usize,
+    pub layout: Option<Arc<VLayout>>,
+    /// The executor this rank's `select_alg` chose; `None` for a call with no work.
+    pub executor: Option<&'static str>,
+}
+
+impl Signature {
+    /// The signature of `rank`'s call `op`, run by `executor`.
+    pub fn new(rank: Rank, op: &OpParam, executor: Option<&'static str>) -> Self {
+        Signature {
+            rank,
+            kind: op.kind,
+            dtype: op.dtype,
+            op: op.kind.reduces().then_some(op.op),
+            root: op.root,
+            count: op.count,
+            layout: op.layout.clone(),
+            executor,
+        }
+    }
+
+    /// Every compared field, in order, as `(name, value)`: the first that differs
+    /// between two ranks is the one reported. Vector layouts are compared separately.
+    fn fields(&self) -> [(&'static str, String); 5] {
+        let count = match self.layout.as_deref() {
+            Some(VLayout::Blocks { counts, .. }) => format!("counts {counts:?}"),
+            Some(VLayout::P2p { .. }) => String::from("per-peer counts"),
+            None => format!("count {}", self.count),
+        };
+        [
+            ("operator", self.kind.to_string()),
+            ("data type", self.dtype.to_string()),
+            ("reduce op", self.op.map_or("none".into(), |o| format!("{o:?}"))),
+            ("root", self.root.map_or("none".into(), |r| r.to_string())),
+            ("count", count),
+        ]
+    }
+}
+
+impl fmt::Display for Signature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.kind, self.dtype)?;
+        if let Some(op) = self.op {
+            write!(f, " {op:?}")?;
+        }
+        if let Some(root) = self.root {
+            write!(f, " root {root}")?;
+        }
+        match self.layout {
+            Some(_) => write!(f, " with a layout"),
+            None => write!(f, " count {}", self.count),
+        }
+    }
+}
+
+/// The verdict on call `call` from every rank's deposit.
+pub(super) fn verdict(call: u64, deposits: &[Deposit]) -> Result<(), Error> {
+    // `deposits` holds every rank's, in rank order.
+    if let Some((rank, reason)) = deposits.iter().enumerate().find_map(|(r, d)| match d {
+        Deposit::Refused(reason) => Some((r, reason.clone())),
+        Deposit::Call(_) => None,
+    }) {
+        return Err(Error::PeerRefused { call, rank, reason });
+    }
+    let sigs: Vec<&Signature> = deposits
+        .iter()
+        .filter_map(|d| match d {
+            Deposit::Call(sig) => Some(sig),
+            Deposit::Refused(_) => None,
+        })
+        .collect();
+    let mismatch = |field: &'static str, detail: String| Error::Mismatch {
+        call,
+        field,
+        detail,
+    };
+    for i in 0..5 {
+        let values: Vec<(Rank, String)> = sigs
+            .iter()
+            .map(|s| (s.rank, s.fields()[i].1.clone()))
+            .collect();
+        if values.iter().any(|(_, v)| *v != values[0].1) {
+            return Err(mismatch(sigs[0].fields()[i].0, by_value(&values)));
+        }
+    }
+    if let Some(detail) = layouts_differ(&sigs) {
+        return Err(mismatch("layout", detail));
+    }
+    let executors: Vec<(Rank, String)> = sigs
+        .iter()
+        .filter_map(|s| s.executor.map(|e| (s.rank, e.to_string())))
+        .collect();
+    if executors.iter().any(|(_, e)| *e != executors[0].1) {
+        return Err(mismatch("executor", by_value(&executors)));
+    }
+    Ok(())
+}
+
+/// `ranks {0,1} pass X; rank 2 passes Y`.
+fn by_value(values: &[(Rank, String)]) -> String {
+    let mut groups: Vec<(String, Vec<Rank>)> = Vec::new();
+    for (rank, value) in values {
+        match groups.iter_mut().find(|(v, _)| v == value) {
+            Some((_, ranks)) => ranks.push(*rank),
+            None => groups.push((value.clone(), vec![*rank])),
+        }
+    }
+    let shown: Vec<String> = groups
+        .iter()
+        .map(|(value, ranks)| match ranks.as_slice() {
+            [one] => format!("rank {one} passes {value}"),
+            many => format!("ranks {many:?} pass {value}"),
+        })
+        .collect();
+    shown.join("; ")
+}
+
+/// Why the layouts of a vector call disagree, if they do.
+fn layouts_differ(sigs: &[&Signature]) -> Option<String> {
+    let first = sigs.first()?;
+    match first.layout.as_deref()? {
+        VLayout::Blocks { displs, .. } => {
+            let values: Vec<(Rank, String)> = sigs
+                .iter()
+                .map(|s| match s.layout.as_deref() {
+                    Some(VLayout::Blocks { displs, .. }) => (s.rank, format!("displacements {displs:?}")),
+                    _ => (s.rank, "no block layout".into()),
+                })
+                .collect();
+            let reference = format!("displacements {displs:?}");
+            values.iter().any(|(_, v)| *v != reference).then(|| by_value(&values))
+        }
+        VLayout::P2p { .. } => pairs_differ(sigs),
+    }
+}
+
+/// The first ordered pair whose sends and receives disagree: the non-empty sends of `a`
+/// to `b`, in call order, against the non-empty receives of `b` from `a`.
+fn pairs_differ(sigs: &[&Signature]) -> Option<String> {
+    let mut sent: HashMap<(Rank, Rank), Vec<usize>> = HashMap::new();
+    let mut received: HashMap<(Rank, Rank), Vec<usize>> = HashMap::new();
+    let non_empty = |items: &[P2pItem]| items.iter().filter(|i| i.count > 0).copied().collect::<Vec<_>>();
+    for sig in sigs {
+        let Some((sends, recvs)) = sig.layout.as_deref().and_then(VLayout::p2p) else {
+            return Some(format!("rank {} passes no point-to-point layout", sig.rank));
+        };
+        for item in non_empty(sends) {
+            sent.entry((sig.rank, item.peer)).or_default().push(item.count);
+        }
+        for item in non_empty(recvs) {
+            received.entry((item.peer, sig.rank)).or_default().push(item.count);
+        }
+    }
+    let mut pairs: Vec<&(Rank, Rank)> = sent.keys().chain(received.keys()).collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    pairs.into_iter().find_map(|&(a, b)| {
+        let (s, r) = (sent.get(&(a, b)), received.get(&(a, b)));
+        (s != r).then(|| {
+            let show = |v: Option<&Vec<usize>>| v.map_or("nothing".into(), |v| format!("counts {v:?}"));
+            format!(
+                "rank {a} sends {} to rank {b}, which receives {} from rank {a}",
+                show(s),
+                show(r)
+            )
+        })
+    })
+}
