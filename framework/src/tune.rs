@@ -421,8 +421,11 @@ fn check_topology(topology: &str, ranks: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// A broken link as `describe` writes it, `(low, high)`.
+type BrokenPair = (usize, usize);
+
 /// The server sizes and broken pairs of a `describe` text, or `None` when it is not one.
-fn parse_described(text: &str) -> Option<(Vec<usize>, Vec<(usize, usize)>)> {
+fn parse_described(text: &str) -> Option<(Vec<usize>, Vec<BrokenPair>)> {
     let (sizes, tail) = text.strip_prefix('[')?.split_once(']')?;
     let servers = sizes
         .split(',')
@@ -439,16 +442,16 @@ fn parse_described(text: &str) -> Option<(Vec<usize>, Vec<(usize, usize)>)> {
             let (a, b) = pair.trim().split_once('-')?;
             Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
         })
-        .collect::<Option<Vec<(usize, usize)>>>()?;
+        .collect::<Option<Vec<BrokenPair>>>()?;
     Some((servers, broken))
 }
 
 /// The text [`crate::Topology::describe`] writes for these servers and broken links
 /// (sorted, without repeats, as the topology holds them).
-fn describe(servers: &[usize], broken: &[(usize, usize)]) -> String {
+fn describe(servers: &[usize], broken: &[BrokenPair]) -> String {
     let sizes: Vec<String> = servers.iter().map(usize::to_string).collect();
     let mut text = format!("[{}]", sizes.join(","));
-    let pairs: BTreeSet<&(usize, usize)> = broken.iter().collect();
+    let pairs: BTreeSet<&BrokenPair> = broken.iter().collect();
     if !pairs.is_empty() {
         let pairs: Vec<String> = pairs.iter().map(|(a, b)| format!("{a}-{b}")).collect();
         text.push_str(&format!(" broken {}", pairs.join(",")));
