@@ -235,7 +235,7 @@ impl TuneTable {
     /// Read and parse the table at `path`; errors name the path.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, TuneError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| TuneError {
+        let text = read_bounded(path).map_err(|e| TuneError {
             path: Some(path.to_path_buf()),
             line: None,
             reason: format!("cannot read the file ({e})"),
@@ -286,6 +286,27 @@ impl TuneTable {
         }
         out
     }
+}
+
+/// Largest tuning table read (millions of measurements); anything larger (`/dev/zero`) is
+/// refused instead of read without end.
+pub const MAX_TUNE_FILE_BYTES: usize = 256 << 20;
+
+/// The text of `path`, refused past [`MAX_TUNE_FILE_BYTES`].
+fn read_bounded(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    let limit = MAX_TUNE_FILE_BYTES as u64 + 1;
+    std::fs::File::open(path)?
+        .take(limit)
+        .read_to_string(&mut text)?;
+    if text.len() > MAX_TUNE_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_TUNE_FILE_BYTES} bytes; `oxccl tune` writes far less"),
+        ));
+    }
+    Ok(text)
 }
 
 /// One line of cells padded to `widths` (the last cell unpadded).
@@ -576,6 +597,12 @@ mod tests {
         let err = TuneTable::parse(&text).unwrap_err();
         assert_eq!(err.line, Some(20_002), "{err}");
         assert!(err.to_string().contains("line 9 "), "{err}");
+    }
+
+    #[test]
+    fn an_endless_file_is_refused_not_read_forever() {
+        let err = TuneTable::load("/dev/zero").unwrap_err();
+        assert!(err.to_string().contains("larger than"), "{err}");
     }
 
     #[test]

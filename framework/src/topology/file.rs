@@ -177,7 +177,7 @@ impl Topology {
 
     /// Read and parse a TOML topology file.
     pub fn from_toml_file(path: &Path) -> Result<Topology, TopologyError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TopologyError::Read {
+        let text = read_bounded(path).map_err(|source| TopologyError::Read {
             path: path.to_path_buf(),
             source,
         })?;
@@ -226,6 +226,28 @@ impl Topology {
         }
         out
     }
+}
+
+/// Largest topology file read: a [`crate::limits::MAX_RANKS`]-rank machine with a
+/// `[[link]]` per pair fits in a few MiB; anything larger (`/dev/zero`) is refused instead
+/// of read without end.
+pub const MAX_TOPOLOGY_FILE_BYTES: usize = 16 << 20;
+
+/// The text of `path`, refused past [`MAX_TOPOLOGY_FILE_BYTES`].
+fn read_bounded(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    let limit = MAX_TOPOLOGY_FILE_BYTES as u64 + 1;
+    std::fs::File::open(path)?
+        .take(limit)
+        .read_to_string(&mut text)?;
+    if text.len() > MAX_TOPOLOGY_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_TOPOLOGY_FILE_BYTES} bytes; a topology file is far smaller"),
+        ));
+    }
+    Ok(text)
 }
 
 fn write_spec(out: &mut String, spec: &LinkSpec) {
@@ -600,5 +622,10 @@ mod tests {
         assert!(err.to_string().contains("ring8"), "{err}");
         let err = Topology::parse_spec("/nonexistent/topo.toml").unwrap_err();
         assert!(matches!(err, TopologyError::Read { .. }), "{err}");
+        let err = Topology::parse_spec("/dev/zero").unwrap_err();
+        assert!(
+            err.to_string().contains("larger than 16777216 bytes"),
+            "{err}"
+        );
     }
 }
