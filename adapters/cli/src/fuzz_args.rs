@@ -187,7 +187,7 @@ fn command_line() -> impl Strategy<Value = Vec<String>> {
 
 #[test]
 fn fuzz_cli_args_plan_or_refuse_never_panic() {
-    let mut runner = TestRunner::new(Config::default());
+    let mut runner = TestRunner::new(runner_config());
     let (planned, refused) = (AtomicUsize::new(0), AtomicUsize::new(0));
     let outcome = runner.run(&command_line(), |argv| {
         match crate::plan(&argv) {
@@ -297,5 +297,14 @@ fn probed_command_lines_are_refused_naming_their_flag() {
         .collect();
     if let Err(err) = crate::plan(&argv) {
         panic!("the bounds themselves are valid: {err}");
+    }
+}
+
+/// Proptest's defaults (`PROPTEST_CASES` honoured), without a failure file: a failing case
+/// is printed in full, shrunk, in the test's output.
+fn runner_config() -> Config {
+    Config {
+        failure_persistence: None,
+        ..Config::default()
     }
 }
