@@ -2,15 +2,17 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `OXCCL_ALGO` | executor override per operator: `all_reduce=ring;all_gather=mesh`, or a bare name for every operator that has it | none |
-//! | `OXCCL_BUFFSIZE` | size of each CCL buffer (CclIn and CclOut) per rank, MiB | 32 |
-//! | `OXCCL_EXEC_TIMEOUT` | seconds a Wait may block before it is an error | 60 |
-//! | `OXCCL_HOST_THREADS` | worker threads of the host device; 0 = one per core | 0 |
+//! | `OXCCL_ALGO` | executor override per operator: `all_reduce=ring;all_gather=mesh`, or a bare name for every operator that has it; each operator (and the bare form) at most once | none |
+//! | `OXCCL_BUFFSIZE` | size of each CCL buffer (CclIn and CclOut) per rank, MiB, 1 to 1048576 | 32 |
+//! | `OXCCL_EXEC_TIMEOUT` | seconds a Wait may block before it is an error, 0.001 to 1e9 | 60 |
+//! | `OXCCL_HOST_THREADS` | worker threads of the host device, 0 to 1024; 0 = one per core | 0 |
 //! | `OXCCL_ZERO_COPY` | 1: eager ops run on user buffers when the device allows it; 0: always stage through the CCL buffers | 1 |
 //! | `OXCCL_TOPO_FILE` | the communicator's topology: a preset (`mesh8`, `2x8`, `1xN`...) or a TOML file | one server, full mesh |
 //! | `OXCCL_TUNE_FILE` | a tuning table written by `oxccl tune` (see [`crate::tune`]): `select_alg` runs the fastest measured executor for sizes it covers | none (the model decides) |
 //! | `OXCCL_CHECK_CALLS` | 1: ranks agree on every call (operator, type, op, root, counts, executor) before it runs, and a mismatch is an error on every rank (see [`crate::agreement`]); 0: skip the check | 1 |
-//! | `OXCCL_LOG` | `tracing` filter (`info`, `oxccl=debug`, ...) | off |
+//! | `OXCCL_LOG` | `tracing` filter (`info`, `oxccl=debug`, ...); one that does not parse is an error | off |
+//!
+//! Every error names its variable, the value found and what would be valid.
 //!
 //! The default CCL buffer is 32 MiB rather than HCCL's 200 MB: on the host device every
 //! rank is in this process, so 8 ranks hold 16 buffers (512 MiB of address space, committed
@@ -18,6 +20,7 @@
 //! caches.
 
 use crate::error::ConfigError;
+use crate::limits::{MAX_BUFFER_BYTES, MAX_HOST_THREADS};
 use crate::select::AlgoOverride;
 use crate::topology::Topology;
 use crate::tune::TuneTable;
@@ -74,26 +77,88 @@ impl Default for Config {
     }
 }
 
-fn parse_num<T: std::str::FromStr>(var: &'static str, value: &str) -> Result<T, ConfigError>
+/// Shortest `OXCCL_EXEC_TIMEOUT`, seconds: below a millisecond a Wait would time out
+/// before a peer thread is even scheduled.
+pub const MIN_EXEC_TIMEOUT_S: f64 = 1e-3;
+/// Longest `OXCCL_EXEC_TIMEOUT`, seconds (about 31 years: "never", still a valid deadline).
+pub const MAX_EXEC_TIMEOUT_S: f64 = 1e9;
+/// Largest `OXCCL_BUFFSIZE`, MiB (1 TiB, [`crate::limits::MAX_BUFFER_BYTES`]).
+pub const MAX_BUFFSIZE_MIB: usize = MAX_BUFFER_BYTES >> 20;
+
+/// `value` as a `T` in `valid`, or an error naming `var`, the value and the valid range
+/// (`unit` says what the number counts).
+fn parse_in_range<T>(
+    var: &'static str,
+    value: &str,
+    valid: std::ops::RangeInclusive<T>,
+    unit: &str,
+) -> Result<T, ConfigError>
 where
-    T::Err: std::fmt::Display,
+    T: std::str::FromStr + PartialOrd + std::fmt::Display,
 {
-    value.trim().parse::<T>().map_err(|e| ConfigError {
+    let bad = |found: String| ConfigError {
         var,
         value: value.to_string(),
-        reason: e.to_string(),
-    })
+        reason: format!(
+            "{found}; expected {unit} from {} to {}",
+            valid.start(),
+            valid.end()
+        ),
+    };
+    match value.trim().parse::<T>() {
+        Ok(v) if valid.contains(&v) => Ok(v),
+        Ok(v) => Err(bad(format!("{v} is out of range"))),
+        Err(_) => Err(bad("not a number".into())),
+    }
+}
+
+fn ccl_buffer_bytes(value: &str) -> Result<usize, ConfigError> {
+    let mib = parse_in_range("OXCCL_BUFFSIZE", value, 1..=MAX_BUFFSIZE_MIB, "MiB")?;
+    Ok(mib << 20)
+}
+
+fn exec_timeout(value: &str) -> Result<Duration, ConfigError> {
+    let valid = MIN_EXEC_TIMEOUT_S..=MAX_EXEC_TIMEOUT_S;
+    let secs = parse_in_range("OXCCL_EXEC_TIMEOUT", value, valid, "seconds")?;
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn host_threads(value: &str) -> Result<usize, ConfigError> {
+    parse_in_range(
+        "OXCCL_HOST_THREADS",
+        value,
+        0..=MAX_HOST_THREADS,
+        "worker threads (0: one per core)",
+    )
+}
+
+/// The `OXCCL_LOG` filter, checked with the parser that will apply it; blank means off.
+fn log_filter(value: &str) -> Result<Option<String>, ConfigError> {
+    if value.trim().is_empty() {
+        return Ok(None);
+    }
+    match tracing_subscriber::EnvFilter::try_new(value) {
+        Ok(_) => Ok(Some(value.to_string())),
+        Err(e) => Err(ConfigError {
+            var: "OXCCL_LOG",
+            value: value.to_string(),
+            reason: format!(
+                "not a tracing filter ({e}); write a level (`info`, `debug`) or \
+                 `target=level` directives joined by commas, e.g. `oxccl=debug,info`"
+            ),
+        }),
+    }
 }
 
 /// A 1/0 switch (`true`/`false`, `on`/`off` too).
-fn parse_switch(var: &'static str, value: String) -> Result<bool, ConfigError> {
+fn parse_switch(var: &'static str, value: &str) -> Result<bool, ConfigError> {
     match value.trim() {
         "1" | "true" | "on" => Ok(true),
         "0" | "false" | "off" => Ok(false),
         _ => Err(ConfigError {
             var,
-            value,
-            reason: "use 1 or 0".into(),
+            value: value.to_string(),
+            reason: "use 1 (or true, on) or 0 (or false, off)".into(),
         }),
     }
 }
@@ -125,35 +190,19 @@ impl Config {
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let mut config = Config::default();
         if let Some(v) = get("OXCCL_BUFFSIZE") {
-            let mib: usize = parse_num("OXCCL_BUFFSIZE", &v)?;
-            if mib == 0 || mib > (1 << 20) {
-                return Err(ConfigError {
-                    var: "OXCCL_BUFFSIZE",
-                    value: v,
-                    reason: "must be between 1 and 1048576 MiB".into(),
-                });
-            }
-            config.ccl_buffer_bytes = mib << 20;
+            config.ccl_buffer_bytes = ccl_buffer_bytes(&v)?;
         }
         if let Some(v) = get("OXCCL_EXEC_TIMEOUT") {
-            let secs: f64 = parse_num("OXCCL_EXEC_TIMEOUT", &v)?;
-            if !(secs > 0.0 && secs < 1e9) {
-                return Err(ConfigError {
-                    var: "OXCCL_EXEC_TIMEOUT",
-                    value: v,
-                    reason: "must be a positive number of seconds".into(),
-                });
-            }
-            config.exec_timeout = Duration::from_secs_f64(secs);
+            config.exec_timeout = exec_timeout(&v)?;
         }
         if let Some(v) = get("OXCCL_HOST_THREADS") {
-            config.host_threads = parse_num("OXCCL_HOST_THREADS", &v)?;
+            config.host_threads = host_threads(&v)?;
         }
         if let Some(v) = get("OXCCL_ZERO_COPY") {
-            config.zero_copy = parse_switch("OXCCL_ZERO_COPY", v)?;
+            config.zero_copy = parse_switch("OXCCL_ZERO_COPY", &v)?;
         }
         if let Some(v) = get("OXCCL_CHECK_CALLS") {
-            config.check_calls = parse_switch("OXCCL_CHECK_CALLS", v)?;
+            config.check_calls = parse_switch("OXCCL_CHECK_CALLS", &v)?;
         }
         if let Some(v) = get("OXCCL_ALGO") {
             config.algo = v.parse()?;
@@ -169,7 +218,9 @@ impl Config {
         if let Some(v) = get("OXCCL_TUNE_FILE") {
             config.tune = Some(std::sync::Arc::new(load_tune_file(&v)?));
         }
-        config.log_filter = get("OXCCL_LOG").filter(|v| !v.trim().is_empty());
+        if let Some(v) = get("OXCCL_LOG") {
+            config.log_filter = log_filter(&v)?;
+        }
         Ok(config)
     }
 }
@@ -206,21 +257,84 @@ mod tests {
     }
 
     #[test]
-    fn bad_values_name_the_variable() {
-        for (var, value) in [
-            ("OXCCL_BUFFSIZE", "0"),
-            ("OXCCL_BUFFSIZE", "lots"),
-            ("OXCCL_EXEC_TIMEOUT", "-1"),
-            ("OXCCL_HOST_THREADS", "x"),
-            ("OXCCL_ZERO_COPY", "maybe"),
-            ("OXCCL_TOPO_FILE", "/no/such/file.toml"),
-            ("OXCCL_TUNE_FILE", "/no/such/tune.txt"),
-            ("OXCCL_TUNE_FILE", " "),
+    fn bad_values_name_the_variable_and_what_is_valid() {
+        for (var, value, valid) in [
+            ("OXCCL_BUFFSIZE", "0", "from 1 to 1048576"),
+            ("OXCCL_BUFFSIZE", "lots", "from 1 to 1048576"),
+            ("OXCCL_BUFFSIZE", "1048577", "from 1 to 1048576"),
+            (
+                "OXCCL_BUFFSIZE",
+                "18446744073709551615",
+                "from 1 to 1048576",
+            ),
+            ("OXCCL_EXEC_TIMEOUT", "-1", "from 0.001 to 1000000000"),
+            ("OXCCL_EXEC_TIMEOUT", "1e-9", "from 0.001"),
+            ("OXCCL_EXEC_TIMEOUT", "NaN", "from 0.001"),
+            ("OXCCL_EXEC_TIMEOUT", "inf", "from 0.001"),
+            ("OXCCL_EXEC_TIMEOUT", "1e10", "to 1000000000"),
+            ("OXCCL_HOST_THREADS", "x", "from 0 to 1024"),
+            ("OXCCL_HOST_THREADS", "1025", "from 0 to 1024"),
+            ("OXCCL_HOST_THREADS", "-1", "from 0 to 1024"),
+            ("OXCCL_ZERO_COPY", "maybe", "use 1"),
+            ("OXCCL_LOG", "oxccl=[", "e.g. `oxccl=debug,info`"),
+            ("OXCCL_LOG", "info,=", "directives"),
+            ("OXCCL_ALGO", "all_reduce=ring;all_reduce=mesh", "keep one"),
+            (
+                "OXCCL_TOPO_FILE",
+                "/no/such/file.toml",
+                "/no/such/file.toml",
+            ),
+            ("OXCCL_TOPO_FILE", "99999999999x99999999999", "at most 1024"),
+            ("OXCCL_TUNE_FILE", "/no/such/tune.txt", "cannot read"),
+            ("OXCCL_TUNE_FILE", " ", "unset"),
         ] {
             let err = Config::from_lookup(env(&[(var, value)])).unwrap_err();
             assert_eq!(err.var, var);
-            assert!(err.to_string().contains(var), "{err}");
+            let message = err.to_string();
+            assert!(message.starts_with(var), "{message}");
+            assert!(message.contains(valid), "{valid:?} not in {message}");
         }
+    }
+
+    #[test]
+    fn bounds_themselves_are_valid() {
+        let c = Config::from_lookup(env(&[
+            ("OXCCL_BUFFSIZE", "1048576"),
+            ("OXCCL_EXEC_TIMEOUT", "0.001"),
+            ("OXCCL_HOST_THREADS", "1024"),
+            ("OXCCL_LOG", "oxccl=debug,info"),
+        ]))
+        .unwrap();
+        assert_eq!(c.ccl_buffer_bytes, MAX_BUFFER_BYTES);
+        assert_eq!(c.exec_timeout, Duration::from_millis(1));
+        assert_eq!(c.host_threads, MAX_HOST_THREADS);
+        let blank = Config::from_lookup(env(&[("OXCCL_LOG", "  ")])).unwrap();
+        assert_eq!(blank.log_filter, None);
+    }
+
+    #[test]
+    fn algo_naming_an_operator_twice_quotes_both_entries() {
+        for (text, first, second) in [
+            (
+                "all_reduce=ring;all_reduce=mesh",
+                "all_reduce=ring",
+                "all_reduce=mesh",
+            ),
+            (
+                "all-reduce=ring; AllReduce = mesh",
+                "all-reduce=ring",
+                "AllReduce = mesh",
+            ),
+            ("ring;all_gather=mesh;mesh", "ring", "mesh"),
+        ] {
+            let err = Config::from_lookup(env(&[("OXCCL_ALGO", text)])).unwrap_err();
+            let message = err.to_string();
+            for needle in [format!("`{first}`"), format!("`{second}`")] {
+                assert!(message.contains(&needle), "{needle} not in {message}");
+            }
+        }
+        let ok = Config::from_lookup(env(&[("OXCCL_ALGO", "all_reduce=ring;mesh")])).unwrap();
+        assert_eq!(ok.algo.for_op(crate::OpKind::AllGather), Some("mesh"));
     }
 
     #[test]

@@ -30,6 +30,10 @@
 //!   [`crate::Topology::describe`] writes it (`[8]`, `[8,8]`, `[8] broken 0-1`).
 //! - A measurement may appear once: a second line with the same operator, ranks,
 //!   topology, data type, bytes and executor is an error naming both lines.
+//! - A line that could never match a lookup is an error, not dead weight: ranks outside
+//!   `1..=`[`MAX_RANKS`], bytes past [`MAX_BUFFER_BYTES`], a topology whose rank total is
+//!   not the line's rank count, or one not written exactly as `describe` writes it (the
+//!   error shows the text to write).
 //!
 //! [`TuneTable::to_text`] writes this format with aligned columns and
 //! [`TuneTable::parse`] reads it back to an equal table.
@@ -46,8 +50,10 @@
 //! such measurement it answers `None` and the model decides: a measurement says nothing
 //! about sizes a factor of two or more away, where a different algorithm may win.
 
+use crate::limits::{MAX_BUFFER_BYTES, MAX_RANKS};
 use crate::op::OpKind;
 use oxccl_platform::DataType;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -143,21 +149,14 @@ impl TuneEntry {
             && self.topology == key.topology
     }
 
-    /// True when both belong to one tuning run's series: same operator, ranks, topology
-    /// and dtype.
-    fn same_series(&self, other: &TuneEntry) -> bool {
-        self.matches(&TuneKey {
-            op: other.op,
-            ranks: other.ranks,
-            topology: &other.topology,
-            dtype: other.dtype,
-            bytes: other.bytes,
-        })
+    /// What one tuning run's series shares: operator, ranks, topology and dtype.
+    fn series(&self) -> (OpKind, usize, &str, DataType) {
+        (self.op, self.ranks, &self.topology, self.dtype)
     }
 
-    /// True when both measure the same thing (they may differ only in time).
-    fn same_measurement(&self, other: &TuneEntry) -> bool {
-        self.same_series(other) && self.bytes == other.bytes && self.executor == other.executor
+    /// What a measurement is of (two entries with the same one may differ only in time).
+    fn measurement(&self) -> ((OpKind, usize, &str, DataType), usize, &str) {
+        (self.series(), self.bytes, &self.executor)
     }
 }
 
@@ -195,15 +194,15 @@ impl TuneTable {
     /// and dtype that `fresh` measured (a re-run of `oxccl tune` replaces what it
     /// re-measured and keeps the rest).
     pub fn merge(&mut self, fresh: TuneTable) {
-        self.entries
-            .retain(|old| !fresh.entries.iter().any(|new| new.same_series(old)));
+        let measured: HashSet<_> = fresh.entries.iter().map(TuneEntry::series).collect();
+        self.entries.retain(|old| !measured.contains(&old.series()));
         self.entries.extend(fresh.entries);
     }
 
     /// Parse a table in the format of the module doc.
     pub fn parse(text: &str) -> Result<Self, TuneError> {
         let mut table = TuneTable::default();
-        let mut lines_of = Vec::new();
+        let mut lines = Vec::new();
         let mut header_seen = false;
         for (index, raw) in text.lines().enumerate() {
             let line = index + 1;
@@ -217,20 +216,8 @@ impl TuneTable {
                 continue;
             }
             let entry = parse_entry(content).map_err(|reason| line_error(line, reason))?;
-            if let Some(i) = table
-                .entries
-                .iter()
-                .position(|e| e.same_measurement(&entry))
-            {
-                let reason = format!(
-                    "repeats the measurement of line {} (same operator, ranks, topology, \
-                     dtype, bytes and executor); keep one of the two",
-                    lines_of[i]
-                );
-                return Err(line_error(line, reason));
-            }
             table.entries.push(entry);
-            lines_of.push(line);
+            lines.push(line);
         }
         if !header_seen {
             return Err(TuneError {
@@ -241,13 +228,14 @@ impl TuneTable {
                 ),
             });
         }
+        check_no_repeats(&table.entries, &lines)?;
         Ok(table)
     }
 
     /// Read and parse the table at `path`; errors name the path.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, TuneError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| TuneError {
+        let text = read_bounded(path).map_err(|e| TuneError {
             path: Some(path.to_path_buf()),
             line: None,
             reason: format!("cannot read the file ({e})"),
@@ -300,6 +288,27 @@ impl TuneTable {
     }
 }
 
+/// Largest tuning table read (millions of measurements); anything larger (`/dev/zero`) is
+/// refused instead of read without end.
+pub const MAX_TUNE_FILE_BYTES: usize = 256 << 20;
+
+/// The text of `path`, refused past [`MAX_TUNE_FILE_BYTES`].
+fn read_bounded(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    let limit = MAX_TUNE_FILE_BYTES as u64 + 1;
+    std::fs::File::open(path)?
+        .take(limit)
+        .read_to_string(&mut text)?;
+    if text.len() > MAX_TUNE_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_TUNE_FILE_BYTES} bytes; `oxccl tune` writes far less"),
+        ));
+    }
+    Ok(text)
+}
+
 /// One line of cells padded to `widths` (the last cell unpadded).
 fn aligned(cells: &[String; 7], widths: &[usize; 7]) -> String {
     let mut line = String::new();
@@ -312,6 +321,23 @@ fn aligned(cells: &[String; 7], widths: &[usize; 7]) -> String {
     }
     line.push('\n');
     line
+}
+
+/// An error at the second line of the first measurement that appears twice (`lines[i]`
+/// is the line of `entries[i]`); one pass over a hash map, so large tables load in linear
+/// time.
+fn check_no_repeats(entries: &[TuneEntry], lines: &[usize]) -> Result<(), TuneError> {
+    let mut first_line = HashMap::with_capacity(entries.len());
+    for (entry, &line) in entries.iter().zip(lines) {
+        if let Some(earlier) = first_line.insert(entry.measurement(), line) {
+            let reason = format!(
+                "repeats the measurement of line {earlier} (same operator, ranks, topology, \
+                 dtype, bytes and executor); keep one of the two"
+            );
+            return Err(line_error(line, reason));
+        }
+    }
+    Ok(())
 }
 
 fn check_header(content: &str) -> Result<(), String> {
@@ -349,22 +375,26 @@ fn parse_entry(content: &str) -> Result<TuneEntry, String> {
         .parse()
         .map_err(|e: crate::Error| e.to_string())?;
     let ranks = parse_count(field("the rank count")?, "rank count")?;
-    if ranks == 0 {
-        return Err("rank count 0: a communicator has at least one rank".into());
+    if ranks == 0 || ranks > MAX_RANKS {
+        return Err(format!(
+            "rank count {ranks} can never match: a communicator has at least one rank and at \
+             most {MAX_RANKS} (limits::MAX_RANKS)"
+        ));
     }
     let dtype: DataType = field("the data type")?
         .parse()
         .map_err(|e: oxccl_platform::dtype::ParseNameError| e.to_string())?;
     let bytes = parse_count(field("the bytes per rank")?, "bytes per rank")?;
+    if bytes > MAX_BUFFER_BYTES {
+        return Err(format!(
+            "bytes per rank {bytes} can never match: a rank's buffer holds at most \
+             {MAX_BUFFER_BYTES} bytes (limits::MAX_BUFFER_BYTES)"
+        ));
+    }
     let executor = field("the executor")?.to_string();
     let time_us = parse_time(field("the time in µs")?)?;
     let topology = rest.trim();
-    if !topology.starts_with('[') {
-        return Err(format!(
-            "missing or malformed topology `{topology}`: expected what Topology::describe \
-             writes, e.g. `[8]` or `[8] broken 0-1`"
-        ));
-    }
+    check_topology(topology, ranks)?;
     Ok(TuneEntry {
         op,
         ranks,
@@ -374,6 +404,80 @@ fn parse_entry(content: &str) -> Result<TuneEntry, String> {
         executor,
         time_us,
     })
+}
+
+/// `topology` must be what [`crate::Topology::describe`] writes for a topology of `ranks`
+/// ranks (lookups compare the text), else the entry could never match.
+fn check_topology(topology: &str, ranks: usize) -> Result<(), String> {
+    let malformed = || {
+        format!(
+            "missing or malformed topology `{topology}`: expected what Topology::describe \
+             writes, e.g. `[8]`, `[8,8]` or `[8] broken 0-1,2-3`"
+        )
+    };
+    let (servers, broken) = parse_described(topology).ok_or_else(malformed)?;
+    let total = servers
+        .iter()
+        .try_fold(0usize, |sum, &s| sum.checked_add(s))
+        .ok_or_else(malformed)?;
+    if total != ranks {
+        return Err(format!(
+            "topology `{topology}` has {total} ranks but the line says {ranks}: it can never \
+             match; fix the rank count or the topology"
+        ));
+    }
+    if let Some(&(a, b)) = broken.iter().find(|&&(a, b)| a >= b || b >= total) {
+        return Err(format!(
+            "broken link {a}-{b} in `{topology}` can never exist: write each link low-high, \
+             with ranks below {total}"
+        ));
+    }
+    let canonical = describe(&servers, &broken);
+    if canonical != topology {
+        return Err(format!(
+            "topology `{topology}` is not written as Topology::describe writes it and would \
+             never match; write `{canonical}`"
+        ));
+    }
+    Ok(())
+}
+
+/// A broken link as `describe` writes it, `(low, high)`.
+type BrokenPair = (usize, usize);
+
+/// The server sizes and broken pairs of a `describe` text, or `None` when it is not one.
+fn parse_described(text: &str) -> Option<(Vec<usize>, Vec<BrokenPair>)> {
+    let (sizes, tail) = text.strip_prefix('[')?.split_once(']')?;
+    let servers = sizes
+        .split(',')
+        .map(|s| s.trim().parse().ok().filter(|&n: &usize| n > 0))
+        .collect::<Option<Vec<usize>>>()?;
+    let tail = tail.trim();
+    if tail.is_empty() {
+        return Some((servers, vec![]));
+    }
+    let pairs = tail.strip_prefix("broken")?;
+    let broken = pairs
+        .split(',')
+        .map(|pair| {
+            let (a, b) = pair.trim().split_once('-')?;
+            Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
+        })
+        .collect::<Option<Vec<BrokenPair>>>()?;
+    Some((servers, broken))
+}
+
+/// The text [`crate::Topology::describe`] writes for these servers and broken links
+/// (sorted, without repeats, as the topology holds them).
+fn describe(servers: &[usize], broken: &[BrokenPair]) -> String {
+    let sizes: Vec<String> = servers.iter().map(usize::to_string).collect();
+    let mut text = format!("[{}]", sizes.join(","));
+    let pairs: BTreeSet<&BrokenPair> = broken.iter().collect();
+    if !pairs.is_empty() {
+        let pairs: Vec<String> = pairs.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+        text.push_str(&format!(" broken {}", pairs.join(",")));
+    }
+    text
 }
 
 fn parse_count(word: &str, what: &str) -> Result<usize, String> {
@@ -455,6 +559,16 @@ mod tests {
             ("oxccl-tune 1\nall_reduce 8 float 1024 ring -3 [8]", 2, "positive"),
             ("oxccl-tune 1\nall_reduce 8 float 1024 ring NaN [8]", 2, "positive"),
             ("oxccl-tune 1\nall_reduce 8 float 1024 ring 3", 2, "topology"),
+            ("oxccl-tune 1\nall_reduce 1025 float 1024 ring 3 [1025]", 2, "at most 1024"),
+            ("oxccl-tune 1\nall_reduce 8 float 1099511627777 ring 3 [8]", 2, "never match"),
+            ("oxccl-tune 1\nall_reduce 8 float 1024 ring 3 [4]", 2, "has 4 ranks"),
+            ("oxccl-tune 1\nall_reduce 8 float 1024 ring 3 [8,]", 2, "malformed"),
+            ("oxccl-tune 1\nall_reduce 8 float 1024 ring 3 [8] broken 1-0", 2, "low-high"),
+            ("oxccl-tune 1\nall_reduce 8 float 1024 ring 3 [8] broken 0-8", 2, "below 8"),
+            ("oxccl-tune 1\nall_reduce 8 float 1024 ring 3 [8]  broken 0-1", 2, "`[8] broken 0-1`"),
+            ("oxccl-tune 1\nall_reduce 8 float 1024 ring 3 [8] broken 2-3,0-1", 2, "write `[8] broken 0-1,2-3`"),
+            ("oxccl-tune 1\nall_reduce 8 float 1024 ring 3 [ 8 ]", 2, "write `[8]`"),
+            ("oxccl-tune 1\nall_reduce 8 float 1024 ring inf [8]", 2, "positive"),
             ("oxccl-tune 1\nall_reduce 8 float 1024", 2, "missing the executor"),
             (
                 "oxccl-tune 1\nall_reduce 8 float 1024 ring 3 [8]\nall_reduce 8 float 1024 ring 4 [8]",
@@ -471,6 +585,24 @@ mod tests {
         }
         let err = TuneTable::parse("# only a comment\n").unwrap_err();
         assert!(err.to_string().contains("oxccl-tune 1"), "{err}");
+    }
+
+    #[test]
+    fn a_repeat_far_down_a_large_table_names_both_lines() {
+        let mut text = String::from("oxccl-tune 1\n");
+        for bytes in 0..20_000 {
+            text.push_str(&format!("all_reduce 8 float {bytes} ring 3 [8]\n"));
+        }
+        text.push_str("all_reduce 8 float 7 ring 4 [8]\n");
+        let err = TuneTable::parse(&text).unwrap_err();
+        assert_eq!(err.line, Some(20_002), "{err}");
+        assert!(err.to_string().contains("line 9 "), "{err}");
+    }
+
+    #[test]
+    fn an_endless_file_is_refused_not_read_forever() {
+        let err = TuneTable::load("/dev/zero").unwrap_err();
+        assert!(err.to_string().contains("larger than"), "{err}");
     }
 
     #[test]

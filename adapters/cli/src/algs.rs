@@ -5,13 +5,17 @@ use std::process::ExitCode;
 
 pub fn run() -> Result<ExitCode, Error> {
     let reg = registry()?;
-    println!("# executors");
-    println!(
+    outln!("# executors");
+    outln!(
         "{:<16} {:<12} {:<26} {:>4}  {:<22} description",
-        "operator", "name", "crate", "pref", "constraints"
+        "operator",
+        "name",
+        "crate",
+        "pref",
+        "constraints"
     );
     for e in reg.executors() {
-        println!(
+        outln!(
             "{:<16} {:<12} {:<26} {:>4}  {:<22} {}",
             e.op.name(),
             e.name,
@@ -21,16 +25,16 @@ pub fn run() -> Result<ExitCode, Error> {
             e.description
         );
     }
-    println!("\n# templates");
-    println!("{:<22} {:<26} description", "name", "crate");
+    outln!("\n# templates");
+    outln!("{:<22} {:<26} description", "name", "crate");
     for t in reg.templates() {
-        println!("{:<22} {:<26} {}", t.name, t.crate_name, t.description);
+        outln!("{:<22} {:<26} {}", t.name, t.crate_name, t.description);
     }
     let mut selectors: Vec<_> = oxccl::framework::select::SELECTORS.iter().collect();
     selectors.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(b.name)));
-    println!("\n# plugin selectors ({})", selectors.len());
+    outln!("\n# plugin selectors ({})", selectors.len());
     for s in selectors {
-        println!("{:<22} priority {}", s.name, s.priority);
+        outln!("{:<22} priority {}", s.name, s.priority);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -7,13 +7,19 @@
 //!   that `OXCCL_TUNE_FILE` makes select_alg follow;
 //! - `oxccl algs`: every registered executor and template, with its crate of origin.
 
+#[macro_use]
+mod output;
+
 mod algs;
 mod calls;
 mod check;
+#[cfg(test)]
+mod fuzz_args;
 mod perf;
 mod sizes;
 mod topo_args;
 mod tune;
+mod validate;
 
 // Link the example plugin so that `--algo bidir-ring` works out of the box.
 use oxccl_plugin_bidir_ring as _;
@@ -42,6 +48,31 @@ enum Command {
     Tune(tune::TuneArgs),
     /// List registered executors, templates and plugin selectors.
     Algs,
+}
+
+/// What a command line would run, every flag and the environment checked; building it
+/// runs, records and measures nothing (the fuzzer calls it on arbitrary command lines).
+#[derive(Debug)]
+#[allow(dead_code)] // The plans are read by Debug (the fuzzer) and by each command's run.
+enum Plan {
+    Perf(perf::PerfPlan),
+    Check(Option<check::CheckPlan>),
+    Tune(tune::TunePlan),
+    Algs,
+}
+
+/// Parse `argv` (program name first) and validate it into a [`Plan`]; `Err` carries the
+/// message a user would read.
+#[cfg_attr(not(test), allow(dead_code))]
+fn plan(argv: &[String]) -> Result<Plan, String> {
+    let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+    let planned = match &cli.command {
+        Command::Perf(args) => perf::plan(args).map(Plan::Perf),
+        Command::Check(args) => check::plan_command(args).map(Plan::Check),
+        Command::Tune(args) => tune::plan(args).map(Plan::Tune),
+        Command::Algs => Ok(Plan::Algs),
+    };
+    planned.map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {

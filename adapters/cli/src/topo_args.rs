@@ -21,7 +21,7 @@ pub fn topology(ranks: usize, topo: Option<&str>, broken: &[String]) -> Result<T
         Some(spec) => {
             Topology::parse_spec(spec).map_err(|e| bad_arg("--topo", spec, e.to_string()))?
         }
-        None => Topology::single_server(ranks),
+        None => Topology::servers(vec![crate::validate::rank_count(ranks)?])?,
     };
     with_broken(base, broken)
 }
@@ -85,5 +85,11 @@ mod tests {
         );
         assert_eq!(run_topology(None, None, &[], None).unwrap().ranks(), 8);
         assert!(run_topology(None, None, &["0_1".into()], None).is_err());
+        for ranks in [0, 1025, usize::MAX] {
+            let err = run_topology(Some(ranks), None, &[], None).unwrap_err();
+            assert!(err.to_string().starts_with("--ranks"), "{err}");
+        }
+        let err = topology(8, Some("1x99999999999"), &[]).unwrap_err();
+        assert!(err.to_string().contains("at most 1024"), "{err}");
     }
 }

@@ -91,15 +91,18 @@ impl AlgoOverride {
 impl FromStr for AlgoOverride {
     type Err = ConfigError;
 
+    /// `all_reduce=ring;all_gather=mesh` or a bare name; an operator (or the bare form)
+    /// named twice is an error that quotes both entries.
     fn from_str(s: &str) -> Result<Self, ConfigError> {
+        let bad = |reason: String| ConfigError {
+            var: "OXCCL_ALGO",
+            value: s.to_string(),
+            reason,
+        };
         let mut out = AlgoOverride::default();
+        let mut entries: Vec<&str> = Vec::new();
         for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
-            let bad = |reason: String| ConfigError {
-                var: "OXCCL_ALGO",
-                value: s.to_string(),
-                reason,
-            };
-            match part.split_once('=') {
+            let (op, name) = match part.split_once('=') {
                 Some((op, name)) => {
                     let op = op
                         .trim()
@@ -108,10 +111,19 @@ impl FromStr for AlgoOverride {
                     if name.trim().is_empty() {
                         return Err(bad(format!("no executor name after `{op}=`")));
                     }
-                    out.set(Some(op), name.trim());
+                    (Some(op), name.trim())
                 }
-                None => out.set(None, part),
+                None => (None, part),
+            };
+            if let Some(i) = out.entries.iter().position(|(o, _)| *o == op) {
+                let what = op.map_or("every operator".to_string(), |op| op.name().to_string());
+                return Err(bad(format!(
+                    "`{}` and `{part}` both choose the executor of {what}; keep one of them",
+                    entries[i]
+                )));
             }
+            out.entries.push((op, name.to_string()));
+            entries.push(part);
         }
         Ok(out)
     }

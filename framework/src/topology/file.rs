@@ -42,14 +42,16 @@ pub enum TopologyError {
     },
     #[error("broken link `{given}` is invalid: {reason}")]
     Broken { given: String, reason: String },
+    #[error("topology `{given}` is invalid: {reason}")]
+    Shape { given: String, reason: String },
 }
 
 impl From<TopologyError> for ConfigError {
     fn from(err: TopologyError) -> Self {
         let value = match &err {
-            TopologyError::Unknown { given, .. } | TopologyError::Broken { given, .. } => {
-                given.clone()
-            }
+            TopologyError::Unknown { given, .. }
+            | TopologyError::Broken { given, .. }
+            | TopologyError::Shape { given, .. } => given.clone(),
             TopologyError::Read { path, .. } => path.display().to_string(),
             TopologyError::File { origin, .. } => origin.clone(),
         };
@@ -118,7 +120,7 @@ impl KindName {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LinkEntry {
-    ranks: Option<[usize; 2]>,
+    ranks: Option<Vec<usize>>,
     from: Option<usize>,
     to: Option<usize>,
     kind: Option<KindName>,
@@ -153,6 +155,12 @@ impl Topology {
         if let Some(t) = presets::preset(spec) {
             return Ok(t);
         }
+        if let Some(Err(reason)) = presets::shape(spec) {
+            return Err(TopologyError::Shape {
+                given: spec.to_string(),
+                reason,
+            });
+        }
         let path = Path::new(spec);
         if path.exists() || spec.ends_with(".toml") {
             return Topology::from_toml_file(path);
@@ -169,7 +177,7 @@ impl Topology {
 
     /// Read and parse a TOML topology file.
     pub fn from_toml_file(path: &Path) -> Result<Topology, TopologyError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TopologyError::Read {
+        let text = read_bounded(path).map_err(|source| TopologyError::Read {
             path: path.to_path_buf(),
             source,
         })?;
@@ -220,6 +228,28 @@ impl Topology {
     }
 }
 
+/// Largest topology file read: a [`crate::limits::MAX_RANKS`]-rank machine with a
+/// `[[link]]` per pair fits in a few MiB; anything larger (`/dev/zero`) is refused instead
+/// of read without end.
+pub const MAX_TOPOLOGY_FILE_BYTES: usize = 16 << 20;
+
+/// The text of `path`, refused past [`MAX_TOPOLOGY_FILE_BYTES`].
+fn read_bounded(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    let limit = MAX_TOPOLOGY_FILE_BYTES as u64 + 1;
+    std::fs::File::open(path)?
+        .take(limit)
+        .read_to_string(&mut text)?;
+    if text.len() > MAX_TOPOLOGY_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_TOPOLOGY_FILE_BYTES} bytes; a topology file is far smaller"),
+        ));
+    }
+    Ok(text)
+}
+
 fn write_spec(out: &mut String, spec: &LinkSpec) {
     let kind = match spec.kind {
         LinkKind::Sdma => "sdma",
@@ -268,7 +298,7 @@ fn parse(src: &Source<'_>) -> Result<Topology, TopologyError> {
     let inter = fabric(src, spec.inter.as_ref(), Table::Inter)?;
     let nic = nic_gbps(src, spec.inter.as_ref(), &inter)?;
     let mut t = Topology::from_fabrics(spec.servers.into_inner(), intra, inter, nic)
-        .map_err(|_| src.error(Some(servers), SERVERS_HINT))?;
+        .map_err(|e| src.error(Some(servers), format!("{}; {SERVERS_HINT}", e.reason)))?;
     for entry in &spec.link {
         t = apply_link(src, t, entry)?;
     }
@@ -408,8 +438,18 @@ fn apply_link(
     entry: &Spanned<LinkEntry>,
 ) -> Result<Topology, TopologyError> {
     let (span, e) = (entry.span(), entry.get_ref());
-    let (a, b, both) = match (e.ranks, e.from, e.to) {
-        (Some([a, b]), None, None) => (a, b, true),
+    let (a, b, both) = match (e.ranks.as_deref(), e.from, e.to) {
+        (Some(&[a, b]), None, None) => (a, b, true),
+        (Some(ranks), None, None) => {
+            return Err(src.error(
+                Some(span),
+                format!(
+                    "[[link]] ranks = {ranks:?} names {} ranks; a link joins exactly two, \
+                     e.g. ranks = [0, 1] (write one [[link]] per pair)",
+                    ranks.len()
+                ),
+            ))
+        }
         (None, Some(from), Some(to)) => (from, to, false),
         _ => {
             return Err(src.error(
@@ -520,6 +560,60 @@ mod tests {
         assert!(err.to_string().contains("speed"), "{err}");
     }
 
+    /// The line and message of a file error.
+    fn file_error(text: &str) -> (usize, String) {
+        match Topology::from_toml(text) {
+            Err(TopologyError::File { line, message, .. }) => (line, message),
+            other => panic!("{text:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn rank_counts_past_the_limit_name_the_servers_line() {
+        for servers in [
+            "[1025]",
+            "[1024, 1]",
+            "[9223372036854775807, 9223372036854775807]",
+        ] {
+            let (line, message) = file_error(&format!("# big\nservers = {servers}\n"));
+            assert_eq!(line, 2, "{message}");
+            assert!(message.contains("at most 1024"), "{message}");
+        }
+        let (line, message) = file_error("servers = [8]\nbroken = []\nservers = [-1]\n");
+        assert_eq!(line, 3, "{message}");
+        let (line, _) = file_error("\nservers = [18446744073709551615]\n");
+        assert_eq!(line, 2);
+        let (_, message) = file_error("servers = [-8]\n");
+        assert!(message.contains("-8"), "{message}");
+        assert_eq!(
+            Topology::from_toml("servers = [1024]").unwrap().ranks(),
+            1024
+        );
+    }
+
+    #[test]
+    fn a_link_of_three_ranks_names_its_line() {
+        let text = "servers = [8]\n\n[[link]]\nranks = [0, 1, 2]\nbandwidth_gbps = 5.0\n";
+        let (line, message) = file_error(text);
+        assert!((3..=4).contains(&line), "line {line}: {message}");
+        assert!(message.contains("two"), "{message}");
+        let (_, message) = file_error("servers = [8]\n[[link]]\nranks = [3]\n");
+        assert!(message.contains("two"), "{message}");
+    }
+
+    #[test]
+    fn oversized_shapes_name_the_limit() {
+        for spec in [
+            "99999999999x99999999999",
+            "1x2000",
+            "2x99999999999999999999999",
+        ] {
+            let err = Topology::parse_spec(spec).unwrap_err();
+            assert!(matches!(err, TopologyError::Shape { .. }), "{spec}: {err}");
+            assert!(err.to_string().contains("at most 1024"), "{spec}: {err}");
+        }
+    }
+
     #[test]
     fn specs_and_broken_pairs_parse() {
         assert_eq!(parse_broken("3-1").unwrap(), (3, 1));
@@ -528,5 +622,10 @@ mod tests {
         assert!(err.to_string().contains("ring8"), "{err}");
         let err = Topology::parse_spec("/nonexistent/topo.toml").unwrap_err();
         assert!(matches!(err, TopologyError::Read { .. }), "{err}");
+        let err = Topology::parse_spec("/dev/zero").unwrap_err();
+        assert!(
+            err.to_string().contains("larger than 16777216 bytes"),
+            "{err}"
+        );
     }
 }

@@ -26,6 +26,7 @@ pub mod file;
 pub mod presets;
 
 use crate::error::ConfigError;
+use crate::limits::MAX_RANKS;
 use oxccl_platform::{LinkKind, Rank};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -139,20 +140,31 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// Servers of the given sizes joined by the given fabrics. Errors on an empty server list
-    /// or an empty server.
+    /// Servers of the given sizes joined by the given fabrics. Errors on an empty server list,
+    /// an empty server, or more than [`MAX_RANKS`] ranks in all.
     pub fn from_fabrics(
         ranks_per_server: Vec<usize>,
         intra: Fabric,
         inter: Fabric,
         nic_gbps: Option<f64>,
     ) -> Result<Self, ConfigError> {
+        let bad = |reason: String| ConfigError {
+            var: "topology",
+            value: format!("{ranks_per_server:?}"),
+            reason,
+        };
         if ranks_per_server.is_empty() || ranks_per_server.contains(&0) {
-            return Err(ConfigError {
-                var: "topology",
-                value: format!("{ranks_per_server:?}"),
-                reason: "every server needs at least one rank".into(),
-            });
+            return Err(bad("every server needs at least one rank".into()));
+        }
+        let total = ranks_per_server
+            .iter()
+            .try_fold(0usize, |sum, &size| sum.checked_add(size));
+        if total.is_none_or(|total| total > MAX_RANKS) {
+            let found = total.map_or("more than fit in a usize".to_string(), |t| t.to_string());
+            return Err(bad(format!(
+                "{found} ranks in all, but a topology holds at most {MAX_RANKS} \
+                 (oxccl_framework::limits::MAX_RANKS); describe fewer or smaller servers"
+            )));
         }
         Ok(Topology::unchecked(
             ranks_per_server,
@@ -524,6 +536,18 @@ mod tests {
         assert!(!t.is_full_mesh());
         assert!(Topology::single_server(2).with_broken(1, 1).is_err());
         assert!(Topology::servers(vec![2, 0]).is_err());
+    }
+
+    #[test]
+    fn rank_totals_past_the_limit_are_refused() {
+        assert_eq!(
+            Topology::servers(vec![MAX_RANKS]).unwrap().ranks(),
+            MAX_RANKS
+        );
+        for sizes in [vec![MAX_RANKS, 1], vec![usize::MAX, 2], vec![MAX_RANKS + 1]] {
+            let err = Topology::servers(sizes.clone()).unwrap_err();
+            assert!(err.reason.contains("at most 1024"), "{sizes:?}: {err}");
+        }
     }
 
     #[test]

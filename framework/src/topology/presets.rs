@@ -19,6 +19,7 @@
 //! TOML file to describe such a machine precisely.
 
 use super::{Fabric, LinkSpec, Topology, Wiring};
+use crate::limits::MAX_RANKS;
 use oxccl_platform::LinkKind;
 
 /// HCCS link of an Ascend 910B, GB/s per direction (392 GB/s per NPU over 7 links).
@@ -110,15 +111,32 @@ pub fn preset(name: &str) -> Option<Topology> {
             roce(Wiring::None),
             None,
         )),
-        _ => shape(name).map(|(servers, size)| generic(&vec![size; servers])),
+        _ => shape(name)?
+            .ok()
+            .map(|(servers, size)| generic(&vec![size; servers])),
     }
 }
 
-/// `MxN` as (M, N), both non-zero.
-fn shape(name: &str) -> Option<(usize, usize)> {
+/// `MxN` as (M, N): `None` when `name` is not two digit strings joined by `x`; an error
+/// saying what is wrong when it is, but M or N is zero or M x N is past [`MAX_RANKS`].
+pub fn shape(name: &str) -> Option<Result<(usize, usize), String>> {
     let (m, n) = name.split_once(['x', 'X'])?;
-    let (m, n) = (m.parse().ok()?, n.parse().ok()?);
-    (m > 0 && n > 0).then_some((m, n))
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !(digits(m) && digits(n)) {
+        return None;
+    }
+    let too_many = format!(
+        "M x N ranks must be at most {MAX_RANKS} (oxccl_framework::limits::MAX_RANKS); \
+         use smaller M and N"
+    );
+    let (Ok(m), Ok(n)) = (m.parse::<usize>(), n.parse::<usize>()) else {
+        return Some(Err(too_many));
+    };
+    Some(match m.checked_mul(n) {
+        _ if m == 0 || n == 0 => Err("M servers of N ranks need M and N of at least 1".into()),
+        Some(total) if total <= MAX_RANKS => Ok((m, n)),
+        _ => Err(too_many),
+    })
 }
 
 #[cfg(test)]
@@ -155,5 +173,23 @@ mod tests {
         assert_eq!(preset("3x5").unwrap().server_sizes(), &[5, 5, 5]);
         assert_eq!(preset("1x1024").unwrap().ranks(), 1024);
         assert!(preset("0x8").is_none() && preset("mesh9").is_none());
+    }
+
+    #[test]
+    fn shapes_past_the_rank_limit_are_errors_not_presets() {
+        for name in [
+            "1x1025",
+            "2x513",
+            "99999999999x99999999999",
+            "1x18446744073709551616",
+        ] {
+            let err = shape(name).unwrap().unwrap_err();
+            assert!(err.contains("at most 1024"), "{name}: {err}");
+            assert!(preset(name).is_none(), "{name}");
+        }
+        assert!(shape("0x8").unwrap().unwrap_err().contains("at least 1"));
+        assert_eq!(shape("4x256"), Some(Ok((4, 256))));
+        assert_eq!(shape("mesh8"), None);
+        assert_eq!(shape("x8"), None);
     }
 }

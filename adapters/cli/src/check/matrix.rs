@@ -12,7 +12,7 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode, Error> {
     let only: Option<OpKind> = args.collective.as_deref().map(str::parse).transpose()?;
     let base = Config::from_env()?;
     let mut all_passed = true;
-    println!(
+    outln!(
         "# oxccl check --all: {} shapes, dtypes {:?}, every reduce op, boundary counts, in and out of place, zero-copy and staged",
         shapes().len(),
         DTYPES.map(|d| d.name())
@@ -25,7 +25,7 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode, Error> {
         let out = conformance(entry, &base);
         let verdict = if out.failures == 0 { "PASS" } else { "FAIL" };
         all_passed &= out.failures == 0;
-        println!(
+        outln!(
             "{verdict:<5} {:<16} {:<12} {:<26} {:>6} cases, {:>4} failed, {} shapes skipped by constraints, {:.1} s",
             entry.op.name(),
             entry.name,
@@ -36,7 +36,7 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode, Error> {
             start.elapsed().as_secs_f64()
         );
         if let Some(first) = out.first_failure {
-            println!("      first failure: {first}");
+            outln!("      first failure: {first}");
         }
     }
     Ok(if all_passed {

@@ -13,8 +13,10 @@ mod matrix;
 mod single;
 
 use crate::calls::calls;
-use crate::sizes::{count_for_size, size_sweep};
+use crate::sizes::{count_flag, count_for_size, size_sweep};
+use crate::validate::{self, bad_flag};
 use clap::Args;
+use oxccl::platform::dtype::ParseNameError;
 use oxccl::{Config, DataType, Error, OpKind, OpParam, ReduceOp, Topology};
 use std::process::ExitCode;
 
@@ -25,7 +27,7 @@ pub struct CheckArgs {
     /// Check every registered executor over the conformance matrix.
     #[arg(long)]
     pub all: bool,
-    /// Ranks of a single server (the `1xN` shape); ignored with --topo.
+    /// Ranks of a single server (the `1xN` shape), 1 to 1024; ignored with --topo.
     #[arg(long, default_value_t = 8)]
     pub ranks: usize,
     /// Topology: a preset (mesh8, ring8, 2x8, 1xN, MxN) or a TOML file.
@@ -46,7 +48,8 @@ pub struct CheckArgs {
     /// Multiplication factor between sizes.
     #[arg(short = 'f', long = "stepfactor", default_value_t = 1024)]
     pub stepfactor: usize,
-    /// Check exactly this element count instead of a size sweep.
+    /// Check exactly this element count instead of a size sweep (a rank's buffer must stay
+    /// within 1024G).
     #[arg(long)]
     pub count: Option<usize>,
     /// Data type.
@@ -55,7 +58,7 @@ pub struct CheckArgs {
     /// Reduce op.
     #[arg(short = 'o', long = "op", default_value = "sum")]
     pub op: String,
-    /// Root rank of rooted collectives.
+    /// Root rank of rooted collectives (below the rank count).
     #[arg(short = 'r', long = "root", default_value_t = 0)]
     pub root: usize,
     /// Check the in-place form.
@@ -77,15 +80,22 @@ pub struct CheckArgs {
 }
 
 pub fn run(args: &CheckArgs) -> Result<ExitCode, Error> {
-    if args.all {
-        return matrix::run(args);
+    match plan_command(args)? {
+        Some(plan) => single::run(args, &plan),
+        None => matrix::run(args),
     }
-    let Some(collective) = &args.collective else {
-        return Err(bad_arg(
+}
+
+/// [`plan`] for the command line's collective; `None` for `--all`, which takes no other
+/// flag that could be wrong.
+pub fn plan_command(args: &CheckArgs) -> Result<Option<CheckPlan>, Error> {
+    match (&args.collective, args.all) {
+        (_, true) => Ok(None),
+        (Some(collective), false) => plan(args, collective.parse()?).map(Some),
+        (None, false) => Err(bad_arg(
             "name a collective (e.g. `oxccl check all-reduce`) or pass --all".into(),
-        ));
-    };
-    single::run(args, collective.parse()?)
+        )),
+    }
 }
 
 pub(crate) fn bad_arg(reason: String) -> Error {
@@ -95,11 +105,6 @@ pub(crate) fn bad_arg(reason: String) -> Error {
         reason,
     }
     .into()
-}
-
-/// The topology named by `--topo`/`--ranks`, with every `--broken` link applied.
-pub(crate) fn topology(args: &CheckArgs) -> Result<Topology, Error> {
-    crate::topo_args::topology(args.ranks, args.topo.as_deref(), &args.broken)
 }
 
 /// The configuration a recording is made with.
@@ -118,27 +123,54 @@ pub(crate) fn config(
     Ok(config)
 }
 
-/// The operations of a size sweep (or of `--count`), each as every rank's call.
-pub(crate) fn ops(
-    args: &CheckArgs,
-    kind: OpKind,
-    ranks: usize,
-) -> Result<Vec<Vec<OpParam>>, Error> {
+/// What `oxccl check <collective>` will check, every flag validated: building it records
+/// nothing.
+#[derive(Debug)]
+pub struct CheckPlan {
+    pub kind: OpKind,
+    pub topology: Topology,
+    pub dtype: DataType,
+    pub redop: ReduceOp,
+    pub root: usize,
+    /// Element counts, one per row: the size sweep's, or `--count`.
+    pub counts: Vec<usize>,
+}
+
+impl CheckPlan {
+    /// Every rank's call for `count` elements.
+    pub fn calls(&self, count: usize) -> Vec<OpParam> {
+        let ranks = self.topology.ranks();
+        calls(self.kind, count, self.dtype, self.redop, self.root, ranks)
+    }
+}
+
+/// Check the flags of `oxccl check <collective>` and say what would be checked.
+pub fn plan(args: &CheckArgs, kind: OpKind) -> Result<CheckPlan, Error> {
+    validate::rank_count(args.ranks)?;
+    let topology = crate::topo_args::topology(args.ranks, args.topo.as_deref(), &args.broken)?;
+    topology.check_connected()?;
+    let ranks = topology.ranks();
     let dtype: DataType = args
         .datatype
         .parse()
-        .map_err(|e: oxccl::platform::dtype::ParseNameError| bad_arg(e.to_string()))?;
-    let op: ReduceOp = args
+        .map_err(|e: ParseNameError| bad_flag("-d/--datatype", &args.datatype, e.to_string()))?;
+    let redop: ReduceOp = args
         .op
         .parse()
-        .map_err(|e: oxccl::platform::dtype::ParseNameError| bad_arg(e.to_string()))?;
-    let param = |count| calls(kind, count, dtype, op, args.root, ranks);
-    if let Some(count) = args.count {
-        return Ok(vec![param(count)]);
-    }
-    let sizes = size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor).map_err(bad_arg)?;
-    Ok(sizes
-        .into_iter()
-        .map(|size| param(count_for_size(kind, size, dtype, ranks)))
-        .collect())
+        .map_err(|e: ParseNameError| bad_flag("-o/--op", &args.op, e.to_string()))?;
+    let counts = match args.count {
+        Some(count) => vec![count_flag(kind, count, dtype, ranks)?],
+        None => size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor)?
+            .into_iter()
+            .map(|size| count_for_size(kind, size, dtype, ranks))
+            .collect(),
+    };
+    Ok(CheckPlan {
+        kind,
+        root: validate::root(args.root, &topology)?,
+        topology,
+        dtype,
+        redop,
+        counts,
+    })
 }

@@ -1,6 +1,6 @@
 //! `oxccl check <collective>`: verdict and modelled speed per size.
 
-use super::{config, ops, topology, CheckArgs};
+use super::{config, CheckArgs, CheckPlan};
 use oxccl::framework::analyzer::{analyze, Failure, Recording};
 use oxccl::framework::cost::{model, write_chrome_trace, CostParams};
 use oxccl::framework::{Communicator, DeviceChoice, Explanation, Verdict};
@@ -68,7 +68,7 @@ fn describe(f: &Failure) -> String {
 }
 
 fn print_header(kind: OpKind, args: &CheckArgs, topo_desc: &str) {
-    println!(
+    outln!(
         "# oxccl check {} on {topo_desc}{}",
         kind.name(),
         if args.staged {
@@ -77,21 +77,36 @@ fn print_header(kind: OpKind, args: &CheckArgs, topo_desc: &str) {
             ""
         }
     );
-    println!(
+    outln!(
         "# {:>12} {:>12}  {:<18} {:>7} {:>10} {:>9}   {:>12} {:>9} {:>9}",
-        "size", "count", "executor", "verdict", "tasks", "check", "time", "algbw", "busbw"
+        "size",
+        "count",
+        "executor",
+        "verdict",
+        "tasks",
+        "check",
+        "time",
+        "algbw",
+        "busbw"
     );
-    println!(
+    outln!(
         "# {:>12} {:>12}  {:<18} {:>7} {:>10} {:>9}   {:>12} {:>9} {:>9}",
-        "(B)", "(elements)", "", "", "", "(ms)", "(us)", "(GB/s)", "(GB/s)"
+        "(B)",
+        "(elements)",
+        "",
+        "",
+        "",
+        "(ms)",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)"
     );
 }
 
-pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
-    let topo = topology(args)?;
-    topo.check_connected()?;
+pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
+    let (kind, topo) = (plan.kind, &plan.topology);
     let explainer = match args.explain {
-        true => Some(explainer(args, kind, &topo)?),
+        true => Some(explainer(args, kind, topo)?),
         false => None,
     };
     let topo_desc = format!(
@@ -107,12 +122,13 @@ pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
     if !args.json {
         print_header(kind, args, &topo_desc);
     }
-    for each in ops(args, kind, topo.ranks())? {
+    for &count in &plan.counts {
+        let each = plan.calls(count);
         let op = &each[0];
         let rec = Recording::record_each(
             &each,
             args.in_place,
-            config(args, kind, &topo, args.algo.as_deref())?,
+            config(args, kind, topo, args.algo.as_deref())?,
         )?;
         let start = Instant::now();
         let report = analyze(&rec);
@@ -142,7 +158,7 @@ pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
             } else {
                 format!("FAIL({})", row.failures)
             };
-            println!(
+            outln!(
                 "  {:>12} {:>12}  {:<18} {:>7} {:>10} {:>9.1}   {:>12.2} {:>9.3} {:>9.3}",
                 row.size,
                 row.count,
@@ -155,7 +171,7 @@ pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
                 row.busbw_gbps
             );
             if let Some(e) = &explained {
-                print!("{}", e.table("      "));
+                out!("{}", e.table("      "));
             }
         }
         failures.extend(report.failures.into_iter().map(|f| (row.size, f)));
@@ -175,19 +191,19 @@ pub fn run(args: &CheckArgs, kind: OpKind) -> Result<ExitCode, Error> {
             "rows": rows,
             "failures": failures.iter().map(|(size, f)| serde_json::json!({"size": size, "failure": describe(f)})).collect::<Vec<_>>(),
         });
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&doc).expect("report serialises")
         );
     } else {
         if let Some(row) = rows.first() {
-            println!("# selection: {}", row.reason);
+            outln!("# selection: {}", row.reason);
         }
         for (size, f) in failures.iter().take(SHOWN_FAILURES) {
-            println!("FAIL at {size} B: {}", describe(f));
+            outln!("FAIL at {size} B: {}", describe(f));
         }
         if failures.len() > SHOWN_FAILURES {
-            println!("... and {} more failures", failures.len() - SHOWN_FAILURES);
+            outln!("... and {} more failures", failures.len() - SHOWN_FAILURES);
         }
     }
     Ok(if failures.is_empty() {

@@ -17,10 +17,11 @@ mod data;
 mod report;
 mod run;
 
-pub use run::{measure, Measured, Settings};
+pub use run::{measure, Measured, Settings, GUARD_BYTES};
 
 use crate::calls::calls;
 use crate::sizes::{count_for_size, size_sweep};
+use crate::validate::{self, bad_flag};
 use clap::Args;
 use oxccl::{Communicator, Config, DataType, Error, OpKind, ReduceOp, Topology};
 use std::process::ExitCode;
@@ -30,23 +31,24 @@ pub struct PerfArgs {
     /// The collective: all-reduce, all-gather, reduce-scatter, broadcast, reduce, scatter,
     /// gather, all-to-all, all-gather-v, reduce-scatter-v, all-to-all-v, send-recv, barrier.
     pub collective: String,
-    /// Smallest size in bytes (K, M, G suffixes).
+    /// Smallest size in bytes (K, M, G suffixes; at most 1024G).
     #[arg(short = 'b', long = "minbytes", default_value = "32M")]
     pub minbytes: String,
-    /// Largest size in bytes.
+    /// Largest size in bytes (at most 1024G, and all ranks' buffers must fit in memory).
     #[arg(short = 'e', long = "maxbytes", default_value = "32M")]
     pub maxbytes: String,
     /// Multiplication factor between sizes.
     #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
     pub stepfactor: usize,
-    /// Timed iterations per size.
+    /// Timed iterations per size (1 to 1000000).
     #[arg(short = 'n', long = "iters", default_value_t = 20)]
     pub iters: usize,
-    /// Warmup iterations per size.
+    /// Warmup iterations per size (0 to 1000000).
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     pub warmup: usize,
     /// Check results (1) or not (0).
-    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    #[arg(short = 'c', long = "check", default_value_t = 1,
+          value_parser = clap::value_parser!(u8).range(0..=1))]
     pub check: u8,
     /// Data type (float, half, bfloat16, int32, ...; `all` for every type).
     #[arg(short = 'd', long = "datatype", default_value = "float")]
@@ -54,10 +56,10 @@ pub struct PerfArgs {
     /// Reduce op (sum, prod, max, min; `all` for every op).
     #[arg(short = 'o', long = "op", default_value = "sum")]
     pub op: String,
-    /// Root rank of rooted collectives.
+    /// Root rank of rooted collectives (below the rank count).
     #[arg(short = 'r', long = "root", default_value_t = 0)]
     pub root: usize,
-    /// Number of ranks (default 8, or the topology's; must agree with --topo).
+    /// Number of ranks, 1 to 1024 (default 8, or the topology's; must agree with --topo).
     #[arg(long)]
     pub ranks: Option<usize>,
     /// Topology: a preset (mesh8, mesh8-cut, ring8, 2x8, 1xN, MxN) or a TOML file
@@ -69,7 +71,7 @@ pub struct PerfArgs {
     pub broken: Vec<String>,
     /// Threads driving the ranks (nccl-tests' -t): each drives its share of the ranks with
     /// group calls. 1 (the default, like nccl-tests) drives all ranks from one thread; equal
-    /// to --ranks gives every rank its own thread.
+    /// to --ranks gives every rank its own thread; more than --ranks is refused.
     #[arg(short = 't', long = "nthreads", default_value_t = 1)]
     pub threads: usize,
     /// Executor to use (overrides OXCCL_ALGO for this collective).
@@ -80,7 +82,11 @@ pub struct PerfArgs {
     pub json: bool,
 }
 
-fn parse_all<T: std::str::FromStr + Copy>(text: &str, all: &[T]) -> Result<Vec<T>, Error>
+fn parse_all<T: std::str::FromStr + Copy>(
+    flag: &'static str,
+    text: &str,
+    all: &[T],
+) -> Result<Vec<T>, Error>
 where
     T::Err: std::fmt::Display,
 {
@@ -89,10 +95,10 @@ where
     }
     text.parse::<T>()
         .map(|v| vec![v])
-        .map_err(|e| bad_arg(e.to_string()))
+        .map_err(|e| bad_flag(flag, text, format!("{e}, or `all`")))
 }
 
-fn bad_arg(reason: String) -> Error {
+pub(crate) fn bad_arg(reason: String) -> Error {
     oxccl::ConfigError {
         var: "oxccl perf",
         value: String::new(),
@@ -101,16 +107,62 @@ fn bad_arg(reason: String) -> Error {
     .into()
 }
 
-impl PerfArgs {
-    fn settings(&self) -> Settings {
-        Settings {
-            iters: self.iters,
-            warmup: self.warmup,
-            check: self.check != 0,
-            threads: self.threads,
-            in_place: true,
-        }
-    }
+/// What `oxccl perf` will run, every flag checked: building it runs nothing.
+#[derive(Debug)]
+pub struct PerfPlan {
+    pub kind: OpKind,
+    pub dtypes: Vec<DataType>,
+    pub redops: Vec<ReduceOp>,
+    /// nccl-tests sizes (one 0 for a barrier).
+    pub sweep: Vec<usize>,
+    pub root: usize,
+    pub settings: Settings,
+    pub config: Config,
+    pub topology: Topology,
+}
+
+/// Check every flag of `args` and the environment, and say what would run.
+pub fn plan(args: &PerfArgs) -> Result<PerfPlan, Error> {
+    let kind: OpKind = args.collective.parse()?;
+    let dtypes = parse_all("-d/--datatype", &args.datatype, &DataType::ALL)?;
+    let redops = if kind.reduces() {
+        parse_all("-o/--op", &args.op, &ReduceOp::ALL)?
+    } else {
+        vec![ReduceOp::Sum]
+    };
+    args.ranks.map(validate::rank_count).transpose()?;
+    let sweep = match kind {
+        // A barrier moves no data: one row.
+        OpKind::Barrier => vec![0],
+        _ => size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor)?,
+    };
+    let (config, topology) = run_config(
+        args.ranks,
+        args.topo.as_deref(),
+        &args.broken,
+        kind,
+        args.algo.as_deref(),
+    )?;
+    let ranks = topology.ranks();
+    let largest = sweep.last().copied().unwrap_or(0);
+    validate::buffers_fit(ranks, largest, GUARD_BYTES, validate::physical_memory())?;
+    let settings = Settings {
+        iters: validate::iterations("-n/--iters", args.iters, 1)?,
+        warmup: validate::iterations("-w/--warmup_iters", args.warmup, 0)?,
+        check: args.check != 0,
+        threads: validate::threads(args.threads, ranks)?,
+        in_place: true,
+    };
+    Ok(PerfPlan {
+        kind,
+        dtypes,
+        redops,
+        sweep,
+        root: validate::root(args.root, &topology)?,
+        settings,
+        config,
+        topology,
+    })
 }
 
 /// The communicator's configuration: the environment's, with `--topo`/`--broken`/`--ranks`
@@ -132,34 +184,16 @@ pub(crate) fn run_config(
 }
 
 pub fn run(args: &PerfArgs) -> Result<ExitCode, Error> {
-    let kind: OpKind = args.collective.parse()?;
-    let dtypes = parse_all(&args.datatype, &DataType::ALL)?;
-    let redops = if kind.reduces() {
-        parse_all(&args.op, &ReduceOp::ALL)?
-    } else {
-        vec![ReduceOp::Sum]
-    };
-    let (config, topology) = run_config(
-        args.ranks,
-        args.topo.as_deref(),
-        &args.broken,
-        kind,
-        args.algo.as_deref(),
-    )?;
-    let ranks = topology.ranks();
-    let comms = Communicator::init_all(ranks, config)?;
-    let sweep = match kind {
-        // A barrier moves no data: one row.
-        OpKind::Barrier => vec![0],
-        _ => size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor).map_err(bad_arg)?,
-    };
-    let mut report = report::Report::new(kind, &comms, &topology, args);
-    for &dtype in &dtypes {
-        for &redop in &redops {
-            for &size in &sweep {
-                let count = count_for_size(kind, size, dtype, ranks);
-                let ops = calls(kind, count, dtype, redop, args.root, ranks);
-                report.row(measure(&comms, &ops, &args.settings())?);
+    let plan = plan(args)?;
+    let ranks = plan.topology.ranks();
+    let comms = Communicator::init_all(ranks, plan.config.clone())?;
+    let mut report = report::Report::new(plan.kind, &comms, &plan.topology, args);
+    for &dtype in &plan.dtypes {
+        for &redop in &plan.redops {
+            for &size in &plan.sweep {
+                let count = count_for_size(plan.kind, size, dtype, ranks);
+                let ops = calls(plan.kind, count, dtype, redop, plan.root, ranks);
+                report.row(measure(&comms, &ops, &plan.settings)?);
             }
         }
     }

@@ -76,32 +76,40 @@ impl Report {
             avg_busbw_gbps: 0.0,
         });
         if json.is_none() {
-            println!(
+            outln!(
                 "# oxccl perf {}: {ranks} ranks on {:?}, topology {}",
                 kind.name(),
                 comms[0].framework().device(),
                 topology.describe()
             );
-            println!(
+            outln!(
                 "# iters {} warmup {} check {}",
-                args.iters, args.warmup, args.check
+                args.iters,
+                args.warmup,
+                args.check
             );
             if let Some(table) = &comms[0].framework().config().tune {
-                println!(
+                outln!(
                     "# tuning table (OXCCL_TUNE_FILE): {} measurements",
                     table.entries.len()
                 );
             }
-            println!("#");
-            println!(
+            outln!("#");
+            outln!(
                 "# {:>10} {:>12} {:>8} {:>6} {:>5}   {:^34}   {:^34}",
-                "", "", "", "", "", "out-of-place", "in-place"
+                "",
+                "",
+                "",
+                "",
+                "",
+                "out-of-place",
+                "in-place"
             );
-            println!(
+            outln!(
                 "# {:>10} {:>12} {:>8} {:>6} {:>5}   {:>9} {:>7} {:>7} {:>7}   {:>9} {:>7} {:>7} {:>7}  executor",
                 "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"
             );
-            println!(
+            outln!(
                 "# {:>10} {:>12} {:>8} {:>6} {:>5}   {:>9} {:>7} {:>7} {:>7}   {:>9} {:>7} {:>7} {:>7}",
                 "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""
             );
@@ -166,13 +174,14 @@ impl Report {
                     let i = ip
                         .as_ref()
                         .map_or(format!("{:>34}", "no in-place form"), |x| x.1.clone());
-                    println!(
+                    outln!(
                         "  {size:>10} {:>12} {dtype:>8} {redop:>6} {root:>5}   {o}   {i}  {}",
-                        m.op.count, m.executor
+                        m.op.count,
+                        m.executor
                     )
                 }
                 (_, _, reason) => {
-                    println!("# skipped {size} B: {}", reason.as_deref().unwrap_or(""))
+                    outln!("# skipped {size} B: {}", reason.as_deref().unwrap_or(""))
                 }
             },
             Some(json) => json.rows.push(JsonRow {
@@ -201,7 +210,7 @@ impl Report {
                 json.out_of_bounds = self.out_of_bounds;
                 json.wrong = self.wrong;
                 json.avg_busbw_gbps = avg;
-                println!(
+                outln!(
                     "{}",
                     serde_json::to_string_pretty(&json).expect("report serialises")
                 );
@@ -212,10 +221,10 @@ impl Report {
                 } else {
                     "FAILED"
                 };
-                println!("# Out of bounds values : {} {verdict}", self.out_of_bounds);
-                println!("# Avg bus bandwidth    : {avg:.4}");
+                outln!("# Out of bounds values : {} {verdict}", self.out_of_bounds);
+                outln!("# Avg bus bandwidth    : {avg:.4}");
                 if self.wrong > 0 {
-                    println!("# {} wrong values: FAILED", self.wrong);
+                    outln!("# {} wrong values: FAILED", self.wrong);
                 }
             }
         }

@@ -7,6 +7,8 @@ use std::time::Instant;
 
 /// Guard bytes on each side of every receive buffer.
 const GUARD: usize = 64;
+/// Guard bytes of one rank's receive buffer, both sides.
+pub const GUARD_BYTES: usize = 2 * GUARD;
 const GUARD_BYTE: u8 = 0xA5;
 
 /// How to measure a row: `oxccl perf` and `oxccl tune` both measure with this.
@@ -103,7 +105,10 @@ pub fn measure(
         executor,
         skipped: None,
     };
-    let need = n * (in_bytes + out_bytes.max(in_bytes));
+    let need = in_bytes
+        .checked_add(out_bytes.max(in_bytes))
+        .and_then(|bytes| bytes.checked_mul(n))
+        .unwrap_or(usize::MAX);
     if available_memory().is_some_and(|avail| need > avail / 10 * 8) {
         row.skipped = Some(format!("needs ~{} MiB", need >> 20));
         return Ok(row);

@@ -24,10 +24,12 @@ mod candidates;
 mod report;
 mod sweep;
 
-use crate::perf::{run_config, Settings};
+use crate::perf::{run_config, Settings, GUARD_BYTES};
 use crate::sizes::size_sweep;
+use crate::validate::{self, bad_flag};
 use clap::Args;
 use oxccl::framework::tune::TuneTable;
+use oxccl::platform::dtype::ParseNameError;
 use oxccl::{DataType, Error, OpKind};
 use std::path::Path;
 use std::process::ExitCode;
@@ -39,7 +41,7 @@ pub struct TuneArgs {
     /// Tune every operator.
     #[arg(long)]
     pub all: bool,
-    /// Number of ranks (default 8, or the topology's; must agree with --topo).
+    /// Number of ranks, 1 to 1024 (default 8, or the topology's; must agree with --topo).
     #[arg(long)]
     pub ranks: Option<usize>,
     /// Topology: a preset (mesh8, mesh8-cut, ring8, 2x8, 1xN, MxN) or a TOML file
@@ -58,22 +60,22 @@ pub struct TuneArgs {
     /// Multiplication factor between sizes.
     #[arg(short = 'f', long = "stepfactor", default_value_t = 4)]
     pub stepfactor: usize,
-    /// Timed iterations per executor, size and round.
+    /// Timed iterations per executor, size and round (1 to 1000000).
     #[arg(short = 'n', long = "iters", default_value_t = 4)]
     pub iters: usize,
-    /// Warmup iterations per executor, size and round.
+    /// Warmup iterations per executor, size and round (0 to 1000000).
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 1)]
     pub warmup: usize,
-    /// Rounds over every executor: each measurement keeps its best round.
+    /// Rounds over every executor (1 to 1000000): each measurement keeps its best round.
     #[arg(short = 'R', long = "rounds", default_value_t = 2)]
     pub rounds: usize,
     /// Data type (float, half, bfloat16, int32, ...).
     #[arg(short = 'd', long = "datatype", default_value = "float")]
     pub datatype: String,
-    /// Root rank of rooted collectives.
+    /// Root rank of rooted collectives (below the rank count).
     #[arg(short = 'r', long = "root", default_value_t = 0)]
     pub root: usize,
-    /// Threads driving the ranks, as `oxccl perf -t`.
+    /// Threads driving the ranks, as `oxccl perf -t` (1 to the rank count).
     #[arg(short = 't', long = "nthreads", default_value_t = 1)]
     pub threads: usize,
     /// The tuning table to write (merged into it when it exists).
@@ -82,16 +84,6 @@ pub struct TuneArgs {
 }
 
 impl TuneArgs {
-    fn settings(&self) -> Settings {
-        Settings {
-            iters: self.iters.max(1),
-            warmup: self.warmup,
-            check: true,
-            threads: self.threads,
-            in_place: false,
-        }
-    }
-
     fn operators(&self) -> Result<Vec<OpKind>, Error> {
         match (&self.collective, self.all) {
             (Some(_), true) => Err(bad_arg(
@@ -106,32 +98,78 @@ impl TuneArgs {
     }
 }
 
-pub fn run(args: &TuneArgs) -> Result<ExitCode, Error> {
+/// What `oxccl tune` will measure, every flag checked: building it measures nothing.
+#[derive(Debug)]
+pub struct TunePlan {
+    pub kinds: Vec<OpKind>,
+    pub dtype: DataType,
+    /// nccl-tests sizes (a barrier measures one row of 0 instead).
+    pub sizes: Vec<usize>,
+    pub root: usize,
+    pub settings: Settings,
+    pub rounds: usize,
+    /// The communicators' configuration (topology set, no executor forced).
+    pub config: oxccl::Config,
+    pub topology: oxccl::Topology,
+}
+
+/// Check every flag of `args` and the environment, and say what would be measured.
+pub fn plan(args: &TuneArgs) -> Result<TunePlan, Error> {
     let kinds = args.operators()?;
     let dtype: DataType = args
         .datatype
         .parse()
-        .map_err(|e: oxccl::platform::dtype::ParseNameError| bad_arg(e.to_string()))?;
-    let sizes = size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor).map_err(bad_arg)?;
+        .map_err(|e: ParseNameError| bad_flag("-d/--datatype", &args.datatype, e.to_string()))?;
+    args.ranks.map(validate::rank_count).transpose()?;
+    let sizes = size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor)?;
+    let (config, topology) = run_config(
+        args.ranks,
+        args.topo.as_deref(),
+        &args.broken,
+        OpKind::AllReduce,
+        None,
+    )?;
+    let ranks = topology.ranks();
+    let largest = sizes.last().copied().unwrap_or(0);
+    validate::buffers_fit(ranks, largest, GUARD_BYTES, validate::physical_memory())?;
+    let settings = Settings {
+        iters: validate::iterations("-n/--iters", args.iters, 1)?,
+        warmup: validate::iterations("-w/--warmup_iters", args.warmup, 0)?,
+        check: true,
+        threads: validate::threads(args.threads, ranks)?,
+        in_place: false,
+    };
+    Ok(TunePlan {
+        kinds,
+        dtype,
+        sizes,
+        root: validate::root(args.root, &topology)?,
+        settings,
+        rounds: validate::iterations("-R/--rounds", args.rounds, 1)?,
+        config,
+        topology,
+    })
+}
+
+pub fn run(args: &TuneArgs) -> Result<ExitCode, Error> {
+    let plan = plan(args)?;
     let mut table = existing_table(&args.output)?;
     let mut fresh = TuneTable::default();
     let mut failures = Vec::new();
-    for kind in kinds {
-        let (config, topology) =
-            run_config(args.ranks, args.topo.as_deref(), &args.broken, kind, None)?;
+    for &kind in &plan.kinds {
         let job = sweep::Job {
             kind,
-            dtype,
-            root: args.root,
+            dtype: plan.dtype,
+            root: plan.root,
             sizes: if kind == OpKind::Barrier {
                 vec![0]
             } else {
-                sizes.clone()
+                plan.sizes.clone()
             },
-            settings: args.settings(),
-            rounds: args.rounds,
-            config,
-            topology,
+            settings: plan.settings,
+            rounds: plan.rounds,
+            config: plan.config.clone(),
+            topology: plan.topology.clone(),
         };
         let outcome = sweep::tune_operator(&job)?;
         report::print(&job, &outcome);
@@ -148,7 +186,7 @@ pub fn run(args: &TuneArgs) -> Result<ExitCode, Error> {
             args.output.display()
         ))
     })?;
-    println!(
+    outln!(
         "# wrote {measured} measurements to {} ({} in all)",
         args.output.display(),
         table.entries.len()

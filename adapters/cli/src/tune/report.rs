@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 /// Print one operator's table.
 pub fn print(job: &Job, outcome: &Outcome) {
-    println!(
+    outln!(
         "# oxccl tune {}: {} ranks, topology {}, {}, iters {} warmup {}, best of {} rounds (out of place, results checked)",
         job.kind.name(),
         job.topology.ranks(),
@@ -16,9 +16,12 @@ pub fn print(job: &Job, outcome: &Outcome) {
         job.settings.warmup,
         job.rounds.max(1)
     );
-    println!(
+    outln!(
         "# {:>10} {:>12}  {:<18} {:>10}  vs fastest",
-        "size", "bytes/rank", "executor", "time (us)"
+        "size",
+        "bytes/rank",
+        "executor",
+        "time (us)"
     );
     for &size in &job.sizes {
         let mut at: Vec<&Point> = outcome.points.iter().filter(|p| p.size == size).collect();
@@ -33,17 +36,20 @@ pub fn print(job: &Job, outcome: &Outcome) {
             } else {
                 format!("{ratio:.2}x")
             };
-            println!(
+            outln!(
                 "  {:>10} {:>12}  {:<18} {:>10.2}  {mark}",
-                p.size, p.entry.bytes, p.entry.executor, p.entry.time_us
+                p.size,
+                p.entry.bytes,
+                p.entry.executor,
+                p.entry.time_us
             );
         }
     }
     print_skips(&outcome.skipped);
     for failure in &outcome.failures {
-        println!("# FAILED {failure}");
+        outln!("# FAILED {failure}");
     }
-    println!("#");
+    outln!("#");
 }
 
 /// One line per executor and reason, with the sizes it was skipped at.
@@ -61,9 +67,9 @@ fn print_skips(skips: &[Skip]) {
     }
     for (executor, why, sizes) in lines {
         if sizes.is_empty() {
-            println!("# skipped {executor}: {why}");
+            outln!("# skipped {executor}: {why}");
         } else {
-            println!("# skipped {executor} at {} B: {why}", sizes.join(", "));
+            outln!("# skipped {executor} at {} B: {why}", sizes.join(", "));
         }
     }
 }
@@ -73,7 +79,7 @@ pub fn finish(failures: &[String]) -> ExitCode {
     if failures.is_empty() {
         return ExitCode::SUCCESS;
     }
-    println!(
+    outln!(
         "# {} executor(s) FAILED (wrong results or device errors); their figures were not \
          recorded",
         failures.len()
