@@ -45,7 +45,8 @@ pub fn build_program(
     let per_loop = loop_count(executor_name, plan, req)?;
     // Vector operators and Barrier stage by themselves (see `block_sides`).
     let staged_by_loop = plan.mode == Mode::Staged && block_sides(op.kind).is_some();
-    check_task_count(executor_name, plan.rank, Some(op.count.div_ceil(per_loop)))?;
+    let iterations = op.count.div_ceil(per_loop);
+    check_task_count(executor_name, plan.rank, Some(iterations))?;
     for (iteration, first) in iteration_starts(op, per_loop).enumerate() {
         let count = per_loop.min(op.count - first);
         let args = iteration_args(plan, first, count, iteration);
@@ -66,7 +67,15 @@ pub fn build_program(
         if staged_by_loop {
             stage_out(&mut program, plan, &args, first);
         }
-        check_task_count(executor_name, plan.rank, Some(program.task_count()))?;
+        // Iterations are alike: the first one's tasks times the iterations foretell the
+        // program's size, so an op too large is refused before it is built.
+        let tasks = program.task_count();
+        let foretold = if iteration == 0 {
+            tasks.checked_mul(iterations)
+        } else {
+            Some(tasks)
+        };
+        check_task_count(executor_name, plan.rank, foretold)?;
     }
     if op.has_work() {
         close_links(&mut program, plan.rank, &links, layout);
