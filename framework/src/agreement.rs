@@ -154,7 +154,10 @@ impl CallBoard {
     /// The communicator failed: wake every waiter with `error`, and answer every later
     /// wait with it.
     pub fn fail(&self, error: &Error) {
-        self.rounds.lock().failure.get_or_insert_with(|| error.clone());
+        self.rounds
+            .lock()
+            .failure
+            .get_or_insert_with(|| error.clone());
         self.changed.notify_all();
     }
 }

@@ -7,9 +7,11 @@
 //! calculation and orchestration once per op signature and caches the resulting program,
 //! so a repeated call costs only its execution.
 
+use crate::agreement::{CallBoard, Deposit, Signature};
 use crate::config::{Config, DeviceChoice};
 use crate::error::{ArgError, Error};
 use crate::executor::{Mode, PlanCtx, ResourceRequest};
+use crate::limits::{MAX_HOST_THREADS, MAX_RANKS};
 use crate::op::OpParam;
 use crate::orchestrate::build_program;
 use crate::select::{select_alg, SelectRequest, Selection};
@@ -17,8 +19,6 @@ use crate::topology::Topology;
 use oxccl_platform::host::HostDevice;
 use oxccl_platform::sim::SimDevice;
 use oxccl_platform::{Device, DeviceConfig, Execution, Rank, RankProgram, ScratchId, UserBuffers};
-use crate::agreement::{CallBoard, Deposit, Signature};
-use crate::limits::{MAX_HOST_THREADS, MAX_RANKS};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -191,9 +191,16 @@ fn a_rank_that_never_calls_times_out_naming_it_and_aborts_the_communicator() {
             });
         }
     });
-    assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
     let err = c[2].barrier().unwrap_err();
-    assert!(matches!(&err, Error::Aborted { cause } if cause.contains("call #0")), "{err:?}");
+    assert!(
+        matches!(&err, Error::Aborted { cause } if cause.contains("call #0")),
+        "{err:?}"
+    );
 }
 
 #[test]

@@ -50,7 +50,10 @@ impl Signature {
         [
             ("operator", self.kind.to_string()),
             ("data type", self.dtype.to_string()),
-            ("reduce op", self.op.map_or("none".into(), |o| format!("{o:?}"))),
+            (
+                "reduce op",
+                self.op.map_or("none".into(), |o| format!("{o:?}")),
+            ),
             ("root", self.root.map_or("none".into(), |r| r.to_string())),
             ("count", count),
         ]
@@ -143,12 +146,17 @@ fn layouts_differ(sigs: &[&Signature]) -> Option<String> {
             let values: Vec<(Rank, String)> = sigs
                 .iter()
                 .map(|s| match s.layout.as_deref() {
-                    Some(VLayout::Blocks { displs, .. }) => (s.rank, format!("displacements {displs:?}")),
+                    Some(VLayout::Blocks { displs, .. }) => {
+                        (s.rank, format!("displacements {displs:?}"))
+                    }
                     _ => (s.rank, "no block layout".into()),
                 })
                 .collect();
             let reference = format!("displacements {displs:?}");
-            values.iter().any(|(_, v)| *v != reference).then(|| by_value(&values))
+            values
+                .iter()
+                .any(|(_, v)| *v != reference)
+                .then(|| by_value(&values))
         }
         VLayout::P2p { .. } => pairs_differ(sigs),
     }
@@ -159,16 +167,27 @@ fn layouts_differ(sigs: &[&Signature]) -> Option<String> {
 fn pairs_differ(sigs: &[&Signature]) -> Option<String> {
     let mut sent: HashMap<(Rank, Rank), Vec<usize>> = HashMap::new();
     let mut received: HashMap<(Rank, Rank), Vec<usize>> = HashMap::new();
-    let non_empty = |items: &[P2pItem]| items.iter().filter(|i| i.count > 0).copied().collect::<Vec<_>>();
+    let non_empty = |items: &[P2pItem]| {
+        items
+            .iter()
+            .filter(|i| i.count > 0)
+            .copied()
+            .collect::<Vec<_>>()
+    };
     for sig in sigs {
         let Some((sends, recvs)) = sig.layout.as_deref().and_then(VLayout::p2p) else {
             return Some(format!("rank {} passes no point-to-point layout", sig.rank));
         };
         for item in non_empty(sends) {
-            sent.entry((sig.rank, item.peer)).or_default().push(item.count);
+            sent.entry((sig.rank, item.peer))
+                .or_default()
+                .push(item.count);
         }
         for item in non_empty(recvs) {
-            received.entry((item.peer, sig.rank)).or_default().push(item.count);
+            received
+                .entry((item.peer, sig.rank))
+                .or_default()
+                .push(item.count);
         }
     }
     let mut pairs: Vec<&(Rank, Rank)> = sent.keys().chain(received.keys()).collect();
@@ -177,7 +196,8 @@ fn pairs_differ(sigs: &[&Signature]) -> Option<String> {
     pairs.into_iter().find_map(|&(a, b)| {
         let (s, r) = (sent.get(&(a, b)), received.get(&(a, b)));
         (s != r).then(|| {
-            let show = |v: Option<&Vec<usize>>| v.map_or("nothing".into(), |v| format!("counts {v:?}"));
+            let show =
+                |v: Option<&Vec<usize>>| v.map_or("nothing".into(), |v| format!("counts {v:?}"));
             format!(
                 "rank {a} sends {} to rank {b}, which receives {} from rank {a}",
                 show(s),

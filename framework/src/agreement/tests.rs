@@ -41,17 +41,48 @@ fn equal_calls_agree_and_the_round_is_dropped() {
 fn every_differing_field_is_named_with_the_ranks() {
     let base = OpParam::all_reduce(10, DataType::F32, ReduceOp::Sum);
     let cases = [
-        (OpParam { count: 12, ..base.clone() }, "count", "rank 2 passes count 12"),
-        (OpParam { dtype: DataType::I32, ..base.clone() }, "data type", "rank 2 passes int32"),
-        (OpParam { op: ReduceOp::Max, ..base.clone() }, "reduce op", "Max"),
-        (OpParam { kind: OpKind::AllGather, ..base.clone() }, "operator", "all_gather"),
+        (
+            OpParam {
+                count: 12,
+                ..base.clone()
+            },
+            "count",
+            "rank 2 passes count 12",
+        ),
+        (
+            OpParam {
+                dtype: DataType::I32,
+                ..base.clone()
+            },
+            "data type",
+            "rank 2 passes int32",
+        ),
+        (
+            OpParam {
+                op: ReduceOp::Max,
+                ..base.clone()
+            },
+            "reduce op",
+            "Max",
+        ),
+        (
+            OpParam {
+                kind: OpKind::AllGather,
+                ..base.clone()
+            },
+            "operator",
+            "all_gather",
+        ),
     ];
     for (odd, field, needle) in cases {
         let verdicts = agree(&[base.clone(), base.clone(), odd]);
         for v in &verdicts {
             let (f, detail) = mismatch_of(v);
             assert_eq!(f, field);
-            assert!(detail.contains("ranks [0, 1]") && detail.contains(needle), "{detail}");
+            assert!(
+                detail.contains("ranks [0, 1]") && detail.contains(needle),
+                "{detail}"
+            );
         }
     }
     let b = |root| OpParam::rooted(OpKind::Broadcast, 4, DataType::U8, ReduceOp::Sum, root);
@@ -72,7 +103,10 @@ fn executors_and_block_layouts_are_compared() {
         };
         OpParam::vector(OpKind::AllGatherV, layout, DataType::I8, ReduceOp::Sum)
     };
-    assert_eq!(mismatch_of(&agree(&[v(&[1, 2], &[0, 1]), v(&[2, 1], &[0, 2])])[0]).0, "count");
+    assert_eq!(
+        mismatch_of(&agree(&[v(&[1, 2], &[0, 1]), v(&[2, 1], &[0, 2])])[0]).0,
+        "count"
+    );
     let (field, detail) = mismatch_of(&agree(&[v(&[1, 2], &[0, 1]), v(&[1, 2], &[0, 3])])[1]);
     assert_eq!(field, "layout");
     assert!(detail.contains("[0, 3]"), "{detail}");
@@ -105,7 +139,9 @@ fn a_refusal_reaches_every_rank() {
     board.deposit(0, 1, Deposit::Refused("receive buffer too short".into()));
     for r in [0, 2] {
         match board.verdict(0, r, LONG) {
-            Err(Error::PeerRefused { rank: 1, reason, .. }) => assert!(reason.contains("too short")),
+            Err(Error::PeerRefused {
+                rank: 1, reason, ..
+            }) => assert!(reason.contains("too short")),
             other => panic!("{other:?}"),
         }
     }
@@ -118,7 +154,12 @@ fn a_missing_rank_times_out_naming_it_and_a_failure_wakes_waiters() {
     board.deposit(4, 0, call(0, &op));
     board.deposit(4, 1, call(1, &op));
     match board.verdict(4, 0, Duration::from_millis(20)) {
-        Err(Error::CallTimeout { absent, call: 4, what, .. }) => {
+        Err(Error::CallTimeout {
+            absent,
+            call: 4,
+            what,
+            ..
+        }) => {
             assert_eq!(absent, vec![2]);
             assert!(what.contains("all_reduce"), "{what}");
         }

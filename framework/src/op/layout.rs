@@ -126,7 +126,12 @@ impl VLayout {
     /// refused, never wrapped), at most [`MAX_P2P_ITEMS`] items, peers in range, no two
     /// receives (or gathered blocks) writing the same element, and one item per peer in
     /// rank order for AlltoAllV.
-    pub fn validate(&self, ranks: usize, elem_size: usize, all_to_all: bool) -> Result<(), ArgError> {
+    pub fn validate(
+        &self,
+        ranks: usize,
+        elem_size: usize,
+        all_to_all: bool,
+    ) -> Result<(), ArgError> {
         let bad = |reason: String| Err(ArgError::BadLayout { reason });
         match self {
             VLayout::Blocks { counts, displs } => {
@@ -141,7 +146,9 @@ impl VLayout {
                     .iter()
                     .zip(displs)
                     .enumerate()
-                    .map(|(r, (&count, &offset))| checked_range("block", r, offset, count, elem_size))
+                    .map(|(r, (&count, &offset))| {
+                        checked_range("block", r, offset, count, elem_size)
+                    })
                     .collect::<Result<Vec<_>, _>>()?;
                 no_overlap("block", &ranges)
             }
@@ -251,7 +258,10 @@ mod tests {
     fn wrapping_displacements_and_counts_are_refused() {
         let wraps = VLayout::all_to_all_v(&[1, 1], &[0, usize::MAX], &[1, 1], &[0, 1]);
         let err = wraps.validate(2, 4, true).unwrap_err().to_string();
-        assert!(err.contains("send 1") && err.contains("MAX_BUFFER_BYTES"), "{err}");
+        assert!(
+            err.contains("send 1") && err.contains("MAX_BUFFER_BYTES"),
+            "{err}"
+        );
         let blocks = VLayout::Blocks {
             counts: vec![2, usize::MAX / 2],
             displs: vec![usize::MAX / 2 + 3, 0],
@@ -260,6 +270,9 @@ mod tests {
         // Fits a usize in elements, not in bytes.
         let huge = VLayout::packed_blocks(&[usize::MAX / 4, 1]);
         assert!(huge.validate(2, 8, false).is_err());
-        assert_eq!(VLayout::packed_blocks(&[usize::MAX, 5]).blocks_extent(), usize::MAX);
+        assert_eq!(
+            VLayout::packed_blocks(&[usize::MAX, 5]).blocks_extent(),
+            usize::MAX
+        );
     }
 }

@@ -381,7 +381,11 @@ impl OpParam {
         self.validate_root(ranks)?;
         self.validate_layout(ranks)?;
         let es = self.dtype.size();
-        let fits = |elements: usize| elements.checked_mul(es).is_some_and(|b| b <= MAX_BUFFER_BYTES);
+        let fits = |elements: usize| {
+            elements
+                .checked_mul(es)
+                .is_some_and(|b| b <= MAX_BUFFER_BYTES)
+        };
         // This rank's own buffers, and for the fixed-size operators every rank's blocks
         // (count x ranks; vector layouts were bounded item by item above).
         let (need_in, need_out) = self.buffer_counts(rank, ranks);

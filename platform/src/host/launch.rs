@@ -62,7 +62,10 @@ impl Shared {
 
     /// Stop the device after `failed`'s error: abort every other launch in flight.
     fn fail_all(&self, failed: &Arc<Launch>, error: &DeviceError) {
-        self.stop(format!("rank {} failed: {error}", failed.rank()), Some(failed));
+        self.stop(
+            format!("rank {} failed: {error}", failed.rank()),
+            Some(failed),
+        );
     }
 
     /// Stop the device for `cause`: abort every launch in flight but `except`, refuse
@@ -71,7 +74,11 @@ impl Shared {
         let others: Vec<Arc<Launch>> = {
             let mut running = self.running.lock();
             running.failure.get_or_insert_with(|| cause.clone());
-            running.launches.iter().filter_map(std::sync::Weak::upgrade).collect()
+            running
+                .launches
+                .iter()
+                .filter_map(std::sync::Weak::upgrade)
+                .collect()
         };
         let skip = |o: &Arc<Launch>| except.is_some_and(|e| Arc::ptr_eq(o, e));
         for other in others.iter().filter(|o| !skip(o)) {

@@ -189,8 +189,10 @@ impl Device for HostDevice {
             Err(e) => Some(e.to_string()),
         });
         if let Some(cause) = start_error {
-            self.shared
-                .stop(format!("a rank of a group call could not start: {cause}"), None);
+            self.shared.stop(
+                format!("a rank of a group call could not start: {cause}"),
+                None,
+            );
         }
         for (_, (launch, _)) in &running {
             // Errors are collected below; a failure already stopped the device.

@@ -236,7 +236,10 @@ fn a_failed_launch_releases_the_others_and_stops_the_device() {
         let released = blocked.join().unwrap().unwrap_err().to_string();
         assert!(released.contains("rank 0 failed"), "{released}");
     });
-    assert!(started.elapsed() < std::time::Duration::from_secs(30), "released promptly");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "released promptly"
+    );
     let after = run_without_buffers(&dev, RankProgram::new(0, 1)).unwrap_err();
     assert!(after.to_string().contains("aborted"), "{after}");
 }
