@@ -6,19 +6,20 @@
 //! rank's count of calls on the communicator) and deposits its [`Signature`] — operator,
 //! data type, reduce op, root, count or layout, and the executor `select_alg` chose — on
 //! the communicator's [`CallBoard`] under that number. The last rank to deposit compares
-//! them once and posts the verdict; every rank waits for the verdict before it launches
-//! its program. A mismatch is then [`Error::Mismatch`] on every rank, naming the call, the
+//! them once and decides the call's [`Gate`]: every rank's launch is handed to the device
+//! at once but waits on the gate, so no task runs before the verdict. A mismatch is then [`Error::Mismatch`] on every rank, naming the call, the
 //! field and which ranks passed what, and no rank has moved a byte: the communicator stays
 //! usable. A rank whose own call was refused (a bad argument) returns its error at once
 //! and deposits the refusal, so the others learn it instead of waiting out
 //! `exec_timeout` for it. Every call counts, refused or not: ranks stay in step as long
 //! as they make the same sequence of calls, which is the contract of every CCL.
 //!
-//! Cost: in-process, one lock and one comparison per rank per call; a thread that drives
-//! every rank (a group call) never waits, a thread per rank waits for the last rank to
-//! arrive, which the collective itself would have waited for a moment later. Across
-//! processes the same signature travels in the connection handshake. `OXCCL_CHECK_CALLS=0`
-//! turns the check off (measure before you do: see the README).
+//! Cost: in-process, one lock and one structural comparison per rank per call, and no
+//! wake-up of its own: each rank's thread waits for its launch as it would anyway, and the
+//! last rank to deposit opens the gate, which queues every rank's streams at once — the
+//! check is folded into the first handshake every collective makes. A count-0 call,
+//! which launches nothing, waits for the verdict itself. `OXCCL_CHECK_CALLS=0` turns the
+//! check off (the README gives its measured cost).
 //!
 //! The point-to-point operators (AlltoAllV, send/recv) are compared pair by pair: the
 //! non-empty sends of `a` to `b`, in call order, must have the counts of the non-empty
@@ -29,9 +30,10 @@ mod signature;
 pub use signature::Signature;
 
 use crate::error::Error;
-use oxccl_platform::Rank;
+use oxccl_platform::{Gate, Rank};
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What one rank deposits for one call.
@@ -50,6 +52,8 @@ struct Round {
     verdict: Option<Result<(), Error>>,
     /// Ranks that have not read the verdict yet; the round is dropped at 0.
     unread: usize,
+    /// Opened (or refused) with the verdict: the ranks' launches wait on it.
+    gate: Arc<Gate>,
 }
 
 /// The agreement state of one communicator (shared by its in-process ranks).
@@ -76,15 +80,18 @@ impl CallBoard {
         }
     }
 
-    /// Deposit `rank`'s part of call `call`. The last deposit computes the verdict.
-    pub fn deposit(&self, call: u64, rank: Rank, deposit: Deposit) {
+    /// Deposit `rank`'s part of call `call` and return the call's gate, which the rank's
+    /// launch waits on. The last deposit computes the verdict and decides the gate.
+    pub fn deposit(&self, call: u64, rank: Rank, deposit: Deposit) -> Arc<Gate> {
         let mut state = self.rounds.lock();
         let round = state.rounds.entry(call).or_insert_with(|| Round {
             deposits: vec![None; self.ranks],
             arrived: 0,
             verdict: None,
             unread: self.ranks,
+            gate: Arc::new(Gate::default()),
         });
+        let gate = round.gate.clone();
         // A rank that refused its call returns its own error at once: it never reads
         // the verdict.
         if matches!(deposit, Deposit::Refused(_)) {
@@ -93,16 +100,21 @@ impl CallBoard {
         if round.deposits[rank].replace(deposit).is_none() {
             round.arrived += 1;
         }
-        if round.arrived == self.ranks && round.unread == 0 {
+        if round.arrived < self.ranks {
+            return gate;
+        }
+        let deposits: Vec<Deposit> = round.deposits.iter().flatten().cloned().collect();
+        let verdict = signature::verdict(call, &deposits);
+        let decision = verdict.clone().map_err(|e| e.to_string());
+        if round.unread == 0 {
             state.rounds.remove(&call);
-            return;
+        } else {
+            round.verdict = Some(verdict);
         }
-        if round.arrived == self.ranks {
-            let deposits: Vec<Deposit> = round.deposits.iter().flatten().cloned().collect();
-            round.verdict = Some(signature::verdict(call, &deposits));
-            drop(state);
-            self.changed.notify_all();
-        }
+        drop(state);
+        self.changed.notify_all();
+        gate.decide(decision);
+        gate
     }
 
     /// Wait until every rank deposited call `call`, then return the verdict for `rank`.
@@ -128,6 +140,21 @@ impl CallBoard {
                 return Err(self.missing(&state, call, rank, timeout));
             }
         }
+    }
+
+    /// The error of `rank` that gave up after `waited` on call `call` before every rank
+    /// deposited it: names the ranks that never did, and refuses the call's gate so that
+    /// the other ranks' launches end now rather than each at its own timeout.
+    pub fn timed_out(&self, call: u64, rank: Rank, waited: Duration) -> Error {
+        let (error, gate) = {
+            let state = self.rounds.lock();
+            let gate = state.rounds.get(&call).map(|r| r.gate.clone());
+            (self.missing(&state, call, rank, waited), gate)
+        };
+        if let Some(gate) = gate {
+            gate.decide(Err(error.to_string()));
+        }
+        error
     }
 
     /// The timeout error of `rank` waiting for call `call`.

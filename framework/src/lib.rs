@@ -32,7 +32,7 @@ pub mod select;
 pub mod topology;
 pub mod tune;
 
-pub use communicator::Communicator;
+pub use communicator::{Communicator, GroupCall};
 pub use config::{Config, DeviceChoice};
 pub use error::{ArgError, ConfigError, Error};
 pub use executor::{

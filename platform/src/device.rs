@@ -6,6 +6,7 @@
 //! framework holds an `Arc<dyn Device>` and never knows which backend it talks to.
 
 use crate::error::DeviceError;
+use crate::gate::Gate;
 use crate::ir::RankProgram;
 use crate::notify::NotifyLayout;
 use std::any::Any;
@@ -66,6 +67,9 @@ pub struct Execution<'a> {
     pub user: UserBuffers<'a>,
     /// Bound to `Buf::Scratch`.
     pub scratch: Option<ScratchId>,
+    /// When set, no task runs before the gate opens; a refused gate ends the execution
+    /// with [`DeviceError::Refused`] before it touched anything (see [`crate::gate`]).
+    pub gate: Option<Arc<Gate>>,
 }
 
 /// A backend.

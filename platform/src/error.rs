@@ -65,6 +65,13 @@ pub enum DeviceError {
          at a time, so call it from one thread"
     )]
     Busy { rank: Rank },
+    #[error("rank {rank}: not started because {cause}")]
+    Refused { rank: Rank, cause: String },
+    #[error(
+        "rank {rank}: waited {waited:?} for its gate to open (the agreement of every rank \
+         on the call); check that every rank makes the same calls, or raise OXCCL_EXEC_TIMEOUT"
+    )]
+    GateTimeout { rank: Rank, waited: Duration },
     #[error("bad device configuration: {0}")]
     Config(String),
 }

@@ -11,7 +11,8 @@
 //!   SDMA-type and RDMA-type links; each helper appends tasks.
 //! - [`dtype`] and [`reduce`]: the twelve element types, the four reduce ops, and the
 //!   vectorised reduction kernels.
-//! - [`device`]: the object-safe [`Device`] trait the framework drives.
+//! - [`device`]: the object-safe [`Device`] trait the framework drives; [`gate`]: the
+//!   decision a launch may wait for before it starts.
 //! - [`host`]: the default backend, a worker pool that schedules every stream of every
 //!   in-process rank without a thread per stream and without busy-waiting.
 //! - [`sim`]: records programs instead of running them, for the analyzer and cost model.
@@ -22,6 +23,7 @@
 pub mod device;
 pub mod dtype;
 pub mod error;
+pub mod gate;
 pub mod host;
 pub mod ir;
 pub mod link;
@@ -32,6 +34,7 @@ pub mod sim;
 pub use device::{Device, DeviceConfig, Execution, ScratchId, UserBuffers};
 pub use dtype::{DataType, Element, ReduceOp};
 pub use error::{DeviceError, TaskLocation};
+pub use gate::Gate;
 pub use ir::{Buf, NotifyId, Rank, RankProgram, Slice, StreamProgram, Task};
 pub use link::{Link, LinkKind};
 pub use notify::{LinkSignal, NotifyLayout};

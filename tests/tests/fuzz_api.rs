@@ -1257,12 +1257,11 @@ fn out_of_range_root_is_refused_by_prepare_and_select() {
     }
 }
 
-/// BUG: the typed calls check their buffer lengths (`same_length`, `block_count`) before
-/// the call agreement, so a rank that fails them returns at once without depositing a
-/// refusal: the other ranks wait the whole `exec_timeout` for it, get `CallTimeout` and
-/// their communicator is aborted (and the failing rank's call count falls behind).
+/// The typed calls check their buffer lengths (`same_length`, `block_count`) before the
+/// op exists; a rank that fails them must still deposit its refusal (`GroupCall::Refused`),
+/// or the other ranks would wait the whole `exec_timeout` for it and the failing rank's
+/// call count would fall behind.
 #[test]
-#[ignore = "BUG: a typed length error on one rank is not deposited; the others wait out exec_timeout"]
 fn typed_length_error_on_one_rank_releases_the_others_at_once() {
     let outcomes = regression(
         3,

@@ -70,9 +70,7 @@ impl Communicator {
         recv: &mut [T],
         op: ReduceOp,
     ) -> Result<(), Error> {
-        let mut group = Group::new();
-        group.all_reduce(self, send, recv, op)?;
-        group.run()
+        single(|g| g.all_reduce(self, send, recv, op).map(drop))
     }
 
     /// AllReduce of the first `count` elements of `send` into `recv`.
@@ -95,25 +93,22 @@ impl Communicator {
         buf: &mut [T],
         op: ReduceOp,
     ) -> Result<(), Error> {
-        let mut group = Group::new();
-        group.all_reduce_in_place(self, buf, op);
-        group.run()
+        single(|g| {
+            g.all_reduce_in_place(self, buf, op);
+            Ok(())
+        })
     }
 
     /// `recv` block `s` = `send` of rank `s`; `recv` holds exactly `size() * send.len()`
     /// elements.
     pub fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
-        let mut group = Group::new();
-        group.all_gather(self, send, recv)?;
-        group.run()
+        single(|g| g.all_gather(self, send, recv).map(drop))
     }
 
     /// AllGather in place: `buf` holds one block per rank, this rank's input in block
     /// `rank()`; afterwards block `s` holds rank `s`'s.
     pub fn all_gather_in_place<T: Element>(&self, buf: &mut [T]) -> Result<(), Error> {
-        let mut group = Group::new();
-        group.all_gather_in_place(self, buf)?;
-        group.run()
+        single(|g| g.all_gather_in_place(self, buf).map(drop))
     }
 
     /// `recv = op(block rank() of send of every rank)`; `send` holds exactly
@@ -124,9 +119,7 @@ impl Communicator {
         recv: &mut [T],
         op: ReduceOp,
     ) -> Result<(), Error> {
-        let mut group = Group::new();
-        group.reduce_scatter(self, send, recv, op)?;
-        group.run()
+        single(|g| g.reduce_scatter(self, send, recv, op).map(drop))
     }
 
     /// ReduceScatter in place: `buf` holds one block per rank; afterwards block `rank()`
@@ -136,9 +129,7 @@ impl Communicator {
         buf: &mut [T],
         op: ReduceOp,
     ) -> Result<(), Error> {
-        let mut group = Group::new();
-        group.reduce_scatter_in_place(self, buf, op)?;
-        group.run()
+        single(|g| g.reduce_scatter_in_place(self, buf, op).map(drop))
     }
     /// Broadcast: `recv` = the root's `send` (equal lengths).
     pub fn broadcast<T: Element>(
@@ -298,9 +289,11 @@ impl Communicator {
     }
 }
 
-/// Run the one call `add` puts into a fresh group.
+/// Run the one call `add` puts into a fresh group. A call refused by its own checks is
+/// run too: the group holds it as refused, and running it tells the other ranks.
 fn single<'a>(add: impl FnOnce(&mut Group<'a>) -> Result<(), Error>) -> Result<(), Error> {
     let mut group = Group::new();
-    add(&mut group)?;
-    group.run()
+    let added = add(&mut group);
+    let ran = group.run();
+    added.and(ran)
 }

@@ -5,7 +5,7 @@
 //! blocks until all are done. Calls are validated when added.
 
 use oxccl_framework::op::{P2pItem, VLayout};
-use oxccl_framework::{Communicator as Inner, Error, OpKind, OpParam};
+use oxccl_framework::{Communicator as Inner, Error, GroupCall, OpKind, OpParam};
 use oxccl_platform::{DataType, Element, Rank, ReduceOp, UserBuffers};
 
 use crate::Communicator;
@@ -26,7 +26,7 @@ pub(crate) fn in_place<T: Element>(buf: &mut [T]) -> UserBuffers<'_> {
 /// Collectives of several ranks, launched together.
 #[derive(Default)]
 pub struct Group<'a> {
-    calls: Vec<(&'a Inner, OpParam, UserBuffers<'a>)>,
+    calls: Vec<GroupCall<'a, 'a>>,
 }
 
 impl<'a> Group<'a> {
@@ -42,8 +42,24 @@ impl<'a> Group<'a> {
         op: OpParam,
         user: UserBuffers<'a>,
     ) -> &mut Self {
-        self.calls.push((comm.framework(), op, user));
+        self.calls.push(GroupCall::Run(comm.framework(), op, user));
         self
+    }
+
+    /// Pass on the result of a rank's own check of its typed buffers. An error keeps the
+    /// call in the group as refused: [`Group::run`] then tells the other ranks why, at once,
+    /// and keeps every rank's calls in step (see [`GroupCall::Refused`]).
+    fn admit<T>(
+        &mut self,
+        comm: &'a Communicator,
+        checked: Result<T, impl Into<Error>>,
+    ) -> Result<T, Error> {
+        checked.map_err(|e| {
+            let err = e.into();
+            self.calls
+                .push(GroupCall::Refused(comm.framework(), err.clone()));
+            err
+        })
     }
 
     /// Add an AllReduce of equal-length `send` into `recv`.
@@ -54,7 +70,7 @@ impl<'a> Group<'a> {
         recv: &'a mut [T],
         op: ReduceOp,
     ) -> Result<&mut Self, Error> {
-        Inner::same_length(send.len(), recv.len())?;
+        self.admit(comm, Inner::same_length(send.len(), recv.len()))?;
         let param = OpParam::all_reduce(send.len(), T::DTYPE, op);
         let user = out_of_place(send, recv);
         Ok(self.execute(comm, param, user))
@@ -78,7 +94,10 @@ impl<'a> Group<'a> {
         send: &'a [T],
         recv: &'a mut [T],
     ) -> Result<&mut Self, Error> {
-        let count = OpKind::AllGather.block_count(comm.size(), send.len(), recv.len())?;
+        let count = self.admit(
+            comm,
+            OpKind::AllGather.block_count(comm.size(), send.len(), recv.len()),
+        )?;
         let user = out_of_place(send, recv);
         Ok(self.execute(comm, OpParam::all_gather(count, T::DTYPE), user))
     }
@@ -90,7 +109,10 @@ impl<'a> Group<'a> {
         comm: &'a Communicator,
         buf: &'a mut [T],
     ) -> Result<&mut Self, Error> {
-        let count = OpKind::AllGather.in_place_block_count(comm.size(), buf.len())?;
+        let count = self.admit(
+            comm,
+            OpKind::AllGather.in_place_block_count(comm.size(), buf.len()),
+        )?;
         let user = in_place(buf);
         Ok(self.execute(comm, OpParam::all_gather(count, T::DTYPE), user))
     }
@@ -103,7 +125,10 @@ impl<'a> Group<'a> {
         recv: &'a mut [T],
         op: ReduceOp,
     ) -> Result<&mut Self, Error> {
-        let count = OpKind::ReduceScatter.block_count(comm.size(), send.len(), recv.len())?;
+        let count = self.admit(
+            comm,
+            OpKind::ReduceScatter.block_count(comm.size(), send.len(), recv.len()),
+        )?;
         let user = out_of_place(send, recv);
         Ok(self.execute(comm, OpParam::reduce_scatter(count, T::DTYPE, op), user))
     }
@@ -115,7 +140,10 @@ impl<'a> Group<'a> {
         buf: &'a mut [T],
         op: ReduceOp,
     ) -> Result<&mut Self, Error> {
-        let count = OpKind::ReduceScatter.in_place_block_count(comm.size(), buf.len())?;
+        let count = self.admit(
+            comm,
+            OpKind::ReduceScatter.in_place_block_count(comm.size(), buf.len()),
+        )?;
         let user = in_place(buf);
         Ok(self.execute(comm, OpParam::reduce_scatter(count, T::DTYPE, op), user))
     }
@@ -129,7 +157,7 @@ impl<'a> Group<'a> {
         recv: &'a mut [T],
         root: Rank,
     ) -> Result<&mut Self, Error> {
-        Inner::same_length(send.len(), recv.len())?;
+        self.admit(comm, Inner::same_length(send.len(), recv.len()))?;
         let param = OpParam::rooted(OpKind::Broadcast, send.len(), T::DTYPE, ReduceOp::Sum, root);
         Ok(self.execute(comm, param, out_of_place(send, recv)))
     }
@@ -155,7 +183,7 @@ impl<'a> Group<'a> {
         op: ReduceOp,
         root: Rank,
     ) -> Result<&mut Self, Error> {
-        Inner::same_length(send.len(), recv.len())?;
+        self.admit(comm, Inner::same_length(send.len(), recv.len()))?;
         let param = OpParam::rooted(OpKind::Reduce, send.len(), T::DTYPE, op, root);
         Ok(self.execute(comm, param, out_of_place(send, recv)))
     }
@@ -181,7 +209,10 @@ impl<'a> Group<'a> {
         recv: &'a mut [T],
         root: Rank,
     ) -> Result<&mut Self, Error> {
-        let count = OpKind::Scatter.block_count(comm.size(), send.len(), recv.len())?;
+        let count = self.admit(
+            comm,
+            OpKind::Scatter.block_count(comm.size(), send.len(), recv.len()),
+        )?;
         let param = OpParam::rooted(OpKind::Scatter, count, T::DTYPE, ReduceOp::Sum, root);
         Ok(self.execute(comm, param, out_of_place(send, recv)))
     }
@@ -194,7 +225,10 @@ impl<'a> Group<'a> {
         buf: &'a mut [T],
         root: Rank,
     ) -> Result<&mut Self, Error> {
-        let count = OpKind::Scatter.in_place_block_count(comm.size(), buf.len())?;
+        let count = self.admit(
+            comm,
+            OpKind::Scatter.in_place_block_count(comm.size(), buf.len()),
+        )?;
         let param = OpParam::rooted(OpKind::Scatter, count, T::DTYPE, ReduceOp::Sum, root);
         Ok(self.execute(comm, param, in_place(buf)))
     }
@@ -208,7 +242,10 @@ impl<'a> Group<'a> {
         recv: &'a mut [T],
         root: Rank,
     ) -> Result<&mut Self, Error> {
-        let count = OpKind::Gather.block_count(comm.size(), send.len(), recv.len())?;
+        let count = self.admit(
+            comm,
+            OpKind::Gather.block_count(comm.size(), send.len(), recv.len()),
+        )?;
         let param = OpParam::rooted(OpKind::Gather, count, T::DTYPE, ReduceOp::Sum, root);
         Ok(self.execute(comm, param, out_of_place(send, recv)))
     }
@@ -221,7 +258,10 @@ impl<'a> Group<'a> {
         buf: &'a mut [T],
         root: Rank,
     ) -> Result<&mut Self, Error> {
-        let count = OpKind::Gather.in_place_block_count(comm.size(), buf.len())?;
+        let count = self.admit(
+            comm,
+            OpKind::Gather.in_place_block_count(comm.size(), buf.len()),
+        )?;
         let param = OpParam::rooted(OpKind::Gather, count, T::DTYPE, ReduceOp::Sum, root);
         Ok(self.execute(comm, param, in_place(buf)))
     }
@@ -234,7 +274,10 @@ impl<'a> Group<'a> {
         send: &'a [T],
         recv: &'a mut [T],
     ) -> Result<&mut Self, Error> {
-        let count = OpKind::AlltoAll.block_count(comm.size(), send.len(), recv.len())?;
+        let count = self.admit(
+            comm,
+            OpKind::AlltoAll.block_count(comm.size(), send.len(), recv.len()),
+        )?;
         let param = OpParam::new(OpKind::AlltoAll, count, T::DTYPE, ReduceOp::Sum);
         Ok(self.execute(comm, param, out_of_place(send, recv)))
     }
@@ -371,7 +414,7 @@ impl<'a> Group<'a> {
 
     /// Launch every call and wait for all; the first error, if any.
     pub fn run(self) -> Result<(), Error> {
-        Inner::execute_group(self.calls).into_iter().collect()
+        Inner::execute_calls(self.calls).into_iter().collect()
     }
 }
 

@@ -7,7 +7,7 @@
 //! calculation and orchestration once per op signature and caches the resulting program,
 //! so a repeated call costs only its execution.
 
-use crate::agreement::{CallBoard, Deposit, Signature};
+use crate::agreement::CallBoard;
 use crate::config::{Config, DeviceChoice};
 use crate::error::{ArgError, Error};
 use crate::executor::{Mode, PlanCtx, ResourceRequest};
@@ -15,13 +15,17 @@ use crate::limits::{MAX_HOST_THREADS, MAX_RANKS};
 use crate::op::OpParam;
 use crate::orchestrate::build_program;
 use crate::select::{select_alg, SelectRequest, Selection};
+
+mod group_call;
+
 use crate::topology::Topology;
+pub use group_call::GroupCall;
 use oxccl_platform::host::HostDevice;
 use oxccl_platform::sim::SimDevice;
 use oxccl_platform::{Device, DeviceConfig, Execution, Rank, RankProgram, ScratchId, UserBuffers};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 /// State shared by all ranks of a communicator.
@@ -97,15 +101,6 @@ impl std::fmt::Debug for Communicator {
             .field("size", &self.size())
             .field("device", &self.group.device.kind())
             .finish()
-    }
-}
-
-/// Clears a rank's busy flag when its call ends, on every path.
-struct BusyClaim<'a>(&'a AtomicBool);
-
-impl Drop for BusyClaim<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -346,123 +341,9 @@ impl Communicator {
             .expect("one result per call")
     }
 
-    /// Run several ranks' collectives from one thread (NCCL's group call): every entry is
-    /// validated and prepared, the ranks agree on each call ([`crate::agreement`]), then
-    /// all run at once on their shared device. Returns one result per entry, in order.
-    /// All communicators must come from the same `init_all`; a group that mixes
-    /// communicators is refused whole, before any rank runs.
-    pub fn execute_group(
-        calls: Vec<(&Communicator, OpParam, UserBuffers<'_>)>,
-    ) -> Vec<Result<(), Error>> {
-        let Some(group) = calls.first().map(|c| c.0.group.clone()) else {
-            return Vec::new();
-        };
-        if let Some(stranger) = calls.iter().find(|c| !Arc::ptr_eq(&c.0.group, &group)) {
-            let err: Error = crate::error::ConfigError {
-                var: "group call",
-                value: format!("rank {}", stranger.0.rank),
-                reason: "all communicators of a group call must come from the same init_all; \
-                         nothing was run"
-                    .into(),
-            }
-            .into();
-            return calls.iter().map(|_| Err(err.clone())).collect();
-        }
-        let mut claims: Vec<BusyClaim<'_>> = Vec::with_capacity(calls.len());
-        let mut results: Vec<Result<(), Error>> = Vec::with_capacity(calls.len());
-        let mut pending = Vec::with_capacity(calls.len());
-        for (comm, op, user) in calls {
-            match comm.claim() {
-                Ok(claim) => claims.push(claim),
-                Err(err) => {
-                    results.push(Err(err));
-                    continue;
-                }
-            }
-            let (call, run) = comm.announce(&op, user);
-            pending.push((results.len(), comm, call, run));
-            results.push(Ok(()));
-        }
-        let mut executions = Vec::new();
-        let mut slots = Vec::new();
-        for (slot, comm, call, run) in pending {
-            match comm.agreed(call, run) {
-                Ok(Some(e)) => {
-                    slots.push(slot);
-                    executions.push(e);
-                }
-                Ok(None) => {}
-                Err(err) => results[slot] = Err(err),
-            }
-        }
-        for (slot, outcome) in slots
-            .into_iter()
-            .zip(group.device.execute_group(executions))
-        {
-            if let Err(err) = outcome {
-                let err = Error::Device(err);
-                group.fail(&err);
-                results[slot] = Err(err);
-            }
-        }
-        drop(claims);
-        results
-    }
-
-    /// Mark this rank busy for one call, or refuse the call (without touching the
-    /// communicator) when another thread's call runs.
-    fn claim(&self) -> Result<BusyClaim<'_>, Error> {
-        if self.busy.swap(true, Ordering::Acquire) {
-            return Err(Error::Busy { rank: self.rank });
-        }
-        Ok(BusyClaim(&self.busy))
-    }
-
-    /// Validate and prepare one call, number it, and deposit its signature (or its
-    /// refusal) on the agreement board. Returns the call number and what to run.
-    fn announce<'a>(
-        &self,
-        op: &OpParam,
-        user: UserBuffers<'a>,
-    ) -> (u64, Result<Option<Execution<'a>>, Error>) {
-        let call = self.calls.fetch_add(1, Ordering::Relaxed);
-        let run = self.checked_execution(op, user);
-        if self.group.config.check_calls {
-            let deposit = match &run {
-                Ok(prepared) => {
-                    let executor = prepared.as_ref().map(|(_, name)| *name);
-                    Deposit::Call(Signature::new(self.rank, op, executor))
-                }
-                Err(err) => Deposit::Refused(err.to_string()),
-            };
-            self.group.board.deposit(call, self.rank, deposit);
-        }
-        (call, run.map(|prepared| prepared.map(|(e, _)| e)))
-    }
-
-    /// Wait for every rank's agreement on call `call`, then hand back what to run.
-    fn agreed<'a>(
-        &self,
-        call: u64,
-        run: Result<Option<Execution<'a>>, Error>,
-    ) -> Result<Option<Execution<'a>>, Error> {
-        if !self.group.config.check_calls {
-            return run;
-        }
-        let run = run?;
-        let timeout = self.group.config.exec_timeout;
-        if let Err(err) = self.group.board.verdict(call, self.rank, timeout) {
-            if matches!(err, Error::CallTimeout { .. }) {
-                self.group.fail(&err);
-            }
-            return Err(err);
-        }
-        Ok(run)
-    }
-
     /// Validate and prepare one call: its execution and the executor's name, or `None`
     /// when there is nothing to run (count 0).
-    fn checked_execution<'a>(
+    pub(crate) fn checked_execution<'a>(
         &self,
         op: &OpParam,
         user: UserBuffers<'a>,
@@ -483,6 +364,7 @@ impl Communicator {
             program: p.program,
             user,
             scratch: p.scratch,
+            gate: None,
         };
         Ok(Some((execution, p.selection.executor.name)))
     }

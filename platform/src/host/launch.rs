@@ -134,11 +134,22 @@ pub(crate) enum Step {
     Suspended,
 }
 
+/// Whether a launch's streams were queued.
+#[derive(Copy, Clone)]
+enum Phase {
+    /// Waiting for its gate (see [`crate::gate`]) since then.
+    Gated(Instant),
+    Running,
+    /// Ended before it started (its gate refused it, or the device stopped).
+    Cancelled,
+}
+
 /// One rank's program in flight.
 pub(crate) struct Launch {
     pub shared: Arc<Shared>,
     pub program: Arc<RankProgram>,
     pub scratch: Option<usize>,
+    phase: Mutex<Phase>,
     pc: Vec<AtomicUsize>,
     parked: Mutex<Vec<Option<(NotifyId, Instant, usize)>>>,
     remaining: AtomicUsize,
@@ -153,12 +164,18 @@ impl Launch {
         shared: Arc<Shared>,
         program: Arc<RankProgram>,
         scratch: Option<usize>,
+        gated: bool,
     ) -> Arc<Self> {
         let streams = program.streams.len();
+        let phase = match gated {
+            true => Phase::Gated(Instant::now()),
+            false => Phase::Running,
+        };
         Arc::new(Launch {
             shared,
             program,
             scratch,
+            phase: Mutex::new(phase),
             pc: (0..streams).map(|_| AtomicUsize::new(0)).collect(),
             parked: Mutex::new(vec![None; streams]),
             remaining: AtomicUsize::new(streams),
@@ -178,6 +195,40 @@ impl Launch {
         for s in 0..self.program.streams.len() {
             self.schedule(s);
         }
+    }
+
+    /// The gate decided: queue every stream, or end the launch with `cause` before any
+    /// task ran.
+    pub(crate) fn gate_decided(self: &Arc<Self>, outcome: Result<(), String>) {
+        match outcome {
+            Ok(()) => {
+                let mut phase = self.phase.lock();
+                if let Phase::Gated(_) = *phase {
+                    *phase = Phase::Running;
+                    drop(phase);
+                    self.start();
+                }
+            }
+            Err(cause) => {
+                let rank = self.rank();
+                self.abort(DeviceError::Refused { rank, cause });
+            }
+        }
+    }
+
+    /// End a launch whose streams were never queued: they all count as finished. False
+    /// when it already runs (or ended).
+    fn cancel_unstarted(&self) -> bool {
+        let mut phase = self.phase.lock();
+        if let Phase::Gated(_) = *phase {
+            *phase = Phase::Cancelled;
+            drop(phase);
+            for _ in 0..self.program.streams.len() {
+                self.finish_stream();
+            }
+            return true;
+        }
+        false
     }
 
     /// Queue stream `s` to run from its current task.
@@ -223,10 +274,21 @@ impl Launch {
             }
             first
         };
-        if first && !matches!(error, DeviceError::Aborted { .. }) {
+        // A launch that never passed its gate ran no task: nothing to stop elsewhere (the
+        // gate's owner tells the other launches).
+        let own = !matches!(
+            error,
+            DeviceError::Aborted { .. }
+                | DeviceError::Refused { .. }
+                | DeviceError::GateTimeout { .. }
+        );
+        if first && own {
             self.shared.fail_all(self, &error);
         }
         self.aborted.store(true, Ordering::Release);
+        if self.cancel_unstarted() {
+            return;
+        }
         let mut table = self.shared.notifies.lock();
         for slot in table.ranks[self.rank()].iter_mut() {
             if matches!(&slot.waiter, Some((l, _)) if Arc::ptr_eq(l, self)) {
@@ -275,6 +337,13 @@ impl Launch {
 
     fn overdue_wait(&self) -> Option<DeviceError> {
         let timeout = self.shared.config.exec_timeout;
+        if let Phase::Gated(since) = *self.phase.lock() {
+            let waited = since.elapsed();
+            return (waited >= timeout).then(|| DeviceError::GateTimeout {
+                rank: self.rank(),
+                waited,
+            });
+        }
         let parked = self.parked.lock();
         parked.iter().enumerate().find_map(|(stream, p)| {
             let (notify, since, task) = (*p)?;

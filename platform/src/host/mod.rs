@@ -130,12 +130,19 @@ impl HostDevice {
         // (local or a peer's) still using these buffers; the borrow of the user buffers
         // outlives `execute_group`, which unregisters before returning.
         let registration = self.shared.memory.register(rank, user_regions(e.user))?;
-        let launch = Launch::new(self.shared.clone(), e.program, e.scratch.map(|s| s.0));
+        let scratch = e.scratch.map(|s| s.0);
+        let launch = Launch::new(self.shared.clone(), e.program, scratch, e.gate.is_some());
         if let Err(err) = self.shared.admit(&launch) {
             self.shared.memory.unregister(rank, registration);
             return Err(err);
         }
-        launch.start();
+        match e.gate {
+            Some(gate) => {
+                let gated = launch.clone();
+                gate.when_decided(Box::new(move |outcome| gated.gate_decided(outcome)));
+            }
+            None => launch.start(),
+        }
         Ok((launch, registration))
     }
 }
@@ -185,7 +192,7 @@ impl Device for HostDevice {
         // A part of the group that could not start leaves its peers waiting for it: stop
         // the device, which aborts every launch in flight (this group's and others').
         let start_error = results.iter().find_map(|r| match r {
-            Err(DeviceError::Aborted { .. }) | Ok(()) => None,
+            Err(DeviceError::Aborted { .. } | DeviceError::Refused { .. }) | Ok(()) => None,
             Err(e) => Some(e.to_string()),
         });
         if let Some(cause) = start_error {

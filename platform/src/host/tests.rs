@@ -57,6 +57,7 @@ fn run2(
                 output: &mut scratch_out,
             },
             scratch: None,
+            gate: None,
         },
         Execution {
             program: p1,
@@ -65,6 +66,7 @@ fn run2(
                 output: out,
             },
             scratch: None,
+            gate: None,
         },
     ])
 }
@@ -122,6 +124,7 @@ fn run_without_buffers(dev: &HostDevice, p: RankProgram) -> Result<(), DeviceErr
         program: Arc::new(p),
         user: UserBuffers::InPlace(&mut []),
         scratch: None,
+        gate: None,
     })
 }
 
@@ -132,6 +135,7 @@ fn run_one(dev: &HostDevice, task: Task, input: &[u8], output: &mut [u8]) -> Dev
         program: Arc::new(p),
         user: UserBuffers::OutOfPlace { input, output },
         scratch: None,
+        gate: None,
     })
     .unwrap_err()
 }
@@ -262,11 +266,13 @@ fn one_rank_cannot_run_two_collectives_at_once() {
             program: p.clone(),
             user: UserBuffers::InPlace(&mut []),
             scratch: None,
+            gate: None,
         },
         Execution {
             program: p,
             user: UserBuffers::InPlace(&mut []),
             scratch: None,
+            gate: None,
         },
     ]);
     assert!(
@@ -316,7 +322,47 @@ fn slave_streams_fork_and_join_through_local_notifies() {
             output: &mut output,
         },
         scratch: None,
+        gate: None,
     })
     .unwrap();
     assert_eq!(i32::from_le_bytes(output), 42);
+}
+
+#[test]
+fn gated_launches_start_when_the_gate_opens_and_end_untouched_when_refused() {
+    let dev = device(2, 1, 60_000);
+    dev.reserve_local_notifies(1).unwrap();
+    let exchange = |rank: usize, gate: &Arc<crate::Gate>| {
+        let mut p = RankProgram::new(rank, 1);
+        p.streams[0].post(local(&dev, 1 - rank, 0));
+        p.streams[0].wait(local(&dev, rank, 0));
+        Execution {
+            program: Arc::new(p),
+            user: UserBuffers::InPlace(&mut []),
+            scratch: None,
+            gate: Some(gate.clone()),
+        }
+    };
+    let opened = Arc::new(crate::Gate::default());
+    std::thread::scope(|s| {
+        let both = s.spawn(|| dev.execute_group(vec![exchange(0, &opened), exchange(1, &opened)]));
+        std::thread::sleep(Duration::from_millis(20));
+        opened.decide(Ok(()));
+        let results = both.join().unwrap();
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+    });
+    let refused = Arc::new(crate::Gate::default());
+    refused.decide(Err("rank 1 passed count 10".into()));
+    for result in dev.execute_group(vec![exchange(0, &refused), exchange(1, &refused)]) {
+        let err = result.unwrap_err().to_string();
+        assert!(
+            err.contains("not started because rank 1 passed count 10"),
+            "{err}"
+        );
+    }
+    // Nothing ran and nothing was left set: the device still works.
+    let again = Arc::new(crate::Gate::default());
+    again.decide(Ok(()));
+    let results = dev.execute_group(vec![exchange(0, &again), exchange(1, &again)]);
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
 }

@@ -85,15 +85,27 @@ impl Device for SimDevice {
     }
 
     fn execute_group(&self, group: Vec<Execution<'_>>) -> Vec<Result<(), DeviceError>> {
-        let mut recorded = self.recorded.lock();
         group
             .into_iter()
             .map(|e| {
+                let rank = e.program.rank;
+                if let Some(gate) = &e.gate {
+                    match gate.wait(self.config.exec_timeout) {
+                        None => {
+                            return Err(DeviceError::GateTimeout {
+                                rank,
+                                waited: self.config.exec_timeout,
+                            })
+                        }
+                        Some(Err(cause)) => return Err(DeviceError::Refused { rank, cause }),
+                        Some(Ok(())) => {}
+                    }
+                }
                 let (in_place, input_bytes, output_bytes) = match &e.user {
                     UserBuffers::OutOfPlace { input, output } => (false, input.len(), output.len()),
                     UserBuffers::InPlace(buf) => (true, buf.len(), buf.len()),
                 };
-                recorded.push(Recorded {
+                self.recorded.lock().push(Recorded {
                     program: e.program,
                     in_place,
                     input_bytes,

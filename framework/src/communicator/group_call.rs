@@ -1,0 +1,222 @@
+//! One call of one or several ranks, from the calling thread to the device and back.
+//!
+//! For each rank's call: claim the rank (a second thread's call is refused, the
+//! communicator untouched), number the call, validate and prepare it, and deposit its
+//! signature (or its refusal) on the agreement board ([`crate::agreement`]). Every
+//! execution then goes to the device at once, each waiting on its call's gate; the device
+//! starts it when every rank agreed, or ends it untouched when they did not, and the error
+//! each rank gets is the board's verdict.
+
+use super::{Communicator, Group};
+use crate::agreement::{Deposit, Signature};
+use crate::error::{ConfigError, Error};
+use crate::op::OpParam;
+use oxccl_platform::{DeviceError, Execution, UserBuffers};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Clears a rank's busy flag when its call ends, on every path.
+struct BusyClaim<'a>(&'a AtomicBool);
+
+impl Drop for BusyClaim<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// One rank's numbered call, before it runs.
+struct Announced<'c, 'a> {
+    comm: &'c Communicator,
+    call: u64,
+    run: Result<Option<Execution<'a>>, Error>,
+}
+
+/// One rank's part of a group call.
+pub enum GroupCall<'c, 'a> {
+    /// Run `op` on this rank with these buffers.
+    Run(&'c Communicator, OpParam, UserBuffers<'a>),
+    /// A call its caller refused before it could be described (typed buffers that fit no
+    /// block shape, say). It still counts as this rank's call, so that the other ranks
+    /// learn why at once and every rank stays in step.
+    Refused(&'c Communicator, Error),
+}
+
+impl<'c> GroupCall<'c, '_> {
+    fn comm(&self) -> &'c Communicator {
+        match self {
+            GroupCall::Run(comm, ..) | GroupCall::Refused(comm, _) => comm,
+        }
+    }
+}
+
+impl Communicator {
+    /// Run several ranks' collectives from one thread (NCCL's group call): every entry is
+    /// validated and prepared, the ranks agree on each call ([`crate::agreement`]), then
+    /// all run at once on their shared device. Returns one result per entry, in order.
+    /// All communicators must come from the same `init_all`; a group that mixes
+    /// communicators is refused whole, before any rank runs.
+    pub fn execute_group(
+        calls: Vec<(&Communicator, OpParam, UserBuffers<'_>)>,
+    ) -> Vec<Result<(), Error>> {
+        let calls = calls
+            .into_iter()
+            .map(|(comm, op, user)| GroupCall::Run(comm, op, user))
+            .collect();
+        Self::execute_calls(calls)
+    }
+
+    /// [`Communicator::execute_group`] with calls refused by their caller among them.
+    pub fn execute_calls(calls: Vec<GroupCall<'_, '_>>) -> Vec<Result<(), Error>> {
+        let Some(group) = calls.first().map(|c| c.comm().group.clone()) else {
+            return Vec::new();
+        };
+        if let Some(stranger) = calls.iter().find(|c| !Arc::ptr_eq(&c.comm().group, &group)) {
+            let err = mixed_group(stranger.comm());
+            return calls.iter().map(|_| Err(err.clone())).collect();
+        }
+        let mut claims: Vec<BusyClaim<'_>> = Vec::with_capacity(calls.len());
+        let mut results: Vec<Result<(), Error>> = Vec::with_capacity(calls.len());
+        let mut announced = Vec::with_capacity(calls.len());
+        for call in calls {
+            let comm = call.comm();
+            match comm.claim() {
+                Ok(claim) => claims.push(claim),
+                Err(err) => {
+                    results.push(Err(err));
+                    continue;
+                }
+            }
+            let a = match call {
+                GroupCall::Run(_, op, user) => comm.announce(&op, user),
+                GroupCall::Refused(_, err) => comm.announce_refused(err),
+            };
+            announced.push((results.len(), a));
+            results.push(Ok(()));
+        }
+        run_announced(&group, announced, &mut results);
+        drop(claims);
+        results
+    }
+
+    /// Mark this rank busy for one call, or refuse the call (without touching the
+    /// communicator) when another thread's call runs.
+    fn claim(&self) -> Result<BusyClaim<'_>, Error> {
+        if self.busy.swap(true, Ordering::Acquire) {
+            return Err(Error::Busy { rank: self.rank });
+        }
+        Ok(BusyClaim(&self.busy))
+    }
+
+    /// Number the call, validate and prepare it, and deposit its signature (or its
+    /// refusal) on the agreement board; the execution waits on the call's gate.
+    fn announce<'c, 'a>(&'c self, op: &OpParam, user: UserBuffers<'a>) -> Announced<'c, 'a> {
+        let call = self.calls.fetch_add(1, Ordering::Relaxed);
+        let mut run = self.checked_execution(op, user);
+        if self.group.config.check_calls {
+            let deposit = match &run {
+                Ok(prepared) => {
+                    let executor = prepared.as_ref().map(|(_, name)| *name);
+                    Deposit::Call(Signature::new(self.rank, op, executor))
+                }
+                Err(err) => Deposit::Refused(err.to_string()),
+            };
+            let gate = self.group.board.deposit(call, self.rank, deposit);
+            if let Ok(Some((execution, _))) = &mut run {
+                execution.gate = Some(gate);
+            }
+        }
+        Announced {
+            comm: self,
+            call,
+            run: run.map(|prepared| prepared.map(|(e, _)| e)),
+        }
+    }
+
+    /// Number a call its caller refused and deposit the refusal.
+    fn announce_refused<'c>(&'c self, err: Error) -> Announced<'c, 'static> {
+        let call = self.calls.fetch_add(1, Ordering::Relaxed);
+        if self.group.config.check_calls {
+            let refusal = Deposit::Refused(err.to_string());
+            self.group.board.deposit(call, self.rank, refusal);
+        }
+        Announced {
+            comm: self,
+            call,
+            run: Err(err),
+        }
+    }
+
+    /// This rank's result of call `call` from what the device reported.
+    fn settle(&self, call: u64, outcome: Result<(), DeviceError>) -> Result<(), Error> {
+        let board = &self.group.board;
+        let checked = self.group.config.check_calls;
+        let err = match outcome {
+            // The gate opened: read the (favourable) verdict so the round can go.
+            Ok(()) if checked => return board.verdict(call, self.rank, Default::default()),
+            Ok(()) => return Ok(()),
+            // Refused before it started: the verdict says why, and nothing ran.
+            Err(DeviceError::Refused { .. }) if checked => {
+                return board.verdict(call, self.rank, Default::default());
+            }
+            Err(DeviceError::GateTimeout { waited, .. }) if checked => {
+                board.timed_out(call, self.rank, waited)
+            }
+            Err(err) => Error::Device(err),
+        };
+        self.group.fail(&err);
+        Err(err)
+    }
+
+    /// The verdict on a call that launched nothing (count 0), which the rank waits for
+    /// itself.
+    fn verdict_without_launch(&self, call: u64) -> Result<(), Error> {
+        if !self.group.config.check_calls {
+            return Ok(());
+        }
+        let timeout = self.group.config.exec_timeout;
+        let verdict = self.group.board.verdict(call, self.rank, timeout);
+        if let Err(err @ Error::CallTimeout { .. }) = &verdict {
+            self.group.fail(err);
+        }
+        verdict
+    }
+}
+
+/// Hand every announced execution to the device at once; fill in each call's result.
+fn run_announced(
+    group: &Group,
+    announced: Vec<(usize, Announced<'_, '_>)>,
+    results: &mut [Result<(), Error>],
+) {
+    let mut executions = Vec::new();
+    let mut launched = Vec::new();
+    let mut idle = Vec::new();
+    for (slot, a) in announced {
+        match a.run {
+            Ok(Some(execution)) => {
+                executions.push(execution);
+                launched.push((slot, a.comm, a.call));
+            }
+            Ok(None) => idle.push((slot, a.comm, a.call)),
+            Err(err) => results[slot] = Err(err),
+        }
+    }
+    let outcomes = group.device.execute_group(executions);
+    for ((slot, comm, call), outcome) in launched.into_iter().zip(outcomes) {
+        results[slot] = comm.settle(call, outcome);
+    }
+    for (slot, comm, call) in idle {
+        results[slot] = comm.verdict_without_launch(call);
+    }
+}
+
+fn mixed_group(stranger: &Communicator) -> Error {
+    ConfigError {
+        var: "group call",
+        value: format!("rank {}", stranger.rank),
+        reason: "all communicators of a group call must come from the same init_all; \
+                 nothing was run"
+            .into(),
+    }
+    .into()
+}
