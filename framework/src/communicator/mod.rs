@@ -15,11 +15,7 @@ use crate::limits::{MAX_HOST_THREADS, MAX_RANKS};
 use crate::op::OpParam;
 use crate::orchestrate::build_program;
 use crate::select::{select_alg, SelectRequest, Selection};
-
-mod group_call;
-
 use crate::topology::Topology;
-pub use group_call::GroupCall;
 use oxccl_platform::host::HostDevice;
 use oxccl_platform::sim::SimDevice;
 use oxccl_platform::{Device, DeviceConfig, Execution, Rank, RankProgram, ScratchId, UserBuffers};
@@ -27,6 +23,10 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
+
+mod group_call;
+
+pub use group_call::GroupCall;
 
 /// State shared by all ranks of a communicator.
 pub struct Group {
@@ -123,44 +123,56 @@ fn create_device(n: usize, config: &Config) -> Result<Arc<dyn Device>, Error> {
     })
 }
 
+/// `n` ranks are within [`MAX_RANKS`]: checked before anything is sized by `n`.
+fn check_rank_count(n: usize) -> Result<(), Error> {
+    if n > MAX_RANKS {
+        return Err(crate::error::ConfigError {
+            var: "ranks",
+            value: n.to_string(),
+            reason: format!(
+                "at most {MAX_RANKS} ranks per communicator (oxccl::framework::limits::MAX_RANKS)"
+            ),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// The worker count and the topology suit `n` ranks.
+fn check_init(n: usize, config: &Config, topology: &Topology) -> Result<(), Error> {
+    if config.host_threads > MAX_HOST_THREADS {
+        return Err(crate::error::ConfigError {
+            var: "OXCCL_HOST_THREADS",
+            value: config.host_threads.to_string(),
+            reason: format!("at most {MAX_HOST_THREADS} worker threads; 0 means one per core"),
+        }
+        .into());
+    }
+    if n == 0 || topology.ranks() != n {
+        return Err(crate::error::ConfigError {
+            var: "ranks",
+            value: n.to_string(),
+            reason: format!(
+                "need at least one rank, as many as the topology has ({}); check OXCCL_TOPO_FILE",
+                topology.ranks()
+            ),
+        }
+        .into());
+    }
+    Ok(())
+}
+
 impl Communicator {
     /// Create `n` in-process ranks sharing one device. Refuses a topology whose healthy
     /// links do not join every rank to every other ([`Error::Disconnected`]): no
     /// collective could run on it.
     pub fn init_all(n: usize, config: Config) -> Result<Vec<Communicator>, Error> {
+        check_rank_count(n)?;
         let topology = config
             .topology
             .clone()
             .unwrap_or_else(|| Topology::single_server(n));
-        if n > MAX_RANKS {
-            return Err(crate::error::ConfigError {
-                var: "ranks",
-                value: n.to_string(),
-                reason: format!(
-                    "at most {MAX_RANKS} ranks per communicator (oxccl::framework::limits::MAX_RANKS)"
-                ),
-            }
-            .into());
-        }
-        if config.host_threads > MAX_HOST_THREADS {
-            return Err(crate::error::ConfigError {
-                var: "OXCCL_HOST_THREADS",
-                value: config.host_threads.to_string(),
-                reason: format!("at most {MAX_HOST_THREADS} worker threads; 0 means one per core"),
-            }
-            .into());
-        }
-        if n == 0 || topology.ranks() != n {
-            return Err(crate::error::ConfigError {
-                var: "ranks",
-                value: n.to_string(),
-                reason: format!(
-                    "need at least one rank, as many as the topology has ({}); check OXCCL_TOPO_FILE",
-                    topology.ranks()
-                ),
-            }
-            .into());
-        }
+        check_init(n, &config, &topology)?;
         topology.check_connected()?;
         config.algo.validate()?;
         if config.link_channels < 2 {

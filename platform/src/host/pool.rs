@@ -45,6 +45,19 @@ pub(crate) struct WorkerPool {
 impl WorkerPool {
     /// Start `threads` workers (at least one).
     pub(crate) fn new(threads: usize) -> std::io::Result<Self> {
+        Self::start(threads, |i, queue| {
+            std::thread::Builder::new()
+                .name(format!("oxccl-host-{i}"))
+                .spawn(move || worker(&queue))
+        })
+    }
+
+    /// Start `threads` workers with `spawn(index, queue)`, which runs [`worker`] on a new
+    /// thread.
+    fn start(
+        threads: usize,
+        mut spawn: impl FnMut(usize, Arc<Queue>) -> std::io::Result<JoinHandle<()>>,
+    ) -> std::io::Result<Self> {
         let queue = Arc::new(Queue {
             jobs: Mutex::new((VecDeque::new(), false)),
             ready: Condvar::new(),
@@ -55,10 +68,7 @@ impl WorkerPool {
             threads: Vec::with_capacity(threads.max(1)),
         };
         for i in 0..threads.max(1) {
-            let queue = pool.queue.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("oxccl-host-{i}"))
-                .spawn(move || worker(&queue));
+            let spawned = spawn(i, pool.queue.clone());
             // On failure `pool` drops here, which stops and joins the workers already
             // started: a pool that cannot start leaks no thread.
             pool.threads.push(spawned?);
@@ -154,6 +164,24 @@ impl Drop for WorkerPool {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn a_pool_that_cannot_start_stops_the_workers_it_started() {
+        let exited = Arc::new(AtomicUsize::new(0));
+        let result = WorkerPool::start(8, |i, queue| {
+            if i == 5 {
+                return Err(std::io::Error::other("no more threads"));
+            }
+            let exited = exited.clone();
+            Ok(std::thread::spawn(move || {
+                worker(&queue);
+                exited.fetch_add(1, Ordering::Relaxed);
+            }))
+        });
+        assert!(result.is_err());
+        // The failed start joined the five workers it had started.
+        assert_eq!(exited.load(Ordering::Relaxed), 5);
+    }
 
     #[test]
     fn runs_every_job_and_joins_on_drop() {
