@@ -44,6 +44,15 @@ fn all_reduce_ones(comm: &Communicator, count: usize) -> Result<(), Error> {
     Ok(())
 }
 
+/// The error of a call expected to fail (an `Ok` here would be a program of millions of
+/// tasks: not printed).
+fn refused<T>(result: Result<T, Error>) -> Error {
+    match result {
+        Ok(_) => panic!("expected an error"),
+        Err(err) => err,
+    }
+}
+
 fn assert_usable(comms: &[Communicator]) {
     for result in on_every_rank(comms, |_, c| all_reduce_ones(c, 33)) {
         result.unwrap();
@@ -199,15 +208,14 @@ fn programs_too_large_to_build_are_refused_not_built() {
     let start = Instant::now();
     // Selection models every candidate: each is refused, and the error says why.
     let c = Communicator::init_all(2, config.clone()).unwrap();
-    // (`err().expect`: an Ok would print a program of millions of tasks.)
-    let err = c[0].framework().prepare(&op, false).err().expect("refused");
+    let err = refused(c[0].framework().prepare(&op, false));
     assert!(matches!(err, Error::NoExecutor { .. }), "{err:?}");
     assert!(err.to_string().contains("MAX_TASKS"), "{err}");
     // A forced executor gets the refusal itself.
     let mut forced = config;
     forced.algo.set(Some(OpKind::AllReduce), "one-shot");
     let c = Communicator::init_all(2, forced).unwrap();
-    let err = c[0].framework().prepare(&op, false).err().expect("refused");
+    let err = refused(c[0].framework().prepare(&op, false));
     assert!(matches!(err, Error::TooManyTasks { .. }), "{err:?}");
     assert!(err.to_string().contains("OXCCL_BUFFSIZE"), "{err}");
     assert!(
@@ -217,11 +225,7 @@ fn programs_too_large_to_build_are_refused_not_built() {
     );
     // Past the buffer bound: refused by validation, before any planning.
     let huge = OpParam::all_reduce(usize::MAX / 4, DataType::F64, ReduceOp::Sum);
-    let err = c[0]
-        .framework()
-        .prepare(&huge, false)
-        .err()
-        .expect("refused");
+    let err = refused(c[0].framework().prepare(&huge, false));
     assert!(
         matches!(err, Error::Arg(ArgError::CountOverflow { .. })),
         "{err:?}"
