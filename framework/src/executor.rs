@@ -68,6 +68,36 @@ pub struct ResourceRequest {
 }
 
 impl ResourceRequest {
+    /// Check the request against [`crate::limits`]: a plugin's request is input too.
+    pub fn check(&self, executor: &str, rank: Rank) -> Result<(), Error> {
+        use crate::limits::{MAX_BUFFER_BYTES, MAX_LOCAL_NOTIFIES, MAX_SLAVE_STREAMS};
+        let over = [
+            ("slave streams", self.slave_streams, MAX_SLAVE_STREAMS),
+            ("local notifies", self.local_notifies, MAX_LOCAL_NOTIFIES),
+            ("scratch bytes", self.scratch_bytes, MAX_BUFFER_BYTES),
+        ]
+        .into_iter()
+        .find(|(_, asked, limit)| asked > limit);
+        match over {
+            Some((what, asked, limit)) => Err(Error::BadProgram {
+                executor: executor.into(),
+                rank,
+                reason: format!(
+                    "the resource request asks for {asked} {what}, more than the {limit} \
+                     allowed (oxccl::framework::limits)"
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Local notifies of the rank's table this request needs: a fork and a join notify
+    /// per slave stream, then the executor's own (exact once [`ResourceRequest::check`]
+    /// passed).
+    pub fn local_notify_count(&self) -> usize {
+        2 * self.slave_streams + self.local_notifies
+    }
+
     /// A request for links to `peers` and nothing else.
     pub fn with_peers(peers: Peers) -> Self {
         ResourceRequest {
@@ -442,4 +472,46 @@ macro_rules! register_template {
             }
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_requests_past_the_limits_are_refused_naming_what() {
+        let ok = ResourceRequest {
+            slave_streams: 7,
+            local_notifies: 3,
+            ..ResourceRequest::with_peers(Peers::All)
+        };
+        assert!(ok.check("x", 0).is_ok());
+        assert_eq!(ok.local_notify_count(), 17);
+        for (req, what) in [
+            (
+                ResourceRequest {
+                    slave_streams: usize::MAX,
+                    ..ok.clone()
+                },
+                "slave streams",
+            ),
+            (
+                ResourceRequest {
+                    local_notifies: usize::MAX / 2,
+                    ..ok.clone()
+                },
+                "local notifies",
+            ),
+            (
+                ResourceRequest {
+                    scratch_bytes: usize::MAX,
+                    ..ok.clone()
+                },
+                "scratch bytes",
+            ),
+        ] {
+            let err = req.check("greedy", 3).unwrap_err().to_string();
+            assert!(err.contains(what) && err.contains("greedy"), "{err}");
+        }
+    }
 }

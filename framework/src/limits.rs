@@ -23,6 +23,9 @@
 //! - [`MAX_HOST_THREADS`] = 1024: worker threads of the host device.
 //! - [`MAX_P2P_ITEMS`] = 1 Mi: sends plus receives of one AlltoAllV or send/recv call on
 //!   one rank.
+//! - [`MAX_SLAVE_STREAMS`] = 1024 and [`MAX_LOCAL_NOTIFIES`] = 64 Ki: what one executor's
+//!   resource request may ask for on one rank (every rank's notify table grows with it),
+//!   and [`MAX_BUFFER_BYTES`] of scratch.
 
 /// Most ranks a communicator or topology may have.
 pub const MAX_RANKS: usize = 1024;
@@ -38,3 +41,9 @@ pub const MAX_HOST_THREADS: usize = 1024;
 
 /// Most sends plus receives of one vector call on one rank.
 pub const MAX_P2P_ITEMS: usize = 1 << 20;
+
+/// Most slave streams one executor may request per rank.
+pub const MAX_SLAVE_STREAMS: usize = 1024;
+
+/// Most executor-private local notifies one executor may request per rank.
+pub const MAX_LOCAL_NOTIFIES: usize = 64 << 10;

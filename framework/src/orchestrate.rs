@@ -39,6 +39,7 @@ pub fn build_program(
     req: &ResourceRequest,
     layout: NotifyLayout,
 ) -> Result<RankProgram, Error> {
+    req.check(executor_name, plan.rank)?;
     let links = grant_links(executor_name, plan, req)?;
     let mut program = RankProgram::new(plan.rank, 1 + req.slave_streams);
     let op = plan.op;
@@ -80,7 +81,7 @@ pub fn build_program(
     if op.has_work() {
         close_links(&mut program, plan.rank, &links, layout);
     }
-    let notifies = layout.table_len(2 * req.slave_streams + req.local_notifies);
+    let notifies = layout.table_len(req.local_notify_count());
     validate_program(executor_name, plan, &program, &links, notifies as u32)?;
     Ok(program)
 }

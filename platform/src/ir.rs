@@ -74,9 +74,15 @@ impl Slice {
     }
 
     /// A sub-range, `offset` bytes into this slice.
+    ///
+    /// Saturating: an out-of-range sub-slice stays out of range (devices and the analyzer
+    /// refuse it) instead of wrapping around to a valid one.
     pub fn sub(&self, offset: usize, len: usize) -> Slice {
-        debug_assert!(offset + len <= self.len, "sub-slice out of range");
-        Slice::new(self.rank, self.buf, self.offset + offset, len)
+        debug_assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len),
+            "sub-slice out of range"
+        );
+        Slice::new(self.rank, self.buf, self.offset.saturating_add(offset), len)
     }
 
     /// True when both slices share at least one byte of the same buffer.

@@ -327,8 +327,9 @@ impl Communicator {
             ?request,
             "algorithm selected"
         );
+        request.check(entry.name, self.rank)?;
         g.device
-            .reserve_local_notifies(2 * request.slave_streams + request.local_notifies)?;
+            .reserve_local_notifies(request.local_notify_count())?;
         let scratch = g.scratch_for(&selection.tag, request.scratch_bytes)?;
         let program = build_program(
             entry.name,
