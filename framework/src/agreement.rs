@@ -103,8 +103,7 @@ impl CallBoard {
         if round.arrived < self.ranks {
             return gate;
         }
-        let deposits: Vec<Deposit> = round.deposits.iter().flatten().cloned().collect();
-        let verdict = signature::verdict(call, &deposits);
+        let verdict = signature::verdict(call, &round.deposits);
         let decision = verdict.clone().map_err(|e| e.to_string());
         if round.unread == 0 {
             state.rounds.remove(&call);

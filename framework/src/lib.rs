@@ -13,6 +13,10 @@
 //!    buffers) and calls the executor's `kernel_run` per iteration;
 //! 5. [`communicator`]: caches the program and hands it to the device.
 //!
+//! Before a call runs, its ranks agree on what it is ([`agreement`]): a mismatched or
+//! refused call is an error on every rank, and nothing moves. Every size a caller, a file
+//! or a plugin supplies is checked against [`limits`].
+//!
 //! [`registry`] holds the executors and templates registered at link time with
 //! [`register_executor!`] and [`register_template!`]; [`config`] reads the environment in
 //! one place; [`topology`] says which links exist.

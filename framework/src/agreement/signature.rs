@@ -94,17 +94,18 @@ impl fmt::Display for Signature {
     }
 }
 
-/// The verdict on call `call` from every rank's deposit.
-pub(super) fn verdict(call: u64, deposits: &[Deposit]) -> Result<(), Error> {
-    // `deposits` holds every rank's, in rank order.
-    if let Some((rank, reason)) = deposits.iter().enumerate().find_map(|(r, d)| match d {
-        Deposit::Refused(reason) => Some((r, reason.clone())),
-        Deposit::Call(_) => None,
-    }) {
+/// The verdict on call `call` from every rank's deposit (in rank order; all present).
+pub(super) fn verdict(call: u64, deposits: &[Option<Deposit>]) -> Result<(), Error> {
+    let refusal = deposits.iter().enumerate().find_map(|(r, d)| match d {
+        Some(Deposit::Refused(reason)) => Some((r, reason.clone())),
+        _ => None,
+    });
+    if let Some((rank, reason)) = refusal {
         return Err(Error::PeerRefused { call, rank, reason });
     }
     let sigs: Vec<&Signature> = deposits
         .iter()
+        .flatten()
         .filter_map(|d| match d {
             Deposit::Call(sig) => Some(sig),
             Deposit::Refused(_) => None,
