@@ -1,7 +1,8 @@
 //! Property tests of the public eager and group API on arbitrary arguments.
 //!
 //! Every call, whatever its counts, displacements, roots, peers, data types, reduce ops
-//! and rank count (1..=5), must return a typed `Err` or `Ok` with the right data; it must
+//! and rank count (1..=5, 1..=6 for the fixed-size blocked, point-to-point and barrier
+//! properties), must return a typed `Err` or `Ok` with the right data; it must
 //! never panic, hang, or write outside the buffers it was given. Every buffer handed to
 //! oxccl sits between guard elements filled with a sentinel byte, checked after the call
 //! on every rank. Each case runs all ranks (one thread per rank, or one `Group` driving
@@ -12,6 +13,7 @@
 //! `PROPTEST_CASES` sets the number of cases per property (64 when unset); each property
 //! prints `fuzz api_<name>: N cases` (visible with `--nocapture`).
 
+use oxccl::framework::op::P2pItem;
 use oxccl::{
     bf16, f16, Communicator, Config, DataType, Element, Error, Group, OpKind, OpParam, ReduceOp,
     UserBuffers,
@@ -91,7 +93,8 @@ macro_rules! with_dtype {
 }
 
 /// Rank `rank`'s small input value at element `i`: 1..=3, so that sums, products, maxima
-/// and minima over at most 5 ranks are at most 243 and exact in every dtype.
+/// and minima over at most 6 ranks are exact in every dtype (over 6 consecutive ranks
+/// each of 1, 2, 3 appears twice: the product is 36; over 5 at most 36 too).
 fn input(rank: usize, i: usize) -> u32 {
     1 + ((rank + i) % 3) as u32
 }
@@ -1107,6 +1110,779 @@ fn check_group_all_reduce<T: Value>(case: &GroupCase) {
 fn api_group_all_reduce() {
     fuzz("group_all_reduce", group_case(), |case| {
         with_dtype!(case.dtype, check_group_all_reduce(&case))
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// AllGather, ReduceScatter, AlltoAll: fixed-size blocks
+// ---------------------------------------------------------------------------------------
+
+/// A value that tells ranks and positions apart (1..=241, exact in every dtype), for the
+/// operators that move data without reducing it.
+fn tag(rank: usize, i: usize) -> u32 {
+    1 + ((rank * 53 + i * 7) % 241) as u32
+}
+
+impl<T: Value> Guarded<T> {
+    /// Rank `rank`'s tagged data of `len` elements ([`tag`]).
+    fn tagged(rank: usize, len: usize) -> Self {
+        Self::from_fn(len, |i| T::small(tag(rank, i)))
+    }
+}
+
+/// A config whose CCL buffer is small (4 KiB: a staged call loops many times) and which
+/// stages through it instead of reading the user buffers directly when `!zero_copy`.
+fn config_with(small_buffer: bool, zero_copy: bool) -> Config {
+    Config {
+        ccl_buffer_bytes: if small_buffer { 4096 } else { 32 << 20 },
+        zero_copy,
+        ..config()
+    }
+}
+
+/// [`on_every_rank`] on a communicator made with `config`.
+fn on_every_rank_with<T: Value>(
+    n: usize,
+    config: Config,
+    call: impl Fn(&Communicator) -> Outcome<T> + Sync,
+) -> Vec<Outcome<T>> {
+    let comms = Communicator::init_all(n, config).expect("communicator");
+    let start = Instant::now();
+    let outcomes: Vec<Outcome<T>> = std::thread::scope(|s| {
+        let threads: Vec<_> = comms.iter().map(|c| s.spawn(|| call(c))).collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    assert_prompt(start);
+    assert_guards(&outcomes);
+    outcomes
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum BlockedOp {
+    AllGather,
+    ReduceScatter,
+    AlltoAll,
+}
+
+/// What is wrong with a fixed-size blocked call.
+#[derive(Clone, Copy, Debug)]
+enum BlockedFault {
+    None,
+    /// One rank's receive buffer (in place: its buffer) is one element short.
+    ShortOnOneRank,
+    /// One rank's receive buffer (in place: its buffer) is one element longer.
+    LongOnOneRank,
+    /// One rank passes buffers of another block count, consistent in themselves.
+    BlockOnOneRank(usize),
+    /// Every rank's larger buffer (in place: its buffer) is `n * count + extra`
+    /// elements, `extra` in `1..n`: not a whole number of blocks.
+    NotDivisibleEverywhere(usize),
+}
+
+#[derive(Clone, Debug)]
+struct BlockedCase {
+    kind: BlockedOp,
+    /// Ignored for AlltoAll, which has no in-place form.
+    in_place: bool,
+    ranks: usize,
+    dtype: Dtype,
+    op: ReduceOp,
+    /// Elements per block.
+    count: usize,
+    small_buffer: bool,
+    zero_copy: bool,
+    fault: BlockedFault,
+    odd_rank: usize,
+}
+
+/// A block count: 0, 1, small (odd or even), or more than a 4 KiB CCL buffer holds.
+fn block_count() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        1 => Just(0usize),
+        1 => Just(1usize),
+        4 => 2usize..40,
+        1 => 500usize..1500,
+        1 => 4000usize..4500,
+    ]
+}
+
+fn blocked_case() -> impl Strategy<Value = BlockedCase> {
+    let kind = prop::sample::select(vec![
+        BlockedOp::AllGather,
+        BlockedOp::ReduceScatter,
+        BlockedOp::AlltoAll,
+    ]);
+    let fault = prop_oneof![
+        4 => Just(BlockedFault::None),
+        1 => Just(BlockedFault::ShortOnOneRank),
+        1 => Just(BlockedFault::LongOnOneRank),
+        1 => block_count().prop_map(BlockedFault::BlockOnOneRank),
+        1 => (1usize..6).prop_map(BlockedFault::NotDivisibleEverywhere),
+    ];
+    (
+        (kind, any::<bool>(), 1usize..=6, dtype(), reduce_op()),
+        (
+            block_count(),
+            prop::bool::weighted(0.4),
+            prop::bool::weighted(0.7),
+            fault,
+            0usize..6,
+        ),
+    )
+        .prop_map(
+            |(
+                (kind, in_place, ranks, dtype, op),
+                (count, small_buffer, zero_copy, fault, odd_rank),
+            )| {
+                BlockedCase {
+                    kind,
+                    in_place: in_place && kind != BlockedOp::AlltoAll,
+                    ranks,
+                    dtype,
+                    op,
+                    count,
+                    small_buffer,
+                    zero_copy,
+                    fault,
+                    odd_rank,
+                }
+            },
+        )
+}
+
+/// One rank's blocked call; in place, `send` is the buffer.
+fn blocked_call<T: Value>(
+    comm: &Communicator,
+    case: &BlockedCase,
+    send: &mut Guarded<T>,
+    recv: &mut Guarded<T>,
+) -> Result<(), Error> {
+    let (buf, recv) = (send.get_mut(), recv.get_mut());
+    match (case.kind, case.in_place) {
+        (BlockedOp::AllGather, true) => comm.all_gather_in_place(buf),
+        (BlockedOp::AllGather, false) => comm.all_gather(buf, recv),
+        (BlockedOp::ReduceScatter, true) => comm.reduce_scatter_in_place(buf, case.op),
+        (BlockedOp::ReduceScatter, false) => comm.reduce_scatter(buf, recv, case.op),
+        (BlockedOp::AlltoAll, _) => comm.all_to_all(buf, recv),
+    }
+}
+
+/// The input and output lengths of a blocked call with blocks of `c` elements on `n`
+/// ranks (in place: the buffer, and 0).
+fn blocked_lens(kind: BlockedOp, in_place: bool, n: usize, c: usize) -> (usize, usize) {
+    match (kind, in_place) {
+        (_, true) => (n * c, 0),
+        (BlockedOp::AllGather, false) => (c, n * c),
+        (BlockedOp::ReduceScatter, false) => (n * c, c),
+        (BlockedOp::AlltoAll, false) => (n * c, n * c),
+    }
+}
+
+fn check_blocked<T: Value>(case: &BlockedCase) {
+    let n = case.ranks;
+    let c = case.count;
+    let odd = odd_rank_out(n, case.odd_rank);
+    // Whether the fault changes anything: a fault of one rank needs two ranks, an empty
+    // buffer cannot be one element short, and every length is a multiple of one rank.
+    let fault = match case.fault {
+        BlockedFault::ShortOnOneRank | BlockedFault::LongOnOneRank if odd.is_none() => {
+            BlockedFault::None
+        }
+        BlockedFault::ShortOnOneRank if c == 0 => BlockedFault::None,
+        BlockedFault::BlockOnOneRank(other) if odd.is_none() || other == c => BlockedFault::None,
+        BlockedFault::NotDivisibleEverywhere(_) if n == 1 => BlockedFault::None,
+        BlockedFault::NotDivisibleEverywhere(extra) => {
+            BlockedFault::NotDivisibleEverywhere(1 + (extra - 1) % (n - 1))
+        }
+        fault => fault,
+    };
+    let config = config_with(case.small_buffer, case.zero_copy);
+    let outcomes = on_every_rank_with(n, config, |comm| {
+        let rank = comm.rank();
+        let is_odd = Some(rank) == odd;
+        let block = match fault {
+            BlockedFault::BlockOnOneRank(other) if is_odd => other,
+            _ => c,
+        };
+        let (mut send_len, mut recv_len) = blocked_lens(case.kind, case.in_place, n, block);
+        // The buffer the fault resizes: in place the only one, else the receive buffer,
+        // or for NotDivisible the larger one (both for AlltoAll).
+        let (resize_send, resize_recv) = match (case.kind, case.in_place, fault) {
+            (_, true, _) => (true, false),
+            (BlockedOp::ReduceScatter, false, BlockedFault::NotDivisibleEverywhere(_)) => {
+                (true, false)
+            }
+            (BlockedOp::AlltoAll, false, BlockedFault::NotDivisibleEverywhere(_)) => (true, true),
+            _ => (false, true),
+        };
+        let resize = |len: &mut usize| match fault {
+            BlockedFault::ShortOnOneRank if is_odd => *len -= 1,
+            BlockedFault::LongOnOneRank if is_odd => *len += 1,
+            BlockedFault::NotDivisibleEverywhere(extra) => *len += extra,
+            _ => {}
+        };
+        if resize_send {
+            resize(&mut send_len);
+        }
+        if resize_recv {
+            resize(&mut recv_len);
+        }
+        let mut send = match case.kind {
+            BlockedOp::ReduceScatter => Guarded::<T>::input(rank, send_len),
+            _ => Guarded::<T>::tagged(rank, send_len),
+        };
+        let mut recv = Guarded::<T>::zeros(recv_len);
+        let result = blocked_call(comm, case, &mut send, &mut recv);
+        Outcome {
+            rank,
+            result,
+            send,
+            recv,
+        }
+    });
+    if !matches!(fault, BlockedFault::None) {
+        assert_all_err(&outcomes, "blocked call with a bad or mismatched buffer");
+        return;
+    }
+    assert_all_ok(&outcomes, "valid blocked call");
+    for o in &outcomes {
+        let r = o.rank;
+        let out = if case.in_place { &o.send } else { &o.recv };
+        match case.kind {
+            BlockedOp::AllGather => {
+                // Block s holds rank s's input: its send, or in place its own block.
+                let shift = if case.in_place { c } else { 0 };
+                assert_data("AllGather", out.get(), |i| {
+                    let (s, j) = (i / c, i % c);
+                    tag(s, s * shift + j)
+                });
+            }
+            BlockedOp::ReduceScatter if case.in_place => {
+                // Block r is reduced; the others are left as they were.
+                assert_data("ReduceScatter in place", out.get(), |i| {
+                    if i / c == r {
+                        reduced(case.op, n, i)
+                    } else {
+                        input(r, i)
+                    }
+                });
+            }
+            BlockedOp::ReduceScatter => {
+                assert_data("ReduceScatter", out.get(), |i| {
+                    reduced(case.op, n, r * c + i)
+                });
+            }
+            BlockedOp::AlltoAll => {
+                assert_data("AlltoAll", out.get(), |i| {
+                    let (s, j) = (i / c, i % c);
+                    tag(s, r * c + j)
+                });
+            }
+        }
+    }
+}
+
+#[test]
+fn api_blocked() {
+    fuzz("blocked", blocked_case(), |case| {
+        with_dtype!(case.dtype, check_blocked(&case))
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Point-to-point: send_recv, send and recv
+// ---------------------------------------------------------------------------------------
+
+/// What is wrong with a point-to-point call.
+#[derive(Clone, Copy, Debug)]
+enum P2pFault {
+    None,
+    /// One rank names a peer that is not a rank (`n + delta`, `usize::MAX`, ...) in one
+    /// of its sends (`recv` false) or receives.
+    Peer {
+        recv: bool,
+        item: usize,
+        which: u8,
+    },
+    /// One rank's non-empty send or receive starts so that it wraps or ends past the
+    /// buffer.
+    Offset {
+        recv: bool,
+        item: usize,
+        which: u8,
+    },
+    /// One rank's non-empty receive counts one element more or less than its send.
+    RecvCount {
+        item: usize,
+        more: bool,
+    },
+    /// One rank's non-empty receive is moved onto another of its non-empty receives.
+    Overlap {
+        item: usize,
+        onto: usize,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct P2pCase {
+    ranks: usize,
+    dtype: Dtype,
+    /// `counts[a][b]`: the counts of rank `a`'s sends to rank `b`, in order (the first
+    /// `ranks` of each).
+    counts: Vec<Vec<Vec<usize>>>,
+    /// Drives the order in which each rank lists its items, and the gaps between its
+    /// receives.
+    shuffle: u64,
+    /// `(a, b, count)`: one `send` of `count` elements from rank `a` to a rank `b != a`
+    /// (both taken modulo the rank count) and its `recv`, instead of one grouped
+    /// `send_recv` per rank (with at least two ranks).
+    single: Option<(usize, usize, usize)>,
+    fault: P2pFault,
+    odd_rank: usize,
+}
+
+fn p2p_case() -> impl Strategy<Value = P2pCase> {
+    let fault = prop_oneof![
+        3 => Just(P2pFault::None),
+        1 => (any::<bool>(), 0usize..8, any::<u8>())
+            .prop_map(|(recv, item, which)| P2pFault::Peer { recv, item, which }),
+        1 => (any::<bool>(), 0usize..8, any::<u8>())
+            .prop_map(|(recv, item, which)| P2pFault::Offset { recv, item, which }),
+        1 => (0usize..8, any::<bool>()).prop_map(|(item, more)| P2pFault::RecvCount { item, more }),
+        1 => (0usize..8, 0usize..8).prop_map(|(item, onto)| P2pFault::Overlap { item, onto }),
+    ];
+    let list = prop_oneof![
+        2 => Just(vec![]),
+        3 => prop::collection::vec(0usize..12, 1..=3),
+    ];
+    let counts = prop::collection::vec(prop::collection::vec(list, 6), 6);
+    let single = prop::option::weighted(0.25, (0usize..6, 0usize..6, 0usize..300));
+    (
+        1usize..=6,
+        dtype(),
+        counts,
+        any::<u64>(),
+        single,
+        fault,
+        0usize..6,
+    )
+        .prop_map(
+            |(ranks, dtype, counts, shuffle, single, fault, odd_rank)| P2pCase {
+                ranks,
+                dtype,
+                counts,
+                shuffle,
+                single,
+                fault,
+                odd_rank,
+            },
+        )
+}
+
+/// A small deterministic generator for the order of items.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) as usize) % n.max(1)
+    }
+}
+
+/// One rank's items: `(peer, count)` per item, in listing order (the items for each peer
+/// in their own order, the peers interleaved by `rng`).
+fn interleave(per_peer: Vec<Vec<usize>>, rng: &mut Lcg) -> Vec<(usize, usize)> {
+    let mut queues: Vec<(usize, std::collections::VecDeque<usize>)> = per_peer
+        .into_iter()
+        .enumerate()
+        .map(|(p, counts)| (p, std::collections::VecDeque::from(counts)))
+        .filter(|(_, q)| !q.is_empty())
+        .collect();
+    let mut items = Vec::new();
+    while !queues.is_empty() {
+        let k = rng.below(queues.len());
+        let (peer, queue) = &mut queues[k];
+        items.push((*peer, queue.pop_front().unwrap()));
+        if queue.is_empty() {
+            queues.swap_remove(k);
+        }
+    }
+    items
+}
+
+/// Place `items` one after another, each after a gap of 0..=2 elements drawn from `rng`;
+/// the items and the length of the buffer they fill.
+fn place(items: &[(usize, usize)], rng: &mut Lcg) -> (Vec<P2pItem>, usize) {
+    let mut at = 0;
+    let placed = items
+        .iter()
+        .map(|&(peer, count)| {
+            let offset = at + rng.below(3);
+            at = offset + count;
+            P2pItem {
+                peer,
+                offset,
+                count,
+            }
+        })
+        .collect();
+    (placed, at + rng.below(3))
+}
+
+/// A peer that is not a rank of `n`.
+fn bad_peer(n: usize, which: u8) -> usize {
+    match which % 4 {
+        0 => n,
+        1 => n + 1 + which as usize / 4,
+        2 => usize::MAX,
+        _ => usize::MAX / 2,
+    }
+}
+
+/// An offset for a non-empty item of `count` elements that wraps or ends past a buffer of
+/// `len` elements of `elem` bytes.
+fn bad_offset(len: usize, count: usize, elem: usize, which: u8) -> usize {
+    match which % 5 {
+        0 => usize::MAX,
+        1 => usize::MAX - (count - 1) / 2,
+        2 => len - count + 1,
+        3 => len,
+        _ => usize::MAX / elem,
+    }
+}
+
+/// One rank's layout: its sends, its receives, and its buffer lengths.
+struct P2pLayout {
+    sends: Vec<P2pItem>,
+    recvs: Vec<P2pItem>,
+    send_len: usize,
+    recv_len: usize,
+}
+
+fn p2p_layouts(case: &P2pCase) -> Vec<P2pLayout> {
+    let n = case.ranks;
+    (0..n)
+        .map(|r| {
+            let mut rng = Lcg(case.shuffle ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let to: Vec<Vec<usize>> = (0..n).map(|b| case.counts[r][b].clone()).collect();
+            let from: Vec<Vec<usize>> = (0..n).map(|a| case.counts[a][r].clone()).collect();
+            let (sends, send_len) = place(&interleave(to, &mut rng), &mut rng);
+            let (recvs, recv_len) = place(&interleave(from, &mut rng), &mut rng);
+            P2pLayout {
+                sends,
+                recvs,
+                send_len,
+                recv_len,
+            }
+        })
+        .collect()
+}
+
+/// Apply `fault` to one rank's layout; whether it changed anything.
+fn p2p_fault(layout: &mut P2pLayout, fault: P2pFault, n: usize, elem: usize) -> bool {
+    let non_empty = |items: &[P2pItem]| -> Vec<usize> {
+        (0..items.len()).filter(|&i| items[i].count > 0).collect()
+    };
+    match fault {
+        P2pFault::None => false,
+        P2pFault::Peer { recv, item, which } => {
+            let items = if recv {
+                &mut layout.recvs
+            } else {
+                &mut layout.sends
+            };
+            let peer = bad_peer(n, which);
+            match items.len() {
+                0 => items.push(P2pItem {
+                    peer,
+                    offset: 0,
+                    count: item % 2,
+                }),
+                len => items[item % len].peer = peer,
+            }
+            true
+        }
+        P2pFault::Offset { recv, item, which } => {
+            let (items, len) = if recv {
+                (&mut layout.recvs, layout.recv_len)
+            } else {
+                (&mut layout.sends, layout.send_len)
+            };
+            let picks = non_empty(items);
+            let Some(&k) = picks.get(item % picks.len().max(1)) else {
+                return false;
+            };
+            items[k].offset = bad_offset(len, items[k].count, elem, which);
+            true
+        }
+        P2pFault::RecvCount { item, more } => {
+            let picks = non_empty(&layout.recvs);
+            let Some(&k) = picks.get(item % picks.len().max(1)) else {
+                return false;
+            };
+            let it = &mut layout.recvs[k];
+            if more {
+                it.count += 1;
+                layout.recv_len = layout.recv_len.max(it.offset + it.count);
+            } else {
+                it.count -= 1;
+            }
+            true
+        }
+        P2pFault::Overlap { item, onto } => {
+            let picks = non_empty(&layout.recvs);
+            if picks.len() < 2 {
+                return false;
+            }
+            let k = picks[item % picks.len()];
+            let others: Vec<usize> = picks.into_iter().filter(|&j| j != k).collect();
+            let j = others[onto % others.len()];
+            layout.recvs[k].offset = layout.recvs[j].offset;
+            layout.recv_len = layout
+                .recv_len
+                .max(layout.recvs[k].offset + layout.recvs[k].count);
+            true
+        }
+    }
+}
+
+fn check_p2p<T: Value>(case: &P2pCase) {
+    match case.single {
+        Some(single) if case.ranks >= 2 => check_single_p2p::<T>(case, single),
+        _ => check_grouped_p2p::<T>(case),
+    }
+}
+
+fn check_grouped_p2p<T: Value>(case: &P2pCase) {
+    let n = case.ranks;
+    let elem = std::mem::size_of::<T>();
+    let mut layouts = p2p_layouts(case);
+    let odd = odd_rank_out(n, case.odd_rank).or((n == 1).then_some(0));
+    let changed = odd.is_some_and(|r| p2p_fault(&mut layouts[r], case.fault, n, elem));
+    let outcomes = on_every_rank(n, |comm| {
+        let rank = comm.rank();
+        let l = &layouts[rank];
+        let send = Guarded::<T>::tagged(rank, l.send_len);
+        let mut recv = Guarded::<T>::zeros(l.recv_len);
+        let result = comm.send_recv(send.get(), &l.sends, recv.get_mut(), &l.recvs);
+        Outcome {
+            rank,
+            result,
+            send,
+            recv,
+        }
+    });
+    if changed {
+        assert_all_err(&outcomes, "send_recv with a bad or mismatched item");
+        return;
+    }
+    assert_all_ok(&outcomes, "valid send_recv");
+    // Receive k of b from a holds send k of a to b; the gaps are untouched.
+    let layouts = p2p_layouts(case);
+    for o in &outcomes {
+        let b = o.rank;
+        let mut want = vec![0u32; layouts[b].recv_len];
+        let mut taken = vec![0usize; n];
+        for item in &layouts[b].recvs {
+            let a = item.peer;
+            let send = layouts[a]
+                .sends
+                .iter()
+                .filter(|s| s.peer == b)
+                .nth(taken[a])
+                .expect("a matching send");
+            taken[a] += 1;
+            for j in 0..item.count {
+                want[item.offset + j] = tag(a, send.offset + j);
+            }
+        }
+        assert_data(&format!("send_recv into rank {b}"), o.recv.get(), |i| {
+            want[i]
+        });
+    }
+}
+
+/// One `send` from rank `a` to rank `b != a` of `count` elements; the other ranks call
+/// `send_recv` with no items (every rank makes every call).
+fn check_single_p2p<T: Value>(case: &P2pCase, (a, b, count): (usize, usize, usize)) {
+    let n = case.ranks;
+    let a = a % n;
+    let b = (a + 1 + b % (n - 1)) % n;
+    let odd = odd_rank_out(n, case.odd_rank).unwrap();
+    // Faults: a bad peer on `odd`'s send or recv, or a receive of another length.
+    let (mut send_peer, mut recv_peer, mut recv_len) = (b, a, count);
+    let changed = match case.fault {
+        P2pFault::Peer {
+            recv: false, which, ..
+        } if odd == a => {
+            send_peer = bad_peer(n, which);
+            true
+        }
+        P2pFault::Peer {
+            recv: true, which, ..
+        } if odd == b => {
+            recv_peer = bad_peer(n, which);
+            true
+        }
+        P2pFault::RecvCount { more, .. } if more || count > 0 => {
+            recv_len = if more { count + 1 } else { count - 1 };
+            true
+        }
+        _ => false,
+    };
+    let outcomes = on_every_rank(n, |comm| {
+        let rank = comm.rank();
+        let send = Guarded::<T>::tagged(rank, if rank == a { count } else { 0 });
+        let mut recv = Guarded::<T>::zeros(if rank == b { recv_len } else { 0 });
+        let result = if rank == a {
+            comm.send(send.get(), send_peer)
+        } else if rank == b {
+            comm.recv(recv.get_mut(), recv_peer)
+        } else {
+            comm.send_recv(send.get(), &[], recv.get_mut(), &[])
+        };
+        Outcome {
+            rank,
+            result,
+            send,
+            recv,
+        }
+    });
+    if changed {
+        assert_all_err(&outcomes, "send/recv with a bad peer or another count");
+        return;
+    }
+    assert_all_ok(&outcomes, "valid send/recv");
+    assert_data("recv", outcomes[b].recv.get(), |i| tag(a, i));
+}
+
+#[test]
+fn api_send_recv() {
+    fuzz("send_recv", p2p_case(), |case| {
+        with_dtype!(case.dtype, check_p2p(&case))
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// Barrier against AllReduce, several calls on the same communicators
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug)]
+enum BarrierStep {
+    /// Every rank calls `barrier()`.
+    AllBarrier,
+    /// Every rank calls `all_reduce` on one element.
+    AllReduce,
+    /// One rank calls `all_reduce` on `count` (0 or 1) elements, the others `barrier()`.
+    OneReduces { odd: usize, count: usize },
+    /// One rank calls `barrier()`, the others `all_reduce` on one element.
+    OneBarrier { odd: usize },
+}
+
+#[derive(Clone, Debug)]
+struct BarrierCase {
+    ranks: usize,
+    steps: Vec<BarrierStep>,
+}
+
+fn barrier_case() -> impl Strategy<Value = BarrierCase> {
+    let step = prop_oneof![
+        2 => Just(BarrierStep::AllBarrier),
+        1 => Just(BarrierStep::AllReduce),
+        2 => (0usize..6, 0usize..2).prop_map(|(odd, count)| BarrierStep::OneReduces { odd, count }),
+        1 => (0usize..6).prop_map(|odd| BarrierStep::OneBarrier { odd }),
+    ];
+    (1usize..=6, prop::collection::vec(step, 1..=5))
+        .prop_map(|(ranks, steps)| BarrierCase { ranks, steps })
+}
+
+fn check_barrier_mix(case: &BarrierCase) {
+    let n = case.ranks;
+    let comms = comms(n);
+    let start = Instant::now();
+    // Per rank, per step: the outcome (an AllReduce's buffers, or empty ones).
+    let per_rank: Vec<Vec<Outcome<f32>>> = std::thread::scope(|s| {
+        let threads: Vec<_> = comms
+            .iter()
+            .map(|comm| {
+                s.spawn(move || {
+                    let rank = comm.rank();
+                    let steps = case.steps.iter().map(|step| {
+                        let reduce = match *step {
+                            BarrierStep::AllBarrier => None,
+                            BarrierStep::AllReduce => Some(1),
+                            BarrierStep::OneReduces { odd, count } => {
+                                (n == 1 || rank == odd % n).then_some(count)
+                            }
+                            BarrierStep::OneBarrier { odd } => {
+                                (n > 1 && rank != odd % n).then_some(1)
+                            }
+                        };
+                        let send = Guarded::<f32>::input(rank, reduce.unwrap_or(0));
+                        let mut recv = Guarded::zeros(reduce.unwrap_or(0));
+                        let result = match reduce {
+                            Some(_) => comm.all_reduce(send.get(), recv.get_mut(), ReduceOp::Sum),
+                            None => comm.barrier(),
+                        };
+                        Outcome {
+                            rank,
+                            result,
+                            send,
+                            recv,
+                        }
+                    });
+                    steps.collect()
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    assert_prompt(start);
+    for (k, step) in case.steps.iter().enumerate() {
+        let outcomes: Vec<&Outcome<f32>> = per_rank.iter().map(|steps| &steps[k]).collect();
+        for o in &outcomes {
+            assert!(
+                o.send.guards_intact() && o.recv.guards_intact(),
+                "step {k}: rank {}: a guard was overwritten ({:?})",
+                o.rank,
+                o.result
+            );
+        }
+        let mismatch = n > 1
+            && matches!(
+                step,
+                BarrierStep::OneReduces { .. } | BarrierStep::OneBarrier { .. }
+            );
+        let results: Vec<&Result<(), Error>> = outcomes.iter().map(|o| &o.result).collect();
+        if mismatch {
+            assert!(
+                results.iter().all(|r| r.is_err()),
+                "step {k} {step:?}: a barrier against an AllReduce: expected Err on every rank, got {results:?}"
+            );
+            // A mismatch moves no byte.
+            for o in &outcomes {
+                assert_data("AllReduce refused", o.recv.get(), |_| 0);
+            }
+            continue;
+        }
+        assert!(
+            results.iter().all(|r| r.is_ok()),
+            "step {k} {step:?}: expected Ok on every rank (after {:?}), got {results:?}",
+            &case.steps[..k]
+        );
+        for o in &outcomes {
+            assert_data("AllReduce", o.recv.get(), |i| reduced(ReduceOp::Sum, n, i));
+        }
+    }
+}
+
+#[test]
+fn api_barrier_mix() {
+    fuzz("barrier_mix", barrier_case(), |case| {
+        check_barrier_mix(&case)
     });
 }
 
