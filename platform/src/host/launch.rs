@@ -388,6 +388,14 @@ impl Launch {
             });
         }
         let mut table = self.shared.notifies.lock();
+        // Checked under the table's lock: `abort` sets the flag before it takes the lock to
+        // release parked streams, so a stream either sees the flag here or is parked in
+        // time for `abort` to release it. Without this a stream that passed the flag check
+        // in `run_stream` just before an abort would park after it, and wait out the
+        // timeout. The loop in `run_stream` ends the stream.
+        if self.is_aborted() {
+            return Ok(Step::Next);
+        }
         let slot = table.slot(notify, at)?;
         if slot.set {
             slot.set = false;
