@@ -30,11 +30,12 @@ mod signature;
 pub use signature::Signature;
 
 use crate::error::Error;
+use oxccl_platform::gate::deadline_after;
 use oxccl_platform::{Gate, Rank};
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What one rank deposits for one call.
 #[derive(Clone, Debug)]
@@ -120,7 +121,7 @@ impl CallBoard {
     /// Gives up after `timeout`, naming the ranks that never called, or at once when the
     /// communicator fails meanwhile ([`CallBoard::fail`]).
     pub fn verdict(&self, call: u64, rank: Rank, timeout: Duration) -> Result<(), Error> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let mut state = self.rounds.lock();
         loop {
             if let Some(round) = state.rounds.get_mut(&call) {

@@ -91,7 +91,7 @@ impl Gate {
 
     /// Block until the gate is decided or `timeout` passes (`None`).
     pub fn wait(&self, timeout: Duration) -> Option<Result<(), String>> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let mut state = self.state.lock();
         loop {
             if let State::Decided(outcome) = &*state {
@@ -101,6 +101,19 @@ impl Gate {
                 return None;
             }
         }
+    }
+}
+
+/// `timeout` from now, saturating: a timeout too long for the clock (`Duration::MAX`)
+/// waits as long as the clock can count instead of panicking.
+pub fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    let mut timeout = timeout;
+    loop {
+        if let Some(deadline) = now.checked_add(timeout) {
+            return deadline;
+        }
+        timeout /= 2;
     }
 }
 
@@ -129,6 +142,8 @@ mod tests {
         gate.when_decided(counter(&opened));
         assert_eq!(opened.load(Ordering::Relaxed), 2);
         assert_eq!(gate.wait(Duration::from_millis(1)), Some(Ok(())));
+        assert_eq!(gate.wait(Duration::MAX), Some(Ok(())), "no overflow");
+        assert!(deadline_after(Duration::MAX) > Instant::now());
     }
 
     #[test]
