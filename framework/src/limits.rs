@@ -26,6 +26,9 @@
 //! - [`MAX_SLAVE_STREAMS`] = 1024 and [`MAX_LOCAL_NOTIFIES`] = 64 Ki: what one executor's
 //!   resource request may ask for on one rank (every rank's notify table grows with it),
 //!   and [`MAX_BUFFER_BYTES`] of scratch.
+//!
+//! Input files are read through [`read_bounded`], each format with its own bound, so that
+//! a path such as `/dev/zero` is refused rather than read without end.
 
 /// Most ranks a communicator or topology may have.
 pub const MAX_RANKS: usize = 1024;
@@ -47,3 +50,22 @@ pub const MAX_SLAVE_STREAMS: usize = 1024;
 
 /// Most executor-private local notifies one executor may request per rank.
 pub const MAX_LOCAL_NOTIFIES: usize = 64 << 10;
+
+/// The text of `path`, refused (`InvalidData`) past `max_bytes`.
+pub fn read_bounded(path: &std::path::Path, max_bytes: usize) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    let limit = u64::try_from(max_bytes)
+        .unwrap_or(u64::MAX)
+        .saturating_add(1);
+    std::fs::File::open(path)?
+        .take(limit)
+        .read_to_string(&mut text)?;
+    if text.len() > max_bytes {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {max_bytes} bytes, the most this format needs"),
+        ));
+    }
+    Ok(text)
+}

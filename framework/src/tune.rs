@@ -52,8 +52,9 @@
 
 use crate::limits::{MAX_BUFFER_BYTES, MAX_RANKS};
 use crate::op::OpKind;
+use crate::topology::describe_parts;
 use oxccl_platform::DataType;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -235,11 +236,12 @@ impl TuneTable {
     /// Read and parse the table at `path`; errors name the path.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, TuneError> {
         let path = path.as_ref();
-        let text = read_bounded(path).map_err(|e| TuneError {
-            path: Some(path.to_path_buf()),
-            line: None,
-            reason: format!("cannot read the file ({e})"),
-        })?;
+        let text =
+            crate::limits::read_bounded(path, MAX_TUNE_FILE_BYTES).map_err(|e| TuneError {
+                path: Some(path.to_path_buf()),
+                line: None,
+                reason: format!("cannot read the file ({e})"),
+            })?;
         Self::parse(&text).map_err(|e| TuneError {
             path: Some(path.to_path_buf()),
             ..e
@@ -291,23 +293,6 @@ impl TuneTable {
 /// Largest tuning table read (millions of measurements); anything larger (`/dev/zero`) is
 /// refused instead of read without end.
 pub const MAX_TUNE_FILE_BYTES: usize = 256 << 20;
-
-/// The text of `path`, refused past [`MAX_TUNE_FILE_BYTES`].
-fn read_bounded(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut text = String::new();
-    let limit = MAX_TUNE_FILE_BYTES as u64 + 1;
-    std::fs::File::open(path)?
-        .take(limit)
-        .read_to_string(&mut text)?;
-    if text.len() > MAX_TUNE_FILE_BYTES {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("larger than {MAX_TUNE_FILE_BYTES} bytes; `oxccl tune` writes far less"),
-        ));
-    }
-    Ok(text)
-}
 
 /// One line of cells padded to `widths` (the last cell unpadded).
 fn aligned(cells: &[String; 7], widths: &[usize; 7]) -> String {
@@ -432,7 +417,7 @@ fn check_topology(topology: &str, ranks: usize) -> Result<(), String> {
              with ranks below {total}"
         ));
     }
-    let canonical = describe(&servers, &broken);
+    let canonical = describe_parts(&servers, &broken.into_iter().collect());
     if canonical != topology {
         return Err(format!(
             "topology `{topology}` is not written as Topology::describe writes it and would \
@@ -465,19 +450,6 @@ fn parse_described(text: &str) -> Option<(Vec<usize>, Vec<BrokenPair>)> {
         })
         .collect::<Option<Vec<BrokenPair>>>()?;
     Some((servers, broken))
-}
-
-/// The text [`crate::Topology::describe`] writes for these servers and broken links
-/// (sorted, without repeats, as the topology holds them).
-fn describe(servers: &[usize], broken: &[BrokenPair]) -> String {
-    let sizes: Vec<String> = servers.iter().map(usize::to_string).collect();
-    let mut text = format!("[{}]", sizes.join(","));
-    let pairs: BTreeSet<&BrokenPair> = broken.iter().collect();
-    if !pairs.is_empty() {
-        let pairs: Vec<String> = pairs.iter().map(|(a, b)| format!("{a}-{b}")).collect();
-        text.push_str(&format!(" broken {}", pairs.join(",")));
-    }
-    text
 }
 
 fn parse_count(word: &str, what: &str) -> Result<usize, String> {

@@ -177,10 +177,13 @@ impl Topology {
 
     /// Read and parse a TOML topology file.
     pub fn from_toml_file(path: &Path) -> Result<Topology, TopologyError> {
-        let text = read_bounded(path).map_err(|source| TopologyError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            crate::limits::read_bounded(path, MAX_TOPOLOGY_FILE_BYTES).map_err(|source| {
+                TopologyError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            })?;
         parse(&Source {
             text: &text,
             origin: path.display().to_string(),
@@ -232,23 +235,6 @@ impl Topology {
 /// `[[link]]` per pair fits in a few MiB; anything larger (`/dev/zero`) is refused instead
 /// of read without end.
 pub const MAX_TOPOLOGY_FILE_BYTES: usize = 16 << 20;
-
-/// The text of `path`, refused past [`MAX_TOPOLOGY_FILE_BYTES`].
-fn read_bounded(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut text = String::new();
-    let limit = MAX_TOPOLOGY_FILE_BYTES as u64 + 1;
-    std::fs::File::open(path)?
-        .take(limit)
-        .read_to_string(&mut text)?;
-    if text.len() > MAX_TOPOLOGY_FILE_BYTES {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("larger than {MAX_TOPOLOGY_FILE_BYTES} bytes; a topology file is far smaller"),
-        ));
-    }
-    Ok(text)
-}
 
 fn write_spec(out: &mut String, spec: &LinkSpec) {
     let kind = match spec.kind {

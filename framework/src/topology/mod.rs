@@ -306,17 +306,7 @@ impl Topology {
     /// it names what changes which algorithm runs, and not the link figures, which the
     /// host device does not have.
     pub fn describe(&self) -> String {
-        let sizes: Vec<String> = self.servers.iter().map(usize::to_string).collect();
-        let mut text = format!("[{}]", sizes.join(","));
-        if !self.broken.is_empty() {
-            let pairs: Vec<String> = self
-                .broken
-                .iter()
-                .map(|(a, b)| format!("{a}-{b}"))
-                .collect();
-            text.push_str(&format!(" broken {}", pairs.join(",")));
-        }
-        text
+        describe_parts(&self.servers, &self.broken)
     }
 
     /// True when the link between `a` and `b` is broken.
@@ -511,6 +501,17 @@ impl fmt::Display for Topology {
         }
         Ok(())
     }
+}
+
+/// [`Topology::describe`]'s text for these server sizes and broken (low, high) pairs.
+pub(crate) fn describe_parts(servers: &[usize], broken: &BTreeSet<(Rank, Rank)>) -> String {
+    let sizes: Vec<String> = servers.iter().map(usize::to_string).collect();
+    let mut text = format!("[{}]", sizes.join(","));
+    if !broken.is_empty() {
+        let pairs: Vec<String> = broken.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+        text.push_str(&format!(" broken {}", pairs.join(",")));
+    }
+    text
 }
 
 #[cfg(test)]
