@@ -111,35 +111,45 @@ pub(super) fn verdict(call: u64, deposits: &[Option<Deposit>]) -> Result<(), Err
             Deposit::Refused(_) => None,
         })
         .collect();
-    // The common case, without formatting anything: every rank passed the same.
-    if sigs.windows(2).all(|w| w[0].same_call(w[1])) && layouts_differ(&sigs).is_none() {
-        return Ok(());
+    // The common case compares without formatting anything.
+    if !sigs.windows(2).all(|w| w[0].same_call(w[1])) {
+        return Err(first_difference(call, &sigs));
     }
-    let mismatch = |field: &'static str, detail: String| Error::Mismatch {
-        call,
-        field,
-        detail,
-    };
-    for i in 0..5 {
+    match layouts_differ(&sigs) {
+        Some(detail) => Err(Error::Mismatch {
+            call,
+            field: "layout",
+            detail,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The mismatch of signatures that are not all [`Signature::same_call`]: the first
+/// differing field in [`Signature::fields`] order, else the executor.
+fn first_difference(call: u64, sigs: &[&Signature]) -> Error {
+    let fields: Vec<_> = sigs.iter().map(|s| s.fields()).collect();
+    let differing = (0..fields[0].len()).find_map(|i| {
         let values: Vec<(Rank, String)> = sigs
             .iter()
-            .map(|s| (s.rank, s.fields()[i].1.clone()))
+            .zip(&fields)
+            .map(|(s, f)| (s.rank, f[i].1.clone()))
             .collect();
-        if values.iter().any(|(_, v)| *v != values[0].1) {
-            return Err(mismatch(sigs[0].fields()[i].0, by_value(&values)));
-        }
+        let differs = values.iter().any(|(_, v)| *v != values[0].1);
+        differs.then(|| (fields[0][i].0, values))
+    });
+    let (field, values) = differing.unwrap_or_else(|| {
+        let executors = sigs
+            .iter()
+            .map(|s| (s.rank, s.executor.unwrap_or("none").to_string()))
+            .collect();
+        ("executor", executors)
+    });
+    Error::Mismatch {
+        call,
+        field,
+        detail: by_value(&values),
     }
-    if let Some(detail) = layouts_differ(&sigs) {
-        return Err(mismatch("layout", detail));
-    }
-    let executors: Vec<(Rank, String)> = sigs
-        .iter()
-        .filter_map(|s| s.executor.map(|e| (s.rank, e.to_string())))
-        .collect();
-    if executors.iter().any(|(_, e)| *e != executors[0].1) {
-        return Err(mismatch("executor", by_value(&executors)));
-    }
-    Ok(())
 }
 
 /// `ranks {0,1} pass X; rank 2 passes Y`.

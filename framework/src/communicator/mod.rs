@@ -327,10 +327,8 @@ impl Communicator {
             ?request,
             "algorithm selected"
         );
-        request.check(entry.name, self.rank)?;
-        g.device
-            .reserve_local_notifies(request.local_notify_count())?;
-        let scratch = g.scratch_for(&selection.tag, request.scratch_bytes)?;
+        // Building checks the request against the limits, so the device reserves only
+        // for a program that exists.
         let program = build_program(
             entry.name,
             executor.as_ref(),
@@ -338,6 +336,9 @@ impl Communicator {
             &request,
             g.device.config().layout(),
         )?;
+        g.device
+            .reserve_local_notifies(request.local_notify_count())?;
+        let scratch = g.scratch_for(&selection.tag, request.scratch_bytes)?;
         Ok(Prepared {
             selection,
             request,
