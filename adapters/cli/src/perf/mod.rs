@@ -136,13 +136,8 @@ pub fn plan(args: &PerfArgs) -> Result<PerfPlan, Error> {
         OpKind::Barrier => vec![0],
         _ => size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor)?,
     };
-    let (config, topology) = run_config(
-        args.ranks,
-        args.topo.as_deref(),
-        &args.broken,
-        kind,
-        args.algo.as_deref(),
-    )?;
+    let forced = args.algo.as_deref().map(|name| (kind, name));
+    let (config, topology) = run_config(args.ranks, args.topo.as_deref(), &args.broken, forced)?;
     let ranks = topology.ranks();
     let largest = sweep.last().copied().unwrap_or(0);
     validate::buffers_fit(ranks, largest, GUARD_BYTES, validate::physical_memory())?;
@@ -166,18 +161,17 @@ pub fn plan(args: &PerfArgs) -> Result<PerfPlan, Error> {
 }
 
 /// The communicator's configuration: the environment's, with `--topo`/`--broken`/`--ranks`
-/// applied and `algo` forced for `kind` when given.
+/// applied and `forced` = (operator, executor) set when given.
 pub(crate) fn run_config(
     ranks: Option<usize>,
     topo: Option<&str>,
     broken: &[String],
-    kind: OpKind,
-    algo: Option<&str>,
+    forced: Option<(OpKind, &str)>,
 ) -> Result<(Config, Topology), Error> {
     let mut config = Config::from_env()?;
     let topology = crate::topo_args::run_topology(ranks, topo, broken, config.topology.as_ref())?;
     config.topology = Some(topology.clone());
-    if let Some(name) = algo {
+    if let Some((kind, name)) = forced {
         config.algo.set(Some(kind), name);
     }
     Ok((config, topology))
