@@ -2,7 +2,7 @@
 # The fuzzers with more cases than `cargo test` runs: the topology and tuning-table
 # parsers (framework/tests/fuzz_inputs.rs), the command-line planner
 # (adapters/cli/src/fuzz_args.rs) and the eager and group API of every operator, with
-# guard bytes around every buffer (tests/tests/fuzz_api.rs). Each harness prints
+# guard bytes around every buffer (tests/tests/fuzz_api/, one module per operator family). Each harness prints
 # "fuzz NAME: N cases (...)".
 # Usage: scripts/fuzz.sh [cases per harness, default 5000]
 set -euo pipefail

@@ -304,19 +304,3 @@ fn without_a_ring_of_healthy_links_the_ring_says_so() {
         assert!(table.contains(part), "{table}");
     }
 }
-
-#[test]
-fn group_calls_across_communicators_are_refused() {
-    let a = comms(1);
-    let b = comms(1);
-    let (send, mut r1, mut r2) = ([1u8; 4], [0u8; 4], [0u8; 4]);
-    let mut group = oxccl::Group::new();
-    group
-        .all_reduce(&a[0], &send, &mut r1, ReduceOp::Sum)
-        .unwrap();
-    group
-        .all_reduce(&b[0], &send, &mut r2, ReduceOp::Sum)
-        .unwrap();
-    let err = group.run().unwrap_err();
-    assert!(err.to_string().contains("same init_all"), "{err}");
-}
