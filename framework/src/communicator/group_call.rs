@@ -7,7 +7,7 @@
 //! starts it when every rank agreed, or ends it untouched when they did not, and the error
 //! each rank gets is the board's verdict.
 
-use super::{Communicator, Group};
+use super::{Communicator, Shared};
 use crate::agreement::{Deposit, Signature};
 use crate::error::{ConfigError, Error};
 use crate::op::OpParam;
@@ -184,7 +184,7 @@ impl Communicator {
 
 /// Hand every announced execution to the device at once; fill in each call's result.
 fn run_announced(
-    group: &Group,
+    group: &Shared,
     announced: Vec<(usize, Announced<'_, '_>)>,
     results: &mut [Result<(), Error>],
 ) {

@@ -2,7 +2,7 @@
 //!
 //! [`Communicator::init_all`] creates `n` in-process ranks over one device. Each rank's
 //! [`Communicator`] is used from its own thread (as one NCCL communicator per GPU); the
-//! ranks share a [`Group`]: the device, the topology, the configuration, scratch buffers
+//! ranks share a [`Shared`]: the device, the topology, the configuration, scratch buffers
 //! keyed by resource tag, and the first fatal error. A call runs select_alg, resource
 //! calculation and orchestration once per op signature and caches the resulting program,
 //! so a repeated call costs only its execution.
@@ -29,7 +29,7 @@ mod group_call;
 pub use group_call::GroupCall;
 
 /// State shared by all ranks of a communicator.
-pub struct Group {
+pub struct Shared {
     device: Arc<dyn Device>,
     topology: Topology,
     config: Config,
@@ -39,7 +39,7 @@ pub struct Group {
     board: CallBoard,
 }
 
-impl Group {
+impl Shared {
     fn scratch_for(&self, tag: &str, bytes: usize) -> Result<Option<ScratchId>, Error> {
         if bytes == 0 {
             return Ok(None);
@@ -86,7 +86,7 @@ pub struct Prepared {
 /// One rank of a communicator.
 pub struct Communicator {
     rank: Rank,
-    group: Arc<Group>,
+    group: Arc<Shared>,
     programs: Mutex<HashMap<ProgramKey, Prepared>>,
     /// Calls this rank has made (the next call's number on the agreement board).
     calls: AtomicU64,
@@ -203,7 +203,7 @@ impl Communicator {
                 "communicator created"
             );
         }
-        let group = Arc::new(Group {
+        let group = Arc::new(Shared {
             device,
             topology,
             config,
