@@ -313,6 +313,24 @@ pub struct Constraints {
     /// this many servers (hierarchical executors); it still runs anywhere when forced by
     /// name or chosen by the model.
     pub min_servers: usize,
+    /// What the executor does over its links: whether it needs load/store links (it reads
+    /// peers' buffers or writes their user buffers) or only puts. Selection screens on it.
+    pub links: LinkNeed,
+}
+
+/// What an executor needs of the links it uses (see [`oxccl_platform::LinkAccess`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LinkNeed {
+    /// Load/store on every link it uses: it reads peers' buffers, or writes their user
+    /// buffers. The default, and what every executor written before link capabilities
+    /// existed assumes.
+    LoadStore,
+    /// Load/store between ranks of one server; across servers it only puts into peers'
+    /// CCL buffers and scratch and signals (hierarchical executors).
+    LoadStoreWithinServer,
+    /// Puts only, on every link: it never reads a peer's buffer and writes only peers'
+    /// CclIn, CclOut and Scratch. Runs over TCP and RDMA.
+    Put,
 }
 
 impl Constraints {
@@ -324,6 +342,7 @@ impl Constraints {
         max_bytes: None,
         min_bytes: None,
         min_servers: 1,
+        links: LinkNeed::LoadStore,
     };
 
     /// Why the preference fallback should not pick it for `bytes` per rank on `topology`

@@ -40,8 +40,8 @@ pub use communicator::{Communicator, GroupCall};
 pub use config::{Config, DeviceChoice};
 pub use error::{ArgError, ConfigError, Error};
 pub use executor::{
-    BufRange, Constraints, Executor, ExecutorEntry, KernelArgs, KernelCtx, Mode, Peers, PlanCtx,
-    ResourceRequest, TemplateEntry,
+    BufRange, Constraints, Executor, ExecutorEntry, KernelArgs, KernelCtx, LinkNeed, Mode, Peers,
+    PlanCtx, ResourceRequest, TemplateEntry,
 };
 pub use op::{OpKind, OpParam};
 pub use registry::registry;

@@ -36,5 +36,5 @@ pub use dtype::{DataType, Element, ReduceOp};
 pub use error::{DeviceError, TaskLocation};
 pub use gate::Gate;
 pub use ir::{Buf, NotifyId, Rank, RankProgram, Slice, StreamProgram, Task};
-pub use link::{Link, LinkKind};
+pub use link::{Link, LinkAccess, LinkKind};
 pub use notify::{LinkSignal, NotifyLayout};

@@ -34,6 +34,31 @@ pub enum LinkKind {
     Rdma,
 }
 
+/// What a link lets a rank do with its peer's memory.
+///
+/// A *load/store* link (threads of one process, shared memory, GPU peer access) exposes
+/// the peer's buffers for reading and writing, so a task may pull from them. A *put-only*
+/// link (TCP, RDMA write) only carries writes into the peer's registered device buffers
+/// (CclIn, CclOut, Scratch) and signals: a task may not read a peer's buffer over it, and
+/// may not write the peer's user buffers.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LinkAccess {
+    /// Put only: remote writes into CCL buffers and scratch, and signals.
+    Put,
+    /// Load and store: the peer's buffers are readable and writable.
+    LoadStore,
+}
+
+impl LinkAccess {
+    /// Short name, as topology files spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            LinkAccess::Put => "put",
+            LinkAccess::LoadStore => "load-store",
+        }
+    }
+}
+
 /// The local end of a connection to one peer, on one notify channel.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Link {
