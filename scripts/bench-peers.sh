@@ -7,6 +7,8 @@
 #
 # COLLS (default: all-reduce all-gather reduce-scatter broadcast) are oxccl's names; sizes
 # follow nccl-tests (per rank for all-reduce and broadcast, total for the others) in both.
+# OXCCL_BASELINE=path/to/an/older/oxccl adds that binary's rows to every comparison, so a
+# change is judged against its predecessor in the same run (machines are shared and noisy).
 # Needs root for apt-get (Debian packages openmpi-bin, libopenmpi-dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +34,10 @@ for coll in $colls; do
     iters=50; [ "$size" = 64M ] && iters=10
     echo "== $coll $size"
     ./target/release/oxccl perf "$coll" --ranks 8 -b "$size" -e "$size" -n $iters -w 5 | grep -E '^ +[0-9]'
+    if [ -n "${OXCCL_BASELINE:-}" ]; then
+      echo "   (baseline $OXCCL_BASELINE)"
+      "$OXCCL_BASELINE" perf "$coll" --ranks 8 -b "$size" -e "$size" -n $iters -w 5 | grep -E '^ +[0-9]'
+    fi
     mpirun --allow-run-as-root --oversubscribe -np 8 target/mpi_bench "$(mpi_name "$coll")" "$size" | grep -E '^ +[0-9]'
   done
 done
