@@ -8,6 +8,7 @@ pub mod mesh_push;
 pub mod nb;
 pub mod nhr;
 pub mod one_shot;
+pub mod put_ring;
 pub mod relay_mesh;
 pub mod relay_mesh_single;
 pub mod rhd;

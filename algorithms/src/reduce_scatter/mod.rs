@@ -13,6 +13,7 @@ pub mod hier_levels;
 pub mod mesh;
 pub mod nb;
 pub mod nhr;
+pub mod put_ring;
 pub mod relay_mesh;
 pub mod rhd;
 pub mod ring;
@@ -96,4 +97,24 @@ pub(crate) fn partials(args: &Args, ranks: usize) -> (BufRange, Vec<(usize, usiz
         len: ranks * len,
     };
     (range, (0..ranks).map(|c| (c * len, len)).collect())
+}
+
+/// The request of a put-based ReduceScatter: `request` plus Scratch for `slots` receive
+/// slots and one partial sum, one block of an iteration each, which caps an iteration at
+/// the CCL buffer over the rank count. Nothing extra on one rank.
+pub(crate) fn with_slot_and_partial_scratch(
+    ctx: &PlanCtx<'_>,
+    request: ResourceRequest,
+    slots: usize,
+) -> ResourceRequest {
+    if ctx.ranks == 1 {
+        return request;
+    }
+    let es = ctx.op.dtype.size();
+    let per_rank = (ctx.ccl_bytes / ctx.ranks / es).max(1);
+    ResourceRequest {
+        scratch_bytes: (slots + 1) * per_rank * es,
+        max_count_per_loop: Some(per_rank),
+        ..request
+    }
 }
