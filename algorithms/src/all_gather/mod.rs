@@ -12,6 +12,8 @@ pub mod hier_levels;
 pub mod mesh;
 pub mod nb;
 pub mod nhr;
+pub mod put_mesh;
+pub mod put_rhd;
 pub mod put_ring;
 pub mod relay_mesh;
 pub mod rhd;
@@ -35,7 +37,8 @@ pub(crate) fn place_own_block(
 
 /// The request of a put-based AllGather: `request` plus, zero-copy, `slots` Scratch
 /// receive slots of one block each, since a put may not write a peer's user output (an
-/// iteration is then capped at the CCL buffer over the rank count). Staged, puts land in
+/// iteration is then capped at the CCL buffer over the rank count, a slot at the
+/// operation's count). Staged, puts land in
 /// the peers' CclOut blocks and need no scratch; nothing extra on one rank.
 pub(crate) fn with_slot_scratch(
     ctx: &PlanCtx<'_>,
@@ -48,7 +51,7 @@ pub(crate) fn with_slot_scratch(
     let es = ctx.op.dtype.size();
     let per_rank = (ctx.ccl_bytes / ctx.ranks / es).max(1);
     ResourceRequest {
-        scratch_bytes: slots * per_rank * es,
+        scratch_bytes: slots * per_rank.min(ctx.op.count) * es,
         max_count_per_loop: Some(per_rank),
         ..request
     }

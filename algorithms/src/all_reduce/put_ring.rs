@@ -34,11 +34,6 @@ oxccl_framework::register_executor! {
     make: || Box::new(PutRingAllReduce),
 }
 
-/// Elements per iteration: one CCL buffer.
-pub(crate) fn per_loop(ccl_bytes: usize, es: usize) -> usize {
-    (ccl_bytes / es).max(1)
-}
-
 impl Executor for PutRingAllReduce {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let order = healthy_ring_for(ctx.topology, NAME, OpKind::AllReduce)?;
@@ -46,13 +41,7 @@ impl Executor for PutRingAllReduce {
         if ctx.ranks == 1 {
             return Ok(request);
         }
-        let es = ctx.op.dtype.size();
-        let cap = per_loop(ctx.ccl_bytes, es);
-        Ok(ResourceRequest {
-            scratch_bytes: cap.div_ceil(ctx.ranks) * es,
-            max_count_per_loop: Some(cap),
-            ..request
-        })
+        Ok(super::with_chunk_slots(ctx, request, 1))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {

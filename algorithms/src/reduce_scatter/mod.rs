@@ -13,6 +13,8 @@ pub mod hier_levels;
 pub mod mesh;
 pub mod nb;
 pub mod nhr;
+pub mod put_mesh;
+pub mod put_rhd;
 pub mod put_ring;
 pub mod relay_mesh;
 pub mod rhd;
@@ -99,13 +101,13 @@ pub(crate) fn partials(args: &Args, ranks: usize) -> (BufRange, Vec<(usize, usiz
     (range, (0..ranks).map(|c| (c * len, len)).collect())
 }
 
-/// The request of a put-based ReduceScatter: `request` plus Scratch for `slots` receive
-/// slots and one partial sum, one block of an iteration each, which caps an iteration at
-/// the CCL buffer over the rank count. Nothing extra on one rank.
-pub(crate) fn with_slot_and_partial_scratch(
+/// The request of a put-based ReduceScatter: `request` plus Scratch for `areas` areas of
+/// one block of an iteration each (receive slots, a partial sum), the block capped at the
+/// CCL buffer over the rank count and at the operation's count. Nothing extra on one rank.
+pub(crate) fn with_put_scratch(
     ctx: &PlanCtx<'_>,
     request: ResourceRequest,
-    slots: usize,
+    areas: usize,
 ) -> ResourceRequest {
     if ctx.ranks == 1 {
         return request;
@@ -113,7 +115,7 @@ pub(crate) fn with_slot_and_partial_scratch(
     let es = ctx.op.dtype.size();
     let per_rank = (ctx.ccl_bytes / ctx.ranks / es).max(1);
     ResourceRequest {
-        scratch_bytes: (slots + 1) * per_rank * es,
+        scratch_bytes: areas * per_rank.min(ctx.op.count) * es,
         max_count_per_loop: Some(per_rank),
         ..request
     }

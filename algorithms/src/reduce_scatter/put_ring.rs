@@ -32,7 +32,7 @@ impl Executor for PutRingReduceScatter {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let order = healthy_ring_for(ctx.topology, NAME, OpKind::ReduceScatter)?;
         let request = ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)));
-        Ok(super::with_slot_and_partial_scratch(ctx, request, 1))
+        Ok(super::with_put_scratch(ctx, request, 2))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
