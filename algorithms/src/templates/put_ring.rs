@@ -147,7 +147,7 @@ pub fn put_ring_all_gather(
             false => ring.slot.at(right, 0, src.len),
         };
         let dst = held(me, recv);
-        let received = ring.slot.at(me, 0, dst.len);
+        let received = (!into_place).then(|| ring.slot.at(me, 0, dst.len));
         put_step(
             ctx,
             ring.stream,
@@ -155,7 +155,7 @@ pub fn put_ring_all_gather(
             Some(&at.right),
             |s| s.copy(src, put_dst),
             |s| {
-                if !into_place {
+                if let Some(received) = received {
                     s.copy(received, dst)
                 }
             },
