@@ -29,7 +29,11 @@ oxccl_framework::register_executor! {
 
 impl Executor for PutMeshAllGather {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let request = ResourceRequest::with_peers(Peers::All);
+        // One slave stream per peer (see `put_mesh`).
+        let request = ResourceRequest {
+            slave_streams: ctx.ranks - 1,
+            ..ResourceRequest::with_peers(Peers::All)
+        };
         Ok(super::with_slot_scratch(ctx, request, ctx.ranks))
     }
 

@@ -30,7 +30,11 @@ oxccl_framework::register_executor! {
 
 impl Executor for PutMeshAllReduce {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let request = ResourceRequest::with_peers(Peers::All);
+        // One slave stream per peer (see `put_mesh`).
+        let request = ResourceRequest {
+            slave_streams: ctx.ranks - 1,
+            ..ResourceRequest::with_peers(Peers::All)
+        };
         if ctx.ranks == 1 {
             return Ok(request);
         }

@@ -28,7 +28,11 @@ oxccl_framework::register_executor! {
 
 impl Executor for PutMeshReduceScatter {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let request = ResourceRequest::with_peers(Peers::All);
+        // One slave stream per peer (see `put_mesh`).
+        let request = ResourceRequest {
+            slave_streams: ctx.ranks - 1,
+            ..ResourceRequest::with_peers(Peers::All)
+        };
         Ok(super::with_put_scratch(ctx, request, ctx.ranks))
     }
 

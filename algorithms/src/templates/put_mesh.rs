@@ -1,5 +1,7 @@
 //! Put mesh: every rank puts its blocks into every peer's receive slots, signals, and
-//! each reduces (or copies) locally; for put-only links and small messages.
+//! each reduces (or copies) locally; for put-only links and small messages. One slave
+//! stream per peer carries the put, the signal and the wait for that peer, so the
+//! exchanges with all peers overlap; the reduce runs on the main stream after the join.
 //!
 //! The pull mesh reads every peer's input; a network link cannot. Here a reduce-scatter is
 //! one round: rank `q` puts its contribution to block `c` into slot `q` of rank `c`'s
@@ -22,7 +24,8 @@
 //! its all-gather wait. The two phases of one iteration use different signals (the caller
 //! says which), so a rank that raced ahead never posts a signal its peer has not consumed.
 
-use super::peer_round::{all_peers_round, Round};
+use super::mesh::mesh_peer;
+use super::peer_round::Round;
 use super::put_ring::ChunkSlice;
 use oxccl_framework::platform::{DataType, Link, Rank, ReduceOp, Slice, StreamProgram};
 use oxccl_framework::{BufRange, Error, KernelCtx};
@@ -55,45 +58,58 @@ impl PutMesh {
         self.slots.at(rank, sender * self.slot_len, len)
     }
 
-    /// The peers, starting after this rank so that no rank is everybody's first target.
-    fn peers(&self, ctx: &KernelCtx<'_>) -> Result<Vec<Link>, Error> {
-        let (me, n) = (ctx.rank, ctx.ranks);
-        (1..n)
-            .map(|i| ctx.link((me + i) % n, self.channel))
-            .collect()
-    }
-
+    /// Append one round: on slave stream `i` (serving peer [`mesh_peer`]`(me, n, i)`, so
+    /// that no rank is everybody's first target), an optional ready exchange, the put to
+    /// the peer and its signal, the wait for the peer's signal and `after_wait(peer)`;
+    /// then, joined on the main stream, `consume`. Needs `n - 1` slave streams.
     fn round(
         &self,
         ctx: &mut KernelCtx<'_>,
         mut put: impl FnMut(&mut StreamProgram, Rank),
+        mut after_wait: impl FnMut(&mut StreamProgram, Rank),
         consume: impl FnOnce(&mut StreamProgram),
     ) -> Result<(), Error> {
-        if self.ready {
-            let ready = match self.signal {
-                Round::Ack => Round::DataSignal,
-                Round::DataSignal => Round::Ack,
-            };
-            all_peers_round(ctx, self.channel, ready)?;
+        let (me, n) = (ctx.rank, ctx.ranks);
+        let peers = n - 1;
+        if peers == 0 {
+            return Ok(());
         }
-        let peers = self.peers(ctx)?;
-        let signal = self.signal;
-        let s = ctx.main();
-        for link in &peers {
+        let ready = self.ready.then_some(match self.signal {
+            Round::Ack => Round::DataSignal,
+            Round::DataSignal => Round::Ack,
+        });
+        ctx.fork(1..=peers);
+        for slave in 1..=peers {
+            let link = ctx.link(mesh_peer(me, n, slave), self.channel)?;
+            let s = ctx.stream(slave);
+            if let Some(ready) = ready {
+                signal(&link, s, ready);
+                wait(&link, s, ready);
+            }
             put(s, link.remote);
-            match signal {
-                Round::Ack => link.tx_ack(s),
-                Round::DataSignal => link.tx_data_signal(s),
-            }
+            signal(&link, s, self.signal);
+            wait(&link, s, self.signal);
+            after_wait(s, link.remote);
         }
-        for link in &peers {
-            match signal {
-                Round::Ack => link.rx_ack(s),
-                Round::DataSignal => link.rx_data_signal(s),
-            }
-        }
-        consume(s);
+        ctx.join(1..=peers);
+        consume(ctx.main());
         Ok(())
+    }
+}
+
+/// Post `round`'s signal to the peer of `link`.
+fn signal(link: &Link, s: &mut StreamProgram, round: Round) {
+    match round {
+        Round::Ack => link.tx_ack(s),
+        Round::DataSignal => link.tx_data_signal(s),
+    }
+}
+
+/// Wait for the peer's `round` signal.
+fn wait(link: &Link, s: &mut StreamProgram, round: Round) {
+    match round {
+        Round::Ack => link.rx_ack(s),
+        Round::DataSignal => link.rx_data_signal(s),
     }
 }
 
@@ -119,6 +135,7 @@ pub fn put_mesh_reduce_scatter(
             let src = input(me, peer);
             s.copy(src, m.slot_of(peer, me, src.len));
         },
+        |_, _| {},
         |s| s.reduce(srcs, result, dtype, op),
     )
 }
@@ -132,7 +149,7 @@ pub fn put_mesh_all_gather(
     held: ChunkSlice<'_>,
     into_place: bool,
 ) -> Result<(), Error> {
-    let (me, n) = (ctx.rank, ctx.ranks);
+    let me = ctx.rank;
     let src = held(me, me);
     m.round(
         ctx,
@@ -143,13 +160,12 @@ pub fn put_mesh_all_gather(
             };
             s.copy(src, dst);
         },
-        |s| {
+        |s, peer| {
             if !into_place {
-                for q in (0..n).filter(|&q| q != me) {
-                    let dst = held(me, q);
-                    s.copy(m.slot_of(me, q, dst.len), dst);
-                }
+                let dst = held(me, peer);
+                s.copy(m.slot_of(me, peer, dst.len), dst);
             }
         },
+        |_| {},
     )
 }
