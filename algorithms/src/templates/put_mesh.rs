@@ -17,8 +17,9 @@
 //! peer finished the previous operation before this one starts) and on the analyzer's
 //! proof that every notify posted within an operation is consumed within it. A later
 //! round must be preceded by something the peer did after it last used the target: a
-//! *ready* round ([`PutMesh::ready`]: Ack to and from every peer) when nothing else orders
-//! them, as between two iterations of a staged loop of one phase. An AllReduce needs none
+//! *ready* exchange ([`PutMesh::ready`]: a signal to and from each peer before the put)
+//! when nothing else orders them, as between two iterations of a staged loop of one
+//! phase. An AllReduce needs none
 //! between its two phases, nor between iterations: a peer's all-gather put follows its
 //! reduce (which consumed its slots) and the next iteration's reduce-scatter put follows
 //! its all-gather wait. The two phases of one iteration use different signals (the caller
