@@ -11,6 +11,7 @@ pub mod barrier;
 pub mod blocks;
 pub mod data;
 pub mod oracle;
+pub mod puts;
 pub mod rooted;
 pub mod vector;
 

@@ -9,6 +9,7 @@ use oxccl_tests::assert_executors_covered;
 #[test]
 fn every_registered_executor_is_covered_by_a_test_file() {
     let covered: [(OpKind, &[&str]); 13] = [
+        // put_executors (put-*, hier-put-ring, every operator below that has them),
         // all_reduce_executors (built-in + plugin), double_ring_executors,
         // log_step_executors (rhd, nhr, nb), hierarchical_executors (hier-*),
         // relay_mesh_executors (relay-*, also for AllGather and ReduceScatter).
@@ -19,6 +20,7 @@ fn every_registered_executor_is_covered_by_a_test_file() {
                 "double-ring",
                 "hier-nhr",
                 "hier-pipelined",
+                "hier-put-ring",
                 "hier-rhd",
                 "hier-ring",
                 "mesh",
@@ -26,6 +28,9 @@ fn every_registered_executor_is_covered_by_a_test_file() {
                 "nb",
                 "nhr",
                 "one-shot",
+                "put-mesh",
+                "put-rhd",
+                "put-ring",
                 "relay-mesh",
                 "relay-mesh-single",
                 "rhd",
@@ -44,6 +49,9 @@ fn every_registered_executor_is_covered_by_a_test_file() {
                 "mesh",
                 "nb",
                 "nhr",
+                "put-mesh",
+                "put-rhd",
+                "put-ring",
                 "relay-mesh",
                 "rhd",
                 "ring",
@@ -61,6 +69,9 @@ fn every_registered_executor_is_covered_by_a_test_file() {
                 "mesh",
                 "nb",
                 "nhr",
+                "put-mesh",
+                "put-rhd",
+                "put-ring",
                 "relay-mesh",
                 "rhd",
                 "ring",
@@ -97,8 +108,14 @@ fn every_registered_executor_is_covered_by_a_test_file() {
         (OpKind::AlltoAll, &["mesh", "pairwise", "relay-mesh"]),
         // vector_executors, relay_rooted_executors (relay-mesh of the V forms),
         // relay_p2p_executors (relay-pairwise).
-        (OpKind::AllGatherV, &["mesh", "relay-mesh", "ring"]),
-        (OpKind::ReduceScatterV, &["mesh", "relay-mesh", "ring"]),
+        (
+            OpKind::AllGatherV,
+            &["mesh", "put-ring", "relay-mesh", "ring"],
+        ),
+        (
+            OpKind::ReduceScatterV,
+            &["mesh", "put-ring", "relay-mesh", "ring"],
+        ),
         (OpKind::AlltoAllV, &["pairwise", "relay-pairwise"]),
         // send_recv_executors, barrier_executors, relay_p2p_executors.
         (OpKind::SendRecv, &["p2p", "relay-p2p"]),

@@ -12,11 +12,14 @@ pub mod hier_levels;
 pub mod mesh;
 pub mod nb;
 pub mod nhr;
+pub mod put_mesh;
+pub mod put_rhd;
+pub mod put_ring;
 pub mod relay_mesh;
 pub mod rhd;
 pub mod ring;
 
-use oxccl_framework::{KernelArgs, KernelCtx};
+use oxccl_framework::{KernelArgs, KernelCtx, Mode, PlanCtx, ResourceRequest};
 
 /// Copy this rank's input into its own output block, unless they are the same memory.
 pub(crate) fn place_own_block(
@@ -29,5 +32,27 @@ pub(crate) fn place_own_block(
     if !args.aliased {
         let (src, dst) = (args.input.at(me, 0, len), args.output.at(me, offset, len));
         ctx.main().copy(src, dst);
+    }
+}
+
+/// The request of a put-based AllGather: `request` plus, zero-copy, `slots` Scratch
+/// receive slots of one block each, since a put may not write a peer's user output (an
+/// iteration is then capped at the CCL buffer over the rank count, a slot at the
+/// operation's count). Staged, puts land in
+/// the peers' CclOut blocks and need no scratch; nothing extra on one rank.
+pub(crate) fn with_slot_scratch(
+    ctx: &PlanCtx<'_>,
+    request: ResourceRequest,
+    slots: usize,
+) -> ResourceRequest {
+    if ctx.ranks == 1 || ctx.mode == Mode::Staged {
+        return request;
+    }
+    let es = ctx.op.dtype.size();
+    let per_rank = (ctx.ccl_bytes / ctx.ranks / es).max(1);
+    ResourceRequest {
+        scratch_bytes: slots * per_rank.min(ctx.op.count) * es,
+        max_count_per_loop: Some(per_rank),
+        ..request
     }
 }

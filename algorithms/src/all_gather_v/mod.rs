@@ -10,6 +10,7 @@
 //! [`p2p_slot_bytes`]: crate::templates::p2p_slot_bytes
 
 pub mod mesh;
+pub mod put_ring;
 pub mod relay_mesh;
 pub mod ring;
 

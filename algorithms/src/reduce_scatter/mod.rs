@@ -13,6 +13,9 @@ pub mod hier_levels;
 pub mod mesh;
 pub mod nb;
 pub mod nhr;
+pub mod put_mesh;
+pub mod put_rhd;
+pub mod put_ring;
 pub mod relay_mesh;
 pub mod rhd;
 pub mod ring;
@@ -96,4 +99,24 @@ pub(crate) fn partials(args: &Args, ranks: usize) -> (BufRange, Vec<(usize, usiz
         len: ranks * len,
     };
     (range, (0..ranks).map(|c| (c * len, len)).collect())
+}
+
+/// The request of a put-based ReduceScatter: `request` plus Scratch for `areas` areas of
+/// one block of an iteration each (receive slots, a partial sum), the block capped at the
+/// CCL buffer over the rank count and at the operation's count. Nothing extra on one rank.
+pub(crate) fn with_put_scratch(
+    ctx: &PlanCtx<'_>,
+    request: ResourceRequest,
+    areas: usize,
+) -> ResourceRequest {
+    if ctx.ranks == 1 {
+        return request;
+    }
+    let es = ctx.op.dtype.size();
+    let per_rank = (ctx.ccl_bytes / ctx.ranks / es).max(1);
+    ResourceRequest {
+        scratch_bytes: areas * per_rank.min(ctx.op.count) * es,
+        max_count_per_loop: Some(per_rank),
+        ..request
+    }
 }

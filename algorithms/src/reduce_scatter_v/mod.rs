@@ -8,6 +8,7 @@
 //! writes it.
 
 pub mod mesh;
+pub mod put_ring;
 pub mod relay_mesh;
 pub mod ring;
 

@@ -11,6 +11,10 @@ pub mod nb;
 pub mod nhr;
 pub mod p2p;
 pub mod peer_round;
+pub mod put_mesh;
+pub mod put_rhd;
+pub mod put_ring;
+pub mod put_step;
 pub mod relay;
 pub mod relay_mesh;
 pub mod relay_p2p;
@@ -34,6 +38,10 @@ pub use nhr::{
 };
 pub use p2p::{p2p_exchange, p2p_peers, p2p_slot_bytes, P2pParams, P2pPhase};
 pub use peer_round::{all_peers_round, Round};
+pub use put_mesh::{put_mesh_all_gather, put_mesh_reduce_scatter, PutMesh};
+pub use put_rhd::{put_rhd_all_gather, put_rhd_all_reduce, put_rhd_reduce_scatter, PutRhd};
+pub use put_ring::{put_ring_all_gather, put_ring_reduce_scatter, ChunkSlice, PutRing};
+pub use put_step::put_step;
 pub use relay::{common_neighbours, relay_duties, relay_pieces, require_routes, route, Route};
 pub use relay_mesh::{
     iteration_count_bound, neighbour_round, relay_mesh_all_gather, relay_mesh_reduce_scatter,

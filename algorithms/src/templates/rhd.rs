@@ -48,21 +48,21 @@ oxccl_framework::register_template! {
 
 /// The participants of RHD over a group of `n` positions.
 #[derive(Copy, Clone, Debug)]
-struct RhdShape {
+pub(crate) struct RhdShape {
     /// Participants: the largest power of two not above `n`.
-    m: usize,
+    pub m: usize,
     /// Folded pairs: positions `0..2r` fold into participants `0..r`.
-    r: usize,
+    pub r: usize,
 }
 
 impl RhdShape {
-    fn new(n: usize) -> Self {
+    pub(crate) fn new(n: usize) -> Self {
         let m = if n == 0 { 0 } else { 1 << n.ilog2() };
         RhdShape { m, r: n - m }
     }
 
     /// The participant of position `pos`; `None` for an odd position that folded away.
-    fn participant(&self, pos: usize) -> Option<usize> {
+    pub(crate) fn participant(&self, pos: usize) -> Option<usize> {
         match pos < 2 * self.r {
             true => (pos & 1 == 0).then_some(pos / 2),
             false => Some(pos - self.r),
@@ -70,7 +70,7 @@ impl RhdShape {
     }
 
     /// The position that participant `v` runs on.
-    fn position(&self, v: usize) -> usize {
+    pub(crate) fn position(&self, v: usize) -> usize {
         match v < self.r {
             true => 2 * v,
             false => v + self.r,
@@ -78,7 +78,7 @@ impl RhdShape {
     }
 
     /// The positions participants `v` (a range) represent.
-    fn positions(&self, v: Range<usize>) -> Range<usize> {
+    pub(crate) fn positions(&self, v: Range<usize>) -> Range<usize> {
         let end = |v: usize| match v < self.r {
             true => 2 * v + 2,
             false => v + self.r + 1,
@@ -87,19 +87,19 @@ impl RhdShape {
     }
 
     /// The participants of the aligned block of `d` containing participant `v`.
-    fn block(v: usize, d: usize) -> Range<usize> {
+    pub(crate) fn block(v: usize, d: usize) -> Range<usize> {
         let lo = v / d * d;
         lo..lo + d
     }
 
     /// The partner distances of the halving, largest first.
-    fn halving(&self) -> impl Iterator<Item = usize> {
+    pub(crate) fn halving(&self) -> impl Iterator<Item = usize> {
         let k = if self.m == 0 { 0 } else { self.m.ilog2() };
         (0..k).rev().map(|i| 1 << i)
     }
 
     /// The partner distances of the doubling, smallest first.
-    fn doubling(&self) -> impl Iterator<Item = usize> {
+    pub(crate) fn doubling(&self) -> impl Iterator<Item = usize> {
         let k = if self.m == 0 { 0 } else { self.m.ilog2() };
         (0..k).map(|i| 1 << i)
     }

@@ -1,0 +1,61 @@
+//! AllGather put RHD: recursive doubling by puts, for put-only links.
+//!
+//! The schedule of [`rhd`](super::rhd) (non-powers of two fold pairwise first), each
+//! exchange a put of the blocks a rank holds into its partner (see
+//! [`put_rhd`](crate::templates::put_rhd)): straight into the partner's CclOut blocks when
+//! staged, into a Scratch receive area of one block per rank when zero-copy (copied into
+//! place by the receiver; an iteration is then capped at the CCL buffer over the ranks).
+
+use super::place_own_block;
+use crate::templates::{put_rhd_all_gather, require_links, rhd_peers, PutRhd, RingParams};
+use oxccl_framework::platform::Buf;
+use oxccl_framework::{
+    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
+    PlanCtx, ResourceRequest,
+};
+
+/// The put RHD AllGather executor.
+pub struct PutRhdAllGather;
+
+const NAME: &str = "put-rhd";
+
+oxccl_framework::register_executor! {
+    name: NAME,
+    op: OpKind::AllGather,
+    description: "recursive doubling by puts into the partner's CclOut (staged) or Scratch (zero-copy); non-powers of two fold pairwise; runs over put-only links",
+    constraints: Constraints { links: LinkNeed::Put, ..Constraints::ANY },
+    preference: 5,
+    make: || Box::new(PutRhdAllGather),
+}
+
+impl Executor for PutRhdAllGather {
+    fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        let order: Vec<usize> = (0..ctx.ranks).collect();
+        let peers = require_links(ctx.topology, NAME, ctx.rank, rhd_peers(&order, ctx.rank))?;
+        let request = ResourceRequest::with_peers(Peers::List(peers));
+        Ok(super::with_slot_scratch(ctx, request, ctx.ranks))
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        let n = ctx.ranks;
+        let blocks = args.blocks(n);
+        place_own_block(ctx, args, &blocks);
+        if n == 1 {
+            return Ok(());
+        }
+        let order: Vec<usize> = (0..n).collect();
+        let len = blocks[0].1;
+        let recv_chunks: Vec<(usize, usize)> = (0..n).map(|c| (c * len, len)).collect();
+        let g = PutRhd {
+            p: RingParams::on_main_stream(&order, &blocks, &order, args),
+            recv: BufRange {
+                buf: Buf::Scratch,
+                offset: 0,
+                len: n * len,
+            },
+            recv_chunks: &recv_chunks,
+            gather_into_place: !args.output.buf.is_user(),
+        };
+        put_rhd_all_gather(ctx, &g)
+    }
+}

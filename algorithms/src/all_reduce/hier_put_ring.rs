@@ -1,0 +1,122 @@
+//! AllReduce hierarchical with a put level 1: load/store inside each server, puts across
+//! servers, so it runs where only the inter-server links are put-only (`2x8`: RDMA
+//! between servers, shared memory inside).
+//!
+//! The decomposition of [`hier_levels`](super::hier_levels) (chunk `c` owned by local rank
+//! `c % m` on a server of `m` ranks; see [`Servers`]):
+//! 1. level 0, reduce-scatter: a ready round with the server, then each rank reduces the
+//!    chunks it owns from its server peers' inputs (loads inside the server);
+//! 2. level 1, for each owned chunk in increasing order: a put ring AllReduce of the chunk
+//!    with its owners on the other servers ([`put_ring`](crate::templates::put_ring)):
+//!    each step puts into the next server's owner (its Scratch slot, or its CclOut chunk
+//!    when staged) and reduces or copies locally, so nothing is read across servers and
+//!    no user buffer is written there;
+//! 3. level 0, all-gather: a "chunks final" round with the server, then each rank pulls
+//!    the chunks it does not own from their owners in the server.
+//!
+//! Staged, an Ack round with the server ends every iteration (the next one overwrites the
+//! CCL buffers at once), and the server rounds of consecutive iterations alternate link
+//! channels, as in `hier-ring`. The level-1 slot is one chunk of an iteration, capped at
+//! one CCL buffer.
+
+use super::hier_levels::level0_reduce_scatter;
+use crate::templates::{
+    even_chunks, put_ring_all_gather, put_ring_reduce_scatter, server_all_gather, server_round,
+    server_slaves, Level1, PutRing, Round, Servers,
+};
+use oxccl_framework::platform::{Buf, Rank};
+use oxccl_framework::{
+    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, Mode, OpKind, Peers,
+    PlanCtx, ResourceRequest,
+};
+
+/// The hierarchical AllReduce executor with a put ring across servers.
+pub struct HierPutRingAllReduce;
+
+oxccl_framework::register_executor! {
+    name: "hier-put-ring",
+    op: OpKind::AllReduce,
+    description: "level-0 mesh reduce-scatter in each server (load/store), level-1 put ring AllReduce across servers, level-0 mesh all-gather; runs where only inter-server links are put-only",
+    constraints: Constraints {
+        min_servers: 2,
+        links: LinkNeed::LoadStoreWithinServer,
+        ..Constraints::ANY
+    },
+    preference: 5,
+    make: || Box::new(HierPutRingAllReduce),
+}
+
+impl Executor for HierPutRingAllReduce {
+    fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        let servers = Servers::of(ctx.topology);
+        let request = ResourceRequest {
+            slave_streams: server_slaves(&servers, ctx.rank),
+            ..ResourceRequest::with_peers(Peers::List(servers.peers(ctx.rank, Level1::Ring)))
+        };
+        if servers.count() < 2 {
+            return Ok(request);
+        }
+        let es = ctx.op.dtype.size();
+        let cap = (ctx.ccl_bytes / es).max(1);
+        Ok(ResourceRequest {
+            scratch_bytes: cap.min(ctx.op.count).div_ceil(servers.widest()) * es,
+            max_count_per_loop: Some(cap),
+            ..request
+        })
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        if ctx.ranks == 1 {
+            args.copy_input_to_output(ctx);
+            return Ok(());
+        }
+        let servers = Servers::of(ctx.topology);
+        let chunks = even_chunks(args.op.count, servers.widest(), args.op.dtype.size());
+        let channel = args.iteration % 2;
+        level0_reduce_scatter(ctx, args, &servers, &chunks, channel)?;
+        for c in servers.owned_chunks(ctx.rank) {
+            level1_put_all_reduce(ctx, args, &servers.group(c), chunks[c], channel)?;
+        }
+        server_all_gather(ctx, &servers, args.output, &chunks, (channel, 1))?;
+        if args.mode == Mode::Staged {
+            server_round(ctx, &servers, channel, Round::Ack)?;
+        }
+        Ok(())
+    }
+}
+
+/// Level 1: a put ring AllReduce of one chunk (`(byte offset, byte length)` in the output)
+/// over `group`, in place on the output, on the main stream and link `channel`.
+fn level1_put_all_reduce(
+    ctx: &mut KernelCtx<'_>,
+    args: &KernelArgs,
+    group: &[Rank],
+    (off, len): (usize, usize),
+    channel: usize,
+) -> Result<(), Error> {
+    if group.len() < 2 {
+        return Ok(());
+    }
+    let es = args.op.dtype.size();
+    let sub: Vec<(usize, usize)> = even_chunks(len / es, group.len(), es)
+        .into_iter()
+        .map(|(o, l)| (off + o, l))
+        .collect();
+    let positions: Vec<usize> = (0..group.len()).collect();
+    let ring = PutRing {
+        order: group,
+        stream: 0,
+        channel,
+        chunk_at: &positions,
+        slot: BufRange {
+            buf: Buf::Scratch,
+            offset: 0,
+            len: sub[0].1,
+        },
+        dtype: args.op.dtype,
+        op: args.op.op,
+    };
+    let output = |r: Rank, c: usize| args.output.at(r, sub[c].0, sub[c].1);
+    put_ring_reduce_scatter(ctx, &ring, &output, &output)?;
+    put_ring_all_gather(ctx, &ring, &output, !args.output.buf.is_user())
+}

@@ -1,0 +1,63 @@
+//! AllReduce put RHD: recursive halving then doubling by puts, for put-only links.
+//!
+//! The schedule of [`rhd`](super::rhd) (non-powers of two fold pairwise first), each
+//! exchange a put into the partner's Scratch receive area followed by a local reduce or
+//! copy (see [`put_rhd`](crate::templates::put_rhd)); the doubling puts straight into the
+//! partner's CclOut when staged. `2log2(p)` steps on a power of two, two more otherwise.
+//! The receive area holds one iteration (capped at one CCL buffer, the staged loop's cap).
+
+use crate::templates::{
+    even_chunks, put_rhd_all_reduce, require_links, rhd_peers, PutRhd, RingParams,
+};
+use oxccl_framework::platform::Buf;
+use oxccl_framework::{
+    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
+    PlanCtx, ResourceRequest,
+};
+
+/// The put RHD AllReduce executor.
+pub struct PutRhdAllReduce;
+
+const NAME: &str = "put-rhd";
+
+oxccl_framework::register_executor! {
+    name: NAME,
+    op: OpKind::AllReduce,
+    description: "recursive halving then doubling by puts into the partner's Scratch, reduced locally; non-powers of two fold pairwise; runs over put-only links",
+    constraints: Constraints { links: LinkNeed::Put, ..Constraints::ANY },
+    preference: 5,
+    make: || Box::new(PutRhdAllReduce),
+}
+
+impl Executor for PutRhdAllReduce {
+    fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        let order: Vec<usize> = (0..ctx.ranks).collect();
+        let peers = require_links(ctx.topology, NAME, ctx.rank, rhd_peers(&order, ctx.rank))?;
+        let request = ResourceRequest::with_peers(Peers::List(peers));
+        if ctx.ranks == 1 {
+            return Ok(request);
+        }
+        Ok(super::with_chunk_slots(ctx, request, ctx.ranks))
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        if ctx.ranks == 1 {
+            args.copy_input_to_output(ctx);
+            return Ok(());
+        }
+        let op = &args.op;
+        let order: Vec<usize> = (0..ctx.ranks).collect();
+        let chunks = even_chunks(op.count, ctx.ranks, op.dtype.size());
+        let g = PutRhd {
+            p: RingParams::on_main_stream(&order, &chunks, &order, args),
+            recv: BufRange {
+                buf: Buf::Scratch,
+                offset: 0,
+                len: op.count * op.dtype.size(),
+            },
+            recv_chunks: &chunks,
+            gather_into_place: !args.output.buf.is_user(),
+        };
+        put_rhd_all_reduce(ctx, &g)
+    }
+}

@@ -1,0 +1,68 @@
+//! ReduceScatter put RHD: recursive halving by puts, for put-only links.
+//!
+//! The schedule of [`rhd`](super::rhd) (non-powers of two fold pairwise first, and the
+//! odd position of a pair gets its block back at the end), each exchange a put of the
+//! partner's half into its Scratch receive area followed by a local reduce (see
+//! [`put_rhd`](crate::templates::put_rhd)). Scratch holds a receive area and the partial
+//! sums, one block per rank each; an iteration is capped at the CCL buffer over the ranks.
+
+use crate::templates::{
+    put_rhd_reduce_scatter, require_links, rhd_peers, PutRhd, RingParams, RingTargets,
+};
+use oxccl_framework::platform::Buf;
+use oxccl_framework::{
+    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
+    PlanCtx, ResourceRequest,
+};
+
+/// The put RHD ReduceScatter executor.
+pub struct PutRhdReduceScatter;
+
+const NAME: &str = "put-rhd";
+
+oxccl_framework::register_executor! {
+    name: NAME,
+    op: OpKind::ReduceScatter,
+    description: "recursive halving by puts into the partner's Scratch, reduced locally; non-powers of two fold pairwise; runs over put-only links",
+    constraints: Constraints { links: LinkNeed::Put, ..Constraints::ANY },
+    preference: 5,
+    make: || Box::new(PutRhdReduceScatter),
+}
+
+impl Executor for PutRhdReduceScatter {
+    fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        let order: Vec<usize> = (0..ctx.ranks).collect();
+        let peers = require_links(ctx.topology, NAME, ctx.rank, rhd_peers(&order, ctx.rank))?;
+        let request = ResourceRequest::with_peers(Peers::List(peers));
+        Ok(super::with_put_scratch(ctx, request, 2 * ctx.ranks))
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        let n = ctx.ranks;
+        if n == 1 {
+            args.copy_input_to_output(ctx);
+            return Ok(());
+        }
+        let order: Vec<usize> = (0..n).collect();
+        let blocks = args.blocks(n);
+        let len = blocks[0].1;
+        let compact: Vec<(usize, usize)> = (0..n).map(|c| (c * len, len)).collect();
+        let area = |i: usize| BufRange {
+            buf: Buf::Scratch,
+            offset: i * n * len,
+            len: n * len,
+        };
+        let g = PutRhd {
+            p: RingParams::on_main_stream(&order, &blocks, &order, args),
+            recv: area(0),
+            recv_chunks: &compact,
+            gather_into_place: false,
+        };
+        let targets = RingTargets {
+            partials: area(1),
+            partial_chunks: &compact,
+            result: Some(args.output),
+        };
+        put_rhd_reduce_scatter(ctx, &g, &targets)
+    }
+}
