@@ -27,10 +27,12 @@
 //! Linking this crate links the built-in executors ([`algorithms`]); a plugin crate is
 //! linked only when the final binary names it (`use my_plugin as _;`).
 
+mod call;
 mod eager;
 mod group;
 mod logging;
 
+pub use call::OpCall;
 pub use eager::Communicator;
 pub use group::Group;
 /// Half-precision element types.
