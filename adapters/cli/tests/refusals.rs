@@ -104,7 +104,8 @@ fn an_unreadable_or_malformed_file_is_reported_with_its_causes() {
     std::fs::write(&malformed, "servers = [8\n").unwrap();
     let malformed = malformed.to_str().unwrap();
     // (flags, environment, a cause that must be printed, the last cause)
-    let cases: [(&[&str], &[(&str, &str)], &str, &str); 3] = [
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str, &'a str);
+    let cases: [Case<'_>; 3] = [
         (
             &["check", "all-reduce", "--topo", "/no/such/topology.toml"],
             &[],

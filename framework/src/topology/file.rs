@@ -39,7 +39,7 @@ pub enum TopologyError {
         line: usize,
         column: usize,
         #[source]
-        source: toml::de::Error,
+        source: TomlCause,
     },
     #[error("{origin}, line {line}, column {column}: {message}")]
     File {
@@ -53,6 +53,20 @@ pub enum TopologyError {
     Broken { given: String, reason: String },
     #[error("topology `{given}` is invalid: {reason}")]
     Shape { given: String, reason: String },
+}
+
+/// The TOML error behind [`TopologyError::Toml`], boxed to keep every `TopologyError`
+/// small. It derefs to the TOML error, which is also what `source()` returns (so the
+/// source downcasts to `toml::de::Error`, not to this box).
+#[derive(Debug)]
+pub struct TomlCause(Box<toml::de::Error>);
+
+impl std::ops::Deref for TomlCause {
+    type Target = toml::de::Error;
+
+    fn deref(&self) -> &toml::de::Error {
+        &self.0
+    }
 }
 
 impl From<TopologyError> for ConfigError {
@@ -168,7 +182,7 @@ impl Source<'_> {
             origin: self.origin.clone(),
             line,
             column,
-            source,
+            source: TomlCause(Box::new(source)),
         }
     }
 }
