@@ -96,14 +96,9 @@ fn parse_in_range<T>(
 where
     T: std::str::FromStr + PartialOrd + std::fmt::Display,
 {
-    let bad = |found: String| ConfigError {
-        var,
-        value: value.to_string(),
-        reason: format!(
-            "{found}; expected {unit} from {} to {}",
-            valid.start(),
-            valid.end()
-        ),
+    let bad = |found: String| {
+        let expected = format!("expected {unit} from {} to {}", valid.start(), valid.end());
+        ConfigError::new(var, value, format!("{found}; {expected}"))
     };
     match value.trim().parse::<T>() {
         Ok(v) if valid.contains(&v) => Ok(v),
@@ -139,14 +134,13 @@ fn log_filter(value: &str) -> Result<Option<String>, ConfigError> {
     }
     match tracing_subscriber::EnvFilter::try_new(value) {
         Ok(_) => Ok(Some(value.to_string())),
-        Err(e) => Err(ConfigError {
-            var: "OXCCL_LOG",
-            value: value.to_string(),
-            reason: format!(
-                "not a tracing filter ({e}); write a level (`info`, `debug`) or \
-                 `target=level` directives joined by commas, e.g. `oxccl=debug,info`"
-            ),
-        }),
+        Err(e) => Err(ConfigError::new(
+            "OXCCL_LOG",
+            value,
+            "not a tracing filter; write a level (`info`, `debug`) or `target=level` \
+             directives joined by commas, e.g. `oxccl=debug,info`",
+        )
+        .caused_by(e)),
     }
 }
 
@@ -155,29 +149,33 @@ fn parse_switch(var: &'static str, value: &str) -> Result<bool, ConfigError> {
     match value.trim() {
         "1" | "true" | "on" => Ok(true),
         "0" | "false" | "off" => Ok(false),
-        _ => Err(ConfigError {
+        _ => Err(ConfigError::new(
             var,
-            value: value.to_string(),
-            reason: "use 1 (or true, on) or 0 (or false, off)".into(),
-        }),
+            value,
+            "use 1 (or true, on) or 0 (or false, off)",
+        )),
     }
 }
+
+/// Why a topology spec (of `OXCCL_TOPO_FILE`, `--topo`) was refused; the cause says what
+/// was wrong with it.
+pub const TOPOLOGY_REFUSED: &str =
+    "not a topology oxccl can use; name a preset (mesh8, 2x8, 1xN...) or a readable TOML \
+     topology file";
 
 /// The tuning table named by `OXCCL_TUNE_FILE`; a bad file names the variable, the path,
 /// the line and what was wrong.
 fn load_tune_file(value: &str) -> Result<TuneTable, ConfigError> {
-    let bad = |reason: String| ConfigError {
-        var: "OXCCL_TUNE_FILE",
-        value: value.to_string(),
-        reason,
-    };
+    let bad = |reason: &str| ConfigError::new("OXCCL_TUNE_FILE", value, reason);
     let path = value.trim();
     if path.is_empty() {
         return Err(bad(
-            "name a tuning table written by `oxccl tune`, or unset the variable".into(),
+            "name a tuning table written by `oxccl tune`, or unset the variable",
         ));
     }
-    TuneTable::load(path).map_err(|e| bad(e.to_string()))
+    TuneTable::load(path).map_err(|e| {
+        bad("not a tuning table oxccl can use; fix or rewrite it with `oxccl tune`").caused_by(e)
+    })
 }
 
 impl Config {
@@ -208,10 +206,8 @@ impl Config {
             config.algo = v.parse()?;
         }
         if let Some(v) = get("OXCCL_TOPO_FILE") {
-            let topology = Topology::parse_spec(v.trim()).map_err(|e| ConfigError {
-                var: "OXCCL_TOPO_FILE",
-                value: v.clone(),
-                reason: e.to_string(),
+            let topology = Topology::parse_spec(v.trim()).map_err(|e| {
+                ConfigError::new("OXCCL_TOPO_FILE", v.as_str(), TOPOLOGY_REFUSED).caused_by(e)
             })?;
             config.topology = Some(topology);
         }
@@ -291,10 +287,33 @@ mod tests {
         ] {
             let err = Config::from_lookup(env(&[(var, value)])).unwrap_err();
             assert_eq!(err.var, var);
-            let message = err.to_string();
+            let message = crate::error::with_causes(&err);
             assert!(message.starts_with(var), "{message}");
             assert!(message.contains(valid), "{valid:?} not in {message}");
         }
+    }
+
+    #[test]
+    fn unreadable_files_keep_the_io_error_as_a_cause() {
+        for var in ["OXCCL_TOPO_FILE", "OXCCL_TUNE_FILE"] {
+            let err = Config::from_lookup(env(&[(var, "/no/such/file.toml")])).unwrap_err();
+            let io = crate::error::chain(&err)
+                .find_map(|e| e.downcast_ref::<std::io::Error>())
+                .unwrap_or_else(|| panic!("{var}: no io::Error in {err:?}"));
+            assert_eq!(io.kind(), std::io::ErrorKind::NotFound, "{var}");
+            let message = err.to_string();
+            assert!(message.starts_with(var), "{message}");
+        }
+        let dir = std::env::temp_dir();
+        let bad = dir.join(format!("oxccl-config-topo-{}.toml", std::process::id()));
+        std::fs::write(&bad, "servers = [8\n").unwrap();
+        let err = Config::from_lookup(env(&[("OXCCL_TOPO_FILE", bad.to_str().unwrap())]));
+        std::fs::remove_file(&bad).unwrap();
+        let err = err.unwrap_err();
+        assert!(
+            crate::error::chain(&err).any(|e| e.is::<toml::de::Error>()),
+            "{err:?}"
+        );
     }
 
     #[test]
@@ -357,7 +376,7 @@ mod tests {
             Config::from_lookup(env(&[("OXCCL_TUNE_FILE", good.to_str().unwrap())])).unwrap_err();
         std::fs::remove_file(&good).unwrap();
         assert_eq!(c.unwrap().tune.map(|t| t.entries.len()), Some(1));
-        let message = err.to_string();
+        let message = crate::error::with_causes(&err);
         assert_eq!(err.var, "OXCCL_TUNE_FILE");
         for needle in ["OXCCL_TUNE_FILE", good.to_str().unwrap(), "line 3", "slow"] {
             assert!(message.contains(needle), "{needle:?} not in {message}");

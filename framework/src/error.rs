@@ -1,8 +1,44 @@
 //! Errors of the framework layer. Every message says what was asked, what was found, and
 //! what to do about it.
+//!
+//! # Causes are errors, descriptions are text
+//!
+//! An error that another error caused holds that error, typed, as its
+//! [`std::error::Error::source`]: the `io::Error` of a topology or tuning file that cannot
+//! be read, the `toml` error of one that cannot be parsed, the first fatal error of an
+//! aborted communicator ([`Error::Aborted`]). Errors must be `Clone` (one failure is
+//! reported to every rank), so a cause is shared: `Arc<Error>` where it is a framework
+//! error, [`Cause`] (`Arc<dyn Error + Send + Sync>`, as wgpu's `InstanceError`) where it
+//! comes from elsewhere. A message never repeats its source's text: print the chain
+//! ([`chain`], [`with_causes`]; the CLI writes one `caused by:` line per cause).
+//!
+//! Text fields stay text where they are descriptions written here, not another error's
+//! rendering: `reason` (what is wrong and what to do), `detail`, `why`, the registry's
+//! inconsistency, and [`Error::PeerRefused`]'s `reason`, which is what another rank said
+//! (it is deposited as text because a rank in another process can only send text).
 
 use crate::op::OpKind;
 use oxccl_platform::{DataType, DeviceError, Rank};
+use std::sync::Arc;
+
+/// The error behind another one, shared so that the error holding it stays `Clone`.
+pub type Cause = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `err` followed by every error of its [`std::error::Error::source`] chain.
+pub fn chain<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err), |e| e.source())
+}
+
+/// `err` and its causes on one line, joined by `: ` (for a text that must stand alone,
+/// such as the refusal another rank reads).
+pub fn with_causes(err: &(dyn std::error::Error + 'static)) -> String {
+    chain(err)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
+}
 
 /// A collective call whose arguments cannot be right.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,13 +107,53 @@ pub enum ArgError {
     },
 }
 
-/// A bad setting in the environment or in a `Config`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{var}={value:?} is invalid: {reason}")]
+/// A bad setting in the environment, in a `Config` or on a command line.
+#[derive(Debug, Clone)]
 pub struct ConfigError {
     pub var: &'static str,
     pub value: String,
+    /// What is wrong and what would be valid.
     pub reason: String,
+    /// The error behind this one (a file that cannot be read or parsed), when there is one.
+    pub source: Option<Cause>,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}={:?} is invalid: {}",
+            self.var, self.value, self.reason
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {
+    /// The cause itself (not the `Arc` that shares it), so that it downcasts to its type.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        let cause: &(dyn std::error::Error + Send + Sync + 'static) = self.source.as_deref()?;
+        Some(cause)
+    }
+}
+
+impl ConfigError {
+    /// `var=value` refused for `reason`, with no error behind it.
+    pub fn new(var: &'static str, value: impl Into<String>, reason: impl Into<String>) -> Self {
+        ConfigError {
+            var,
+            value: value.into(),
+            reason: reason.into(),
+            source: None,
+        }
+    }
+
+    /// This error, caused by `source`.
+    pub fn caused_by(self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        ConfigError {
+            source: Some(Arc::new(source)),
+            ..self
+        }
+    }
 }
 
 /// Everything that can go wrong in the framework.
@@ -178,10 +254,15 @@ pub enum Error {
     #[error(transparent)]
     Device(#[from] DeviceError),
     #[error(
-        "the communicator was aborted by an earlier failure and cannot run collectives: \
-         {cause}. Create a new communicator"
+        "the communicator was aborted by an earlier failure (the cause below) and cannot run \
+         collectives. Create a new communicator"
     )]
-    Aborted { cause: String },
+    Aborted {
+        /// The communicator's first fatal error, shared by every rank that reports the
+        /// abort; it is also this error's `source()` (which downcasts to `Arc<Error>`).
+        #[source]
+        cause: Arc<Error>,
+    },
 }
 
 /// `ranks {0} and {1,...,7}`: each group in braces, runs of three or more ranks shortened.
@@ -215,6 +296,35 @@ fn rank_groups(groups: &[Vec<Rank>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_abort_keeps_its_cause_as_the_source() {
+        let first = Error::Busy { rank: 3 };
+        let err = Error::Aborted {
+            cause: Arc::new(first),
+        };
+        let source = std::error::Error::source(&err).expect("a source");
+        let shared = source
+            .downcast_ref::<Arc<Error>>()
+            .expect("the shared first error");
+        assert!(matches!(**shared, Error::Busy { rank: 3 }));
+        let text = with_causes(&err);
+        assert!(text.starts_with("the communicator was aborted"), "{text}");
+        assert!(text.contains(": rank 3 already has a collective"), "{text}");
+        assert!(
+            !err.to_string().contains("rank 3"),
+            "no repeated cause: {err}"
+        );
+    }
+
+    #[test]
+    fn a_config_error_chains_to_its_cause() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "gone");
+        let err = ConfigError::new("OXCCL_X", "v", "cannot use it").caused_by(io);
+        let causes: Vec<String> = chain(&err).map(|e| e.to_string()).collect();
+        assert_eq!(causes, ["OXCCL_X=\"v\" is invalid: cannot use it", "gone"]);
+        assert!(chain(&err).nth(1).unwrap().is::<std::io::Error>());
+    }
 
     #[test]
     fn disconnected_names_the_groups() {

@@ -50,13 +50,16 @@
 //! such measurement it answers `None` and the model decides: a measurement says nothing
 //! about sizes a factor of two or more away, where a different algorithm may win.
 
+use crate::error::Cause;
 use crate::limits::{MAX_BUFFER_BYTES, MAX_RANKS};
 use crate::op::OpKind;
 use crate::topology::describe_parts;
+use oxccl_platform::dtype::ParseNameError;
 use oxccl_platform::DataType;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The header line of a version-1 table.
 const HEADER: &str = "oxccl-tune 1";
@@ -102,13 +105,48 @@ pub struct TuneTable {
 }
 
 /// A table that cannot be read or parsed: where (file, line) and what was wrong.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug)]
 pub struct TuneError {
     /// The file, when the table came from one.
     pub path: Option<PathBuf>,
     /// 1-based line number, when the error is about one line.
     pub line: Option<usize>,
+    /// What is wrong and what to do.
     pub reason: String,
+    /// The error behind this one (the file's `io::Error`, a name that does not parse).
+    pub source: Option<Cause>,
+}
+
+impl std::error::Error for TuneError {
+    /// The cause itself (not the `Arc` that shares it), so that it downcasts to its type.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        let cause: &(dyn std::error::Error + Send + Sync + 'static) = self.source.as_deref()?;
+        Some(cause)
+    }
+}
+
+/// What is wrong with one line: a description, and the error behind it when there is one.
+struct LineFault {
+    reason: String,
+    source: Option<Cause>,
+}
+
+impl LineFault {
+    fn caused(reason: String, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        LineFault {
+            reason,
+            source: Some(Arc::new(source)),
+        }
+    }
+}
+
+impl From<String> for LineFault {
+    fn from(reason: String) -> Self {
+        LineFault {
+            reason,
+            source: None,
+        }
+    }
 }
 
 impl fmt::Display for TuneError {
@@ -128,11 +166,13 @@ impl fmt::Display for TuneError {
     }
 }
 
-fn line_error(line: usize, reason: String) -> TuneError {
+fn line_error(line: usize, fault: impl Into<LineFault>) -> TuneError {
+    let fault = fault.into();
     TuneError {
         path: None,
         line: Some(line),
-        reason,
+        reason: fault.reason,
+        source: fault.source,
     }
 }
 
@@ -227,6 +267,7 @@ impl TuneTable {
                 reason: format!(
                     "no `{HEADER}` header: this is not a tuning table (write one with `oxccl tune`)"
                 ),
+                source: None,
             });
         }
         check_no_repeats(&table.entries, &lines)?;
@@ -240,7 +281,8 @@ impl TuneTable {
             crate::limits::read_bounded(path, MAX_TUNE_FILE_BYTES).map_err(|e| TuneError {
                 path: Some(path.to_path_buf()),
                 line: None,
-                reason: format!("cannot read the file ({e})"),
+                reason: "cannot read the file".into(),
+                source: Some(Arc::new(e)),
             })?;
         Self::parse(&text).map_err(|e| TuneError {
             path: Some(path.to_path_buf()),
@@ -340,7 +382,7 @@ fn check_header(content: &str) -> Result<(), String> {
 }
 
 /// One measurement line: `op ranks dtype bytes executor time_us topology...`.
-fn parse_entry(content: &str) -> Result<TuneEntry, String> {
+fn parse_entry(content: &str) -> Result<TuneEntry, LineFault> {
     let mut rest = content;
     let mut field = |what: &str| -> Result<&str, String> {
         let trimmed = rest.trim_start();
@@ -356,25 +398,29 @@ fn parse_entry(content: &str) -> Result<TuneEntry, String> {
             Ok(word)
         }
     };
-    let op: OpKind = field("the operator")?
-        .parse()
-        .map_err(|e: crate::Error| e.to_string())?;
+    let op_word = field("the operator")?;
+    let op: OpKind = op_word.parse().map_err(|e: crate::Error| {
+        LineFault::caused(format!("`{op_word}` is not an operator"), e)
+    })?;
     let ranks = parse_count(field("the rank count")?, "rank count")?;
     if ranks == 0 || ranks > MAX_RANKS {
         return Err(format!(
             "rank count {ranks} can never match: a communicator has at least one rank and at \
              most {MAX_RANKS} (limits::MAX_RANKS)"
-        ));
+        )
+        .into());
     }
-    let dtype: DataType = field("the data type")?
-        .parse()
-        .map_err(|e: oxccl_platform::dtype::ParseNameError| e.to_string())?;
+    let dtype_word = field("the data type")?;
+    let dtype: DataType = dtype_word.parse().map_err(|e: ParseNameError| {
+        LineFault::caused(format!("`{dtype_word}` is not a data type"), e)
+    })?;
     let bytes = parse_count(field("the bytes per rank")?, "bytes per rank")?;
     if bytes > MAX_BUFFER_BYTES {
         return Err(format!(
             "bytes per rank {bytes} can never match: a rank's buffer holds at most \
              {MAX_BUFFER_BYTES} bytes (limits::MAX_BUFFER_BYTES)"
-        ));
+        )
+        .into());
     }
     let executor = field("the executor")?.to_string();
     let time_us = parse_time(field("the time in µs")?)?;
@@ -551,7 +597,7 @@ mod tests {
         for (text, line, needle) in cases {
             let err = TuneTable::parse(text).unwrap_err();
             assert_eq!(err.line, Some(line), "{text:?}: {err}");
-            let message = err.to_string();
+            let message = crate::error::with_causes(&err);
             assert!(message.contains(&format!("line {line}")), "{message}");
             assert!(message.contains(needle), "{needle:?} not in {message}");
         }
@@ -574,7 +620,10 @@ mod tests {
     #[test]
     fn an_endless_file_is_refused_not_read_forever() {
         let err = TuneTable::load("/dev/zero").unwrap_err();
-        assert!(err.to_string().contains("larger than"), "{err}");
+        let io = std::error::Error::source(&err)
+            .and_then(|e| e.downcast_ref::<std::io::Error>())
+            .expect("an io::Error source");
+        assert!(io.to_string().contains("larger than"), "{err}");
     }
 
     #[test]
@@ -585,6 +634,8 @@ mod tests {
                 .starts_with("/no/such/tune.txt: cannot read"),
             "{err}"
         );
+        let io = std::error::Error::source(&err).and_then(|e| e.downcast_ref::<std::io::Error>());
+        assert_eq!(io.map(|e| e.kind()), Some(std::io::ErrorKind::NotFound));
         let path = std::env::temp_dir().join(format!("oxccl-tune-test-{}.txt", std::process::id()));
         std::fs::write(
             &path,

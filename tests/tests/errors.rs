@@ -184,7 +184,8 @@ fn a_rank_that_never_calls_times_out_naming_it_and_aborts_the_communicator() {
                         || matches!(&err, Error::Aborted { .. }),
                     "{err:?}"
                 );
-                let msg = err.to_string();
+                // An abort names its cause in its source chain.
+                let msg = oxccl::framework::error::with_causes(&err);
                 for part in ["call #0", "all_reduce", "ranks [2]"] {
                     assert!(msg.contains(part), "{msg}");
                 }
@@ -198,7 +199,7 @@ fn a_rank_that_never_calls_times_out_naming_it_and_aborts_the_communicator() {
     );
     let err = c[2].barrier().unwrap_err();
     assert!(
-        matches!(&err, Error::Aborted { cause } if cause.contains("call #0")),
+        matches!(&err, Error::Aborted { cause } if cause.to_string().contains("call #0")),
         "{err:?}"
     );
 }
@@ -241,9 +242,19 @@ fn a_wait_that_is_never_satisfied_times_out_naming_what_it_waited_for() {
         .all_reduce(&[1.0f32; 16], &mut [0.0f32; 16], ReduceOp::Sum)
         .unwrap_err();
     assert!(
-        matches!(&err, Error::Aborted { cause } if cause.contains("timed out")),
+        matches!(&err, Error::Aborted { cause } if cause.to_string().contains("timed out")),
         "{err:?}"
     );
+    // The cause is the original error, typed, and the source of the abort.
+    let Error::Aborted { cause } = &err else {
+        unreachable!()
+    };
+    assert!(
+        matches!(**cause, Error::Device(DeviceError::WaitTimeout { .. })),
+        "{cause:?}"
+    );
+    let source = std::error::Error::source(&err).expect("the abort has a source");
+    assert!(source.to_string().contains("timed out"), "{source}");
 }
 
 #[test]

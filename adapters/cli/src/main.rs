@@ -62,7 +62,22 @@ fn plan(argv: &[String]) -> Result<(), String> {
         Command::Tune(args) => tune::plan(args).map(drop),
         Command::Algs => Ok(()),
     };
-    planned.map_err(|e| e.to_string())
+    planned.map_err(|e| report(&e))
+}
+
+/// `err` as the user reads it: its message, then one `caused by:` line per error in its
+/// source chain (the `io::Error` of a file that cannot be read, the TOML error of one that
+/// cannot be parsed, the first failure of an aborted communicator).
+fn report(err: &oxccl::Error) -> String {
+    let mut chain = oxccl::framework::error::chain(err);
+    let mut text = format!(
+        "error: {}",
+        chain.next().map_or(String::new(), |e| e.to_string())
+    );
+    for cause in chain {
+        text.push_str(&format!("\n  caused by: {cause}"));
+    }
+    text
 }
 
 fn main() -> ExitCode {
@@ -76,7 +91,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("oxccl: error: {err}");
+            eprintln!("oxccl: {}", report(&err));
             ExitCode::from(2)
         }
     }

@@ -6,21 +6,21 @@
 use oxccl::{Error, Topology};
 
 fn bad_arg(var: &'static str, value: &str, reason: String) -> Error {
-    oxccl::ConfigError {
-        var,
-        value: value.to_string(),
-        reason,
-    }
-    .into()
+    oxccl::ConfigError::new(var, value, reason).into()
 }
 
 /// The topology named by `topo` (or one server of `ranks` ranks), with every `broken`
 /// link applied.
 pub fn topology(ranks: usize, topo: Option<&str>, broken: &[String]) -> Result<Topology, Error> {
     let base = match topo {
-        Some(spec) => {
-            Topology::parse_spec(spec).map_err(|e| bad_arg("--topo", spec, e.to_string()))?
-        }
+        Some(spec) => Topology::parse_spec(spec).map_err(|e| {
+            crate::validate::refused(
+                "--topo",
+                spec,
+                oxccl::framework::config::TOPOLOGY_REFUSED,
+                e,
+            )
+        })?,
         None => Topology::servers(vec![crate::validate::rank_count(ranks)?])?,
     };
     with_broken(base, broken)
@@ -90,6 +90,12 @@ mod tests {
             assert!(err.to_string().starts_with("--ranks"), "{err}");
         }
         let err = topology(8, Some("1x99999999999"), &[]).unwrap_err();
-        assert!(err.to_string().contains("at most 1024"), "{err}");
+        let chain = oxccl::framework::error::with_causes(&err);
+        assert!(chain.contains("at most 1024"), "{chain}");
+        let err = topology(8, Some("/no/such/topology.toml"), &[]).unwrap_err();
+        let io = oxccl::framework::error::chain(&err)
+            .find_map(|e| e.downcast_ref::<std::io::Error>())
+            .expect("the io::Error is in the chain");
+        assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
     }
 }

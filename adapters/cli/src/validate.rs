@@ -1,21 +1,34 @@
 //! The checks every command runs on its flags before anything is built: each refusal is a
-//! `ConfigError` that names the flag, the value and what would be valid.
+//! `ConfigError` that names the flag, the value and what would be valid, and holds the
+//! error behind it (a file that cannot be read, a name that does not parse) as its source.
 
 use oxccl::framework::limits::MAX_RANKS;
-use oxccl::{Error, Topology};
+use oxccl::{ConfigError, Error, Topology};
 use std::fmt::Display;
+
+/// What to do about a data type or reduce op name that does not parse (the cause lists
+/// the known names).
+pub const NOT_A_NAME: &str = "use one of the known names";
 
 /// Most timed or warmup iterations per size: past this a run is unbounded in practice.
 pub const MAX_ITERS: usize = 1_000_000;
 
 /// The error for a flag given a value it cannot take.
 pub fn bad_flag(flag: &'static str, value: impl Display, reason: String) -> Error {
-    oxccl::ConfigError {
-        var: flag,
-        value: value.to_string(),
-        reason,
-    }
-    .into()
+    ConfigError::new(flag, value.to_string(), reason).into()
+}
+
+/// The error for `var` (a flag, or a command) given `value` that `cause` refused;
+/// `reason` says what to do, the cause what was wrong.
+pub fn refused(
+    var: &'static str,
+    value: impl Display,
+    reason: impl Into<String>,
+    cause: impl std::error::Error + Send + Sync + 'static,
+) -> Error {
+    ConfigError::new(var, value.to_string(), reason)
+        .caused_by(cause)
+        .into()
 }
 
 /// `--ranks`: from 1 to [`MAX_RANKS`].

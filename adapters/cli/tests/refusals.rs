@@ -96,3 +96,58 @@ fn a_bad_environment_names_its_variable() {
         assert!(stderr.contains(var), "{var} not in {stderr}");
     }
 }
+
+#[test]
+fn an_unreadable_or_malformed_file_is_reported_with_its_causes() {
+    let malformed =
+        std::env::temp_dir().join(format!("oxccl-refusals-{}.toml", std::process::id()));
+    std::fs::write(&malformed, "servers = [8\n").unwrap();
+    let malformed = malformed.to_str().unwrap();
+    // (flags, environment, a cause that must be printed, the last cause)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str, &'a str);
+    let cases: [Case<'_>; 3] = [
+        (
+            &["check", "all-reduce", "--topo", "/no/such/topology.toml"],
+            &[],
+            "cannot read the topology file /no/such/topology.toml",
+            "No such file",
+        ),
+        (
+            &["check", "all-reduce", "--topo", malformed],
+            &[],
+            "line 1, column",
+            "TOML parse error",
+        ),
+        (
+            &["check", "all-reduce", "-b", "1K", "-e", "1K"],
+            &[("OXCCL_TUNE_FILE", "/no/such/tune.txt")],
+            "/no/such/tune.txt: cannot read the file",
+            "No such file",
+        ),
+    ];
+    for (args, env, cause, last) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_oxccl"))
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("oxccl: error: "), "{args:?}: {stderr}");
+        let causes: Vec<&str> = stderr
+            .lines()
+            .filter_map(|l| l.strip_prefix("  caused by: "))
+            .collect();
+        assert!(
+            causes.iter().any(|c| c.contains(cause)),
+            "{args:?}: {cause:?} is not a cause in {stderr}"
+        );
+        let after_last = stderr.rsplit("  caused by: ").next().unwrap_or_default();
+        assert!(
+            after_last.contains(last),
+            "{args:?}: {last:?} not last in {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    std::fs::remove_file(malformed).unwrap();
+}

@@ -6,8 +6,9 @@
 //!
 //! Operators: AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, Scatter, Gather,
 //! AlltoAll, AllGatherV, ReduceScatterV, AlltoAllV, send/recv (single or grouped) and
-//! Barrier. Each is a one-call [`Group`]; a `Group` also launches many calls, of several
-//! ranks or several send/recv pairs, at once.
+//! Barrier. Each method builds its call with the [`OpCall`] constructor that the same call
+//! added to a [`crate::Group`] uses, and runs it as a group call of one; a `Group`
+//! launches many calls, of several ranks or several send/recv pairs, at once.
 //!
 //! Gathers and scatters follow NCCL: the count is the per-rank block, the larger buffer
 //! holds one block per rank (block `r` for rank `r`), and the in-place forms take that
@@ -16,8 +17,8 @@
 //! block; the other blocks of a ReduceScatter buffer are left as they were. The V forms
 //! place blocks by their displacements. AlltoAll(V) and send/recv have no in-place form.
 
-use crate::group::{out_of_place, Group};
 use crate::logging;
+use crate::OpCall;
 use oxccl_framework::op::P2pItem;
 use oxccl_framework::{Communicator as Inner, Config, Error, OpParam};
 use oxccl_platform::{Element, Rank, ReduceOp, UserBuffers};
@@ -60,7 +61,7 @@ impl Communicator {
 
     /// Untyped call: run `op` on raw byte buffers.
     pub fn execute(&self, op: &OpParam, user: UserBuffers<'_>) -> Result<(), Error> {
-        self.inner.execute(op, user)
+        self.run(Ok(OpCall::new(op.clone(), user)))
     }
 
     /// `recv = op(send of every rank)`, element-wise; `send` and `recv` have equal length.
@@ -70,7 +71,7 @@ impl Communicator {
         recv: &mut [T],
         op: ReduceOp,
     ) -> Result<(), Error> {
-        single(|g| g.all_reduce(self, send, recv, op).map(drop))
+        self.run(OpCall::all_reduce(send, recv, op))
     }
 
     /// AllReduce of the first `count` elements of `send` into `recv`.
@@ -81,10 +82,7 @@ impl Communicator {
         count: usize,
         op: ReduceOp,
     ) -> Result<(), Error> {
-        self.inner.execute(
-            &OpParam::all_reduce(count, T::DTYPE, op),
-            out_of_place(send, recv),
-        )
+        self.run(Ok(OpCall::all_reduce_n(send, recv, count, op)))
     }
 
     /// AllReduce in place: `buf = op(buf of every rank)`.
@@ -93,22 +91,19 @@ impl Communicator {
         buf: &mut [T],
         op: ReduceOp,
     ) -> Result<(), Error> {
-        single(|g| {
-            g.all_reduce_in_place(self, buf, op);
-            Ok(())
-        })
+        self.run(Ok(OpCall::all_reduce_in_place(buf, op)))
     }
 
     /// `recv` block `s` = `send` of rank `s`; `recv` holds exactly `size() * send.len()`
     /// elements.
     pub fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
-        single(|g| g.all_gather(self, send, recv).map(drop))
+        self.run(OpCall::all_gather(self.size(), send, recv))
     }
 
     /// AllGather in place: `buf` holds one block per rank, this rank's input in block
     /// `rank()`; afterwards block `s` holds rank `s`'s.
     pub fn all_gather_in_place<T: Element>(&self, buf: &mut [T]) -> Result<(), Error> {
-        single(|g| g.all_gather_in_place(self, buf).map(drop))
+        self.run(OpCall::all_gather_in_place(self.size(), buf))
     }
 
     /// `recv = op(block rank() of send of every rank)`; `send` holds exactly
@@ -119,7 +114,7 @@ impl Communicator {
         recv: &mut [T],
         op: ReduceOp,
     ) -> Result<(), Error> {
-        single(|g| g.reduce_scatter(self, send, recv, op).map(drop))
+        self.run(OpCall::reduce_scatter(self.size(), send, recv, op))
     }
 
     /// ReduceScatter in place: `buf` holds one block per rank; afterwards block `rank()`
@@ -129,7 +124,7 @@ impl Communicator {
         buf: &mut [T],
         op: ReduceOp,
     ) -> Result<(), Error> {
-        single(|g| g.reduce_scatter_in_place(self, buf, op).map(drop))
+        self.run(OpCall::reduce_scatter_in_place(self.size(), buf, op))
     }
     /// Broadcast: `recv` = the root's `send` (equal lengths).
     pub fn broadcast<T: Element>(
@@ -138,15 +133,12 @@ impl Communicator {
         recv: &mut [T],
         root: Rank,
     ) -> Result<(), Error> {
-        single(|g| g.broadcast(self, send, recv, root).map(drop))
+        self.run(OpCall::broadcast(send, recv, root))
     }
 
     /// Broadcast in place: every `buf` becomes the root's.
     pub fn broadcast_in_place<T: Element>(&self, buf: &mut [T], root: Rank) -> Result<(), Error> {
-        single(|g| {
-            g.broadcast_in_place(self, buf, root);
-            Ok(())
-        })
+        self.run(Ok(OpCall::broadcast_in_place(buf, root)))
     }
 
     /// Reduce: the root's `recv` = `op` over every rank's `send`; other ranks' `recv` is
@@ -158,7 +150,7 @@ impl Communicator {
         op: ReduceOp,
         root: Rank,
     ) -> Result<(), Error> {
-        single(|g| g.reduce(self, send, recv, op, root).map(drop))
+        self.run(OpCall::reduce(send, recv, op, root))
     }
 
     /// Reduce in place: the root's `buf` becomes `op` over every rank's `buf`.
@@ -168,39 +160,36 @@ impl Communicator {
         op: ReduceOp,
         root: Rank,
     ) -> Result<(), Error> {
-        single(|g| {
-            g.reduce_in_place(self, buf, op, root);
-            Ok(())
-        })
+        self.run(Ok(OpCall::reduce_in_place(buf, op, root)))
     }
 
     /// Scatter: `recv` = block `rank()` of the root's `send` (`size()` blocks of
     /// `recv.len()`).
     pub fn scatter<T: Element>(&self, send: &[T], recv: &mut [T], root: Rank) -> Result<(), Error> {
-        single(|g| g.scatter(self, send, recv, root).map(drop))
+        self.run(OpCall::scatter(self.size(), send, recv, root))
     }
 
     /// Scatter in place: block `rank()` of `buf` becomes that block of the root's `buf`.
     pub fn scatter_in_place<T: Element>(&self, buf: &mut [T], root: Rank) -> Result<(), Error> {
-        single(|g| g.scatter_in_place(self, buf, root).map(drop))
+        self.run(OpCall::scatter_in_place(self.size(), buf, root))
     }
 
     /// Gather: block `s` of the root's `recv` = rank `s`'s `send`.
     pub fn gather<T: Element>(&self, send: &[T], recv: &mut [T], root: Rank) -> Result<(), Error> {
-        single(|g| g.gather(self, send, recv, root).map(drop))
+        self.run(OpCall::gather(self.size(), send, recv, root))
     }
 
     /// Gather in place: each rank's input is block `rank()` of its `buf`.
     pub fn gather_in_place<T: Element>(&self, buf: &mut [T], root: Rank) -> Result<(), Error> {
-        single(|g| g.gather_in_place(self, buf, root).map(drop))
+        self.run(OpCall::gather_in_place(self.size(), buf, root))
     }
 
     /// AlltoAll: block `s` of `recv` = block `rank()` of rank `s`'s `send`.
     pub fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
-        single(|g| g.all_to_all(self, send, recv).map(drop))
+        self.run(OpCall::all_to_all(self.size(), send, recv))
     }
 
-    /// AllGatherV (see [`Group::all_gather_v`]).
+    /// AllGatherV (see [`crate::Group::all_gather_v`]).
     pub fn all_gather_v<T: Element>(
         &self,
         send: &[T],
@@ -208,10 +197,10 @@ impl Communicator {
         counts: &[usize],
         displs: &[usize],
     ) -> Result<(), Error> {
-        single(|g| g.all_gather_v(self, send, recv, counts, displs).map(drop))
+        self.run(Ok(OpCall::all_gather_v(send, recv, counts, displs)))
     }
 
-    /// ReduceScatterV (see [`Group::reduce_scatter_v`]).
+    /// ReduceScatterV (see [`crate::Group::reduce_scatter_v`]).
     pub fn reduce_scatter_v<T: Element>(
         &self,
         send: &[T],
@@ -220,13 +209,12 @@ impl Communicator {
         displs: &[usize],
         op: ReduceOp,
     ) -> Result<(), Error> {
-        single(|g| {
-            g.reduce_scatter_v(self, send, recv, counts, displs, op)
-                .map(drop)
-        })
+        let call = OpCall::reduce_scatter_v(send, recv, counts, displs, op);
+        self.run(Ok(call))
     }
 
-    /// AlltoAllV with per-peer counts and displacements (see [`Group::all_to_all_v`]).
+    /// AlltoAllV with per-peer counts and displacements (see
+    /// [`crate::Group::all_to_all_v`]).
     pub fn all_to_all_v<T: Element>(
         &self,
         send: &[T],
@@ -236,21 +224,18 @@ impl Communicator {
         recv_counts: &[usize],
         recv_displs: &[usize],
     ) -> Result<(), Error> {
-        single(|g| {
-            g.all_to_all_v(
-                self,
-                send,
-                send_counts,
-                send_displs,
-                recv,
-                recv_counts,
-                recv_displs,
-            );
-            Ok(())
-        })
+        self.run(Ok(OpCall::all_to_all_v(
+            send,
+            send_counts,
+            send_displs,
+            recv,
+            recv_counts,
+            recv_displs,
+        )))
     }
 
-    /// Grouped sends and receives of this rank in one call (see [`Group::send_recv`]).
+    /// Grouped sends and receives of this rank in one call (see
+    /// [`crate::Group::send_recv`]).
     pub fn send_recv<T: Element>(
         &self,
         send: &[T],
@@ -258,42 +243,31 @@ impl Communicator {
         recv: &mut [T],
         recvs: &[P2pItem],
     ) -> Result<(), Error> {
-        single(|g| {
-            g.send_recv(self, send, sends, recv, recvs);
-            Ok(())
-        })
+        self.run(Ok(OpCall::send_recv(send, sends, recv, recvs)))
     }
 
     /// Send all of `buf` to `peer`, which calls [`Communicator::recv`].
     pub fn send<T: Element>(&self, buf: &[T], peer: Rank) -> Result<(), Error> {
-        single(|g| {
-            g.send(self, buf, peer);
-            Ok(())
-        })
+        self.run(Ok(OpCall::send(buf, peer)))
     }
 
     /// Receive all of `buf` from `peer`, which calls [`Communicator::send`].
     pub fn recv<T: Element>(&self, buf: &mut [T], peer: Rank) -> Result<(), Error> {
-        single(|g| {
-            g.recv(self, buf, peer);
-            Ok(())
-        })
+        self.run(Ok(OpCall::recv(buf, peer)))
     }
 
     /// Return once every rank has entered the barrier.
     pub fn barrier(&self) -> Result<(), Error> {
-        single(|g| {
-            g.barrier(self);
-            Ok(())
-        })
+        self.run(Ok(OpCall::barrier()))
     }
-}
 
-/// Run the one call `add` puts into a fresh group. A call refused by its own checks is
-/// run too: the group holds it as refused, and running it tells the other ranks.
-fn single<'a>(add: impl FnOnce(&mut Group<'a>) -> Result<(), Error>) -> Result<(), Error> {
-    let mut group = Group::new();
-    let added = add(&mut group);
-    let ran = group.run();
-    added.and(ran)
+    /// Run this rank's one call. A call refused by its constructor runs too, as refused:
+    /// the other ranks learn why at once, and this rank gets its own refusal.
+    fn run(&self, call: Result<OpCall<'_>, Error>) -> Result<(), Error> {
+        let refused = call.as_ref().err().cloned();
+        let ran = Inner::execute_calls(vec![OpCall::for_rank(call, &self.inner)])
+            .pop()
+            .expect("one result per call");
+        refused.map_or(ran, Err)
+    }
 }

@@ -4,24 +4,11 @@
 //! (nccl-tests' default): add one call per rank, then [`Group::run`] launches them all and
 //! blocks until all are done. Calls are validated when added.
 
-use oxccl_framework::op::{P2pItem, VLayout};
-use oxccl_framework::{Communicator as Inner, Error, GroupCall, OpKind, OpParam};
-use oxccl_platform::{DataType, Element, Rank, ReduceOp, UserBuffers};
+use oxccl_framework::op::P2pItem;
+use oxccl_framework::{Communicator as Inner, Error, GroupCall, OpParam};
+use oxccl_platform::{Element, Rank, ReduceOp, UserBuffers};
 
-use crate::Communicator;
-
-/// Typed send and receive buffers as the device's byte view.
-pub(crate) fn out_of_place<'a, T: Element>(send: &'a [T], recv: &'a mut [T]) -> UserBuffers<'a> {
-    UserBuffers::OutOfPlace {
-        input: bytemuck::cast_slice(send),
-        output: bytemuck::cast_slice_mut(recv),
-    }
-}
-
-/// One typed buffer, input and output at once, as the device's byte view.
-pub(crate) fn in_place<T: Element>(buf: &mut [T]) -> UserBuffers<'_> {
-    UserBuffers::InPlace(bytemuck::cast_slice_mut(buf))
-}
+use crate::{Communicator, OpCall};
 
 /// Collectives of several ranks, launched together.
 #[derive(Default)]
@@ -42,24 +29,31 @@ impl<'a> Group<'a> {
         op: OpParam,
         user: UserBuffers<'a>,
     ) -> &mut Self {
-        self.calls.push(GroupCall::Run(comm.framework(), op, user));
+        self.add(comm, OpCall::new(op, user))
+    }
+
+    /// Add `comm`'s call.
+    pub fn add(&mut self, comm: &'a Communicator, call: OpCall<'a>) -> &mut Self {
+        self.calls
+            .push(OpCall::for_rank(Ok(call), comm.framework()));
         self
     }
 
-    /// Pass on the result of a rank's own check of its typed buffers. An error keeps the
-    /// call in the group as refused: [`Group::run`] then tells the other ranks why, at once,
-    /// and keeps every rank's calls in step (see [`GroupCall::Refused`]).
-    fn admit<T>(
+    /// Add `comm`'s call, or the refusal its constructor returned: a refused call stays in
+    /// the group as this rank's call, so [`Group::run`] tells the other ranks why, at once,
+    /// and keeps every rank's calls in step (see [`GroupCall::Refused`]); the refusal is
+    /// also returned here.
+    pub fn submit(
         &mut self,
         comm: &'a Communicator,
-        checked: Result<T, impl Into<Error>>,
-    ) -> Result<T, Error> {
-        checked.map_err(|e| {
-            let err = e.into();
-            self.calls
-                .push(GroupCall::Refused(comm.framework(), err.clone()));
-            err
-        })
+        call: Result<OpCall<'a>, Error>,
+    ) -> Result<&mut Self, Error> {
+        let refused = call.as_ref().err().cloned();
+        self.calls.push(OpCall::for_rank(call, comm.framework()));
+        match refused {
+            Some(err) => Err(err),
+            None => Ok(self),
+        }
     }
 
     /// Add an AllReduce of equal-length `send` into `recv`.
@@ -70,10 +64,7 @@ impl<'a> Group<'a> {
         recv: &'a mut [T],
         op: ReduceOp,
     ) -> Result<&mut Self, Error> {
-        self.admit(comm, Inner::same_length(send.len(), recv.len()))?;
-        let param = OpParam::all_reduce(send.len(), T::DTYPE, op);
-        let user = out_of_place(send, recv);
-        Ok(self.execute(comm, param, user))
+        self.submit(comm, OpCall::all_reduce(send, recv, op))
     }
 
     /// Add an in-place AllReduce.
@@ -83,8 +74,7 @@ impl<'a> Group<'a> {
         buf: &'a mut [T],
         op: ReduceOp,
     ) -> &mut Self {
-        let param = OpParam::all_reduce(buf.len(), T::DTYPE, op);
-        self.execute(comm, param, in_place(buf))
+        self.add(comm, OpCall::all_reduce_in_place(buf, op))
     }
 
     /// Add an AllGather: `recv` holds exactly `comm.size() * send.len()` elements.
@@ -94,12 +84,7 @@ impl<'a> Group<'a> {
         send: &'a [T],
         recv: &'a mut [T],
     ) -> Result<&mut Self, Error> {
-        let count = self.admit(
-            comm,
-            OpKind::AllGather.block_count(comm.size(), send.len(), recv.len()),
-        )?;
-        let user = out_of_place(send, recv);
-        Ok(self.execute(comm, OpParam::all_gather(count, T::DTYPE), user))
+        self.submit(comm, OpCall::all_gather(comm.size(), send, recv))
     }
 
     /// Add an in-place AllGather: `buf` holds one block per rank, the input in block
@@ -109,12 +94,7 @@ impl<'a> Group<'a> {
         comm: &'a Communicator,
         buf: &'a mut [T],
     ) -> Result<&mut Self, Error> {
-        let count = self.admit(
-            comm,
-            OpKind::AllGather.in_place_block_count(comm.size(), buf.len()),
-        )?;
-        let user = in_place(buf);
-        Ok(self.execute(comm, OpParam::all_gather(count, T::DTYPE), user))
+        self.submit(comm, OpCall::all_gather_in_place(comm.size(), buf))
     }
 
     /// Add a ReduceScatter: `send` holds exactly `comm.size() * recv.len()` elements.
@@ -125,12 +105,7 @@ impl<'a> Group<'a> {
         recv: &'a mut [T],
         op: ReduceOp,
     ) -> Result<&mut Self, Error> {
-        let count = self.admit(
-            comm,
-            OpKind::ReduceScatter.block_count(comm.size(), send.len(), recv.len()),
-        )?;
-        let user = out_of_place(send, recv);
-        Ok(self.execute(comm, OpParam::reduce_scatter(count, T::DTYPE, op), user))
+        self.submit(comm, OpCall::reduce_scatter(comm.size(), send, recv, op))
     }
 
     /// Add an in-place ReduceScatter: the result lands in block `comm.rank()` of `buf`.
@@ -140,12 +115,7 @@ impl<'a> Group<'a> {
         buf: &'a mut [T],
         op: ReduceOp,
     ) -> Result<&mut Self, Error> {
-        let count = self.admit(
-            comm,
-            OpKind::ReduceScatter.in_place_block_count(comm.size(), buf.len()),
-        )?;
-        let user = in_place(buf);
-        Ok(self.execute(comm, OpParam::reduce_scatter(count, T::DTYPE, op), user))
+        self.submit(comm, OpCall::reduce_scatter_in_place(comm.size(), buf, op))
     }
 
     /// Add a Broadcast: `recv` = the root's `send` (`send` and `recv` of equal length;
@@ -157,9 +127,7 @@ impl<'a> Group<'a> {
         recv: &'a mut [T],
         root: Rank,
     ) -> Result<&mut Self, Error> {
-        self.admit(comm, Inner::same_length(send.len(), recv.len()))?;
-        let param = OpParam::rooted(OpKind::Broadcast, send.len(), T::DTYPE, ReduceOp::Sum, root);
-        Ok(self.execute(comm, param, out_of_place(send, recv)))
+        self.submit(comm, OpCall::broadcast(send, recv, root))
     }
 
     /// Add an in-place Broadcast: the root's `buf` is copied into every rank's `buf`.
@@ -169,8 +137,7 @@ impl<'a> Group<'a> {
         buf: &'a mut [T],
         root: Rank,
     ) -> &mut Self {
-        let param = OpParam::rooted(OpKind::Broadcast, buf.len(), T::DTYPE, ReduceOp::Sum, root);
-        self.execute(comm, param, in_place(buf))
+        self.add(comm, OpCall::broadcast_in_place(buf, root))
     }
 
     /// Add a Reduce: the root's `recv` = `op` over every rank's `send`; other ranks'
@@ -183,9 +150,7 @@ impl<'a> Group<'a> {
         op: ReduceOp,
         root: Rank,
     ) -> Result<&mut Self, Error> {
-        self.admit(comm, Inner::same_length(send.len(), recv.len()))?;
-        let param = OpParam::rooted(OpKind::Reduce, send.len(), T::DTYPE, op, root);
-        Ok(self.execute(comm, param, out_of_place(send, recv)))
+        self.submit(comm, OpCall::reduce(send, recv, op, root))
     }
 
     /// Add an in-place Reduce: the root's `buf` becomes `op` over every rank's `buf`.
@@ -196,8 +161,7 @@ impl<'a> Group<'a> {
         op: ReduceOp,
         root: Rank,
     ) -> &mut Self {
-        let param = OpParam::rooted(OpKind::Reduce, buf.len(), T::DTYPE, op, root);
-        self.execute(comm, param, in_place(buf))
+        self.add(comm, OpCall::reduce_in_place(buf, op, root))
     }
 
     /// Add a Scatter: `recv` = block `comm.rank()` of the root's `send`, which holds
@@ -209,12 +173,7 @@ impl<'a> Group<'a> {
         recv: &'a mut [T],
         root: Rank,
     ) -> Result<&mut Self, Error> {
-        let count = self.admit(
-            comm,
-            OpKind::Scatter.block_count(comm.size(), send.len(), recv.len()),
-        )?;
-        let param = OpParam::rooted(OpKind::Scatter, count, T::DTYPE, ReduceOp::Sum, root);
-        Ok(self.execute(comm, param, out_of_place(send, recv)))
+        self.submit(comm, OpCall::scatter(comm.size(), send, recv, root))
     }
 
     /// Add an in-place Scatter: `buf` holds one block per rank; afterwards block
@@ -225,12 +184,7 @@ impl<'a> Group<'a> {
         buf: &'a mut [T],
         root: Rank,
     ) -> Result<&mut Self, Error> {
-        let count = self.admit(
-            comm,
-            OpKind::Scatter.in_place_block_count(comm.size(), buf.len()),
-        )?;
-        let param = OpParam::rooted(OpKind::Scatter, count, T::DTYPE, ReduceOp::Sum, root);
-        Ok(self.execute(comm, param, in_place(buf)))
+        self.submit(comm, OpCall::scatter_in_place(comm.size(), buf, root))
     }
 
     /// Add a Gather: block `s` of the root's `recv` = rank `s`'s `send`; `recv` holds
@@ -242,12 +196,7 @@ impl<'a> Group<'a> {
         recv: &'a mut [T],
         root: Rank,
     ) -> Result<&mut Self, Error> {
-        let count = self.admit(
-            comm,
-            OpKind::Gather.block_count(comm.size(), send.len(), recv.len()),
-        )?;
-        let param = OpParam::rooted(OpKind::Gather, count, T::DTYPE, ReduceOp::Sum, root);
-        Ok(self.execute(comm, param, out_of_place(send, recv)))
+        self.submit(comm, OpCall::gather(comm.size(), send, recv, root))
     }
 
     /// Add an in-place Gather: each rank's input is block `comm.rank()` of its `buf`;
@@ -258,12 +207,7 @@ impl<'a> Group<'a> {
         buf: &'a mut [T],
         root: Rank,
     ) -> Result<&mut Self, Error> {
-        let count = self.admit(
-            comm,
-            OpKind::Gather.in_place_block_count(comm.size(), buf.len()),
-        )?;
-        let param = OpParam::rooted(OpKind::Gather, count, T::DTYPE, ReduceOp::Sum, root);
-        Ok(self.execute(comm, param, in_place(buf)))
+        self.submit(comm, OpCall::gather_in_place(comm.size(), buf, root))
     }
 
     /// Add an AlltoAll: block `s` of `recv` = block `comm.rank()` of rank `s`'s `send`;
@@ -274,12 +218,7 @@ impl<'a> Group<'a> {
         send: &'a [T],
         recv: &'a mut [T],
     ) -> Result<&mut Self, Error> {
-        let count = self.admit(
-            comm,
-            OpKind::AlltoAll.block_count(comm.size(), send.len(), recv.len()),
-        )?;
-        let param = OpParam::new(OpKind::AlltoAll, count, T::DTYPE, ReduceOp::Sum);
-        Ok(self.execute(comm, param, out_of_place(send, recv)))
+        self.submit(comm, OpCall::all_to_all(comm.size(), send, recv))
     }
 
     /// Add an AllGatherV: block `s` of `recv` (`counts[s]` elements at `displs[s]`) =
@@ -293,8 +232,7 @@ impl<'a> Group<'a> {
         counts: &[usize],
         displs: &[usize],
     ) -> Result<&mut Self, Error> {
-        let param = blocks(OpKind::AllGatherV, counts, displs, T::DTYPE, ReduceOp::Sum);
-        Ok(self.execute(comm, param, out_of_place(send, recv)))
+        Ok(self.add(comm, OpCall::all_gather_v(send, recv, counts, displs)))
     }
 
     /// Add an in-place AllGatherV: this rank's input is its own block of `buf`.
@@ -305,8 +243,7 @@ impl<'a> Group<'a> {
         counts: &[usize],
         displs: &[usize],
     ) -> &mut Self {
-        let param = blocks(OpKind::AllGatherV, counts, displs, T::DTYPE, ReduceOp::Sum);
-        self.execute(comm, param, in_place(buf))
+        self.add(comm, OpCall::all_gather_v_in_place(buf, counts, displs))
     }
 
     /// Add a ReduceScatterV: `recv` (`counts[comm.rank()]` elements) = `op` over block
@@ -320,8 +257,8 @@ impl<'a> Group<'a> {
         displs: &[usize],
         op: ReduceOp,
     ) -> Result<&mut Self, Error> {
-        let param = blocks(OpKind::ReduceScatterV, counts, displs, T::DTYPE, op);
-        Ok(self.execute(comm, param, out_of_place(send, recv)))
+        let call = OpCall::reduce_scatter_v(send, recv, counts, displs, op);
+        Ok(self.add(comm, call))
     }
 
     /// Add an in-place ReduceScatterV: the result lands in this rank's block of `buf`.
@@ -333,8 +270,8 @@ impl<'a> Group<'a> {
         displs: &[usize],
         op: ReduceOp,
     ) -> &mut Self {
-        let param = blocks(OpKind::ReduceScatterV, counts, displs, T::DTYPE, op);
-        self.execute(comm, param, in_place(buf))
+        let call = OpCall::reduce_scatter_v_in_place(buf, counts, displs, op);
+        self.add(comm, call)
     }
 
     /// Add an AlltoAllV with MPI's per-peer counts and displacements (elements): this
@@ -352,9 +289,15 @@ impl<'a> Group<'a> {
         recv_counts: &[usize],
         recv_displs: &[usize],
     ) -> &mut Self {
-        let layout = VLayout::all_to_all_v(send_counts, send_displs, recv_counts, recv_displs);
-        let param = OpParam::vector(OpKind::AlltoAllV, layout, T::DTYPE, ReduceOp::Sum);
-        self.execute(comm, param, out_of_place(send, recv))
+        let call = OpCall::all_to_all_v(
+            send,
+            send_counts,
+            send_displs,
+            recv,
+            recv_counts,
+            recv_displs,
+        );
+        self.add(comm, call)
     }
 
     /// Add grouped point-to-point transfers of one rank: each of `sends` sends `count`
@@ -369,12 +312,7 @@ impl<'a> Group<'a> {
         recv: &'a mut [T],
         recvs: &[P2pItem],
     ) -> &mut Self {
-        let layout = VLayout::P2p {
-            sends: sends.to_vec(),
-            recvs: recvs.to_vec(),
-        };
-        let param = OpParam::vector(OpKind::SendRecv, layout, T::DTYPE, ReduceOp::Sum);
-        self.execute(comm, param, out_of_place(send, recv))
+        self.add(comm, OpCall::send_recv(send, sends, recv, recvs))
     }
 
     /// Add a send of all of `buf` to `peer` (matched by a [`Group::recv`] there).
@@ -384,12 +322,7 @@ impl<'a> Group<'a> {
         buf: &'a [T],
         peer: Rank,
     ) -> &mut Self {
-        let item = P2pItem {
-            peer,
-            offset: 0,
-            count: buf.len(),
-        };
-        self.send_recv(comm, buf, &[item], &mut [], &[])
+        self.add(comm, OpCall::send(buf, peer))
     }
 
     /// Add a receive of all of `buf` from `peer` (matched by a [`Group::send`] there).
@@ -399,36 +332,16 @@ impl<'a> Group<'a> {
         buf: &'a mut [T],
         peer: Rank,
     ) -> &mut Self {
-        let item = P2pItem {
-            peer,
-            offset: 0,
-            count: buf.len(),
-        };
-        self.send_recv(comm, &[], &[], buf, &[item])
+        self.add(comm, OpCall::recv(buf, peer))
     }
 
     /// Add a Barrier.
     pub fn barrier(&mut self, comm: &'a Communicator) -> &mut Self {
-        self.execute(comm, OpParam::barrier(), out_of_place::<u8>(&[], &mut []))
+        self.add(comm, OpCall::barrier())
     }
 
     /// Launch every call and wait for all; the first error, if any.
     pub fn run(self) -> Result<(), Error> {
         Inner::execute_calls(self.calls).into_iter().collect()
     }
-}
-
-/// AllGatherV or ReduceScatterV over blocks given by counts and displacements.
-fn blocks(
-    kind: OpKind,
-    counts: &[usize],
-    displs: &[usize],
-    dtype: DataType,
-    op: ReduceOp,
-) -> OpParam {
-    let layout = VLayout::Blocks {
-        counts: counts.to_vec(),
-        displs: displs.to_vec(),
-    };
-    OpParam::vector(kind, layout, dtype, op)
 }

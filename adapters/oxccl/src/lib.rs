@@ -24,13 +24,18 @@
 //! ```
 //!
 //! Every rank calls the same collectives in the same order, each from its own thread.
+//! A [`Group`] runs the calls of several ranks from one thread. Both describe each call
+//! with an [`OpCall`], built once per operator and form from the typed buffers, so the
+//! rules of an operator are written in one place for every way of calling it.
 //! Linking this crate links the built-in executors ([`algorithms`]); a plugin crate is
 //! linked only when the final binary names it (`use my_plugin as _;`).
 
+mod call;
 mod eager;
 mod group;
 mod logging;
 
+pub use call::OpCall;
 pub use eager::Communicator;
 pub use group::Group;
 /// Half-precision element types.

@@ -166,7 +166,7 @@ fn a_missing_rank_times_out_naming_it_and_a_failure_wakes_waiters() {
         other => panic!("{other:?}"),
     }
     let failure = Error::Aborted {
-        cause: "rank 2 failed".into(),
+        cause: std::sync::Arc::new(Error::Busy { rank: 2 }),
     };
     std::thread::scope(|s| {
         let waiter = s.spawn(|| board.verdict(4, 1, LONG));

@@ -62,6 +62,7 @@ impl Recording {
                 var: "topology",
                 value: String::new(),
                 reason: "recording needs an explicit topology".into(),
+                source: None,
             })?;
         let config = Config {
             device: DeviceChoice::Sim {
@@ -84,6 +85,7 @@ impl Recording {
                     "one operation per rank needed, the topology has {}",
                     topology.ranks()
                 ),
+                source: None,
             }
             .into());
         }

@@ -9,7 +9,7 @@
 
 use super::{Communicator, Shared};
 use crate::agreement::{Deposit, Signature};
-use crate::error::{ConfigError, Error};
+use crate::error::{with_causes, ConfigError, Error};
 use crate::op::OpParam;
 use oxccl_platform::{DeviceError, Execution, UserBuffers};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -118,7 +118,7 @@ impl Communicator {
                     let executor = prepared.as_ref().map(|(_, name)| *name);
                     Deposit::Call(Signature::new(self.rank, op, executor))
                 }
-                Err(err) => Deposit::Refused(err.to_string()),
+                Err(err) => Deposit::Refused(with_causes(err)),
             };
             let gate = self.group.board.deposit(call, self.rank, deposit);
             if let Ok(Some((execution, _))) = &mut run {
@@ -136,7 +136,7 @@ impl Communicator {
     fn announce_refused<'c>(&'c self, err: Error) -> Announced<'c, 'static> {
         let call = self.calls.fetch_add(1, Ordering::Relaxed);
         if self.group.config.check_calls {
-            let refusal = Deposit::Refused(err.to_string());
+            let refusal = Deposit::Refused(with_causes(&err));
             self.group.board.deposit(call, self.rank, refusal);
         }
         Announced {
@@ -217,6 +217,7 @@ fn mixed_group(stranger: &Communicator) -> Error {
         reason: "all communicators of a group call must come from the same init_all; \
                  nothing was run"
             .into(),
+        source: None,
     }
     .into()
 }

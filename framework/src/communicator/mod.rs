@@ -34,7 +34,7 @@ pub struct Shared {
     topology: Topology,
     config: Config,
     scratch: Mutex<HashMap<(String, usize), ScratchId>>,
-    failure: Mutex<Option<String>>,
+    failure: Mutex<Option<Arc<Error>>>,
     /// Where the ranks agree on every call before it runs (see [`crate::agreement`]).
     board: CallBoard,
 }
@@ -59,7 +59,7 @@ impl Shared {
         let cause = self
             .failure
             .lock()
-            .get_or_insert_with(|| err.to_string())
+            .get_or_insert_with(|| Arc::new(err.clone()))
             .clone();
         self.board.fail(&Error::Aborted { cause });
     }
@@ -132,6 +132,7 @@ fn check_rank_count(n: usize) -> Result<(), Error> {
             reason: format!(
                 "at most {MAX_RANKS} ranks per communicator (oxccl::framework::limits::MAX_RANKS)"
             ),
+            source: None,
         }
         .into());
     }
@@ -145,6 +146,7 @@ fn check_init(n: usize, config: &Config, topology: &Topology) -> Result<(), Erro
             var: "OXCCL_HOST_THREADS",
             value: config.host_threads.to_string(),
             reason: format!("at most {MAX_HOST_THREADS} worker threads; 0 means one per core"),
+            source: None,
         }
         .into());
     }
@@ -156,6 +158,7 @@ fn check_init(n: usize, config: &Config, topology: &Topology) -> Result<(), Erro
                 "need at least one rank, as many as the topology has ({}); check OXCCL_TOPO_FILE",
                 topology.ranks()
             ),
+            source: None,
         }
         .into());
     }
@@ -182,6 +185,7 @@ impl Communicator {
                 reason:
                     "at least 2 are needed: the Close handshake that ends every operation uses two"
                         .into(),
+                source: None,
             }
             .into());
         }

@@ -98,6 +98,7 @@ impl FromStr for AlgoOverride {
             var: "OXCCL_ALGO",
             value: s.to_string(),
             reason,
+            source: None,
         };
         let mut out = AlgoOverride::default();
         let mut entries: Vec<&str> = Vec::new();
@@ -107,7 +108,7 @@ impl FromStr for AlgoOverride {
                     let op = op
                         .trim()
                         .parse::<OpKind>()
-                        .map_err(|e| bad(e.to_string()))?;
+                        .map_err(|e| bad(format!("`{part}` names no operator")).caused_by(e))?;
                     if name.trim().is_empty() {
                         return Err(bad(format!("no executor name after `{op}=`")));
                     }

@@ -26,11 +26,20 @@ pub enum TopologyError {
          name a preset or the path of a TOML topology file"
     )]
     Unknown { given: String, known: String },
-    #[error("cannot read the topology file {}: {source}", path.display())]
+    #[error("cannot read the topology file {}", path.display())]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
+    },
+    #[error("{origin}, line {line}, column {column}: not a topology file (TOML)")]
+    Toml {
+        /// The file's path, or `<string>`.
+        origin: String,
+        line: usize,
+        column: usize,
+        #[source]
+        source: TomlCause,
     },
     #[error("{origin}, line {line}, column {column}: {message}")]
     File {
@@ -46,6 +55,20 @@ pub enum TopologyError {
     Shape { given: String, reason: String },
 }
 
+/// The TOML error behind [`TopologyError::Toml`], boxed to keep every `TopologyError`
+/// small. It derefs to the TOML error, which is also what `source()` returns (so the
+/// source downcasts to `toml::de::Error`, not to this box).
+#[derive(Debug)]
+pub struct TomlCause(Box<toml::de::Error>);
+
+impl std::ops::Deref for TomlCause {
+    type Target = toml::de::Error;
+
+    fn deref(&self) -> &toml::de::Error {
+        &self.0
+    }
+}
+
 impl From<TopologyError> for ConfigError {
     fn from(err: TopologyError) -> Self {
         let value = match &err {
@@ -53,13 +76,11 @@ impl From<TopologyError> for ConfigError {
             | TopologyError::Broken { given, .. }
             | TopologyError::Shape { given, .. } => given.clone(),
             TopologyError::Read { path, .. } => path.display().to_string(),
-            TopologyError::File { origin, .. } => origin.clone(),
+            TopologyError::File { origin, .. } | TopologyError::Toml { origin, .. } => {
+                origin.clone()
+            }
         };
-        ConfigError {
-            var: "topology",
-            value,
-            reason: err.to_string(),
-        }
+        ConfigError::new("topology", value, crate::config::TOPOLOGY_REFUSED).caused_by(err)
     }
 }
 
@@ -135,16 +156,33 @@ struct Source<'a> {
 }
 
 impl Source<'_> {
-    fn error(&self, span: Option<Range<usize>>, message: impl Into<String>) -> TopologyError {
+    /// The 1-based line and column of the start of `span` (of the text's start without one).
+    fn place(&self, span: Option<Range<usize>>) -> (usize, usize) {
         let at = span.map_or(0, |s| s.start).min(self.text.len());
         let before = &self.text[..at];
         let line = before.matches('\n').count() + 1;
         let column = before.chars().rev().take_while(|&c| c != '\n').count() + 1;
+        (line, column)
+    }
+
+    fn error(&self, span: Option<Range<usize>>, message: impl Into<String>) -> TopologyError {
+        let (line, column) = self.place(span);
         TopologyError::File {
             origin: self.origin.clone(),
             line,
             column,
             message: message.into(),
+        }
+    }
+
+    /// The text is not TOML, or not TOML of the topology format.
+    fn toml_error(&self, source: toml::de::Error) -> TopologyError {
+        let (line, column) = self.place(source.span());
+        TopologyError::Toml {
+            origin: self.origin.clone(),
+            line,
+            column,
+            source: TomlCause(Box::new(source)),
         }
     }
 }
@@ -278,7 +316,7 @@ pub fn parse_broken(given: &str) -> Result<(Rank, Rank), TopologyError> {
 }
 
 fn parse(src: &Source<'_>) -> Result<Topology, TopologyError> {
-    let spec: FileSpec = toml::from_str(src.text).map_err(|e| src.error(e.span(), e.message()))?;
+    let spec: FileSpec = toml::from_str(src.text).map_err(|e| src.toml_error(e))?;
     let servers = spec.servers.span();
     let intra = fabric(src, spec.intra.as_ref(), Table::Intra)?;
     let inter = fabric(src, spec.inter.as_ref(), Table::Inter)?;
@@ -289,8 +327,13 @@ fn parse(src: &Source<'_>) -> Result<Topology, TopologyError> {
         t = apply_link(src, t, entry)?;
     }
     for pair in &spec.broken {
-        let (a, b) = parse_broken(pair.get_ref())
-            .map_err(|e| src.error(Some(pair.span()), e.to_string()))?;
+        let (a, b) = parse_broken(pair.get_ref()).map_err(|e| match e {
+            TopologyError::Broken { given, reason } => src.error(
+                Some(pair.span()),
+                format!("broken link `{given}` is invalid: {reason}"),
+            ),
+            other => other,
+        })?;
         t = t.with_broken(a, b).map_err(|e| {
             src.error(
                 Some(pair.span()),
@@ -542,14 +585,40 @@ mod tests {
         assert!(matches!(err, TopologyError::File { line: 2, .. }), "{err}");
 
         let err = Topology::from_toml("servers = [8]\nspeed = 3\n").unwrap_err();
-        assert!(matches!(err, TopologyError::File { line: 2, .. }), "{err}");
-        assert!(err.to_string().contains("speed"), "{err}");
+        assert!(matches!(err, TopologyError::Toml { line: 2, .. }), "{err}");
+        assert!(crate::error::with_causes(&err).contains("speed"), "{err}");
     }
 
-    /// The line and message of a file error.
+    #[test]
+    fn malformed_toml_keeps_the_toml_error_as_its_source() {
+        let err = Topology::from_toml("servers = [8\n").unwrap_err();
+        assert!(matches!(err, TopologyError::Toml { .. }), "{err:?}");
+        let source = std::error::Error::source(&err).expect("a source");
+        assert!(source.is::<toml::de::Error>(), "{source:?}");
+        assert!(
+            !err.to_string().contains(&source.to_string()),
+            "the message does not repeat its source: {err}"
+        );
+    }
+
+    #[test]
+    fn a_missing_file_keeps_the_io_error_as_its_source() {
+        let err = Topology::parse_spec("/nonexistent/topo.toml").unwrap_err();
+        let io = std::error::Error::source(&err)
+            .and_then(|e| e.downcast_ref::<std::io::Error>())
+            .expect("an io::Error source");
+        assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+        // Through ConfigError and Error too.
+        let err = crate::Error::from(err);
+        let io = crate::error::chain(&err).find_map(|e| e.downcast_ref::<std::io::Error>());
+        assert_eq!(io.map(|e| e.kind()), Some(std::io::ErrorKind::NotFound));
+    }
+
+    /// The line and message of a file error (the TOML error's message for a TOML one).
     fn file_error(text: &str) -> (usize, String) {
         match Topology::from_toml(text) {
             Err(TopologyError::File { line, message, .. }) => (line, message),
+            Err(TopologyError::Toml { line, source, .. }) => (line, source.message().into()),
             other => panic!("{text:?}: {other:?}"),
         }
     }
@@ -610,7 +679,7 @@ mod tests {
         assert!(matches!(err, TopologyError::Read { .. }), "{err}");
         let err = Topology::parse_spec("/dev/zero").unwrap_err();
         assert!(
-            err.to_string().contains("larger than 16777216 bytes"),
+            crate::error::with_causes(&err).contains("larger than 16777216 bytes"),
             "{err}"
         );
     }

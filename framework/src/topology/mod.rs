@@ -152,6 +152,7 @@ impl Topology {
             var: "topology",
             value: format!("{ranks_per_server:?}"),
             reason,
+            source: None,
         };
         if ranks_per_server.is_empty() || ranks_per_server.contains(&0) {
             return Err(bad("every server needs at least one rank".into()));
@@ -215,6 +216,7 @@ impl Topology {
             var: "broken link",
             value: format!("{a}-{b}"),
             reason,
+            source: None,
         };
         if a == b || a >= self.ranks() || b >= self.ranks() {
             return Err(bad(format!(
@@ -239,6 +241,7 @@ impl Topology {
                 var: "link",
                 value: format!("{from}->{to}"),
                 reason: format!("needs two distinct ranks below {}", self.ranks()),
+                source: None,
             });
         }
         let key = (from.min(to), from.max(to));

@@ -77,12 +77,9 @@ fn parse_order(text: &str) -> Result<Vec<usize>, Error> {
         .map(|r| r.trim().parse::<usize>())
         .collect::<Result<_, _>>()
         .map_err(|e| {
-            oxccl::ConfigError {
-                var: ORDER_VAR,
-                value: text.to_string(),
-                reason: format!("expected comma-separated ranks: {e}"),
-            }
-            .into()
+            oxccl::ConfigError::new(ORDER_VAR, text, "expected comma-separated ranks")
+                .caused_by(e)
+                .into()
         })
 }
 

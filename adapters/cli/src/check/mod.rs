@@ -14,7 +14,7 @@ mod single;
 
 use crate::calls::calls;
 use crate::sizes::{count_flag, count_for_size, size_sweep};
-use crate::validate::{self, bad_flag};
+use crate::validate::{self, refused, NOT_A_NAME};
 use clap::Args;
 use oxccl::platform::dtype::ParseNameError;
 use oxccl::{Config, DataType, Error, OpKind, OpParam, ReduceOp, Topology};
@@ -99,12 +99,7 @@ pub fn plan_command(args: &CheckArgs) -> Result<Option<CheckPlan>, Error> {
 }
 
 pub(crate) fn bad_arg(reason: String) -> Error {
-    oxccl::ConfigError {
-        var: "oxccl check",
-        value: String::new(),
-        reason,
-    }
-    .into()
+    oxccl::ConfigError::new("oxccl check", "", reason).into()
 }
 
 /// The configuration a recording is made with.
@@ -153,11 +148,11 @@ pub fn plan(args: &CheckArgs, kind: OpKind) -> Result<CheckPlan, Error> {
     let dtype: DataType = args
         .datatype
         .parse()
-        .map_err(|e: ParseNameError| bad_flag("-d/--datatype", &args.datatype, e.to_string()))?;
+        .map_err(|e: ParseNameError| refused("-d/--datatype", &args.datatype, NOT_A_NAME, e))?;
     let redop: ReduceOp = args
         .op
         .parse()
-        .map_err(|e: ParseNameError| bad_flag("-o/--op", &args.op, e.to_string()))?;
+        .map_err(|e: ParseNameError| refused("-o/--op", &args.op, NOT_A_NAME, e))?;
     let counts = match args.count {
         Some(count) => vec![count_flag(kind, count, dtype, ranks)?],
         None => size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor)?

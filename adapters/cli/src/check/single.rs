@@ -1,6 +1,7 @@
 //! `oxccl check <collective>`: verdict and modelled speed per size.
 
 use super::{config, CheckArgs, CheckPlan};
+use crate::validate::refused;
 use oxccl::framework::analyzer::{analyze, Failure, Recording};
 use oxccl::framework::cost::{model, write_chrome_trace, CostParams};
 use oxccl::framework::{Communicator, DeviceChoice, Explanation, Verdict};
@@ -133,7 +134,14 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
         let start = Instant::now();
         let report = analyze(&rec);
         let analyzer_ms = start.elapsed().as_secs_f64() * 1e3;
-        let cost = model(&rec, &params).map_err(|e| super::bad_arg(format!("cost model: {e}")))?;
+        let cost = model(&rec, &params).map_err(|e| {
+            refused(
+                "oxccl check",
+                kind.name(),
+                "the cost model cannot model it",
+                e,
+            )
+        })?;
         let explained = match &explainer {
             Some(comm) => Some(explanation(comm, op, args)?),
             None => None,
@@ -179,10 +187,11 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
         last = Some(rec);
     }
     if let (Some(path), Some(rec)) = (&args.trace, &last) {
+        let reason = "cannot write the trace there; name a writable file";
         let mut file = std::fs::File::create(path)
-            .map_err(|e| super::bad_arg(format!("cannot write {}: {e}", path.display())))?;
+            .map_err(|e| refused("--trace", path.display(), reason, e))?;
         write_chrome_trace(rec, &params, &mut file)
-            .map_err(|e| super::bad_arg(format!("cannot write {}: {e}", path.display())))?;
+            .map_err(|e| refused("--trace", path.display(), reason, e))?;
     }
     if args.json {
         let doc = serde_json::json!({

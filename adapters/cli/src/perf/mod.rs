@@ -21,7 +21,7 @@ pub use run::{measure, Measured, Settings, GUARD_BYTES};
 
 use crate::calls::calls;
 use crate::sizes::{count_for_size, size_sweep};
-use crate::validate::{self, bad_flag};
+use crate::validate;
 use clap::Args;
 use oxccl::{Communicator, Config, DataType, Error, OpKind, ReduceOp, Topology};
 use std::process::ExitCode;
@@ -88,23 +88,18 @@ fn parse_all<T: std::str::FromStr + Copy>(
     all: &[T],
 ) -> Result<Vec<T>, Error>
 where
-    T::Err: std::fmt::Display,
+    T::Err: std::error::Error + Send + Sync + 'static,
 {
     if text.eq_ignore_ascii_case("all") {
         return Ok(all.to_vec());
     }
     text.parse::<T>()
         .map(|v| vec![v])
-        .map_err(|e| bad_flag(flag, text, format!("{e}, or `all`")))
+        .map_err(|e| validate::refused(flag, text, "use one of the known names, or `all`", e))
 }
 
 pub(crate) fn bad_arg(reason: String) -> Error {
-    oxccl::ConfigError {
-        var: "oxccl perf",
-        value: String::new(),
-        reason,
-    }
-    .into()
+    oxccl::ConfigError::new("oxccl perf", "", reason).into()
 }
 
 /// What `oxccl perf` will run, every flag checked: building it runs nothing.

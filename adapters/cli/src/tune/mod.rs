@@ -26,7 +26,7 @@ mod sweep;
 
 use crate::perf::{run_config, Settings, GUARD_BYTES};
 use crate::sizes::size_sweep;
-use crate::validate::{self, bad_flag};
+use crate::validate::{self, refused, NOT_A_NAME};
 use clap::Args;
 use oxccl::framework::tune::TuneTable;
 use oxccl::platform::dtype::ParseNameError;
@@ -119,7 +119,7 @@ pub fn plan(args: &TuneArgs) -> Result<TunePlan, Error> {
     let dtype: DataType = args
         .datatype
         .parse()
-        .map_err(|e: ParseNameError| bad_flag("-d/--datatype", &args.datatype, e.to_string()))?;
+        .map_err(|e: ParseNameError| refused("-d/--datatype", &args.datatype, NOT_A_NAME, e))?;
     args.ranks.map(validate::rank_count).transpose()?;
     let sizes = size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor)?;
     let (config, topology) = run_config(args.ranks, args.topo.as_deref(), &args.broken, None)?;
@@ -175,10 +175,8 @@ pub fn run(args: &TuneArgs) -> Result<ExitCode, Error> {
     let measured = fresh.entries.len();
     table.merge(fresh);
     std::fs::write(&args.output, table.to_text()).map_err(|e| {
-        bad_arg(format!(
-            "cannot write the tuning table {}: {e}",
-            args.output.display()
-        ))
+        let reason = "cannot write the tuning table there; name a writable file";
+        refused("-o/--output", args.output.display(), reason, e)
     })?;
     outln!(
         "# wrote {measured} measurements to {} ({} in all)",
@@ -189,12 +187,7 @@ pub fn run(args: &TuneArgs) -> Result<ExitCode, Error> {
 }
 
 pub(crate) fn bad_arg(reason: String) -> Error {
-    oxccl::ConfigError {
-        var: "oxccl tune",
-        value: String::new(),
-        reason,
-    }
-    .into()
+    oxccl::ConfigError::new("oxccl tune", "", reason).into()
 }
 
 /// The table at `path` to merge into: empty when there is no file; an error when there is
@@ -204,8 +197,7 @@ fn existing_table(path: &Path) -> Result<TuneTable, Error> {
         return Ok(TuneTable::default());
     }
     TuneTable::load(path).map_err(|e| {
-        bad_arg(format!(
-            "{e}; -o must name a tuning table to merge into or a new file"
-        ))
+        let reason = "-o must name a tuning table to merge into or a new file";
+        refused("-o/--output", path.display(), reason, e)
     })
 }
