@@ -108,3 +108,58 @@ pub fn granted_links(
 ) -> Result<Vec<Option<oxccl_platform::LinkKind>>, Error> {
     links::grant_links(name, ctx, request)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executor::{KernelArgs, KernelCtx, Peers};
+    use oxccl_platform::{DataType, ReduceOp};
+
+    /// Stores its rank count as its plan in `resources()`, and reads it back as `T`.
+    struct Planned<T>(std::marker::PhantomData<T>);
+
+    impl<T: std::any::Any + Send + Sync> Executor for Planned<T> {
+        fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+            Ok(ResourceRequest::with_peers(Peers::List(vec![])).with_plan(ctx.ranks as u32))
+        }
+
+        fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+            ctx.plan::<T>()?;
+            args.copy_input_to_output(ctx);
+            Ok(())
+        }
+    }
+
+    fn plan_with<T: std::any::Any + Send + Sync>() -> Result<super::Planned, Error> {
+        let topology = Topology::single_server(4);
+        let op = OpParam::all_reduce(1 << 20, DataType::F32, ReduceOp::Sum);
+        let setting = Setting {
+            topology: &topology,
+            mode: Mode::Staged,
+            ccl_bytes: 1 << 16,
+            link_channels: 2,
+            in_place: false,
+        };
+        let executor = Planned::<T>(std::marker::PhantomData);
+        plan("planned", &executor, &setting.ctx(1, &op), setting.layout())
+    }
+
+    #[test]
+    fn the_plan_reaches_every_iteration_typed() {
+        let planned = plan_with::<u32>().unwrap();
+        assert_eq!(planned.request.plan.get::<u32>(), Some(&4));
+        // 4 MiB staged through 64 KiB: 64 iterations, each a stage-in, the kernel's copy
+        // and a stage-out, every one of them given the plan.
+        assert_eq!(planned.program.task_count(), 64 * 3);
+    }
+
+    #[test]
+    fn a_plan_of_another_type_is_a_typed_error_naming_both() {
+        let err = plan_with::<String>().unwrap_err();
+        assert!(
+            matches!(&err, Error::PlanType { executor, expected, found }
+                if executor == "planned" && expected.contains("String") && *found == "u32"),
+            "{err:?}"
+        );
+    }
+}
