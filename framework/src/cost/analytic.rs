@@ -1,7 +1,7 @@
 //! The analytic α-β estimate: a modelled time from a few ranks' programs, for topologies
 //! too large to replay every rank.
 //!
-//! The discrete-event replay ([`super::engine`]) costs O(all tasks of all ranks); on a
+//! The discrete-event replay ([`super::model`]) costs O(all tasks of all ranks); on a
 //! cluster of thousands of ranks a candidate's programs hold tens of millions of tasks,
 //! and an executor whose programs grow with the rank count (a mesh) holds n² of them.
 //! When the replay would pass its budget, select_alg plans only representative ranks

@@ -7,10 +7,10 @@
 //! place, and the CCL buffer size ([`PlanCtx`] plus [`NotifyLayout`]). It asks the
 //! executor for its [`ResourceRequest`] (HCCL's `CalcResRequest`), grants the links the
 //! request names (a broken or missing link is an error naming the pair), then runs the
-//! orchestration loop ([`program`]): per iteration it stages user data through the CCL
+//! orchestration loop ([`plan_program`]): per iteration it stages user data through the CCL
 //! buffers when the mode says so and lets the executor append one iteration's tasks
 //! through a [`KernelCtx`](crate::executor::KernelCtx) that carries the request's typed
-//! plan. Last it checks the program against the grant ([`links`]), so no program reaches
+//! plan. Last it checks the program against the grant, so no program reaches
 //! anyone with a task over a link that was not granted.
 //!
 //! Three callers share it, which is why it sits below them all:

@@ -11,7 +11,7 @@
 //!    operator whose hard constraints hold and whose links all exist is planned by the
 //!    [planner](crate::planner) and replayed by the cost model (or, past the replay's
 //!    budget on large clusters, estimated analytically from representative ranks, see
-//!    [`model`]); the least modelled time wins (ties:
+//!    `model`); the least modelled time wins (ties:
 //!    higher preference, then name). Requests the model cannot decide (zero bytes, and the
 //!    point-to-point operators whose layouts differ per rank) fall back to the highest
 //!    declared preference ([`preference`]).
