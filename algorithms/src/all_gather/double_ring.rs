@@ -44,7 +44,7 @@ impl Executor for DoubleRingAllGather {
         }
         let order = &ctx.plan::<RingOrder>()?.0;
         ctx.fork(1..=1);
-        for dir in double_ring(&order, &blocks, args.op.dtype.size()) {
+        for dir in double_ring(order, &blocks, args.op.dtype.size()) {
             // Position i of this direction owns block dir.order[i].
             let p = RingParams {
                 order: &dir.order,
@@ -52,7 +52,7 @@ impl Executor for DoubleRingAllGather {
                 channel: dir.channel,
                 chunks: &dir.chunks,
                 chunk_at: &dir.order,
-                ..RingParams::on_main_stream(&order, &blocks, &order, args)
+                ..RingParams::on_main_stream(order, &blocks, order, args)
             };
             ring_all_gather(ctx, &p)?;
         }

@@ -46,7 +46,7 @@ impl Executor for RingAllGather {
             return Ok(());
         }
         let order = &ctx.plan::<RingOrder>()?.0;
-        let p = RingParams::on_main_stream(&order, &blocks, &order, args);
+        let p = RingParams::on_main_stream(order, &blocks, order, args);
         ring_all_gather(ctx, &p)
     }
 }

@@ -49,7 +49,7 @@ impl Executor for RingAllGatherV {
             ctx,
             args,
             NAME,
-            |ctx, buffer, chunks| ring_all_gather(ctx, &ring(&order, chunks, buffer, args)),
+            |ctx, buffer, chunks| ring_all_gather(ctx, &ring(order, chunks, buffer, args)),
             |_, _| Ok(()),
         )
     }

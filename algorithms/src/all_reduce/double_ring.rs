@@ -48,13 +48,13 @@ impl Executor for DoubleRingAllReduce {
         let chunks = even_chunks(args.op.count, n, es);
         let positions: Vec<usize> = (0..n).collect();
         ctx.fork(1..=1);
-        for dir in double_ring(&order, &chunks, es) {
+        for dir in double_ring(order, &chunks, es) {
             let p = RingParams {
                 order: &dir.order,
                 stream: dir.stream,
                 channel: dir.channel,
                 chunks: &dir.chunks,
-                ..RingParams::on_main_stream(&order, &chunks, &positions, args)
+                ..RingParams::on_main_stream(order, &chunks, &positions, args)
             };
             ring_reduce_scatter(ctx, &p)?;
             ring_all_gather(ctx, &p)?;

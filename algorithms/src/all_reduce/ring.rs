@@ -44,7 +44,7 @@ impl Executor for RingAllReduce {
         let order = &ctx.plan::<RingOrder>()?.0;
         let positions: Vec<usize> = (0..ctx.ranks).collect();
         let chunks = even_chunks(op.count, ctx.ranks, op.dtype.size());
-        let p = RingParams::on_main_stream(&order, &chunks, &positions, args);
+        let p = RingParams::on_main_stream(order, &chunks, &positions, args);
         ring_reduce_scatter(ctx, &p)?;
         ring_all_gather(ctx, &p)
     }

@@ -53,8 +53,8 @@ impl Executor for DoubleRingReduceScatter {
         let blocks = args.blocks(n);
         // Partial sums of block c at c * len of scratch, split like the blocks.
         let (partials, partial_chunks) = super::partials(args, n);
-        let [a, b] = double_ring(&order, &blocks, es);
-        let [pa, pb] = double_ring(&order, &partial_chunks, es);
+        let [a, b] = double_ring(order, &blocks, es);
+        let [pa, pb] = double_ring(order, &partial_chunks, es);
         let own_half = a.chunks[0].1;
         ctx.fork(1..=1);
         for (dir, partial, result) in [
@@ -67,7 +67,7 @@ impl Executor for DoubleRingReduceScatter {
                 channel: dir.channel,
                 chunks: &dir.chunks,
                 chunk_at: &dir.order,
-                ..RingParams::on_main_stream(&order, &blocks, &order, args)
+                ..RingParams::on_main_stream(order, &blocks, order, args)
             };
             let targets = RingTargets {
                 partials,

@@ -41,6 +41,6 @@ impl Executor for RingReduceScatter {
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
         let order = &ctx.plan::<RingOrder>()?.0;
-        super::scatter_via_scratch(ctx, args, &order, ring_reduce_scatter_into)
+        super::scatter_via_scratch(ctx, args, order, ring_reduce_scatter_into)
     }
 }

@@ -83,11 +83,11 @@ impl Executor for RingReduceScatterV {
                 }
             };
             let p = RingParams {
-                order: &order,
+                order,
                 stream: 0,
                 channel: 0,
                 chunks,
-                chunk_at: &order,
+                chunk_at: order,
                 input,
                 output: args.output,
                 dtype: args.op.dtype,
