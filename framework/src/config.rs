@@ -281,7 +281,7 @@ mod tests {
                 "/no/such/file.toml",
                 "/no/such/file.toml",
             ),
-            ("OXCCL_TOPO_FILE", "99999999999x99999999999", "at most 1024"),
+            ("OXCCL_TOPO_FILE", "99999999999x99999999999", "at most 4096"),
             ("OXCCL_TUNE_FILE", "/no/such/tune.txt", "cannot read"),
             ("OXCCL_TUNE_FILE", " ", "unset"),
         ] {

@@ -201,6 +201,17 @@ pub enum Error {
         peer: Rank,
         why: &'static str,
     },
+    #[error(
+        "executor `{executor}` asked for its plan as `{expected}`, but its resource request \
+         carries {found}; kernel_run must read the type resources() stored \
+         (ResourceRequest::with_plan)"
+    )]
+    PlanType {
+        executor: String,
+        expected: &'static str,
+        /// The stored plan's type, or "no plan".
+        found: &'static str,
+    },
     #[error("executor `{executor}` built an invalid program for rank {rank}: {reason}")]
     BadProgram {
         executor: String,

@@ -17,6 +17,8 @@ use crate::topology::Topology;
 use oxccl_platform::{
     Buf, Link, LinkKind, NotifyId, NotifyLayout, Rank, RankProgram, Slice, StreamProgram,
 };
+use std::any::Any;
+use std::sync::Arc;
 
 /// How the orchestration loop binds an executor's buffers.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -52,6 +54,53 @@ pub enum Peers {
     List(Vec<Rank>),
 }
 
+/// An executor's own plan for one rank, computed once in [`Executor::resources`] and read
+/// back by every [`Executor::kernel_run`] call of the operation through
+/// [`KernelCtx::plan`]: a ring order, a schedule of rounds, the levels of a hierarchy —
+/// whatever the executor would otherwise recompute each loop iteration. HCCL's
+/// request → response, without its setters: the executor defines the type, the framework
+/// carries it type-erased and hands it back typed.
+///
+/// Two plans are equal when they are the same value (one `Arc`) or both absent: the
+/// framework never looks inside.
+#[derive(Clone, Default)]
+pub struct Plan(Option<(Arc<dyn Any + Send + Sync>, &'static str)>);
+
+impl Plan {
+    /// A plan holding `value`.
+    pub fn new<T: Any + Send + Sync>(value: T) -> Plan {
+        Plan(Some((Arc::new(value), std::any::type_name::<T>())))
+    }
+
+    /// The plan as a `T`, if it is one.
+    pub fn get<T: Any>(&self) -> Option<&T> {
+        self.0.as_ref().and_then(|(v, _)| v.downcast_ref::<T>())
+    }
+
+    /// The stored type's name, or "no plan".
+    pub fn type_name(&self) -> &'static str {
+        self.0.as_ref().map_or("no plan", |(_, name)| name)
+    }
+}
+
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Plan({})", self.type_name())
+    }
+}
+
+impl PartialEq for Plan {
+    fn eq(&self, other: &Plan) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some((a, _)), Some((b, _))) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Plan {}
+
 /// An executor's resource request for one rank, as data.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceRequest {
@@ -65,6 +114,8 @@ pub struct ResourceRequest {
     pub peers: Peers,
     /// The most elements one loop iteration may take; `None`: whatever the buffers allow.
     pub max_count_per_loop: Option<usize>,
+    /// The executor's own plan, handed to every `kernel_run` ([`KernelCtx::plan`]).
+    pub plan: Plan,
 }
 
 impl ResourceRequest {
@@ -106,6 +157,15 @@ impl ResourceRequest {
             scratch_bytes: 0,
             peers,
             max_count_per_loop: None,
+            plan: Plan::default(),
+        }
+    }
+
+    /// This request carrying `plan` for `kernel_run` ([`KernelCtx::plan`]).
+    pub fn with_plan<T: Any + Send + Sync>(self, plan: T) -> Self {
+        ResourceRequest {
+            plan: Plan::new(plan),
+            ..self
         }
     }
 }
@@ -197,9 +257,10 @@ pub struct KernelCtx<'a> {
     pub(crate) links: &'a [Option<LinkKind>],
     pub(crate) layout: NotifyLayout,
     pub(crate) slaves: usize,
+    pub(crate) plan: &'a Plan,
 }
 
-impl KernelCtx<'_> {
+impl<'a> KernelCtx<'a> {
     /// Stream `s` (0 is the main stream).
     pub fn stream(&mut self, s: usize) -> &mut StreamProgram {
         &mut self.program.streams[s]
@@ -215,6 +276,18 @@ impl KernelCtx<'_> {
         self.slaves
     }
 
+    /// The plan [`Executor::resources`] stored in the request
+    /// ([`ResourceRequest::with_plan`]), as a `T`; [`Error::PlanType`] naming the executor
+    /// and both types when it holds something else or nothing.
+    pub fn plan<T: Any>(&self) -> Result<&'a T, Error> {
+        let plan: &'a Plan = self.plan;
+        plan.get::<T>().ok_or_else(|| Error::PlanType {
+            executor: self.executor.to_string(),
+            expected: std::any::type_name::<T>(),
+            found: plan.type_name(),
+        })
+    }
+
     /// Refuse, before appending them, `rounds` more rounds of about `tasks_per_round`
     /// tasks each when the program would pass [`crate::limits::MAX_TASKS`]. Executors and
     /// templates whose round count grows with the data (pieces through CCL slots) call it
@@ -223,7 +296,7 @@ impl KernelCtx<'_> {
         let planned = rounds
             .checked_mul(tasks_per_round.max(1))
             .and_then(|t| t.checked_add(self.program.task_count()));
-        crate::orchestrate::check_task_count(self.executor, self.rank, planned)
+        check_task_count(self.executor, self.rank, planned)
     }
 
     /// The link to `peer` on notify `channel`; an error if it was not requested, is
@@ -281,6 +354,25 @@ impl KernelCtx<'_> {
             self.stream(s).post(n);
             self.main().wait(n);
         }
+    }
+}
+
+/// Refuse a program of `tasks` tasks (`None`: the count overflowed) beyond
+/// [`MAX_TASKS`](crate::limits::MAX_TASKS): the op is too large for the CCL buffers it
+/// stages through.
+pub(crate) fn check_task_count(
+    executor: &str,
+    rank: usize,
+    tasks: Option<usize>,
+) -> Result<(), Error> {
+    use crate::limits::MAX_TASKS;
+    match tasks {
+        Some(t) if t <= MAX_TASKS => Ok(()),
+        _ => Err(Error::TooManyTasks {
+            executor: executor.to_string(),
+            rank,
+            limit: MAX_TASKS,
+        }),
     }
 }
 

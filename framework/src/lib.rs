@@ -8,14 +8,37 @@
 //! 2. [`select`]: `select_alg`, a chain of the `OXCCL_ALGO` override, plugin selectors, the
 //!    tuning table and the built-in choice by [`cost`] model among the executors whose
 //!    declared [`executor::Constraints`] hold and whose links exist;
-//! 3. [`executor`]: the chosen executor's resource request, as data;
-//! 4. [`orchestrate`]: the loop that stages through the CCL buffers (or runs on user
-//!    buffers) and calls the executor's `kernel_run` per iteration;
+//! 3. [`planner`]: the chosen executor's resource request (with its typed plan), then the
+//!    loop that stages through the CCL buffers (or runs on user buffers) and calls the
+//!    executor's `kernel_run` per iteration: one rank's program, with no device;
+//! 4. [`orchestrate`]: ends the program as a device runs it (the Close exchange);
 //! 5. [`communicator`]: caches the program and hands it to the device.
 //!
+//! ## Layering
+//!
+//! The pure parts sit below the stateful ones, and imports only point down:
+//!
+//! ```text
+//! communicator, agreement, config          state: devices, ranks, the environment
+//! analyzer (recording = select + plan)     proofs over planned programs
+//! select                                    select_alg: screening, cost model, cache
+//! cost                                      replay and analytic estimate of programs
+//! orchestrate                               the planner's program plus the Close ending
+//! planner                                   pure: (executor, op, topology, rank, layout,
+//!                                           mode, in-place, CCL bytes) -> request, program
+//! executor, registry, op, topology, tune,   data and contracts
+//! digest, limits, error
+//! ```
+//!
+//! Nothing below `communicator` builds a communicator or a device: selection models its
+//! candidates by planning them, and the analyzer's recording plans every rank the same way
+//! a communicator does, so what is proved and timed is what runs.
+//!
 //! Before a call runs, its ranks agree on what it is ([`agreement`]): a mismatched or
-//! refused call is an error on every rank, and nothing moves. Every size a caller, a file
-//! or a plugin supplies is checked against [`limits`].
+//! refused call is an error on every rank, and nothing moves. Ranks can also compare one
+//! number for everything their selections depend on ([`digest`],
+//! [`Communicator::selection_digest`]). Every size a caller, a file or a plugin supplies
+//! is checked against [`limits`].
 //!
 //! [`registry`] holds the executors and templates registered at link time with
 //! [`register_executor!`] and [`register_template!`]; [`config`] reads the environment in
@@ -26,11 +49,13 @@ pub mod analyzer;
 pub mod communicator;
 pub mod config;
 pub mod cost;
+pub mod digest;
 pub mod error;
 pub mod executor;
 pub mod limits;
 pub mod op;
 pub mod orchestrate;
+pub mod planner;
 pub mod registry;
 pub mod select;
 pub mod topology;
@@ -41,7 +66,7 @@ pub use config::{Config, DeviceChoice};
 pub use error::{ArgError, ConfigError, Error};
 pub use executor::{
     BufRange, Constraints, Executor, ExecutorEntry, KernelArgs, KernelCtx, LinkNeed, Mode, Peers,
-    PlanCtx, ResourceRequest, TemplateEntry,
+    Plan, PlanCtx, ResourceRequest, TemplateEntry,
 };
 pub use op::{OpKind, OpParam};
 pub use registry::registry;

@@ -6,12 +6,14 @@
 //! answer is a typed error that names the bound and the value asked for.
 //!
 //! Why these numbers:
-//! - [`MAX_RANKS`] = 1024: one communicator's ranks. The in-process platform keeps a
-//!   notify table per rank that grows with the rank count (a table row per peer), and
-//!   `oxccl check` records every rank's program, so both grow quadratically; at 1024 ranks
-//!   that is still well under a few GiB and a couple of minutes. HCCL and NCCL jobs of
-//!   thousands of ranks need the multi-process platform, which lifts this bound for ranks
-//!   that are not in this process.
+//! - [`MAX_RANKS`] = 4096: one communicator's ranks, HCCL's and NCCL's cluster scale
+//!   (`512x8`). Nothing in selection grows with it past a bound: select_alg replays every
+//!   rank only while a candidate's programs stay within its simulation budget, and plans a
+//!   few representative ranks beyond (see `select::model`). What still grows
+//!   quadratically is the in-process platform's notify table (a table row per peer) and
+//!   the analyzer's proof of every rank's program, which `oxccl check` runs on the chosen
+//!   executor: at 4096 ranks that is gigabytes, so in-process communicators of that size
+//!   are for checking and modelling more than for running.
 //! - [`MAX_BUFFER_BYTES`] = 1 TiB: one rank's input or output buffer. Larger than the
 //!   memory of any host or GPU a rank runs on today, small enough that every byte offset
 //!   derived from it, times any rank count up to [`MAX_RANKS`], fits a `usize` with room
@@ -31,7 +33,7 @@
 //! a path such as `/dev/zero` is refused rather than read without end.
 
 /// Most ranks a communicator or topology may have.
-pub const MAX_RANKS: usize = 1024;
+pub const MAX_RANKS: usize = 4096;
 
 /// Most bytes one rank's input or output buffer of one call may span.
 pub const MAX_BUFFER_BYTES: usize = 1 << 40;

@@ -577,7 +577,7 @@ mod tests {
             ("oxccl-tune 1\nall_reduce 8 float 1024 ring -3 [8]", 2, "positive"),
             ("oxccl-tune 1\nall_reduce 8 float 1024 ring NaN [8]", 2, "positive"),
             ("oxccl-tune 1\nall_reduce 8 float 1024 ring 3", 2, "topology"),
-            ("oxccl-tune 1\nall_reduce 1025 float 1024 ring 3 [1025]", 2, "at most 1024"),
+            ("oxccl-tune 1\nall_reduce 4097 float 1024 ring 3 [4097]", 2, "at most 4096"),
             ("oxccl-tune 1\nall_reduce 8 float 1099511627777 ring 3 [8]", 2, "never match"),
             ("oxccl-tune 1\nall_reduce 8 float 1024 ring 3 [4]", 2, "has 4 ranks"),
             ("oxccl-tune 1\nall_reduce 8 float 1024 ring 3 [8,]", 2, "malformed"),

@@ -229,11 +229,11 @@ fn probed_command_lines_are_refused_naming_their_flag() {
         ),
         (
             &["perf", "all-reduce", "--topo", "99999999999x99999999999"],
-            "at most 1024",
+            "at most 4096",
         ),
         (
             &["check", "all-reduce", "--topo", "1x100000"],
-            "at most 1024",
+            "at most 4096",
         ),
         (
             &["perf", "all-reduce", "--ranks", "18446744073709551615"],

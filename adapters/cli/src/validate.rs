@@ -136,8 +136,8 @@ mod tests {
     fn each_refusal_names_its_flag_and_the_valid_range() {
         let mesh = Topology::single_server(8);
         let cases = [
-            (rank_count(0).unwrap_err(), "--ranks", "1 to 1024"),
-            (rank_count(usize::MAX).unwrap_err(), "--ranks", "1 to 1024"),
+            (rank_count(0).unwrap_err(), "--ranks", "1 to 4096"),
+            (rank_count(usize::MAX).unwrap_err(), "--ranks", "1 to 4096"),
             (root(8, &mesh).unwrap_err(), "-r/--root", "0 to 7"),
             (threads(0, 8).unwrap_err(), "-t/--nthreads", "1 thread"),
             (threads(9, 8).unwrap_err(), "-t/--nthreads", "to 8"),

@@ -54,7 +54,7 @@ fn refusals_exit_2_with_the_flag_named_and_no_panic() {
         ),
         (
             &["check", "all-reduce", "--topo", "99999999999x99999999999"],
-            "at most 1024",
+            "at most 4096",
         ),
         (&["perf", "all-reduce", "--ranks", "100000"], "--ranks"),
         (

@@ -8,7 +8,7 @@
 
 use super::place_own_block;
 use crate::templates::{
-    double_ring, healthy_ring_for, ring_all_gather, ring_neighbours, RingParams,
+    double_ring, healthy_ring_for, ring_all_gather, ring_neighbours, RingOrder, RingParams,
 };
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
@@ -32,7 +32,8 @@ impl Executor for DoubleRingAllGather {
         Ok(ResourceRequest {
             slave_streams: usize::from(ctx.ranks > 1),
             ..ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)))
-        })
+        }
+        .with_plan(RingOrder(order)))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
@@ -41,9 +42,9 @@ impl Executor for DoubleRingAllGather {
         if ctx.ranks == 1 {
             return Ok(());
         }
-        let order = healthy_ring_for(ctx.topology, "double-ring", OpKind::AllGather)?;
+        let order = &ctx.plan::<RingOrder>()?.0;
         ctx.fork(1..=1);
-        for dir in double_ring(&order, &blocks, args.op.dtype.size()) {
+        for dir in double_ring(order, &blocks, args.op.dtype.size()) {
             // Position i of this direction owns block dir.order[i].
             let p = RingParams {
                 order: &dir.order,
@@ -51,7 +52,7 @@ impl Executor for DoubleRingAllGather {
                 channel: dir.channel,
                 chunks: &dir.chunks,
                 chunk_at: &dir.order,
-                ..RingParams::on_main_stream(&order, &blocks, &order, args)
+                ..RingParams::on_main_stream(order, &blocks, order, args)
             };
             ring_all_gather(ctx, &p)?;
         }

@@ -13,7 +13,7 @@
 //! it out and reuse the CCL buffers at once.
 
 use super::place_own_block;
-use crate::templates::{healthy_ring_for, ring_all_gather, ring_neighbours, RingParams};
+use crate::templates::{healthy_ring_for, ring_all_gather, ring_neighbours, RingOrder, RingParams};
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
 };
@@ -33,9 +33,10 @@ oxccl_framework::register_executor! {
 impl Executor for RingAllGather {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let order = healthy_ring_for(ctx.topology, "ring", OpKind::AllGather)?;
-        Ok(ResourceRequest::with_peers(Peers::List(ring_neighbours(
-            &order, ctx.rank,
-        ))))
+        Ok(
+            ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)))
+                .with_plan(RingOrder(order)),
+        )
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
@@ -44,8 +45,8 @@ impl Executor for RingAllGather {
         if ctx.ranks == 1 {
             return Ok(());
         }
-        let order = healthy_ring_for(ctx.topology, "ring", OpKind::AllGather)?;
-        let p = RingParams::on_main_stream(&order, &blocks, &order, args);
+        let order = &ctx.plan::<RingOrder>()?.0;
+        let p = RingParams::on_main_stream(order, &blocks, order, args);
         ring_all_gather(ctx, &p)
     }
 }

@@ -11,7 +11,7 @@
 //! HCCL cost: `(p−1)α + (p−1)/p·nβ` per round, with `n` the largest block times `p`.
 
 use super::gather_v_blocks;
-use crate::templates::{healthy_ring_for, ring_all_gather, ring_neighbours, RingParams};
+use crate::templates::{healthy_ring_for, ring_all_gather, ring_neighbours, RingOrder, RingParams};
 use oxccl_framework::platform::Rank;
 use oxccl_framework::{
     BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx,
@@ -36,19 +36,20 @@ oxccl_framework::register_executor! {
 impl Executor for RingAllGatherV {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let order = healthy_ring_for(ctx.topology, NAME, KIND)?;
-        Ok(ResourceRequest::with_peers(Peers::List(ring_neighbours(
-            &order, ctx.rank,
-        ))))
+        Ok(
+            ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)))
+                .with_plan(RingOrder(order)),
+        )
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
         // Every ring step ends with the right neighbour's Ack: a round needs no more.
-        let order = healthy_ring_for(ctx.topology, NAME, KIND)?;
+        let order = &ctx.plan::<RingOrder>()?.0;
         gather_v_blocks(
             ctx,
             args,
             NAME,
-            |ctx, buffer, chunks| ring_all_gather(ctx, &ring(&order, chunks, buffer, args)),
+            |ctx, buffer, chunks| ring_all_gather(ctx, &ring(order, chunks, buffer, args)),
             |_, _| Ok(()),
         )
     }

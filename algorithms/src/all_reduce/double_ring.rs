@@ -9,7 +9,7 @@
 
 use crate::templates::{
     double_ring, even_chunks, healthy_ring_for, ring_all_gather, ring_neighbours,
-    ring_reduce_scatter, RingParams,
+    ring_reduce_scatter, RingOrder, RingParams,
 };
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
@@ -33,7 +33,8 @@ impl Executor for DoubleRingAllReduce {
         Ok(ResourceRequest {
             slave_streams: usize::from(ctx.ranks > 1),
             ..ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)))
-        })
+        }
+        .with_plan(RingOrder(order)))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
@@ -42,18 +43,18 @@ impl Executor for DoubleRingAllReduce {
             args.copy_input_to_output(ctx);
             return Ok(());
         }
-        let order = healthy_ring_for(ctx.topology, "double-ring", OpKind::AllReduce)?;
+        let order = &ctx.plan::<RingOrder>()?.0;
         let es = args.op.dtype.size();
         let chunks = even_chunks(args.op.count, n, es);
         let positions: Vec<usize> = (0..n).collect();
         ctx.fork(1..=1);
-        for dir in double_ring(&order, &chunks, es) {
+        for dir in double_ring(order, &chunks, es) {
             let p = RingParams {
                 order: &dir.order,
                 stream: dir.stream,
                 channel: dir.channel,
                 chunks: &dir.chunks,
-                ..RingParams::on_main_stream(&order, &chunks, &positions, args)
+                ..RingParams::on_main_stream(order, &chunks, &positions, args)
             };
             ring_reduce_scatter(ctx, &p)?;
             ring_all_gather(ctx, &p)?;

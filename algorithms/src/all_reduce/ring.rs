@@ -8,7 +8,7 @@
 
 use crate::templates::{
     even_chunks, healthy_ring_for, ring_all_gather, ring_neighbours, ring_reduce_scatter,
-    RingParams,
+    RingOrder, RingParams,
 };
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
@@ -29,9 +29,10 @@ oxccl_framework::register_executor! {
 impl Executor for RingAllReduce {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let order = healthy_ring_for(ctx.topology, "ring", OpKind::AllReduce)?;
-        Ok(ResourceRequest::with_peers(Peers::List(ring_neighbours(
-            &order, ctx.rank,
-        ))))
+        Ok(
+            ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)))
+                .with_plan(RingOrder(order)),
+        )
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
@@ -40,10 +41,10 @@ impl Executor for RingAllReduce {
             return Ok(());
         }
         let op = &args.op;
-        let order = healthy_ring_for(ctx.topology, "ring", OpKind::AllReduce)?;
+        let order = &ctx.plan::<RingOrder>()?.0;
         let positions: Vec<usize> = (0..ctx.ranks).collect();
         let chunks = even_chunks(op.count, ctx.ranks, op.dtype.size());
-        let p = RingParams::on_main_stream(&order, &chunks, &positions, args);
+        let p = RingParams::on_main_stream(order, &chunks, &positions, args);
         ring_reduce_scatter(ctx, &p)?;
         ring_all_gather(ctx, &p)
     }

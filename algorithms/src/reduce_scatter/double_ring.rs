@@ -10,8 +10,8 @@
 //! HCCL cost per direction: `(p−1)α + (p−1)/p·(n/2)β + (p−1)/p·(n/2)γ`, concurrently.
 
 use crate::templates::{
-    double_ring, healthy_ring_for, ring_neighbours, ring_reduce_scatter_into, RingParams,
-    RingTargets,
+    double_ring, healthy_ring_for, ring_neighbours, ring_reduce_scatter_into, RingOrder,
+    RingParams, RingTargets,
 };
 use oxccl_framework::{
     BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx,
@@ -37,7 +37,8 @@ impl Executor for DoubleRingReduceScatter {
         Ok(ResourceRequest {
             slave_streams: usize::from(ctx.ranks > 1),
             ..super::with_partials_scratch(ctx, peers)
-        })
+        }
+        .with_plan(RingOrder(order)))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
@@ -46,14 +47,14 @@ impl Executor for DoubleRingReduceScatter {
             args.copy_input_to_output(ctx);
             return Ok(());
         }
-        let order = healthy_ring_for(ctx.topology, "double-ring", OpKind::ReduceScatter)?;
+        let order = &ctx.plan::<RingOrder>()?.0;
         let es = args.op.dtype.size();
         let len = args.op.count * es;
         let blocks = args.blocks(n);
         // Partial sums of block c at c * len of scratch, split like the blocks.
         let (partials, partial_chunks) = super::partials(args, n);
-        let [a, b] = double_ring(&order, &blocks, es);
-        let [pa, pb] = double_ring(&order, &partial_chunks, es);
+        let [a, b] = double_ring(order, &blocks, es);
+        let [pa, pb] = double_ring(order, &partial_chunks, es);
         let own_half = a.chunks[0].1;
         ctx.fork(1..=1);
         for (dir, partial, result) in [
@@ -66,7 +67,7 @@ impl Executor for DoubleRingReduceScatter {
                 channel: dir.channel,
                 chunks: &dir.chunks,
                 chunk_at: &dir.order,
-                ..RingParams::on_main_stream(&order, &blocks, &order, args)
+                ..RingParams::on_main_stream(order, &blocks, order, args)
             };
             let targets = RingTargets {
                 partials,

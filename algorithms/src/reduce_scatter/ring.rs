@@ -15,7 +15,7 @@
 //! Each step ends with the right neighbour's Ack ("done reading your buffers"), so when an
 //! iteration ends nobody reads this rank's input or scratch any more.
 
-use crate::templates::{healthy_ring_for, ring_neighbours, ring_reduce_scatter_into};
+use crate::templates::{healthy_ring_for, ring_neighbours, ring_reduce_scatter_into, RingOrder};
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
 };
@@ -36,11 +36,11 @@ impl Executor for RingReduceScatter {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let order = healthy_ring_for(ctx.topology, "ring", OpKind::ReduceScatter)?;
         let request = ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)));
-        Ok(super::with_partials_scratch(ctx, request))
+        Ok(super::with_partials_scratch(ctx, request).with_plan(RingOrder(order)))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let order = healthy_ring_for(ctx.topology, "ring", OpKind::ReduceScatter)?;
-        super::scatter_via_scratch(ctx, args, &order, ring_reduce_scatter_into)
+        let order = &ctx.plan::<RingOrder>()?.0;
+        super::scatter_via_scratch(ctx, args, order, ring_reduce_scatter_into)
     }
 }

@@ -14,7 +14,7 @@
 
 use crate::all_gather_v::{block_layout, PieceRounds};
 use crate::templates::{
-    healthy_ring_for, ring_neighbours, ring_reduce_scatter_into, RingParams, RingTargets,
+    healthy_ring_for, ring_neighbours, ring_reduce_scatter_into, RingOrder, RingParams, RingTargets,
 };
 use oxccl_framework::platform::Buf;
 use oxccl_framework::{
@@ -40,9 +40,10 @@ oxccl_framework::register_executor! {
 impl Executor for RingReduceScatterV {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let order = healthy_ring_for(ctx.topology, NAME, KIND)?;
-        Ok(ResourceRequest::with_peers(Peers::List(ring_neighbours(
-            &order, ctx.rank,
-        ))))
+        Ok(
+            ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)))
+                .with_plan(RingOrder(order)),
+        )
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
@@ -51,7 +52,7 @@ impl Executor for RingReduceScatterV {
         if super::alone(ctx, args, (displs[0], counts[0])) {
             return Ok(());
         }
-        let order = healthy_ring_for(ctx.topology, NAME, KIND)?;
+        let order = &ctx.plan::<RingOrder>()?.0;
         let plan = PieceRounds::new(NAME, KIND, counts, es, args.ccl_bytes)?;
         ctx.reserve_rounds(plan.rounds, 4 * counts.len())?;
         let slots = |buf| BufRange {
@@ -82,11 +83,11 @@ impl Executor for RingReduceScatterV {
                 }
             };
             let p = RingParams {
-                order: &order,
+                order,
                 stream: 0,
                 channel: 0,
                 chunks,
-                chunk_at: &order,
+                chunk_at: order,
                 input,
                 output: args.output,
                 dtype: args.op.dtype,

@@ -54,6 +54,6 @@ pub use rhd::{
 };
 pub use ring::RingParams;
 pub use ring_all_gather::ring_all_gather;
-pub use ring_order::{healthy_ring, healthy_ring_for, ring_neighbours};
+pub use ring_order::{healthy_ring, healthy_ring_for, ring_neighbours, RingOrder};
 pub use ring_reduce_scatter::{ring_reduce_scatter, ring_reduce_scatter_into, RingTargets};
 pub use tree::BinomialTree;

@@ -82,6 +82,12 @@ pub fn healthy_ring_for(
     })
 }
 
+/// The ring order an executor computes once in `resources()` and hands to every
+/// `kernel_run()` as its typed plan (`KernelCtx::plan::<RingOrder>()`): the search for a
+/// Hamiltonian cycle of healthy links is not repeated per loop iteration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RingOrder(pub Vec<Rank>);
+
 /// The two neighbours of `rank` in `order`, sorted, without duplicates or `rank` itself.
 pub fn ring_neighbours(order: &[Rank], rank: Rank) -> Vec<Rank> {
     let n = order.len();

@@ -1,48 +1,25 @@
-//! Recording: every rank's program for one operation, built by the real framework path
-//! (select_alg, resource calculation, orchestration) on the `sim` device, with what the
-//! checks and the cost model need to interpret it.
+//! Recording the way a communicator would: select_alg, then the planner, for every rank.
+//!
+//! The data type, [`Recording`], belongs to the planner; this adds the constructors that
+//! start from a [`Config`] and let select_alg choose (or the config's override force) the
+//! executor, so `oxccl check` and the tests prove exactly what a communicator with that
+//! configuration would run. Nothing here builds a communicator or a device: the mode is
+//! what the `sim` device with `config.zero_copy` would give (direct on user buffers when
+//! zero-copy, else staged).
 
-use crate::communicator::Communicator;
-use crate::config::{Config, DeviceChoice};
-use crate::error::Error;
-use crate::executor::{Mode, ResourceRequest};
+pub use crate::planner::{RankRecording, Recording};
+
+use crate::config::Config;
+use crate::error::{ConfigError, Error};
+use crate::executor::Mode;
 use crate::op::OpParam;
+use crate::planner::Setting;
+use crate::select::{select_alg, SelectRequest, Selection};
 use crate::topology::Topology;
-use oxccl_platform::{Buf, NotifyLayout, Rank, RankProgram};
-use std::sync::Arc;
-
-/// One rank's part of a recording.
-#[derive(Clone, Debug)]
-pub struct RankRecording {
-    pub program: Arc<RankProgram>,
-    pub request: ResourceRequest,
-}
-
-/// Every rank's program for one operation.
-#[derive(Clone, Debug)]
-pub struct Recording {
-    /// The operation (rank 0's parameters).
-    pub op: OpParam,
-    /// Every rank's parameters, indexed by rank: the same for all but the point-to-point
-    /// vector operators, whose layouts differ per rank.
-    pub ops: Vec<OpParam>,
-    pub topology: Topology,
-    pub mode: Mode,
-    /// The user called the in-place form: Input and Output are the same memory.
-    pub in_place: bool,
-    pub executor: &'static str,
-    /// Why select_alg chose the executor.
-    pub reason: String,
-    pub layout: NotifyLayout,
-    /// Bytes of each CCL buffer (CclIn and CclOut).
-    pub ccl_bytes: usize,
-    /// Indexed by rank.
-    pub ranks: Vec<RankRecording>,
-}
 
 impl Recording {
-    /// Build every rank's program for `op` with `config` (its topology decides the rank
-    /// count; the device is replaced by the `sim` device, zero-copy when `config.zero_copy`).
+    /// Every rank's program for `op` with `config` (its topology decides the rank count;
+    /// zero-copy when `config.zero_copy`).
     pub fn record(op: &OpParam, in_place: bool, config: Config) -> Result<Recording, Error> {
         let ranks = config.topology.as_ref().map_or(1, Topology::ranks);
         Self::record_each(&vec![op.clone(); ranks], in_place, config)
@@ -55,104 +32,118 @@ impl Recording {
         in_place: bool,
         config: Config,
     ) -> Result<Recording, Error> {
-        let topology = config
-            .topology
-            .clone()
-            .ok_or_else(|| crate::error::ConfigError {
-                var: "topology",
-                value: String::new(),
-                reason: "recording needs an explicit topology".into(),
-                source: None,
-            })?;
-        let config = Config {
-            device: DeviceChoice::Sim {
-                remote_user_buffers: config.zero_copy,
-            },
-            ..config
-        };
-        let (layout, ccl_bytes) = (
-            NotifyLayout {
-                ranks: topology.ranks(),
-                link_channels: config.link_channels,
-            },
-            config.ccl_buffer_bytes,
-        );
-        if ops.len() != topology.ranks() {
-            return Err(crate::error::ConfigError {
-                var: "ranks",
-                value: ops.len().to_string(),
-                reason: format!(
-                    "one operation per rank needed, the topology has {}",
-                    topology.ranks()
-                ),
-                source: None,
-            }
-            .into());
-        }
-        let comms = Communicator::init_all(topology.ranks(), config)?;
-        let prepared = comms
-            .iter()
-            .zip(ops)
-            .map(|(c, op)| c.prepare(op, in_place))
-            .collect::<Result<Vec<_>, _>>()?;
-        let first = &prepared[0];
-        Ok(Recording {
-            op: ops[0].clone(),
-            ops: ops.to_vec(),
+        let topology = config.topology.as_ref().ok_or_else(|| ConfigError {
+            var: "topology",
+            value: String::new(),
+            reason: "recording needs an explicit topology".into(),
+            source: None,
+        })?;
+        check_config(&config, topology, ops.len())?;
+        let setting = Setting {
             topology,
-            mode: first.mode,
+            mode: match config.zero_copy {
+                true => Mode::Direct,
+                false => Mode::Staged,
+            },
+            ccl_bytes: config.ccl_buffer_bytes,
+            link_channels: config.link_channels,
             in_place,
-            executor: first.selection.executor.name,
-            reason: first.selection.reason.clone(),
-            layout,
-            ccl_bytes,
-            ranks: prepared
-                .into_iter()
-                .map(|p| RankRecording {
-                    program: p.program,
-                    request: p.request,
-                })
-                .collect(),
-        })
+        };
+        let selection = agreed_selection(ops, &setting, &config)?;
+        let entry = selection.executor;
+        let executor = (entry.make)();
+        crate::orchestrate::record_every_rank(
+            entry.name,
+            executor.as_ref(),
+            selection.reason,
+            ops,
+            &setting,
+        )
     }
+}
 
-    /// Number of ranks.
-    pub fn rank_count(&self) -> usize {
-        self.ranks.len()
+/// What a communicator of `ranks` ranks with `config` would refuse at creation.
+fn check_config(config: &Config, topology: &Topology, ranks: usize) -> Result<(), Error> {
+    if ranks != topology.ranks() {
+        return Err(ConfigError {
+            var: "ranks",
+            value: ranks.to_string(),
+            reason: format!(
+                "one operation per rank needed, the topology has {}",
+                topology.ranks()
+            ),
+            source: None,
+        }
+        .into());
     }
+    topology.check_connected()?;
+    config.algo.validate()?;
+    if config.link_channels < 2 {
+        return Err(ConfigError {
+            var: "link_channels",
+            value: config.link_channels.to_string(),
+            reason: "at least 2 are needed: the Close handshake that ends every operation uses two"
+                .into(),
+            source: None,
+        }
+        .into());
+    }
+    Ok(())
+}
 
-    /// Bytes of `buf` on `rank`. In place, Input and Output are one buffer of the larger size.
-    pub fn buffer_len(&self, rank: Rank, buf: Buf) -> usize {
-        let (input, output) = self.ops[rank].buffer_bytes(rank, self.rank_count());
-        match buf {
-            Buf::Input | Buf::Output if self.in_place => input.max(output),
-            Buf::Input => input,
-            Buf::Output => output,
-            Buf::CclIn | Buf::CclOut => self.ccl_bytes,
-            Buf::Scratch => self.ranks[rank].request.scratch_bytes,
+/// select_alg's choice for every rank's call; an error when two ranks would run different
+/// executors (a communicator's call agreement refuses that call too).
+fn agreed_selection(
+    ops: &[OpParam],
+    setting: &Setting<'_>,
+    config: &Config,
+) -> Result<Selection, Error> {
+    let ranks = setting.topology.ranks();
+    let mut first: Option<Selection> = None;
+    for (rank, op) in ops.iter().enumerate() {
+        op.validate_shape(rank, ranks)?;
+        if rank > 0 && *op == ops[rank - 1] {
+            continue;
+        }
+        let req = SelectRequest {
+            op,
+            ranks,
+            topology: setting.topology,
+            bytes: SelectRequest::input_bytes(op, rank, ranks),
+            ccl_bytes: setting.ccl_bytes,
+            mode: setting.mode,
+            in_place: setting.in_place,
+            link_channels: setting.link_channels,
+            tune: config.tune.as_deref(),
+        };
+        let selection = select_alg(&req, &config.algo)?;
+        match &first {
+            None => first = Some(selection),
+            Some(f) if std::ptr::eq(f.executor, selection.executor) => {}
+            Some(f) => {
+                return Err(ConfigError {
+                    var: "executor",
+                    value: selection.executor.name.to_string(),
+                    reason: format!(
+                        "rank {rank} would run `{}` and rank 0 `{}`: every rank must run the \
+                         same executor; force one with OXCCL_ALGO",
+                        selection.executor.name, f.executor.name
+                    ),
+                    source: None,
+                }
+                .into())
+            }
         }
     }
-
-    /// Byte offsets of `rank`'s input and output data in the Input and Output buffers:
-    /// `(0, 0)` out of place; in place, NCCL's convention
-    /// ([`OpParam::in_place_offsets`]).
-    pub fn user_offsets(&self, rank: Rank) -> (usize, usize) {
-        match self.in_place {
-            true => self.ops[rank].in_place_offsets(rank),
-            false => (0, 0),
+    first.ok_or_else(|| {
+        ConfigError {
+            var: "ranks",
+            value: "0".into(),
+            reason: "a recording needs at least one rank".into(),
+            source: None,
         }
-    }
-
-    /// True when `a` and `b` name the same memory on a rank (Input and Output in place).
-    pub fn same_memory(&self, a: Buf, b: Buf) -> bool {
-        a == b || (self.in_place && a.is_user() && b.is_user())
-    }
-
-    /// Local notifies (fork/join plus executor-private) of `rank`.
-    pub fn local_notifies(&self, rank: Rank) -> usize {
-        let r = &self.ranks[rank].request;
-        2 * r.slave_streams + r.local_notifies
-    }
+        .into()
+    })
 }
 
 #[cfg(test)]

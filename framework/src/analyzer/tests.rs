@@ -38,6 +38,7 @@ fn record(
                     scratch_bytes: 64,
                     peers: Peers::All,
                     max_count_per_loop: None,
+                    plan: Default::default(),
                 },
             }
         })

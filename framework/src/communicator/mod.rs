@@ -14,6 +14,7 @@ use crate::executor::{Mode, PlanCtx, ResourceRequest};
 use crate::limits::{MAX_HOST_THREADS, MAX_RANKS};
 use crate::op::OpParam;
 use crate::orchestrate::build_program;
+use crate::planner::Planned;
 use crate::select::{select_alg, SelectRequest, Selection};
 use crate::topology::Topology;
 use oxccl_platform::host::HostDevice;
@@ -37,6 +38,8 @@ pub struct Shared {
     failure: Mutex<Option<Arc<Error>>>,
     /// Where the ranks agree on every call before it runs (see [`crate::agreement`]).
     board: CallBoard,
+    /// [`crate::digest::selection_digest`] of the inputs every rank selects with.
+    selection_digest: u64,
 }
 
 impl Shared {
@@ -123,6 +126,34 @@ fn create_device(n: usize, config: &Config) -> Result<Arc<dyn Device>, Error> {
     })
 }
 
+/// How a communicator with `config` on `device` binds executors' buffers.
+fn mode_of(config: &Config, device: &dyn Device) -> Mode {
+    if config.zero_copy && device.remote_user_buffers() {
+        Mode::Direct
+    } else {
+        Mode::Staged
+    }
+}
+
+/// [`crate::digest::selection_digest`] of a communicator's shared selection inputs.
+fn digest_of(config: &Config, topology: &Topology, mode: Mode) -> Result<u64, Error> {
+    use crate::digest::{selection_digest, PlanningConfig, SelectionInputs};
+    let executors: Vec<_> = crate::registry::registry()?.executors().collect();
+    let selectors: Vec<_> = crate::select::SELECTORS.iter().collect();
+    Ok(selection_digest(&SelectionInputs {
+        executors: &executors,
+        selectors: &selectors,
+        tune: config.tune.as_deref(),
+        topology,
+        config: PlanningConfig {
+            ccl_bytes: config.ccl_buffer_bytes,
+            link_channels: config.link_channels,
+            mode,
+            algo: &config.algo,
+        },
+    }))
+}
+
 /// `n` ranks are within [`MAX_RANKS`]: checked before anything is sized by `n`.
 fn check_rank_count(n: usize) -> Result<(), Error> {
     if n > MAX_RANKS {
@@ -207,7 +238,9 @@ impl Communicator {
                 "communicator created"
             );
         }
+        let selection_digest = digest_of(&config, &topology, mode_of(&config, device.as_ref()))?;
         let group = Arc::new(Shared {
+            selection_digest,
             device,
             topology,
             config,
@@ -252,11 +285,15 @@ impl Communicator {
     }
 
     fn mode(&self) -> Mode {
-        if self.group.config.zero_copy && self.group.device.remote_user_buffers() {
-            Mode::Direct
-        } else {
-            Mode::Staged
-        }
+        mode_of(&self.group.config, self.group.device.as_ref())
+    }
+
+    /// The stable digest of everything this communicator's selection depends on: the
+    /// registry and plugin selectors, the tuning table, the topology and the planning
+    /// configuration (see [`crate::digest`]). Ranks compare it when they connect: equal
+    /// digests mean equal choices for equal calls.
+    pub fn selection_digest(&self) -> u64 {
+        self.group.selection_digest
     }
 
     /// Select, plan and build (or fetch from the cache) this rank's program for `op`,
@@ -321,7 +358,14 @@ impl Communicator {
             ccl_bytes: g.config.ccl_buffer_bytes,
             in_place,
         };
-        let request = executor.resources(&plan)?;
+        // Planning checks the request against the limits, so the device reserves only
+        // for a program that exists.
+        let Planned { request, program } = build_program(
+            entry.name,
+            executor.as_ref(),
+            &plan,
+            g.device.config().layout(),
+        )?;
         tracing::debug!(
             rank = self.rank,
             op = %op.kind,
@@ -331,15 +375,6 @@ impl Communicator {
             ?request,
             "algorithm selected"
         );
-        // Building checks the request against the limits, so the device reserves only
-        // for a program that exists.
-        let program = build_program(
-            entry.name,
-            executor.as_ref(),
-            &plan,
-            &request,
-            g.device.config().layout(),
-        )?;
         g.device
             .reserve_local_notifies(request.local_notify_count())?;
         let scratch = g.scratch_for(&selection.tag, request.scratch_bytes)?;

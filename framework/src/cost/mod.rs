@@ -21,15 +21,17 @@
 //! 1024-rank ring AllReduce (about ten million tasks) models in seconds. [`trace`] writes the
 //! same replay as a Chrome trace for Perfetto.
 
+pub mod analytic;
 mod engine;
 mod flows;
 pub mod trace;
 
-use crate::analyzer::Recording;
+use crate::planner::Recording;
 use crate::topology::Topology;
 use oxccl_platform::{RankProgram, Task};
 use std::fmt;
 
+pub use analytic::estimate;
 pub use trace::{write_chrome_trace, TraceError};
 
 /// The device figures of the model (links come from the topology).

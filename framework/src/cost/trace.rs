@@ -10,7 +10,7 @@
 
 use super::engine::{Observer, TaskSpan};
 use super::{model_with, CostError, CostParams, CostReport};
-use crate::analyzer::Recording;
+use crate::planner::Recording;
 use oxccl_platform::{RankProgram, Task};
 use serde_json::{json, Value};
 use std::io::Write;

@@ -386,10 +386,18 @@ impl OpParam {
                 .checked_mul(es)
                 .is_some_and(|b| b <= MAX_BUFFER_BYTES)
         };
-        // This rank's own buffers, and for the fixed-size operators every rank's blocks
-        // (count x ranks; vector layouts were bounded item by item above).
+        // This rank's own buffers, and for the fixed-size operators with one block per
+        // rank every rank's blocks (count x ranks; vector layouts were bounded item by
+        // item above). AllReduce, Broadcast and Reduce have no blocks: their offsets stay
+        // below count x element size, and count x ranks x element size is at most
+        // MAX_BUFFER_BYTES x MAX_RANKS (2^52), exact in a usize.
         let (need_in, need_out) = self.buffer_counts(rank, ranks);
-        let blocks_fit = self.kind.is_vector() || self.count.checked_mul(ranks).is_some_and(fits);
+        let blockless = matches!(
+            self.kind,
+            OpKind::AllReduce | OpKind::Broadcast | OpKind::Reduce | OpKind::Barrier
+        );
+        let blocks_fit =
+            self.kind.is_vector() || blockless || self.count.checked_mul(ranks).is_some_and(fits);
         if !(fits(need_in) && fits(need_out) && blocks_fit) {
             return Err(ArgError::CountOverflow {
                 count: self.count,

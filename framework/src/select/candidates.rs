@@ -65,6 +65,9 @@ pub(super) fn infeasible_each(
     op_of: &dyn Fn(usize) -> OpParam,
 ) -> Option<String> {
     let executor = (entry.make)();
+    // Every link exists on a full mesh: asking each rank for `Peers::All` needs no check
+    // of n - 1 links (n² lookups on a cluster).
+    let full_mesh = req.topology.is_full_mesh();
     (0..req.ranks).find_map(|rank| {
         let op = op_of(rank);
         let plan = PlanCtx {
@@ -78,6 +81,7 @@ pub(super) fn infeasible_each(
         };
         match executor.resources(&plan) {
             Err(e) => Some(e.to_string()),
+            Ok(request) if full_mesh && request.peers == Peers::All => None,
             Ok(request) => {
                 let peers: Vec<usize> = match request.peers {
                     Peers::All => (0..req.ranks).filter(|&p| p != rank).collect(),
@@ -101,6 +105,8 @@ pub(super) struct Judged<'a> {
     pub source: Source,
     pub bucket: usize,
     pub note: Option<String>,
+    /// The ranks analytic estimates were made from, if any candidate was estimated.
+    pub sampled_ranks: Option<Vec<oxccl_platform::Rank>>,
     pub candidates: &'a [Candidate],
     /// Index of the winner in `candidates`.
     pub chosen: Option<usize>,
@@ -158,6 +164,7 @@ impl Judged<'_> {
                 bucket_bytes: Some(self.bucket),
                 note: self.note.clone(),
                 candidates,
+                sampled_ranks: self.sampled_ranks.clone(),
             }),
         })
     }

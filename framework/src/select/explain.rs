@@ -43,6 +43,16 @@ impl fmt::Display for Source {
     }
 }
 
+/// How a candidate's time was modelled.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Estimate {
+    /// Every rank's program replayed by the discrete-event model.
+    Simulated,
+    /// The analytic α-β estimate from the representative ranks' programs (the ranks are
+    /// in [`Explanation::sampled_ranks`]): the replay would have passed its budget.
+    Analytic,
+}
+
 /// A candidate's modelled figures at the selection's representative size.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct Modelled {
@@ -50,6 +60,8 @@ pub struct Modelled {
     pub time_us: f64,
     /// nccl-tests algorithm bandwidth at that time, GB/s.
     pub algbw_gbps: f64,
+    /// Which model gave the time.
+    pub estimate: Estimate,
 }
 
 impl fmt::Display for Modelled {
@@ -58,7 +70,11 @@ impl fmt::Display for Modelled {
             f,
             "{:.2} us, algbw {:.3} GB/s",
             self.time_us, self.algbw_gbps
-        )
+        )?;
+        match self.estimate {
+            Estimate::Simulated => Ok(()),
+            Estimate::Analytic => f.write_str(", analytic"),
+        }
     }
 }
 
@@ -151,6 +167,10 @@ pub struct Explanation {
     pub note: Option<String>,
     /// Every executor of the operator that was considered, sorted by name.
     pub candidates: Vec<CandidateReport>,
+    /// The ranks whose programs the analytic estimates were made from, when a candidate
+    /// was estimated rather than simulated ([`Estimate::Analytic`]); `None` when every
+    /// modelled candidate was simulated.
+    pub sampled_ranks: Option<Vec<oxccl_platform::Rank>>,
 }
 
 impl Explanation {
@@ -196,6 +216,35 @@ impl Explanation {
         }
     }
 
+    /// Which estimate decided: every candidate simulated, or which were estimated
+    /// analytically from which ranks.
+    pub fn estimates(&self) -> String {
+        let analytic: Vec<&str> = self
+            .candidates
+            .iter()
+            .filter(|c| {
+                c.verdict
+                    .modelled()
+                    .is_some_and(|m| m.estimate == Estimate::Analytic)
+            })
+            .map(|c| c.name)
+            .collect();
+        let chosen = self.chosen().and_then(|c| c.verdict.modelled());
+        let decided = match chosen.map(|m| m.estimate) {
+            Some(Estimate::Simulated) => "decided by the discrete-event simulation of every rank",
+            Some(Estimate::Analytic) => "decided by the analytic alpha-beta estimate",
+            None => "no modelled time decided",
+        };
+        match (&self.sampled_ranks, analytic.is_empty()) {
+            (Some(ranks), false) => format!(
+                "estimates: {decided} from the programs of ranks {ranks:?} (a candidate's \
+                 replay of every rank would pass the simulation budget); analytic: {}",
+                analytic.join(", ")
+            ),
+            _ => format!("estimates: {decided}"),
+        }
+    }
+
     /// One line for logs: `mesh=12.30us* ring=20.10us one-shot=size hint ...` (`*` marks
     /// the choice).
     pub fn compact(&self) -> String {
@@ -230,6 +279,7 @@ impl Explanation {
             out.push_str(&format!(" ({note})"));
         }
         out.push('\n');
+        out.push_str(&format!("{indent}{}\n", self.estimates()));
         for c in &self.candidates {
             out.push_str(&format!(
                 "{indent}{:<18} {:>5}  {}\n",

@@ -8,8 +8,10 @@
 //! 3. the tuning table ([`SelectRequest::tune`]), when it holds a measurement for the
 //!    request's size among the executors that can run;
 //! 4. the built-in choice by cost model ([`model`]): every registered executor of the
-//!    operator whose hard constraints hold and whose links all exist is recorded on the
-//!    `sim` device and replayed by the cost model; the least modelled time wins (ties:
+//!    operator whose hard constraints hold and whose links all exist is planned by the
+//!    [planner](crate::planner) and replayed by the cost model (or, past the replay's
+//!    budget on large clusters, estimated analytically from representative ranks, see
+//!    `model`); the least modelled time wins (ties:
 //!    higher preference, then name). Requests the model cannot decide (zero bytes, and the
 //!    point-to-point operators whose layouts differ per rank) fall back to the highest
 //!    declared preference ([`preference`]).
@@ -27,11 +29,12 @@ pub mod explain;
 mod model;
 mod preference;
 
-pub use explain::{CandidateReport, Explanation, Modelled, Rejection, Source, Verdict};
+pub use explain::{CandidateReport, Estimate, Explanation, Modelled, Rejection, Source, Verdict};
 
 use crate::error::{ConfigError, Error};
 use crate::executor::{ExecutorEntry, Mode};
 use crate::op::{OpKind, OpParam, VLayout};
+use crate::planner::Setting;
 use crate::registry::registry;
 use crate::topology::Topology;
 use crate::tune::{TuneKey, TuneTable};
@@ -51,6 +54,11 @@ impl AlgoOverride {
     pub fn set(&mut self, op: Option<OpKind>, name: &str) {
         self.entries.retain(|(o, _)| *o != op);
         self.entries.push((op, name.to_string()));
+    }
+
+    /// The entries as given: `(operator, name)`, `None` for a bare name.
+    pub fn entries(&self) -> impl Iterator<Item = (Option<OpKind>, &str)> {
+        self.entries.iter().map(|(op, name)| (*op, name.as_str()))
     }
 
     /// The forced executor name for `op`, if any: an entry for `op` beats a bare one.
@@ -151,7 +159,18 @@ pub struct SelectRequest<'a> {
     pub tune: Option<&'a TuneTable>,
 }
 
-impl SelectRequest<'_> {
+impl<'a> SelectRequest<'a> {
+    /// What the planner plans every rank with for this request.
+    pub fn setting(&self) -> Setting<'a> {
+        Setting {
+            topology: self.topology,
+            mode: self.mode,
+            ccl_bytes: self.ccl_bytes,
+            link_channels: self.link_channels,
+            in_place: self.in_place,
+        }
+    }
+
     /// Bytes per rank of `op`'s input as selection counts them: the input buffer of
     /// `rank`, except for the V forms of AllGather and ReduceScatter, whose per-rank
     /// blocks differ: AllGatherV counts the mean block (`⌈total / ranks⌉`),
@@ -226,6 +245,7 @@ fn named(entry: &'static ExecutorEntry, source: Source) -> Arc<Explanation> {
         op: entry.op,
         bucket_bytes: None,
         note: None,
+        sampled_ranks: None,
         candidates: vec![CandidateReport {
             name: entry.name,
             preference: entry.preference,

@@ -3,10 +3,20 @@
 //!
 //! For the request's representative operation (see [`Key::representative`]) every
 //! registered executor of the operator is screened (hard constraints, then every rank's
-//! resources against the topology's healthy links); each survivor is recorded on the
-//! `sim` device exactly as the communicator would run it (same topology, mode, in-place,
-//! CCL buffer and link channels, the executor forced by name) and replayed by
+//! resources against the topology's healthy links); each survivor is planned by the
+//! [planner](crate::planner) exactly as the communicator would run it (same topology,
+//! mode, in-place, CCL buffer and link channels) and replayed by
 //! [`cost::model`] with the default [`CostParams`], the figures `oxccl check` prints.
+//!
+//! At cluster scale the replay of every rank is too costly (tens of millions of tasks,
+//! n² for executors whose programs grow with the rank count), so each candidate first
+//! has its representative ranks planned ([`crate::planner::sample`]); when any
+//! candidate's largest sampled program times the rank count passes
+//! [`SIMULATION_BUDGET`], every candidate is estimated by the analytic α-β model
+//! ([`crate::cost::analytic`]) from its sampled programs instead, and the explanation
+//! says so ([`Estimate`], [`Explanation::sampled_ranks`](super::Explanation::sampled_ranks)).
+//! Small topologies stay under the budget and keep the replay's choices.
+//!
 //! The least time wins; times within a relative 1e-9 of each other tie, and ties go to the
 //! higher declared preference, then to the name. A candidate whose recording or replay
 //! fails is rejected with that error.
@@ -19,26 +29,52 @@
 
 use super::cache::{Decision, Key};
 use super::candidates::{screen, Candidate, Judged, Outcome};
-use super::explain::{Modelled, Rejection, Source};
+use super::explain::{Estimate, Modelled, Rejection, Source};
 use super::SelectRequest;
-use crate::analyzer::Recording;
-use crate::config::{Config, DeviceChoice};
-use crate::cost::{model, CostParams};
+use crate::cost::{estimate, model, CostParams};
 use crate::error::Error;
-use crate::executor::{ExecutorEntry, Mode};
+use crate::executor::ExecutorEntry;
+use crate::orchestrate::{build_program, record_every_rank};
+use crate::planner::sample::representative_ranks;
+use crate::planner::Planned;
 use crate::registry::registry;
+use oxccl_platform::{Rank, RankProgram};
 
 /// Relative difference under which two modelled times tie.
 const TIE: f64 = 1e-9;
 
+/// Tasks, over all ranks, that one candidate's discrete-event replay may hold. When any
+/// candidate's programs would hold more (foretold from its representative ranks'
+/// programs times the rank count), every candidate of the decision is estimated
+/// analytically ([`crate::cost::analytic`]) from its representative ranks' programs
+/// alone, so times of one kind are compared, and what one candidate may cost to model is
+/// bounded by the sample whatever the cluster.
+pub const SIMULATION_BUDGET: usize = 1 << 20;
+
 /// The model's decision for `key`; `req` is the representative request (its op is
 /// `key.representative()`).
 pub(super) fn decide(key: &Key, req: &SelectRequest<'_>) -> Result<Decision, Error> {
-    let candidates: Vec<Candidate> = registry()?
+    let sampled = representative_ranks(req.topology, req.op);
+    let screened: Vec<(&'static ExecutorEntry, Result<Sampled, Outcome>)> = registry()?
         .executors_for(key.kind)
-        .map(|entry| Candidate {
+        .map(|entry| (entry, sample(entry, req, &sampled)))
+        .collect();
+    let simulate = screened.iter().all(|(_, s)| {
+        s.as_ref().map_or(true, |s| {
+            s.largest.saturating_mul(req.ranks) <= SIMULATION_BUDGET
+        })
+    });
+    let candidates: Vec<Candidate> = screened
+        .into_iter()
+        .map(|(entry, sampled)| Candidate {
             entry,
-            outcome: judge(entry, req),
+            outcome: match sampled {
+                Err(outcome) => outcome,
+                Ok(s) => match model_one(entry, req, &s, simulate) {
+                    Ok(m) => Outcome::Applicable(Some(m)),
+                    Err(why) => Outcome::Rejected(Rejection::ModelError, why),
+                },
+            },
         })
         .collect();
     let chosen = fastest(&candidates);
@@ -46,6 +82,7 @@ pub(super) fn decide(key: &Key, req: &SelectRequest<'_>) -> Result<Decision, Err
         source: Source::Model,
         bucket: key.bucket,
         note: None,
+        sampled_ranks: (!simulate).then_some(sampled),
         candidates: &candidates,
         chosen,
         lost: &lost,
@@ -54,38 +91,80 @@ pub(super) fn decide(key: &Key, req: &SelectRequest<'_>) -> Result<Decision, Err
     .decision(key.kind)
 }
 
-fn judge(entry: &'static ExecutorEntry, req: &SelectRequest<'_>) -> Outcome {
-    if let Some((kind, why)) = screen(entry, req) {
-        return Outcome::Rejected(kind, why);
-    }
-    match model_one(entry, req) {
-        Ok(m) => Outcome::Applicable(Some(m)),
-        Err(why) => Outcome::Rejected(Rejection::ModelError, why),
-    }
+/// A candidate that passed screening, with its representative ranks planned.
+struct Sampled {
+    executor: Box<dyn crate::executor::Executor>,
+    programs: Vec<Planned>,
+    /// Tasks of the largest sampled program.
+    largest: usize,
 }
 
-/// Record every rank's program of `req` with `entry` forced, and model it.
-fn model_one(entry: &'static ExecutorEntry, req: &SelectRequest<'_>) -> Result<Modelled, String> {
-    let direct = req.mode == Mode::Direct;
-    let mut config = Config {
-        ccl_buffer_bytes: req.ccl_bytes,
-        zero_copy: direct,
-        device: DeviceChoice::Sim {
-            remote_user_buffers: direct,
-        },
-        topology: Some(req.topology.clone()),
-        link_channels: req.link_channels,
-        tune: None,
-        ..Config::default()
+/// Screen `entry`, then plan its representative ranks `sampled`; the candidate's outcome
+/// when either fails.
+fn sample(
+    entry: &'static ExecutorEntry,
+    req: &SelectRequest<'_>,
+    sampled: &[Rank],
+) -> Result<Sampled, Outcome> {
+    if let Some((kind, why)) = screen(entry, req) {
+        return Err(Outcome::Rejected(kind, why));
+    }
+    let setting = req.setting();
+    let layout = setting.layout();
+    let executor = (entry.make)();
+    let programs = sampled
+        .iter()
+        .map(|&rank| {
+            let ctx = setting.ctx(rank, req.op);
+            build_program(entry.name, executor.as_ref(), &ctx, layout)
+        })
+        .collect::<Result<Vec<Planned>, Error>>()
+        .map_err(|e| Outcome::Rejected(Rejection::ModelError, format!("planning failed: {e}")))?;
+    let largest = programs
+        .iter()
+        .map(|p| p.program.task_count())
+        .max()
+        .unwrap_or(0);
+    Ok(Sampled {
+        executor,
+        programs,
+        largest,
+    })
+}
+
+/// Model `entry` on `req`: replay every rank's program (`simulate`), or estimate from
+/// the representative ranks' programs in `sampled`.
+fn model_one(
+    entry: &'static ExecutorEntry,
+    req: &SelectRequest<'_>,
+    sampled: &Sampled,
+    simulate: bool,
+) -> Result<Modelled, String> {
+    let setting = req.setting();
+    let params = CostParams::default();
+    let (time_s, estimate) = if simulate {
+        let ops = vec![req.op.clone(); req.ranks];
+        let executor = sampled.executor.as_ref();
+        let rec = record_every_rank(entry.name, executor, String::new(), &ops, &setting)
+            .map_err(|e| format!("planning failed: {e}"))?;
+        let report = model(&rec, &params).map_err(|e| format!("cost model failed: {e}"))?;
+        (report.time_s, Estimate::Simulated)
+    } else {
+        let programs: Vec<&RankProgram> = sampled.programs.iter().map(|p| &p.program).collect();
+        let time_s = estimate(&programs, req.topology, setting.layout(), &params)
+            .map_err(|e| format!("analytic estimate failed: {e}"))?;
+        (time_s, Estimate::Analytic)
     };
-    config.algo.set(Some(entry.op), entry.name);
-    let rec = Recording::record(req.op, req.in_place, config)
-        .map_err(|e| format!("recording failed: {e}"))?;
-    let report =
-        model(&rec, &CostParams::default()).map_err(|e| format!("cost model failed: {e}"))?;
+    let (input, output) = req.op.buffer_bytes(0, req.ranks);
+    let bytes = input.max(output) as f64;
     Ok(Modelled {
-        time_us: report.time_s * 1e6,
-        algbw_gbps: report.algbw_gbps,
+        time_us: time_s * 1e6,
+        algbw_gbps: if time_s > 0.0 {
+            bytes / time_s / 1e9
+        } else {
+            0.0
+        },
+        estimate,
     })
 }
 
@@ -163,6 +242,7 @@ mod tests {
                 Some(time_us) => Outcome::Applicable(Some(Modelled {
                     time_us,
                     algbw_gbps: 1.0,
+                    estimate: Estimate::Simulated,
                 })),
                 None => Outcome::Rejected(Rejection::Infeasible, "no link".into()),
             },

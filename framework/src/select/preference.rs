@@ -57,6 +57,7 @@ fn judged(
         source: Source::Preference,
         bucket,
         note: Some(note.to_string()),
+        sampled_ranks: None,
         candidates,
         chosen,
         lost: &|loser, winner| {

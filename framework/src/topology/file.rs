@@ -626,13 +626,13 @@ mod tests {
     #[test]
     fn rank_counts_past_the_limit_name_the_servers_line() {
         for servers in [
-            "[1025]",
-            "[1024, 1]",
+            "[4097]",
+            "[4096, 1]",
             "[9223372036854775807, 9223372036854775807]",
         ] {
             let (line, message) = file_error(&format!("# big\nservers = {servers}\n"));
             assert_eq!(line, 2, "{message}");
-            assert!(message.contains("at most 1024"), "{message}");
+            assert!(message.contains("at most 4096"), "{message}");
         }
         let (line, message) = file_error("servers = [8]\nbroken = []\nservers = [-1]\n");
         assert_eq!(line, 3, "{message}");
@@ -660,12 +660,12 @@ mod tests {
     fn oversized_shapes_name_the_limit() {
         for spec in [
             "99999999999x99999999999",
-            "1x2000",
+            "1x5000",
             "2x99999999999999999999999",
         ] {
             let err = Topology::parse_spec(spec).unwrap_err();
             assert!(matches!(err, TopologyError::Shape { .. }), "{spec}: {err}");
-            assert!(err.to_string().contains("at most 1024"), "{spec}: {err}");
+            assert!(err.to_string().contains("at most 4096"), "{spec}: {err}");
         }
     }
 

@@ -6,7 +6,7 @@
 //! the machine the user described.
 //!
 //! A topology is a list of servers (ranks are numbered server by server) and a link table
-//! held as rules rather than as a list of pairs, so a 1024-rank mesh costs a few bytes:
+//! held as rules rather than as a list of pairs, so a 4096-rank mesh costs a few bytes:
 //!
 //! - an **intra-server fabric** and an **inter-server fabric**, each a default
 //!   [`LinkSpec`] (kind, bandwidth per direction, latency) and a [`Wiring`] that says which
@@ -460,6 +460,11 @@ impl Topology {
         }
     }
 
+    /// The pairs (low, high) whose links have a per-pair override, ascending.
+    pub fn overridden_pairs(&self) -> impl Iterator<Item = &(Rank, Rank)> {
+        self.overrides.keys()
+    }
+
     pub(crate) fn overrides(&self) -> impl Iterator<Item = (&(Rank, Rank), &PairSpec)> {
         self.overrides.iter()
     }
@@ -550,7 +555,7 @@ mod tests {
         );
         for sizes in [vec![MAX_RANKS, 1], vec![usize::MAX, 2], vec![MAX_RANKS + 1]] {
             let err = Topology::servers(sizes.clone()).unwrap_err();
-            assert!(err.reason.contains("at most 1024"), "{sizes:?}: {err}");
+            assert!(err.reason.contains("at most 4096"), "{sizes:?}: {err}");
         }
     }
 

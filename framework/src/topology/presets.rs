@@ -172,19 +172,20 @@ mod tests {
         assert!(t.is_full_mesh());
         assert_eq!(preset("3x5").unwrap().server_sizes(), &[5, 5, 5]);
         assert_eq!(preset("1x1024").unwrap().ranks(), 1024);
+        assert_eq!(preset("512x8").unwrap().ranks(), 4096);
         assert!(preset("0x8").is_none() && preset("mesh9").is_none());
     }
 
     #[test]
     fn shapes_past_the_rank_limit_are_errors_not_presets() {
         for name in [
-            "1x1025",
-            "2x513",
+            "1x4097",
+            "2x2049",
             "99999999999x99999999999",
             "1x18446744073709551616",
         ] {
             let err = shape(name).unwrap().unwrap_err();
-            assert!(err.contains("at most 1024"), "{name}: {err}");
+            assert!(err.contains("at most 4096"), "{name}: {err}");
             assert!(preset(name).is_none(), "{name}");
         }
         assert!(shape("0x8").unwrap().unwrap_err().contains("at least 1"));

@@ -27,7 +27,7 @@ pub struct CheckArgs {
     /// Check every registered executor over the conformance matrix.
     #[arg(long)]
     pub all: bool,
-    /// Ranks of a single server (the `1xN` shape), 1 to 1024; ignored with --topo.
+    /// Ranks of a single server (the `1xN` shape), 1 to 4096; ignored with --topo.
     #[arg(long, default_value_t = 8)]
     pub ranks: usize,
     /// Topology: a preset (mesh8, ring8, 2x8, 1xN, MxN) or a TOML file.

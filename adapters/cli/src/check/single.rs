@@ -4,7 +4,7 @@ use super::{config, CheckArgs, CheckPlan};
 use crate::validate::refused;
 use oxccl::framework::analyzer::{analyze, Failure, Recording};
 use oxccl::framework::cost::{model, write_chrome_trace, CostParams};
-use oxccl::framework::{Communicator, DeviceChoice, Explanation, Verdict};
+use oxccl::framework::{select_alg, Config, Explanation, Mode, SelectRequest, Verdict};
 use oxccl::{Error, OpKind, OpParam};
 use serde::Serialize;
 use std::process::ExitCode;
@@ -19,6 +19,8 @@ struct Row {
     count: usize,
     executor: String,
     reason: String,
+    /// Which estimate decided the selection (simulated, or analytic from which ranks).
+    estimate: String,
     failures: usize,
     tasks: usize,
     analyzer_ms: f64,
@@ -30,21 +32,31 @@ struct Row {
     candidates: Option<Vec<serde_json::Value>>,
 }
 
-/// Sim-device communicators that answer select_alg as the recordings do, for --explain.
-fn explainer(
-    args: &CheckArgs,
-    kind: OpKind,
+/// select_alg's explanation of the choice a recording with `config` makes for `op` (rank
+/// 0's call; every rank's agrees, or the recording refused). The choice is cached, so
+/// asking again costs a lookup.
+fn explanation(
+    config: &Config,
+    op: &OpParam,
     topo: &oxccl::Topology,
-) -> Result<Communicator, Error> {
-    let mut config = config(args, kind, topo, args.algo.as_deref())?;
-    config.device = DeviceChoice::Sim {
-        remote_user_buffers: config.zero_copy,
+    args: &CheckArgs,
+) -> Result<Explanation, Error> {
+    let ranks = topo.ranks();
+    let req = SelectRequest {
+        op,
+        ranks,
+        topology: topo,
+        bytes: SelectRequest::input_bytes(op, 0, ranks),
+        ccl_bytes: config.ccl_buffer_bytes,
+        mode: match config.zero_copy {
+            true => Mode::Direct,
+            false => Mode::Staged,
+        },
+        in_place: args.in_place,
+        link_channels: config.link_channels,
+        tune: config.tune.as_deref(),
     };
-    Ok(Communicator::init_all(topo.ranks(), config)?.swap_remove(0))
-}
-
-fn explanation(comm: &Communicator, op: &OpParam, args: &CheckArgs) -> Result<Explanation, Error> {
-    Ok((*comm.select(op, args.in_place)?.explanation).clone())
+    Ok((*select_alg(&req, &config.algo)?.explanation).clone())
 }
 
 fn candidates_json(e: &Explanation) -> Vec<serde_json::Value> {
@@ -106,10 +118,6 @@ fn print_header(kind: OpKind, args: &CheckArgs, topo_desc: &str) {
 
 pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
     let (kind, topo) = (plan.kind, &plan.topology);
-    let explainer = match args.explain {
-        true => Some(explainer(args, kind, topo)?),
-        false => None,
-    };
     let topo_desc = format!(
         "{} ranks {:?}, broken {:?}",
         topo.ranks(),
@@ -126,11 +134,9 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
     for &count in &plan.counts {
         let each = plan.calls(count);
         let op = &each[0];
-        let rec = Recording::record_each(
-            &each,
-            args.in_place,
-            config(args, kind, topo, args.algo.as_deref())?,
-        )?;
+        let config = config(args, kind, topo, args.algo.as_deref())?;
+        let rec = Recording::record_each(&each, args.in_place, config.clone())?;
+        let explained = explanation(&config, op, topo, args)?;
         let start = Instant::now();
         let report = analyze(&rec);
         let analyzer_ms = start.elapsed().as_secs_f64() * 1e3;
@@ -142,23 +148,20 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
                 e,
             )
         })?;
-        let explained = match &explainer {
-            Some(comm) => Some(explanation(comm, op, args)?),
-            None => None,
-        };
         let (i, o) = op.buffer_bytes(0, topo.ranks());
         let row = Row {
             size: i.max(o),
             count: op.count,
             executor: rec.executor.to_string(),
             reason: rec.reason.clone(),
+            estimate: explained.estimates(),
             failures: report.failures.len(),
             tasks: report.tasks,
             analyzer_ms,
             time_us: cost.time_s * 1e6,
             algbw_gbps: cost.algbw_gbps,
             busbw_gbps: cost.busbw_gbps,
-            candidates: explained.as_ref().map(candidates_json),
+            candidates: args.explain.then(|| candidates_json(&explained)),
         };
         if !args.json {
             let verdict = if row.failures == 0 {
@@ -178,8 +181,8 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
                 row.algbw_gbps,
                 row.busbw_gbps
             );
-            if let Some(e) = &explained {
-                out!("{}", e.table("      "));
+            if args.explain {
+                out!("{}", explained.table("      "));
             }
         }
         failures.extend(report.failures.into_iter().map(|f| (row.size, f)));
@@ -207,6 +210,7 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
     } else {
         if let Some(row) = rows.first() {
             outln!("# selection: {}", row.reason);
+            outln!("# {}", row.estimate);
         }
         for (size, f) in failures.iter().take(SHOWN_FAILURES) {
             outln!("FAIL at {size} B: {}", describe(f));

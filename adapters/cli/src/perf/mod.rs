@@ -59,7 +59,7 @@ pub struct PerfArgs {
     /// Root rank of rooted collectives (below the rank count).
     #[arg(short = 'r', long = "root", default_value_t = 0)]
     pub root: usize,
-    /// Number of ranks, 1 to 1024 (default 8, or the topology's; must agree with --topo).
+    /// Number of ranks, 1 to 4096 (default 8, or the topology's; must agree with --topo).
     #[arg(long)]
     pub ranks: Option<usize>,
     /// Topology: a preset (mesh8, mesh8-cut, ring8, 2x8, 1xN, MxN) or a TOML file

@@ -41,7 +41,7 @@ pub struct TuneArgs {
     /// Tune every operator.
     #[arg(long)]
     pub all: bool,
-    /// Number of ranks, 1 to 1024 (default 8, or the topology's; must agree with --topo).
+    /// Number of ranks, 1 to 4096 (default 8, or the topology's; must agree with --topo).
     #[arg(long)]
     pub ranks: Option<usize>,
     /// Topology: a preset (mesh8, mesh8-cut, ring8, 2x8, 1xN, MxN) or a TOML file

@@ -1,0 +1,219 @@
+//! The analytic α-β estimate: a modelled time from a few ranks' programs, for topologies
+//! too large to replay every rank.
+//!
+//! The discrete-event replay ([`super::model`]) costs O(all tasks of all ranks); on a
+//! cluster of thousands of ranks a candidate's programs hold tens of millions of tasks,
+//! and an executor whose programs grow with the rank count (a mesh) holds n² of them.
+//! When the replay would pass its budget, select_alg plans only representative ranks
+//! ([`crate::planner::sample`]) and asks this estimate instead.
+//!
+//! For each sampled rank, each stream runs its tasks in order, alone, as if every peer
+//! were always ready (on a symmetric topology every rank does the same work, so none
+//! waits long for a slower one):
+//! - every task pays the dispatch cost;
+//! - a Copy or Reduce pays the larger of its copy-engine time and, for each slice on a
+//!   peer, that link's latency plus the bytes over its bandwidth (α + n·β per transfer);
+//! - a Wait on a link notify pays the latency of the peer's link to this rank (the
+//!   signal's flight); fork/join and executor-private notifies cost nothing more.
+//!
+//! The rank's time is the longest stream, but at least the bytes every link direction and
+//! (across servers) the rank's NIC carried over their bandwidth: streams that share a link
+//! share its bandwidth, as in the replay. The estimate is the slowest sampled rank's time.
+//! It is a critical-path lower bound of what the replay would give on a symmetric
+//! topology, which is what selection compares; `oxccl check --explain` says when it
+//! decided.
+
+use super::{CostError, CostParams};
+use crate::topology::Topology;
+use oxccl_platform::{LinkKind, LinkSignal, NotifyLayout, RankProgram, Task};
+use std::collections::HashMap;
+
+/// The estimated time of an operation, seconds, from the programs of some of its ranks
+/// (`programs`, each knowing its rank) on `topology` with notify layout `layout`.
+pub fn estimate(
+    programs: &[&RankProgram],
+    topology: &Topology,
+    layout: NotifyLayout,
+    params: &CostParams,
+) -> Result<f64, CostError> {
+    params.validate()?;
+    let mut worst: f64 = 0.0;
+    for program in programs {
+        worst = worst.max(rank_time(program, topology, layout, params)?);
+    }
+    Ok(worst)
+}
+
+/// Bytes per link direction and per NIC one rank's program moves.
+#[derive(Default)]
+struct Traffic {
+    links: HashMap<(usize, usize), f64>,
+    nic_out: f64,
+    nic_in: f64,
+}
+
+fn rank_time(
+    program: &RankProgram,
+    topology: &Topology,
+    layout: NotifyLayout,
+    params: &CostParams,
+) -> Result<f64, CostError> {
+    let me = program.rank;
+    let mut traffic = Traffic::default();
+    let mut longest: f64 = 0.0;
+    for (s, stream) in program.streams.iter().enumerate() {
+        let mut t = 0.0;
+        for (i, task) in stream.tasks.iter().enumerate() {
+            t += params.dispatch_s();
+            let at = (me, s, i);
+            t += match task {
+                Task::Copy { .. } | Task::Reduce { .. } => {
+                    let transfer = transfers(task, at, topology, &mut traffic)?;
+                    params.engine_seconds(task).max(transfer)
+                }
+                Task::Wait { notify } => match signal_peer(notify.index, layout) {
+                    Some(peer) => topology.link(peer, me).map_or(0.0, |l| l.latency_s()),
+                    None => 0.0,
+                },
+                Task::Post { .. } => 0.0,
+            };
+        }
+        longest = longest.max(t);
+    }
+    let mut bound = longest;
+    for (&(from, to), &bytes) in &traffic.links {
+        if let Some(spec) = topology.link(from, to) {
+            bound = bound.max(bytes / spec.bytes_per_s());
+        }
+    }
+    if let Some(nic) = topology.nic_gbps() {
+        bound = bound.max(traffic.nic_out.max(traffic.nic_in) / (nic * 1e9));
+    }
+    Ok(bound)
+}
+
+/// The longest of a task's transfers to or from peers (α + bytes·β each), recording the
+/// bytes each link direction carries.
+fn transfers(
+    task: &Task,
+    (me, stream, index): (usize, usize, usize),
+    topology: &Topology,
+    traffic: &mut Traffic,
+) -> Result<f64, CostError> {
+    let mut longest: f64 = 0.0;
+    let reads = task.reads().iter().map(|s| (*s, true));
+    let writes = task.writes().iter().map(|s| (*s, false));
+    for (slice, read) in reads.chain(writes) {
+        if slice.rank == me {
+            continue;
+        }
+        let (from, to) = if read {
+            (slice.rank, me)
+        } else {
+            (me, slice.rank)
+        };
+        let spec = topology.link(from, to).ok_or(CostError::NoLink {
+            rank: me,
+            stream,
+            task: index,
+            peer: slice.rank,
+            why: topology.link_status(from, to).refusal(),
+        })?;
+        let bytes = slice.len as f64;
+        *traffic.links.entry((from, to)).or_default() += bytes;
+        if spec.kind == LinkKind::Rdma {
+            match read {
+                true => traffic.nic_in += bytes,
+                false => traffic.nic_out += bytes,
+            }
+        }
+        longest = longest.max(spec.latency_s() + bytes / spec.bytes_per_s());
+    }
+    Ok(longest)
+}
+
+/// The peer whose signal a link notify of this index carries; `None` for local notifies.
+fn signal_peer(index: u32, layout: NotifyLayout) -> Option<usize> {
+    if index >= layout.local_base() || layout.ranks < 2 {
+        return None;
+    }
+    let stride =
+        layout.link(0, 1, 0, LinkSignal::Ack).index - layout.link(0, 0, 0, LinkSignal::Ack).index;
+    Some((index / stride.max(1)) as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxccl_platform::{Buf, NotifyId, Slice};
+
+    fn layout(ranks: usize) -> NotifyLayout {
+        NotifyLayout {
+            ranks,
+            link_channels: 2,
+        }
+    }
+
+    #[test]
+    fn a_transfer_costs_latency_plus_bytes_over_bandwidth() {
+        let t = Topology::single_server(2);
+        let spec = t.link(0, 1).unwrap();
+        let mut p = RankProgram::new(0, 1);
+        let len = 1 << 20;
+        p.streams[0].copy(
+            Slice::new(0, Buf::Input, 0, len),
+            Slice::new(1, Buf::CclIn, 0, len),
+        );
+        let params = CostParams::default();
+        let got = estimate(&[&p], &t, layout(2), &params).unwrap();
+        let want = params.dispatch_s() + spec.latency_s() + len as f64 / spec.bytes_per_s();
+        assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+    }
+
+    #[test]
+    fn waits_for_peers_pay_their_latency_and_local_ones_nothing() {
+        let t = Topology::single_server(2);
+        let l = layout(2);
+        let mut p = RankProgram::new(0, 1);
+        p.streams[0].wait(l.link(0, 1, 0, LinkSignal::DataSignal));
+        p.streams[0].wait(NotifyId {
+            rank: 0,
+            index: l.local_base(),
+        });
+        let params = CostParams {
+            dispatch_us: 0.0,
+            ..CostParams::default()
+        };
+        let got = estimate(&[&p], &t, l, &params).unwrap();
+        assert!((got - t.link(1, 0).unwrap().latency_s()).abs() < 1e-15);
+    }
+
+    #[test]
+    fn shared_links_bound_parallel_streams() {
+        let t = Topology::single_server(2);
+        let mut p = RankProgram::new(0, 3);
+        let len = 1 << 24;
+        for s in 1..3 {
+            p.streams[s].copy(
+                Slice::new(0, Buf::Input, 0, len),
+                Slice::new(1, Buf::CclIn, 0, len),
+            );
+        }
+        let params = CostParams::default();
+        let got = estimate(&[&p], &t, layout(2), &params).unwrap();
+        let bw = t.link(0, 1).unwrap().bytes_per_s();
+        assert!(got >= 2.0 * len as f64 / bw, "two streams share one link");
+    }
+
+    #[test]
+    fn a_missing_link_is_an_error() {
+        let t = Topology::single_server(3).with_broken(0, 2).unwrap();
+        let mut p = RankProgram::new(0, 1);
+        p.streams[0].copy(
+            Slice::new(2, Buf::CclIn, 0, 8),
+            Slice::new(0, Buf::CclOut, 0, 8),
+        );
+        let err = estimate(&[&p], &t, layout(3), &CostParams::default()).unwrap_err();
+        assert!(matches!(err, CostError::NoLink { peer: 2, .. }), "{err}");
+    }
+}

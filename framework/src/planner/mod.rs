@@ -1,0 +1,165 @@
+//! The planner: from an executor and an operation to one rank's resource request and
+//! program, with no device and no communicator.
+//!
+//! Planning is a pure function of data every rank shares: the executor, the operation,
+//! the topology, the rank, the notify layout (rank count and link channels), the mode
+//! (staged through the CCL buffers, or direct on user buffers), whether the call is in
+//! place, and the CCL buffer size ([`PlanCtx`] plus [`NotifyLayout`]). It asks the
+//! executor for its [`ResourceRequest`] (HCCL's `CalcResRequest`), grants the links the
+//! request names (a broken or missing link is an error naming the pair), then runs the
+//! orchestration loop ([`plan_program`]): per iteration it stages user data through the CCL
+//! buffers when the mode says so and lets the executor append one iteration's tasks
+//! through a [`KernelCtx`](crate::executor::KernelCtx) that carries the request's typed
+//! plan. Last it checks the program against the grant, so no program reaches
+//! anyone with a task over a link that was not granted.
+//!
+//! Three callers share it, which is why it sits below them all:
+//! - the communicator, which hands the program to its device;
+//! - select_alg's cost model, which plans candidates it will never run;
+//! - the analyzer's recording, which plans every rank to prove the programs right.
+//!
+//! [`Recording`] is the planner's answer for every rank of one operation, the data the
+//! analyzer checks and the cost model replays; [`sample`] plans only a few ranks of a
+//! symmetric topology, for estimates at cluster scale.
+//!
+//! The planner appends no framework signal of its own: whatever ends an operation on a
+//! device (the Close handshake today, see [`crate::orchestrate`]) is added by the layer
+//! above, so nothing here depends on it.
+
+mod iteration;
+mod links;
+mod program;
+pub mod recording;
+pub mod sample;
+
+pub use program::plan_program;
+pub use recording::{RankRecording, Recording};
+
+use crate::error::Error;
+use crate::executor::{Executor, Mode, PlanCtx, ResourceRequest};
+use crate::op::OpParam;
+use crate::topology::Topology;
+use oxccl_platform::{NotifyLayout, Rank, RankProgram};
+
+/// What every rank plans with, besides its rank and its operation: the same on every
+/// rank of a communicator.
+#[derive(Copy, Clone, Debug)]
+pub struct Setting<'a> {
+    pub topology: &'a Topology,
+    /// How the orchestration loop binds the executor's buffers.
+    pub mode: Mode,
+    /// Bytes of each CCL buffer.
+    pub ccl_bytes: usize,
+    /// Notify channels per link.
+    pub link_channels: usize,
+    /// The in-place form was called.
+    pub in_place: bool,
+}
+
+impl<'a> Setting<'a> {
+    /// The notify layout of the communicator.
+    pub fn layout(&self) -> NotifyLayout {
+        NotifyLayout {
+            ranks: self.topology.ranks(),
+            link_channels: self.link_channels,
+        }
+    }
+
+    /// The planning context of `rank` for `op`.
+    pub fn ctx(&self, rank: Rank, op: &'a OpParam) -> PlanCtx<'a> {
+        PlanCtx {
+            rank,
+            ranks: self.topology.ranks(),
+            op,
+            topology: self.topology,
+            mode: self.mode,
+            ccl_bytes: self.ccl_bytes,
+            in_place: self.in_place,
+        }
+    }
+}
+
+/// One rank's plan: what it asked for and what it will run.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    pub request: ResourceRequest,
+    pub program: RankProgram,
+}
+
+/// Plan `ctx.rank`'s part of `ctx.op` with `executor` (registered as `name`): its
+/// resource request, then its program.
+pub fn plan(
+    name: &'static str,
+    executor: &dyn Executor,
+    ctx: &PlanCtx<'_>,
+    layout: NotifyLayout,
+) -> Result<Planned, Error> {
+    let request = executor.resources(ctx)?;
+    let program = plan_program(name, executor, ctx, &request, layout)?;
+    Ok(Planned { request, program })
+}
+
+/// The link kind to every peer `ctx.rank` is granted by `request` (`None`: not
+/// requested), as the planner grants them.
+pub fn granted_links(
+    name: &'static str,
+    ctx: &PlanCtx<'_>,
+    request: &ResourceRequest,
+) -> Result<Vec<Option<oxccl_platform::LinkKind>>, Error> {
+    links::grant_links(name, ctx, request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executor::{KernelArgs, KernelCtx, Peers};
+    use oxccl_platform::{DataType, ReduceOp};
+
+    /// Stores its rank count as its plan in `resources()`, and reads it back as `T`.
+    struct Planned<T>(std::marker::PhantomData<T>);
+
+    impl<T: std::any::Any + Send + Sync> Executor for Planned<T> {
+        fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+            Ok(ResourceRequest::with_peers(Peers::List(vec![])).with_plan(ctx.ranks as u32))
+        }
+
+        fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+            ctx.plan::<T>()?;
+            args.copy_input_to_output(ctx);
+            Ok(())
+        }
+    }
+
+    fn plan_with<T: std::any::Any + Send + Sync>() -> Result<super::Planned, Error> {
+        let topology = Topology::single_server(4);
+        let op = OpParam::all_reduce(1 << 20, DataType::F32, ReduceOp::Sum);
+        let setting = Setting {
+            topology: &topology,
+            mode: Mode::Staged,
+            ccl_bytes: 1 << 16,
+            link_channels: 2,
+            in_place: false,
+        };
+        let executor = Planned::<T>(std::marker::PhantomData);
+        plan("planned", &executor, &setting.ctx(1, &op), setting.layout())
+    }
+
+    #[test]
+    fn the_plan_reaches_every_iteration_typed() {
+        let planned = plan_with::<u32>().unwrap();
+        assert_eq!(planned.request.plan.get::<u32>(), Some(&4));
+        // 4 MiB staged through 64 KiB: 64 iterations, each a stage-in, the kernel's copy
+        // and a stage-out, every one of them given the plan.
+        assert_eq!(planned.program.task_count(), 64 * 3);
+    }
+
+    #[test]
+    fn a_plan_of_another_type_is_a_typed_error_naming_both() {
+        let err = plan_with::<String>().unwrap_err();
+        assert!(
+            matches!(&err, Error::PlanType { executor, expected, found }
+                if executor == "planned" && expected.contains("String") && *found == "u32"),
+            "{err:?}"
+        );
+    }
+}

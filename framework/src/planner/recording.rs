@@ -1,0 +1,80 @@
+//! A recording: every rank's program for one operation, as the planner built them, with
+//! what the analyzer's checks and the cost model need to interpret them.
+//!
+//! [`crate::orchestrate::record_every_rank`] plans each rank with one executor; the
+//! analyzer's `Recording::record` runs select_alg first, as a communicator would.
+
+use crate::executor::{Mode, ResourceRequest};
+use crate::op::OpParam;
+use crate::topology::Topology;
+use oxccl_platform::{Buf, NotifyLayout, Rank, RankProgram};
+use std::sync::Arc;
+
+/// One rank's part of a recording.
+#[derive(Clone, Debug)]
+pub struct RankRecording {
+    pub program: Arc<RankProgram>,
+    pub request: ResourceRequest,
+}
+
+/// Every rank's program for one operation.
+#[derive(Clone, Debug)]
+pub struct Recording {
+    /// The operation (rank 0's parameters).
+    pub op: OpParam,
+    /// Every rank's parameters, indexed by rank: the same for all but the point-to-point
+    /// vector operators, whose layouts differ per rank.
+    pub ops: Vec<OpParam>,
+    pub topology: Topology,
+    pub mode: Mode,
+    /// The user called the in-place form: Input and Output are the same memory.
+    pub in_place: bool,
+    pub executor: &'static str,
+    /// Why select_alg chose the executor.
+    pub reason: String,
+    pub layout: NotifyLayout,
+    /// Bytes of each CCL buffer (CclIn and CclOut).
+    pub ccl_bytes: usize,
+    /// Indexed by rank.
+    pub ranks: Vec<RankRecording>,
+}
+
+impl Recording {
+    /// Number of ranks.
+    pub fn rank_count(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// Bytes of `buf` on `rank`. In place, Input and Output are one buffer of the larger size.
+    pub fn buffer_len(&self, rank: Rank, buf: Buf) -> usize {
+        let (input, output) = self.ops[rank].buffer_bytes(rank, self.rank_count());
+        match buf {
+            Buf::Input | Buf::Output if self.in_place => input.max(output),
+            Buf::Input => input,
+            Buf::Output => output,
+            Buf::CclIn | Buf::CclOut => self.ccl_bytes,
+            Buf::Scratch => self.ranks[rank].request.scratch_bytes,
+        }
+    }
+
+    /// Byte offsets of `rank`'s input and output data in the Input and Output buffers:
+    /// `(0, 0)` out of place; in place, NCCL's convention
+    /// ([`OpParam::in_place_offsets`]).
+    pub fn user_offsets(&self, rank: Rank) -> (usize, usize) {
+        match self.in_place {
+            true => self.ops[rank].in_place_offsets(rank),
+            false => (0, 0),
+        }
+    }
+
+    /// True when `a` and `b` name the same memory on a rank (Input and Output in place).
+    pub fn same_memory(&self, a: Buf, b: Buf) -> bool {
+        a == b || (self.in_place && a.is_user() && b.is_user())
+    }
+
+    /// Local notifies (fork/join plus executor-private) of `rank`.
+    pub fn local_notifies(&self, rank: Rank) -> usize {
+        let r = &self.ranks[rank].request;
+        2 * r.slave_streams + r.local_notifies
+    }
+}
