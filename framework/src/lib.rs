@@ -37,7 +37,7 @@ pub mod topology;
 pub mod tune;
 
 pub use communicator::{Communicator, GroupCall};
-pub use config::{Config, DeviceChoice};
+pub use config::Config;
 pub use error::{ArgError, ConfigError, Error};
 pub use executor::{
     BufRange, Constraints, Executor, ExecutorEntry, KernelArgs, KernelCtx, LinkNeed, Mode, Peers,

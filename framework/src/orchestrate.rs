@@ -18,10 +18,10 @@
 //! larger side: AllGather's input is block `rank` of it, ReduceScatter's output is block
 //! `rank` of it.
 //!
-//! A Close exchange with every linked peer ends the program (see
-//! [`LinkSignal::Close`](oxccl_platform::LinkSignal::Close)). Afterwards the program is
-//! checked against the links the executor was granted, so a program never reaches a
-//! device with a task over a link that does not exist.
+//! No Close exchange ends the program: the device's epoch fence orders one operation
+//! after the previous one on every granted peer (see `oxccl_platform::device`). The
+//! program is checked against the links the executor was granted, so a program never
+//! reaches a device with a task over a link that does not exist.
 
 use crate::error::Error;
 use crate::executor::{
@@ -29,7 +29,7 @@ use crate::executor::{
 };
 use crate::limits::MAX_TASKS;
 use crate::op::{OpKind, OpParam};
-use oxccl_platform::{Buf, Link, LinkKind, NotifyLayout, RankProgram, Slice, Task};
+use oxccl_platform::{Buf, LinkKind, NotifyLayout, RankProgram, Slice, Task};
 
 /// Build `plan.rank`'s program for the whole operation.
 pub fn build_program(
@@ -78,9 +78,6 @@ pub fn build_program(
         };
         check_task_count(executor_name, plan.rank, foretold)?;
     }
-    if op.has_work() {
-        close_links(&mut program, plan.rank, &links, layout);
-    }
     let notifies = layout.table_len(req.local_notify_count());
     validate_program(executor_name, plan, &program, &links, notifies as u32)?;
     Ok(program)
@@ -113,37 +110,6 @@ fn iteration_starts(op: &OpParam, per_loop: usize) -> impl Iterator<Item = usize
         op.count
     };
     (0..end).step_by(per_loop)
-}
-
-/// End the program with a two-phase Close exchange with every linked peer, on the main
-/// stream: Close on link channel 0 to every peer, wait for every peer's, then the same on
-/// channel 1. Afterwards no peer touches this rank's buffers and every notify this rank
-/// posted in the operation was consumed, so the next operation may use any executor.
-///
-/// Why two phases: when this rank has seen a peer's phase-1 Close, the peer's kernel is
-/// done, so every kernel notify this rank posted to it was consumed; but the peer may not
-/// have consumed this rank's own Close yet, and an operation whose next post to that peer
-/// is again a Close would post it twice (a lost wakeup). Phase 2 closes that gap: this
-/// rank finishes only after the peer's phase-2 post, which follows the peer's consumption
-/// of every phase-1 Close; and this rank's phase-2 Close of the next operation follows the
-/// peer's phase-1 Close of that operation, which follows the peer's consumption of this
-/// rank's phase-2 Close. Close is the framework's own signal, never used by executors.
-fn close_links(
-    program: &mut RankProgram,
-    rank: usize,
-    links: &[Option<LinkKind>],
-    layout: NotifyLayout,
-) {
-    for channel in 0..2 {
-        let peers: Vec<Link> = links
-            .iter()
-            .enumerate()
-            .filter_map(|(peer, kind)| kind.map(|k| Link::new(rank, peer, k, channel, layout)))
-            .collect();
-        let main = &mut program.streams[0];
-        peers.iter().for_each(|l| l.tx_close(main));
-        peers.iter().for_each(|l| l.rx_close(main));
-    }
 }
 
 /// The link kind to every peer this rank may use (`None`: not requested or broken).

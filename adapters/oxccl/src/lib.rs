@@ -40,7 +40,7 @@ pub use oxccl_algorithms::templates;
 pub use oxccl_framework::Config;
 pub use oxccl_framework::{
     self as framework, registry, select_alg, AlgoOverride, ArgError, BufRange, ConfigError,
-    Constraints, DeviceChoice, Error, Executor, ExecutorEntry, KernelArgs, KernelCtx, Mode, OpKind,
+    Constraints, Error, Executor, ExecutorEntry, KernelArgs, KernelCtx, Mode, OpKind,
     OpParam, Peers, PlanCtx, ResourceRequest, SelectRequest, Selection, SelectorEntry,
     TemplateEntry, Topology,
 };

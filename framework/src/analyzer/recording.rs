@@ -3,7 +3,7 @@
 //! checks and the cost model need to interpret it.
 
 use crate::communicator::Communicator;
-use crate::config::{Config, DeviceChoice};
+use crate::config::Config;
 use crate::error::Error;
 use crate::executor::{Mode, ResourceRequest};
 use crate::op::OpParam;
@@ -64,9 +64,7 @@ impl Recording {
                 reason: "recording needs an explicit topology".into(),
             })?;
         let config = Config {
-            device: DeviceChoice::Sim {
-                remote_user_buffers: config.zero_copy,
-            },
+            device: "sim".to_string(),
             ..config
         };
         let (layout, ccl_bytes) = (

@@ -22,7 +22,7 @@ use super::candidates::{screen, Candidate, Judged, Outcome};
 use super::explain::{Modelled, Rejection, Source};
 use super::SelectRequest;
 use crate::analyzer::Recording;
-use crate::config::{Config, DeviceChoice};
+use crate::config::Config;
 use crate::cost::{model, CostParams};
 use crate::error::Error;
 use crate::executor::{ExecutorEntry, Mode};
@@ -70,9 +70,7 @@ fn model_one(entry: &'static ExecutorEntry, req: &SelectRequest<'_>) -> Result<M
     let mut config = Config {
         ccl_buffer_bytes: req.ccl_bytes,
         zero_copy: direct,
-        device: DeviceChoice::Sim {
-            remote_user_buffers: direct,
-        },
+        device: "sim".to_string(),
         topology: Some(req.topology.clone()),
         link_channels: req.link_channels,
         tune: None,

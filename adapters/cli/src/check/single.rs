@@ -3,7 +3,7 @@
 use super::{config, CheckArgs, CheckPlan};
 use oxccl::framework::analyzer::{analyze, Failure, Recording};
 use oxccl::framework::cost::{model, write_chrome_trace, CostParams};
-use oxccl::framework::{Communicator, DeviceChoice, Explanation, Verdict};
+use oxccl::framework::{Communicator, Explanation, Verdict};
 use oxccl::{Error, OpKind, OpParam};
 use serde::Serialize;
 use std::process::ExitCode;
@@ -36,9 +36,7 @@ fn explainer(
     topo: &oxccl::Topology,
 ) -> Result<Communicator, Error> {
     let mut config = config(args, kind, topo, args.algo.as_deref())?;
-    config.device = DeviceChoice::Sim {
-        remote_user_buffers: config.zero_copy,
-    };
+    config.device = "sim".to_string();
     Ok(Communicator::init_all(topo.ranks(), config)?.swap_remove(0))
 }
 
