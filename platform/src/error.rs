@@ -160,11 +160,6 @@ pub enum AbortCause {
         #[source]
         error: Arc<DeviceError>,
     },
-    #[error("a rank of a group call could not start")]
-    GroupStart {
-        #[source]
-        error: Arc<DeviceError>,
-    },
 }
 
 /// Why a device could not run a program.

@@ -288,14 +288,16 @@ impl Device for HostDevice {
         let mut results: Vec<Result<Box<dyn Completion>, DeviceError>> = Vec::new();
         let mut start_error = None;
         for s in group {
+            let rank = s.compiled.rank;
             match self.start(s) {
                 Ok(c) => results.push(Ok(Box::new(c))),
                 Err(err) => {
-                    if !matches!(
+                    let stops = !matches!(
                         err,
                         DeviceError::Aborted { .. } | DeviceError::Refused { .. }
-                    ) {
-                        start_error.get_or_insert_with(|| err.clone());
+                    );
+                    if stops && start_error.is_none() {
+                        start_error = Some((rank, err.clone()));
                     }
                     results.push(Err(err));
                 }
@@ -303,8 +305,9 @@ impl Device for HostDevice {
         }
         // A part of the group that could not start leaves its peers waiting for it: stop
         // the device, which aborts every launch in flight (this group's and others').
-        if let Some(error) = start_error {
-            let cause = AbortCause::GroupStart {
+        if let Some((rank, error)) = start_error {
+            let cause = AbortCause::PeerFailed {
+                rank,
                 error: Arc::new(error),
             };
             self.shared.stop(cause, None);
