@@ -183,8 +183,16 @@ pub struct ResourceHandle {
     /// Address in this process (0 when `memory` is [`MemoryKind::None`]). For signals,
     /// the link region's first word (the local region grows in segments of its own).
     pub addr: usize,
-    /// Bytes (for signals: bytes of the link region, 4 per word).
+    /// Bytes. For signals: the link region as the backend lays it out (the host keeps a
+    /// process-local waker slot beside each 4-byte word).
     pub len: usize,
+}
+
+/// A process-wide unique id for a new device, so a program compiled by one device is
+/// refused by every other ([`Compiled::device_id`]).
+pub fn next_device_id() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Handle of a scratch allocation: one buffer of the same size on every local rank.

@@ -196,6 +196,13 @@ impl<W> SignalBank<W> {
         self.link.len()
     }
 
+    /// Bytes the link region occupies as laid out here: each atomic word with its
+    /// process-local waker slot beside it (a shared-memory layout would keep the words
+    /// apart from the slots).
+    pub fn link_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.link)
+    }
+
     /// Make sure the local region has at least `local` words. Segments already there stay
     /// where they are, so words in use never move and nobody waits for the growth.
     pub fn reserve_local(&self, local: usize) {

@@ -33,6 +33,9 @@ impl RankFence {
         let ready: Vec<FenceCallback> = {
             let mut waiters = self.waiters.lock();
             let done = self.done.fetch_max(epoch, Ordering::AcqRel).max(epoch);
+            if waiters.is_empty() {
+                return;
+            }
             let (ready, waiting): (Vec<_>, Vec<_>) =
                 waiters.drain(..).partition(|(needed, _)| *needed <= done);
             *waiters = waiting;

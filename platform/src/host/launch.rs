@@ -226,6 +226,13 @@ impl Launch {
     /// `index` on finished the previous epoch, then queue every stream.
     pub(crate) fn pass_entry_fence(self: &Arc<Self>, mut index: usize) {
         let needed = self.epoch.saturating_sub(1);
+        // Usually every peer is there already: skip them without taking the phase lock.
+        while let Some(&peer) = self.program.peer_slots.get(index) {
+            if self.shared.fences[peer].done() < needed {
+                break;
+            }
+            index += 1;
+        }
         while let Some(&peer) = self.program.peer_slots.get(index) {
             {
                 let mut phase = self.phase.lock();
@@ -289,6 +296,12 @@ impl Launch {
     }
 
     fn pass_exit_fence(self: &Arc<Self>, mut index: usize) {
+        while let Some(&peer) = self.program.peer_slots.get(index) {
+            if self.shared.fences[peer].done() < self.epoch {
+                break;
+            }
+            index += 1;
+        }
         while let Some(&peer) = self.program.peer_slots.get(index) {
             {
                 let mut phase = self.phase.lock();

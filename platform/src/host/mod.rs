@@ -29,7 +29,6 @@ use compile::HostProgram;
 use launch::{Launch, Shared};
 use memory::{Memory, Region, UserRegions};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,9 +37,6 @@ crate::register_backend!(
     "threads of this process on CPU cores, host memory",
     |config| Ok(Arc::new(HostDevice::new(config)?))
 );
-
-/// Distinguishes devices, so a program compiled by one is refused by another.
-static NEXT_DEVICE_ID: AtomicUsize = AtomicUsize::new(1);
 
 /// The default backend: collectives between threads of one process on CPU cores.
 pub struct HostDevice {
@@ -84,7 +80,7 @@ impl HostDevice {
                 slots,
                 layout,
                 config,
-                id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
+                id: crate::device::next_device_id(),
             }),
         })
     }
@@ -265,7 +261,7 @@ impl Device for HostDevice {
             Resource::Signals => {
                 let bank = &self.shared.banks[slot];
                 let addr = bank.word(0).map_or(0, |w| w as *const _ as usize);
-                (addr, bank.link_words() * 4)
+                (addr, bank.link_bytes())
             }
         };
         Ok(ResourceHandle {

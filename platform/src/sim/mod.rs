@@ -33,6 +33,7 @@ pub struct SimDevice {
     slots: Vec<Option<usize>>,
     scratch: Mutex<Vec<usize>>,
     done: Vec<AtomicU64>,
+    id: usize,
 }
 
 impl SimDevice {
@@ -45,6 +46,7 @@ impl SimDevice {
             slots,
             scratch: Mutex::new(Vec::new()),
             done: (0..local).map(|_| AtomicU64::new(0)).collect(),
+            id: crate::device::next_device_id(),
         })
     }
 
@@ -156,7 +158,7 @@ impl Device for SimDevice {
             user_extent: (0, 0),
             user_align: (1, 1),
             tasks,
-            device_id: self as *const Self as usize,
+            device_id: self.id,
             backend: request.program.clone(),
         }))
     }
@@ -169,7 +171,7 @@ impl Device for SimDevice {
             .into_iter()
             .map(|s| {
                 let rank = s.compiled.rank;
-                if s.compiled.device_id != self as *const Self as usize {
+                if s.compiled.device_id != self.id {
                     return Err(ConfigFault::ForeignProgram.into());
                 }
                 let slot = self.slot(rank)?;
