@@ -64,7 +64,8 @@ pub(crate) struct DataOp {
 /// One task, compiled.
 #[derive(Debug)]
 pub(crate) enum Op {
-    Data(DataOp),
+    /// Boxed: operands are large, and signals are most of the tasks.
+    Data(Box<DataOp>),
     /// Post word `word` of the bank of local slot `slot`.
     Post {
         slot: usize,
@@ -166,7 +167,7 @@ pub(crate) fn compile(
                         notify,
                     }
                 }
-                Task::Copy { .. } | Task::Reduce { .. } => Op::Data(c.data(task, at)?),
+                Task::Copy { .. } | Task::Reduce { .. } => Op::Data(Box::new(c.data(task, at)?)),
             };
             ops.push(op);
             tasks += 1;
@@ -342,16 +343,13 @@ impl Compiler<'_> {
 /// Destinations must not overlap each other or any source, except that a Reduce may list a
 /// destination among its sources exactly (accumulate in place). `key` places an operand:
 /// (address space, start); operands of different spaces never overlap.
-pub(crate) fn check_overlaps<T: Copy>(
+pub(crate) fn check_overlaps<T: Copy + HasSlice>(
     srcs: &[T],
     dsts: &[T],
     len: usize,
     reduce: bool,
     key: impl Fn(&T) -> (usize, usize),
-) -> Result<(), (Slice, SliceFault)>
-where
-    T: HasSlice,
-{
+) -> Result<(), (Slice, SliceFault)> {
     let overlap = |a: (usize, usize), b: (usize, usize)| {
         // Saturating keeps the check sound even for ranges at the top of the space.
         a.0 == b.0 && len > 0 && a.1 < b.1.saturating_add(len) && b.1 < a.1.saturating_add(len)
