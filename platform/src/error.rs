@@ -2,7 +2,9 @@
 //!
 //! Every cause is a typed value, never a string: a refusal keeps the framework's error, an
 //! abort keeps the peer's error, an allocation keeps the allocator's, a worker that could
-//! not start keeps its `io::Error`. [`DeviceError`] is `Clone` (one failure is reported to
+//! not start keeps its `io::Error`. Each is the variant's `source()`, and its text is also
+//! part of the variant's message, because callers that flatten errors to one line (logs,
+//! the framework's failure record) must still say what went wrong. [`DeviceError`] is `Clone` (one failure is reported to
 //! every rank in flight), so causes that are not `Clone` themselves are shared with `Arc`.
 
 use crate::dtype::DataType;
@@ -154,7 +156,7 @@ pub enum AllocFault {
 /// Why a launch was aborted although it did nothing wrong itself.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum AbortCause {
-    #[error("rank {rank} failed")]
+    #[error("rank {rank} failed: {error}")]
     PeerFailed {
         rank: Rank,
         #[source]
@@ -185,27 +187,27 @@ pub enum DeviceError {
         notify: NotifyId,
         notify_desc: String,
     },
-    #[error("{at}: invalid task")]
+    #[error("{at}: invalid task: {fault}")]
     InvalidTask {
         at: TaskLocation,
         #[source]
         fault: TaskFault,
     },
-    #[error("{at}: slice {slice} is invalid")]
+    #[error("{at}: slice {slice} is invalid: {fault}")]
     InvalidSlice {
         at: TaskLocation,
         slice: Slice,
         #[source]
         fault: SliceFault,
     },
-    #[error("device cannot allocate {bytes} bytes for {what}")]
+    #[error("device cannot allocate {bytes} bytes for {what}: {fault}")]
     Alloc {
         what: &'static str,
         bytes: usize,
         #[source]
         fault: AllocFault,
     },
-    #[error("rank {rank}: aborted")]
+    #[error("rank {rank}: aborted because {cause}")]
     Aborted {
         rank: Rank,
         #[source]
@@ -216,7 +218,7 @@ pub enum DeviceError {
          at a time, so call it from one thread"
     )]
     Busy { rank: Rank },
-    #[error("rank {rank}: not started because its gate refused it")]
+    #[error("rank {rank}: not started because its gate refused it: {cause}")]
     Refused {
         rank: Rank,
         #[source]
@@ -240,7 +242,7 @@ pub enum DeviceError {
         reached: u64,
         waited: Duration,
     },
-    #[error("bad device configuration")]
+    #[error("bad device configuration: {0}")]
     Config(#[source] ConfigFault),
 }
 

@@ -73,10 +73,7 @@ pub(crate) enum Op {
         notify: NotifyId,
     },
     /// Wait on word `word` of the rank's own bank.
-    Wait {
-        word: usize,
-        notify: NotifyId,
-    },
+    Wait { word: usize, notify: NotifyId },
 }
 
 /// The host's part of a [`Compiled`].
