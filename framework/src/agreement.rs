@@ -105,7 +105,9 @@ impl CallBoard {
             return gate;
         }
         let verdict = signature::verdict(call, &round.deposits);
-        let decision = verdict.clone().map_err(|e| e.to_string());
+        let decision = verdict
+            .clone()
+            .map_err(|e| Arc::new(e) as oxccl_platform::GateRefusal);
         if round.unread == 0 {
             state.rounds.remove(&call);
         } else {
@@ -152,7 +154,7 @@ impl CallBoard {
             (self.missing(&state, call, rank, waited), gate)
         };
         if let Some(gate) = gate {
-            gate.decide(Err(error.to_string()));
+            gate.decide(Err(Arc::new(error.clone())));
         }
         error
     }

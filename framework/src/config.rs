@@ -26,16 +26,6 @@ use crate::topology::Topology;
 use crate::tune::TuneTable;
 use std::time::Duration;
 
-/// Which backend a communicator runs on.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum DeviceChoice {
-    /// Threads of this process on CPU cores (the default).
-    Host,
-    /// Record programs for the analyzer instead of running them. `remote_user_buffers`
-    /// selects the eager mode (zero-copy when true, staged otherwise).
-    Sim { remote_user_buffers: bool },
-}
-
 /// Everything a communicator is created with.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -48,11 +38,14 @@ pub struct Config {
     /// [`crate::agreement`]).
     pub check_calls: bool,
     pub log_filter: Option<String>,
-    pub device: DeviceChoice,
+    /// The backend kind, as registered in `oxccl_platform::registry` (`host`: threads of
+    /// this process; `sim`: records programs for the analyzer, zero-copy when
+    /// `zero_copy`). An unknown kind is an error listing the known ones.
+    pub device: String,
     /// The topology; `None` means one server with all ranks fully connected.
     pub topology: Option<Topology>,
-    /// Notify channels per link; at least 2 (the end-of-operation Close handshake uses
-    /// channels 0 and 1, see `orchestrate`).
+    /// Notify channels per link; at least 1. Executors that pipeline alternate channels
+    /// by iteration parity, hence the default of 2.
     pub link_channels: usize,
     /// Measured executor times (`OXCCL_TUNE_FILE`, written by `oxccl tune`) that
     /// `select_alg` prefers over the cost model.
@@ -69,7 +62,7 @@ impl Default for Config {
             zero_copy: true,
             check_calls: true,
             log_filter: None,
-            device: DeviceChoice::Host,
+            device: "host".to_string(),
             topology: None,
             link_channels: 2,
             tune: None,

@@ -11,8 +11,9 @@
 //! 3. [`planner`]: the chosen executor's resource request (with its typed plan), then the
 //!    loop that stages through the CCL buffers (or runs on user buffers) and calls the
 //!    executor's `kernel_run` per iteration: one rank's program, with no device;
-//! 4. [`orchestrate`]: ends the program as a device runs it (the Close exchange);
-//! 5. [`communicator`]: caches the program and hands it to the device.
+//! 4. [`communicator`]: caches the program, has its device compile it, and submits it with
+//!    the call's epoch (the device's epoch fence keeps back-to-back operations apart, so no
+//!    Close exchange ends a program).
 //!
 //! ## Layering
 //!
@@ -23,7 +24,6 @@
 //! analyzer (recording = select + plan)     proofs over planned programs
 //! select                                    select_alg: screening, cost model, cache
 //! cost                                      replay and analytic estimate of programs
-//! orchestrate                               the planner's program plus the Close ending
 //! planner                                   pure: (executor, op, topology, rank, layout,
 //!                                           mode, in-place, CCL bytes) -> request, program
 //! executor, registry, op, topology, tune,   data and contracts
@@ -54,7 +54,6 @@ pub mod error;
 pub mod executor;
 pub mod limits;
 pub mod op;
-pub mod orchestrate;
 pub mod planner;
 pub mod registry;
 pub mod select;
@@ -62,7 +61,7 @@ pub mod topology;
 pub mod tune;
 
 pub use communicator::{Communicator, GroupCall};
-pub use config::{Config, DeviceChoice};
+pub use config::Config;
 pub use error::{ArgError, ConfigError, Error};
 pub use executor::{
     BufRange, Constraints, Executor, ExecutorEntry, KernelArgs, KernelCtx, LinkNeed, Mode, Peers,

@@ -1,13 +1,57 @@
 //! The `Device` trait: what a backend must offer the framework.
 //!
-//! A device serves the local ranks of one communicator. It owns their CCL buffers, scratch
-//! buffers and notify tables, and runs one rank's [`RankProgram`] at a time per rank, with
-//! the user's buffers bound for the duration of the call. The trait is object safe: the
-//! framework holds an `Arc<dyn Device>` and never knows which backend it talks to.
+//! Modelled on wgpu-hal's three steps: **resources**, then **compile** (command encoding),
+//! then **submit** with a fence.
+//!
+//! 1. *Resources.* A device serves some **local ranks** of a communicator (the ranks of one
+//!    process; [`DeviceConfig::local_ranks`]). For each it owns the CCL buffers, scratch
+//!    allocations and a signal bank ([`crate::signal`]), described by [`ResourceHandle`]s
+//!    (address, length, memory kind) that a transport can export, map or register. Ranks
+//!    that are not local have no resources here: they are reached through transports.
+//! 2. *Compile.* [`Device::compile`] turns one rank's [`RankProgram`] into a backend
+//!    handle once: the host resolves every device-owned slice to an address and checks it,
+//!    computes how far the program reaches into the user's buffers, resolves notifies to
+//!    signal words and records the fence peers; a GPU backend would record stream
+//!    operations. A program that touches a rank this device does not serve is refused
+//!    ([`ConfigFault::NotServed`]).
+//! 3. *Submit.* [`Device::submit`] binds the user's buffers to compiled programs and
+//!    returns a [`Completion`] per submission; [`Device::run`] submits and waits (what the
+//!    framework's eager path uses).
+//!
+//! ## The epoch fence (why operations need no Close exchange)
+//!
+//! Every call of a rank has an **epoch**: the communicator's call number plus one, the
+//! same on every rank for the same call. Per local rank the device keeps `done_epoch`
+//! (monotone, 0 before the first call): the last epoch whose work on that rank is over.
+//! Every epoch a rank consumes reaches the device: a submission advances `done_epoch` when
+//! its streams end (refused by its gate included), and a call that runs no program (count
+//! 0, refused by validation) calls [`Device::retire`]. So no peer ever waits for a hole.
+//!
+//! - *Entry fence*: a submission of epoch `e` on rank A starts its tasks only after every
+//!   peer in its **fence set** (the peers granted to A's resource request, given to
+//!   `compile`) has `done_epoch >= e - 1`.
+//! - *Exit fence*: when peers may touch A's user buffers ([`CompileRequest::exit_fence`],
+//!   the framework's zero-copy mode), A's submission completes only after every fence peer
+//!   has `done_epoch >= e`.
+//!
+//! Why this replaces the two-phase Close: a peer P that posts A's notifies or touches A's
+//! buffers in epoch `e` holds a link to A, so A is in P's fence set and P started `e` after
+//! A finished `e - 1`. A finished `e - 1` only after consuming every post made to it in
+//! `e - 1` (the analyzer proves every post of an operation is consumed within it), so no
+//! post of `e` finds a notify left set by `e - 1`, and no write of `e` lands in a buffer A
+//! still reads for `e - 1`. Symmetrically A starts `e` after P finished `e - 1`. Linked
+//! ranks are thus at most one epoch apart, and the IR's binary notify contract holds
+//! across operations without a signal of its own. The exit fence keeps the user's buffers
+//! untouched once A's call returns. Fence waits park (no busy wait), are bounded by
+//! `exec_timeout` ([`DeviceError::FenceTimeout`] names rank, epoch and peer), and a device
+//! failure releases them at once.
+//!
+//! The trait is object safe: the framework holds an `Arc<dyn Device>` created through the
+//! [`crate::registry`] of backend kinds.
 
-use crate::error::DeviceError;
+use crate::error::{ConfigFault, DeviceError};
 use crate::gate::Gate;
-use crate::ir::RankProgram;
+use crate::ir::{Buf, Rank, RankProgram};
 use crate::notify::NotifyLayout;
 use std::any::Any;
 use std::sync::Arc;
@@ -16,19 +60,37 @@ use std::time::Duration;
 /// What a device is created with.
 #[derive(Clone, Debug)]
 pub struct DeviceConfig {
-    /// Ranks served by this device (all ranks of an in-process communicator).
+    /// Ranks in the communicator.
     pub ranks: usize,
+    /// The ranks this device serves (those of one process), distinct, each `< ranks`.
+    pub local_ranks: Vec<Rank>,
     /// Size of each of CclIn and CclOut, per rank, in bytes.
     pub ccl_bytes: usize,
     /// Notify channels per link (see [`NotifyLayout`]).
     pub link_channels: usize,
-    /// How long a Wait may block before it is reported as an error.
+    /// How long a Wait, a gate or a fence may block before it is reported as an error.
     pub exec_timeout: Duration,
     /// Worker threads of the host device (0 = one per core).
     pub host_threads: usize,
+    /// Let peers work on a rank's user buffers (zero-copy) when the backend can. The `sim`
+    /// backend, which can model either, follows it; the host always can.
+    pub zero_copy: bool,
 }
 
 impl DeviceConfig {
+    /// A configuration serving every rank of an in-process communicator of `ranks`.
+    pub fn all_local(ranks: usize) -> Self {
+        DeviceConfig {
+            ranks,
+            local_ranks: (0..ranks).collect(),
+            ccl_bytes: 1 << 20,
+            link_channels: 2,
+            exec_timeout: Duration::from_secs(60),
+            host_threads: 0,
+            zero_copy: true,
+        }
+    }
+
     /// The notify layout every rank of this device uses.
     pub fn layout(&self) -> NotifyLayout {
         NotifyLayout {
@@ -36,13 +98,108 @@ impl DeviceConfig {
             link_channels: self.link_channels,
         }
     }
+
+    /// Check the fields every backend relies on; returns, per communicator rank, its
+    /// index among the local ranks.
+    pub fn local_slots(&self) -> Result<Vec<Option<usize>>, DeviceError> {
+        if self.ranks == 0 {
+            return Err(ConfigFault::NoRanks.into());
+        }
+        if self.local_ranks.is_empty() {
+            return Err(ConfigFault::NoLocalRanks.into());
+        }
+        if self.link_channels == 0 {
+            return Err(ConfigFault::NoLinkChannels.into());
+        }
+        let mut slots = vec![None; self.ranks];
+        for (slot, &rank) in self.local_ranks.iter().enumerate() {
+            let entry = slots
+                .get_mut(rank)
+                .ok_or(ConfigFault::LocalRankOutOfRange {
+                    rank,
+                    ranks: self.ranks,
+                })?;
+            if entry.replace(slot).is_some() {
+                return Err(ConfigFault::DuplicateLocalRank { rank }.into());
+            }
+        }
+        Ok(slots)
+    }
+
+    /// The refusal for a rank this device does not serve.
+    pub fn not_served(&self, rank: Rank) -> DeviceError {
+        ConfigFault::NotServed {
+            rank,
+            local: self.local_ranks.clone(),
+        }
+        .into()
+    }
 }
 
-/// Handle of a scratch allocation: one buffer of the same size on every rank.
+/// What a backend can do, which decides how the framework drives it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Peers may read and write a rank's user buffers while its call runs, so eager calls
+    /// run zero-copy; otherwise they stage through the CCL buffers.
+    pub peer_user_buffers: bool,
+    /// Programs really run (false for a device that only records them, like `sim`).
+    pub executes: bool,
+    /// Compiled programs can be captured once and replayed as a graph.
+    pub graph_capture: bool,
+    /// Where the CCL buffers, scratch and signal banks live.
+    pub memory: MemoryKind,
+}
+
+/// Where a resource lives.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// Private heap memory of this process: reachable by its threads only. A transport
+    /// would have to register it (RDMA) or the backend would place it in a segment.
+    ProcessHeap,
+    /// A shared-memory segment other processes can map.
+    SharedSegment,
+    /// Accelerator memory.
+    Device,
+    /// Nothing is allocated (the `sim` device).
+    None,
+}
+
+/// Which per-rank resource.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Resource {
+    CclIn,
+    CclOut,
+    Scratch(ScratchId),
+    /// The rank's signal bank: its notify words.
+    Signals,
+}
+
+/// A per-rank resource as a transport sees it: where it is and how big.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ResourceHandle {
+    pub rank: Rank,
+    pub resource: Resource,
+    pub memory: MemoryKind,
+    /// Address in this process (0 when `memory` is [`MemoryKind::None`]). For signals,
+    /// the link region's first word (the local region grows in segments of its own).
+    pub addr: usize,
+    /// Bytes. For signals: the link region as the backend lays it out (the host keeps a
+    /// process-local waker slot beside each 4-byte word).
+    pub len: usize,
+}
+
+/// A process-wide unique id for a new device, so a program compiled by one device is
+/// refused by every other ([`Compiled::device_id`]).
+pub fn next_device_id() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Handle of a scratch allocation: one buffer of the same size on every local rank.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ScratchId(pub usize);
 
-/// The user's buffers bound to `Buf::Input` and `Buf::Output` for one execution.
+/// The user's buffers bound to `Buf::Input` and `Buf::Output` for one submission.
 pub enum UserBuffers<'a> {
     /// Distinct send and receive buffers.
     OutOfPlace {
@@ -58,52 +215,186 @@ impl UserBuffers<'_> {
     pub fn is_in_place(&self) -> bool {
         matches!(self, UserBuffers::InPlace(_))
     }
+
+    /// Bytes of (Input, Output).
+    pub fn lens(&self) -> (usize, usize) {
+        match self {
+            UserBuffers::OutOfPlace { input, output } => (input.len(), output.len()),
+            UserBuffers::InPlace(buf) => (buf.len(), buf.len()),
+        }
+    }
 }
 
-/// One rank's program with its buffers bound.
-pub struct Execution<'a> {
+/// What [`Device::compile`] needs besides the program.
+#[derive(Clone, Debug)]
+pub struct CompileRequest {
     pub program: Arc<RankProgram>,
-    /// Bound to `Buf::Input` and `Buf::Output`.
-    pub user: UserBuffers<'a>,
     /// Bound to `Buf::Scratch`.
     pub scratch: Option<ScratchId>,
-    /// When set, no task runs before the gate opens; a refused gate ends the execution
+    /// The peers granted to the rank's resource request: the fence set.
+    pub peers: Vec<Rank>,
+    /// Local notifies the program uses (the local region it needs).
+    pub local_notifies: usize,
+    /// The program is for in-place bindings.
+    pub in_place: bool,
+    /// Peers may touch this rank's user buffers (zero-copy): completion waits for them.
+    pub exit_fence: bool,
+}
+
+/// A compiled program: what every backend knows about it, plus the backend's own part.
+pub struct Compiled {
+    pub rank: Rank,
+    /// The fence set (see the module docs).
+    pub peers: Vec<Rank>,
+    pub in_place: bool,
+    pub exit_fence: bool,
+    /// Bytes of (Input, Output) the program reaches on its own rank: a binding must be at
+    /// least this long.
+    pub user_extent: (usize, usize),
+    /// Alignment the program's reductions need of (Input, Output).
+    pub user_align: (usize, usize),
+    /// Tasks in the program.
+    pub tasks: usize,
+    /// Identifies the device that compiled it (a handle is refused by any other).
+    pub device_id: usize,
+    /// The backend's part (host: resolved addresses and signal words).
+    pub backend: Arc<dyn Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compiled")
+            .field("rank", &self.rank)
+            .field("peers", &self.peers)
+            .field("in_place", &self.in_place)
+            .field("exit_fence", &self.exit_fence)
+            .field("user_extent", &self.user_extent)
+            .field("tasks", &self.tasks)
+            .finish()
+    }
+}
+
+impl Compiled {
+    /// Check that `user` fits what the program reaches: O(1) per buffer, never per task.
+    pub fn check_binding(&self, user: &UserBuffers<'_>) -> Result<(), DeviceError> {
+        if user.is_in_place() != self.in_place {
+            return Err(ConfigFault::BindingForm {
+                compiled: self.in_place,
+                bound: user.is_in_place(),
+            }
+            .into());
+        }
+        let (input, output) = user.lens();
+        let ptrs = match user {
+            UserBuffers::OutOfPlace { input, output } => (input.as_ptr(), output.as_ptr()),
+            UserBuffers::InPlace(buf) => (buf.as_ptr(), buf.as_ptr()),
+        };
+        for (buf, len, needed, ptr, align) in [
+            (
+                Buf::Input,
+                input,
+                self.user_extent.0,
+                ptrs.0,
+                self.user_align.0,
+            ),
+            (
+                Buf::Output,
+                output,
+                self.user_extent.1,
+                ptrs.1,
+                self.user_align.1,
+            ),
+        ] {
+            if len < needed {
+                return Err(ConfigFault::UserBufferTooShort { buf, len, needed }.into());
+            }
+            if needed > 0 && !(ptr as usize).is_multiple_of(align) {
+                return Err(ConfigFault::UserBufferMisaligned { buf, align }.into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One rank's compiled program with its buffers bound, for one epoch.
+pub struct Submission<'a> {
+    pub compiled: Arc<Compiled>,
+    /// Bound to `Buf::Input` and `Buf::Output`.
+    pub user: UserBuffers<'a>,
+    /// The call's epoch (see the module docs): the communicator's call number plus one.
+    pub epoch: u64,
+    /// When set, no task runs before the gate opens; a refused gate ends the submission
     /// with [`DeviceError::Refused`] before it touched anything (see [`crate::gate`]).
     pub gate: Option<Arc<Gate>>,
 }
 
+/// A submission in flight.
+pub trait Completion: Send {
+    /// Wait up to `timeout` for the submission to end: its outcome, or `None` while it
+    /// still runs. Once it returned `Some`, no task touches the submission's buffers.
+    fn wait(&mut self, timeout: Duration) -> Option<Result<(), DeviceError>>;
+}
+
 /// A backend.
 pub trait Device: Send + Sync + std::fmt::Debug {
-    /// Short backend name (`host`, `sim`, ...).
+    /// Short backend name (`host`, `sim`, ...), as registered.
     fn kind(&self) -> &'static str;
 
     /// The configuration the device was created with.
     fn config(&self) -> &DeviceConfig;
 
-    /// Whether a program may touch another rank's `Input`/`Output` while that rank's op runs.
-    /// When true, eager ops run zero-copy on user buffers; otherwise they stage through the
-    /// CCL buffers.
-    fn remote_user_buffers(&self) -> bool;
+    /// What the backend can do.
+    fn capabilities(&self) -> Capabilities;
 
-    /// Allocate `bytes_per_rank` of scratch on every rank.
+    /// Allocate `bytes_per_rank` of scratch on every local rank.
     fn alloc_scratch(&self, bytes_per_rank: usize) -> Result<ScratchId, DeviceError>;
 
-    /// Make sure every rank's notify table has room for `local` local notifies.
-    fn reserve_local_notifies(&self, local: usize) -> Result<(), DeviceError>;
+    /// A local rank's resource, for a transport to export, map or register.
+    fn resource(&self, rank: Rank, resource: Resource) -> Result<ResourceHandle, DeviceError>;
 
-    /// Run several ranks' programs at once (a group call: one thread drives many ranks) and
-    /// block until all are done. Returns one result per execution, in order. When one fails,
-    /// the others are aborted rather than left to time out. In every case no task touches
-    /// any of the user buffers after this returns.
-    fn execute_group(&self, group: Vec<Execution<'_>>) -> Vec<Result<(), DeviceError>>;
+    /// Compile one rank's program once (see the module docs); refuses a program that
+    /// touches a rank this device does not serve, or a slice or notify that does not exist.
+    fn compile(&self, request: CompileRequest) -> Result<Arc<Compiled>, DeviceError>;
 
-    /// Run one rank's program (see [`Device::execute_group`]).
-    fn execute(&self, execution: Execution<'_>) -> Result<(), DeviceError> {
-        self.execute_group(vec![execution])
-            .pop()
-            .expect("one result per execution")
+    /// Start every submission (a group call: one thread drives many ranks); one result
+    /// per submission, in order. A submission that cannot start stops the device, which
+    /// aborts the others in flight (they would wait for it).
+    ///
+    /// # Safety
+    ///
+    /// Each submission's user buffers are borrowed only for this call's lifetime, but the
+    /// device touches them until its [`Completion`] reported an outcome. The caller must
+    /// wait on every returned completion until it returns `Some` before the borrows end
+    /// (before the buffers are used, moved or freed). Dropping or leaking a completion
+    /// early is undefined behaviour. [`Device::run`] does this for you.
+    unsafe fn submit(
+        &self,
+        group: Vec<Submission<'_>>,
+    ) -> Vec<Result<Box<dyn Completion + '_>, DeviceError>>;
+
+    /// Record that `rank` consumed `epoch` without running a program (count 0, refused),
+    /// so peers fenced on it go on.
+    fn retire(&self, rank: Rank, epoch: u64) -> Result<(), DeviceError>;
+
+    /// The last epoch `rank` finished.
+    fn done_epoch(&self, rank: Rank) -> Result<u64, DeviceError>;
+
+    /// Submit and wait for every submission: the safe way to run.
+    fn run(&self, group: Vec<Submission<'_>>) -> Vec<Result<(), DeviceError>> {
+        let timeout = self.config().exec_timeout;
+        // SAFETY: every completion is waited on until it reports an outcome before this
+        // returns, so no task touches the borrowed buffers afterwards.
+        let started = unsafe { self.submit(group) };
+        started
+            .into_iter()
+            .map(|c| {
+                let mut completion = c?;
+                loop {
+                    if let Some(outcome) = completion.wait(timeout) {
+                        return outcome;
+                    }
+                }
+            })
+            .collect()
     }
-
-    /// For backends with extra capabilities (the `sim` device's recorded programs).
-    fn as_any(&self) -> &dyn Any;
 }

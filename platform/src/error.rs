@@ -1,6 +1,15 @@
 //! Errors of the platform layer: what a device reports when a program cannot run.
+//!
+//! Every cause is a typed value, never a string: a refusal keeps the framework's error, an
+//! abort keeps the peer's error, an allocation keeps the allocator's, a worker that could
+//! not start keeps its `io::Error`. Each is the variant's `source()`, and its text is also
+//! part of the variant's message, because callers that flatten errors to one line (logs,
+//! the framework's failure record) must still say what went wrong. [`DeviceError`] is `Clone` (one failure is reported to
+//! every rank in flight), so causes that are not `Clone` themselves are shared with `Arc`.
 
-use crate::ir::{NotifyId, Rank, Slice};
+use crate::dtype::DataType;
+use crate::ir::{Buf, NotifyId, Rank, Slice};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where in a program something happened.
@@ -19,6 +28,140 @@ impl std::fmt::Display for TaskLocation {
             self.rank, self.stream, self.task
         )
     }
+}
+
+/// Why a gate refused a launch: whatever error the deciding side had (the framework's
+/// agreement verdict, a transport's failure), kept whole.
+pub type GateRefusal = Arc<dyn std::error::Error + Send + Sync>;
+
+/// What is wrong with one slice of a task.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SliceFault {
+    #[error("rank {rank} does not exist (the communicator has {ranks})")]
+    NoSuchRank { rank: Rank, ranks: usize },
+    #[error("length {len} differs from the task's {task_len}")]
+    LengthMismatch { len: usize, task_len: usize },
+    #[error("programs must not write the user's Input")]
+    WritesInput,
+    #[error("length is not a multiple of the {dtype} size")]
+    PartialElement { dtype: DataType },
+    #[error("not aligned to {} bytes for {dtype}", dtype.size())]
+    Misaligned { dtype: DataType },
+    #[error("the buffer has only {buffer_len} bytes")]
+    OutOfBounds { buffer_len: usize },
+    #[error("the buffer is read-only")]
+    ReadOnly,
+    #[error("overlaps {other}")]
+    Overlaps { other: Slice },
+    #[error("the executor requested no scratch")]
+    NoScratch,
+    #[error("scratch allocation {id} does not exist")]
+    NoSuchScratch { id: usize },
+    #[error("rank {rank} has no collective in flight, so its {buf:?} is unbound")]
+    Unbound { rank: Rank, buf: Buf },
+    #[error(
+        "rank {rank}'s buffers are bound for call epoch {bound}, this task runs epoch {running}"
+    )]
+    OtherEpoch {
+        rank: Rank,
+        bound: u64,
+        running: u64,
+    },
+}
+
+/// What is wrong with a task as a whole.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskFault {
+    #[error("a data task needs sources and destinations")]
+    NoOperands,
+    #[error("notify {notify:?} does not exist (rank {rank} has {len})")]
+    NoSuchNotify {
+        notify: NotifyId,
+        rank: Rank,
+        len: usize,
+    },
+    #[error("Wait on notify {notify:?} of another rank; waits are local")]
+    RemoteWait { notify: NotifyId },
+    #[error("two streams wait on {notify_desc}")]
+    TwoWaiters { notify_desc: String },
+}
+
+/// Why a device refused a configuration or a program.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ConfigFault {
+    #[error("a device needs at least one rank")]
+    NoRanks,
+    #[error("a device must serve at least one local rank")]
+    NoLocalRanks,
+    #[error("local rank {rank} is outside the communicator of {ranks} ranks")]
+    LocalRankOutOfRange { rank: Rank, ranks: usize },
+    #[error("local rank {rank} is listed twice")]
+    DuplicateLocalRank { rank: Rank },
+    #[error("links need at least one notify channel")]
+    NoLinkChannels,
+    #[error("cannot start {threads} worker threads")]
+    Threads {
+        threads: usize,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error("unknown device kind {kind:?}; known kinds: {}", known.join(", "))]
+    UnknownKind {
+        kind: String,
+        known: Vec<&'static str>,
+    },
+    #[error(
+        "rank {rank} is not served by this device (it serves {local:?}) and no transport \
+         reaches it"
+    )]
+    NotServed { rank: Rank, local: Vec<Rank> },
+    #[error("the compiled program belongs to another device")]
+    ForeignProgram,
+    #[error(
+        "the program was compiled for {} buffers but bound with {}",
+        in_place_name(*compiled),
+        in_place_name(*bound)
+    )]
+    BindingForm { compiled: bool, bound: bool },
+    #[error(
+        "the user's {buf:?} has {len} bytes; the program touches {needed} (check the count \
+         against the buffer)"
+    )]
+    UserBufferTooShort { buf: Buf, len: usize, needed: usize },
+    #[error(
+        "the user's {buf:?} is not aligned to {align} bytes, as the program's reductions need"
+    )]
+    UserBufferMisaligned { buf: Buf, align: usize },
+    #[error("rank {rank} has {count} submissions in one group; one per rank")]
+    RankTwiceInGroup { rank: Rank, count: usize },
+}
+
+fn in_place_name(in_place: bool) -> &'static str {
+    if in_place {
+        "in-place"
+    } else {
+        "out-of-place"
+    }
+}
+
+/// Why the allocator gave no memory.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AllocFault {
+    #[error("the size is too large for a memory layout")]
+    Layout(#[from] std::alloc::LayoutError),
+    #[error("out of memory")]
+    OutOfMemory,
+}
+
+/// Why a launch was aborted although it did nothing wrong itself.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AbortCause {
+    #[error("rank {rank} failed: {error}")]
+    PeerFailed {
+        rank: Rank,
+        #[source]
+        error: Arc<DeviceError>,
+    },
 }
 
 /// Why a device could not run a program.
@@ -44,34 +187,67 @@ pub enum DeviceError {
         notify: NotifyId,
         notify_desc: String,
     },
-    #[error("{at}: invalid task: {reason}")]
-    InvalidTask { at: TaskLocation, reason: String },
-    #[error("{at}: slice {slice} is invalid: {reason}")]
+    #[error("{at}: invalid task: {fault}")]
+    InvalidTask {
+        at: TaskLocation,
+        #[source]
+        fault: TaskFault,
+    },
+    #[error("{at}: slice {slice} is invalid: {fault}")]
     InvalidSlice {
         at: TaskLocation,
         slice: Slice,
-        reason: String,
+        #[source]
+        fault: SliceFault,
     },
-    #[error("device cannot allocate {bytes} bytes for {what}: {reason}")]
+    #[error("device cannot allocate {bytes} bytes for {what}: {fault}")]
     Alloc {
         what: &'static str,
         bytes: usize,
-        reason: String,
+        #[source]
+        fault: AllocFault,
     },
     #[error("rank {rank}: aborted because {cause}")]
-    Aborted { rank: Rank, cause: String },
+    Aborted {
+        rank: Rank,
+        #[source]
+        cause: AbortCause,
+    },
     #[error(
         "rank {rank} already has a collective in flight; a communicator runs one collective \
          at a time, so call it from one thread"
     )]
     Busy { rank: Rank },
-    #[error("rank {rank}: not started because {cause}")]
-    Refused { rank: Rank, cause: String },
+    #[error("rank {rank}: not started because its gate refused it: {cause}")]
+    Refused {
+        rank: Rank,
+        #[source]
+        cause: GateRefusal,
+    },
     #[error(
         "rank {rank}: waited {waited:?} for its gate to open (the agreement of every rank \
          on the call); check that every rank makes the same calls, or raise OXCCL_EXEC_TIMEOUT"
     )]
     GateTimeout { rank: Rank, waited: Duration },
+    #[error(
+        "rank {rank}: call epoch {epoch} waited {waited:?} for rank {peer} to finish epoch \
+         {needed} (it has finished {reached}); check that every rank makes the same calls, \
+         or raise OXCCL_EXEC_TIMEOUT"
+    )]
+    FenceTimeout {
+        rank: Rank,
+        epoch: u64,
+        peer: Rank,
+        needed: u64,
+        reached: u64,
+        waited: Duration,
+    },
     #[error("bad device configuration: {0}")]
-    Config(String),
+    Config(#[source] ConfigFault),
+}
+
+impl From<ConfigFault> for DeviceError {
+    fn from(fault: ConfigFault) -> Self {
+        DeviceError::Config(fault)
+    }
 }

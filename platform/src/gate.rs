@@ -12,15 +12,17 @@
 //! whatever the deciding thread wrote before deciding is visible to the callbacks, and a
 //! callback registered after the decision runs at once on the registering thread.
 
+use crate::error::GateRefusal;
 use parking_lot::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// What runs when the gate is decided: `Ok` to start, `Err(cause)` to refuse.
-pub type GateCallback = Box<dyn FnOnce(Result<(), String>) + Send>;
+/// What runs when the gate is decided: `Ok` to start, `Err(cause)` to refuse (the cause is
+/// the decider's error, kept typed).
+pub type GateCallback = Box<dyn FnOnce(Result<(), GateRefusal>) + Send>;
 
 enum State {
     Pending(Vec<GateCallback>),
-    Decided(Result<(), String>),
+    Decided(Result<(), GateRefusal>),
 }
 
 /// A one-shot decision that launches wait for.
@@ -48,7 +50,7 @@ impl Default for Gate {
 
 impl Gate {
     /// Decide: run every waiting callback with `outcome` (a second decision is ignored).
-    pub fn decide(&self, outcome: Result<(), String>) {
+    pub fn decide(&self, outcome: Result<(), GateRefusal>) {
         let waiting = {
             let mut state = self.state.lock();
             match &mut *state {
@@ -82,7 +84,7 @@ impl Gate {
     }
 
     /// The decision, if made.
-    pub fn outcome(&self) -> Option<Result<(), String>> {
+    pub fn outcome(&self) -> Option<Result<(), GateRefusal>> {
         match &*self.state.lock() {
             State::Pending(_) => None,
             State::Decided(outcome) => Some(outcome.clone()),
@@ -90,7 +92,7 @@ impl Gate {
     }
 
     /// Block until the gate is decided or `timeout` passes (`None`).
-    pub fn wait(&self, timeout: Duration) -> Option<Result<(), String>> {
+    pub fn wait(&self, timeout: Duration) -> Option<Result<(), GateRefusal>> {
         let deadline = deadline_after(timeout);
         let mut state = self.state.lock();
         loop {
@@ -123,26 +125,33 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
+    fn refusal(text: &str) -> GateRefusal {
+        Arc::new(std::io::Error::other(text.to_string()))
+    }
+
     #[test]
     fn callbacks_run_once_with_the_decision_whenever_registered() {
         let gate = Gate::default();
         let opened = Arc::new(AtomicUsize::new(0));
         let counter = |n: &Arc<AtomicUsize>| {
             let n = n.clone();
-            Box::new(move |r: Result<(), String>| {
+            Box::new(move |r: Result<(), GateRefusal>| {
                 assert!(r.is_ok());
                 n.fetch_add(1, Ordering::Relaxed);
             }) as GateCallback
         };
         gate.when_decided(counter(&opened));
         assert_eq!(opened.load(Ordering::Relaxed), 0);
-        assert_eq!(gate.wait(Duration::from_millis(1)), None);
+        assert!(gate.wait(Duration::from_millis(1)).is_none());
         gate.decide(Ok(()));
-        gate.decide(Err("too late".into()));
+        gate.decide(Err(refusal("too late")));
         gate.when_decided(counter(&opened));
         assert_eq!(opened.load(Ordering::Relaxed), 2);
-        assert_eq!(gate.wait(Duration::from_millis(1)), Some(Ok(())));
-        assert_eq!(gate.wait(Duration::MAX), Some(Ok(())), "no overflow");
+        assert!(matches!(gate.wait(Duration::from_millis(1)), Some(Ok(()))));
+        assert!(
+            matches!(gate.wait(Duration::MAX), Some(Ok(()))),
+            "no overflow"
+        );
         assert!(deadline_after(Duration::MAX) > Instant::now());
     }
 
@@ -153,10 +162,10 @@ mod tests {
             let gate = gate.clone();
             std::thread::spawn(move || gate.wait(Duration::from_secs(20)))
         };
-        gate.decide(Err("rank 2 passed count 10".into()));
-        assert_eq!(
-            waiter.join().unwrap(),
-            Some(Err("rank 2 passed count 10".into()))
-        );
+        gate.decide(Err(refusal("rank 2 passed count 10")));
+        let Some(Err(cause)) = waiter.join().unwrap() else {
+            panic!("the waiter did not see the refusal");
+        };
+        assert_eq!(cause.to_string(), "rank 2 passed count 10");
     }
 }

@@ -6,13 +6,15 @@
 //!
 //! - [`ir`]: ranks, buffers, symbolic slices, notifies, the four tasks (Copy, Reduce, Post,
 //!   Wait), streams and per-rank programs.
-//! - [`notify`]: how a rank's notify table is laid out (link notifies, then local ones).
+//! - [`notify`]: how a rank's notify table is laid out (link notifies, then local ones);
+//!   [`signal`]: the atomic words behind them, one bank per local rank.
 //! - [`link`]: one rank's connection to a peer, with HCCL's handshake vocabulary for
 //!   SDMA-type and RDMA-type links; each helper appends tasks.
 //! - [`dtype`] and [`reduce`]: the twelve element types, the four reduce ops, and the
 //!   vectorised reduction kernels.
-//! - [`device`]: the object-safe [`Device`] trait the framework drives; [`gate`]: the
-//!   decision a launch may wait for before it starts.
+//! - [`device`]: the object-safe [`Device`] trait the framework drives (resources,
+//!   compile, submit, the epoch fence); [`gate`]: the decision a launch may wait for
+//!   before it starts; [`registry`]: backends by kind.
 //! - [`host`]: the default backend, a worker pool that schedules every stream of every
 //!   in-process rank without a thread per stream and without busy-waiting.
 //! - [`sim`]: records programs instead of running them, for the analyzer and cost model.
@@ -29,11 +31,22 @@ pub mod ir;
 pub mod link;
 pub mod notify;
 pub mod reduce;
+pub mod registry;
+pub mod signal;
 pub mod sim;
 
-pub use device::{Device, DeviceConfig, Execution, ScratchId, UserBuffers};
+#[doc(hidden)]
+pub use inventory;
+
+pub use device::{
+    Capabilities, CompileRequest, Compiled, Completion, Device, DeviceConfig, MemoryKind, Resource,
+    ResourceHandle, ScratchId, Submission, UserBuffers,
+};
 pub use dtype::{DataType, Element, ReduceOp};
-pub use error::{DeviceError, TaskLocation};
+pub use error::{
+    AbortCause, AllocFault, ConfigFault, DeviceError, GateRefusal, SliceFault, TaskFault,
+    TaskLocation,
+};
 pub use gate::Gate;
 pub use ir::{Buf, NotifyId, Rank, RankProgram, Slice, StreamProgram, Task};
 pub use link::{Link, LinkAccess, LinkKind};

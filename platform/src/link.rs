@@ -14,7 +14,6 @@
 //! | `tx_wait_done` | RDMA: Wait own DataAck | the peer confirmed my write (SDMA: nothing) |
 //! | `rx_wait_done` | RDMA: Post peer's DataAck | confirm the peer's write (SDMA: nothing) |
 //! | `barrier` | tx_ack, rx_ack, tx_data_signal, rx_data_signal | both ends reached it |
-//! | `tx_close` / `rx_close` | Post peer's / Wait own Close | end of an operation (framework) |
 //! | `remote` | — | a [`Slice`] of the peer's buffer, for a local task that pulls from it |
 //!
 //! An SDMA-type link (DMA inside a server) completes a write before the next task of the
@@ -155,16 +154,6 @@ impl Link {
         self.rx_ack(stream);
         self.tx_data_signal(stream);
         self.rx_data_signal(stream);
-    }
-
-    /// End of an operation: "I am done with your buffers" (appended by the framework).
-    pub fn tx_close(&self, stream: &mut StreamProgram) {
-        stream.post(self.remote_signal(LinkSignal::Close));
-    }
-
-    /// End of an operation: wait until the peer is done with this rank's buffers.
-    pub fn rx_close(&self, stream: &mut StreamProgram) {
-        stream.wait(self.local_signal(LinkSignal::Close));
     }
 
     /// A slice of the peer's buffer.

@@ -1,10 +1,10 @@
 //! Where each notify lives in a rank's notify table.
 //!
 //! A rank's notifies come in two regions. The **link region** is fixed for the lifetime of a
-//! communicator: for every peer and every link channel, four notifies (Ack, DataSignal,
-//! DataAck, Close) that the peer posts and this rank waits on. Because it never changes, a rank that
-//! starts the next collective early cannot post into a notify that a slower peer still reads
-//! with another meaning. The **local region** follows it: notifies that only this rank
+//! communicator: for every peer and every link channel, three notifies (Ack, DataSignal,
+//! DataAck) that the peer posts and this rank waits on. Because it never changes, a notify
+//! has one meaning in every operation; the device's epoch fence (see [`crate::device`])
+//! keeps a peer's next operation from posting one before this rank consumed the last. The **local region** follows it: notifies that only this rank
 //! posts and waits (stream fork/join, executor-private signals), numbered per program.
 
 use crate::ir::{NotifyId, Rank};
@@ -18,14 +18,9 @@ pub enum LinkSignal {
     DataSignal = 1,
     /// RDMA-type links only: "your asynchronous write landed".
     DataAck = 2,
-    /// "I am done with your buffers for this operation". Not in HCCL's vocabulary: oxccl's
-    /// orchestration ends every program with a Close exchange with each peer, so an
-    /// operation leaves no notify set and no peer touching its buffers, whatever executor
-    /// the next operation uses.
-    Close = 3,
 }
 
-const SIGNALS_PER_LINK: usize = 4;
+const SIGNALS_PER_LINK: usize = 3;
 
 /// The shape of every rank's notify table in one communicator.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -78,8 +73,7 @@ impl NotifyLayout {
         let signal = match index % SIGNALS_PER_LINK {
             0 => "Ack",
             1 => "DataSignal",
-            2 => "DataAck",
-            _ => "Close",
+            _ => "DataAck",
         };
         let link = index / SIGNALS_PER_LINK;
         let (peer, channel) = (link / self.link_channels, link % self.link_channels);
@@ -103,12 +97,7 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for peer in 0..4 {
             for ch in 0..2 {
-                for s in [
-                    LinkSignal::Ack,
-                    LinkSignal::DataSignal,
-                    LinkSignal::DataAck,
-                    LinkSignal::Close,
-                ] {
+                for s in [LinkSignal::Ack, LinkSignal::DataSignal, LinkSignal::DataAck] {
                     let id = layout.link(1, peer, ch, s);
                     assert!(id.index < layout.local_base());
                     assert!(seen.insert(id));

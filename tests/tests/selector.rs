@@ -5,7 +5,7 @@
 
 use oxccl::framework::op::VLayout;
 use oxccl::framework::select::{Rejection, Source};
-use oxccl::framework::{DeviceChoice, Explanation, Verdict};
+use oxccl::framework::{Explanation, Verdict};
 use oxccl::{
     registry, Communicator, Config, DataType, Error, OpKind, OpParam, ReduceOp, SelectRequest,
     Topology,
@@ -45,9 +45,7 @@ fn plugin_selectors_come_between_the_override_and_the_builtin_choice() {
 /// Sim-device ranks on `topology` (selection only: nothing runs).
 fn sim(topology: Topology) -> Vec<oxccl::framework::Communicator> {
     let config = Config {
-        device: DeviceChoice::Sim {
-            remote_user_buffers: true,
-        },
+        device: "sim".to_string(),
         topology: Some(topology),
         ..Config::default()
     };

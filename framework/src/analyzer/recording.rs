@@ -52,7 +52,7 @@ impl Recording {
         let selection = agreed_selection(ops, &setting, &config)?;
         let entry = selection.executor;
         let executor = (entry.make)();
-        crate::orchestrate::record_every_rank(
+        crate::planner::record_every_rank(
             entry.name,
             executor.as_ref(),
             selection.reason,
@@ -78,14 +78,14 @@ fn check_config(config: &Config, topology: &Topology, ranks: usize) -> Result<()
     }
     topology.check_connected()?;
     config.algo.validate()?;
-    if config.link_channels < 2 {
-        return Err(ConfigError {
-            var: "link_channels",
-            value: config.link_channels.to_string(),
-            reason: "at least 2 are needed: the Close handshake that ends every operation uses two"
-                .into(),
-            source: None,
-        }
+    if config.link_channels == 0 {
+        // What the device refuses at creation (ConfigFault::NoLinkChannels).
+        return Err(ConfigError::new(
+            "link_channels",
+            "0",
+            "links need at least one notify channel (executors that alternate channels by \
+             iteration use two, the default)",
+        )
         .into());
     }
     Ok(())

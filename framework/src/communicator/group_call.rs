@@ -3,15 +3,18 @@
 //! For each rank's call: claim the rank (a second thread's call is refused, the
 //! communicator untouched), number the call, validate and prepare it, and deposit its
 //! signature (or its refusal) on the agreement board ([`crate::agreement`]). Every
-//! execution then goes to the device at once, each waiting on its call's gate; the device
-//! starts it when every rank agreed, or ends it untouched when they did not, and the error
-//! each rank gets is the board's verdict.
+//! compiled program then goes to the device at once as a submission of the call's epoch
+//! (the call number plus one), each waiting on its call's gate; the device starts it when
+//! every rank agreed (and its fence peers finished the previous epoch), or ends it
+//! untouched when they did not, and the error each rank gets is the board's verdict. A
+//! call that runs nothing on a rank (count 0, refused before it was described, failed
+//! validation) still retires its epoch on the device, so no peer waits for it.
 
-use super::{Communicator, Shared};
+use super::{Communicator, Ready, Shared};
 use crate::agreement::{Deposit, Signature};
 use crate::error::{with_causes, ConfigError, Error};
 use crate::op::OpParam;
-use oxccl_platform::{DeviceError, Execution, UserBuffers};
+use oxccl_platform::{DeviceError, Submission, UserBuffers};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -28,7 +31,7 @@ impl Drop for BusyClaim<'_> {
 struct Announced<'c, 'a> {
     comm: &'c Communicator,
     call: u64,
-    run: Result<Option<Execution<'a>>, Error>,
+    run: Result<Option<Ready<'a>>, Error>,
 }
 
 /// One rank's part of a group call.
@@ -121,8 +124,8 @@ impl Communicator {
                 Err(err) => Deposit::Refused(with_causes(err)),
             };
             let gate = self.group.board.deposit(call, self.rank, deposit);
-            if let Ok(Some((execution, _))) = &mut run {
-                execution.gate = Some(gate);
+            if let Ok(Some((ready, _))) = &mut run {
+                ready.gate = Some(gate);
             }
         }
         Announced {
@@ -182,26 +185,45 @@ impl Communicator {
     }
 }
 
-/// Hand every announced execution to the device at once; fill in each call's result.
+/// The device epoch of call number `call` (epoch 0 means "nothing done yet").
+fn epoch_of(call: u64) -> u64 {
+    call + 1
+}
+
+/// Hand every announced call to the device at once; fill in each call's result.
 fn run_announced(
     group: &Shared,
     announced: Vec<(usize, Announced<'_, '_>)>,
     results: &mut [Result<(), Error>],
 ) {
-    let mut executions = Vec::new();
+    let mut submissions = Vec::new();
     let mut launched = Vec::new();
     let mut idle = Vec::new();
     for (slot, a) in announced {
-        match a.run {
-            Ok(Some(execution)) => {
-                executions.push(execution);
+        let epoch = epoch_of(a.call);
+        let run = match a.run {
+            Ok(Some(ready)) => {
+                submissions.push(Submission {
+                    compiled: ready.compiled,
+                    user: ready.user,
+                    epoch,
+                    gate: ready.gate,
+                });
                 launched.push((slot, a.comm, a.call));
+                continue;
             }
-            Ok(None) => idle.push((slot, a.comm, a.call)),
-            Err(err) => results[slot] = Err(err),
+            Ok(None) => Ok(()),
+            Err(err) => Err(err),
+        };
+        // Nothing runs on this rank for this call: its epoch is over.
+        let retired = group.device.retire(a.comm.rank, epoch);
+        match (run, retired) {
+            (Err(err), _) => results[slot] = Err(err),
+            (Ok(()), Err(err)) => results[slot] = Err(err.into()),
+            (Ok(()), Ok(())) => idle.push((slot, a.comm, a.call)),
         }
     }
-    let outcomes = group.device.execute_group(executions);
+    let outcomes = group.device.run(submissions);
     for ((slot, comm, call), outcome) in launched.into_iter().zip(outcomes) {
         results[slot] = comm.settle(call, outcome);
     }

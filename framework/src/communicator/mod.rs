@@ -4,22 +4,23 @@
 //! [`Communicator`] is used from its own thread (as one NCCL communicator per GPU); the
 //! ranks share a [`Shared`]: the device, the topology, the configuration, scratch buffers
 //! keyed by resource tag, and the first fatal error. A call runs select_alg, resource
-//! calculation and orchestration once per op signature and caches the resulting program,
-//! so a repeated call costs only its execution.
+//! calculation, orchestration and the device's compile once per op signature and caches
+//! the compiled program, so a repeated call costs only its submission. The device is
+//! created by kind through the platform's backend registry.
 
 use crate::agreement::CallBoard;
-use crate::config::{Config, DeviceChoice};
+use crate::config::Config;
 use crate::error::{ArgError, Error};
-use crate::executor::{Mode, PlanCtx, ResourceRequest};
+use crate::executor::{Mode, Peers, PlanCtx, ResourceRequest};
 use crate::limits::{MAX_HOST_THREADS, MAX_RANKS};
 use crate::op::OpParam;
-use crate::orchestrate::build_program;
+use crate::planner;
 use crate::planner::Planned;
 use crate::select::{select_alg, SelectRequest, Selection};
 use crate::topology::Topology;
-use oxccl_platform::host::HostDevice;
-use oxccl_platform::sim::SimDevice;
-use oxccl_platform::{Device, DeviceConfig, Execution, Rank, RankProgram, ScratchId, UserBuffers};
+use oxccl_platform::{
+    CompileRequest, Compiled, Device, DeviceConfig, Rank, RankProgram, ScratchId, UserBuffers,
+};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -82,6 +83,8 @@ pub struct Prepared {
     /// The executor's resource request for this rank.
     pub request: ResourceRequest,
     pub program: Arc<RankProgram>,
+    /// The program as the device compiled it (what a call submits).
+    pub compiled: Arc<Compiled>,
     pub scratch: Option<ScratchId>,
     pub mode: Mode,
 }
@@ -107,28 +110,34 @@ impl std::fmt::Debug for Communicator {
     }
 }
 
+/// A prepared call waiting for its epoch: the compiled program, the user's buffers and
+/// the gate of the call's agreement.
+pub(crate) struct Ready<'a> {
+    pub compiled: Arc<Compiled>,
+    pub user: UserBuffers<'a>,
+    pub gate: Option<Arc<oxccl_platform::Gate>>,
+}
+
 /// Cached programs per rank before the cache is cleared.
 const PROGRAM_CACHE_LIMIT: usize = 256;
 
 fn create_device(n: usize, config: &Config) -> Result<Arc<dyn Device>, Error> {
     let dc = DeviceConfig {
         ranks: n,
+        // Every rank of an in-process communicator is local to its one device.
+        local_ranks: (0..n).collect(),
         ccl_bytes: config.ccl_buffer_bytes,
         link_channels: config.link_channels,
         exec_timeout: config.exec_timeout,
         host_threads: config.host_threads,
+        zero_copy: config.zero_copy,
     };
-    Ok(match config.device {
-        DeviceChoice::Host => Arc::new(HostDevice::new(dc)?),
-        DeviceChoice::Sim {
-            remote_user_buffers,
-        } => Arc::new(SimDevice::new(dc, remote_user_buffers)),
-    })
+    Ok(oxccl_platform::registry::create(&config.device, dc)?)
 }
 
 /// How a communicator with `config` on `device` binds executors' buffers.
 fn mode_of(config: &Config, device: &dyn Device) -> Mode {
-    if config.zero_copy && device.remote_user_buffers() {
+    if config.zero_copy && device.capabilities().peer_user_buffers {
         Mode::Direct
     } else {
         Mode::Staged
@@ -209,21 +218,10 @@ impl Communicator {
         check_init(n, &config, &topology)?;
         topology.check_connected()?;
         config.algo.validate()?;
-        if config.link_channels < 2 {
-            return Err(crate::error::ConfigError {
-                var: "link_channels",
-                value: config.link_channels.to_string(),
-                reason:
-                    "at least 2 are needed: the Close handshake that ends every operation uses two"
-                        .into(),
-                source: None,
-            }
-            .into());
-        }
         let device = create_device(n, &config)?;
         // Recordings on `sim` (the analyzer, and select_alg modelling every candidate)
         // create communicators by the dozen: they log at debug level only.
-        if matches!(config.device, DeviceChoice::Sim { .. }) {
+        if !device.capabilities().executes {
             tracing::debug!(
                 ranks = n,
                 device = device.kind(),
@@ -360,7 +358,7 @@ impl Communicator {
         };
         // Planning checks the request against the limits, so the device reserves only
         // for a program that exists.
-        let Planned { request, program } = build_program(
+        let Planned { request, program } = planner::plan(
             entry.name,
             executor.as_ref(),
             &plan,
@@ -375,13 +373,26 @@ impl Communicator {
             ?request,
             "algorithm selected"
         );
-        g.device
-            .reserve_local_notifies(request.local_notify_count())?;
         let scratch = g.scratch_for(&selection.tag, request.scratch_bytes)?;
+        let program = Arc::new(program);
+        // The fence set: the peers granted to the request (see the platform's epoch fence).
+        let peers = match &request.peers {
+            Peers::All => (0..self.size()).filter(|&p| p != self.rank).collect(),
+            Peers::List(list) => list.clone(),
+        };
+        let compiled = g.device.compile(CompileRequest {
+            program: program.clone(),
+            scratch,
+            peers,
+            local_notifies: request.local_notify_count(),
+            in_place,
+            exit_fence: plan.mode == Mode::Direct,
+        })?;
         Ok(Prepared {
             selection,
             request,
-            program: Arc::new(program),
+            program,
+            compiled,
             scratch,
             mode: plan.mode,
         })
@@ -394,13 +405,13 @@ impl Communicator {
             .expect("one result per call")
     }
 
-    /// Validate and prepare one call: its execution and the executor's name, or `None`
-    /// when there is nothing to run (count 0).
+    /// Validate and prepare one call: its compiled program with the user's buffers and
+    /// the executor's name, or `None` when there is nothing to run (count 0).
     pub(crate) fn checked_execution<'a>(
         &self,
         op: &OpParam,
         user: UserBuffers<'a>,
-    ) -> Result<Option<(Execution<'a>, &'static str)>, Error> {
+    ) -> Result<Option<(Ready<'a>, &'static str)>, Error> {
         if let Some(cause) = self.group.failure.lock().clone() {
             return Err(Error::Aborted { cause });
         }
@@ -413,13 +424,12 @@ impl Communicator {
             return Ok(None);
         }
         let p = self.prepare_valid(op, user.is_in_place())?;
-        let execution = Execution {
-            program: p.program,
+        let ready = Ready {
+            compiled: p.compiled,
             user,
-            scratch: p.scratch,
             gate: None,
         };
-        Ok(Some((execution, p.selection.executor.name)))
+        Ok(Some((ready, p.selection.executor.name)))
     }
 
     /// Check that a send and a receive buffer have the same number of elements.

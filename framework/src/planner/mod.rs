@@ -22,9 +22,8 @@
 //! analyzer checks and the cost model replays; [`sample`] plans only a few ranks of a
 //! symmetric topology, for estimates at cluster scale.
 //!
-//! The planner appends no framework signal of its own: whatever ends an operation on a
-//! device (the Close handshake today, see [`crate::orchestrate`]) is added by the layer
-//! above, so nothing here depends on it.
+//! The planner appends no framework signal of its own: back-to-back operations are kept
+//! apart by the device's epoch fence (`oxccl_platform::device`), not by tasks.
 
 mod iteration;
 mod links;
@@ -33,7 +32,7 @@ pub mod recording;
 pub mod sample;
 
 pub use program::plan_program;
-pub use recording::{RankRecording, Recording};
+pub use recording::{record_every_rank, RankRecording, Recording};
 
 use crate::error::Error;
 use crate::executor::{Executor, Mode, PlanCtx, ResourceRequest};

@@ -1,14 +1,64 @@
 //! A recording: every rank's program for one operation, as the planner built them, with
 //! what the analyzer's checks and the cost model need to interpret them.
 //!
-//! [`crate::orchestrate::record_every_rank`] plans each rank with one executor; the
+//! [`record_every_rank`] plans each rank with one executor; the
 //! analyzer's `Recording::record` runs select_alg first, as a communicator would.
 
-use crate::executor::{Mode, ResourceRequest};
+use super::Setting;
+use crate::error::Error;
+use crate::executor::{Executor, Mode, ResourceRequest};
 use crate::op::OpParam;
 use crate::topology::Topology;
 use oxccl_platform::{Buf, NotifyLayout, Rank, RankProgram};
 use std::sync::Arc;
+
+/// Plan every rank's part of `ops` (one per rank, `ops[rank]`) with `executor`,
+/// registered as `name`; `reason` says why it runs.
+pub fn record_every_rank(
+    name: &'static str,
+    executor: &dyn Executor,
+    reason: String,
+    ops: &[OpParam],
+    setting: &Setting<'_>,
+) -> Result<Recording, Error> {
+    let topology = setting.topology;
+    if ops.len() != topology.ranks() || ops.is_empty() {
+        return Err(crate::error::ConfigError::new(
+            "ranks",
+            ops.len().to_string(),
+            format!(
+                "one operation per rank needed, the topology has {}",
+                topology.ranks()
+            ),
+        )
+        .into());
+    }
+    let layout = setting.layout();
+    let ranks = ops
+        .iter()
+        .enumerate()
+        .map(|(rank, op)| {
+            let ctx = setting.ctx(rank, op);
+            let planned = super::plan(name, executor, &ctx, layout)?;
+            Ok(RankRecording {
+                program: Arc::new(planned.program),
+                request: planned.request,
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(Recording {
+        op: ops[0].clone(),
+        ops: ops.to_vec(),
+        topology: topology.clone(),
+        mode: setting.mode,
+        in_place: setting.in_place,
+        executor: name,
+        reason,
+        layout,
+        ccl_bytes: setting.ccl_bytes,
+        ranks,
+    })
+}
 
 /// One rank's part of a recording.
 #[derive(Clone, Debug)]

@@ -34,9 +34,9 @@ use super::SelectRequest;
 use crate::cost::{estimate, model, CostParams};
 use crate::error::Error;
 use crate::executor::ExecutorEntry;
-use crate::orchestrate::{build_program, record_every_rank};
 use crate::planner::sample::representative_ranks;
 use crate::planner::Planned;
+use crate::planner::{plan, record_every_rank};
 use crate::registry::registry;
 use oxccl_platform::{Rank, RankProgram};
 
@@ -116,7 +116,7 @@ fn sample(
         .iter()
         .map(|&rank| {
             let ctx = setting.ctx(rank, req.op);
-            build_program(entry.name, executor.as_ref(), &ctx, layout)
+            plan(entry.name, executor.as_ref(), &ctx, layout)
         })
         .collect::<Result<Vec<Planned>, Error>>()
         .map_err(|e| Outcome::Rejected(Rejection::ModelError, format!("planning failed: {e}")))?;

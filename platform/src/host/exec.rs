@@ -1,20 +1,23 @@
-//! Copy and Reduce on the host: resolve, check, run inline or split across workers.
+//! Copy and Reduce on the host: bind, run inline or split across workers.
 //!
-//! Every slice is resolved to memory and checked before a byte moves: inside its buffer,
-//! writes only to writable buffers, no partial overlap between a task's sources and
-//! destinations, reductions aligned to their element size. A task that breaks a rule is an
-//! error naming rank, stream, task and slice, never undefined behaviour. Ordering between
-//! tasks is the program's duty; the analyzer proves it, and a racy program on the host
-//! yields wrong values, never an out-of-bounds access.
+//! `compile` resolved and checked every slice it could (see [`super::compile`]): device
+//! buffers are addresses, the rank's own user buffers are offsets within the extent
+//! `submit` checked against the binding. Running such a task checks nothing again. A task
+//! that touches a peer's user buffer (zero-copy) is *dynamic*: the peer's binding is only
+//! known now, so its slices are checked against it (inside, writable, aligned) and the
+//! task's overlaps are checked, before a byte moves. A task that breaks a rule is an error
+//! naming rank, stream, task and slice, never undefined behaviour. Ordering between tasks
+//! is the program's duty; the analyzer proves it, and a racy program on the host yields
+//! wrong values, never an out-of-bounds access.
 //!
 //! Tasks of at least [`SPLIT_BYTES`] are cut into 64-byte aligned chunks that idle workers
 //! pick up; the worker that finishes the last chunk resumes the stream.
 
+use super::compile::{check_overlaps, DataOp, HasSlice, Kind, Operand, Place};
 use super::launch::{Launch, Step};
-use super::memory::Resolved;
-use crate::dtype::{DataType, ReduceOp};
-use crate::error::{DeviceError, TaskLocation};
-use crate::ir::{Slice, Task};
+use super::memory::UserRegions;
+use crate::error::{DeviceError, SliceFault, TaskLocation};
+use crate::ir::{Buf, Slice};
 use crate::reduce::reduce_raw;
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,26 +28,22 @@ pub(crate) const SPLIT_BYTES: usize = 1 << 20;
 /// Smallest chunk a split produces.
 const MIN_CHUNK: usize = 256 << 10;
 
-#[derive(Copy, Clone)]
-enum Kind {
-    Copy,
-    Reduce(DataType, ReduceOp),
-}
-
-/// A data task with its memory resolved and checked.
+/// A data task with its memory bound.
 struct Prepared {
     kind: Kind,
     srcs: Ptrs<*const u8>,
     dsts: Ptrs<*mut u8>,
     len: usize,
-    _keep: SmallVec<[Resolved; 4]>,
+    /// Registrations of peers' user buffers the pointers point into.
+    _keep: SmallVec<[Arc<UserRegions>; 2]>,
 }
 
 /// Pointer lists sized for a mesh of up to 16 ranks without touching the heap.
 type Ptrs<T> = SmallVec<[T; 16]>;
 
-// SAFETY: the pointers were checked against live regions, and `_keep` holds the
-// registrations of any user buffers they point into, so they stay valid while this lives.
+// SAFETY: the pointers were checked against live regions (at compile for device buffers,
+// at submit for the rank's own user buffers, here for peers'), and `_keep` holds the
+// registrations of peers' user buffers, so they stay valid while this lives.
 unsafe impl Send for Prepared {}
 // SAFETY: as above; chunks touch disjoint byte ranges.
 unsafe impl Sync for Prepared {}
@@ -55,8 +54,8 @@ impl Prepared {
         match self.kind {
             Kind::Copy => {
                 for &dst in &self.dsts {
-                    // SAFETY: bounds and non-overlap of src/dst were checked in `prepare`;
-                    // `from + len <= self.len`.
+                    // SAFETY: bounds and non-overlap of src/dst were checked (compile,
+                    // submit or `bind`); `from + len <= self.len`.
                     unsafe {
                         std::ptr::copy_nonoverlapping(self.srcs[0].add(from), dst.add(from), len)
                     }
@@ -66,9 +65,9 @@ impl Prepared {
                 let srcs: Ptrs<*const u8> =
                     self.srcs.iter().map(|p| p.wrapping_add(from)).collect();
                 let dsts: Ptrs<*mut u8> = self.dsts.iter().map(|p| p.wrapping_add(from)).collect();
-                // SAFETY: `prepare` checked bounds, alignment to the element size (chunk
-                // offsets are multiples of 64) and that every dst either equals a src or
-                // overlaps none.
+                // SAFETY: bounds, alignment to the element size (chunk offsets are
+                // multiples of 64) and that every dst either equals a src or overlaps
+                // none were checked at compile (static operands) or in `bind` (dynamic).
                 unsafe { reduce_raw(dtype, op, &srcs, &dsts, len / dtype.size()) }
             }
         }
@@ -78,10 +77,10 @@ impl Prepared {
 /// Run a Copy or Reduce task of `launch`'s stream `at.stream`.
 pub(crate) fn run_data_task(
     launch: &Arc<Launch>,
-    task: &Task,
+    task: &DataOp,
     at: TaskLocation,
 ) -> Result<Step, DeviceError> {
-    let prepared = prepare(launch, task, at)?;
+    let prepared = bind(launch, task, at)?;
     let threads = launch.shared.pool.threads();
     if prepared.len < SPLIT_BYTES || threads < 2 {
         prepared.run_range(0, prepared.len);
@@ -136,36 +135,52 @@ impl ChunkJob {
     }
 }
 
-fn prepare(launch: &Launch, task: &Task, at: TaskLocation) -> Result<Prepared, DeviceError> {
-    let (kind, reads, writes) = match task {
-        Task::Copy { src, dsts } => (Kind::Copy, std::slice::from_ref(src), dsts.as_slice()),
-        Task::Reduce {
-            srcs,
-            dsts,
-            dtype,
-            op,
-        } => (Kind::Reduce(*dtype, *op), srcs.as_slice(), dsts.as_slice()),
-        Task::Post { .. } | Task::Wait { .. } => unreachable!("not a data task"),
-    };
-    let invalid = |slice: Slice, reason: String| DeviceError::InvalidSlice { at, slice, reason };
-    let len = writes.first().map_or(0, |s| s.len);
-    if reads.is_empty() || writes.is_empty() {
-        return Err(DeviceError::InvalidTask {
-            at,
-            reason: "a data task needs sources and destinations".into(),
+/// The address of a static operand.
+fn static_ptr(launch: &Launch, o: &Operand) -> *mut u8 {
+    match o.place {
+        Place::Fixed(p) => p,
+        Place::Own => {
+            let region = if o.slice.buf == Buf::Input {
+                launch.user.input
+            } else {
+                launch.user.output
+            };
+            // SAFETY: `submit` checked that the bound buffer is at least the program's
+            // extent for it, which covers `offset + len` of every own-buffer slice.
+            unsafe { region.ptr.add(o.slice.offset) }
+        }
+        Place::Peer(_) => unreachable!("dynamic operand"),
+    }
+}
+
+/// Bind a compiled task's operands to memory: static ones directly, a dynamic task's
+/// peer operands after checking them against the peer's binding, and then its overlaps.
+fn bind(launch: &Launch, task: &DataOp, at: TaskLocation) -> Result<Prepared, DeviceError> {
+    let mut keep = SmallVec::new();
+    if !task.dynamic {
+        return Ok(Prepared {
+            kind: task.kind,
+            srcs: task
+                .srcs
+                .iter()
+                .map(|o| static_ptr(launch, o) as *const u8)
+                .collect(),
+            dsts: task.dsts.iter().map(|o| static_ptr(launch, o)).collect(),
+            len: task.len,
+            _keep: keep,
         });
     }
-    let mut keep = SmallVec::new();
-    let mut resolve = |slice: Slice, write: bool| -> Result<(*mut u8, Slice), DeviceError> {
-        check_slice(launch, slice, len, kind, write).map_err(|r| invalid(slice, r))?;
-        let resolved = launch
+    let invalid = |slice: Slice, fault| DeviceError::InvalidSlice { at, slice, fault };
+    let mut resolve = |o: &Operand, write: bool| -> Result<Bound, DeviceError> {
+        let Place::Peer(slot) = o.place else {
+            return Ok(Bound(static_ptr(launch, o), o.slice));
+        };
+        let slice = o.slice;
+        let (region, reg) = launch
             .shared
             .memory
-            .resolve(slice.rank, slice.buf, launch.scratch)
-            .map_err(|r| invalid(slice, r))?;
-        let region = resolved.region;
-        // Checked on its own (not trusting `Slice::end` or any earlier validation): the
-        // sum must not wrap and must stay within the region.
+            .peer_user(slot, slice.rank, slice.buf, launch.epoch)
+            .map_err(|f| invalid(slice, f))?;
         let inside = slice
             .offset
             .checked_add(slice.len)
@@ -173,102 +188,53 @@ fn prepare(launch: &Launch, task: &Task, at: TaskLocation) -> Result<Prepared, D
         if !inside {
             return Err(invalid(
                 slice,
-                format!("the buffer has only {} bytes", region.len),
+                SliceFault::OutOfBounds {
+                    buffer_len: region.len,
+                },
             ));
         }
         if write && !region.writable {
-            return Err(invalid(slice, "the buffer is read-only".into()));
+            return Err(invalid(slice, SliceFault::ReadOnly));
         }
-        // SAFETY: `offset + len` did not overflow and is at most `region.len`, so
-        // `ptr + offset` and every byte up to `ptr + offset + len` lie in the region.
+        // SAFETY: `offset + len` did not overflow and is at most `region.len`; `reg`
+        // (kept with the prepared task) keeps the peer's buffer registered.
         let ptr = unsafe { region.ptr.add(slice.offset) };
-        if let Kind::Reduce(dtype, _) = kind {
+        if let Kind::Reduce(dtype, _) = task.kind {
             if !(ptr as usize).is_multiple_of(dtype.size()) {
-                return Err(invalid(
-                    slice,
-                    format!("not aligned to {} bytes for {dtype}", dtype.size()),
-                ));
+                return Err(invalid(slice, SliceFault::Misaligned { dtype }));
             }
         }
-        if resolved.keep.is_some() {
-            keep.push(resolved);
-        }
-        Ok((ptr, slice))
+        keep.push(reg);
+        Ok(Bound(ptr, slice))
     };
-    let srcs = reads
+    let srcs = task
+        .srcs
         .iter()
-        .map(|s| resolve(*s, false))
+        .map(|o| resolve(o, false))
         .collect::<Result<Ptrs<_>, _>>()?;
-    let dsts = writes
+    let dsts = task
+        .dsts
         .iter()
-        .map(|s| resolve(*s, true))
+        .map(|o| resolve(o, true))
         .collect::<Result<Ptrs<_>, _>>()?;
-    check_overlaps(&srcs, &dsts, len, matches!(kind, Kind::Reduce(..)))
-        .map_err(|(s, r)| invalid(s, r))?;
+    let reduce = matches!(task.kind, Kind::Reduce(..));
+    check_overlaps(&srcs, &dsts, task.len, reduce, |b| (0, b.0 as usize))
+        .map_err(|(slice, fault)| invalid(slice, fault))?;
     Ok(Prepared {
-        kind,
-        srcs: srcs.into_iter().map(|(p, _)| p as *const u8).collect(),
-        dsts: dsts.into_iter().map(|(p, _)| p).collect(),
-        len,
+        kind: task.kind,
+        srcs: srcs.iter().map(|b| b.0 as *const u8).collect(),
+        dsts: dsts.iter().map(|b| b.0).collect(),
+        len: task.len,
         _keep: keep,
     })
 }
 
-fn check_slice(
-    launch: &Launch,
-    slice: Slice,
-    len: usize,
-    kind: Kind,
-    write: bool,
-) -> Result<(), String> {
-    if slice.rank >= launch.shared.config.ranks {
-        return Err(format!("rank {} does not exist", slice.rank));
-    }
-    if slice.len != len {
-        return Err(format!(
-            "length {} differs from the task's {len}",
-            slice.len
-        ));
-    }
-    if write && slice.buf == crate::ir::Buf::Input {
-        return Err("programs must not write the user's Input".into());
-    }
-    if let Kind::Reduce(dtype, _) = kind {
-        if !slice.len.is_multiple_of(dtype.size()) {
-            return Err(format!(
-                "length is not a multiple of the {dtype} size {}",
-                dtype.size()
-            ));
-        }
-    }
-    Ok(())
-}
+/// An operand bound to its address.
+#[derive(Copy, Clone)]
+struct Bound(*mut u8, Slice);
 
-/// Destinations must not overlap each other or any source, except that a Reduce may list a
-/// destination among its sources exactly (accumulate in place).
-fn check_overlaps(
-    srcs: &[(*mut u8, Slice)],
-    dsts: &[(*mut u8, Slice)],
-    len: usize,
-    reduce: bool,
-) -> Result<(), (Slice, String)> {
-    let overlap = |a: *mut u8, b: *mut u8| {
-        let (a, b) = (a as usize, b as usize);
-        // Both ranges were checked to lie inside live regions, so these sums do not wrap;
-        // saturating keeps the check sound even if they did.
-        len > 0 && a < b.saturating_add(len) && b < a.saturating_add(len)
-    };
-    for (i, &(d, ds)) in dsts.iter().enumerate() {
-        for &(o, os) in &dsts[i + 1..] {
-            if overlap(d, o) {
-                return Err((ds, format!("overlaps another destination {os}")));
-            }
-        }
-        for &(s, ss) in srcs {
-            if overlap(d, s) && !(reduce && d == s) {
-                return Err((ds, format!("overlaps source {ss}")));
-            }
-        }
+impl HasSlice for Bound {
+    fn slice(&self) -> Slice {
+        self.1
     }
-    Ok(())
 }

@@ -1,51 +1,76 @@
-//! One `execute` call on the host device: stream state, notifies, abort and timeouts.
+//! One submission on the host device: gate, entry fence, streams, exit fence, abort and
+//! timeouts.
 //!
-//! A [`Launch`] owns the program counters of one rank's streams. Workers advance a stream
-//! until it finishes, parks on an unset notify, or hands a big task to the chunk machinery
-//! (which resumes the stream when the last chunk is done). Notifies live in one table per
-//! device behind a mutex: a Post on a notify whose waiter is parked resumes that stream
-//! directly, so a wakeup is one queue push.
+//! A [`Launch`] goes through phases: `Gated` (its gate is undecided), `Fenced` (a fence
+//! peer has not finished the previous epoch), `Running` (workers advance its streams),
+//! `Exiting` (its streams ended; in zero-copy mode it waits for its fence peers to finish
+//! this epoch, so none touches its user buffers afterwards), then done. No phase holds a
+//! thread: a gate decision, a peer's advance or a Post queues the launch again.
 //!
-//! Memory ordering: a Post and the Wait it satisfies both take the notify table's mutex,
-//! so every write the posting stream made before its Post happens-before every task after
-//! the Wait, on whichever worker those run.
+//! Workers advance a stream until it finishes, parks on an unset notify, or hands a big
+//! task to the chunk machinery (which resumes the stream when the last chunk is done).
+//! Notifies are words of per-rank signal banks ([`crate::signal`]): a Post on a word whose
+//! waiter is parked resumes that stream directly, so a wakeup is one queue push and no
+//! lock is shared by all ranks.
 
+use super::compile::{HostProgram, Op};
 use super::exec;
-use super::memory::Memory;
+use super::fence::RankFence;
+use super::memory::{Memory, UserRegions};
 use super::pool::WorkerPool;
-use crate::device::DeviceConfig;
-use crate::error::{DeviceError, TaskLocation};
-use crate::ir::{NotifyId, RankProgram, Task};
+use crate::device::{Compiled, DeviceConfig};
+use crate::error::{AbortCause, DeviceError, TaskFault, TaskLocation};
+use crate::ir::{NotifyId, Rank};
 use crate::notify::NotifyLayout;
+use crate::signal::{Posted, SignalBank, Waited};
 use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// What a post hands back to resume a parked stream: the launch and the stream.
+pub(crate) type Waker = (Arc<Launch>, usize);
 
 /// State shared by every launch of one host device.
 pub(crate) struct Shared {
     pub config: DeviceConfig,
     pub layout: NotifyLayout,
+    /// Per communicator rank, its local slot.
+    pub slots: Vec<Option<usize>>,
     pub memory: Memory,
-    pub notifies: Mutex<NotifyTable>,
+    /// Per local slot.
+    pub banks: Vec<SignalBank<Waker>>,
+    /// Per local slot.
+    pub fences: Vec<RankFence>,
     pub pool: WorkerPool,
     pub running: Mutex<Running>,
+    /// Identifies this device's compiled programs.
+    pub id: usize,
 }
 
 /// The launches in flight, and the failure that stopped the device, if any.
 ///
-/// A device serves the ranks of one communicator, whose programs wait on each other: when
-/// one launch fails, every other launch in flight is aborted at once (its ranks would
-/// otherwise wait out `exec_timeout` for posts that will never come), and every later
-/// launch is refused with the same cause, because the failed program left notifies and
-/// buffers in an unknown state.
+/// A device serves ranks whose programs wait on each other: when one launch fails, every
+/// other launch in flight is aborted at once (its ranks would otherwise wait out
+/// `exec_timeout` for posts that will never come), fence waiters are released, and every
+/// later launch is refused with the same cause, because the failed program left notifies
+/// and buffers in an unknown state.
 #[derive(Default)]
 pub(crate) struct Running {
     launches: Vec<std::sync::Weak<Launch>>,
-    failure: Option<String>,
+    failure: Option<AbortCause>,
 }
 
 impl Shared {
+    /// The local slot of `rank`, or the refusal for a rank this device does not serve.
+    pub(crate) fn slot(&self, rank: Rank) -> Result<usize, DeviceError> {
+        self.slots
+            .get(rank)
+            .copied()
+            .flatten()
+            .ok_or_else(|| self.config.not_served(rank))
+    }
+
     /// Track `launch`, unless an earlier failure stopped the device.
     pub(crate) fn admit(&self, launch: &Arc<Launch>) -> Result<(), DeviceError> {
         let mut running = self.running.lock();
@@ -60,17 +85,9 @@ impl Shared {
         Ok(())
     }
 
-    /// Stop the device after `failed`'s error: abort every other launch in flight.
-    fn fail_all(&self, failed: &Arc<Launch>, error: &DeviceError) {
-        self.stop(
-            format!("rank {} failed: {error}", failed.rank()),
-            Some(failed),
-        );
-    }
-
-    /// Stop the device for `cause`: abort every launch in flight but `except`, refuse
-    /// every later one.
-    pub(crate) fn stop(&self, cause: String, except: Option<&Arc<Launch>>) {
+    /// Stop the device for `cause`: abort every launch in flight but `except`, release
+    /// every fence waiter, refuse every later launch.
+    pub(crate) fn stop(&self, cause: AbortCause, except: Option<&Arc<Launch>>) {
         let others: Vec<Arc<Launch>> = {
             let mut running = self.running.lock();
             running.failure.get_or_insert_with(|| cause.clone());
@@ -88,42 +105,10 @@ impl Shared {
                 cause: cause.clone(),
             });
         }
-    }
-}
-
-/// Every rank's notifies.
-pub(crate) struct NotifyTable {
-    pub ranks: Vec<Vec<Slot>>,
-}
-
-impl NotifyTable {
-    /// The slot of `notify`, or an error naming the task that used a notify that does not
-    /// exist.
-    fn slot(&mut self, notify: NotifyId, at: TaskLocation) -> Result<&mut Slot, DeviceError> {
-        let len = self.ranks.first().map_or(0, Vec::len);
-        self.ranks
-            .get_mut(notify.rank)
-            .and_then(|r| r.get_mut(notify.index as usize))
-            .ok_or_else(|| DeviceError::InvalidTask {
-                at,
-                reason: format!("notify {notify:?} does not exist (each table has {len})"),
-            })
-    }
-
-    /// Grow every rank's table to `len` slots.
-    pub(crate) fn reserve(&mut self, len: usize) {
-        for rank in &mut self.ranks {
-            if rank.len() < len {
-                rank.resize_with(len, Slot::default);
-            }
+        for fence in &self.fences {
+            fence.release_all();
         }
     }
-}
-
-#[derive(Default)]
-pub(crate) struct Slot {
-    set: bool,
-    waiter: Option<(Arc<Launch>, usize)>,
 }
 
 /// What a stream does after a task.
@@ -134,23 +119,38 @@ pub(crate) enum Step {
     Suspended,
 }
 
-/// Whether a launch's streams were queued.
+/// Where a launch is (see the module docs).
 #[derive(Copy, Clone)]
 enum Phase {
-    /// Waiting for its gate (see [`crate::gate`]) since then.
     Gated(Instant),
+    /// Waiting for fence peer `peers[index]` to finish `needed`, since then.
+    Fenced {
+        since: Instant,
+        index: usize,
+        needed: u64,
+    },
     Running,
+    Exiting {
+        since: Instant,
+        index: usize,
+    },
     /// Ended before it started (its gate refused it, or the device stopped).
     Cancelled,
+    Done,
 }
 
-/// One rank's program in flight.
+/// One rank's submission in flight.
 pub(crate) struct Launch {
     pub shared: Arc<Shared>,
-    pub program: Arc<RankProgram>,
-    pub scratch: Option<usize>,
+    pub compiled: Arc<Compiled>,
+    pub program: Arc<HostProgram>,
+    pub epoch: u64,
+    /// The rank's own user buffers (a copy: the launch's own tasks are over before it
+    /// completes, so it does not hold the registration peers count on).
+    pub user: UserRegions,
     phase: Mutex<Phase>,
     pc: Vec<AtomicUsize>,
+    /// Per stream: the notify it waits on, since when, at which task.
     parked: Mutex<Vec<Option<(NotifyId, Instant, usize)>>>,
     remaining: AtomicUsize,
     aborted: AtomicBool,
@@ -162,51 +162,57 @@ pub(crate) struct Launch {
 impl Launch {
     pub(crate) fn new(
         shared: Arc<Shared>,
-        program: Arc<RankProgram>,
-        scratch: Option<usize>,
+        compiled: Arc<Compiled>,
+        program: Arc<HostProgram>,
+        epoch: u64,
+        user: UserRegions,
         gated: bool,
     ) -> Arc<Self> {
         let streams = program.streams.len();
+        let now = Instant::now();
         let phase = match gated {
-            true => Phase::Gated(Instant::now()),
-            false => Phase::Running,
+            true => Phase::Gated(now),
+            false => Phase::Fenced {
+                since: now,
+                index: 0,
+                needed: epoch.saturating_sub(1),
+            },
         };
         Arc::new(Launch {
             shared,
+            compiled,
             program,
-            scratch,
+            epoch,
+            user,
             phase: Mutex::new(phase),
             pc: (0..streams).map(|_| AtomicUsize::new(0)).collect(),
             parked: Mutex::new(vec![None; streams]),
             remaining: AtomicUsize::new(streams),
             aborted: AtomicBool::new(false),
             error: Mutex::new(None),
-            done: Mutex::new(streams == 0),
+            done: Mutex::new(false),
             done_cv: Condvar::new(),
         })
     }
 
-    pub(crate) fn rank(&self) -> usize {
-        self.program.rank
+    pub(crate) fn rank(&self) -> Rank {
+        self.compiled.rank
     }
 
-    /// Queue every stream.
-    pub(crate) fn start(self: &Arc<Self>) {
-        for s in 0..self.program.streams.len() {
-            self.schedule(s);
-        }
-    }
-
-    /// The gate decided: queue every stream, or end the launch with `cause` before any
-    /// task ran.
-    pub(crate) fn gate_decided(self: &Arc<Self>, outcome: Result<(), String>) {
+    /// The gate decided: pass the entry fence and run, or end the launch before any task
+    /// ran.
+    pub(crate) fn gate_decided(self: &Arc<Self>, outcome: Result<(), crate::GateRefusal>) {
         match outcome {
             Ok(()) => {
                 let mut phase = self.phase.lock();
                 if let Phase::Gated(_) = *phase {
-                    *phase = Phase::Running;
+                    *phase = Phase::Fenced {
+                        since: Instant::now(),
+                        index: 0,
+                        needed: self.epoch.saturating_sub(1),
+                    };
                     drop(phase);
-                    self.start();
+                    self.pass_entry_fence(0);
                 }
             }
             Err(cause) => {
@@ -216,19 +222,141 @@ impl Launch {
         }
     }
 
-    /// End a launch whose streams were never queued: they all count as finished. False
-    /// when it already runs (or ended).
-    fn cancel_unstarted(&self) -> bool {
-        let mut phase = self.phase.lock();
-        if let Phase::Gated(_) = *phase {
-            *phase = Phase::Cancelled;
-            drop(phase);
-            for _ in 0..self.program.streams.len() {
-                self.finish_stream();
+    /// Wait (parked, as a callback on the peer's fence) until every fence peer from
+    /// `index` on finished the previous epoch, then queue every stream.
+    pub(crate) fn pass_entry_fence(self: &Arc<Self>, mut index: usize) {
+        let needed = self.epoch.saturating_sub(1);
+        // Usually every peer is there already: skip them without taking the phase lock.
+        while let Some(&peer) = self.program.peer_slots.get(index) {
+            if self.shared.fences[peer].done() < needed {
+                break;
             }
-            return true;
+            index += 1;
         }
-        false
+        while let Some(&peer) = self.program.peer_slots.get(index) {
+            {
+                let mut phase = self.phase.lock();
+                if !matches!(*phase, Phase::Fenced { .. }) {
+                    return;
+                }
+                *phase = Phase::Fenced {
+                    since: match *phase {
+                        Phase::Fenced { since, .. } => since,
+                        _ => Instant::now(),
+                    },
+                    index,
+                    needed,
+                };
+            }
+            let me = self.clone();
+            let next = index;
+            let reached = self.shared.fences[peer]
+                .reached_or_register(needed, move || Box::new(move || me.pass_entry_fence(next)));
+            if !reached {
+                return;
+            }
+            index += 1;
+        }
+        {
+            let mut phase = self.phase.lock();
+            if !matches!(*phase, Phase::Fenced { .. }) {
+                return;
+            }
+            *phase = Phase::Running;
+        }
+        if self.program.streams.is_empty() {
+            self.streams_done();
+        }
+        for s in 0..self.program.streams.len() {
+            self.schedule(s);
+        }
+    }
+
+    /// Every stream ended: this rank finished the epoch. Then wait for the exit fence
+    /// (zero-copy, no error) or complete.
+    fn streams_done(self: &Arc<Self>) {
+        self.shared.fences[self.program.slot].advance(self.epoch);
+        let exit = self.compiled.exit_fence && self.error.lock().is_none();
+        {
+            let mut phase = self.phase.lock();
+            if matches!(*phase, Phase::Done) {
+                return;
+            }
+            if !exit {
+                *phase = Phase::Done;
+                drop(phase);
+                return self.complete();
+            }
+            *phase = Phase::Exiting {
+                since: Instant::now(),
+                index: 0,
+            };
+        }
+        self.pass_exit_fence(0);
+    }
+
+    fn pass_exit_fence(self: &Arc<Self>, mut index: usize) {
+        while let Some(&peer) = self.program.peer_slots.get(index) {
+            if self.shared.fences[peer].done() < self.epoch {
+                break;
+            }
+            index += 1;
+        }
+        while let Some(&peer) = self.program.peer_slots.get(index) {
+            {
+                let mut phase = self.phase.lock();
+                let Phase::Exiting { since, .. } = *phase else {
+                    return;
+                };
+                *phase = Phase::Exiting { since, index };
+            }
+            let me = self.clone();
+            let next = index;
+            let reached = self.shared.fences[peer].reached_or_register(self.epoch, move || {
+                Box::new(move || me.pass_exit_fence(next))
+            });
+            if !reached {
+                return;
+            }
+            index += 1;
+        }
+        {
+            let mut phase = self.phase.lock();
+            if !matches!(*phase, Phase::Exiting { .. }) {
+                return;
+            }
+            *phase = Phase::Done;
+        }
+        self.complete();
+    }
+
+    fn complete(&self) {
+        *self.done.lock() = true;
+        self.done_cv.notify_all();
+    }
+
+    /// End a launch whose streams were never queued (gated or fenced): it counts as
+    /// finished. Also ends an exiting launch at once. False when it runs (or ended).
+    fn cancel_unstarted(self: &Arc<Self>) -> bool {
+        let mut phase = self.phase.lock();
+        match *phase {
+            Phase::Gated(_) | Phase::Fenced { .. } => {
+                *phase = Phase::Cancelled;
+                drop(phase);
+                // A refused call still consumed its epoch: peers must not wait for it.
+                self.shared.fences[self.program.slot].advance(self.epoch);
+                self.complete();
+                true
+            }
+            Phase::Exiting { .. } => {
+                *phase = Phase::Done;
+                drop(phase);
+                self.complete();
+                true
+            }
+            Phase::Cancelled | Phase::Done => true,
+            Phase::Running => false,
+        }
     }
 
     /// Queue stream `s` to run from its current task.
@@ -252,13 +380,12 @@ impl Launch {
     }
 
     pub(crate) fn is_aborted(&self) -> bool {
-        self.aborted.load(Ordering::Acquire)
+        self.aborted.load(Ordering::SeqCst)
     }
 
-    fn finish_stream(&self) {
+    fn finish_stream(self: &Arc<Self>) {
         if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            *self.done.lock() = true;
-            self.done_cv.notify_all();
+            self.streams_done();
         }
     }
 
@@ -283,28 +410,50 @@ impl Launch {
                 | DeviceError::GateTimeout { .. }
         );
         if first && own {
-            self.shared.fail_all(self, &error);
+            let cause = AbortCause::PeerFailed {
+                rank: self.rank(),
+                error: Arc::new(error),
+            };
+            self.shared.stop(cause, Some(self));
         }
-        self.aborted.store(true, Ordering::Release);
+        self.aborted.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         if self.cancel_unstarted() {
             return;
         }
-        let mut table = self.shared.notifies.lock();
-        for slot in table.ranks[self.rank()].iter_mut() {
-            if matches!(&slot.waiter, Some((l, _)) if Arc::ptr_eq(l, self)) {
-                let (_, s) = slot.waiter.take().expect("matched above");
-                self.parked.lock()[s] = None;
-                self.finish_stream();
-            }
+        // Release parked streams; a stream that parks after this sees the flag and
+        // releases itself (see `wait`).
+        let waiting: Vec<(usize, NotifyId)> = self
+            .parked
+            .lock()
+            .iter()
+            .enumerate()
+            .filter_map(|(s, p)| p.map(|(n, ..)| (s, n)))
+            .collect();
+        for (s, notify) in waiting {
+            self.release_parked(s, notify);
         }
     }
 
-    /// True once every stream finished.
-    pub(crate) fn is_done(&self) -> bool {
-        self.remaining.load(Ordering::Acquire) == 0
+    /// Take stream `s` off the word of `notify` it parked on and finish it, unless a post
+    /// resumed it first.
+    fn release_parked(self: &Arc<Self>, s: usize, notify: NotifyId) {
+        let bank = &self.shared.banks[self.program.slot];
+        let word = bank
+            .word(notify.index as usize)
+            .expect("checked at compile");
+        if word.unpark().is_some() {
+            self.parked.lock()[s] = None;
+            self.finish_stream();
+        }
     }
 
-    /// The outcome, once [`Launch::wait_done`] returned.
+    /// True once the launch completed.
+    pub(crate) fn is_done(&self) -> bool {
+        *self.done.lock()
+    }
+
+    /// The outcome, once done.
     pub(crate) fn result(&self) -> Result<(), DeviceError> {
         match self.error.lock().clone() {
             Some(err) => Err(err),
@@ -312,37 +461,67 @@ impl Launch {
         }
     }
 
-    /// Block until every stream finished; report a Wait parked longer than the timeout.
-    pub(crate) fn wait_done(self: &Arc<Self>) -> Result<(), DeviceError> {
-        let timeout = self.shared.config.exec_timeout;
-        let tick = (timeout / 8).clamp(
-            std::time::Duration::from_millis(1),
-            std::time::Duration::from_millis(500),
-        );
+    /// Block up to `timeout` for the launch to complete, reporting a gate, fence or Wait
+    /// that waited longer than `exec_timeout` on the way: its outcome, or `None`.
+    pub(crate) fn wait_done(
+        self: &Arc<Self>,
+        timeout: Duration,
+    ) -> Option<Result<(), DeviceError>> {
+        let limit = self.shared.config.exec_timeout;
+        let tick = (limit / 8).clamp(Duration::from_millis(1), Duration::from_millis(500));
+        let deadline = crate::gate::deadline_after(timeout);
         let mut done = self.done.lock();
         while !*done {
-            self.done_cv.wait_for(&mut done, tick);
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            self.done_cv.wait_for(&mut done, tick.min(deadline - now));
             if *done {
                 break;
             }
-            if let Some(err) = self.overdue_wait() {
+            if let Some(err) = self.overdue() {
                 drop(done);
                 self.abort(err);
                 done = self.done.lock();
             }
         }
         drop(done);
-        self.result()
+        Some(self.result())
     }
 
-    fn overdue_wait(&self) -> Option<DeviceError> {
+    /// The error of a gate, fence or Wait that waited longer than `exec_timeout`.
+    fn overdue(&self) -> Option<DeviceError> {
         let timeout = self.shared.config.exec_timeout;
-        if let Phase::Gated(since) = *self.phase.lock() {
+        let peer_of = |index: usize| self.compiled.peers.get(index).copied().unwrap_or(0);
+        let fence_timeout = |since: Instant, index: usize, needed: u64| {
             let waited = since.elapsed();
-            return (waited >= timeout).then(|| DeviceError::GateTimeout {
+            let slot = self.program.peer_slots.get(index)?;
+            (waited >= timeout).then(|| DeviceError::FenceTimeout {
                 rank: self.rank(),
+                epoch: self.epoch,
+                peer: peer_of(index),
+                needed,
+                reached: self.shared.fences[*slot].done(),
                 waited,
-            });
+            })
+        };
+        match *self.phase.lock() {
+            Phase::Gated(since) => {
+                let waited = since.elapsed();
+                return (waited >= timeout).then(|| DeviceError::GateTimeout {
+                    rank: self.rank(),
+                    waited,
+                });
+            }
+            Phase::Fenced {
+                since,
+                index,
+                needed,
+            } => return fence_timeout(since, index, needed),
+            Phase::Exiting { since, index } => return fence_timeout(since, index, self.epoch),
+            Phase::Running => {}
+            Phase::Cancelled | Phase::Done => return None,
         }
         let parked = self.parked.lock();
         parked.iter().enumerate().find_map(|(stream, p)| {
@@ -361,67 +540,81 @@ impl Launch {
         })
     }
 
-    fn post(&self, notify: NotifyId, at: TaskLocation) -> Result<(), DeviceError> {
-        let mut table = self.shared.notifies.lock();
-        let slot = table.slot(notify, at)?;
-        if let Some((waiter, s)) = slot.waiter.take() {
-            waiter.parked.lock()[s] = None;
-            waiter.advance(s);
-            waiter.resume(s);
-        } else if slot.set {
-            return Err(DeviceError::LostWakeup {
+    fn post(
+        &self,
+        slot: usize,
+        word: usize,
+        notify: NotifyId,
+        at: TaskLocation,
+    ) -> Result<(), DeviceError> {
+        let word = self.shared.banks[slot]
+            .word(word)
+            .expect("compile reserved every word a program posts");
+        match word.post() {
+            Posted::Set => Ok(()),
+            Posted::Woke((waiter, s)) => {
+                waiter.parked.lock()[s] = None;
+                waiter.advance(s);
+                waiter.resume(s);
+                Ok(())
+            }
+            Posted::AlreadySet => Err(DeviceError::LostWakeup {
                 at,
                 notify,
                 notify_desc: self.shared.layout.describe(notify),
-            });
-        } else {
-            slot.set = true;
+            }),
         }
-        Ok(())
     }
 
-    fn wait(self: &Arc<Self>, notify: NotifyId, at: TaskLocation) -> Result<Step, DeviceError> {
-        if notify.rank != self.rank() {
-            return Err(DeviceError::InvalidTask {
-                at,
-                reason: format!("Wait on notify {notify:?} of another rank; waits are local"),
-            });
-        }
-        let mut table = self.shared.notifies.lock();
-        // Checked under the table's lock: `abort` sets the flag before it takes the lock to
-        // release parked streams, so a stream either sees the flag here or is parked in
-        // time for `abort` to release it. Without this a stream that passed the flag check
-        // in `run_stream` just before an abort would park after it, and wait out the
-        // timeout. The loop in `run_stream` ends the stream.
-        if self.is_aborted() {
+    fn wait(
+        self: &Arc<Self>,
+        index: usize,
+        notify: NotifyId,
+        at: TaskLocation,
+    ) -> Result<Step, DeviceError> {
+        let word = self.shared.banks[self.program.slot]
+            .word(index)
+            .expect("compile reserved the rank's local region");
+        if word.try_consume() {
             return Ok(Step::Next);
         }
-        let slot = table.slot(notify, at)?;
-        if slot.set {
-            slot.set = false;
-            return Ok(Step::Next);
-        }
-        if slot.waiter.is_some() {
-            return Err(DeviceError::InvalidTask {
-                at,
-                reason: format!(
-                    "two streams wait on {}",
-                    self.shared.layout.describe(notify)
-                ),
-            });
-        }
-        slot.waiter = Some((self.clone(), at.stream));
+        // Recorded before parking, so that an abort (which reads this list after raising
+        // its flag) or the watchdog finds the stream.
         self.parked.lock()[at.stream] = Some((notify, Instant::now(), at.task));
-        Ok(Step::Suspended)
+        match word.wait(|| (self.clone(), at.stream)) {
+            Waited::Consumed => {
+                self.parked.lock()[at.stream] = None;
+                Ok(Step::Next)
+            }
+            Waited::Parked => {
+                // An abort that read the parked list before the entry above was written
+                // raised its flag first: release this stream here (once: the CAS in
+                // `unpark` decides between this, the abort and a post).
+                fence(Ordering::SeqCst);
+                if self.is_aborted() {
+                    self.release_parked(at.stream, notify);
+                }
+                Ok(Step::Suspended)
+            }
+            Waited::Occupied => {
+                self.parked.lock()[at.stream] = None;
+                Err(DeviceError::InvalidTask {
+                    at,
+                    fault: TaskFault::TwoWaiters {
+                        notify_desc: self.shared.layout.describe(notify),
+                    },
+                })
+            }
+        }
     }
 }
 
 /// Run stream `s` of `launch` until it finishes, parks, or hands off a big task.
 pub(crate) fn run_stream(launch: &Arc<Launch>, s: usize) {
-    let tasks = &launch.program.streams[s].tasks;
+    let ops = &launch.program.streams[s];
     loop {
         let pc = launch.pc[s].load(Ordering::Relaxed);
-        let Some(task) = tasks.get(pc).filter(|_| !launch.is_aborted()) else {
+        let Some(op) = ops.get(pc).filter(|_| !launch.is_aborted()) else {
             launch.finish_stream();
             return;
         };
@@ -430,10 +623,12 @@ pub(crate) fn run_stream(launch: &Arc<Launch>, s: usize) {
             stream: s,
             task: pc,
         };
-        let step = match task {
-            Task::Post { notify } => launch.post(*notify, at).map(|()| Step::Next),
-            Task::Wait { notify } => launch.wait(*notify, at),
-            Task::Copy { .. } | Task::Reduce { .. } => exec::run_data_task(launch, task, at),
+        let step = match op {
+            Op::Post { slot, word, notify } => {
+                launch.post(*slot, *word, *notify, at).map(|()| Step::Next)
+            }
+            Op::Wait { word, notify } => launch.wait(*word, *notify, at),
+            Op::Data(data) => exec::run_data_task(launch, data, at),
         };
         match step {
             Ok(Step::Next) => launch.advance(s),

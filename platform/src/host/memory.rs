@@ -1,12 +1,14 @@
 //! Host memory: device-owned buffers and the registry of user buffers in flight.
 //!
-//! CCL buffers and scratch live as long as the device, so their addresses are stable and a
-//! task resolves them without locking. User buffers are registered by a rank for the
-//! duration of its `execute` call. Peers that touch them (zero-copy eager mode) take a
-//! counted reference to the registration; unregistering waits until those references are
-//! dropped, so no task touches a user buffer after its owner's call returned.
+//! One set of buffers per **local** rank (index: the rank's slot among the device's local
+//! ranks). CCL buffers and scratch live as long as the device, so their addresses are
+//! stable: `compile` resolves them once. User buffers are registered by a rank for the
+//! duration of its submission, with the submission's epoch. Peers that touch them
+//! (zero-copy eager mode) take a counted reference to the registration; unregistering
+//! waits until those references are dropped, so no task touches a user buffer after its
+//! owner's call returned, even when a failure released the exit fence early.
 
-use crate::error::DeviceError;
+use crate::error::{AllocFault, DeviceError, SliceFault};
 use crate::ir::{Buf, Rank};
 use parking_lot::{Mutex, RwLock};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
@@ -32,10 +34,10 @@ unsafe impl Sync for HostBuffer {}
 
 impl HostBuffer {
     pub(crate) fn new(len: usize, what: &'static str) -> Result<Self, DeviceError> {
-        let alloc_err = |reason: String| DeviceError::Alloc {
+        let alloc_err = |fault: AllocFault| DeviceError::Alloc {
             what,
             bytes: len,
-            reason,
+            fault,
         };
         if len == 0 {
             return Ok(HostBuffer {
@@ -43,15 +45,15 @@ impl HostBuffer {
                 len: 0,
             });
         }
-        let layout = Layout::from_size_align(len, ALIGN).map_err(|e| alloc_err(e.to_string()))?;
+        let layout = Layout::from_size_align(len, ALIGN).map_err(|e| alloc_err(e.into()))?;
         // SAFETY: layout has non-zero size. Large zeroed allocations come from mmap and are
         // committed lazily, so an unused CCL buffer costs address space, not memory.
         let raw = unsafe { alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).ok_or_else(|| alloc_err("out of memory".into()))?;
+        let ptr = NonNull::new(raw).ok_or_else(|| alloc_err(AllocFault::OutOfMemory))?;
         Ok(HostBuffer { ptr, len })
     }
 
-    fn region(&self) -> Region {
+    pub(crate) fn region(&self) -> Region {
         Region {
             ptr: self.ptr.as_ptr(),
             len: self.len,
@@ -88,32 +90,27 @@ unsafe impl Send for Region {}
 // SAFETY: as above.
 unsafe impl Sync for Region {}
 
-/// A rank's user buffers while its `execute` call runs.
-#[derive(Debug)]
+/// A rank's user buffers while its submission runs.
+#[derive(Copy, Clone, Debug)]
 pub(crate) struct UserRegions {
     pub input: Region,
     pub output: Region,
+    /// The submission's epoch: a peer's task of another epoch must not use them.
+    pub epoch: u64,
 }
 
-/// A resolved region plus whatever keeps it alive.
-pub(crate) struct Resolved {
-    pub region: Region,
-    /// Held while a task uses a user buffer, so its owner cannot return in between.
-    pub keep: Option<Arc<UserRegions>>,
-}
-
-/// All memory of one host device.
+/// All memory of one host device, indexed by local slot.
 pub(crate) struct Memory {
-    ccl_in: Vec<HostBuffer>,
-    ccl_out: Vec<HostBuffer>,
-    scratch: RwLock<Vec<Vec<HostBuffer>>>,
+    pub ccl_in: Vec<HostBuffer>,
+    pub ccl_out: Vec<HostBuffer>,
+    scratch: RwLock<Vec<Arc<Vec<HostBuffer>>>>,
     user: Vec<Mutex<Option<Arc<UserRegions>>>>,
 }
 
 impl Memory {
-    pub(crate) fn new(ranks: usize, ccl_bytes: usize) -> Result<Self, DeviceError> {
+    pub(crate) fn new(local: usize, ccl_bytes: usize) -> Result<Self, DeviceError> {
         let buffers = |what| {
-            (0..ranks)
+            (0..local)
                 .map(|_| HostBuffer::new(ccl_bytes, what))
                 .collect::<Result<Vec<_>, _>>()
         };
@@ -121,38 +118,60 @@ impl Memory {
             ccl_in: buffers("CclIn")?,
             ccl_out: buffers("CclOut")?,
             scratch: RwLock::new(Vec::new()),
-            user: (0..ranks).map(|_| Mutex::new(None)).collect(),
+            user: (0..local).map(|_| Mutex::new(None)).collect(),
         })
     }
 
-    pub(crate) fn alloc_scratch(&self, ranks: usize, bytes: usize) -> Result<usize, DeviceError> {
-        let set = (0..ranks)
+    pub(crate) fn alloc_scratch(&self, local: usize, bytes: usize) -> Result<usize, DeviceError> {
+        let set = (0..local)
             .map(|_| HostBuffer::new(bytes, "Scratch"))
             .collect::<Result<Vec<_>, _>>()?;
         let mut scratch = self.scratch.write();
-        scratch.push(set);
+        scratch.push(Arc::new(set));
         Ok(scratch.len() - 1)
     }
 
-    /// Publish `rank`'s user buffers; returns the registration to pass to `unregister`, or
+    /// The device-owned region behind `(slot, buf)`; `scratch` is the program's set.
+    /// Device buffers live as long as the device.
+    pub(crate) fn device_region(
+        &self,
+        slot: usize,
+        buf: Buf,
+        scratch: Option<usize>,
+    ) -> Result<Region, SliceFault> {
+        match buf {
+            Buf::CclIn => Ok(self.ccl_in[slot].region()),
+            Buf::CclOut => Ok(self.ccl_out[slot].region()),
+            Buf::Scratch => {
+                let id = scratch.ok_or(SliceFault::NoScratch)?;
+                let sets = self.scratch.read();
+                let set = sets.get(id).ok_or(SliceFault::NoSuchScratch { id })?;
+                Ok(set[slot].region())
+            }
+            Buf::Input | Buf::Output => unreachable!("user buffers are bound per submission"),
+        }
+    }
+
+    /// Publish `slot`'s user buffers; returns the registration to pass to `unregister`, or
     /// an error if the rank already has a collective in flight.
     pub(crate) fn register(
         &self,
+        slot: usize,
         rank: Rank,
         regions: UserRegions,
     ) -> Result<Arc<UserRegions>, DeviceError> {
-        let mut slot = self.user[rank].lock();
-        if slot.is_some() {
+        let mut entry = self.user[slot].lock();
+        if entry.is_some() {
             return Err(DeviceError::Busy { rank });
         }
         let reg = Arc::new(regions);
-        *slot = Some(reg.clone());
+        *entry = Some(reg.clone());
         Ok(reg)
     }
 
-    /// Withdraw `rank`'s user buffers and wait until no task still holds them.
-    pub(crate) fn unregister(&self, rank: Rank, reg: Arc<UserRegions>) {
-        self.user[rank].lock().take();
+    /// Withdraw `slot`'s user buffers and wait until no task still holds them.
+    pub(crate) fn unregister(&self, slot: usize, reg: Arc<UserRegions>) {
+        self.user[slot].lock().take();
         let mut spins = 0u32;
         while Arc::strong_count(&reg) > 1 {
             spins += 1;
@@ -164,39 +183,31 @@ impl Memory {
         }
     }
 
-    /// The memory behind `(rank, buf)` for a program whose scratch set is `scratch`.
-    ///
-    /// Device buffers are always valid; user buffers only while their owner is registered.
-    /// Callers bounds-check against `Region::len` before touching memory, and must not keep
-    /// the pointer past the life of the returned `Resolved`.
-    pub(crate) fn resolve(
+    /// A peer's user buffer for a task of `epoch`: the region and the registration that
+    /// keeps it alive. The caller bounds-checks against `Region::len` before touching it.
+    pub(crate) fn peer_user(
         &self,
+        slot: usize,
         rank: Rank,
         buf: Buf,
-        scratch: Option<usize>,
-    ) -> Result<Resolved, String> {
-        let region = match buf {
-            Buf::CclIn => self.ccl_in[rank].region(),
-            Buf::CclOut => self.ccl_out[rank].region(),
-            Buf::Scratch => {
-                let id = scratch.ok_or("the executor requested no scratch")?;
-                self.scratch.read()[id][rank].region()
-            }
-            Buf::Input | Buf::Output => {
-                let reg = self.user[rank].lock().clone().ok_or_else(|| {
-                    format!("rank {rank} has no collective in flight, so its {buf:?} is unbound")
-                })?;
-                let region = if buf == Buf::Input {
-                    reg.input
-                } else {
-                    reg.output
-                };
-                return Ok(Resolved {
-                    region,
-                    keep: Some(reg),
-                });
-            }
+        epoch: u64,
+    ) -> Result<(Region, Arc<UserRegions>), SliceFault> {
+        let reg = self.user[slot]
+            .lock()
+            .clone()
+            .ok_or(SliceFault::Unbound { rank, buf })?;
+        if reg.epoch != epoch {
+            return Err(SliceFault::OtherEpoch {
+                rank,
+                bound: reg.epoch,
+                running: epoch,
+            });
+        }
+        let region = if buf == Buf::Input {
+            reg.input
+        } else {
+            reg.output
         };
-        Ok(Resolved { region, keep: None })
+        Ok((region, reg))
     }
 }

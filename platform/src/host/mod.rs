@@ -3,24 +3,40 @@
 //! A small pool of worker threads (one per core unless `host_threads` says otherwise) runs
 //! every stream of every local rank, as a device's scheduler would: a stream blocked on a
 //! Wait holds no thread, a Post makes the waiting stream runnable again, and big Copy and
-//! Reduce tasks are split across idle workers. User buffers are registered for the duration
-//! of each `execute` call, so peers can read and write them directly (zero-copy eager mode).
+//! Reduce tasks are split across idle workers. User buffers are registered for the
+//! duration of each submission, so peers can read and write them directly (zero-copy).
 //!
-//! Files: `memory` (buffers and user-buffer registry), `pool` (workers), `launch` (stream
-//! state, notifies, timeouts), `exec` (Copy/Reduce with checks and splitting).
+//! Files: `memory` (buffers and user-buffer registry), `compile` (programs resolved and
+//! checked once), `launch` (a submission: gate, fences, streams, notifies, timeouts),
+//! `fence` (per-rank `done_epoch`), `exec` (Copy/Reduce), `pool` (workers). The signal
+//! banks are [`crate::signal`]'s.
 
+mod compile;
 mod exec;
+mod fence;
 mod launch;
 mod memory;
 mod pool;
 
-use crate::device::{Device, DeviceConfig, Execution, ScratchId, UserBuffers};
-use crate::error::DeviceError;
-use launch::{Launch, NotifyTable, Shared};
+use crate::device::{
+    Capabilities, CompileRequest, Compiled, Completion, Device, DeviceConfig, MemoryKind, Resource,
+    ResourceHandle, ScratchId, Submission, UserBuffers,
+};
+use crate::error::{AbortCause, ConfigFault, DeviceError};
+use crate::ir::Rank;
+use crate::signal::SignalBank;
+use compile::HostProgram;
+use launch::{Launch, Shared};
 use memory::{Memory, Region, UserRegions};
 use parking_lot::Mutex;
-use std::any::Any;
 use std::sync::Arc;
+use std::time::Duration;
+
+crate::register_backend!(
+    "host",
+    "threads of this process on CPU cores, host memory",
+    |config| Ok(Arc::new(HostDevice::new(config)?))
+);
 
 /// The default backend: collectives between threads of one process on CPU cores.
 pub struct HostDevice {
@@ -31,6 +47,7 @@ impl std::fmt::Debug for HostDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HostDevice")
             .field("ranks", &self.shared.config.ranks)
+            .field("local_ranks", &self.shared.config.local_ranks.len())
             .field("ccl_bytes", &self.shared.config.ccl_bytes)
             .field("threads", &self.shared.pool.threads())
             .finish()
@@ -38,43 +55,32 @@ impl std::fmt::Debug for HostDevice {
 }
 
 impl HostDevice {
-    /// Create a host device for `config.ranks` ranks, with its CCL buffers and workers.
+    /// Create a host device for `config.local_ranks`, with their CCL buffers, signal
+    /// banks and the workers.
     pub fn new(config: DeviceConfig) -> Result<Self, DeviceError> {
-        if config.ranks == 0 {
-            return Err(DeviceError::Config(
-                "a device needs at least one rank".into(),
-            ));
-        }
-        if config.link_channels == 0 {
-            return Err(DeviceError::Config(
-                "links need at least one notify channel".into(),
-            ));
-        }
+        let slots = config.local_slots()?;
         let threads = match config.host_threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };
-        let pool = pool::WorkerPool::new(threads).map_err(|e| {
-            DeviceError::Config(format!("cannot start {threads} worker threads: {e}"))
+        let pool = pool::WorkerPool::new(threads).map_err(|e| ConfigFault::Threads {
+            threads,
+            source: Arc::new(e),
         })?;
         let layout = config.layout();
-        let table = NotifyTable {
-            ranks: (0..config.ranks)
-                .map(|_| {
-                    (0..layout.table_len(0))
-                        .map(|_| Default::default())
-                        .collect()
-                })
-                .collect(),
-        };
+        let local = config.local_ranks.len();
+        let link_words = layout.local_base() as usize;
         Ok(HostDevice {
             shared: Arc::new(Shared {
-                memory: Memory::new(config.ranks, config.ccl_bytes)?,
-                notifies: Mutex::new(table),
+                memory: Memory::new(local, config.ccl_bytes)?,
+                banks: (0..local).map(|_| SignalBank::new(link_words)).collect(),
+                fences: (0..local).map(|_| Default::default()).collect(),
                 pool,
                 running: Mutex::new(Default::default()),
+                slots,
                 layout,
                 config,
+                id: crate::device::next_device_id(),
             }),
         })
     }
@@ -83,9 +89,56 @@ impl HostDevice {
     pub fn threads(&self) -> usize {
         self.shared.pool.threads()
     }
+
+    /// Validate a submission, register its user buffers and start its launch (gated,
+    /// fenced or at once).
+    fn start(&self, s: Submission<'_>) -> Result<HostCompletion, DeviceError> {
+        let compiled = s.compiled;
+        if compiled.device_id != self.shared.id {
+            return Err(ConfigFault::ForeignProgram.into());
+        }
+        let program: Arc<HostProgram> = compiled
+            .backend
+            .clone()
+            .downcast()
+            .map_err(|_| DeviceError::from(ConfigFault::ForeignProgram))?;
+        compiled.check_binding(&s.user)?;
+        let rank = compiled.rank;
+        let slot = program.slot;
+        let regions = user_regions(s.user, s.epoch);
+        // The registration lives until the completion unregisters it, which waits for
+        // every task (local or a peer's) still using these buffers; the caller of the
+        // unsafe `submit` keeps the borrow alive until then.
+        let registration = self.shared.memory.register(slot, rank, regions)?;
+        let launch = Launch::new(
+            self.shared.clone(),
+            compiled,
+            program,
+            s.epoch,
+            *registration,
+            s.gate.is_some(),
+        );
+        if let Err(err) = self.shared.admit(&launch) {
+            drop(launch);
+            self.shared.memory.unregister(slot, registration);
+            return Err(err);
+        }
+        match s.gate {
+            Some(gate) => {
+                let gated = launch.clone();
+                gate.when_decided(Box::new(move |outcome| gated.gate_decided(outcome)));
+            }
+            None => launch.pass_entry_fence(0),
+        }
+        Ok(HostCompletion {
+            launch,
+            slot,
+            registration: Some(registration),
+        })
+    }
 }
 
-fn user_regions(user: UserBuffers<'_>) -> UserRegions {
+fn user_regions(user: UserBuffers<'_>, epoch: u64) -> UserRegions {
     match user {
         UserBuffers::OutOfPlace { input, output } => UserRegions {
             input: Region {
@@ -98,6 +151,7 @@ fn user_regions(user: UserBuffers<'_>) -> UserRegions {
                 len: output.len(),
                 writable: true,
             },
+            epoch,
         },
         UserBuffers::InPlace(buf) => {
             let region = Region {
@@ -111,39 +165,53 @@ fn user_regions(user: UserBuffers<'_>) -> UserRegions {
                     ..region
                 },
                 output: region,
+                epoch,
             }
         }
     }
 }
 
-impl HostDevice {
-    /// Validate, register the user buffers and queue every stream of one execution.
-    fn start(&self, e: Execution<'_>) -> Result<(Arc<Launch>, Arc<UserRegions>), DeviceError> {
-        let rank = e.program.rank;
-        if rank >= self.shared.config.ranks {
-            return Err(DeviceError::Config(format!(
-                "program for rank {rank} on a device of {} ranks",
-                self.shared.config.ranks
-            )));
+/// A host submission in flight.
+struct HostCompletion {
+    launch: Arc<Launch>,
+    slot: usize,
+    /// Taken when the outcome is known (and the buffers unregistered).
+    registration: Option<Arc<UserRegions>>,
+}
+
+impl HostCompletion {
+    fn finish(&mut self) {
+        if let Some(reg) = self.registration.take() {
+            self.launch.shared.memory.unregister(self.slot, reg);
         }
-        // The registration lives until `unregister` returns, which waits for every task
-        // (local or a peer's) still using these buffers; the borrow of the user buffers
-        // outlives `execute_group`, which unregisters before returning.
-        let registration = self.shared.memory.register(rank, user_regions(e.user))?;
-        let scratch = e.scratch.map(|s| s.0);
-        let launch = Launch::new(self.shared.clone(), e.program, scratch, e.gate.is_some());
-        if let Err(err) = self.shared.admit(&launch) {
-            self.shared.memory.unregister(rank, registration);
-            return Err(err);
+    }
+}
+
+impl Completion for HostCompletion {
+    fn wait(&mut self, timeout: Duration) -> Option<Result<(), DeviceError>> {
+        // Work instead of sleeping while the queue has jobs: small operations then finish
+        // on this thread without a wakeup.
+        let pool = &self.launch.shared.pool;
+        while !self.launch.is_done() && pool.run_one() {}
+        let outcome = self.launch.wait_done(timeout)?;
+        self.finish();
+        Some(outcome)
+    }
+}
+
+impl Drop for HostCompletion {
+    /// A completion dropped before its outcome was read still waits for it: the user's
+    /// buffers stay registered until no task touches them (a leaked one cannot, hence
+    /// `submit`'s safety contract).
+    fn drop(&mut self) {
+        if self.registration.is_some() {
+            while self
+                .launch
+                .wait_done(self.launch.shared.config.exec_timeout)
+                .is_none()
+            {}
+            self.finish();
         }
-        match e.gate {
-            Some(gate) => {
-                let gated = launch.clone();
-                gate.when_decided(Box::new(move |outcome| gated.gate_decided(outcome)));
-            }
-            None => launch.start(),
-        }
-        Ok((launch, registration))
     }
 }
 
@@ -156,66 +224,107 @@ impl Device for HostDevice {
         &self.shared.config
     }
 
-    fn remote_user_buffers(&self) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            peer_user_buffers: true,
+            executes: true,
+            graph_capture: false,
+            memory: MemoryKind::ProcessHeap,
+        }
     }
 
     fn alloc_scratch(&self, bytes_per_rank: usize) -> Result<ScratchId, DeviceError> {
-        let id = self
-            .shared
-            .memory
-            .alloc_scratch(self.shared.config.ranks, bytes_per_rank)?;
+        let local = self.shared.config.local_ranks.len();
+        let id = self.shared.memory.alloc_scratch(local, bytes_per_rank)?;
         Ok(ScratchId(id))
     }
 
-    fn reserve_local_notifies(&self, local: usize) -> Result<(), DeviceError> {
-        let len = self.shared.layout.table_len(local);
-        self.shared.notifies.lock().reserve(len);
-        Ok(())
+    fn resource(&self, rank: Rank, resource: Resource) -> Result<ResourceHandle, DeviceError> {
+        let slot = self.shared.slot(rank)?;
+        let memory = &self.shared.memory;
+        let (addr, len) = match resource {
+            Resource::CclIn => region_span(memory.ccl_in[slot].region()),
+            Resource::CclOut => region_span(memory.ccl_out[slot].region()),
+            Resource::Scratch(id) => region_span(
+                memory
+                    .device_region(slot, crate::ir::Buf::Scratch, Some(id.0))
+                    .map_err(|fault| DeviceError::InvalidSlice {
+                        at: crate::error::TaskLocation {
+                            rank,
+                            stream: 0,
+                            task: 0,
+                        },
+                        slice: crate::ir::Slice::new(rank, crate::ir::Buf::Scratch, 0, 0),
+                        fault,
+                    })?,
+            ),
+            Resource::Signals => {
+                let bank = &self.shared.banks[slot];
+                let addr = bank.word(0).map_or(0, |w| w as *const _ as usize);
+                (addr, bank.link_bytes())
+            }
+        };
+        Ok(ResourceHandle {
+            rank,
+            resource,
+            memory: MemoryKind::ProcessHeap,
+            addr,
+            len,
+        })
     }
 
-    fn execute_group(&self, group: Vec<Execution<'_>>) -> Vec<Result<(), DeviceError>> {
-        let mut results: Vec<Result<(), DeviceError>> = Vec::with_capacity(group.len());
-        let mut running = Vec::with_capacity(group.len());
-        for (i, e) in group.into_iter().enumerate() {
-            match self.start(e) {
-                Ok(started) => {
-                    running.push((i, started));
-                    results.push(Ok(()));
+    fn compile(&self, request: CompileRequest) -> Result<Arc<Compiled>, DeviceError> {
+        compile::compile(&self.shared, request)
+    }
+
+    unsafe fn submit(
+        &self,
+        group: Vec<Submission<'_>>,
+    ) -> Vec<Result<Box<dyn Completion + '_>, DeviceError>> {
+        let mut results: Vec<Result<Box<dyn Completion>, DeviceError>> = Vec::new();
+        let mut start_error = None;
+        for s in group {
+            let rank = s.compiled.rank;
+            match self.start(s) {
+                Ok(c) => results.push(Ok(Box::new(c))),
+                Err(err) => {
+                    let stops = !matches!(
+                        err,
+                        DeviceError::Aborted { .. } | DeviceError::Refused { .. }
+                    );
+                    if stops && start_error.is_none() {
+                        start_error = Some((rank, err.clone()));
+                    }
+                    results.push(Err(err));
                 }
-                Err(err) => results.push(Err(err)),
             }
         }
-        // Work instead of sleeping while the queue has jobs: small operations then finish on
-        // this thread without a wakeup.
-        while !running.iter().all(|(_, (l, _))| l.is_done()) && self.shared.pool.run_one() {}
         // A part of the group that could not start leaves its peers waiting for it: stop
         // the device, which aborts every launch in flight (this group's and others').
-        let start_error = results.iter().find_map(|r| match r {
-            Err(DeviceError::Aborted { .. } | DeviceError::Refused { .. }) | Ok(()) => None,
-            Err(e) => Some(e.to_string()),
-        });
-        if let Some(cause) = start_error {
-            self.shared.stop(
-                format!("a rank of a group call could not start: {cause}"),
-                None,
-            );
-        }
-        for (_, (launch, _)) in &running {
-            // Errors are collected below; a failure already stopped the device.
-            let _ = launch.wait_done();
-        }
-        for (i, (launch, registration)) in running {
-            let rank = launch.rank();
-            results[i] = launch.result();
-            self.shared.memory.unregister(rank, registration);
+        if let Some((rank, error)) = start_error {
+            let cause = AbortCause::PeerFailed {
+                rank,
+                error: Arc::new(error),
+            };
+            self.shared.stop(cause, None);
         }
         results
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn retire(&self, rank: Rank, epoch: u64) -> Result<(), DeviceError> {
+        let slot = self.shared.slot(rank)?;
+        self.shared.fences[slot].advance(epoch);
+        Ok(())
     }
+
+    fn done_epoch(&self, rank: Rank) -> Result<u64, DeviceError> {
+        let slot = self.shared.slot(rank)?;
+        Ok(self.shared.fences[slot].done())
+    }
+}
+
+fn region_span(region: Region) -> (usize, usize) {
+    (region.ptr as usize, region.len)
 }
 
 #[cfg(test)]

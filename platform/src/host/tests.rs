@@ -1,30 +1,106 @@
 //! Host device tests on hand-written programs.
 
 use super::HostDevice;
-use crate::device::{Device, DeviceConfig, Execution, UserBuffers};
+use crate::device::{
+    CompileRequest, Device, DeviceConfig, Resource, ScratchId, Submission, UserBuffers,
+};
 use crate::dtype::{DataType, ReduceOp};
-use crate::error::DeviceError;
+use crate::error::{AbortCause, ConfigFault, DeviceError, GateRefusal};
 use crate::ir::{Buf, NotifyId, RankProgram, Slice, Task};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn device(ranks: usize, threads: usize, timeout_ms: u64) -> HostDevice {
-    HostDevice::new(DeviceConfig {
-        ranks,
+fn config(ranks: usize, threads: usize, timeout_ms: u64) -> DeviceConfig {
+    DeviceConfig {
         ccl_bytes: 4 << 20,
         link_channels: 1,
         exec_timeout: Duration::from_millis(timeout_ms),
         host_threads: threads,
-    })
-    .unwrap()
+        ..DeviceConfig::all_local(ranks)
+    }
+}
+
+fn device(ranks: usize, threads: usize, timeout_ms: u64) -> HostDevice {
+    HostDevice::new(config(ranks, threads, timeout_ms)).unwrap()
 }
 
 fn local(dev: &HostDevice, rank: usize, i: usize) -> NotifyId {
     dev.config().layout().local(rank, i)
 }
 
+/// The error and every cause below it, as one line.
+fn chain(err: &DeviceError) -> String {
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        text += &format!(": {cause}");
+        source = cause.source();
+    }
+    text
+}
+
+/// One rank's program, its bindings and how it is fenced.
+struct Ex<'a> {
+    program: RankProgram,
+    user: UserBuffers<'a>,
+    scratch: Option<ScratchId>,
+    gate: Option<Arc<crate::Gate>>,
+    epoch: u64,
+    peers: Vec<usize>,
+    exit_fence: bool,
+}
+
+fn ex(program: RankProgram, user: UserBuffers<'_>) -> Ex<'_> {
+    Ex {
+        program,
+        user,
+        scratch: None,
+        gate: None,
+        epoch: 1,
+        peers: Vec::new(),
+        exit_fence: false,
+    }
+}
+
+/// Compile every program (8 local notifies), then run them as one group.
+fn run_group(dev: &HostDevice, group: Vec<Ex<'_>>) -> Vec<Result<(), DeviceError>> {
+    let mut results: Vec<Option<Result<(), DeviceError>>> = Vec::new();
+    let mut submissions = Vec::new();
+    for e in group {
+        let request = CompileRequest {
+            program: Arc::new(e.program),
+            scratch: e.scratch,
+            peers: e.peers,
+            local_notifies: 8,
+            in_place: e.user.is_in_place(),
+            exit_fence: e.exit_fence,
+        };
+        match dev.compile(request) {
+            Ok(compiled) => {
+                submissions.push(Submission {
+                    compiled,
+                    user: e.user,
+                    epoch: e.epoch,
+                    gate: e.gate,
+                });
+                results.push(None);
+            }
+            Err(err) => results.push(Some(Err(err))),
+        }
+    }
+    let mut ran = dev.run(submissions).into_iter();
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| ran.next().expect("one result per submission")))
+        .collect()
+}
+
+fn run(dev: &HostDevice, e: Ex<'_>) -> Result<(), DeviceError> {
+    run_group(dev, vec![e]).pop().unwrap()
+}
+
 /// Rank 0 writes its input into rank 1's CclIn and posts; rank 1 waits and copies it out.
-fn hand_off(dev: &HostDevice, len: usize) -> (Arc<RankProgram>, Arc<RankProgram>) {
+fn hand_off(dev: &HostDevice, len: usize) -> (RankProgram, RankProgram) {
     let notify = local(dev, 1, 0);
     let mut p0 = RankProgram::new(0, 1);
     p0.streams[0].copy(
@@ -38,44 +114,42 @@ fn hand_off(dev: &HostDevice, len: usize) -> (Arc<RankProgram>, Arc<RankProgram>
         Slice::new(1, Buf::CclIn, 0, len),
         Slice::new(1, Buf::Output, 0, len),
     );
-    (Arc::new(p0), Arc::new(p1))
+    (p0, p1)
 }
 
 fn run2(
     dev: &HostDevice,
-    p0: Arc<RankProgram>,
-    p1: Arc<RankProgram>,
+    p0: RankProgram,
+    p1: RankProgram,
     input: &[u8],
     out: &mut [u8],
 ) -> Vec<Result<(), DeviceError>> {
     let (mut scratch_out, scratch_in) = (vec![0u8; out.len()], vec![0u8; input.len()]);
-    dev.execute_group(vec![
-        Execution {
-            program: p0,
-            user: UserBuffers::OutOfPlace {
-                input,
-                output: &mut scratch_out,
-            },
-            scratch: None,
-            gate: None,
-        },
-        Execution {
-            program: p1,
-            user: UserBuffers::OutOfPlace {
-                input: &scratch_in,
-                output: out,
-            },
-            scratch: None,
-            gate: None,
-        },
-    ])
+    run_group(
+        dev,
+        vec![
+            ex(
+                p0,
+                UserBuffers::OutOfPlace {
+                    input,
+                    output: &mut scratch_out,
+                },
+            ),
+            ex(
+                p1,
+                UserBuffers::OutOfPlace {
+                    input: &scratch_in,
+                    output: out,
+                },
+            ),
+        ],
+    )
 }
 
 #[test]
 fn a_post_orders_a_remote_write_before_the_waiting_stream() {
     for (threads, len) in [(1, 1000), (2, 3 << 20), (3, (3 << 20) + 7)] {
         let dev = device(2, threads, 5000);
-        dev.reserve_local_notifies(1).unwrap();
         let input: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
         let mut out = vec![0u8; len];
         let (p0, p1) = hand_off(&dev, len);
@@ -89,7 +163,6 @@ fn a_post_orders_a_remote_write_before_the_waiting_stream() {
 #[test]
 fn a_second_post_before_the_wait_is_a_lost_wakeup() {
     let dev = device(2, 2, 5000);
-    dev.reserve_local_notifies(1).unwrap();
     let mut p = RankProgram::new(0, 1);
     p.streams[0].post(local(&dev, 1, 0));
     p.streams[0].post(local(&dev, 1, 0));
@@ -103,7 +176,6 @@ fn a_second_post_before_the_wait_is_a_lost_wakeup() {
 #[test]
 fn a_wait_nobody_posts_times_out_with_its_location() {
     let dev = device(2, 1, 100);
-    dev.reserve_local_notifies(2).unwrap();
     let mut p = RankProgram::new(1, 2);
     p.streams[1].wait(local(&dev, 1, 1));
     let err = run_without_buffers(&dev, p).unwrap_err();
@@ -120,24 +192,13 @@ fn a_wait_nobody_posts_times_out_with_its_location() {
 
 /// Run a program that touches no user buffer.
 fn run_without_buffers(dev: &HostDevice, p: RankProgram) -> Result<(), DeviceError> {
-    dev.execute(Execution {
-        program: Arc::new(p),
-        user: UserBuffers::InPlace(&mut []),
-        scratch: None,
-        gate: None,
-    })
+    run(dev, ex(p, UserBuffers::InPlace(&mut [])))
 }
 
 fn run_one(dev: &HostDevice, task: Task, input: &[u8], output: &mut [u8]) -> DeviceError {
     let mut p = RankProgram::new(0, 1);
     p.streams[0].tasks.push(task);
-    dev.execute(Execution {
-        program: Arc::new(p),
-        user: UserBuffers::OutOfPlace { input, output },
-        scratch: None,
-        gate: None,
-    })
-    .unwrap_err()
+    run(dev, ex(p, UserBuffers::OutOfPlace { input, output })).unwrap_err()
 }
 
 #[test]
@@ -153,7 +214,7 @@ fn bad_slices_are_errors_not_memory_accesses() {
                 Slice::new(0, Buf::Input, 8, 16),
                 Slice::new(0, Buf::Output, 0, 16),
             ),
-            "only 16 bytes",
+            "Input has 16 bytes; the program touches 24",
         ),
         (
             copy(
@@ -167,7 +228,7 @@ fn bad_slices_are_errors_not_memory_accesses() {
                 Slice::new(0, Buf::CclIn, 0, 8),
                 Slice::new(0, Buf::CclIn, 4, 8),
             ),
-            "overlaps source",
+            "overlaps",
         ),
         (
             copy(
@@ -205,20 +266,20 @@ fn bad_slices_are_errors_not_memory_accesses() {
                 Slice::new(0, Buf::Input, 0, 8),
                 Slice::new(0, Buf::Output, usize::MAX - 3, 8),
             ),
-            "only 16 bytes",
+            "Output has 16 bytes",
         ),
         (
             copy(
                 Slice::new(0, Buf::Input, usize::MAX, 8),
                 Slice::new(0, Buf::Output, 0, 8),
             ),
-            "only 16 bytes",
+            "Input has 16 bytes",
         ),
     ];
     for (task, want) in cases {
         // A failed launch stops its device (see `Running`): one device per case.
         let dev = device(2, 1, 1000);
-        let err = run_one(&dev, task.clone(), &input, &mut output).to_string();
+        let err = chain(&run_one(&dev, task.clone(), &input, &mut output));
         assert!(err.contains(want), "{task:?}: {err}");
     }
     assert!(output.iter().all(|&b| b == 0), "nothing was written");
@@ -230,15 +291,26 @@ fn a_failed_launch_releases_the_others_and_stops_the_device() {
     let mut waiter = RankProgram::new(1, 1);
     waiter.streams[0].wait(NotifyId { rank: 1, index: 0 });
     let mut bad = RankProgram::new(0, 1);
-    bad.streams[0].wait(NotifyId { rank: 1, index: 0 });
+    bad.streams[0].post(NotifyId { rank: 0, index: 0 });
+    bad.streams[0].post(NotifyId { rank: 0, index: 0 });
     let started = std::time::Instant::now();
     std::thread::scope(|s| {
         let blocked = s.spawn(|| run_without_buffers(&dev, waiter));
         std::thread::sleep(std::time::Duration::from_millis(50));
         let err = run_without_buffers(&dev, bad).unwrap_err();
-        assert!(err.to_string().contains("waits are local"), "{err}");
-        let released = blocked.join().unwrap().unwrap_err().to_string();
-        assert!(released.contains("rank 0 failed"), "{released}");
+        assert!(matches!(err, DeviceError::LostWakeup { .. }), "{err}");
+        let released = blocked.join().unwrap().unwrap_err();
+        let DeviceError::Aborted {
+            rank: 1,
+            cause: AbortCause::PeerFailed { rank: 0, error },
+        } = &released
+        else {
+            panic!("{released:?}");
+        };
+        assert!(
+            matches!(**error, DeviceError::LostWakeup { .. }),
+            "the cause is kept typed"
+        );
     });
     assert!(
         started.elapsed() < std::time::Duration::from_secs(30),
@@ -254,27 +326,21 @@ fn waits_on_another_ranks_notify_are_refused() {
     let mut p = RankProgram::new(0, 1);
     p.streams[0].wait(NotifyId { rank: 1, index: 0 });
     let err = run_without_buffers(&dev, p).unwrap_err();
-    assert!(err.to_string().contains("waits are local"), "{err}");
+    assert!(chain(&err).contains("waits are local"), "{err}");
 }
 
 #[test]
 fn one_rank_cannot_run_two_collectives_at_once() {
     let dev = device(1, 1, 1000);
-    let p = Arc::new(RankProgram::new(0, 1));
-    let results = dev.execute_group(vec![
-        Execution {
-            program: p.clone(),
-            user: UserBuffers::InPlace(&mut []),
-            scratch: None,
-            gate: None,
-        },
-        Execution {
-            program: p,
-            user: UserBuffers::InPlace(&mut []),
-            scratch: None,
-            gate: None,
-        },
-    ]);
+    let mut p = RankProgram::new(0, 1);
+    p.streams[0].wait(local(&dev, 0, 0));
+    let results = run_group(
+        &dev,
+        vec![
+            ex(p.clone(), UserBuffers::InPlace(&mut [])),
+            ex(p, UserBuffers::InPlace(&mut [])),
+        ],
+    );
     assert!(
         matches!(results[1], Err(DeviceError::Busy { rank: 0 })),
         "{results:?}"
@@ -289,7 +355,6 @@ fn one_rank_cannot_run_two_collectives_at_once() {
 #[test]
 fn slave_streams_fork_and_join_through_local_notifies() {
     let dev = device(1, 2, 5000);
-    dev.reserve_local_notifies(2).unwrap();
     let (fork, join) = (local(&dev, 0, 0), local(&dev, 0, 1));
     let mut p = RankProgram::new(0, 2);
     p.streams[0].copy(
@@ -315,15 +380,16 @@ fn slave_streams_fork_and_join_through_local_notifies() {
     );
     let input = 21i32.to_le_bytes();
     let mut output = [0u8; 4];
-    dev.execute(Execution {
-        program: Arc::new(p),
-        user: UserBuffers::OutOfPlace {
-            input: &input,
-            output: &mut output,
-        },
-        scratch: None,
-        gate: None,
-    })
+    run(
+        &dev,
+        ex(
+            p,
+            UserBuffers::OutOfPlace {
+                input: &input,
+                output: &mut output,
+            },
+        ),
+    )
     .unwrap();
     assert_eq!(i32::from_le_bytes(output), 42);
 }
@@ -331,38 +397,289 @@ fn slave_streams_fork_and_join_through_local_notifies() {
 #[test]
 fn gated_launches_start_when_the_gate_opens_and_end_untouched_when_refused() {
     let dev = device(2, 1, 60_000);
-    dev.reserve_local_notifies(1).unwrap();
     let exchange = |rank: usize, gate: &Arc<crate::Gate>| {
         let mut p = RankProgram::new(rank, 1);
         p.streams[0].post(local(&dev, 1 - rank, 0));
         p.streams[0].wait(local(&dev, rank, 0));
-        Execution {
-            program: Arc::new(p),
-            user: UserBuffers::InPlace(&mut []),
-            scratch: None,
+        Ex {
             gate: Some(gate.clone()),
+            ..ex(p, UserBuffers::InPlace(&mut []))
         }
     };
     let opened = Arc::new(crate::Gate::default());
     std::thread::scope(|s| {
-        let both = s.spawn(|| dev.execute_group(vec![exchange(0, &opened), exchange(1, &opened)]));
+        let both = s.spawn(|| run_group(&dev, vec![exchange(0, &opened), exchange(1, &opened)]));
         std::thread::sleep(Duration::from_millis(20));
         opened.decide(Ok(()));
         let results = both.join().unwrap();
         assert!(results.iter().all(Result::is_ok), "{results:?}");
     });
     let refused = Arc::new(crate::Gate::default());
-    refused.decide(Err("rank 1 passed count 10".into()));
-    for result in dev.execute_group(vec![exchange(0, &refused), exchange(1, &refused)]) {
-        let err = result.unwrap_err().to_string();
+    let cause: GateRefusal = Arc::new(std::io::Error::other("rank 1 passed count 10"));
+    refused.decide(Err(cause));
+    for result in run_group(&dev, vec![exchange(0, &refused), exchange(1, &refused)]) {
+        let err = chain(&result.unwrap_err());
         assert!(
-            err.contains("not started because rank 1 passed count 10"),
+            err.contains("not started because its gate refused it: rank 1 passed count 10"),
             "{err}"
         );
     }
     // Nothing ran and nothing was left set: the device still works.
     let again = Arc::new(crate::Gate::default());
     again.decide(Ok(()));
-    let results = dev.execute_group(vec![exchange(0, &again), exchange(1, &again)]);
+    let results = run_group(&dev, vec![exchange(0, &again), exchange(1, &again)]);
     assert!(results.iter().all(Result::is_ok), "{results:?}");
+}
+
+/// Rank `rank`'s program that copies its Input to its Output.
+fn copy_through(rank: usize, len: usize) -> RankProgram {
+    let mut p = RankProgram::new(rank, 1);
+    p.streams[0].copy(
+        Slice::new(rank, Buf::Input, 0, len),
+        Slice::new(rank, Buf::Output, 0, len),
+    );
+    p
+}
+
+/// Submit `e` on its own thread (a rank's thread) and return its outcome.
+fn spawn_run<'s>(
+    scope: &'s std::thread::Scope<'s, '_>,
+    dev: &'s HostDevice,
+    program: RankProgram,
+    epoch: u64,
+    peers: Vec<usize>,
+    exit_fence: bool,
+) -> std::thread::ScopedJoinHandle<'s, (Result<(), DeviceError>, Vec<u8>)> {
+    scope.spawn(move || {
+        let input = [7u8; 8];
+        let mut output = [0u8; 8];
+        let e = Ex {
+            epoch,
+            peers,
+            exit_fence,
+            ..ex(
+                program,
+                UserBuffers::OutOfPlace {
+                    input: &input,
+                    output: &mut output,
+                },
+            )
+        };
+        let result = run(dev, e);
+        (result, output.to_vec())
+    })
+}
+
+#[test]
+fn a_rank_starting_the_next_call_early_waits_for_its_peer() {
+    let dev = device(2, 2, 60_000);
+    std::thread::scope(|s| {
+        // Rank 0 starts epoch 2 while rank 1 has not finished epoch 1.
+        let early = spawn_run(s, &dev, copy_through(0, 8), 2, vec![1], false);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!early.is_finished(), "the entry fence holds rank 0 back");
+        assert_eq!(dev.done_epoch(0).unwrap(), 0);
+        dev.retire(1, 1).unwrap();
+        let (result, output) = early.join().unwrap();
+        result.unwrap();
+        assert_eq!(output, vec![7u8; 8], "ran once the peer finished epoch 1");
+        assert_eq!(dev.done_epoch(0).unwrap(), 2);
+    });
+}
+
+#[test]
+fn the_exit_fence_holds_a_zero_copy_call_until_its_peers_finish() {
+    let dev = device(2, 2, 60_000);
+    std::thread::scope(|s| {
+        let exiting = spawn_run(s, &dev, copy_through(0, 8), 1, vec![1], true);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!exiting.is_finished(), "peers may still touch its buffers");
+        assert_eq!(dev.done_epoch(0).unwrap(), 1, "its own work is over");
+        let peer = spawn_run(s, &dev, copy_through(1, 8), 1, vec![0], true);
+        peer.join().unwrap().0.unwrap();
+        exiting.join().unwrap().0.unwrap();
+    });
+}
+
+#[test]
+fn a_fence_timeout_names_the_rank_the_epoch_and_the_peer() {
+    let dev = device(3, 1, 100);
+    dev.retire(1, 2).unwrap();
+    let (input, mut output) = ([1u8; 8], [0u8; 8]);
+    let e = Ex {
+        epoch: 3,
+        peers: vec![1, 2],
+        ..ex(
+            copy_through(0, 8),
+            UserBuffers::OutOfPlace {
+                input: &input,
+                output: &mut output,
+            },
+        )
+    };
+    let err = run(&dev, e).unwrap_err();
+    let DeviceError::FenceTimeout {
+        rank,
+        epoch,
+        peer,
+        needed,
+        reached,
+        waited,
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!((*rank, *epoch, *peer, *needed, *reached), (0, 3, 2, 2, 0));
+    assert!(*waited >= Duration::from_millis(100));
+    assert!(
+        err.to_string().contains("for rank 2 to finish epoch 2"),
+        "{err}"
+    );
+    assert_eq!(output, [0u8; 8], "nothing ran");
+}
+
+#[test]
+fn a_device_failure_releases_fence_waiters_at_once() {
+    let dev = device(2, 1, 60_000);
+    let started = std::time::Instant::now();
+    std::thread::scope(|s| {
+        let fenced = spawn_run(s, &dev, copy_through(0, 8), 5, vec![1], false);
+        std::thread::sleep(Duration::from_millis(50));
+        let mut bad = RankProgram::new(1, 1);
+        bad.streams[0].post(local(&dev, 1, 0));
+        bad.streams[0].post(local(&dev, 1, 0));
+        let err = run_without_buffers(&dev, bad).unwrap_err();
+        assert!(matches!(err, DeviceError::LostWakeup { .. }), "{err}");
+        let (result, output) = fenced.join().unwrap();
+        let err = result.unwrap_err();
+        assert!(
+            matches!(err, DeviceError::Aborted { rank: 0, .. }),
+            "{err:?}"
+        );
+        assert_eq!(output, vec![0u8; 8], "the fenced call never ran");
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "released promptly"
+    );
+}
+
+/// Both ranks write into the other's CclIn, signal, wait, and copy their CclIn out: with
+/// no Close exchange, only the epoch fence keeps a fast rank's next write from landing
+/// before the slow rank copied the last one out.
+#[test]
+fn back_to_back_calls_stay_correct_without_a_close_exchange() {
+    let dev = device(2, 2, 20_000);
+    let layout = dev.config().layout();
+    let program = |rank: usize| {
+        let peer = 1 - rank;
+        let link = crate::Link::new(rank, peer, crate::LinkKind::Sdma, 0, layout);
+        let mut p = RankProgram::new(rank, 1);
+        link.tx_async(
+            &mut p.streams[0],
+            &[(
+                Slice::new(peer, Buf::CclIn, 0, 8),
+                Slice::new(rank, Buf::Input, 0, 8),
+            )],
+        );
+        link.rx_async(&mut p.streams[0]);
+        p.streams[0].copy(
+            Slice::new(rank, Buf::CclIn, 0, 8),
+            Slice::new(rank, Buf::Output, 0, 8),
+        );
+        p
+    };
+    let compiled: Vec<_> = (0..2)
+        .map(|rank| {
+            dev.compile(CompileRequest {
+                program: Arc::new(program(rank)),
+                scratch: None,
+                peers: vec![1 - rank],
+                local_notifies: 0,
+                in_place: false,
+                exit_fence: false,
+            })
+            .unwrap()
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for rank in 0..2 {
+            let compiled = compiled[rank].clone();
+            let dev = &dev;
+            s.spawn(move || {
+                for epoch in 1..=300u64 {
+                    let input = [(epoch as u8).wrapping_mul(3).wrapping_add(rank as u8); 8];
+                    let mut output = [0u8; 8];
+                    let submission = Submission {
+                        compiled: compiled.clone(),
+                        user: UserBuffers::OutOfPlace {
+                            input: &input,
+                            output: &mut output,
+                        },
+                        epoch,
+                        gate: None,
+                    };
+                    dev.run(vec![submission]).pop().unwrap().unwrap();
+                    let want = (epoch as u8).wrapping_mul(3).wrapping_add(1 - rank as u8);
+                    assert_eq!(output, [want; 8], "rank {rank} epoch {epoch}");
+                    if epoch % 7 == rank as u64 {
+                        std::thread::yield_now();
+                    }
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn a_device_serves_a_subset_of_ranks_and_refuses_the_others() {
+    let dev = HostDevice::new(DeviceConfig {
+        local_ranks: vec![2, 3],
+        ..config(4, 1, 5000)
+    })
+    .unwrap();
+    let request = |p: RankProgram, peers: Vec<usize>| CompileRequest {
+        program: Arc::new(p),
+        scratch: None,
+        peers,
+        local_notifies: 0,
+        in_place: false,
+        exit_fence: false,
+    };
+    let mut ok = RankProgram::new(2, 1);
+    ok.streams[0].copy(
+        Slice::new(2, Buf::Input, 0, 8),
+        Slice::new(3, Buf::CclIn, 0, 8),
+    );
+    let compiled = dev.compile(request(ok, vec![3])).unwrap();
+    assert_eq!((compiled.rank, compiled.user_extent), (2, (8, 0)));
+    let refused = |p, peers| match dev.compile(request(p, peers)) {
+        Err(DeviceError::Config(ConfigFault::NotServed { rank, local })) => {
+            assert_eq!(local, vec![2, 3]);
+            rank
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(refused(RankProgram::new(1, 1), vec![]), 1, "not its rank");
+    let mut remote = RankProgram::new(3, 1);
+    remote.streams[0].copy(
+        Slice::new(3, Buf::CclIn, 0, 8),
+        Slice::new(0, Buf::CclIn, 0, 8),
+    );
+    assert_eq!(refused(remote, vec![0]), 0, "touches rank 0");
+    assert_eq!(
+        refused(RankProgram::new(3, 1), vec![5]),
+        5,
+        "fenced on rank 5"
+    );
+    let err = dev.resource(0, Resource::CclIn).unwrap_err();
+    let text = chain(&err);
+    assert!(
+        text.contains("rank 0 is not served by this device") && text.contains("no transport"),
+        "{text}"
+    );
+    let handle = dev.resource(3, Resource::CclOut).unwrap();
+    assert_eq!((handle.rank, handle.len), (3, 4 << 20));
+    assert_ne!(handle.addr, 0);
+    assert_eq!(dev.retire(0, 1).unwrap_err().to_string(), err.to_string());
 }

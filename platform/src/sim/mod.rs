@@ -1,51 +1,53 @@
-//! The `sim` device: runs nothing, records every rank's program.
+//! The `sim` device: runs nothing, models the device for the framework's recordings.
 //!
 //! It plays the role of wgpu's noop backend: the framework drives it exactly as it drives
-//! the host device (same resource requests, same orchestration), and the analyzer and cost
-//! model read the recorded programs back with [`SimDevice::take_programs`].
+//! the host device (same resource requests, same orchestration, same compile), so the
+//! analyzer and the cost model see the programs the host would run. Its capabilities
+//! follow [`DeviceConfig::zero_copy`], so a recording can model either eager mode.
+//!
+//! Compile checks what every backend checks before it accepts a program (local ranks,
+//! notifies of the owner for waits); submit waits for the gate, then completes at once;
+//! epochs advance as on a real device.
 
-use crate::device::{Device, DeviceConfig, Execution, ScratchId, UserBuffers};
-use crate::error::DeviceError;
-use crate::ir::RankProgram;
+use crate::device::{
+    Capabilities, CompileRequest, Compiled, Completion, Device, DeviceConfig, MemoryKind, Resource,
+    ResourceHandle, ScratchId, Submission,
+};
+use crate::error::{ConfigFault, DeviceError, TaskFault, TaskLocation};
+use crate::ir::{Rank, Task};
 use parking_lot::Mutex;
-use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-/// A recorded execution.
-#[derive(Clone, Debug)]
-pub struct Recorded {
-    pub program: Arc<RankProgram>,
-    pub in_place: bool,
-    pub input_bytes: usize,
-    pub output_bytes: usize,
-    pub scratch: Option<ScratchId>,
-}
+crate::register_backend!(
+    "sim",
+    "records programs without running them (the analyzer's and cost model's device)",
+    |config| Ok(Arc::new(SimDevice::new(config)?))
+);
 
-/// Records programs instead of running them.
+/// Models a device without running anything.
 #[derive(Debug)]
 pub struct SimDevice {
     config: DeviceConfig,
+    slots: Vec<Option<usize>>,
     scratch: Mutex<Vec<usize>>,
-    local_notifies: Mutex<usize>,
-    recorded: Mutex<Vec<Recorded>>,
-    remote_user_buffers: bool,
+    done: Vec<AtomicU64>,
+    id: usize,
 }
 
 impl SimDevice {
-    /// A sim device; `remote_user_buffers` chooses which eager mode the framework uses.
-    pub fn new(config: DeviceConfig, remote_user_buffers: bool) -> Self {
-        SimDevice {
+    /// A sim device; `config.zero_copy` chooses which eager mode the framework uses.
+    pub fn new(config: DeviceConfig) -> Result<Self, DeviceError> {
+        let slots = config.local_slots()?;
+        let local = config.local_ranks.len();
+        Ok(SimDevice {
             config,
+            slots,
             scratch: Mutex::new(Vec::new()),
-            local_notifies: Mutex::new(0),
-            recorded: Mutex::new(Vec::new()),
-            remote_user_buffers,
-        }
-    }
-
-    /// Every execution recorded so far, in call order; clears the record.
-    pub fn take_programs(&self) -> Vec<Recorded> {
-        std::mem::take(&mut self.recorded.lock())
+            done: (0..local).map(|_| AtomicU64::new(0)).collect(),
+            id: crate::device::next_device_id(),
+        })
     }
 
     /// Bytes per rank of each scratch allocation, by [`ScratchId`].
@@ -53,9 +55,21 @@ impl SimDevice {
         self.scratch.lock().clone()
     }
 
-    /// Local notifies reserved per rank.
-    pub fn local_notifies(&self) -> usize {
-        *self.local_notifies.lock()
+    fn slot(&self, rank: Rank) -> Result<usize, DeviceError> {
+        self.slots
+            .get(rank)
+            .copied()
+            .flatten()
+            .ok_or_else(|| self.config.not_served(rank))
+    }
+}
+
+/// A sim submission: already over.
+struct Over(Option<Result<(), DeviceError>>);
+
+impl Completion for Over {
+    fn wait(&mut self, _timeout: Duration) -> Option<Result<(), DeviceError>> {
+        Some(self.0.take().unwrap_or(Ok(())))
     }
 }
 
@@ -68,8 +82,13 @@ impl Device for SimDevice {
         &self.config
     }
 
-    fn remote_user_buffers(&self) -> bool {
-        self.remote_user_buffers
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            peer_user_buffers: self.config.zero_copy,
+            executes: false,
+            graph_capture: false,
+            memory: MemoryKind::None,
+        }
     }
 
     fn alloc_scratch(&self, bytes_per_rank: usize) -> Result<ScratchId, DeviceError> {
@@ -78,46 +97,108 @@ impl Device for SimDevice {
         Ok(ScratchId(scratch.len() - 1))
     }
 
-    fn reserve_local_notifies(&self, local: usize) -> Result<(), DeviceError> {
-        let mut n = self.local_notifies.lock();
-        *n = (*n).max(local);
-        Ok(())
+    fn resource(&self, rank: Rank, resource: Resource) -> Result<ResourceHandle, DeviceError> {
+        self.slot(rank)?;
+        let len = match resource {
+            Resource::CclIn | Resource::CclOut => self.config.ccl_bytes,
+            Resource::Scratch(id) => self.scratch.lock().get(id.0).copied().unwrap_or(0),
+            Resource::Signals => self.config.layout().local_base() as usize * 4,
+        };
+        Ok(ResourceHandle {
+            rank,
+            resource,
+            memory: MemoryKind::None,
+            addr: 0,
+            len,
+        })
     }
 
-    fn execute_group(&self, group: Vec<Execution<'_>>) -> Vec<Result<(), DeviceError>> {
-        group
-            .into_iter()
-            .map(|e| {
-                let rank = e.program.rank;
-                if let Some(gate) = &e.gate {
-                    match gate.wait(self.config.exec_timeout) {
-                        None => {
-                            return Err(DeviceError::GateTimeout {
-                                rank,
-                                waited: self.config.exec_timeout,
-                            })
+    fn compile(&self, request: CompileRequest) -> Result<Arc<Compiled>, DeviceError> {
+        let program = &request.program;
+        let rank = program.rank;
+        self.slot(rank)?;
+        for &peer in &request.peers {
+            self.slot(peer)?;
+        }
+        let mut tasks = 0;
+        for (s, stream) in program.streams.iter().enumerate() {
+            for (t, task) in stream.tasks.iter().enumerate() {
+                tasks += 1;
+                match task {
+                    Task::Wait { notify } if notify.rank != rank => {
+                        let at = TaskLocation {
+                            rank,
+                            stream: s,
+                            task: t,
+                        };
+                        let fault = TaskFault::RemoteWait { notify: *notify };
+                        return Err(DeviceError::InvalidTask { at, fault });
+                    }
+                    Task::Post { notify } | Task::Wait { notify } => {
+                        self.slot(notify.rank)?;
+                    }
+                    Task::Copy { src, dsts } => {
+                        for slice in std::iter::once(src).chain(dsts) {
+                            self.slot(slice.rank)?;
                         }
-                        Some(Err(cause)) => return Err(DeviceError::Refused { rank, cause }),
-                        Some(Ok(())) => {}
+                    }
+                    Task::Reduce { srcs, dsts, .. } => {
+                        for slice in srcs.iter().chain(dsts) {
+                            self.slot(slice.rank)?;
+                        }
                     }
                 }
-                let (in_place, input_bytes, output_bytes) = match &e.user {
-                    UserBuffers::OutOfPlace { input, output } => (false, input.len(), output.len()),
-                    UserBuffers::InPlace(buf) => (true, buf.len(), buf.len()),
+            }
+        }
+        Ok(Arc::new(Compiled {
+            rank,
+            peers: request.peers.clone(),
+            in_place: request.in_place,
+            exit_fence: request.exit_fence,
+            user_extent: (0, 0),
+            user_align: (1, 1),
+            tasks,
+            device_id: self.id,
+            backend: request.program.clone(),
+        }))
+    }
+
+    unsafe fn submit(
+        &self,
+        group: Vec<Submission<'_>>,
+    ) -> Vec<Result<Box<dyn Completion + '_>, DeviceError>> {
+        group
+            .into_iter()
+            .map(|s| {
+                let rank = s.compiled.rank;
+                if s.compiled.device_id != self.id {
+                    return Err(ConfigFault::ForeignProgram.into());
+                }
+                let slot = self.slot(rank)?;
+                let outcome = match &s.gate {
+                    None => Ok(()),
+                    Some(gate) => match gate.wait(self.config.exec_timeout) {
+                        None => Err(DeviceError::GateTimeout {
+                            rank,
+                            waited: self.config.exec_timeout,
+                        }),
+                        Some(Err(cause)) => Err(DeviceError::Refused { rank, cause }),
+                        Some(Ok(())) => Ok(()),
+                    },
                 };
-                self.recorded.lock().push(Recorded {
-                    program: e.program,
-                    in_place,
-                    input_bytes,
-                    output_bytes,
-                    scratch: e.scratch,
-                });
-                Ok(())
+                self.done[slot].fetch_max(s.epoch, Ordering::AcqRel);
+                Ok(Box::new(Over(Some(outcome))) as Box<dyn Completion>)
             })
             .collect()
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn retire(&self, rank: Rank, epoch: u64) -> Result<(), DeviceError> {
+        let slot = self.slot(rank)?;
+        self.done[slot].fetch_max(epoch, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn done_epoch(&self, rank: Rank) -> Result<u64, DeviceError> {
+        Ok(self.done[self.slot(rank)?].load(Ordering::Acquire))
     }
 }

@@ -1,0 +1,380 @@
+//! Compile on the host: a rank's program with every fact that does not depend on the
+//! user's buffers resolved and checked once.
+//!
+//! For every data task, each slice becomes an [`Operand`]:
+//!
+//! - a device-owned slice (CclIn, CclOut, Scratch of a local rank) becomes its address,
+//!   checked inside its buffer, aligned for reductions;
+//! - a slice of the rank's own Input or Output stays an offset; its end counts toward the
+//!   program's user extent, which `submit` compares with the bound buffer's length once
+//!   (O(buffers), not per task), and its alignment need toward the binding's;
+//! - a slice of a peer's Input or Output (zero-copy) can only be checked against the
+//!   peer's binding when the task runs, so the task is marked *dynamic*.
+//!
+//! Lengths, writes to Input, element multiples and overlaps between a task's static
+//! operands are checked here, so running a non-dynamic task checks nothing. Notifies
+//! become signal-bank words; a program that names a rank the device does not serve is
+//! refused with [`ConfigFault::NotServed`].
+
+use super::launch::Shared;
+use crate::device::{CompileRequest, Compiled};
+use crate::dtype::{DataType, ReduceOp};
+use crate::error::{DeviceError, SliceFault, TaskFault, TaskLocation};
+use crate::ir::{Buf, NotifyId, Slice, Task};
+use smallvec::SmallVec;
+use std::sync::Arc;
+
+/// What a data task does.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum Kind {
+    Copy,
+    Reduce(DataType, ReduceOp),
+}
+
+/// Where a slice's bytes are.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum Place {
+    /// A device-owned buffer: the slice's first byte, bounds checked at compile.
+    Fixed(*mut u8),
+    /// The rank's own user buffer (Input or Output): base plus `slice.offset`, within the
+    /// extent `submit` checked against the binding.
+    Own,
+    /// A peer's user buffer (its local slot): checked against its binding when run.
+    Peer(usize),
+}
+
+/// One slice of a data task, resolved as far as compile can.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Operand {
+    pub place: Place,
+    pub slice: Slice,
+}
+
+/// A Copy or Reduce with its operands resolved.
+#[derive(Debug)]
+pub(crate) struct DataOp {
+    pub kind: Kind,
+    pub len: usize,
+    pub srcs: SmallVec<[Operand; 4]>,
+    pub dsts: SmallVec<[Operand; 4]>,
+    /// Touches a peer's user buffer: bounds, alignment and overlaps are checked when run.
+    pub dynamic: bool,
+}
+
+/// One task, compiled.
+#[derive(Debug)]
+pub(crate) enum Op {
+    /// Boxed: operands are large, and signals are most of the tasks.
+    Data(Box<DataOp>),
+    /// Post word `word` of the bank of local slot `slot`.
+    Post {
+        slot: usize,
+        word: usize,
+        notify: NotifyId,
+    },
+    /// Wait on word `word` of the rank's own bank.
+    Wait { word: usize, notify: NotifyId },
+}
+
+/// The host's part of a [`Compiled`].
+#[derive(Debug)]
+pub(crate) struct HostProgram {
+    pub slot: usize,
+    pub streams: Vec<Vec<Op>>,
+    /// Local slots of the fence peers.
+    pub peer_slots: Vec<usize>,
+}
+
+// SAFETY: the raw pointers in `Place::Fixed` point into device-owned buffers that live as
+// long as the device (and its `Shared`, which every launch holds); they are only
+// dereferenced by tasks, whose ordering the program guarantees.
+unsafe impl Send for HostProgram {}
+// SAFETY: as above; a HostProgram is read-only after compile.
+unsafe impl Sync for HostProgram {}
+
+/// Compile `request` for the host device behind `shared`.
+pub(crate) fn compile(
+    shared: &Arc<Shared>,
+    request: CompileRequest,
+) -> Result<Arc<Compiled>, DeviceError> {
+    let program = &request.program;
+    let rank = program.rank;
+    let slot = shared.slot(rank)?;
+    let peer_slots = request
+        .peers
+        .iter()
+        .map(|&p| shared.slot(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let table_len = shared.layout.table_len(request.local_notifies);
+    let link_words = shared.layout.local_base() as usize;
+    // The rank's own local region: grown here, not per task.
+    shared.banks[slot].reserve_local(request.local_notifies);
+    let mut c = Compiler {
+        shared,
+        request: &request,
+        extent: (0, 0),
+        align: (1, 1),
+    };
+    let mut streams = Vec::with_capacity(program.streams.len());
+    let mut tasks = 0;
+    for (s, stream) in program.streams.iter().enumerate() {
+        let mut ops = Vec::with_capacity(stream.tasks.len());
+        for (t, task) in stream.tasks.iter().enumerate() {
+            let at = TaskLocation {
+                rank,
+                stream: s,
+                task: t,
+            };
+            let no_notify = |notify: NotifyId| DeviceError::InvalidTask {
+                at,
+                fault: TaskFault::NoSuchNotify {
+                    notify,
+                    rank: notify.rank,
+                    len: table_len,
+                },
+            };
+            let op = match *task {
+                Task::Post { notify } => {
+                    let target = shared.slot(notify.rank)?;
+                    let index = notify.index as usize;
+                    if index >= table_len {
+                        return Err(no_notify(notify));
+                    }
+                    if index >= link_words {
+                        shared.banks[target].reserve_local(index + 1 - link_words);
+                    }
+                    Op::Post {
+                        slot: target,
+                        word: index,
+                        notify,
+                    }
+                }
+                Task::Wait { notify } => {
+                    if notify.rank != rank {
+                        return Err(DeviceError::InvalidTask {
+                            at,
+                            fault: TaskFault::RemoteWait { notify },
+                        });
+                    }
+                    if notify.index as usize >= table_len {
+                        return Err(no_notify(notify));
+                    }
+                    Op::Wait {
+                        word: notify.index as usize,
+                        notify,
+                    }
+                }
+                Task::Copy { .. } | Task::Reduce { .. } => Op::Data(Box::new(c.data(task, at)?)),
+            };
+            ops.push(op);
+            tasks += 1;
+        }
+        streams.push(ops);
+    }
+    let (extent, align) = (c.extent, c.align);
+    Ok(Arc::new(Compiled {
+        rank,
+        peers: request.peers.clone(),
+        in_place: request.in_place,
+        exit_fence: request.exit_fence,
+        user_extent: extent,
+        user_align: align,
+        tasks,
+        device_id: shared.id,
+        backend: Arc::new(HostProgram {
+            slot,
+            streams,
+            peer_slots,
+        }),
+    }))
+}
+
+struct Compiler<'a> {
+    shared: &'a Arc<Shared>,
+    request: &'a CompileRequest,
+    /// Bytes of (Input, Output) of the own rank the program reaches.
+    extent: (usize, usize),
+    /// Alignment its reductions need of (Input, Output).
+    align: (usize, usize),
+}
+
+impl Compiler<'_> {
+    fn data(&mut self, task: &Task, at: TaskLocation) -> Result<DataOp, DeviceError> {
+        let (kind, reads, writes) = match task {
+            Task::Copy { src, dsts } => (Kind::Copy, std::slice::from_ref(src), dsts.as_slice()),
+            Task::Reduce {
+                srcs,
+                dsts,
+                dtype,
+                op,
+            } => (Kind::Reduce(*dtype, *op), srcs.as_slice(), dsts.as_slice()),
+            Task::Post { .. } | Task::Wait { .. } => unreachable!("not a data task"),
+        };
+        if reads.is_empty() || writes.is_empty() {
+            return Err(DeviceError::InvalidTask {
+                at,
+                fault: TaskFault::NoOperands,
+            });
+        }
+        let len = writes[0].len;
+        let srcs = reads
+            .iter()
+            .map(|s| self.operand(*s, len, kind, false, at))
+            .collect::<Result<SmallVec<[Operand; 4]>, _>>()?;
+        let dsts = writes
+            .iter()
+            .map(|s| self.operand(*s, len, kind, true, at))
+            .collect::<Result<SmallVec<[Operand; 4]>, _>>()?;
+        let dynamic = srcs
+            .iter()
+            .chain(&dsts)
+            .any(|o| matches!(o.place, Place::Peer(_)));
+        if !dynamic {
+            let in_place = self.request.in_place;
+            let key = |o: &Operand| match o.place {
+                Place::Fixed(p) => (0, p as usize),
+                // In place, Input and Output are one buffer; out of place they are two
+                // distinct borrows, which cannot overlap each other or device memory.
+                Place::Own if in_place => (1, o.slice.offset),
+                Place::Own => (1 + o.slice.buf as usize, o.slice.offset),
+                Place::Peer(_) => unreachable!("not dynamic"),
+            };
+            let reduce = matches!(kind, Kind::Reduce(..));
+            check_overlaps(&srcs, &dsts, len, reduce, key)
+                .map_err(|(slice, fault)| DeviceError::InvalidSlice { at, slice, fault })?;
+        }
+        Ok(DataOp {
+            kind,
+            len,
+            srcs,
+            dsts,
+            dynamic,
+        })
+    }
+
+    fn operand(
+        &mut self,
+        slice: Slice,
+        len: usize,
+        kind: Kind,
+        write: bool,
+        at: TaskLocation,
+    ) -> Result<Operand, DeviceError> {
+        let invalid = |fault| DeviceError::InvalidSlice { at, slice, fault };
+        let shared = self.shared;
+        if slice.rank >= shared.config.ranks {
+            return Err(invalid(SliceFault::NoSuchRank {
+                rank: slice.rank,
+                ranks: shared.config.ranks,
+            }));
+        }
+        let slot = shared.slot(slice.rank)?;
+        if slice.len != len {
+            return Err(invalid(SliceFault::LengthMismatch {
+                len: slice.len,
+                task_len: len,
+            }));
+        }
+        if write && slice.buf == Buf::Input {
+            return Err(invalid(SliceFault::WritesInput));
+        }
+        let elem = match kind {
+            Kind::Reduce(dtype, _) => {
+                if !slice.len.is_multiple_of(dtype.size()) {
+                    return Err(invalid(SliceFault::PartialElement { dtype }));
+                }
+                Some(dtype)
+            }
+            Kind::Copy => None,
+        };
+        let place = match slice.buf {
+            Buf::Input | Buf::Output if slice.rank == self.request.program.rank => {
+                if let Some(dtype) = elem {
+                    if !slice.offset.is_multiple_of(dtype.size()) {
+                        return Err(invalid(SliceFault::Misaligned { dtype }));
+                    }
+                }
+                let end = slice.offset.saturating_add(slice.len);
+                let need = elem.map_or(1, DataType::size);
+                let (extent, align) = match slice.buf {
+                    Buf::Input => (&mut self.extent.0, &mut self.align.0),
+                    _ => (&mut self.extent.1, &mut self.align.1),
+                };
+                *extent = (*extent).max(end);
+                *align = (*align).max(need);
+                Place::Own
+            }
+            Buf::Input | Buf::Output => Place::Peer(slot),
+            buf => {
+                let region = shared
+                    .memory
+                    .device_region(slot, buf, self.request.scratch.map(|s| s.0))
+                    .map_err(invalid)?;
+                // Checked on its own (not trusting `Slice::end`): the sum must not wrap
+                // and must stay within the region.
+                let inside = slice
+                    .offset
+                    .checked_add(slice.len)
+                    .is_some_and(|end| end <= region.len);
+                if !inside {
+                    return Err(invalid(SliceFault::OutOfBounds {
+                        buffer_len: region.len,
+                    }));
+                }
+                // SAFETY: `offset + len` did not overflow and is at most `region.len`, so
+                // `ptr + offset` and every byte up to `ptr + offset + len` lie in the
+                // region, which lives as long as the device.
+                let ptr = unsafe { region.ptr.add(slice.offset) };
+                if let Some(dtype) = elem {
+                    if !(ptr as usize).is_multiple_of(dtype.size()) {
+                        return Err(invalid(SliceFault::Misaligned { dtype }));
+                    }
+                }
+                Place::Fixed(ptr)
+            }
+        };
+        Ok(Operand { place, slice })
+    }
+}
+
+/// Destinations must not overlap each other or any source, except that a Reduce may list a
+/// destination among its sources exactly (accumulate in place). `key` places an operand:
+/// (address space, start); operands of different spaces never overlap.
+pub(crate) fn check_overlaps<T: Copy + HasSlice>(
+    srcs: &[T],
+    dsts: &[T],
+    len: usize,
+    reduce: bool,
+    key: impl Fn(&T) -> (usize, usize),
+) -> Result<(), (Slice, SliceFault)> {
+    let overlap = |a: (usize, usize), b: (usize, usize)| {
+        // Saturating keeps the check sound even for ranges at the top of the space.
+        a.0 == b.0 && len > 0 && a.1 < b.1.saturating_add(len) && b.1 < a.1.saturating_add(len)
+    };
+    for (i, d) in dsts.iter().enumerate() {
+        let dk = key(d);
+        for o in &dsts[i + 1..] {
+            if overlap(dk, key(o)) {
+                return Err((d.slice(), SliceFault::Overlaps { other: o.slice() }));
+            }
+        }
+        for s in srcs {
+            let sk = key(s);
+            if overlap(dk, sk) && !(reduce && dk == sk) {
+                return Err((d.slice(), SliceFault::Overlaps { other: s.slice() }));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Something that came from a slice of the program, for error messages.
+pub(crate) trait HasSlice {
+    fn slice(&self) -> Slice;
+}
+
+impl HasSlice for Operand {
+    fn slice(&self) -> Slice {
+        self.slice
+    }
+}

@@ -1,0 +1,109 @@
+//! Per-rank `done_epoch` and the launches fenced on it (see the epoch fence in
+//! [`crate::device`]).
+//!
+//! A launch waiting for a peer to reach an epoch registers a callback with the peer's
+//! [`RankFence`] and holds no thread; the peer's advance runs it. The check and the
+//! registration happen under the fence's lock, as does the advance, so no advance is
+//! missed. A stopped device drains every waiting callback (their launches are aborted and
+//! ignore it), which also breaks the reference cycle a waiting launch forms with the
+//! device.
+
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What runs when a peer reached the epoch a launch waits for.
+pub(crate) type FenceCallback = Box<dyn FnOnce() + Send>;
+
+/// One local rank's progress through epochs.
+#[derive(Default)]
+pub(crate) struct RankFence {
+    done: AtomicU64,
+    waiters: Mutex<Vec<(u64, FenceCallback)>>,
+}
+
+impl RankFence {
+    /// The last epoch the rank finished.
+    pub(crate) fn done(&self) -> u64 {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// The rank finished `epoch` (monotone: an older epoch changes nothing); run every
+    /// callback waiting for it.
+    pub(crate) fn advance(&self, epoch: u64) {
+        let ready: Vec<FenceCallback> = {
+            let mut waiters = self.waiters.lock();
+            let done = self.done.fetch_max(epoch, Ordering::AcqRel).max(epoch);
+            if waiters.is_empty() {
+                return;
+            }
+            let (ready, waiting): (Vec<_>, Vec<_>) =
+                waiters.drain(..).partition(|(needed, _)| *needed <= done);
+            *waiters = waiting;
+            ready.into_iter().map(|(_, f)| f).collect()
+        };
+        for callback in ready {
+            callback();
+        }
+    }
+
+    /// True when the rank already finished `needed`; otherwise registers the callback
+    /// `make` builds, to run when it does, and returns false.
+    pub(crate) fn reached_or_register(
+        &self,
+        needed: u64,
+        make: impl FnOnce() -> FenceCallback,
+    ) -> bool {
+        if self.done() >= needed {
+            return true;
+        }
+        let mut waiters = self.waiters.lock();
+        if self.done() >= needed {
+            return true;
+        }
+        waiters.push((needed, make()));
+        false
+    }
+
+    /// Drop every waiting callback without running it (the device stopped).
+    pub(crate) fn release_all(&self) {
+        let dropped = std::mem::take(&mut *self.waiters.lock());
+        drop(dropped);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn callbacks_run_when_their_epoch_is_reached_and_not_before() {
+        let fence = RankFence::default();
+        let ran = Arc::new(AtomicU64::new(0));
+        let counter = |n: &Arc<AtomicU64>| {
+            let n = n.clone();
+            move || {
+                Box::new(move || {
+                    n.fetch_add(1, Ordering::Relaxed);
+                }) as FenceCallback
+            }
+        };
+        assert!(fence.reached_or_register(0, counter(&ran)));
+        assert!(!fence.reached_or_register(2, counter(&ran)));
+        assert!(!fence.reached_or_register(1, counter(&ran)));
+        fence.advance(1);
+        assert_eq!(ran.load(Ordering::Relaxed), 1);
+        fence.advance(0);
+        assert_eq!(fence.done(), 1, "monotone");
+        fence.advance(2);
+        assert_eq!(ran.load(Ordering::Relaxed), 2);
+        assert!(!fence.reached_or_register(3, counter(&ran)));
+        fence.release_all();
+        fence.advance(3);
+        assert_eq!(
+            ran.load(Ordering::Relaxed),
+            2,
+            "released callbacks never run"
+        );
+    }
+}
