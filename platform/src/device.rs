@@ -29,7 +29,11 @@
 //!
 //! - *Entry fence*: a submission of epoch `e` on rank A starts its tasks only after every
 //!   peer in its **fence set** (the peers granted to A's resource request, given to
-//!   `compile`) has `done_epoch >= e - 1`.
+//!   `compile`) and in the fence set of A's previous submission has `done_epoch >= e - 1`.
+//!   The previous set matters when the calls grant different peers: after a staged mesh,
+//!   a ring's rank must not overwrite its CCL buffers while a rank that is no ring
+//!   neighbour still reads them for the mesh (the analyzer's sequence check finds exactly
+//!   that race without it).
 //! - *Exit fence*: when peers may touch A's user buffers ([`CompileRequest::exit_fence`],
 //!   the framework's zero-copy mode), A's submission completes only after every fence peer
 //!   has `done_epoch >= e`.

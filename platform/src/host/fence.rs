@@ -10,6 +10,7 @@
 
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// What runs when a peer reached the epoch a launch waits for.
 pub(crate) type FenceCallback = Box<dyn FnOnce() + Send>;
@@ -19,6 +20,8 @@ pub(crate) type FenceCallback = Box<dyn FnOnce() + Send>;
 pub(crate) struct RankFence {
     done: AtomicU64,
     waiters: Mutex<Vec<(u64, FenceCallback)>>,
+    /// Local slots of the fence peers of the rank's last launch.
+    last_peers: Mutex<Arc<[usize]>>,
 }
 
 impl RankFence {
@@ -64,6 +67,21 @@ impl RankFence {
         false
     }
 
+    /// The peers a launch of this rank with fence peers `current` waits for at entry: its
+    /// own and those of the rank's previous launch. The previous call may have granted
+    /// peers this one does not (a mesh before a ring): they may still read this rank's CCL
+    /// buffers or hold its notifies for that call, so its start waits for them as well (the
+    /// analyzer's sequence check found a staged mesh followed by a ring racing without it).
+    /// Remembers `current` for the next launch; launches of one rank are sequential.
+    pub(crate) fn entry_peers(&self, current: &[usize]) -> Arc<[usize]> {
+        let mut last = self.last_peers.lock();
+        let mut union: Vec<usize> = current.iter().chain(last.iter()).copied().collect();
+        union.sort_unstable();
+        union.dedup();
+        *last = current.into();
+        union.into()
+    }
+
     /// Drop every waiting callback without running it (the device stopped).
     pub(crate) fn release_all(&self) {
         let dropped = std::mem::take(&mut *self.waiters.lock());
@@ -74,7 +92,16 @@ impl RankFence {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
+
+    #[test]
+    fn entry_peers_include_the_previous_launch_s() {
+        let fence = RankFence::default();
+        assert_eq!(&*fence.entry_peers(&[1, 2, 3]), &[1, 2, 3]);
+        assert_eq!(&*fence.entry_peers(&[1]), &[1, 2, 3]);
+        assert_eq!(&*fence.entry_peers(&[4]), &[1, 4]);
+        assert_eq!(&*fence.entry_peers(&[]), &[4]);
+        assert!(fence.entry_peers(&[]).is_empty());
+    }
 
     #[test]
     fn callbacks_run_when_their_epoch_is_reached_and_not_before() {

@@ -144,6 +144,9 @@ pub(crate) struct Launch {
     pub shared: Arc<Shared>,
     pub compiled: Arc<Compiled>,
     pub program: Arc<HostProgram>,
+    /// Local slots of the peers the entry fence waits for: this program's fence peers and
+    /// those of the rank's previous launch ([`RankFence::entry_peers`]).
+    entry_peers: Arc<[usize]>,
     pub epoch: u64,
     /// The rank's own user buffers (a copy: the launch's own tasks are over before it
     /// completes, so it does not hold the registration peers count on).
@@ -169,6 +172,7 @@ impl Launch {
         gated: bool,
     ) -> Arc<Self> {
         let streams = program.streams.len();
+        let entry_peers = shared.fences[program.slot].entry_peers(&program.peer_slots);
         let now = Instant::now();
         let phase = match gated {
             true => Phase::Gated(now),
@@ -182,6 +186,7 @@ impl Launch {
             shared,
             compiled,
             program,
+            entry_peers,
             epoch,
             user,
             phase: Mutex::new(phase),
@@ -227,13 +232,13 @@ impl Launch {
     pub(crate) fn pass_entry_fence(self: &Arc<Self>, mut index: usize) {
         let needed = self.epoch.saturating_sub(1);
         // Usually every peer is there already: skip them without taking the phase lock.
-        while let Some(&peer) = self.program.peer_slots.get(index) {
+        while let Some(&peer) = self.entry_peers.get(index) {
             if self.shared.fences[peer].done() < needed {
                 break;
             }
             index += 1;
         }
-        while let Some(&peer) = self.program.peer_slots.get(index) {
+        while let Some(&peer) = self.entry_peers.get(index) {
             {
                 let mut phase = self.phase.lock();
                 if !matches!(*phase, Phase::Fenced { .. }) {
@@ -493,14 +498,15 @@ impl Launch {
     /// The error of a gate, fence or Wait that waited longer than `exec_timeout`.
     fn overdue(&self) -> Option<DeviceError> {
         let timeout = self.shared.config.exec_timeout;
-        let peer_of = |index: usize| self.compiled.peers.get(index).copied().unwrap_or(0);
-        let fence_timeout = |since: Instant, index: usize, needed: u64| {
+        // The entry fence walks `entry_peers`, the exit fence the program's own peers;
+        // both hold local slots, whose communicator rank the configuration names.
+        let fence_timeout = |since: Instant, slots: &[usize], index: usize, needed: u64| {
             let waited = since.elapsed();
-            let slot = self.program.peer_slots.get(index)?;
+            let slot = slots.get(index)?;
             (waited >= timeout).then(|| DeviceError::FenceTimeout {
                 rank: self.rank(),
                 epoch: self.epoch,
-                peer: peer_of(index),
+                peer: self.shared.config.local_ranks[*slot],
                 needed,
                 reached: self.shared.fences[*slot].done(),
                 waited,
@@ -518,8 +524,10 @@ impl Launch {
                 since,
                 index,
                 needed,
-            } => return fence_timeout(since, index, needed),
-            Phase::Exiting { since, index } => return fence_timeout(since, index, self.epoch),
+            } => return fence_timeout(since, &self.entry_peers, index, needed),
+            Phase::Exiting { since, index } => {
+                return fence_timeout(since, &self.program.peer_slots, index, self.epoch)
+            }
             Phase::Running => {}
             Phase::Cancelled | Phase::Done => return None,
         }
