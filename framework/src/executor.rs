@@ -226,8 +226,8 @@ impl KernelCtx<'_> {
         crate::orchestrate::check_task_count(self.executor, self.rank, planned)
     }
 
-    /// The link to `peer` on notify `channel`; an error if it was not requested, is
-    /// broken, or does not exist.
+    /// The link to `peer` on notify `channel`, with the kind and access the topology
+    /// gives it; an error if it was not requested, is broken, or does not exist.
     pub fn link(&self, peer: Rank, channel: usize) -> Result<Link, Error> {
         let no_link = |why| Error::NoLink {
             executor: self.executor.to_string(),
@@ -249,7 +249,11 @@ impl KernelCtx<'_> {
             });
         }
         let kind = self.links[peer].ok_or_else(|| no_link("is broken or was not requested"))?;
-        Ok(Link::new(self.rank, peer, kind, channel, self.layout))
+        let access = self
+            .topology
+            .link_access(self.rank, peer)
+            .ok_or_else(|| no_link("is broken or was not requested"))?;
+        Ok(Link::new(self.rank, peer, kind, channel, self.layout).with_access(access))
     }
 
     /// Executor-private local notify `i` (must be below the requested count).
@@ -333,6 +337,35 @@ pub enum LinkNeed {
     Put,
 }
 
+impl LinkNeed {
+    /// Short name, for listings (`oxccl algs`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            LinkNeed::LoadStore => "load-store",
+            LinkNeed::LoadStoreWithinServer => "load-store within servers",
+            LinkNeed::Put => "put",
+        }
+    }
+
+    /// Why an executor with this need cannot run on `topology`, naming a put-only link it
+    /// would have to read over, if there is one. The check is over every link of the
+    /// topology the executor may use (all of them for [`LinkNeed::LoadStore`], those inside
+    /// servers for [`LinkNeed::LoadStoreWithinServer`]), not over one rank's peers, so
+    /// selection and a forced executor get the same answer on every rank.
+    pub fn refusal(self, topology: &Topology) -> Option<String> {
+        let (within, scope) = match self {
+            LinkNeed::Put => return None,
+            LinkNeed::LoadStore => (false, "every link"),
+            LinkNeed::LoadStoreWithinServer => (true, "the links inside servers"),
+        };
+        topology.put_only_link(within).map(|(a, b)| {
+            format!(
+                "needs load/store access on {scope} (it reads peers' buffers or writes their                  user buffers), but the link {a}-{b} is put-only; choose an executor that                  declares LinkNeed::Put, or a topology whose links are load/store"
+            )
+        })
+    }
+}
+
 impl Constraints {
     /// Any rank count, any topology, any size.
     pub const ANY: Constraints = Constraints {
@@ -377,7 +410,7 @@ impl Constraints {
         if self.full_mesh && !topology.is_full_mesh() {
             return Some("needs a full mesh, and the topology has broken or missing links".into());
         }
-        None
+        self.links.refusal(topology)
     }
 
     /// A one-line summary for listings.

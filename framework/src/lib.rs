@@ -29,6 +29,7 @@ pub mod cost;
 pub mod error;
 pub mod executor;
 pub mod limits;
+pub mod link_access;
 pub mod op;
 pub mod orchestrate;
 pub mod registry;

@@ -247,8 +247,15 @@ impl Communicator {
         &self.group.device
     }
 
+    /// [`Mode::Direct`] only when zero-copy is asked for, the device exposes user buffers,
+    /// and every link of the topology is load/store: in Direct mode peers read and write
+    /// each other's user buffers, which a put-only link cannot reach (it only writes the
+    /// peer's registered CCL buffers and scratch).
     fn mode(&self) -> Mode {
-        if self.group.config.zero_copy && self.group.device.remote_user_buffers() {
+        if self.group.config.zero_copy
+            && self.group.device.remote_user_buffers()
+            && self.group.topology.all_load_store()
+        {
             Mode::Direct
         } else {
             Mode::Staged
