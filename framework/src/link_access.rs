@@ -156,7 +156,12 @@ mod tests {
         assert_eq!((v.task, v.write, v.slice), (1, true, user));
 
         let accumulate = program(0, |s| {
-            s.reduce_to(vec![local, peer_in], vec![peer_in], DataType::F32, ReduceOp::Sum)
+            s.reduce_to(
+                vec![local, peer_in],
+                vec![peer_in],
+                DataType::F32,
+                ReduceOp::Sum,
+            )
         });
         assert!(!first_violation(&tcp, &accumulate).unwrap().write);
     }

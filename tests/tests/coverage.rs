@@ -74,6 +74,7 @@ fn every_registered_executor_is_covered_by_a_test_file() {
                 "hier-rhd",
                 "hier-ring",
                 "mesh",
+                "put-mesh",
                 "relay-mesh",
                 "relay-scatter-allgather",
                 "ring",
@@ -85,16 +86,20 @@ fn every_registered_executor_is_covered_by_a_test_file() {
             OpKind::Reduce,
             &[
                 "mesh",
+                "put-mesh",
                 "relay-mesh",
                 "relay-reduce-scatter-gather",
                 "ring",
                 "tree",
             ],
         ),
-        (OpKind::Scatter, &["mesh", "relay-mesh", "tree"]),
-        (OpKind::Gather, &["mesh", "relay-mesh", "tree"]),
+        (OpKind::Scatter, &["mesh", "put-mesh", "relay-mesh", "tree"]),
+        (OpKind::Gather, &["mesh", "put-mesh", "relay-mesh", "tree"]),
         // all_to_all_executors, relay_p2p_executors.
-        (OpKind::AlltoAll, &["mesh", "pairwise", "relay-mesh"]),
+        (
+            OpKind::AlltoAll,
+            &["mesh", "pairwise", "put-mesh", "relay-mesh"],
+        ),
         // vector_executors, relay_rooted_executors (relay-mesh of the V forms),
         // relay_p2p_executors (relay-pairwise).
         (OpKind::AllGatherV, &["mesh", "relay-mesh", "ring"]),

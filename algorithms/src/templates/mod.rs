@@ -11,6 +11,7 @@ pub mod nb;
 pub mod nhr;
 pub mod p2p;
 pub mod peer_round;
+pub mod put;
 pub mod relay;
 pub mod relay_mesh;
 pub mod relay_p2p;
@@ -34,6 +35,7 @@ pub use nhr::{
 };
 pub use p2p::{p2p_exchange, p2p_peers, p2p_slot_bytes, P2pParams, P2pPhase};
 pub use peer_round::{all_peers_round, Round};
+pub use put::{await_puts, finish_puts, open_for_puts, put};
 pub use relay::{common_neighbours, relay_duties, relay_pieces, require_routes, route, Route};
 pub use relay_mesh::{
     iteration_count_bound, neighbour_round, relay_mesh_all_gather, relay_mesh_reduce_scatter,

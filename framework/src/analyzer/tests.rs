@@ -358,11 +358,7 @@ fn reads_and_user_writes_over_put_only_links_are_link_failures() {
         }
     });
     let report = analyze(&rec);
-    assert_reports(
-        &report,
-        Check::Link,
-        "rank 0 stream 0 task 0",
-    );
+    assert_reports(&report, Check::Link, "rank 0 stream 0 task 0");
     assert_reports(
         &report,
         Check::Link,
@@ -377,7 +373,11 @@ fn reads_and_user_writes_over_put_only_links_are_link_failures() {
         .into_iter()
         .filter(|m| m.contains("put-only"))
         .collect();
-    assert_eq!(put_only.len(), 2, "the put into CclIn is allowed: {put_only:?}");
+    assert_eq!(
+        put_only.len(),
+        2,
+        "the put into CclIn is allowed: {put_only:?}"
+    );
 }
 
 #[test]

@@ -216,6 +216,15 @@ impl Topology {
         )
     }
 
+    /// This topology with the access of its two fabrics replaced (per-pair overrides
+    /// keep theirs): e.g. servers joined by load/store links across servers (a scale-up
+    /// domain spanning servers), or a single server whose links are put-only.
+    pub fn with_fabric_access(mut self, intra: LinkAccess, inter: LinkAccess) -> Self {
+        self.intra.spec.access = intra;
+        self.inter.spec.access = inter;
+        self
+    }
+
     /// Mark the link between `a` and `b` broken. Errors when either rank is out of range,
     /// when they are equal, or when there is no link between them to break.
     pub fn with_broken(mut self, a: Rank, b: Rank) -> Result<Self, ConfigError> {
@@ -622,9 +631,14 @@ impl PutScope {
 
     /// The scope a description's word names.
     pub(crate) fn from_word(word: &str) -> Option<PutScope> {
-        [PutScope::Intra, PutScope::Inter, PutScope::All, PutScope::Some]
-            .into_iter()
-            .find(|s| s.word() == Some(word))
+        [
+            PutScope::Intra,
+            PutScope::Inter,
+            PutScope::All,
+            PutScope::Some,
+        ]
+        .into_iter()
+        .find(|s| s.word() == Some(word))
     }
 }
 

@@ -228,7 +228,10 @@ mod tests {
         assert_eq!(tcp.link(2, 5).unwrap().bandwidth_gbps, TCP_GBPS);
         assert_eq!(tcp.describe(), "[1,1,1,1,1,1,1,1] put all");
         assert!(PRESETS.iter().any(|p| p.name == "tcp8"));
-        assert!(preset("1x8").unwrap().all_load_store(), "one server: no inter link");
+        assert!(
+            preset("1x8").unwrap().all_load_store(),
+            "one server: no inter link"
+        );
     }
 
     #[test]
