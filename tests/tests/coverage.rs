@@ -104,9 +104,12 @@ fn every_registered_executor_is_covered_by_a_test_file() {
         // relay_p2p_executors (relay-pairwise).
         (OpKind::AllGatherV, &["mesh", "relay-mesh", "ring"]),
         (OpKind::ReduceScatterV, &["mesh", "relay-mesh", "ring"]),
-        (OpKind::AlltoAllV, &["pairwise", "relay-pairwise"]),
+        (
+            OpKind::AlltoAllV,
+            &["pairwise", "put-pairwise", "relay-pairwise"],
+        ),
         // send_recv_executors, barrier_executors, relay_p2p_executors.
-        (OpKind::SendRecv, &["p2p", "relay-p2p"]),
+        (OpKind::SendRecv, &["p2p", "put-p2p", "relay-p2p"]),
         (OpKind::Barrier, &["dissemination", "spanning-tree"]),
     ];
     assert_eq!(covered.len(), OpKind::ALL.len(), "every operator listed");

@@ -10,6 +10,7 @@ pub mod mesh;
 pub mod nb;
 pub mod nhr;
 pub mod p2p;
+pub mod p2p_put;
 pub mod peer_round;
 pub mod put;
 pub mod relay;
@@ -34,6 +35,7 @@ pub use nhr::{
     nhr_all_gather, nhr_peers, nhr_reduce_scatter, nhr_reduce_scatter_into, nhr_schedule,
 };
 pub use p2p::{p2p_exchange, p2p_peers, p2p_slot_bytes, P2pParams, P2pPhase};
+pub use p2p_put::p2p_put_exchange;
 pub use peer_round::{all_peers_round, Round};
 pub use put::{await_puts, finish_puts, open_for_puts, put};
 pub use relay::{common_neighbours, relay_duties, relay_pieces, require_routes, route, Route};
