@@ -531,6 +531,46 @@ mod tests {
     use super::*;
 
     #[test]
+    fn link_needs_are_refused_only_where_a_link_is_put_only() {
+        use crate::topology::presets::preset;
+        let (mesh, two, tcp) = (
+            preset("mesh8").unwrap(),
+            preset("2x8").unwrap(),
+            preset("tcp8").unwrap(),
+        );
+        for t in [&mesh, &two, &tcp] {
+            assert_eq!(LinkNeed::Put.refusal(t), None);
+        }
+        assert_eq!(LinkNeed::LoadStore.refusal(&mesh), None);
+        let why = LinkNeed::LoadStore.refusal(&two).unwrap();
+        assert!(why.contains("the link 0-8 is put-only"), "{why}");
+        assert!(LinkNeed::LoadStore.refusal(&tcp).unwrap().contains("0-1"));
+        assert_eq!(LinkNeed::LoadStoreWithinServer.refusal(&two), None);
+        assert_eq!(
+            LinkNeed::LoadStoreWithinServer.refusal(&tcp),
+            None,
+            "no intra links"
+        );
+        let put_inside = Topology::single_server(4).with_fabric_access(
+            oxccl_platform::LinkAccess::Put,
+            oxccl_platform::LinkAccess::Put,
+        );
+        let why = LinkNeed::LoadStoreWithinServer
+            .refusal(&put_inside)
+            .unwrap();
+        assert!(
+            why.contains("inside servers") && why.contains("0-1"),
+            "{why}"
+        );
+        let c = Constraints {
+            links: LinkNeed::LoadStore,
+            ..Constraints::ANY
+        };
+        assert!(c.check(16, &two).unwrap().contains("put-only"));
+        assert_eq!(c.check(8, &mesh), None);
+    }
+
+    #[test]
     fn resource_requests_past_the_limits_are_refused_naming_what() {
         let ok = ResourceRequest {
             slave_streams: 7,
