@@ -9,9 +9,20 @@ use super::root_keeps_its_block;
 use crate::broadcast::mesh::star_peers;
 use crate::broadcast::root_of;
 use crate::templates::{await_puts, finish_puts, open_for_puts, put};
+use oxccl_framework::platform::{Rank, Slice};
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, PlanCtx, ResourceRequest,
 };
+
+/// `len` bytes of `peer`'s output, seen from `me`. In place the output is the rank's own
+/// block of the one buffer, so it lies at a different offset on every rank.
+fn peer_output(args: &KernelArgs, me: Rank, peer: Rank, len: usize) -> Slice {
+    let mut at = args.output.at(peer, 0, len);
+    if args.aliased {
+        at.offset = at.offset + peer * args.block_stride - me * args.block_stride;
+    }
+    at
+}
 
 /// The put-mesh Scatter executor.
 pub struct PutMeshScatter;
@@ -43,7 +54,10 @@ impl Executor for PutMeshScatter {
             .filter(|&p| p != root)
             .map(|p| {
                 let (off, len) = blocks[p];
-                let write = (args.output.at(p, 0, len), args.input.at(root, off, len));
+                let write = (
+                    peer_output(args, root, p, len),
+                    args.input.at(root, off, len),
+                );
                 put(ctx, 0, p, &[write])
             })
             .collect::<Result<Vec<_>, _>>()?;
