@@ -360,7 +360,9 @@ impl LinkNeed {
         };
         topology.put_only_link(within).map(|(a, b)| {
             format!(
-                "needs load/store access on {scope} (it reads peers' buffers or writes their                  user buffers), but the link {a}-{b} is put-only; choose an executor that                  declares LinkNeed::Put, or a topology whose links are load/store"
+                "needs load/store access on {scope} (it reads peers' buffers or writes their \
+                 user buffers), but the link {a}-{b} is put-only; choose an executor whose \
+                 links column in `oxccl algs` says put"
             )
         })
     }

@@ -221,7 +221,11 @@ fn check_all_passes_for_the_executors_of_a_collective() {
     // that declare they can run there, and skipped for those that need load/store.
     for line in &lines {
         let puts = line.contains("put-mesh") || line.contains("barrier");
-        let skipped = if puts { " 0 shapes skipped" } else { " 4 shapes skipped" };
+        let skipped = if puts {
+            " 0 shapes skipped"
+        } else {
+            " 4 shapes skipped"
+        };
         assert!(line.contains(skipped), "{line}");
     }
     assert!(
