@@ -214,6 +214,8 @@ fn fabric(d: &mut Digest, f: &Fabric) {
 fn spec(d: &mut Digest, s: &LinkSpec) {
     d.str(&format!("{:?}", s.kind));
     d.f64(s.bandwidth_gbps).f64(s.latency_us);
+    // What a link lets a rank do decides which executors can run at all.
+    d.str(s.access.name());
 }
 
 fn config(d: &mut Digest, c: &PlanningConfig<'_>) {

@@ -212,6 +212,12 @@ pub enum Error {
         /// The stored plan's type, or "no plan".
         found: &'static str,
     },
+    #[error("executor `{executor}` cannot run on these links: {access}")]
+    PutOnlyLink {
+        executor: String,
+        /// The task, the peer's slice and whether it is read or written.
+        access: crate::link_access::PutOnlyAccess,
+    },
     #[error("executor `{executor}` built an invalid program for rank {rank}: {reason}")]
     BadProgram {
         executor: String,

@@ -299,8 +299,8 @@ impl<'a> KernelCtx<'a> {
         check_task_count(self.executor, self.rank, planned)
     }
 
-    /// The link to `peer` on notify `channel`; an error if it was not requested, is
-    /// broken, or does not exist.
+    /// The link to `peer` on notify `channel`, with the kind and access the topology
+    /// gives it; an error if it was not requested, is broken, or does not exist.
     pub fn link(&self, peer: Rank, channel: usize) -> Result<Link, Error> {
         let no_link = |why| Error::NoLink {
             executor: self.executor.to_string(),
@@ -322,7 +322,11 @@ impl<'a> KernelCtx<'a> {
             });
         }
         let kind = self.links[peer].ok_or_else(|| no_link("is broken or was not requested"))?;
-        Ok(Link::new(self.rank, peer, kind, channel, self.layout))
+        let access = self
+            .topology
+            .link_access(self.rank, peer)
+            .ok_or_else(|| no_link("is broken or was not requested"))?;
+        Ok(Link::new(self.rank, peer, kind, channel, self.layout).with_access(access))
     }
 
     /// Executor-private local notify `i` (must be below the requested count).
@@ -425,6 +429,37 @@ pub enum LinkNeed {
     Put,
 }
 
+impl LinkNeed {
+    /// Short name, for listings (`oxccl algs`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            LinkNeed::LoadStore => "load-store",
+            LinkNeed::LoadStoreWithinServer => "load-store within servers",
+            LinkNeed::Put => "put",
+        }
+    }
+
+    /// Why an executor with this need cannot run on `topology`, naming a put-only link it
+    /// would have to read over, if there is one. The check is over every link of the
+    /// topology the executor may use (all of them for [`LinkNeed::LoadStore`], those inside
+    /// servers for [`LinkNeed::LoadStoreWithinServer`]), not over one rank's peers, so
+    /// selection and a forced executor get the same answer on every rank.
+    pub fn refusal(self, topology: &Topology) -> Option<String> {
+        let (within, scope) = match self {
+            LinkNeed::Put => return None,
+            LinkNeed::LoadStore => (false, "every link"),
+            LinkNeed::LoadStoreWithinServer => (true, "the links inside servers"),
+        };
+        topology.put_only_link(within).map(|(a, b)| {
+            format!(
+                "needs load/store access on {scope} (it reads peers' buffers or writes their \
+                 user buffers), but the link {a}-{b} is put-only; choose an executor whose \
+                 links column in `oxccl algs` says put"
+            )
+        })
+    }
+}
+
 impl Constraints {
     /// Any rank count, any topology, any size.
     pub const ANY: Constraints = Constraints {
@@ -469,7 +504,7 @@ impl Constraints {
         if self.full_mesh && !topology.is_full_mesh() {
             return Some("needs a full mesh, and the topology has broken or missing links".into());
         }
-        None
+        self.links.refusal(topology)
     }
 
     /// A one-line summary for listings.
@@ -588,6 +623,46 @@ macro_rules! register_template {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn link_needs_are_refused_only_where_a_link_is_put_only() {
+        use crate::topology::presets::preset;
+        let (mesh, two, tcp) = (
+            preset("mesh8").unwrap(),
+            preset("2x8").unwrap(),
+            preset("tcp8").unwrap(),
+        );
+        for t in [&mesh, &two, &tcp] {
+            assert_eq!(LinkNeed::Put.refusal(t), None);
+        }
+        assert_eq!(LinkNeed::LoadStore.refusal(&mesh), None);
+        let why = LinkNeed::LoadStore.refusal(&two).unwrap();
+        assert!(why.contains("the link 0-8 is put-only"), "{why}");
+        assert!(LinkNeed::LoadStore.refusal(&tcp).unwrap().contains("0-1"));
+        assert_eq!(LinkNeed::LoadStoreWithinServer.refusal(&two), None);
+        assert_eq!(
+            LinkNeed::LoadStoreWithinServer.refusal(&tcp),
+            None,
+            "no intra links"
+        );
+        let put_inside = Topology::single_server(4).with_fabric_access(
+            oxccl_platform::LinkAccess::Put,
+            oxccl_platform::LinkAccess::Put,
+        );
+        let why = LinkNeed::LoadStoreWithinServer
+            .refusal(&put_inside)
+            .unwrap();
+        assert!(
+            why.contains("inside servers") && why.contains("0-1"),
+            "{why}"
+        );
+        let c = Constraints {
+            links: LinkNeed::LoadStore,
+            ..Constraints::ANY
+        };
+        assert!(c.check(16, &two).unwrap().contains("put-only"));
+        assert_eq!(c.check(8, &mesh), None);
+    }
 
     #[test]
     fn resource_requests_past_the_limits_are_refused_naming_what() {

@@ -53,6 +53,7 @@ pub mod digest;
 pub mod error;
 pub mod executor;
 pub mod limits;
+pub mod link_access;
 pub mod op;
 pub mod planner;
 pub mod registry;

@@ -27,7 +27,7 @@
 //!   (`SelectRequest::bytes`, which for the gathering operators is one block, not the
 //!   nccl-tests "size"), the executor's name, the mean time per call in microseconds, and
 //!   last, running to the end of the line, the topology as
-//!   [`crate::Topology::describe`] writes it (`[8]`, `[8,8]`, `[8] broken 0-1`).
+//!   [`crate::Topology::describe`] writes it (`[8]`, `[8,8] put inter`, `[8] broken 0-1`).
 //! - A measurement may appear once: a second line with the same operator, ranks,
 //!   topology, data type, bytes and executor is an error naming both lines.
 //! - A line that could never match a lookup is an error, not dead weight: ranks outside
@@ -53,7 +53,7 @@
 use crate::error::Cause;
 use crate::limits::{MAX_BUFFER_BYTES, MAX_RANKS};
 use crate::op::OpKind;
-use crate::topology::describe_parts;
+use crate::topology::{describe_parts, PutScope};
 use oxccl_platform::dtype::ParseNameError;
 use oxccl_platform::DataType;
 use std::collections::{HashMap, HashSet};
@@ -443,10 +443,10 @@ fn check_topology(topology: &str, ranks: usize) -> Result<(), String> {
     let malformed = || {
         format!(
             "missing or malformed topology `{topology}`: expected what Topology::describe \
-             writes, e.g. `[8]`, `[8,8]` or `[8] broken 0-1,2-3`"
+             writes, e.g. `[8]`, `[8,8] put inter` or `[8] broken 0-1,2-3`"
         )
     };
-    let (servers, broken) = parse_described(topology).ok_or_else(malformed)?;
+    let (servers, broken, put) = parse_described(topology).ok_or_else(malformed)?;
     let total = servers
         .iter()
         .try_fold(0usize, |sum, &s| sum.checked_add(s))
@@ -463,7 +463,7 @@ fn check_topology(topology: &str, ranks: usize) -> Result<(), String> {
              with ranks below {total}"
         ));
     }
-    let canonical = describe_parts(&servers, &broken.into_iter().collect());
+    let canonical = describe_parts(&servers, &broken.into_iter().collect(), put);
     if canonical != topology {
         return Err(format!(
             "topology `{topology}` is not written as Topology::describe writes it and would \
@@ -476,16 +476,21 @@ fn check_topology(topology: &str, ranks: usize) -> Result<(), String> {
 /// A broken link as `describe` writes it, `(low, high)`.
 type BrokenPair = (usize, usize);
 
-/// The server sizes and broken pairs of a `describe` text, or `None` when it is not one.
-fn parse_described(text: &str) -> Option<(Vec<usize>, Vec<BrokenPair>)> {
+/// The server sizes, broken pairs and put-only scope of a `describe` text, or `None` when
+/// it is not one.
+fn parse_described(text: &str) -> Option<(Vec<usize>, Vec<BrokenPair>, PutScope)> {
     let (sizes, tail) = text.strip_prefix('[')?.split_once(']')?;
     let servers = sizes
         .split(',')
         .map(|s| s.trim().parse().ok().filter(|&n: &usize| n > 0))
         .collect::<Option<Vec<usize>>>()?;
+    let (tail, put) = match tail.rsplit_once(" put ") {
+        Some((head, word)) => (head, PutScope::from_word(word.trim())?),
+        None => (tail, PutScope::None),
+    };
     let tail = tail.trim();
     if tail.is_empty() {
-        return Some((servers, vec![]));
+        return Some((servers, vec![], put));
     }
     let pairs = tail.strip_prefix("broken")?;
     let broken = pairs
@@ -495,7 +500,7 @@ fn parse_described(text: &str) -> Option<(Vec<usize>, Vec<BrokenPair>)> {
             Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
         })
         .collect::<Option<Vec<BrokenPair>>>()?;
-    Some((servers, broken))
+    Some((servers, broken, put))
 }
 
 fn parse_count(word: &str, what: &str) -> Result<usize, String> {
@@ -547,8 +552,10 @@ mod tests {
         let mut gather = entry(4096, "mesh", 0.1 + 0.2);
         gather.op = OpKind::AllGather;
         gather.dtype = DataType::Bf16;
+        let mut tcp = entry(1024, "ring", 90.0);
+        tcp.topology = "[1,1,1,1,1,1,1,1] put all".into();
         let table = TuneTable {
-            entries: vec![entry(1024, "one-shot", 11.5), broken, gather],
+            entries: vec![entry(1024, "one-shot", 11.5), broken, gather, tcp],
         };
         let text = table.to_text();
         assert!(text.starts_with("oxccl-tune 1\n"), "{text}");

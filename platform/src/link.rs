@@ -64,13 +64,18 @@ pub struct Link {
     pub local: Rank,
     pub remote: Rank,
     pub kind: LinkKind,
+    /// What this link lets the local end do with the peer's memory. Over a
+    /// [`LinkAccess::Put`] link a task may only write the peer's CclIn, CclOut or Scratch
+    /// and post its notifies; the analyzer and the planner refuse anything else.
+    pub access: LinkAccess,
     pub channel: usize,
     layout: NotifyLayout,
 }
 
 impl Link {
-    /// A link from `local` to `remote`. The framework hands these out only for links that
-    /// exist and are not broken.
+    /// A load/store link from `local` to `remote` (see [`Link::with_access`] for a
+    /// put-only one). The framework hands these out only for links that exist and are not
+    /// broken, with the access the topology gives them.
     pub fn new(
         local: Rank,
         remote: Rank,
@@ -82,9 +87,21 @@ impl Link {
             local,
             remote,
             kind,
+            access: LinkAccess::LoadStore,
             channel,
             layout,
         }
+    }
+
+    /// This link with the given access.
+    pub fn with_access(self, access: LinkAccess) -> Self {
+        Link { access, ..self }
+    }
+
+    /// True when the peer's buffers may be read (and its user buffers written) over this
+    /// link.
+    pub fn is_load_store(&self) -> bool {
+        self.access == LinkAccess::LoadStore
     }
 
     fn local_signal(&self, s: LinkSignal) -> crate::ir::NotifyId {
@@ -156,7 +173,8 @@ impl Link {
         self.rx_data_signal(stream);
     }
 
-    /// A slice of the peer's buffer.
+    /// A slice of the peer's buffer. Over a put-only link only CclIn, CclOut and Scratch
+    /// slices may be used, and only as write destinations.
     pub fn remote(&self, buf: Buf, offset: usize, len: usize) -> Slice {
         Slice::new(self.remote, buf, offset, len)
     }

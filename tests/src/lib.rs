@@ -15,6 +15,7 @@ pub mod puts;
 pub mod rooted;
 pub mod vector;
 
+use oxccl::platform::LinkAccess;
 use oxccl::{Communicator, Config, DataType, OpParam, ReduceOp, Topology, UserBuffers};
 
 // The example plugin must be linked for its executor to be registered.
@@ -275,8 +276,11 @@ pub fn run_all_reduce(setup: &Setup, cases: &[Case]) -> Result<(), String> {
     Ok(())
 }
 
-/// The topologies every executor is checked on: one server of 1 to 9 ranks, and
-/// multi-server shapes, even (2x2, 2x4, 3x3, 2x8, 4x8) and uneven (3+2, 8+4).
+/// The topologies every executor is checked on: one server of 1 to 9 ranks; multi-server
+/// shapes, even (2x2, 2x4, 3x3, 2x8, 4x8) and uneven (3+2, 8+4), joined by load/store
+/// links (so executors that need load/store everywhere are checked across servers); and
+/// the put-only shapes: 3+2 and `2x8` with put-only RoCE across servers, and `tcp8`, every
+/// link put-only (see [`put_only_shapes`]).
 pub fn shapes() -> Vec<Topology> {
     let mut shapes: Vec<Topology> = (1..=9).map(Topology::single_server).collect();
     for servers in [
@@ -288,9 +292,32 @@ pub fn shapes() -> Vec<Topology> {
         vec![8, 4],
         vec![8, 8, 8, 8],
     ] {
-        shapes.push(Topology::servers(servers).expect("valid shape"));
+        let shape = Topology::servers(servers).expect("valid shape");
+        shapes.push(shape.with_fabric_access(LinkAccess::LoadStore, LinkAccess::LoadStore));
+    }
+    shapes.extend(put_only_shapes());
+    shapes
+}
+
+/// The shapes with put-only links: servers of 3 and 2 and `2x8` (put-only across
+/// servers, as RoCE is), and `tcp8` (8 hosts, every link put-only).
+pub fn put_only_shapes() -> Vec<Topology> {
+    let mut shapes = vec![Topology::servers(vec![3, 2]).expect("valid shape")];
+    for preset in ["2x8", "tcp8"] {
+        shapes.push(Topology::parse_spec(preset).expect("preset"));
     }
     shapes
+}
+
+/// Whether the executors named `algo` (of any operator) can run over `topology`'s links:
+/// a shape whose put-only links their declared [`oxccl::framework::LinkNeed`] refuses is
+/// skipped, as selection would refuse it.
+fn links_admit(algo: &str, topology: &Topology) -> bool {
+    oxccl::registry()
+        .expect("registry")
+        .executors()
+        .filter(|e| e.name == algo)
+        .all(|e| e.constraints.links.refusal(topology).is_none())
 }
 
 /// Small CCL buffers, so that the staged loop runs more than once.
@@ -310,7 +337,7 @@ pub fn check_on_shapes(
     run: impl Fn(&Setup) -> Result<(), String>,
 ) {
     for (i, topology) in shapes().into_iter().enumerate() {
-        if !keep(&topology) {
+        if !keep(&topology) || !links_admit(algo, &topology) {
             continue;
         }
         let modes: &[bool] = match topology.ranks() > THIN_ABOVE_RANKS {

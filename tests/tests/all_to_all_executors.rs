@@ -31,3 +31,13 @@ fn pairwise_conforms() {
 fn mesh_conforms() {
     assert_conforms(OpKind::AlltoAll, "mesh");
 }
+
+#[test]
+fn put_mesh() {
+    check_on_every_shape("put-mesh", run);
+}
+
+#[test]
+fn put_mesh_conforms() {
+    assert_conforms(OpKind::AlltoAll, "put-mesh");
+}

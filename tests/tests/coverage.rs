@@ -85,6 +85,7 @@ fn every_registered_executor_is_covered_by_a_test_file() {
                 "hier-rhd",
                 "hier-ring",
                 "mesh",
+                "put-mesh",
                 "relay-mesh",
                 "relay-scatter-allgather",
                 "ring",
@@ -96,16 +97,20 @@ fn every_registered_executor_is_covered_by_a_test_file() {
             OpKind::Reduce,
             &[
                 "mesh",
+                "put-mesh",
                 "relay-mesh",
                 "relay-reduce-scatter-gather",
                 "ring",
                 "tree",
             ],
         ),
-        (OpKind::Scatter, &["mesh", "relay-mesh", "tree"]),
-        (OpKind::Gather, &["mesh", "relay-mesh", "tree"]),
+        (OpKind::Scatter, &["mesh", "put-mesh", "relay-mesh", "tree"]),
+        (OpKind::Gather, &["mesh", "put-mesh", "relay-mesh", "tree"]),
         // all_to_all_executors, relay_p2p_executors.
-        (OpKind::AlltoAll, &["mesh", "pairwise", "relay-mesh"]),
+        (
+            OpKind::AlltoAll,
+            &["mesh", "pairwise", "put-mesh", "relay-mesh"],
+        ),
         // vector_executors, relay_rooted_executors (relay-mesh of the V forms),
         // relay_p2p_executors (relay-pairwise).
         (
@@ -116,9 +121,12 @@ fn every_registered_executor_is_covered_by_a_test_file() {
             OpKind::ReduceScatterV,
             &["mesh", "put-ring", "relay-mesh", "ring"],
         ),
-        (OpKind::AlltoAllV, &["pairwise", "relay-pairwise"]),
+        (
+            OpKind::AlltoAllV,
+            &["pairwise", "put-pairwise", "relay-pairwise"],
+        ),
         // send_recv_executors, barrier_executors, relay_p2p_executors.
-        (OpKind::SendRecv, &["p2p", "relay-p2p"]),
+        (OpKind::SendRecv, &["p2p", "put-p2p", "relay-p2p"]),
         (OpKind::Barrier, &["dissemination", "spanning-tree"]),
     ];
     assert_eq!(covered.len(), OpKind::ALL.len(), "every operator listed");

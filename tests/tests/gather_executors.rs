@@ -35,3 +35,13 @@ fn tree_conforms() {
 fn the_selector_finds_an_executor_around_broken_links() {
     rooted_selection_around_broken_links(KIND);
 }
+
+#[test]
+fn put_mesh() {
+    check_rooted_executor(KIND, "put-mesh");
+}
+
+#[test]
+fn put_mesh_conforms() {
+    rooted_conforms(KIND, "put-mesh");
+}

@@ -5,6 +5,7 @@
 //! passes the analyzer's conformance matrix.
 
 use oxccl::framework::analyzer::conformance::assert_conforms;
+use oxccl::platform::LinkAccess;
 use oxccl::{DataType, OpKind, ReduceOp, Topology};
 use oxccl_tests::blocks::{block_matrix, run_blocks};
 use oxccl_tests::rooted::{rooted_matrix, run_rooted};
@@ -188,7 +189,10 @@ fn all_reduce_hier_pipelined_runs_several_segments() {
         for zero_copy in [true, false] {
             let setup = Setup {
                 algo: Some("hier-pipelined"),
-                topology: Topology::servers(servers.clone()).expect("valid shape"),
+                // Load/store across servers: hier-pipelined reads peers over every link.
+                topology: Topology::servers(servers.clone())
+                    .expect("valid shape")
+                    .with_fabric_access(LinkAccess::LoadStore, LinkAccess::LoadStore),
                 zero_copy,
                 ccl_bytes: 2 * segment,
             };

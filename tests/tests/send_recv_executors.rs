@@ -72,3 +72,47 @@ fn p2p_passes_the_analyzer() {
         }
     }
 }
+
+#[test]
+fn put_p2p() {
+    check_on_every_shape("put-p2p", |setup| {
+        let n = setup.topology.ranks();
+        run_vector(OpKind::SendRecv, setup, &p2p_matrix(n, &layouts(n)))
+    });
+}
+
+/// put-p2p passes the analyzer on the put-only shapes (`tcp8`, `2x8`) and on one server,
+/// where it runs in both modes.
+#[test]
+fn put_p2p_passes_the_analyzer_on_put_only_links() {
+    let mut shapes = oxccl_tests::put_only_shapes();
+    shapes.push(Topology::single_server(5));
+    for topology in shapes {
+        let ranks = topology.ranks();
+        for l in layouts(ranks) {
+            for zero_copy in [true, false] {
+                let case = VCase {
+                    dtype: DataType::I32,
+                    op: ReduceOp::Sum,
+                    layouts: l.clone(),
+                    in_place: false,
+                };
+                let mut config = Config {
+                    topology: Some(topology.clone()),
+                    zero_copy,
+                    ccl_buffer_bytes: 4096,
+                    ..Config::default()
+                };
+                config.algo.set(Some(OpKind::SendRecv), "put-p2p");
+                let rec = Recording::record_each(&case.params(OpKind::SendRecv), false, config)
+                    .expect("record");
+                let report = analyze(&rec);
+                assert!(
+                    report.failures.is_empty(),
+                    "{}, zero_copy {zero_copy}, {case:?}:\n{report}",
+                    topology.describe()
+                );
+            }
+        }
+    }
+}

@@ -56,6 +56,49 @@ fn reduce_scatter_v_ring() {
 }
 
 #[test]
+fn all_to_all_v_put_pairwise() {
+    check_on_every_shape("put-pairwise", |setup| {
+        let n = setup.topology.ranks();
+        run_vector(
+            OpKind::AlltoAllV,
+            setup,
+            &p2p_matrix(n, &all_to_all_v_layouts(n)),
+        )
+    });
+}
+
+/// put-pairwise passes the analyzer on the put-only shapes (`tcp8`, `2x8`) and on one
+/// server, where it runs in both modes.
+#[test]
+fn all_to_all_v_put_pairwise_passes_the_analyzer_on_put_only_links() {
+    let mut shapes = oxccl_tests::put_only_shapes();
+    shapes.push(Topology::single_server(5));
+    for topology in shapes {
+        let ranks = topology.ranks();
+        for layouts in [
+            all_to_all_v(ranks, |a, b| (a * 3 + b * 5) % 4 * 300),
+            all_to_all_v(ranks, |a, b| 1 + a + b),
+        ] {
+            for zero_copy in [true, false] {
+                let case = VCase {
+                    dtype: DataType::F32,
+                    op: ReduceOp::Sum,
+                    layouts: layouts.clone(),
+                    in_place: false,
+                };
+                analyze_case_on(
+                    OpKind::AlltoAllV,
+                    "put-pairwise",
+                    topology.clone(),
+                    &case,
+                    zero_copy,
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn all_to_all_v_pairwise() {
     check_on_every_shape("pairwise", |setup| {
         let n = setup.topology.ranks();
@@ -68,8 +111,13 @@ fn all_to_all_v_pairwise() {
 }
 
 fn analyze_case(kind: OpKind, algo: &str, ranks: usize, case: &VCase, zero_copy: bool) {
+    analyze_case_on(kind, algo, Topology::single_server(ranks), case, zero_copy);
+}
+
+fn analyze_case_on(kind: OpKind, algo: &str, topology: Topology, case: &VCase, zero_copy: bool) {
+    let ranks = topology.ranks();
     let mut config = Config {
-        topology: Some(Topology::single_server(ranks)),
+        topology: Some(topology),
         zero_copy,
         ccl_buffer_bytes: 4096,
         ..Config::default()

@@ -7,20 +7,22 @@ pub fn run() -> Result<ExitCode, Error> {
     let reg = registry()?;
     outln!("# executors");
     outln!(
-        "{:<16} {:<12} {:<26} {:>4}  {:<22} description",
+        "{:<16} {:<12} {:<26} {:>4}  {:<25} {:<22} description",
         "operator",
         "name",
         "crate",
         "pref",
+        "links",
         "constraints"
     );
     for e in reg.executors() {
         outln!(
-            "{:<16} {:<12} {:<26} {:>4}  {:<22} {}",
+            "{:<16} {:<12} {:<26} {:>4}  {:<25} {:<22} {}",
             e.op.name(),
             e.name,
             e.crate_name,
             e.preference,
+            e.constraints.links.name(),
             e.constraints.describe(),
             e.description
         );

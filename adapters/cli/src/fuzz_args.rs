@@ -120,6 +120,7 @@ fn topo() -> impl Strategy<Value = String> {
             "mesh8-cut",
             "ring8",
             "2x8",
+            "tcp8",
             "1x1",
             "1x1024",
             "1x1025",

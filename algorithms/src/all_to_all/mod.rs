@@ -12,6 +12,7 @@
 
 pub mod mesh;
 pub mod pairwise;
+pub mod put_mesh;
 pub mod relay_mesh;
 
 use oxccl_framework::platform::Rank;

@@ -5,4 +5,5 @@
 //! [`VLayout::P2p`]: oxccl_framework::op::VLayout::P2p
 
 pub mod pairwise;
+pub mod put_pairwise;
 pub mod relay_pairwise;

@@ -14,7 +14,8 @@
 use crate::templates::Round;
 use oxccl_framework::platform::Rank;
 use oxccl_framework::{
-    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers, PlanCtx,
+    ResourceRequest,
 };
 
 /// The dissemination barrier executor.
@@ -24,7 +25,8 @@ oxccl_framework::register_executor! {
     name: "dissemination",
     op: OpKind::Barrier,
     description: "ceil(log2 n) rounds, round k signals rank r+2^k and waits for rank r-2^k",
-    constraints: Constraints::ANY,
+    // Signals only: no data crosses a link, so put-only links (TCP, RDMA) serve it.
+    constraints: Constraints { links: LinkNeed::Put, ..Constraints::ANY },
     preference: 10,
     make: || Box::new(DisseminationBarrier),
 }

@@ -20,8 +20,8 @@
 
 use oxccl_framework::platform::Rank;
 use oxccl_framework::{
-    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
-    Topology,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers, PlanCtx,
+    ResourceRequest, Topology,
 };
 use std::collections::VecDeque;
 
@@ -34,7 +34,8 @@ oxccl_framework::register_executor! {
     name: NAME,
     op: OpKind::Barrier,
     description: "fan-in then fan-out over a BFS spanning tree of the healthy links, rooted at a graph centre",
-    constraints: Constraints::ANY,
+    // Signals only: no data crosses a link, so put-only links (TCP, RDMA) serve it.
+    constraints: Constraints { links: LinkNeed::Put, ..Constraints::ANY },
     preference: 5,
     make: || Box::new(SpanningTreeBarrier),
 }

@@ -8,6 +8,7 @@
 //! [`KernelArgs::blocks`]: oxccl_framework::KernelArgs::blocks
 
 pub mod mesh;
+pub mod put_mesh;
 pub mod relay_mesh;
 pub mod tree;
 

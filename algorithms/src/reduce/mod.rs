@@ -6,6 +6,7 @@
 //! "done reading" before the peer's iteration may end.
 
 pub mod mesh;
+pub mod put_mesh;
 pub mod relay_mesh;
 pub mod relay_reduce_scatter_gather;
 pub mod ring;

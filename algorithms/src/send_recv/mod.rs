@@ -5,6 +5,7 @@
 //! [`VLayout::P2p`]: oxccl_framework::op::VLayout::P2p
 
 pub mod p2p;
+pub mod put_p2p;
 pub mod relay_p2p;
 
 use oxccl_framework::op::P2pItem;

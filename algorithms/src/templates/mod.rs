@@ -10,7 +10,9 @@ pub mod mesh;
 pub mod nb;
 pub mod nhr;
 pub mod p2p;
+pub mod p2p_put;
 pub mod peer_round;
+pub mod put;
 pub mod put_mesh;
 pub mod put_rhd;
 pub mod put_ring;
@@ -37,7 +39,9 @@ pub use nhr::{
     nhr_all_gather, nhr_peers, nhr_reduce_scatter, nhr_reduce_scatter_into, nhr_schedule,
 };
 pub use p2p::{p2p_exchange, p2p_peers, p2p_slot_bytes, P2pParams, P2pPhase};
+pub use p2p_put::p2p_put_exchange;
 pub use peer_round::{all_peers_round, Round};
+pub use put::{await_puts, finish_puts, open_for_puts, put};
 pub use put_mesh::{put_mesh_all_gather, put_mesh_reduce_scatter, PutMesh};
 pub use put_rhd::{put_rhd_all_gather, put_rhd_all_reduce, put_rhd_reduce_scatter, PutRhd};
 pub use put_ring::{put_ring_all_gather, put_ring_reduce_scatter, ChunkSlice, PutRing};

@@ -89,7 +89,7 @@ pub fn p2p_slot_bytes(ranks: usize, ccl_bytes: usize, elem_size: usize) -> usize
 }
 
 /// The non-empty items with `peer`, in call order.
-fn items_with(items: &[P2pItem], peer: Rank) -> Vec<P2pItem> {
+pub(crate) fn items_with(items: &[P2pItem], peer: Rank) -> Vec<P2pItem> {
     items
         .iter()
         .filter(|i| i.peer == peer && i.count > 0)
@@ -98,7 +98,7 @@ fn items_with(items: &[P2pItem], peer: Rank) -> Vec<P2pItem> {
 }
 
 /// Bytes of the stream of `items`.
-fn stream_bytes(items: &[P2pItem], es: usize) -> usize {
+pub(crate) fn stream_bytes(items: &[P2pItem], es: usize) -> usize {
     // Validated layouts keep every item within MAX_BUFFER_BYTES; saturating keeps a sum
     // of many items from wrapping.
     items
@@ -109,7 +109,12 @@ fn stream_bytes(items: &[P2pItem], es: usize) -> usize {
 
 /// The parts of bytes `[lo, hi)` of the stream of `items`: `(byte offset in the rank's
 /// buffer, byte offset from lo, length)`.
-fn stream_parts(items: &[P2pItem], es: usize, lo: usize, hi: usize) -> Vec<(usize, usize, usize)> {
+pub(crate) fn stream_parts(
+    items: &[P2pItem],
+    es: usize,
+    lo: usize,
+    hi: usize,
+) -> Vec<(usize, usize, usize)> {
     let mut parts = Vec::new();
     let mut at = 0;
     for item in items {
@@ -130,7 +135,7 @@ pub fn p2p_exchange(ctx: &mut KernelCtx<'_>, p: &P2pParams<'_>) -> Result<(), Er
 }
 
 /// The items a rank sends to itself, copied locally.
-fn copy_to_self(ctx: &mut KernelCtx<'_>, p: &P2pParams<'_>) {
+pub(crate) fn copy_to_self(ctx: &mut KernelCtx<'_>, p: &P2pParams<'_>) {
     let me = ctx.rank;
     let es = p.elem_size;
     let sends = items_with(p.sends, me);

@@ -1,7 +1,8 @@
 //! Conformance: one executor over the analyzer's matrix of shapes, types, ops and counts.
 //!
 //! The matrix follows HCCL's analyzer suite and goes further: shapes 1x1..1x9, 4+4, 8+8
-//! and the asymmetric 8+4; int8, int32, f16, bf16 and f32; every reduce op of reducing
+//! and the asymmetric 8+4 (put-only across servers), 4+4 and 8+4 load/store throughout, and
+//! `tcp8` (every link put-only); int8, int32, f16, bf16 and f32; every reduce op of reducing
 //! operators; counts 0, 1, odd, not divisible by the ranks, a few thousand, and larger
 //! than the CCL buffer; in place and out of place; zero-copy and staged through the CCL
 //! buffers. A shape excluded by the executor's declared constraints is skipped; anything
@@ -21,7 +22,7 @@ use crate::executor::ExecutorEntry;
 use crate::op::{OpKind, OpParam};
 use crate::registry::registry;
 use crate::topology::Topology;
-use oxccl_platform::{DataType, ReduceOp};
+use oxccl_platform::{DataType, LinkAccess, ReduceOp};
 
 /// The data types of the matrix (those of HCCL's analyzer suite).
 pub const DTYPES: [DataType; 5] = [
@@ -32,12 +33,21 @@ pub const DTYPES: [DataType; 5] = [
     DataType::F32,
 ];
 
-/// The rank shapes of the matrix.
+/// The rank shapes of the matrix: one server of 1 to 9 ranks (load/store links), servers
+/// joined by put-only RoCE links (4+4, 8+8 = `2x8`, 8+4), 4+4 and 8+4 joined by
+/// load/store links (so executors that need load/store everywhere are still checked
+/// across servers), and `tcp8` (every link put-only). An executor whose declared link
+/// need a shape's put-only links refuse skips the shape, like any other constraint.
 pub fn shapes() -> Vec<Topology> {
     let mut shapes: Vec<Topology> = (1..=9).map(Topology::single_server).collect();
     for servers in [vec![4, 4], vec![8, 8], vec![8, 4]] {
         shapes.push(Topology::servers(servers).expect("valid shape"));
     }
+    for servers in [vec![4, 4], vec![8, 4]] {
+        let shape = Topology::servers(servers).expect("valid shape");
+        shapes.push(shape.with_fabric_access(LinkAccess::LoadStore, LinkAccess::LoadStore));
+    }
+    shapes.push(crate::topology::presets::preset("tcp8").expect("tcp8 is a preset"));
     shapes
 }
 

@@ -2,7 +2,9 @@
 //! a task names exists and may be used that way.
 //!
 //! A slice or a Post on another rank needs `Topology::link_kind` to name a link (it
-//! answers `None` for a link that is broken or absent). Staged programs may not reach
+//! answers `None` for a link that is broken or absent). Over a put-only link a task may
+//! only write the peer's CclIn, CclOut or Scratch (see [`crate::link_access`]): a read of
+//! any peer buffer, or a write of its user buffers, is reported with the link. Staged programs may not reach
 //! another rank's user buffers, which only zero-copy devices expose. Waits are on the
 //! rank's own notifies. Notify indices must lie in the owner's table: the link region,
 //! whose notify for peer `p` only `p` posts, and the local region (fork/join and
@@ -15,6 +17,7 @@ use super::bounds::show;
 use super::index::{Index, TaskId};
 use super::report::{Check, Collector};
 use crate::executor::Mode;
+use crate::link_access;
 use oxccl_platform::{NotifyId, Rank, Task};
 
 /// Run the link check over every task.
@@ -25,6 +28,7 @@ pub(crate) fn check(idx: &Index<'_>, out: &mut Collector) {
             Task::Post { notify } => post(idx, id, me, *notify, out),
             Task::Wait { notify } => wait(idx, id, me, *notify, out),
             task => {
+                put_only(idx, id, me, task, out);
                 for s in task.reads().iter().chain(task.writes()) {
                     let broken = reach(idx, me, s.rank);
                     if let Some(why) = broken {
@@ -43,6 +47,29 @@ pub(crate) fn check(idx: &Index<'_>, out: &mut Collector) {
                 }
             }
         }
+    }
+}
+
+/// Report every slice `task` reads, or every user buffer it writes, on a peer over a
+/// put-only link (see [`crate::link_access`]), naming the task, the slice and the link.
+fn put_only(idx: &Index<'_>, id: TaskId, me: Rank, task: &Task, out: &mut Collector) {
+    let loc = idx.loc(id);
+    for v in link_access::task_violations(&idx.rec.topology, me, loc.stream, loc.task, task) {
+        out.at(Check::Link, Some(loc), || {
+            format!(
+                "{} {} {} over the put-only link {me}-{}: {}",
+                idx.describe(id),
+                if v.write { "writes" } else { "reads" },
+                show(&v.slice),
+                v.slice.rank,
+                if v.write {
+                    "a put-only link writes only the peer's CclIn, CclOut and Scratch"
+                } else {
+                    "a put-only link cannot read the peer's memory; let the peer put the \
+                     data into this rank's CCL buffers or scratch instead"
+                }
+            )
+        });
     }
 }
 

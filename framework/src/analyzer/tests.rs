@@ -337,6 +337,39 @@ fn broken_links_and_foreign_waits_are_link_failures() {
 }
 
 #[test]
+fn reads_and_user_writes_over_put_only_links_are_link_failures() {
+    let tcp = crate::topology::presets::preset("tcp8").unwrap();
+    let rec = record(sum(4), tcp, 0, |r, p, _| {
+        if r == 0 {
+            p.streams[0].copy(in_(1, 0, 16), out(0, 0, 16));
+            p.streams[0].copy(in_(0, 0, 16), out(2, 0, 16));
+            p.streams[0].copy(in_(0, 0, 16), Slice::new(3, Buf::CclIn, 0, 16));
+        }
+    });
+    let report = analyze(&rec);
+    assert_reports(&report, Check::Link, "rank 0 stream 0 task 0");
+    assert_reports(
+        &report,
+        Check::Link,
+        "reads rank 1 Input[0..16] over the put-only link 0-1",
+    );
+    assert_reports(
+        &report,
+        Check::Link,
+        "writes rank 2 Output[0..16] over the put-only link 0-2",
+    );
+    let put_only: Vec<String> = of(&report, Check::Link)
+        .into_iter()
+        .filter(|m| m.contains("put-only"))
+        .collect();
+    assert_eq!(
+        put_only.len(),
+        2,
+        "the put into CclIn is allowed: {put_only:?}"
+    );
+}
+
+#[test]
 fn slave_that_never_joins_is_reported() {
     let rec = record(sum(4), Topology::single_server(1), 1, |r, p, layout| {
         let fork = layout.local(r, 0);

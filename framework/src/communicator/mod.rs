@@ -135,9 +135,12 @@ fn create_device(n: usize, config: &Config) -> Result<Arc<dyn Device>, Error> {
     Ok(oxccl_platform::registry::create(&config.device, dc)?)
 }
 
-/// How a communicator with `config` on `device` binds executors' buffers.
-fn mode_of(config: &Config, device: &dyn Device) -> Mode {
-    if config.zero_copy && device.capabilities().peer_user_buffers {
+/// How a communicator with `config` on `device` over `topology` binds executors' buffers:
+/// zero-copy on user buffers only when the device lets peers reach them and every link is
+/// load/store (a put-only link can reach only a peer's registered CCL buffers and scratch,
+/// never its user buffers).
+fn mode_of(config: &Config, device: &dyn Device, topology: &Topology) -> Mode {
+    if config.zero_copy && device.capabilities().peer_user_buffers && topology.all_load_store() {
         Mode::Direct
     } else {
         Mode::Staged
@@ -236,7 +239,11 @@ impl Communicator {
                 "communicator created"
             );
         }
-        let selection_digest = digest_of(&config, &topology, mode_of(&config, device.as_ref()))?;
+        let selection_digest = digest_of(
+            &config,
+            &topology,
+            mode_of(&config, device.as_ref(), &topology),
+        )?;
         let group = Arc::new(Shared {
             selection_digest,
             device,
@@ -282,8 +289,16 @@ impl Communicator {
         &self.group.device
     }
 
+    /// [`Mode::Direct`] only when zero-copy is asked for, the device exposes user buffers,
+    /// and every link of the topology is load/store: in Direct mode peers read and write
+    /// each other's user buffers, which a put-only link cannot reach (it only writes the
+    /// peer's registered CCL buffers and scratch).
     fn mode(&self) -> Mode {
-        mode_of(&self.group.config, self.group.device.as_ref())
+        mode_of(
+            &self.group.config,
+            self.group.device.as_ref(),
+            &self.group.topology,
+        )
     }
 
     /// The stable digest of everything this communicator's selection depends on: the

@@ -1,7 +1,7 @@
 use super::*;
 use crate::op::OpKind;
 use crate::tune::TuneEntry;
-use oxccl_platform::DataType;
+use oxccl_platform::{DataType, LinkAccess};
 
 fn entry(name: &'static str, preference: i32) -> &'static ExecutorEntry {
     fn make() -> Box<dyn crate::executor::Executor> {
@@ -137,6 +137,12 @@ fn every_input_changes_the_digest() {
     });
     push("broken link", &|o| {
         o.topology = o.topology.clone().with_broken(0, 9).unwrap()
+    });
+    push("link access", &|o| {
+        o.topology = o
+            .topology
+            .clone()
+            .with_fabric_access(LinkAccess::LoadStore, LinkAccess::LoadStore)
     });
     push("link figures", &|o| {
         let slow = LinkSpec {

@@ -50,6 +50,7 @@ pub(crate) fn validate_program(
         reason: format!("stream {s} task {t}: {reason}"),
     };
     let reachable = |r: usize| r == me || links.get(r).is_some_and(Option::is_some);
+    crate::link_access::refuse_put_only_violation(name, plan.topology, program)?;
     for (s, stream) in program.streams.iter().enumerate() {
         for (t, task) in stream.tasks.iter().enumerate() {
             for slice in task.reads().iter().chain(task.writes()) {

@@ -75,6 +75,32 @@ fn no_executor_lists_every_candidate_and_why() {
 }
 
 #[test]
+fn load_store_executors_are_screened_off_put_only_links() {
+    let tcp = crate::topology::presets::preset("tcp8").unwrap();
+    let op = OpParam::rooted(OpKind::Gather, 1000, DataType::F32, ReduceOp::Sum, 0);
+    let err = select_alg(&gather_request(&op, &tcp), &AlgoOverride::default()).unwrap_err();
+    let Error::NoExecutor { reason, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        reason.contains("test-needs-every-link: needs load/store access on every link")
+            && reason.contains("the link 0-1 is put-only"),
+        "{err}"
+    );
+    let mut over = AlgoOverride::default();
+    over.set(Some(OpKind::Gather), "test-needs-every-link");
+    let err = select_alg(&gather_request(&op, &tcp), &over).unwrap_err();
+    let Error::Unsupported {
+        executor, reason, ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!(executor, "test-needs-every-link");
+    assert!(reason.contains("the link 0-1 is put-only"), "{err}");
+}
+
+#[test]
 fn one_rank_is_modelled_and_cached() {
     let topology = Topology::single_server(1);
     let op = OpParam::rooted(OpKind::Gather, 1000, DataType::F32, ReduceOp::Sum, 0);

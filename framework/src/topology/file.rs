@@ -11,7 +11,7 @@
 
 use super::{presets, Fabric, LinkSpec, Topology, Wiring};
 use crate::error::ConfigError;
-use oxccl_platform::{LinkKind, Rank};
+use oxccl_platform::{LinkAccess, LinkKind, Rank};
 use serde::Deserialize;
 use std::fmt::Write as _;
 use std::ops::Range;
@@ -107,6 +107,7 @@ struct FileSpec {
 struct FabricSpec {
     wiring: Option<WiringName>,
     kind: Option<KindName>,
+    access: Option<AccessName>,
     bandwidth_gbps: Option<f64>,
     latency_us: Option<f64>,
     shared_nic: Option<bool>,
@@ -138,6 +139,24 @@ impl KindName {
     }
 }
 
+/// `access = "load-store" | "put"`; serde's error for any other word names both.
+#[derive(Deserialize, Copy, Clone)]
+enum AccessName {
+    #[serde(rename = "load-store")]
+    LoadStore,
+    #[serde(rename = "put")]
+    Put,
+}
+
+impl AccessName {
+    fn access(self) -> LinkAccess {
+        match self {
+            AccessName::LoadStore => LinkAccess::LoadStore,
+            AccessName::Put => LinkAccess::Put,
+        }
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LinkEntry {
@@ -145,6 +164,7 @@ struct LinkEntry {
     from: Option<usize>,
     to: Option<usize>,
     kind: Option<KindName>,
+    access: Option<AccessName>,
     bandwidth_gbps: Option<f64>,
     latency_us: Option<f64>,
 }
@@ -280,6 +300,7 @@ fn write_spec(out: &mut String, spec: &LinkSpec) {
         LinkKind::Rdma => "rdma",
     };
     let _ = writeln!(out, "kind = \"{kind}\"");
+    let _ = writeln!(out, "access = \"{}\"", spec.access.name());
     let _ = writeln!(out, "bandwidth_gbps = {:?}", spec.bandwidth_gbps);
     let _ = writeln!(out, "latency_us = {:?}", spec.latency_us);
 }
@@ -406,6 +427,7 @@ fn fabric(
     }
     let spec = LinkSpec {
         kind: f.kind.map_or(default.spec.kind, KindName::kind),
+        access: f.access.map_or(default.spec.access, AccessName::access),
         bandwidth_gbps: f.bandwidth_gbps.unwrap_or(default.spec.bandwidth_gbps),
         latency_us: f.latency_us.unwrap_or(default.spec.latency_us),
     };
@@ -505,6 +527,7 @@ fn apply_link(
             .unwrap_or_else(|| placement_default(&result, from, to));
         let spec = LinkSpec {
             kind: e.kind.map_or(base.kind, KindName::kind),
+            access: e.access.map_or(base.access, AccessName::access),
             bandwidth_gbps: e.bandwidth_gbps.unwrap_or(base.bandwidth_gbps),
             latency_us: e.latency_us.unwrap_or(base.latency_us),
         };
@@ -545,7 +568,7 @@ mod tests {
 
     #[test]
     fn presets_survive_a_toml_round_trip() {
-        for name in ["mesh8", "mesh8-cut", "ring8", "2x8", "3x4"] {
+        for name in ["mesh8", "mesh8-cut", "ring8", "2x8", "3x4", "tcp8"] {
             let t = Topology::parse_spec(name).unwrap();
             assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t, "{name}");
         }
@@ -643,6 +666,29 @@ mod tests {
         assert_eq!(
             Topology::from_toml("servers = [1024]").unwrap().ranks(),
             1024
+        );
+    }
+
+    #[test]
+    fn access_is_read_per_fabric_and_per_link() {
+        let text = "servers = [4, 4]\n[intra]\naccess = \"put\"\n\
+                    [inter]\naccess = \"load-store\"\n\
+                    [[link]]\nfrom = 0\nto = 1\naccess = \"load-store\"\n";
+        let t = Topology::from_toml(text).unwrap();
+        assert_eq!(t.link_access(1, 2), Some(LinkAccess::Put));
+        assert_eq!(t.link_access(0, 5), Some(LinkAccess::LoadStore));
+        assert_eq!(t.link_access(0, 1), Some(LinkAccess::LoadStore));
+        assert_eq!(t.link_access(1, 0), Some(LinkAccess::Put));
+        assert_eq!(t.describe(), "[4,4] put some");
+        assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
+        let defaults = Topology::from_toml("servers = [2, 2]").unwrap();
+        assert_eq!(defaults.link_access(0, 1), Some(LinkAccess::LoadStore));
+        assert_eq!(defaults.link_access(0, 2), Some(LinkAccess::Put));
+        let (line, message) = file_error("servers = [8]\n[intra]\naccess = \"read\"\n");
+        assert_eq!(line, 3, "{message}");
+        assert!(
+            message.contains("load-store") && message.contains("put"),
+            "{message}"
         );
     }
 

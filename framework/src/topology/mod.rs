@@ -15,6 +15,11 @@
 //!   the peer, goes through its one NIC, so concurrent inter-server transfers share it;
 //! - **per-pair overrides**, one spec per direction, which may also add a link the wiring
 //!   lacks;
+//! - **link access**: every spec says whether the link is *load/store* (the peer's buffers
+//!   are readable and writable: HCCS, shared memory) or *put-only* (only writes into the
+//!   peer's CCL buffers and scratch, and signals: RoCE, TCP). Executors declare which they
+//!   need ([`crate::LinkNeed`]); selection screens on it and the analyzer refuses a task
+//!   that reads a peer's buffer, or writes its user buffers, over a put-only link;
 //! - **broken links**, which do not exist for anyone: [`Topology::link_kind`] and
 //!   [`Topology::link`] answer `None` for them, as for pairs that have no link at all.
 //!
@@ -27,7 +32,7 @@ pub mod presets;
 
 use crate::error::ConfigError;
 use crate::limits::MAX_RANKS;
-use oxccl_platform::{LinkKind, Rank};
+use oxccl_platform::{LinkAccess, LinkKind, Rank};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -44,6 +49,9 @@ pub struct LinkSpec {
     pub bandwidth_gbps: f64,
     /// One-way latency of a transfer or a signal, microseconds.
     pub latency_us: f64,
+    /// What the link lets a rank do with the peer's memory: load/store (read and write
+    /// every buffer) or put-only (write the peer's CCL buffers and scratch, and signal).
+    pub access: LinkAccess,
 }
 
 impl LinkSpec {
@@ -209,6 +217,15 @@ impl Topology {
         )
     }
 
+    /// This topology with the access of its two fabrics replaced (per-pair overrides
+    /// keep theirs): e.g. servers joined by load/store links across servers (a scale-up
+    /// domain spanning servers), or a single server whose links are put-only.
+    pub fn with_fabric_access(mut self, intra: LinkAccess, inter: LinkAccess) -> Self {
+        self.intra.spec.access = intra;
+        self.inter.spec.access = inter;
+        self
+    }
+
     /// Mark the link between `a` and `b` broken. Errors when either rank is out of range,
     /// when they are equal, or when there is no link between them to break.
     pub fn with_broken(mut self, a: Rank, b: Rank) -> Result<Self, ConfigError> {
@@ -304,12 +321,93 @@ impl Topology {
         self.nic_gbps
     }
 
-    /// A short identity of the topology's shape: server sizes and broken links, as in
-    /// `[8] broken 0-1,2-3` (`[8]` when nothing is broken). Tuning tables are keyed by it:
-    /// it names what changes which algorithm runs, and not the link figures, which the
-    /// host device does not have.
+    /// A short identity of the topology's shape: server sizes, broken links and which
+    /// links are put-only, as in `[8] broken 0-1,2-3`, `[8,8] put inter` (the links
+    /// across servers are put-only) or `[8] put all` (`[8]` when nothing is broken and
+    /// every link is load/store). Tuning tables are keyed by it: it names what changes
+    /// which algorithm runs (link access screens executors), and not the link figures,
+    /// which the host device does not have.
     pub fn describe(&self) -> String {
-        describe_parts(&self.servers, &self.broken)
+        describe_parts(&self.servers, &self.broken, self.put_scope())
+    }
+
+    /// Which links are put-only, for [`Topology::describe`].
+    fn put_scope(&self) -> PutScope {
+        if self.all_load_store() {
+            return PutScope::None;
+        }
+        let intra_any = self.intra.wiring != Wiring::None && self.servers.iter().any(|&s| s > 1);
+        let inter_any = self.inter.wiring != Wiring::None && self.servers.len() > 1;
+        let intra_put = intra_any && self.intra.spec.access == LinkAccess::Put;
+        let inter_put = inter_any && self.inter.spec.access == LinkAccess::Put;
+        let overridden_put = self
+            .overrides
+            .values()
+            .any(|p| p.up.access == LinkAccess::Put || p.down.access == LinkAccess::Put);
+        if overridden_put {
+            PutScope::Some
+        } else if (intra_put || !intra_any) && (inter_put || !inter_any) {
+            PutScope::All
+        } else if intra_put {
+            PutScope::Intra
+        } else {
+            PutScope::Inter
+        }
+    }
+
+    /// The first healthy put-only link `(a, b)` (a < b, either direction put-only), among
+    /// the links inside servers when `within_servers`, else among all links; `None` when
+    /// there is none. Answered from the fabrics without a scan when they are load/store,
+    /// so a 1024-rank load/store machine costs nothing; otherwise the scan stops at the
+    /// first put-only pair, which on the presets is found at once.
+    pub fn put_only_link(&self, within_servers: bool) -> Option<(Rank, Rank)> {
+        let override_put = self
+            .overrides
+            .iter()
+            .filter(|(&(a, b), _)| !within_servers || self.server_of(a) == self.server_of(b))
+            .any(|(_, p)| p.up.access == LinkAccess::Put || p.down.access == LinkAccess::Put);
+        let fabric_put = self.intra.spec.access == LinkAccess::Put
+            || (!within_servers && self.inter.spec.access == LinkAccess::Put);
+        if !override_put && !fabric_put {
+            return None;
+        }
+        let put = |a: Rank, b: Rank| {
+            self.link_access(a, b) == Some(LinkAccess::Put)
+                || self.link_access(b, a) == Some(LinkAccess::Put)
+        };
+        let n = self.ranks();
+        (0..n).find_map(|a| {
+            let end = if within_servers {
+                self.starts[self.server_of(a) + 1]
+            } else {
+                n
+            };
+            (a + 1..end).find(|&b| put(a, b)).map(|b| (a, b))
+        })
+    }
+
+    /// The access of the healthy link `a -> b`, or `None` when it is broken or missing.
+    pub fn link_access(&self, a: Rank, b: Rank) -> Option<LinkAccess> {
+        self.link(a, b).map(|l| l.access)
+    }
+
+    /// True when every link that exists (healthy or not) is load/store, so every peer's
+    /// buffers are readable and writable: the condition for [`Mode::Direct`]-style
+    /// zero-copy on user buffers. Decided from the fabrics and overrides, not pair by pair.
+    ///
+    /// [`Mode::Direct`]: crate::Mode::Direct
+    pub fn all_load_store(&self) -> bool {
+        let single_rank_servers = self.servers.iter().all(|&s| s <= 1);
+        let intra_ok = self.intra.spec.access == LinkAccess::LoadStore
+            || self.intra.wiring == Wiring::None
+            || single_rank_servers;
+        let inter_ok = self.inter.spec.access == LinkAccess::LoadStore
+            || self.inter.wiring == Wiring::None
+            || self.servers.len() == 1;
+        let overrides_ok = self.overrides.values().all(|p| {
+            p.up.access == LinkAccess::LoadStore && p.down.access == LinkAccess::LoadStore
+        });
+        intra_ok && inter_ok && overrides_ok
     }
 
     /// True when the link between `a` and `b` is broken.
@@ -475,9 +573,10 @@ impl fmt::Display for Topology {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let fabric = |fab: &Fabric| {
             format!(
-                "{} of {:?} links, {} GB/s per direction, {} us",
+                "{} of {:?} {} links, {} GB/s per direction, {} us",
                 fab.wiring.name(),
                 fab.spec.kind,
+                fab.spec.access.name(),
                 fab.spec.bandwidth_gbps,
                 fab.spec.latency_us
             )
@@ -511,13 +610,61 @@ impl fmt::Display for Topology {
     }
 }
 
-/// [`Topology::describe`]'s text for these server sizes and broken (low, high) pairs.
-pub(crate) fn describe_parts(servers: &[usize], broken: &BTreeSet<(Rank, Rank)>) -> String {
+/// Which links of a topology are put-only, as [`Topology::describe`] names it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PutScope {
+    /// Every link is load/store: nothing is written.
+    None,
+    /// The links inside servers (`put intra`).
+    Intra,
+    /// The links across servers (`put inter`).
+    Inter,
+    /// Every link (`put all`).
+    All,
+    /// Some per-pair links (`put some`).
+    Some,
+}
+
+impl PutScope {
+    /// The word after `put` in a description; `None` for [`PutScope::None`].
+    pub(crate) const fn word(self) -> Option<&'static str> {
+        match self {
+            PutScope::None => None,
+            PutScope::Intra => Some("intra"),
+            PutScope::Inter => Some("inter"),
+            PutScope::All => Some("all"),
+            PutScope::Some => Some("some"),
+        }
+    }
+
+    /// The scope a description's word names.
+    pub(crate) fn from_word(word: &str) -> Option<PutScope> {
+        [
+            PutScope::Intra,
+            PutScope::Inter,
+            PutScope::All,
+            PutScope::Some,
+        ]
+        .into_iter()
+        .find(|s| s.word() == Some(word))
+    }
+}
+
+/// [`Topology::describe`]'s text for these server sizes, broken (low, high) pairs and
+/// put-only links.
+pub(crate) fn describe_parts(
+    servers: &[usize],
+    broken: &BTreeSet<(Rank, Rank)>,
+    put: PutScope,
+) -> String {
     let sizes: Vec<String> = servers.iter().map(usize::to_string).collect();
     let mut text = format!("[{}]", sizes.join(","));
     if !broken.is_empty() {
         let pairs: Vec<String> = broken.iter().map(|(a, b)| format!("{a}-{b}")).collect();
         text.push_str(&format!(" broken {}", pairs.join(",")));
+    }
+    if let Some(word) = put.word() {
+        text.push_str(&format!(" put {word}"));
     }
     text
 }

@@ -11,6 +11,10 @@
 //! | RoCE bandwidth | 25 GB/s per direction | public: one 200 Gb/s RoCE v2 port per NPU in Atlas 800T A2-class servers (8 x 200GE per server), 200 Gb/s / 8 bits; protocol overhead ignored |
 //! | RoCE latency | 3.0 us | **assumption**: typical NIC-to-NIC RDMA write latency through one switch (2-5 us) |
 //! | shared NIC | 25 GB/s per rank | **model choice**: one NIC per rank; every inter-server transfer of a rank shares it |
+//! | HCCS access | load/store | HCCS (like NVLink, or shared memory between processes) maps the peer's memory: reads and writes of any buffer |
+//! | RoCE access | put-only | an RDMA write (and a TCP send) lands only in memory the peer registered: its CCL buffers and scratch, plus its signals; reading or writing its user buffers would need a registration per call |
+//! | TCP bandwidth | 3.125 GB/s per direction | public: a 25 Gb/s Ethernet port (the common cloud-instance and rack NIC), 25 Gb/s / 8 bits; TCP/IP overhead ignored |
+//! | TCP latency | 25 us | **assumption**: kernel TCP one-way latency of a small message through one datacenter switch (netperf TCP_RR round trips of 40-60 us are typical on 25 GbE) |
 //!
 //! Generic shapes `1xN` and `MxN` (any N, M) reuse these figures: a full mesh of HCCS-class
 //! links inside each server, and every cross-server pair joined by RDMA through each rank's
@@ -20,7 +24,7 @@
 
 use super::{Fabric, LinkSpec, Topology, Wiring};
 use crate::limits::MAX_RANKS;
-use oxccl_platform::LinkKind;
+use oxccl_platform::{LinkAccess, LinkKind};
 
 /// HCCS link of an Ascend 910B, GB/s per direction (392 GB/s per NPU over 7 links).
 pub const HCCS_GBPS: f64 = 56.0;
@@ -30,6 +34,10 @@ pub const HCCS_LATENCY_US: f64 = 1.0;
 pub const ROCE_GBPS: f64 = 25.0;
 /// RoCE one-way latency through one switch, microseconds (assumption).
 pub const ROCE_LATENCY_US: f64 = 3.0;
+/// A 25 Gb/s Ethernet port carrying TCP, GB/s per direction.
+pub const TCP_GBPS: f64 = 3.125;
+/// Kernel TCP one-way latency of a small message, microseconds (assumption).
+pub const TCP_LATENCY_US: f64 = 25.0;
 
 /// A named built-in topology, for listings (`oxccl topo`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -57,6 +65,10 @@ pub const PRESETS: &[PresetInfo] = &[
         description: "two mesh8 servers joined by RoCE: one 200 Gb/s NIC per rank",
     },
     PresetInfo {
+        name: "tcp8",
+        description: "8 hosts of one rank over TCP: every link put-only, 25 Gb/s Ethernet, 25 us",
+    },
+    PresetInfo {
         name: "1xN",
         description: "one server of N ranks (any N) in a full mesh of HCCS-class links",
     },
@@ -73,6 +85,7 @@ pub fn hccs(wiring: Wiring) -> Fabric {
             kind: LinkKind::Sdma,
             bandwidth_gbps: HCCS_GBPS,
             latency_us: HCCS_LATENCY_US,
+            access: LinkAccess::LoadStore,
         },
         wiring,
     }
@@ -85,6 +98,20 @@ pub fn roce(wiring: Wiring) -> Fabric {
             kind: LinkKind::Rdma,
             bandwidth_gbps: ROCE_GBPS,
             latency_us: ROCE_LATENCY_US,
+            access: LinkAccess::Put,
+        },
+        wiring,
+    }
+}
+
+/// Hosts joined by TCP over Ethernet: asynchronous (RDMA-kind) put-only links.
+pub fn tcp(wiring: Wiring) -> Fabric {
+    Fabric {
+        spec: LinkSpec {
+            kind: LinkKind::Rdma,
+            bandwidth_gbps: TCP_GBPS,
+            latency_us: TCP_LATENCY_US,
+            access: LinkAccess::Put,
         },
         wiring,
     }
@@ -105,6 +132,12 @@ pub fn preset(name: &str) -> Option<Topology> {
     match name {
         "mesh8" => Some(generic(&[8])),
         "mesh8-cut" => generic(&[8]).with_broken(0, 1).ok(),
+        "tcp8" => Some(Topology::unchecked(
+            vec![1; 8],
+            hccs(Wiring::Mesh),
+            tcp(Wiring::Mesh),
+            Some(TCP_GBPS),
+        )),
         "ring8" => Some(Topology::unchecked(
             vec![8],
             hccs(Wiring::Ring),
@@ -174,6 +207,32 @@ mod tests {
         assert_eq!(preset("1x1024").unwrap().ranks(), 1024);
         assert_eq!(preset("512x8").unwrap().ranks(), 4096);
         assert!(preset("0x8").is_none() && preset("mesh9").is_none());
+    }
+
+    #[test]
+    fn access_follows_the_fabric() {
+        let mesh = preset("mesh8").unwrap();
+        assert!(mesh.all_load_store());
+        assert_eq!(mesh.link_access(0, 7), Some(LinkAccess::LoadStore));
+        assert_eq!(mesh.describe(), "[8]");
+        let two = preset("2x8").unwrap();
+        assert!(!two.all_load_store());
+        assert_eq!(two.link_access(0, 7), Some(LinkAccess::LoadStore));
+        assert_eq!(two.link_access(0, 9), Some(LinkAccess::Put));
+        assert_eq!(two.describe(), "[8,8] put inter");
+        let tcp = preset("tcp8").unwrap();
+        assert_eq!(tcp.ranks(), 8);
+        assert!(tcp.is_full_mesh() && !tcp.all_load_store());
+        assert!((0..8).all(|a| (0..8)
+            .filter(|&b| b != a)
+            .all(|b| tcp.link_access(a, b) == Some(LinkAccess::Put))));
+        assert_eq!(tcp.link(2, 5).unwrap().bandwidth_gbps, TCP_GBPS);
+        assert_eq!(tcp.describe(), "[1,1,1,1,1,1,1,1] put all");
+        assert!(PRESETS.iter().any(|p| p.name == "tcp8"));
+        assert!(
+            preset("1x8").unwrap().all_load_store(),
+            "one server: no inter link"
+        );
     }
 
     #[test]

@@ -1,0 +1,50 @@
+//! Gather put-mesh: every rank writes its input into its block of the root's output.
+//!
+//! The put-based twin of [`super::mesh`] for put-only links: the root opens its output to
+//! every rank (Ack), each rank writes its input into block `rank` of it and signals (see
+//! [`crate::templates::put`]). Staged, the root's output is its CclOut; Direct mode (only
+//! when every link is load/store) writes the user's output. Links: every rank to the root.
+
+use super::root_places_its_block;
+use crate::broadcast::mesh::star_peers;
+use crate::broadcast::root_of;
+use crate::templates::{await_puts, finish_puts, open_for_puts, put};
+use oxccl_framework::{
+    Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, PlanCtx, ResourceRequest,
+};
+
+/// The put-mesh Gather executor.
+pub struct PutMeshGather;
+
+oxccl_framework::register_executor! {
+    name: "put-mesh",
+    op: OpKind::Gather,
+    description: "every rank writes its input into its block of the root's output (put-only links)",
+    constraints: Constraints { links: LinkNeed::Put, ..Constraints::ANY },
+    preference: 10,
+    make: || Box::new(PutMeshGather),
+}
+
+impl Executor for PutMeshGather {
+    fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        Ok(star_peers(ctx, root_of(ctx.op, "put-mesh")?))
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        let root = root_of(&args.op, "put-mesh")?;
+        let me = ctx.rank;
+        let blocks = args.blocks(ctx.ranks);
+        if me != root {
+            let (off, len) = blocks[me];
+            let write = (args.output.at(root, off, len), args.input.at(me, 0, len));
+            let link = put(ctx, 0, root, &[write])?;
+            finish_puts(ctx, 0, &[link]);
+            return Ok(());
+        }
+        let peers: Vec<usize> = (0..ctx.ranks).filter(|&p| p != root).collect();
+        let links = open_for_puts(ctx, 0, &peers)?;
+        root_places_its_block(ctx, args);
+        await_puts(ctx, 0, &links);
+        Ok(())
+    }
+}

@@ -1,0 +1,152 @@
+//! Every executor's declared link need (`Constraints.links`) is what its programs do.
+//!
+//! For each registered executor and each put-only shape (`tcp8`: every link put-only;
+//! `2x8`: put-only across servers, load/store inside), the executor's programs are
+//! recorded on the shape's load/store twin (the same servers and wiring, every link
+//! load/store, so no executor is screened out and the mode is the same staged mode a
+//! put-only shape gets), then analyzed as if they ran on the put-only shape. What the
+//! analyzer's link check reports decides the need:
+//!
+//! - nothing on either shape: [`LinkNeed::Put`];
+//! - only reads or user-buffer writes over links inside a server: `LoadStoreWithinServer`;
+//! - anything over a link across servers (every link of `tcp8` is one): `LoadStore`.
+//!
+//! The test asserts the declaration equals the finding, both ways: an executor that
+//! declares more than it needs would be screened off machines it can run on, one that
+//! declares less would be refused by the planner at run time. `--nocapture` prints the
+//! audit table.
+
+use oxccl::framework::analyzer::conformance::cases;
+use oxccl::framework::analyzer::{analyze, Check, Recording};
+use oxccl::framework::LinkNeed;
+// Linked so that the example plugin's executor is audited too.
+use oxccl::{registry, Config, DataType, ReduceOp, Topology};
+use oxccl_tests as _;
+
+/// The put-only shapes of the audit.
+fn shapes() -> Vec<(&'static str, Topology)> {
+    ["tcp8", "2x8"]
+        .into_iter()
+        .map(|name| (name, Topology::parse_spec(name).expect("preset")))
+        .collect()
+}
+
+/// `topology` with every link load/store.
+fn load_store_twin(topology: &Topology) -> Topology {
+    let text = topology
+        .to_toml()
+        .replace("access = \"put\"", "access = \"load-store\"");
+    let twin = Topology::from_toml(&text).expect("twin parses");
+    assert!(twin.all_load_store());
+    twin
+}
+
+/// What the link check reports as put-only violations for `kind`/`name` on `shape`, over
+/// a few staged cases; `None` when the executor cannot run on the shape at all (its other
+/// constraints, or a resource error).
+fn violations(kind: oxccl::OpKind, name: &'static str, put_only: &Topology) -> Option<Vec<String>> {
+    let twin = load_store_twin(put_only);
+    let mut config = Config {
+        topology: Some(twin),
+        zero_copy: false,
+        ccl_buffer_bytes: 1 << 16,
+        ..Config::default()
+    };
+    config.algo.set(Some(kind), name);
+    let ranks = put_only.ranks();
+    let picked = cases(kind, ranks, config.ccl_buffer_bytes)
+        .into_iter()
+        .filter(|c| {
+            !c.zero_copy
+                && matches!(c.ops[0].dtype, DataType::F32 | DataType::U8)
+                && c.ops[0].op == ReduceOp::Sum
+                && (c.ops[0].count != 0 || kind == oxccl::OpKind::Barrier)
+        })
+        .collect::<Vec<_>>();
+    let mut found = Vec::new();
+    let mut recorded = false;
+    for case in picked {
+        let Ok(mut rec) = Recording::record_each(&case.ops, case.in_place, config.clone()) else {
+            continue;
+        };
+        recorded = true;
+        rec.topology = put_only.clone();
+        found.extend(
+            analyze(&rec)
+                .of(Check::Link)
+                .filter(|f| f.message.contains("put-only"))
+                .map(|f| f.message.clone()),
+        );
+    }
+    recorded.then_some(found)
+}
+
+/// Whether a put-only violation message names a link across servers of `topology`.
+fn across_servers(message: &str, topology: &Topology) -> bool {
+    let Some(link) = message
+        .split("put-only link ")
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+    else {
+        return true;
+    };
+    let ends: Vec<usize> = link.split('-').filter_map(|r| r.parse().ok()).collect();
+    match ends[..] {
+        [a, b] => topology.server_of(a) != topology.server_of(b),
+        _ => true,
+    }
+}
+
+#[test]
+fn every_executor_declares_the_links_its_programs_need() {
+    let shapes = shapes();
+    let mut wrong = Vec::new();
+    println!(
+        "{:<16} {:<26} {:<26} evidence",
+        "operator", "executor", "need"
+    );
+    for entry in registry().unwrap().executors() {
+        let mut need = LinkNeed::Put;
+        let mut evidence = String::from("no put-only violation on tcp8 and 2x8");
+        let mut ran = false;
+        for (shape, topology) in &shapes {
+            let Some(found) = violations(entry.op, entry.name, topology) else {
+                continue;
+            };
+            ran = true;
+            if let Some(first) = found.first() {
+                let crossing = found.iter().any(|m| across_servers(m, topology));
+                let here = if crossing {
+                    LinkNeed::LoadStore
+                } else {
+                    LinkNeed::LoadStoreWithinServer
+                };
+                if need != LinkNeed::LoadStore {
+                    need = here;
+                    evidence = format!("{shape}: {first}");
+                }
+            }
+        }
+        if !ran {
+            evidence = "cannot run on tcp8 or 2x8 (other constraints)".into();
+            need = entry.constraints.links;
+        }
+        println!(
+            "{:<16} {:<26} {:<26} {}",
+            entry.op.name(),
+            entry.name,
+            need.name(),
+            evidence
+        );
+        if need != entry.constraints.links {
+            wrong.push(format!(
+                "{} {}: declares {:?}, its programs need {:?} ({evidence})",
+                entry.op.name(),
+                entry.name,
+                entry.constraints.links,
+                need
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
