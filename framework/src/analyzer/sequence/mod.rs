@@ -12,7 +12,7 @@
 //!   every stream of `A`'s operation `k` ended.
 //! - **Entry fence**: `A`'s operation `k+1` starts only after operation `k` ended on every
 //!   peer in `G_{k+1}(A)`.
-//! - **Exit fence** (operation `k` in [`Mode::Direct`], where peers touch `A`'s user
+//! - **Exit fence** (operation `k` in [`Mode::Direct`](crate::executor::Mode::Direct), where peers touch `A`'s user
 //!   buffers): `A`'s operation `k` ends only after it ended on every peer in `G_k(A)`; so
 //!   `A`'s operation `k+1` also starts after those.
 //! - A rank with no task in an operation (count 0, nothing to relay) still ends it, once its
@@ -51,8 +51,8 @@
 //!   `y` runs on a visitor `B`, `A ∈ G_{k+1}(B)` and the entry fence orders `A`'s end
 //!   before `B`'s start. If `x` runs on a visitor `C` of `A`, it is ordered as soon as `x`
 //!   happens before `A`'s end of operation `k` (*owners outlive their visitors*), by the
-//!   same two cases. In [`Mode::Direct`] the exit fence gives that for every executor
-//!   (`C ∈ G_k(A)` by the grant rule). In [`Mode::Staged`] only two things give it: the
+//!   same two cases. In [`Mode::Direct`](crate::executor::Mode::Direct) the exit fence gives that for every executor
+//!   (`C ∈ G_k(A)` by the grant rule). In [`Mode::Staged`](crate::executor::Mode::Staged) only two things give it: the
 //!   executor's own handshakes (the owner waits for "done with your buffer"), or, when `y`
 //!   runs on `A` itself, `C ∈ G_{k+1}(A)`, which the entry fence then waits for: always
 //!   the case when the same executor runs again (its granted set does not change), not
@@ -84,7 +84,6 @@ use super::index::Index;
 use super::recording::Recording;
 use super::report::{Collector, Report};
 use super::{lost_wakeup, memory, schedule};
-use crate::executor::Mode;
 
 /// Why a list of recordings is not a sequence of operations on one communicator.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
