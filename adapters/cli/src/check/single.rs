@@ -24,6 +24,9 @@ struct Row {
     time_us: f64,
     algbw_gbps: f64,
     busbw_gbps: f64,
+    /// Failures of the back-to-back sequences (with --sequence).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sequence_failures: Option<usize>,
     /// select_alg's candidates (with --explain).
     #[serde(skip_serializing_if = "Option::is_none")]
     candidates: Option<Vec<serde_json::Value>>,
@@ -138,6 +141,12 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
             Some(comm) => Some(explanation(comm, op, args)?),
             None => None,
         };
+        let sequence = match args.sequence {
+            true => Some(super::sequence::check_row(
+                args, plan, plan.then, count, &rec,
+            )?),
+            false => None,
+        };
         let (i, o) = op.buffer_bytes(0, topo.ranks());
         let row = Row {
             size: i.max(o),
@@ -150,6 +159,7 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
             time_us: cost.time_s * 1e6,
             algbw_gbps: cost.algbw_gbps,
             busbw_gbps: cost.busbw_gbps,
+            sequence_failures: sequence.as_ref().map(|(_, f)| f.len()),
             candidates: explained.as_ref().map(candidates_json),
         };
         if !args.json {
@@ -173,8 +183,14 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
             if let Some(e) = &explained {
                 out!("{}", e.table("      "));
             }
+            if let Some((summary, _)) = &sequence {
+                outln!("      {summary}");
+            }
         }
         failures.extend(report.failures.into_iter().map(|f| (row.size, f)));
+        if let Some((_, seq)) = sequence {
+            failures.extend(seq.into_iter().map(|f| (row.size, f)));
+        }
         rows.push(row);
         last = Some(rec);
     }
