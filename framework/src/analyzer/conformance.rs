@@ -17,7 +17,7 @@
 //! ```
 
 use super::layouts::vector_ops;
-use super::{analyze, analyze_sequence, without_close, Recording};
+use super::{analyze, analyze_sequence_with, without_close, FenceModel, Recording};
 use crate::config::Config;
 use crate::error::Error;
 use crate::executor::ExecutorEntry;
@@ -227,6 +227,7 @@ fn check_pair(
     topo: &Topology,
     entries: [&ExecutorEntry; 2],
     case: &Case,
+    model: FenceModel,
 ) -> Option<String> {
     let op = &case.ops[0];
     let what = format!(
@@ -265,7 +266,7 @@ fn check_pair(
         (" without Close", [&bare[0], &bare[1]]),
     ] {
         for seq in [vec![a, b], vec![a, b, a]] {
-            let report = match analyze_sequence(&seq) {
+            let report = match analyze_sequence_with(&seq, model) {
                 Ok(report) => report,
                 Err(e) => return Some(format!("{what}{label}: {e}")),
             };
@@ -284,12 +285,14 @@ fn check_pair(
 
 /// Run `first` followed by `second` (both of one operator) over the sequence matrix on
 /// `shapes`; `base` supplies everything but the topology, the executors and the mode. A
-/// shape either executor's constraints exclude is skipped.
+/// shape either executor's constraints exclude is skipped. `model` is the fence
+/// ([`FenceModel::DEVICE`] unless trying another).
 pub fn sequence_conformance(
     first: &ExecutorEntry,
     second: &ExecutorEntry,
     base: &Config,
     shapes: &[Topology],
+    model: FenceModel,
 ) -> Outcome {
     let mut out = Outcome::default();
     for topo in shapes {
@@ -306,7 +309,7 @@ pub fn sequence_conformance(
         };
         for case in sequence_cases(first.op, topo.ranks(), config.ccl_buffer_bytes) {
             out.cases += 1;
-            if let Some(problem) = check_pair(&config, topo, [first, second], &case) {
+            if let Some(problem) = check_pair(&config, topo, [first, second], &case, model) {
                 out.failures += 1;
                 out.first_failure.get_or_insert(problem);
             }
@@ -320,13 +323,14 @@ pub fn sequence_conformance(
 pub fn sequence_pairs(
     op: OpKind,
     shapes: &[Topology],
+    model: FenceModel,
 ) -> Result<Vec<(&'static str, &'static str, Outcome)>, Error> {
     let entries: Vec<&ExecutorEntry> = registry()?.executors_for(op).collect();
     let base = Config::default();
     let mut out = Vec::new();
     for first in &entries {
         for second in &entries {
-            let outcome = sequence_conformance(first, second, &base, shapes);
+            let outcome = sequence_conformance(first, second, &base, shapes, model);
             out.push((first.name, second.name, outcome));
         }
     }

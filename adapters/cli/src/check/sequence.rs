@@ -9,7 +9,7 @@
 use super::{config, CheckArgs, CheckPlan};
 use crate::calls::calls;
 use oxccl::framework::analyzer::conformance::{sequence_conformance, sequence_shapes};
-use oxccl::framework::analyzer::{analyze_sequence, without_close, Failure, Recording};
+use oxccl::framework::analyzer::{analyze_sequence, without_close, Failure, FenceModel, Recording};
 use oxccl::{registry, Config, Error, OpKind};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -86,7 +86,7 @@ pub fn run_pairs(args: &CheckArgs) -> Result<ExitCode, Error> {
         for first in &entries {
             for second in &entries {
                 let start = Instant::now();
-                let out = sequence_conformance(first, second, &base, &shapes);
+                let out = sequence_conformance(first, second, &base, &shapes, FenceModel::DEVICE);
                 all_passed &= out.failures == 0;
                 outln!(
                     "{:<5} {:<16} {:<28} {:>5} cases, {:>4} failed, {} shapes skipped, {:.1} s",

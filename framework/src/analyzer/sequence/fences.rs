@@ -72,7 +72,8 @@ fn start_after(
     if model.entry {
         peers.extend(granted(idx.recs[k], a));
     }
-    if model.exit && idx.recs[k - 1].mode == Mode::Direct {
+    let exit = model.exit && (model.exit_always || idx.recs[k - 1].mode == Mode::Direct);
+    if exit || (model.entry && model.entry_previous) {
         peers.extend(granted(idx.recs[k - 1], a));
     }
     peers.sort_unstable();

@@ -117,18 +117,36 @@ pub enum SequenceError {
     },
 }
 
-/// Which fence edges the model adds (the tests turn them off to show they are needed).
+/// Which fence edges the model adds: the tests turn the device's off to show they are
+/// needed, and [`analyze_sequence_with`] tries stronger fences.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) struct FenceModel {
+pub struct FenceModel {
+    /// Entry fence: operation `k+1` of `A` starts after operation `k` on `G_{k+1}(A)`.
     pub entry: bool,
+    /// Exit fence in [`Mode::Direct`](crate::executor::Mode::Direct): operation `k` of `A`
+    /// ends after operation `k` on `G_k(A)`.
     pub exit: bool,
+    /// The entry fence also waits for the peers granted in the previous operation,
+    /// `G_k(A)` (the device remembers the last submission's peers).
+    pub entry_previous: bool,
+    /// The exit fence applies in every mode, not only Direct.
+    pub exit_always: bool,
 }
 
 impl FenceModel {
-    /// The device's fence.
+    /// The device's fence as specified (issue 11, decision 2).
     pub const DEVICE: FenceModel = FenceModel {
         entry: true,
         exit: true,
+        entry_previous: false,
+        exit_always: false,
+    };
+    /// No fence edge: only each rank's calls in order.
+    pub const NONE: FenceModel = FenceModel {
+        entry: false,
+        exit: false,
+        entry_previous: false,
+        exit_always: false,
     };
 }
 
@@ -140,10 +158,14 @@ pub fn analyze_sequence(recs: &[&Recording]) -> Result<Report, SequenceError> {
 }
 
 /// [`analyze_sequence`] under a chosen fence model.
-pub(crate) fn analyze_with(
+pub fn analyze_sequence_with(
     recs: &[&Recording],
     model: FenceModel,
 ) -> Result<Report, SequenceError> {
+    analyze_with(recs, model)
+}
+
+fn analyze_with(recs: &[&Recording], model: FenceModel) -> Result<Report, SequenceError> {
     compatible(recs)?;
     let idx = Index::sequence(recs);
     let fences = fences::build(&idx, model);

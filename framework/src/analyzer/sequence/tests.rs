@@ -98,11 +98,7 @@ fn back_to_back_operations_pass_with_and_without_close() {
 #[test]
 fn without_the_entry_fence_a_write_into_a_peer_races_with_its_previous_operation() {
     let push = push();
-    let unfenced = FenceModel {
-        entry: false,
-        exit: false,
-    };
-    let report = analyze_with(&[&push, &push], unfenced).expect("one communicator");
+    let report = analyze_with(&[&push, &push], FenceModel::NONE).expect("one communicator");
     assert_reports(
         &report,
         Check::MemoryConflict,
@@ -169,8 +165,8 @@ fn the_exit_fence_orders_peers_use_of_user_buffers_in_direct_mode() {
     };
     assert_passes(&[&first, &second], "the exit fence orders them");
     let entry_only = FenceModel {
-        entry: true,
         exit: false,
+        ..FenceModel::DEVICE
     };
     let report = analyze_with(&[&first, &second], entry_only).expect("one communicator");
     assert_reports(
