@@ -18,6 +18,7 @@
 //! step back and stops there. Visited marks are epoch-stamped, so a query costs nothing
 //! to reset.
 
+use super::fence::Closure;
 use super::index::{TaskId, NONE};
 use super::schedule::Execution;
 use std::collections::BinaryHeap;
@@ -30,6 +31,8 @@ pub(crate) struct Hb<'a> {
     mark: Vec<u32>,
     epoch: u32,
     heap: BinaryHeap<u32>,
+    /// Over a sequence: the fences' own order of operations, answered without a search.
+    closure: Option<&'a Closure>,
 }
 
 impl<'a> Hb<'a> {
@@ -39,6 +42,15 @@ impl<'a> Hb<'a> {
             mark: vec![0; ex.order.len()],
             epoch: 0,
             heap: BinaryHeap::new(),
+            closure: None,
+        }
+    }
+
+    /// Answer queries across operations that the fences order by themselves at once.
+    pub fn with_closure(self, closure: &'a Closure) -> Self {
+        Hb {
+            closure: Some(closure),
+            ..self
         }
     }
 
@@ -72,8 +84,11 @@ impl<'a> Hb<'a> {
         if ea == NONE || ea > eb {
             return false;
         }
-        let sa = self.ex.stream_at[ea as usize];
-        if self.ex.stream_at[eb as usize] == sa {
+        let (sa, sb) = (
+            self.ex.stream_at[ea as usize],
+            self.ex.stream_at[eb as usize],
+        );
+        if sb == sa || self.closure.is_some_and(|c| c.orders(sa, sb)) {
             return true;
         }
         self.search(sa, ea, eb)

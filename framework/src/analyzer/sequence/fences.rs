@@ -4,7 +4,7 @@
 //! granted to `A` in operation `k` (entry fence) and, when operation `k-1` ran in
 //! [`Mode::Direct`], for every peer granted to `A` in operation `k-1` (exit fence).
 
-use super::super::fence::{Barrier, Fences};
+use super::super::fence::{Barrier, Closure, Fences};
 use super::super::index::{Index, NONE};
 use super::super::recording::Recording;
 use super::FenceModel;
@@ -27,11 +27,12 @@ pub(super) fn granted(rec: &Recording, owner: Rank) -> Vec<Rank> {
     peers
 }
 
-/// The fence barriers of the sequence in `idx`.
-pub(super) fn build(idx: &Index<'_>, model: FenceModel) -> Fences {
+/// The fence barriers of the sequence in `idx`, and their closure.
+pub(super) fn build(idx: &Index<'_>, model: FenceModel) -> (Fences, Closure) {
     let (ops, n) = (idx.recs.len(), idx.rec.rank_count());
     let mut fences = Fences::none(idx.streams.len());
     let mut end = vec![vec![NONE; n]; ops];
+    let mut direct: Vec<Vec<Vec<Rank>>> = vec![vec![Vec::new(); n]; ops];
     let mut streams_of = vec![vec![Vec::new(); n]; ops];
     for (g, s) in idx.streams.iter().enumerate() {
         streams_of[s.op][s.rank].push(g as u32);
@@ -41,9 +42,10 @@ pub(super) fn build(idx: &Index<'_>, model: FenceModel) -> Fences {
             let mut ends = Vec::new();
             if k > 0 {
                 let start = fences.barriers.len() as u32;
+                direct[k][a] = start_after(idx, model, k, a);
                 fences.barriers.push(Barrier {
                     streams: Vec::new(),
-                    barriers: start_after(idx, model, &end[k - 1], k, a),
+                    barriers: direct[k][a].iter().map(|&p| end[k - 1][p]).collect(),
                 });
                 streams_of[k][a]
                     .iter()
@@ -57,17 +59,16 @@ pub(super) fn build(idx: &Index<'_>, model: FenceModel) -> Fences {
             });
         }
     }
-    fences
+    let stream_op_rank = idx
+        .streams
+        .iter()
+        .map(|s| (s.op as u32, s.rank as u32))
+        .collect();
+    (fences, Closure::new(n, stream_op_rank, &direct))
 }
 
-/// The end barriers of operation `k-1` that rank `a`'s operation `k` starts after.
-fn start_after(
-    idx: &Index<'_>,
-    model: FenceModel,
-    prev_end: &[u32],
-    k: usize,
-    a: Rank,
-) -> Vec<u32> {
+/// The ranks whose operation `k-1` rank `a`'s operation `k` starts after.
+fn start_after(idx: &Index<'_>, model: FenceModel, k: usize, a: Rank) -> Vec<Rank> {
     let mut peers = vec![a];
     if model.entry {
         peers.extend(granted(idx.recs[k], a));
@@ -78,5 +79,5 @@ fn start_after(
     }
     peers.sort_unstable();
     peers.dedup();
-    peers.into_iter().map(|p| prev_end[p]).collect()
+    peers
 }

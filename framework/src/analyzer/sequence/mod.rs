@@ -168,13 +168,13 @@ pub fn analyze_sequence_with(
 fn analyze_with(recs: &[&Recording], model: FenceModel) -> Result<Report, SequenceError> {
     compatible(recs)?;
     let idx = Index::sequence(recs);
-    let fences = fences::build(&idx, model);
+    let (fences, closure) = fences::build(&idx, model);
     let mut out = Collector::default();
     grants::check(&idx, &mut out);
     let ex = schedule::run_fenced(&idx, &fences);
     schedule::check_deadlock(&idx, &ex, &mut out);
     stale::check(&idx, &ex, &mut out);
-    let mut hb = Hb::new(&ex);
+    let mut hb = Hb::new(&ex).with_closure(&closure);
     lost_wakeup::check(&idx, &ex, &mut hb, &mut out);
     memory::check(&idx, &ex, &mut hb, &mut out);
     Ok(out.into_report(idx.task_count()))
