@@ -69,6 +69,19 @@
 //! `first, second, first` so that a change of granted set is seen in both directions.
 //! With Close still in the programs the proof is the old one; the tests strip Close
 //! ([`without_close`]) to prove the recordings as they will look without it.
+//!
+//! **What the pairs found.** Without Close, staged AllReduce executors where every peer
+//! reads a rank's CCL buffers (mesh, relay-mesh, ...) followed by ones granting fewer
+//! peers (ring, rhd, double and bidirectional rings) race on 8 ranks under the fence as
+//! specified: the next executor rewrites the rank's CclOut while a former visitor may
+//! still read it. A fence whose entry also waits for the peers granted in the previous
+//! call ([`FenceModel::entry_previous`]) passes every ordered pair of AllReduce executors
+//! on the whole sequence matrix; so does any executor that makes its owners outlive
+//! their visitors.
+//!
+//! **Cost.** Happens-before queries across operations that the fences order by
+//! themselves are answered from a bitset closure of the barriers
+//! ([`super::fence::Closure`]) instead of a backward search through the later operation.
 
 mod fences;
 mod grants;
