@@ -23,9 +23,9 @@
 //! - The CCL buffers and scratch are the communicator's, one memory for every operation;
 //!   each call's user buffers are its own (the user may reuse them once the call returns).
 //!
-//! [`analyze_sequence`] indexes the operations together ([`super::index`]: streams of
+//! [`analyze_sequence`] indexes the operations together (`index`: streams of
 //! operation 0, then 1, ...; shared notify keys; per-call user memories), turns the fence
-//! into barriers before the first task of each stream ([`super::fence`], built here in
+//! into barriers before the first task of each stream (`fence`, built here in
 //! `fences`), and runs the existing machinery on the whole: the canonical execution and its
 //! deadlock check, the lost-wakeup proof, the memory-conflict check, plus two checks of
 //! its own: the **grant rule** (`grants`) and waits that consume an earlier operation's
@@ -81,7 +81,7 @@
 //!
 //! **Cost.** Happens-before queries across operations that the fences order by
 //! themselves are answered from a bitset closure of the barriers
-//! ([`super::fence::Closure`]) instead of a backward search through the later operation.
+//! (`fence::Closure`) instead of a backward search through the later operation.
 
 mod fences;
 mod grants;
