@@ -236,3 +236,42 @@ fn check_all_passes_for_the_executors_of_a_collective() {
     );
     assert!(lines.iter().all(|l| l.starts_with("PASS")), "{text}");
 }
+
+#[test]
+fn check_sequence_proves_back_to_back_calls_and_refuses_then_alone() {
+    let (ok, text) = oxccl(&[
+        "check",
+        "all-reduce",
+        "--ranks",
+        "4",
+        "--count",
+        "1000",
+        "--algo",
+        "ring",
+        "--sequence",
+        "--then",
+        "all-gather",
+        "--then-algo",
+        "ring",
+    ]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("sequences ring,ring; ring,ring,ring; ring,ring; ring,ring,ring (as recorded and without Close): PASS"),
+        "{text}"
+    );
+    let (ok, json) = oxccl(&[
+        "check",
+        "all-reduce",
+        "--ranks",
+        "3",
+        "--count",
+        "7",
+        "--sequence",
+        "--json",
+    ]);
+    assert!(ok && json.contains("\"sequence_failures\": 0"), "{json}");
+    let (ok, text) = oxccl(&["check", "all-reduce", "--then", "all-gather"]);
+    assert!(!ok && text.contains("--then needs --sequence"), "{text}");
+    let (ok, text) = oxccl(&["check", "all-reduce", "--sequence", "--then-algo", "ring"]);
+    assert!(!ok && text.contains("--then-algo needs --then"), "{text}");
+}

@@ -8,6 +8,9 @@
 //! buffers. A shape excluded by the executor's declared constraints is skipped; anything
 //! else that fails to record or to pass the analyzer is a failure.
 //!
+//! [`sequence_conformance`] proves pairs of executors of one operator back to back (see
+//! [`super::sequence`]) on a smaller matrix, with today's Close tasks and without them.
+//!
 //! A plugin's own test proves its executor in one line:
 //!
 //! ```ignore
@@ -15,7 +18,7 @@
 //! ```
 
 use super::layouts::vector_ops;
-use super::{analyze, Recording};
+use super::{analyze, analyze_sequence_with, without_close, FenceModel, Recording};
 use crate::config::Config;
 use crate::error::Error;
 use crate::executor::ExecutorEntry;
@@ -190,4 +193,156 @@ pub fn assert_conforms(op: OpKind, name: &str) {
     if let Err(e) = check_conformance(op, name) {
         panic!("{e}");
     }
+}
+
+/// The shapes of the sequence matrix: small ones, one per kind of topology.
+pub fn sequence_shapes() -> Vec<Topology> {
+    let mut shapes: Vec<Topology> = [2, 3, 4, 8].map(Topology::single_server).into();
+    shapes.push(Topology::servers(vec![4, 4]).expect("valid shape"));
+    shapes
+}
+
+/// The cases of the sequence matrix on `ranks` ranks: f32 sums (a barrier: one case),
+/// counts 0, 1, not divisible by the ranks and beyond the CCL buffer, in and out of place,
+/// zero-copy and staged.
+pub fn sequence_cases(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<Case> {
+    let dtype = match kind {
+        OpKind::Barrier => DataType::U8,
+        _ => DataType::F32,
+    };
+    let counts: Vec<usize> = match kind {
+        OpKind::Barrier => vec![0],
+        _ => vec![0, 1, 3 * ranks + 1, ccl_bytes / dtype.size() + 37],
+    };
+    let mut cases = Vec::new();
+    for count in counts {
+        let ops = vector_ops(kind, count, ranks, dtype, ReduceOp::Sum);
+        for (in_place, zero_copy) in [(false, true), (true, true), (false, false), (true, false)] {
+            if !in_place || ops[0].in_place_allowed() {
+                cases.push(Case {
+                    ops: ops.clone(),
+                    in_place,
+                    zero_copy,
+                });
+            }
+        }
+    }
+    cases
+}
+
+/// The first problem of `first` then `second` (and `first, second, first`) on one case,
+/// with the programs as recorded and with their Close tasks stripped.
+fn check_pair(
+    config: &Config,
+    topo: &Topology,
+    entries: [&ExecutorEntry; 2],
+    case: &Case,
+    model: FenceModel,
+) -> Option<String> {
+    let op = &case.ops[0];
+    let what = format!(
+        "{} then {} on {:?} {} count {} {} {}",
+        entries[0].name,
+        entries[1].name,
+        topo.server_sizes(),
+        op.dtype,
+        op.count,
+        if case.in_place {
+            "in-place"
+        } else {
+            "out-of-place"
+        },
+        if case.zero_copy {
+            "zero-copy"
+        } else {
+            "staged"
+        }
+    );
+    let mut recs = Vec::with_capacity(2);
+    for entry in entries {
+        let mut config = Config {
+            zero_copy: case.zero_copy,
+            ..config.clone()
+        };
+        config.algo.set(Some(entry.op), entry.name);
+        match Recording::record_each(&case.ops, case.in_place, config) {
+            Ok(rec) => recs.push(rec),
+            Err(e) => return Some(format!("{what}: recording {}: {e}", entry.name)),
+        }
+    }
+    let bare: Vec<Recording> = recs.iter().map(without_close).collect();
+    for (label, [a, b]) in [
+        ("", [&recs[0], &recs[1]]),
+        (" without Close", [&bare[0], &bare[1]]),
+    ] {
+        for seq in [vec![a, b], vec![a, b, a]] {
+            let report = match analyze_sequence_with(&seq, model) {
+                Ok(report) => report,
+                Err(e) => return Some(format!("{what}{label}: {e}")),
+            };
+            if let Some(f) = report.failures.first() {
+                return Some(format!(
+                    "{what}{label}, {} operations: [{:?}] {}",
+                    seq.len(),
+                    f.check,
+                    f.message
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// Run `first` followed by `second` (both of one operator) over the sequence matrix on
+/// `shapes`; `base` supplies everything but the topology, the executors and the mode. A
+/// shape either executor's constraints exclude is skipped. `model` is the fence
+/// ([`FenceModel::DEVICE`] unless trying another).
+pub fn sequence_conformance(
+    first: &ExecutorEntry,
+    second: &ExecutorEntry,
+    base: &Config,
+    shapes: &[Topology],
+    model: FenceModel,
+) -> Outcome {
+    let mut out = Outcome::default();
+    for topo in shapes {
+        let excluded = [first, second]
+            .iter()
+            .any(|e| e.constraints.check(topo.ranks(), topo).is_some());
+        if excluded {
+            out.skipped_shapes += 1;
+            continue;
+        }
+        let config = Config {
+            topology: Some(topo.clone()),
+            ..base.clone()
+        };
+        for case in sequence_cases(first.op, topo.ranks(), config.ccl_buffer_bytes) {
+            out.cases += 1;
+            if let Some(problem) = check_pair(&config, topo, [first, second], &case, model) {
+                out.failures += 1;
+                out.first_failure.get_or_insert(problem);
+            }
+        }
+    }
+    out
+}
+
+/// Every ordered pair of registered executors of `op` (each also after itself) over the
+/// sequence matrix on `shapes`, with the default configuration.
+pub fn sequence_pairs(
+    op: OpKind,
+    shapes: &[Topology],
+    model: FenceModel,
+) -> Result<Vec<(&'static str, &'static str, Outcome)>, Error> {
+    let entries: Vec<&ExecutorEntry> = registry()?.executors_for(op).collect();
+    let base = Config::default();
+    let mut out = Vec::new();
+    for first in &entries {
+        for second in &entries {
+            let outcome = sequence_conformance(first, second, &base, shapes, model);
+            out.push((first.name, second.name, outcome));
+        }
+    }
+    Ok(out)
 }

@@ -2,8 +2,9 @@
 //!
 //! The graph has an edge from each task to the next task of its stream, and from each
 //! post to the wait that consumed it in the canonical execution (the lost-wakeup check
-//! proves that pairing is the same in every interleaving). `a` happens before `b` when a
-//! path leads from `a` to `b`.
+//! proves that pairing is the same in every interleaving); over a sequence of operations,
+//! also the fence edges, through fence nodes that belong to no stream
+//! ([`super::fence`]). `a` happens before `b` when a path leads from `a` to `b`.
 //!
 //! A query searches backwards from `b` over predecessors. Every edge goes from a lower to a
 //! higher canonical execution index, so predecessors that ran before `a` cannot lead to
@@ -17,6 +18,7 @@
 //! step back and stops there. Visited marks are epoch-stamped, so a query costs nothing
 //! to reset.
 
+use super::fence::Closure;
 use super::index::{TaskId, NONE};
 use super::schedule::Execution;
 use std::collections::BinaryHeap;
@@ -29,6 +31,8 @@ pub(crate) struct Hb<'a> {
     mark: Vec<u32>,
     epoch: u32,
     heap: BinaryHeap<u32>,
+    /// Over a sequence: the fences' own order of operations, answered without a search.
+    closure: Option<&'a Closure>,
 }
 
 impl<'a> Hb<'a> {
@@ -38,20 +42,53 @@ impl<'a> Hb<'a> {
             mark: vec![0; ex.order.len()],
             epoch: 0,
             heap: BinaryHeap::new(),
+            closure: None,
+        }
+    }
+
+    /// Answer queries across operations that the fences order by themselves at once.
+    pub fn with_closure(self, closure: &'a Closure) -> Self {
+        Hb {
+            closure: Some(closure),
+            ..self
         }
     }
 
     /// True when `a` happens before `b` (or is `b`). Both must have run.
     pub fn ordered(&mut self, a: TaskId, b: TaskId) -> bool {
-        let (ea, eb) = (self.ex.exec[a as usize], self.ex.exec[b as usize]);
         if a == b {
             return true;
         }
-        if ea == NONE || eb == NONE || ea > eb {
+        match self.ex.exec[b as usize] {
+            NONE => false,
+            eb => self.ordered_at(a, eb),
+        }
+    }
+
+    /// True when `a` happens before what immediately precedes `b` on its stream: the
+    /// previous task, or for a stream's first task the fence it started after. False when
+    /// nothing precedes `b`, or either has not run.
+    pub fn ordered_before(&mut self, a: TaskId, b: TaskId) -> bool {
+        match self.ex.exec[b as usize] {
+            NONE => false,
+            eb => match self.ex.preds[eb as usize][0] {
+                NONE => false,
+                p => self.ordered_at(a, p),
+            },
+        }
+    }
+
+    /// True when `a` happens before (or is) the node at position `eb`.
+    fn ordered_at(&mut self, a: TaskId, eb: u32) -> bool {
+        let ea = self.ex.exec[a as usize];
+        if ea == NONE || ea > eb {
             return false;
         }
-        let sa = self.ex.stream_at[ea as usize];
-        if self.ex.stream_at[eb as usize] == sa {
+        let (sa, sb) = (
+            self.ex.stream_at[ea as usize],
+            self.ex.stream_at[eb as usize],
+        );
+        if sb == sa || self.closure.is_some_and(|c| c.orders(sa, sb)) {
             return true;
         }
         self.search(sa, ea, eb)

@@ -6,6 +6,12 @@
 //! execution ran it, which post a wait consumed) then live in plain vectors indexed by id,
 //! and the stream predecessor of a task is simply the previous id when both share a
 //! stream. Notifies get the same treatment: every valid [`NotifyId`] maps to a dense key.
+//!
+//! An index may also span a sequence of operations on one communicator (see
+//! [`super::sequence`]): the streams of operation 0 come first, then those of operation 1,
+//! and so on. Notifies and the CCL buffers and scratch are the communicator's and shared by
+//! every operation; each call has its own user buffers, so Input and Output get a memory id
+//! per operation.
 
 use super::recording::Recording;
 use oxccl_platform::{Buf, NotifyId, Rank, Task};
@@ -17,12 +23,17 @@ pub(crate) type TaskId = u32;
 /// "No task" / "no value" in the per-task vectors.
 pub(crate) const NONE: u32 = u32::MAX;
 
-/// Buffer slots per rank: Input, Output, CclIn, CclOut, Scratch.
-const SLOTS: usize = 5;
+/// Buffer slots per rank shared by every operation: CclIn, CclOut, Scratch.
+const SHARED_SLOTS: usize = 3;
+
+/// Buffer slots per rank and operation: Input, Output.
+const USER_SLOTS: usize = 2;
 
 /// Where a task sits.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Loc {
+    /// The operation's position in a sequence (`None` when the index holds one operation).
+    pub op: Option<usize>,
     pub rank: Rank,
     pub stream: usize,
     pub task: usize,
@@ -30,6 +41,9 @@ pub(crate) struct Loc {
 
 impl fmt::Display for Loc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(op) = self.op {
+            write!(f, "op {op} ")?;
+        }
         write!(
             f,
             "rank {} stream {} task {}",
@@ -41,6 +55,8 @@ impl fmt::Display for Loc {
 /// One stream's place in the flat numbering.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct StreamInfo {
+    /// The operation (0 unless the index spans a sequence).
+    pub op: usize,
     pub rank: Rank,
     pub stream: usize,
     pub first: TaskId,
@@ -49,7 +65,10 @@ pub(crate) struct StreamInfo {
 
 /// The flat index.
 pub(crate) struct Index<'r> {
+    /// The (first) operation: its topology, layout and rank count are every operation's.
     pub rec: &'r Recording,
+    /// Every operation, in call order (one unless the index spans a sequence).
+    pub recs: Vec<&'r Recording>,
     pub streams: Vec<StreamInfo>,
     /// Global stream number of every task.
     pub stream_of: Vec<u32>,
@@ -61,34 +80,46 @@ pub(crate) struct Index<'r> {
 
 impl<'r> Index<'r> {
     pub fn new(rec: &'r Recording) -> Self {
+        Self::sequence(&[rec])
+    }
+
+    /// The index of operations run back to back on one communicator: `recs` must share
+    /// the rank count and notify layout (the caller checks), and must not be empty.
+    pub fn sequence(recs: &[&'r Recording]) -> Self {
+        let rec = recs[0];
         let mut streams = Vec::new();
         let mut next = 0u64;
-        for (rank, r) in rec.ranks.iter().enumerate() {
-            for (stream, s) in r.program.streams.iter().enumerate() {
-                let len = s.tasks.len() as u64;
-                assert!(next + len < u64::from(NONE), "too many tasks to analyse");
-                streams.push(StreamInfo {
-                    rank,
-                    stream,
-                    first: next as u32,
-                    len: len as u32,
-                });
-                next += len;
+        for (op, r) in recs.iter().enumerate() {
+            for (rank, r) in r.ranks.iter().enumerate() {
+                for (stream, s) in r.program.streams.iter().enumerate() {
+                    let len = s.tasks.len() as u64;
+                    assert!(next + len < u64::from(NONE), "too many tasks to analyse");
+                    streams.push(StreamInfo {
+                        op,
+                        rank,
+                        stream,
+                        first: next as u32,
+                        len: len as u32,
+                    });
+                    next += len;
+                }
             }
         }
         let mut stream_of = Vec::with_capacity(next as usize);
         let mut tasks = Vec::with_capacity(next as usize);
         for (g, s) in streams.iter().enumerate() {
             stream_of.resize(stream_of.len() + s.len as usize, g as u32);
-            tasks.extend(&rec.ranks[s.rank].program.streams[s.stream].tasks);
+            tasks.extend(&recs[s.op].ranks[s.rank].program.streams[s.stream].tasks);
         }
         let mut notify_base = vec![0u32];
         for rank in 0..rec.rank_count() {
-            let len = rec.layout.table_len(rec.local_notifies(rank)) as u32;
+            let local = recs.iter().map(|r| r.local_notifies(rank)).max();
+            let len = rec.layout.table_len(local.unwrap_or(0)) as u32;
             notify_base.push(notify_base[rank] + len);
         }
         Index {
             rec,
+            recs: recs.to_vec(),
             streams,
             stream_of,
             tasks,
@@ -113,6 +144,7 @@ impl<'r> Index<'r> {
     pub fn loc(&self, id: TaskId) -> Loc {
         let s = &self.streams[self.stream_of[id as usize] as usize];
         Loc {
+            op: (self.recs.len() > 1).then_some(s.op),
             rank: s.rank,
             stream: s.stream,
             task: (id - s.first) as usize,
@@ -122,12 +154,6 @@ impl<'r> Index<'r> {
     /// "rank r stream s task t (Kind)".
     pub fn describe(&self, id: TaskId) -> String {
         format!("{} ({})", self.loc(id), self.task(id).kind_name())
-    }
-
-    /// The previous task of the same stream.
-    pub fn stream_pred(&self, id: TaskId) -> Option<TaskId> {
-        let same = id > 0 && self.stream_of[id as usize - 1] == self.stream_of[id as usize];
-        same.then(|| id - 1)
     }
 
     /// Total notify keys.
@@ -147,22 +173,38 @@ impl<'r> Index<'r> {
         self.rec.layout.describe(n)
     }
 
-    /// The memory a buffer of a rank is (Input and Output share one in place).
+    /// The operation `id` belongs to.
+    pub fn op_of(&self, id: TaskId) -> usize {
+        self.streams[self.stream_of[id as usize] as usize].op
+    }
+
+    /// The memory a buffer of a rank is, in the first operation (Input and Output share
+    /// one in place).
     pub fn mem(&self, rank: Rank, buf: Buf) -> usize {
+        self.mem_in(0, rank, buf)
+    }
+
+    /// The memory a buffer of a rank is in operation `op`: the CCL buffers and scratch are
+    /// the same memory in every operation, the user buffers are the call's own.
+    pub fn mem_in(&self, op: usize, rank: Rank, buf: Buf) -> usize {
+        let user = |second: bool| SHARED_SLOTS + USER_SLOTS * op + usize::from(second);
         let slot = match buf {
-            Buf::Input => 0,
-            Buf::Output if self.rec.in_place => 0,
-            Buf::Output => 1,
-            Buf::CclIn => 2,
-            Buf::CclOut => 3,
-            Buf::Scratch => 4,
+            Buf::CclIn => 0,
+            Buf::CclOut => 1,
+            Buf::Scratch => 2,
+            Buf::Input => user(false),
+            Buf::Output => user(!self.recs[op].in_place),
         };
-        rank * SLOTS + slot
+        rank * self.slots_per_rank() + slot
+    }
+
+    fn slots_per_rank(&self) -> usize {
+        SHARED_SLOTS + USER_SLOTS * self.recs.len()
     }
 
     /// Number of memory ids.
     pub fn mems(&self) -> usize {
-        self.rec.rank_count() * SLOTS
+        self.rec.rank_count() * self.slots_per_rank()
     }
 
     /// True when every slice of the task names an existing rank (the data-flow passes skip

@@ -7,8 +7,8 @@
 //!
 //! 1. every post is consumed (`wk` exists), so nothing is left set at the end;
 //! 2. `p(k+1)` happens after `wk`;
-//! 3. `wk` happens before the stream predecessor of `w(k+1)`, so two waits never race for
-//!    one post.
+//! 3. `wk` happens before the stream predecessor of `w(k+1)` (for a stream's first task,
+//!    the fence it starts after), so two waits never race for one post.
 //!
 //! Happens-before (HB) is stream order plus the canonical post-to-wait edges. **Why this
 //! is sound.** Take any interleaving, and the first event in it where a wait consumes a
@@ -98,10 +98,7 @@ fn follows(
     if next_wait == NONE {
         return;
     }
-    let ordered = idx
-        .stream_pred(next_wait)
-        .is_some_and(|p| hb.ordered(wait, p));
-    if !ordered {
+    if !hb.ordered_before(wait, next_wait) {
         out.at(Check::LostWakeup, Some(idx.loc(next_wait)), || {
             format!(
                 "waits race on {}: {} is not ordered after {}, so it may consume the post by {} meant for the other",

@@ -9,6 +9,8 @@
 //! it happens after, so the read sets stay small. Input and Output are one memory in place.
 //! Memories that no task writes (the user's Input, out of place) are not tracked at all.
 //! Each conflicting pair of tasks is reported once per memory, with the bytes it shares.
+//! Over a sequence of operations the CCL buffers and scratch are one memory for all of
+//! them and each call's user buffers its own ([`Index::mem_in`]).
 
 use super::hb::Hb;
 use super::index::{Index, TaskId, NONE};
@@ -39,18 +41,21 @@ pub(crate) fn check(idx: &Index<'_>, ex: &Execution, hb: &mut Hb<'_>, out: &mut 
             continue;
         }
         found.clear();
+        let op = idx.op_of(t);
         for s in task
             .reads()
             .iter()
-            .filter(|s| written[idx.mem(s.rank, s.buf)])
+            .filter(|s| written[idx.mem_in(op, s.rank, s.buf)])
         {
-            read(idx, hb, &mut mems[idx.mem(s.rank, s.buf)], t, s, &mut found);
+            let mem = idx.mem_in(op, s.rank, s.buf);
+            read(idx, hb, &mut mems[mem], t, s, mem, &mut found);
         }
         for s in task.writes() {
-            write(idx, hb, &mut mems[idx.mem(s.rank, s.buf)], t, s, &mut found);
+            let mem = idx.mem_in(op, s.rank, s.buf);
+            write(hb, &mut mems[mem], t, s, mem, &mut found);
         }
-        for (&(other, _, other_writes), &(slice, lo, hi)) in &found {
-            report(idx, out, t, other, other_writes, slice, lo, hi);
+        for (&(other, mem, other_writes), &(slice, lo, hi)) in &found {
+            report(idx, out, t, other, other_writes, slice, mem, lo, hi);
         }
     }
 }
@@ -62,9 +67,10 @@ fn written_memories(idx: &Index<'_>) -> Vec<bool> {
     for id in idx.ids() {
         let task = idx.task(id);
         if idx.addressable(task) {
+            let op = idx.op_of(id);
             task.writes()
                 .iter()
-                .for_each(|s| written[idx.mem(s.rank, s.buf)] = true);
+                .for_each(|s| written[idx.mem_in(op, s.rank, s.buf)] = true);
         }
     }
     written
@@ -76,6 +82,7 @@ fn read(
     map: &mut IntervalMap<Access>,
     t: TaskId,
     s: &Slice,
+    mem: usize,
     found: &mut Found,
 ) {
     let stream = idx.stream_of[t as usize];
@@ -83,7 +90,7 @@ fn read(
         let mut acc = acc.cloned().unwrap_or_default();
         if let Some(w) = acc.write.filter(|&w| w != t) {
             if !hb.ordered(w, t) {
-                note(found, idx, w, true, s, lo, hi);
+                note(found, w, true, s, mem, lo, hi);
             }
         }
         acc.reads.retain(|&r| idx.stream_of[r as usize] != stream);
@@ -93,11 +100,11 @@ fn read(
 }
 
 fn write(
-    idx: &Index<'_>,
     hb: &mut Hb<'_>,
     map: &mut IntervalMap<Access>,
     t: TaskId,
     s: &Slice,
+    mem: usize,
     found: &mut Found,
 ) {
     map.update(s.offset, s.offset.saturating_add(s.len), |lo, hi, acc| {
@@ -105,7 +112,7 @@ fn write(
             let earlier = acc.write.into_iter().map(|w| (w, true));
             for (other, writes) in earlier.chain(acc.reads.iter().map(|&r| (r, false))) {
                 if other != t && !hb.ordered(other, t) {
-                    note(found, idx, other, writes, s, lo, hi);
+                    note(found, other, writes, s, mem, lo, hi);
                 }
             }
         }
@@ -119,14 +126,14 @@ fn write(
 /// Remember a conflict with `other` on the bytes `[lo, hi)` of the memory of `s`.
 fn note(
     found: &mut Found,
-    idx: &Index<'_>,
     other: TaskId,
     writes: bool,
     s: &Slice,
+    mem: usize,
     lo: usize,
     hi: usize,
 ) {
-    let key = (other, idx.mem(s.rank, s.buf), writes);
+    let key = (other, mem, writes);
     let e = found.entry(key).or_insert((*s, lo, hi));
     e.1 = e.1.min(lo);
     e.2 = e.2.max(hi);
@@ -140,14 +147,17 @@ fn report(
     other: TaskId,
     other_writes: bool,
     s: Slice,
+    mem: usize,
     lo: usize,
     hi: usize,
 ) {
     debug_assert_ne!(other, NONE);
     let task = idx.task(t);
-    let this_writes = task.writes().iter().any(|w| {
-        idx.mem(w.rank, w.buf) == idx.mem(s.rank, s.buf) && w.offset < hi && lo < w.offset + w.len
-    });
+    let op = idx.op_of(t);
+    let this_writes = task
+        .writes()
+        .iter()
+        .any(|w| idx.mem_in(op, w.rank, w.buf) == mem && w.offset < hi && lo < w.offset + w.len);
     let verb = |w: bool| if w { "writes" } else { "reads" };
     let kind = match (other_writes, this_writes) {
         (true, true) => "write-write",

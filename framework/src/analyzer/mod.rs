@@ -22,6 +22,11 @@
 //!
 //! [`conformance`] runs one executor over the matrix of shapes, types, ops and counts.
 //!
+//! [`sequence`] proves two or three operations run back to back safe under the device's
+//! epoch fence (no Close exchange): the same deadlock, lost-wakeup and memory passes over
+//! the operations indexed together, with the fence as extra happens-before edges, and the
+//! grant rule the fence relies on.
+//!
 //! Everything works on intervals and dense task ids, so the cost grows with the number of
 //! tasks, not with the bytes moved: a 1 GiB operation costs what a 1 KiB one does. A
 //! 1024-rank ring AllReduce (about ten million tasks) takes seconds and about 1.5 GiB,
@@ -31,6 +36,7 @@
 mod bounds;
 pub mod conformance;
 pub mod expect;
+mod fence;
 mod fork_join;
 mod hb;
 mod index;
@@ -43,12 +49,16 @@ pub mod recording;
 pub mod report;
 mod schedule;
 mod semantics;
+pub mod sequence;
 #[cfg(test)]
 mod tests;
 pub mod value;
 
 pub use recording::{RankRecording, Recording};
 pub use report::{Check, Failure, Report, KEPT_PER_CHECK};
+pub use sequence::{
+    analyze_sequence, analyze_sequence_with, without_close, FenceModel, SequenceError,
+};
 
 /// Run every check on `rec`.
 ///

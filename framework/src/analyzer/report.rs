@@ -17,6 +17,9 @@ pub enum Check {
     Bounds,
     /// Remote slices and posts over existing, unbroken links; notifies that exist.
     Link,
+    /// Over a sequence: a task touches a rank's buffers or notifies without the two ranks
+    /// granting each other, so the epoch fence does not order it.
+    Grant,
     /// A wait that can never be satisfied.
     Deadlock,
     /// A post on a notify that may still be set, or a post nobody consumes.
@@ -31,9 +34,10 @@ pub enum Check {
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 7] = [
+    pub const ALL: [Check; 8] = [
         Check::Bounds,
         Check::Link,
+        Check::Grant,
         Check::Deadlock,
         Check::LostWakeup,
         Check::ForkJoin,
@@ -52,6 +56,8 @@ impl fmt::Display for Check {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failure {
     pub check: Check,
+    /// The operation's position when a sequence of operations was analysed.
+    pub op: Option<usize>,
     /// The rank whose task (or output) is at fault, when there is one.
     pub rank: Option<Rank>,
     pub stream: Option<usize>,
@@ -149,6 +155,7 @@ impl Collector {
         }
         self.push(Failure {
             check,
+            op: loc.and_then(|l| l.op),
             rank: loc.map(|l| l.rank),
             stream: loc.map(|l| l.stream),
             task: loc.map(|l| l.task),
@@ -173,8 +180,8 @@ impl Collector {
     /// Sort the kept failures and produce the report.
     pub fn into_report(mut self, tasks: usize) -> Report {
         self.kept.sort_by(|a, b| {
-            (a.check, a.rank, a.stream, a.task, &a.message)
-                .cmp(&(b.check, b.rank, b.stream, b.task, &b.message))
+            (a.check, a.op, a.rank, a.stream, a.task, &a.message)
+                .cmp(&(b.check, b.op, b.rank, b.stream, b.task, &b.message))
         });
         Report {
             failures: self.kept,

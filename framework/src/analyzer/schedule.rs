@@ -14,7 +14,14 @@
 //! interleaving, and the lost-wakeup proof shows the pairing of posts and waits is the same
 //! in every interleaving, so then it does in all). Each stuck wait is reported with the
 //! posts that could still have woken it.
+//!
+//! Streams may also wait for [`Fences`] before their first task: over a sequence of
+//! operations, the device's epoch fence. A barrier is passed when the last stream or
+//! barrier it names is done, and is laid out in the run as fence nodes (no task; their
+//! `order` entry is `NONE`, their step [`Step::Fence`] and their stream [`FENCE_STREAM`]),
+//! which carry its happens-before edges to the first task of every stream it starts.
 
+use super::fence::Fences;
 use super::index::{Index, TaskId, NONE};
 use super::report::{Check, Collector};
 use oxccl_platform::Task;
@@ -24,7 +31,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 pub(crate) struct Execution {
     /// Position of each task in the run (`NONE`: never ran).
     pub exec: Vec<u32>,
-    /// The tasks in the order they ran.
+    /// The tasks in the order they ran (`NONE` at a fence node's position).
     pub order: Vec<TaskId>,
     /// For a wait, the post it consumed; for a post, the wait that consumed it.
     pub partner: Vec<TaskId>,
@@ -33,7 +40,8 @@ pub(crate) struct Execution {
     /// What the task at each position is, with its notify key (the passes that only care
     /// about some kinds skip the others without touching the program).
     pub step: Vec<Step>,
-    /// Global stream number of the task at each position.
+    /// Global stream number of the task at each position ([`FENCE_STREAM`] for a fence
+    /// node).
     pub stream_at: Vec<u32>,
     /// Positions of the stream predecessor and of the consumed post, by position (`NONE`
     /// if absent): the happens-before graph, laid out in time order.
@@ -64,7 +72,12 @@ pub(crate) enum Step {
     Wait(u32),
     /// A post or wait on a notify that does not exist (the link check reports it).
     Void,
+    /// A fence node: no task, only happens-before edges (see [`Fences`]).
+    Fence,
 }
+
+/// The stream number of fence nodes: no task's.
+pub(crate) const FENCE_STREAM: u32 = NONE;
 
 impl Execution {
     pub fn ran(&self, id: TaskId) -> bool {
@@ -78,14 +91,50 @@ struct Runner<'a> {
     /// The post that set each notify, or `NONE`.
     set_by: Vec<TaskId>,
     blocked: HashMap<u32, VecDeque<u32>>,
-    /// Position of the last task each stream ran.
+    /// Position of the last task each stream ran (before its first task: of the barrier
+    /// it started after).
     last_pos: Vec<u32>,
     ready: VecDeque<u32>,
+    fences: &'a Fences,
+    /// Per barrier, dependencies not yet done.
+    unmet: Vec<u32>,
+    /// Per barrier, its position once passed (`NONE`: before every task).
+    passed_at: Vec<u32>,
+    /// Barriers waiting on each stream, and on each barrier.
+    after_stream: Vec<Vec<u32>>,
+    after_barrier: Vec<Vec<u32>>,
+    /// Streams starting after each barrier.
+    starts: Vec<Vec<u32>>,
 }
 
 /// Run every stream of every rank to completion or to a permanent block.
 pub(crate) fn run(idx: &Index<'_>) -> Execution {
+    run_fenced(idx, &Fences::none(idx.streams.len()))
+}
+
+/// [`run`], each stream starting only once its barrier in `fences` is passed.
+pub(crate) fn run_fenced(idx: &Index<'_>, fences: &Fences) -> Execution {
     let n = idx.task_count();
+    let streams = idx.streams.len();
+    let barriers = fences.barriers.len();
+    let (mut after_stream, mut after_barrier) =
+        (vec![Vec::new(); streams], vec![Vec::new(); barriers]);
+    let mut starts = vec![Vec::new(); barriers];
+    for (b, barrier) in fences.barriers.iter().enumerate() {
+        barrier
+            .streams
+            .iter()
+            .for_each(|&s| after_stream[s as usize].push(b as u32));
+        barrier
+            .barriers
+            .iter()
+            .for_each(|&d| after_barrier[d as usize].push(b as u32));
+    }
+    for (s, &b) in fences.start.iter().enumerate() {
+        if b != NONE {
+            starts[b as usize].push(s as u32);
+        }
+    }
     let mut r = Runner {
         idx,
         ex: Execution {
@@ -98,11 +147,28 @@ pub(crate) fn run(idx: &Index<'_>) -> Execution {
             preds: Vec::with_capacity(n),
             cursor: idx.streams.iter().map(|s| s.first).collect(),
         },
-        last_pos: vec![NONE; idx.streams.len()],
+        last_pos: vec![NONE; streams],
         set_by: vec![NONE; idx.notify_keys()],
         blocked: HashMap::new(),
-        ready: (0..idx.streams.len() as u32).collect(),
+        ready: (0..streams as u32)
+            .filter(|&s| fences.start.get(s as usize).is_none_or(|&b| b == NONE))
+            .collect(),
+        fences,
+        unmet: fences
+            .barriers
+            .iter()
+            .map(|b| (b.streams.len() + b.barriers.len()) as u32)
+            .collect(),
+        passed_at: vec![NONE; barriers],
+        after_stream,
+        after_barrier,
+        starts,
     };
+    for b in 0..barriers as u32 {
+        if r.unmet[b as usize] == 0 {
+            r.pass(b);
+        }
+    }
     while let Some(s) = r.ready.pop_front() {
         r.run_stream(s);
     }
@@ -153,6 +219,56 @@ impl Runner<'_> {
             id += 1;
         }
         self.ex.cursor[s as usize] = id;
+        if id == end {
+            for b in std::mem::take(&mut self.after_stream[s as usize]) {
+                self.dependency_done(b);
+            }
+        }
+    }
+
+    fn dependency_done(&mut self, b: u32) {
+        self.unmet[b as usize] -= 1;
+        if self.unmet[b as usize] == 0 {
+            self.pass(b);
+        }
+    }
+
+    /// Lay out barrier `b`, all of whose dependencies are done, start its streams and
+    /// tell the barriers after it.
+    fn pass(&mut self, b: u32) {
+        let barrier = &self.fences.barriers[b as usize];
+        let deps: Vec<u32> = barrier
+            .streams
+            .iter()
+            .map(|&s| self.last_pos[s as usize])
+            .chain(barrier.barriers.iter().map(|&d| self.passed_at[d as usize]))
+            .filter(|&p| p != NONE)
+            .collect();
+        let mut at = NONE;
+        for dep in deps {
+            at = match at {
+                NONE => dep,
+                prev => self.fence_node([prev, dep]),
+            };
+        }
+        self.passed_at[b as usize] = at;
+        for s in std::mem::take(&mut self.starts[b as usize]) {
+            self.last_pos[s as usize] = at;
+            self.ready.push_back(s);
+        }
+        for next in std::mem::take(&mut self.after_barrier[b as usize]) {
+            self.dependency_done(next);
+        }
+    }
+
+    /// Append a fence node with these predecessors; its position.
+    fn fence_node(&mut self, preds: [u32; 2]) -> u32 {
+        let pos = self.ex.order.len() as u32;
+        self.ex.order.push(NONE);
+        self.ex.step.push(Step::Fence);
+        self.ex.stream_at.push(FENCE_STREAM);
+        self.ex.preds.push(preds);
+        pos
     }
 
     fn record(&mut self, id: TaskId, s: u32, step: Step, consumed: u32) {

@@ -15,7 +15,7 @@ const ES: usize = 4;
 type Body = Box<dyn Fn(usize, &mut StreamProgram)>;
 
 /// A recording of `n` ranks on one server, built by `build(rank, program, layout)`.
-fn record(
+pub(super) fn record(
     op: OpParam,
     topology: Topology,
     slaves: usize,
@@ -57,19 +57,19 @@ fn record(
     }
 }
 
-fn link(r: usize, peer: usize, layout: NotifyLayout) -> Link {
+pub(super) fn link(r: usize, peer: usize, layout: NotifyLayout) -> Link {
     Link::new(r, peer, LinkKind::Sdma, 0, layout)
 }
 
-fn in_(r: usize, off: usize, len: usize) -> Slice {
+pub(super) fn in_(r: usize, off: usize, len: usize) -> Slice {
     Slice::new(r, Buf::Input, off, len)
 }
 
-fn out(r: usize, off: usize, len: usize) -> Slice {
+pub(super) fn out(r: usize, off: usize, len: usize) -> Slice {
     Slice::new(r, Buf::Output, off, len)
 }
 
-fn sum(count: usize) -> OpParam {
+pub(super) fn sum(count: usize) -> OpParam {
     OpParam::all_reduce(count, DataType::F32, ReduceOp::Sum)
 }
 
@@ -85,7 +85,7 @@ fn ready_round(r: usize, n: usize, s: &mut StreamProgram, layout: NotifyLayout) 
 
 /// A correct AllReduce: a slave stream does the ready round between a fork and a join, the
 /// main stream reduces chunk r of every input into its output and every peer's output.
-fn mesh_push(n: usize, count: usize) -> Recording {
+pub(super) fn mesh_push(n: usize, count: usize) -> Recording {
     record(sum(count), Topology::single_server(n), 1, |r, p, layout| {
         let (fork, join) = (layout.local(r, 0), layout.local(r, 1));
         p.streams[0].post(fork);

@@ -7,9 +7,12 @@
 //! `--explain` adds, under each row, select_alg's candidate table (the source of the
 //! choice, and per executor its modelled time and algbw or why it was rejected).
 //! `--all` runs every registered executor over the conformance matrix instead, one line
-//! per executor. The exit status is non-zero on any failure.
+//! per executor. `--sequence` also proves the operation back to back under the device's
+//! epoch fence (with itself, and with `--then`'s operation); `--all --sequence` runs every
+//! pair of executors of each operator. The exit status is non-zero on any failure.
 
 mod matrix;
+mod sequence;
 mod single;
 
 use crate::calls::calls;
@@ -77,11 +80,23 @@ pub struct CheckArgs {
     /// Print one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Also prove the operation back to back under the device's epoch fence: followed by
+    /// itself (two and three calls) and by `--then`; with --all, every pair of executors.
+    #[arg(long)]
+    pub sequence: bool,
+    /// With --sequence: a second collective to follow the checked one (same count, type,
+    /// op and root).
+    #[arg(long, value_name = "COLLECTIVE")]
+    pub then: Option<String>,
+    /// Executor of the --then collective (default: what select_alg picks).
+    #[arg(long, value_name = "EXECUTOR")]
+    pub then_algo: Option<String>,
 }
 
 pub fn run(args: &CheckArgs) -> Result<ExitCode, Error> {
     match plan_command(args)? {
         Some(plan) => single::run(args, &plan),
+        None if args.sequence => sequence::run_pairs(args),
         None => matrix::run(args),
     }
 }
@@ -129,6 +144,8 @@ pub struct CheckPlan {
     pub root: usize,
     /// Element counts, one per row: the size sweep's, or `--count`.
     pub counts: Vec<usize>,
+    /// With --sequence, the collective that follows the checked one (`--then`).
+    pub then: Option<OpKind>,
 }
 
 impl CheckPlan {
@@ -160,7 +177,16 @@ pub fn plan(args: &CheckArgs, kind: OpKind) -> Result<CheckPlan, Error> {
             .map(|size| count_for_size(kind, size, dtype, ranks))
             .collect(),
     };
+    let then = match (&args.then, args.sequence) {
+        (Some(name), true) => Some(name.parse()?),
+        (Some(_), false) => return Err(bad_arg("--then needs --sequence".into())),
+        (None, _) if args.then_algo.is_some() => {
+            return Err(bad_arg("--then-algo needs --then".into()))
+        }
+        (None, _) => None,
+    };
     Ok(CheckPlan {
+        then,
         kind,
         root: validate::root(args.root, &topology)?,
         topology,

@@ -27,6 +27,9 @@ struct Row {
     time_us: f64,
     algbw_gbps: f64,
     busbw_gbps: f64,
+    /// Failures of the back-to-back sequences (with --sequence).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sequence_failures: Option<usize>,
     /// select_alg's candidates (with --explain).
     #[serde(skip_serializing_if = "Option::is_none")]
     candidates: Option<Vec<serde_json::Value>>,
@@ -148,6 +151,12 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
                 e,
             )
         })?;
+        let sequence = match args.sequence {
+            true => Some(super::sequence::check_row(
+                args, plan, plan.then, count, &rec,
+            )?),
+            false => None,
+        };
         let (i, o) = op.buffer_bytes(0, topo.ranks());
         let row = Row {
             size: i.max(o),
@@ -161,6 +170,7 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
             time_us: cost.time_s * 1e6,
             algbw_gbps: cost.algbw_gbps,
             busbw_gbps: cost.busbw_gbps,
+            sequence_failures: sequence.as_ref().map(|(_, f)| f.len()),
             candidates: args.explain.then(|| candidates_json(&explained)),
         };
         if !args.json {
@@ -184,8 +194,14 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
             if args.explain {
                 out!("{}", explained.table("      "));
             }
+            if let Some((summary, _)) = &sequence {
+                outln!("      {summary}");
+            }
         }
         failures.extend(report.failures.into_iter().map(|f| (row.size, f)));
+        if let Some((_, seq)) = sequence {
+            failures.extend(seq.into_iter().map(|f| (row.size, f)));
+        }
         rows.push(row);
         last = Some(rec);
     }
