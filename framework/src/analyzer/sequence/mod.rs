@@ -77,7 +77,8 @@
 //! still read it. A fence whose entry also waits for the peers granted in the previous
 //! call ([`FenceModel::entry_previous`]) passes every ordered pair of AllReduce executors
 //! on the whole sequence matrix; so does any executor that makes its owners outlive
-//! their visitors.
+//! their visitors. The host device implements that fence ([`FenceModel::DEVICE`]); the
+//! first one stays as [`FenceModel::CURRENT_PEERS_ONLY`] for the test that shows the race.
 //!
 //! **Cost.** Happens-before queries across operations that the fences order by
 //! themselves are answered from a bitset closure of the barriers
@@ -147,8 +148,18 @@ pub struct FenceModel {
 }
 
 impl FenceModel {
-    /// The device's fence as specified (issue 11, decision 2).
+    /// The host device's fence: entry on this call's and the previous call's granted
+    /// peers, exit in Direct mode (see the epoch fence in `oxccl_platform::device`).
     pub const DEVICE: FenceModel = FenceModel {
+        entry: true,
+        exit: true,
+        entry_previous: true,
+        exit_always: false,
+    };
+    /// The fence as first specified: entry and exit on this call's granted peers only.
+    /// Kept to show why the device remembers the previous call's peers (a staged mesh
+    /// followed by a ring races under it).
+    pub const CURRENT_PEERS_ONLY: FenceModel = FenceModel {
         entry: true,
         exit: true,
         entry_previous: false,
