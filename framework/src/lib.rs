@@ -12,8 +12,8 @@
 //!    loop that stages through the CCL buffers (or runs on user buffers) and calls the
 //!    executor's `kernel_run` per iteration: one rank's program, with no device;
 //! 4. [`communicator`]: caches the program, has its device compile it, and submits it with
-//!    the call's epoch (the device's epoch fence keeps back-to-back operations apart, so no
-//!    Close exchange ends a program).
+//!    the call's epoch: the device's epoch fence keeps back-to-back operations apart, and a
+//!    program ends with its executor's last task (there is no closing exchange).
 //!
 //! ## Layering
 //!
@@ -40,7 +40,7 @@
 //! [`Communicator::selection_digest`]). Every size a caller, a file or a plugin supplies
 //! is checked against [`limits`].
 //!
-//! [`registry`] holds the executors and templates registered at link time with
+//! [`registry`](mod@registry) holds the executors and templates registered at link time with
 //! [`register_executor!`] and [`register_template!`]; [`config`] reads the environment in
 //! one place; [`topology`] says which links exist.
 

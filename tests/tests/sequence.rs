@@ -1,6 +1,7 @@
-//! Back-to-back operations under the device's epoch fence (`analyzer::sequence`), with
-//! the programs as recorded (Close exchange at the end) and with Close stripped, as they
-//! will look once the fence replaces it.
+//! Back-to-back operations under the device's epoch fence (`analyzer::sequence`), the
+//! only thing that keeps them apart. The programs run as recorded and through
+//! `without_close`, which stripped the former Close exchange and now returns them
+//! unchanged.
 //!
 //! The default tests run every ordered pair of AllReduce executors and a mix of operators
 //! on a few small shapes; the ignored one runs every operator's pairs on the whole
@@ -121,8 +122,8 @@ fn different_operators_run_back_to_back() {
 }
 
 /// Staged AllReduce on 8 ranks: a mesh-type executor (every peer reads a rank's CclOut)
-/// followed by one that grants fewer peers (rhd, double and bidirectional rings). Without
-/// Close, a fence on the current call's peers only does not wait for the mesh's readers
+/// followed by one that grants fewer peers (rhd, double and bidirectional rings). A fence
+/// on the current call's peers only does not wait for the mesh's readers
 /// before the next executor writes the same CclOut; the device's fence, which also waits
 /// for the previous call's peers, does.
 #[test]

@@ -10,8 +10,7 @@
 //! of ranks has no common neighbour.
 //!
 //! Staged, a rank overwrites its own CCL block at the start of the next iteration, so an
-//! Ack round ("I am done reading your output") ends every iteration; zero-copy, the
-//! framework's Close exchange plays that part.
+//! Ack round ("I am done reading your output") ends every iteration; zero-copy, the device's exit fence plays that part (a zero-copy call returns only after every granted peer finished it).
 
 use super::place_own_block;
 use crate::templates::{

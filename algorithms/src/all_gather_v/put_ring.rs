@@ -2,7 +2,7 @@
 //! put-only links.
 //!
 //! In both modes the blocks move in rounds through CclOut slots (see
-//! [`gather_v_blocks`](super::gather_v_blocks)): a rank copies the round's piece of its
+//! `gather_v_blocks`): a rank copies the round's piece of its
 //! input into its own slot, the put ring all-gather
 //! ([`put_ring`](crate::templates::put_ring)) writes each piece into the right
 //! neighbour's slot for it (CclOut, which a put may write), and the rank copies the other

@@ -13,8 +13,12 @@
 //! Zero-copy, one round runs on the outputs. Staged, the blocks move in rounds through
 //! CclOut slots as in [`mesh`](super::mesh): the own piece into the own slot, the two
 //! phases on the slots, the slots out to the output, and an Ack round with every linked
-//! peer ("done reading your CclOut") before the slots are refilled (after the last round
-//! the framework's Close exchange says it). Signals on a link
+//! peer ("done reading your CclOut") before the slots are refilled. After the last round
+//! no task says it: the device's entry fence holds the rank's own next call until the
+//! linked peers that read its slots finished this one, but (staged, no exit fence) not a
+//! third rank linked to it and not to such a reader, should the next executor write into
+//! the rank's CclOut (a put executor); the analyzer's sequence matrix has no broken-link
+//! shape, so that case is not proved. Signals on a link
 //! alternate DataSignal (channel 0), Ack (channel 1) and Ack (channel 0), each consumed
 //! before it is posted again. Cost per round: `α + bβ` then `α + f·b/m·β` for blocks of
 //! `b` and `f` far blocks relayed over `m` relays. On a healthy mesh it is the mesh

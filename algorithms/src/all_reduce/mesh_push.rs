@@ -2,8 +2,9 @@
 //!
 //! After one ready round with every peer, rank `r` reduces chunk `r` of every rank's input
 //! and writes the result straight into chunk `r` of every rank's output, in one Reduce task
-//! with `n` sources and `n` destinations; the framework's Close exchange then tells each
-//! rank that nobody reads its input or writes its output any more. Each rank reads and
+//! with `n` sources and `n` destinations; then nothing more: staged, a closing round says
+//! that nobody reads a rank's input or writes its output any more (below), zero-copy the
+//! device's exit fence does. Each rank reads and
 //! writes the data once (`2S` of memory traffic per rank, against `(3 − 1/n)S` for the
 //! classic mesh), in two synchronisation rounds: on shared memory this is the fastest
 //! AllReduce at every size. It needs every pair of ranks linked and peers' outputs to be
@@ -14,7 +15,7 @@
 //!
 //! Staged, a rank copies CclOut out as soon as its iteration ends, so a third round
 //! (DataSignal: "I finished writing your output and reading your input") ends each
-//! iteration; zero-copy, the framework's Close exchange plays that part.
+//! iteration; zero-copy, the device's exit fence plays that part (a zero-copy call returns only after every granted peer finished it).
 
 use crate::templates::{all_peers_round, even_chunks, Round};
 use oxccl_framework::{

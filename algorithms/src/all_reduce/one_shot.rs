@@ -1,6 +1,7 @@
 //! AllReduce one-shot: every rank reduces the whole vector from every rank's input.
 //!
-//! One handshake round, one n-way Reduce, and the framework's Close exchange: the fewest
+//! One handshake round and one n-way Reduce (zero-copy, the device's exit fence keeps a
+//! rank's call from returning while a peer still reads its input): the fewest
 //! synchronisation steps of any AllReduce, all on the main stream, at the price of every
 //! rank reading all `n` inputs in full. That trade wins for small messages, where the
 //! steps cost more than the bytes; the built-in selector takes it up to 64 KiB.

@@ -3,7 +3,7 @@
 //!
 //! The put-based twin of [`super::mesh`] for put-only links. Every rank first opens its
 //! output to every peer (Ack), then writes each peer's block and signals, then waits for
-//! every peer's block (see [`crate::templates::put`]): all opens come before any wait, so
+//! every peer's block (see [`crate::templates::put`](mod@crate::templates::put)): all opens come before any wait, so
 //! the exchange cannot deadlock. Staged, outputs are the CclOut buffers; Direct mode (only
 //! when every link is load/store) writes the user's output. Needs a full mesh.
 

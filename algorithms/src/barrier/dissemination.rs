@@ -7,7 +7,9 @@
 //! so every notify is posted at most once per barrier; rounds still alternate Ack and
 //! DataSignal, so that two consecutive rounds on one link (small `n`, where a rank's
 //! target in one round is its source in the next) never share a signal kind; the
-//! framework's Close exchange separates one barrier from the next. Links to `2⌈log2 n⌉`
+//! device's epoch fence separates one barrier from the next (a peer posts in the next
+//! barrier only after this rank finished this one, having consumed every post made to
+//! it). Links to `2⌈log2 n⌉`
 //! peers at most.
 //! Cost: `⌈log2 p⌉α`.
 

@@ -14,7 +14,8 @@
 //! then posts each child's. Each notify is posted once per barrier, and the next post on
 //! it follows a wait for a signal the peer sent after consuming it (a child posts the next
 //! Ack after the parent's DataSignal, which the parent posts after taking the child's
-//! Ack), so no wakeup is lost; the framework's Close exchange separates barriers too.
+//! Ack), so no wakeup is lost; between barriers the device's epoch fence does the same (a
+//! peer posts in the next barrier only after this rank finished this one).
 //! A disconnected graph is refused with `Unsupported`.
 //! Cost: `2·radius·α`.
 

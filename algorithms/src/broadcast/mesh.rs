@@ -8,7 +8,8 @@
 //!
 //! Staged, the root overwrites CclIn right after an iteration, so every peer answers
 //! "done reading" (DataSignal) and the root waits for all of them before it ends the
-//! iteration; zero-copy, the framework's Close exchange plays that part.
+//! iteration; zero-copy, the device's exit fence plays that part (the root's call returns
+//! only after every peer finished it).
 
 use super::{root_keeps_its_data, root_of};
 use oxccl_framework::{

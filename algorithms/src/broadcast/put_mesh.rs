@@ -2,7 +2,7 @@
 //!
 //! The put-based twin of [`super::mesh`], for put-only links (TCP, RDMA write): instead of
 //! every rank pulling from the root, every rank opens its output (Ack) and the root writes
-//! into it and signals (see [`crate::templates::put`]). Staged, the output is the peer's
+//! into it and signals (see [`crate::templates::put`](mod@crate::templates::put)). Staged, the output is the peer's
 //! CclOut, a registered buffer a put may reach; Direct mode (only when every link is
 //! load/store) writes the user's output. One synchronisation step, the root's links
 //! carrying `n - 1` copies: cost `α + (p−1)·nβ` at the root, for small messages. Links: the

@@ -11,7 +11,9 @@
 //!
 //! Staged, every reader answers "done reading" (DataSignal) and the rank read from waits
 //! for all answers before its iteration ends, so the next iteration may overwrite CclIn and
-//! CclOut; zero-copy runs one iteration and the framework's Close exchange does that. It needs a route through at most one relay between every pair of ranks.
+//! CclOut; zero-copy runs one iteration without answers: only user buffers are read, and
+//! the device's exit fence returns a call only after every granted peer finished it. It
+//! needs a route through at most one relay between every pair of ranks.
 
 use super::{root_keeps_its_data, root_of};
 use crate::templates::relay_pieces;
@@ -61,7 +63,7 @@ impl Executor for RelayMeshBroadcast {
         let root = root_of(&args.op, NAME)?;
         let far = far_ranks(ctx.topology, root, NAME, KIND)?;
         let me = ctx.rank;
-        // Zero-copy runs one iteration: the framework's Close exchange says "done reading".
+        // Zero-copy runs one iteration: the exit fence stands for "done reading".
         let answer = args.mode == Mode::Staged;
         if me == root {
             return root_side(ctx, args, answer);

@@ -16,8 +16,9 @@
 //! Ack channel 1 (relay to far rank), DataSignal channel 0 both ways and Ack channel 1
 //! (the all-gather), and staged a DataSignal round on channel 1 ("done reading") that ends
 //! the iteration; each is consumed before it is posted again. Zero-copy runs one iteration
-//! and leaves "done reading" to the framework's Close exchange. It needs a route through at
-//! most one relay between every pair of ranks.
+//! without "done reading": it reads only user buffers, and the device's exit fence returns
+//! a call only after every granted peer finished it. It needs a route through at most one
+//! relay between every pair of ranks.
 
 use super::{root_keeps_its_data, root_of};
 use crate::templates::even_chunks;

@@ -2,7 +2,7 @@
 //!
 //! The ring of [`healthy_ring_for`](crate::templates::healthy_ring_for), rotated to start
 //! at the root, is cut into a chain (its closing link is not used). The data is cut into
-//! up to [`MAX_CHUNKS`] chunks; every rank pulls chunk `k` from its predecessor (the
+//! up to `MAX_CHUNKS` chunks; every rank pulls chunk `k` from its predecessor (the
 //! root's input, the others' output) as soon as the predecessor has it, so the chain
 //! moves `p − 1` chunks at once once the pipeline is full. Cost with `c` chunks
 //! `(p − 2 + c)(α + n/c·β)`: close to `nβ` for large messages, whatever the rank count.

@@ -5,7 +5,7 @@
 //! output and answers DataSignal ("done reading"). Then it serves its children one after
 //! the other, largest subtree first, each with an Ack and a wait for its DataSignal: one
 //! transfer per rank per round, as in MPICH's binomial broadcast
-//! ([`BinomialTree`](crate::templates::BinomialTree)). Cost `⌈log2 p⌉(α + nβ)`: few
+//! ([`crate::templates::BinomialTree`]). Cost `⌈log2 p⌉(α + nβ)`: few
 //! steps, but every step carries the whole vector, so it suits small and medium messages.
 //! It needs only the `p − 1` links of the tree, so it runs where a mesh cannot.
 //!

@@ -7,7 +7,8 @@
 //! a link from every rank to the root, and no other link.
 //!
 //! Staged, the root answers "done reading" (DataSignal) and every peer waits for it
-//! before it ends the iteration; zero-copy, the framework's Close exchange does.
+//! before it ends the iteration; zero-copy, the device's exit fence does (a peer's call
+//! returns only after the root finished it).
 
 use super::{peer_input, root_places_its_block};
 use crate::broadcast::mesh::star_peers;

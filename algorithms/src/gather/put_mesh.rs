@@ -2,7 +2,7 @@
 //!
 //! The put-based twin of [`super::mesh`] for put-only links: the root opens its output to
 //! every rank (Ack), each rank writes its input into block `rank` of it and signals (see
-//! [`crate::templates::put`]). Staged, the root's output is its CclOut; Direct mode (only
+//! [`crate::templates::put`](mod@crate::templates::put)). Staged, the root's output is its CclOut; Direct mode (only
 //! when every link is load/store) writes the user's output. Links: every rank to the root.
 
 use super::root_places_its_block;

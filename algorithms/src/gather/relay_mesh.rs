@@ -13,7 +13,8 @@
 //! Every reader answers "done reading" (DataSignal) and the rank read from waits for the
 //! answer before its iteration ends. A relay's scratch holds one slot per rank, so with far
 //! ranks zero-copy runs in iterations of at most a CCL buffer, as staged does; without them
-//! zero-copy runs one iteration and leaves the answers to the framework's Close. It needs a
+//! zero-copy runs one iteration without answers: only user buffers are read, and the
+//! device's exit fence returns a call only after every granted peer finished it. It needs a
 //! route through at most one relay between every pair of ranks.
 
 use super::{peer_input, root_places_its_block};
@@ -59,7 +60,7 @@ impl Executor for RelayMeshGather {
         let root = root_of(&args.op, NAME)?;
         let far = far_ranks(ctx.topology, root, NAME, KIND)?;
         let me = ctx.rank;
-        // Zero-copy without far ranks runs one iteration: the Close exchange releases.
+        // Zero-copy without far ranks runs one iteration: the exit fence releases.
         let answer = args.mode == Mode::Staged || !far.is_empty();
         if me == root {
             return root_side(ctx, args, &far, answer);

@@ -1,7 +1,7 @@
 //! Gather tree: a binomial tree towards the root, each rank collecting its subtree's
 //! blocks.
 //!
-//! In MPICH's numbering ([`BinomialTree`](crate::templates::BinomialTree)) a subtree is a
+//! In MPICH's numbering ([`crate::templates::BinomialTree`]) a subtree is a
 //! contiguous range of virtual ranks, so an inner rank collects its subtree's blocks
 //! packed in scratch, in virtual order, its own input first. It takes its children one
 //! after the other, smallest subtree first: waits for the child's Ack ("my subtree is

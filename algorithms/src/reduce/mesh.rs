@@ -8,7 +8,8 @@
 //!
 //! Staged, the peers overwrite their CclIn right after an iteration, so the root answers
 //! "done reading" (DataSignal) and every peer waits for it before it ends the iteration;
-//! zero-copy, the framework's Close exchange plays that part.
+//! zero-copy, the device's exit fence plays that part (a peer's call returns only after
+//! the root finished it).
 
 use crate::broadcast::mesh::star_peers;
 use crate::broadcast::root_of;

@@ -4,7 +4,7 @@
 //! The put-based twin of [`super::mesh`] for put-only links, where the root may not read
 //! the peers' inputs. The root opens its slots (Ack to every rank), every rank writes its
 //! input into slot `peer` of the root's Scratch and signals, and the root reduces its own
-//! input with the `n - 1` slots into its output (see [`crate::templates::put`]). The
+//! input with the `n - 1` slots into its output (see [`crate::templates::put`](mod@crate::templates::put)). The
 //! slots cost the root `(n - 1)` times one iteration's bytes of scratch, so an iteration
 //! takes at most `ccl_bytes / (n - 1)` bytes: every rank asks for the same cap so that
 //! all iterate alike, and for the same scratch, which is addressed symmetrically. One synchronisation step: for small and medium messages. Links:

@@ -13,8 +13,9 @@
 //! answer before its iteration ends, so staged inputs and the relays' scratch may be
 //! refilled. The scratch holds one iteration, so zero-copy runs in iterations of at most
 //! a CCL buffer where there are far ranks; without far ranks zero-copy runs one iteration
-//! and leaves the root's answer to the framework's Close exchange. It needs a route through at most one relay
-//! between every pair of ranks.
+//! without the root's answer: only user buffers are read, and the device's exit fence
+//! returns a call only after every granted peer finished it. It needs a route through at
+//! most one relay between every pair of ranks.
 
 use crate::broadcast::root_of;
 use crate::templates::relay_rooted::{
@@ -81,7 +82,7 @@ impl Executor for RelayMeshReduce {
             op: args.op.op,
         };
         let segs = segments(&far, (0, len), args.op.dtype.size());
-        // Zero-copy without far ranks runs one iteration: the Close exchange releases.
+        // Zero-copy without far ranks runs one iteration: the exit fence releases.
         let answer = args.mode == Mode::Staged || !far.is_empty();
         if me == root {
             let linked = linked_peers(ctx.topology, me);

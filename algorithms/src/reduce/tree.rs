@@ -5,7 +5,7 @@
 //! partial is its input, an inner rank's its output, which Reduce leaves undefined on
 //! non-roots anyway), answers every child "done reading" (DataSignal), and tells its
 //! parent its own partial is ready. The root's Reduce writes the result
-//! ([`BinomialTree`](crate::templates::BinomialTree), MPICH's numbering). Cost
+//! ([`crate::templates::BinomialTree`], MPICH's numbering). Cost
 //! `⌈log2 p⌉(α + nβ + nγ)`; it needs only the `p − 1` links of the tree.
 //!
 //! Every rank but the root waits for its parent's DataSignal before its iteration ends,

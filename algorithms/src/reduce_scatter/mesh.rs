@@ -5,8 +5,7 @@
 //! once. It needs every pair of ranks linked. HCCL cost: `α + (p−1)/p·nβ + (p−1)/p·nγ`.
 //!
 //! Staged, the next iteration overwrites CclIn at once, so a DataSignal round ("I am done
-//! reading your input") ends every iteration; zero-copy, the framework's Close exchange
-//! plays that part.
+//! reading your input") ends every iteration; zero-copy, the device's exit fence plays that part (a zero-copy call returns only after every granted peer finished it).
 
 use crate::templates::{all_peers_round, mesh_reduce_scatter, mesh_resources, MeshParams, Round};
 use oxccl_framework::{

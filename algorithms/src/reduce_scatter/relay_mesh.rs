@@ -10,8 +10,7 @@
 //! ReduceScatter; it refuses topologies where some pair of ranks has no common neighbour.
 //!
 //! Staged, the next iteration overwrites CclIn at once, so a DataSignal round ("I am done
-//! reading your input and scratch") ends every iteration; zero-copy, the framework's Close
-//! exchange plays that part.
+//! reading your input and scratch") ends every iteration; zero-copy, the device's exit fence plays that part (a zero-copy call returns only after every granted peer finished it).
 
 use crate::templates::{
     iteration_count_bound, neighbour_round, relay_mesh_reduce_scatter, relay_mesh_resources,

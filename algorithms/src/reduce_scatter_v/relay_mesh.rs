@@ -10,7 +10,7 @@
 //!    input, every linked rank's and, where a relay pre-reduced, the relay's scratch
 //!    instead of its input;
 //! 4. a DataSignal round with every linked peer (channel 0): done reading, so the next
-//!    round may refill slots and scratch (after the last round the Close exchange says it).
+//!    round may refill slots and scratch (the last round leaves it out; see below).
 //!
 //! Staged, the round's piece of every block goes into CclIn slots first, as in
 //! [`mesh`](super::mesh); zero-copy, the round reads the inputs in place. Where some pair
@@ -19,6 +19,16 @@
 //! ReduceScatterV. Cost per round: `2α + bβ + f·b/m·β` plus the reductions, for blocks of
 //! `b` and `f` far ranks relayed over `m` relays. It needs a route through at most one
 //! relay between every pair of ranks.
+//!
+//! After the last round nothing in the program says "done reading"; the device's epoch
+//! fence orders the next operation. Zero-copy, the exit fence returns a rank's call only
+//! after every linked peer finished it, so every later use of its slots, scratch and
+//! buffers, by itself or by a peer, follows this call's reads. Staged there is no exit
+//! fence: the rank's own next call waits (entry fence, previous call's peers) for the
+//! linked peers that read its CclIn slots and scratch, but a third rank linked to it and
+//! not to such a reader is not held back, should the next executor write into the rank's
+//! CclIn or Scratch (a put or relay executor). The analyzer's sequence matrix has no
+//! broken-link shape, so that case is not proved.
 
 use crate::all_gather_v::{block_layout, PieceRounds};
 use crate::templates::relay_rooted::{
@@ -118,7 +128,8 @@ fn stage_slots(
 
 /// One round: this rank's output at `at` becomes the reduction of every rank's
 /// `input[chunks[me]]`; `slot` is the bytes per root of the relays' scratch (0 where
-/// nothing is relayed). The last round leaves "done reading" to the Close exchange.
+/// nothing is relayed). The last round has no "done reading" round: the epoch fence
+/// orders the next operation (see the module docs for what it does not cover staged).
 fn reduce_round(
     ctx: &mut KernelCtx<'_>,
     args: &KernelArgs,

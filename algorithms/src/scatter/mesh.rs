@@ -6,7 +6,8 @@
 //! whole input. It needs a link from the root to every other rank, and no other link.
 //!
 //! Staged, every peer answers "done reading" (DataSignal) and the root waits for all of
-//! them before it ends the iteration; zero-copy, the framework's Close exchange does.
+//! them before it ends the iteration; zero-copy, the device's exit fence does (the root's
+//! call returns only after every peer finished it).
 
 use super::root_keeps_its_block;
 use crate::broadcast::mesh::star_peers;

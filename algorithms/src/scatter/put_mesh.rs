@@ -2,7 +2,7 @@
 //!
 //! The put-based twin of [`super::mesh`] for put-only links: every rank opens its output
 //! (Ack), the root writes each rank's block into it and signals (see
-//! [`crate::templates::put`]). Staged, the output is the peer's CclOut; Direct mode (only
+//! [`crate::templates::put`](mod@crate::templates::put)). Staged, the output is the peer's CclOut; Direct mode (only
 //! when every link is load/store) writes the user's output. Links: the root to every rank.
 
 use super::root_keeps_its_block;

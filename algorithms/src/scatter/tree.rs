@@ -1,6 +1,6 @@
 //! Scatter tree: a binomial tree from the root, each rank forwarding its subtree's blocks.
 //!
-//! In MPICH's numbering ([`BinomialTree`](crate::templates::BinomialTree)) a subtree is a
+//! In MPICH's numbering ([`crate::templates::BinomialTree`]) a subtree is a
 //! contiguous range of virtual ranks, so a rank keeps its whole subtree's blocks packed in
 //! scratch, in virtual order, its own first. It waits for its parent's Ack, pulls its
 //! subtree's blocks (from the root's input block by block, or in one piece from the

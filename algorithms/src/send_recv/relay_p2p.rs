@@ -16,7 +16,7 @@
 //! - every pair without a healthy link must share one (else `Unsupported` from
 //!   `resources()`);
 //! - one call moves at most one relay slot per relay between such a pair, in each
-//!   direction ([`relay_capacity`]: `m` relays times one CCL buffer's worth of Scratch
+//!   direction ([`relay_capacity`](crate::templates::relay_p2p::relay_capacity): `m` relays times one CCL buffer's worth of Scratch
 //!   over the busiest relay's slots); more is refused with `Unsupported` on both ends;
 //! - every rank that relays, or that is an end of an unlinked pair, must take part in the
 //!   call with at least one element of its own (a rank whose call has no elements is not

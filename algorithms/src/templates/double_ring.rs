@@ -3,7 +3,7 @@
 //! channel 1, so both directions of every ring link carry data at once (HCCL's double
 //! ring, NCCL's two rings per channel pair).
 //!
-//! [`DoubleRing`] gives each direction its order, stream, channel and half of every chunk;
+//! [`double_ring`] gives each [`Direction`] its order, stream, channel and half of every chunk;
 //! executors run their ring template once per direction between `ctx.fork(1..=1)` and
 //! `ctx.join(1..=1)`.
 

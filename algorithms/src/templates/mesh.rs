@@ -14,8 +14,12 @@
 //! The rounds alternate Ack and DataSignal, so between two posts of the same notify there
 //! is a wait that the peer passes only after consuming the first post: no wakeup is lost,
 //! also from one loop iteration to the next. The next iteration's Ack round also says "I
-//! am done reading your output", and after the last iteration the framework's Close
-//! exchange does.
+//! am done reading your output"; after the last iteration no task says it, and the
+//! device's epoch fence orders the next operation instead. The mesh grants every peer, so
+//! a rank's next call (whatever its executor) starts only after every rank finished this
+//! one: the entry fence waits for the peers granted in this call and in the previous one.
+//! Zero-copy, the exit fence also holds each call until every peer finished reading its
+//! user buffers.
 
 use oxccl_framework::platform::{DataType, Rank, ReduceOp};
 use oxccl_framework::{BufRange, Error, KernelCtx, Peers, ResourceRequest};

@@ -19,7 +19,7 @@
 //! away); NHR ([`super::nhr`]) halves from the top instead, so that each reduce-scatter
 //! step moves about half of what the step before did.
 //!
-//! Every step is a [`pull_step`] (read from the source, read by the reader), so the
+//! Every step is a `pull_step` (read from the source, read by the reader), so the
 //! input may be read-only and the output may alias it, and when a template returns nobody
 //! reads this rank's buffers. A group of one does nothing (like the ring templates).
 //! HCCL cost of NB: ReduceScatter and AllGather `⌈log2 p⌉α + (p−1)/p·nβ` (plus

@@ -12,10 +12,11 @@
 //! may write) or into that peer's slot (zero-copy, the gathered buffer is the user's,
 //! which it may not), and each rank copies its slots into place.
 //!
-//! Safety without a Close: a round writes a peer's slots only when the peer cannot still
-//! be using them. The first round of an operation relies on the device's entry fence (the
-//! peer finished the previous operation before this one starts) and on the analyzer's
-//! proof that every notify posted within an operation is consumed within it. A later
+//! Safety between rounds and operations: a round writes a peer's slots only when the peer
+//! cannot still be using them. The first round of an operation relies on the device's
+//! entry fence (the peer finished the previous operation before this one starts) and on
+//! the analyzer's proof that every notify posted within an operation is consumed within
+//! it. A later
 //! round must be preceded by something the peer did after it last used the target: a
 //! *ready* exchange ([`PutMesh::ready`]: a signal to and from each peer before the put)
 //! when nothing else orders them, as between two iterations of a staged loop of one

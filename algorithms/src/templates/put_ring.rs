@@ -1,6 +1,6 @@
 //! Put ring: ring reduce-scatter and ring all-gather by puts, for put-only links.
 //!
-//! The pull ring ([`ring_reduce_scatter`](super::ring_reduce_scatter)) reads the left
+//! The pull ring ([`ring_reduce_scatter`](mod@super::ring_reduce_scatter)) reads the left
 //! neighbour's partial sum out of the left neighbour's buffer, which a network link cannot
 //! do. Here the sender writes: in every step a rank puts the chunk its right neighbour
 //! needs into the right neighbour's *receive slot* (a range of its Scratch), signals, and

@@ -16,8 +16,8 @@
 //!
 //! The receiver says "free" before every put, in the same operation and after everything
 //! it did with the area earlier (including a staged loop's copy out of CclOut), so the
-//! step does not lean on anything outside the operation: neither a Close exchange nor the
-//! device's epoch fence. Every post is consumed within the step (the Ack by step 2, the
+//! step does not lean on anything outside the operation, not even the device's epoch
+//! fence. Every post is consumed within the step (the Ack by step 2, the
 //! DataSignal by step 5 of the peer), so consecutive steps and consecutive operations never
 //! post a set notify. The receiver's Ack travels before the data, so a step costs two
 //! signal latencies plus the data: the same as the pull ring's step.

@@ -36,9 +36,15 @@
 //! | 4 | Ack | nobody reads my slots any more (I heard round 3 from all my peers) |
 //!
 //! Rounds 3 and 4 guard the slots of a later loop iteration of the same operation
-//! ([`RelayParams::slots_reused`]); a single-iteration operation leaves them to the
-//! framework's two-phase Close exchange, which already orders the next operation's writes
-//! after this one's reads.
+//! ([`RelayParams::slots_reused`]); a single-iteration operation leaves them out and relies
+//! on the device's epoch fence to order the next operation's writes after this one's
+//! reads. That holds zero-copy, where the exit fence returns relay `k`'s call only after
+//! the reader `r` (a granted peer of `k`) finished it, and the writer `s` starts its next
+//! call only after `k` finished this one (entry fence). **Staged it does not hold**: `k`'s
+//! call ends after round 2, possibly before `r` read its pieces, and `r` is no peer of `s`
+//! (the pair is unlinked), so `s` may write `k`'s slot again while `r` still reads it.
+//! The analyzer's sequence matrix has no broken-link shape, so this is not checked; see
+//! [`RelayParams::slots_reused`].
 //!
 //! A rank may be a relay and an end on the same link (it relays for a pair of its peer,
 //! and the peer relays for one of its own): the rounds are symmetric, so both roles share
@@ -183,9 +189,12 @@ pub struct RelayParams<'a> {
     pub first_notify: usize,
     /// Whether the slots are written again within the operation (a later loop iteration):
     /// then rounds 3 and 4 make sure every reader is done first. Without it they are left
-    /// out, and the framework's Close exchange orders the next operation's writes after
-    /// the reads: a writer `s` leaves the operation only after relay `k`'s phase-2 Close,
-    /// which `k` posts after the reader's phase-1 Close, posted after its reads.
+    /// out, and the next operation's writes are ordered after the reads only by the
+    /// device's epoch fence: zero-copy, relay `k`'s call ends after the reader's (exit
+    /// fence) and the writer `s` starts its next call after `k`'s (entry fence). Staged
+    /// nothing orders them: `k` ends after round 2, and the reader is not a peer of `s`,
+    /// whose entry fence therefore does not wait for it (a gap the old two-phase close
+    /// exchange covered; the sequence analyzer does not run broken-link shapes).
     pub slots_reused: bool,
 }
 

@@ -18,7 +18,7 @@
 //!   unfold (the odd position pulls every other chunk).
 //! - [`rhd_all_reduce`]: both, without the unfold and fold in the middle.
 //!
-//! All pull: every step is a [`pull_step`] with the partner, so the input may be
+//! All pull: every step is a `pull_step` with the partner, so the input may be
 //! read-only and the output may alias it, and when a template returns nobody reads this
 //! rank's buffers any more. A group of one does nothing (like the ring templates).
 //! HCCL cost of the AllReduce on a power of two: `2log2(p)α + 2(p−1)/p·nβ + (p−1)/p·nγ`;

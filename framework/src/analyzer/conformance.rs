@@ -9,7 +9,8 @@
 //! else that fails to record or to pass the analyzer is a failure.
 //!
 //! [`sequence_conformance`] proves pairs of executors of one operator back to back (see
-//! [`super::sequence`]) on a smaller matrix, with today's Close tasks and without them.
+//! [`super::sequence`]) on a smaller matrix, as recorded and with [`without_close`] applied
+//! (the same programs now that no Close exchange is recorded).
 //!
 //! A plugin's own test proves its executor in one line:
 //!
@@ -68,7 +69,7 @@ pub struct Case {
 }
 
 /// Every case of one shape. Vector operators get uneven layouts
-/// ([`layouts::vector_ops`]); operators that refuse in place get no in-place cases; a
+/// ([`super::layouts::vector_ops`]); operators that refuse in place get no in-place cases; a
 /// barrier gets one case per mode.
 pub fn cases(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<Case> {
     let reduce_ops: &[ReduceOp] = if kind.reduces() {
@@ -231,7 +232,8 @@ pub fn sequence_cases(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<Case>
 }
 
 /// The first problem of `first` then `second` (and `first, second, first`) on one case,
-/// with the programs as recorded and with their Close tasks stripped.
+/// with the programs as recorded and through [`without_close`] (which no longer finds
+/// any Close task to strip).
 fn check_pair(
     config: &Config,
     topo: &Topology,

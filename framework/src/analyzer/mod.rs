@@ -23,9 +23,9 @@
 //! [`conformance`] runs one executor over the matrix of shapes, types, ops and counts.
 //!
 //! [`sequence`] proves two or three operations run back to back safe under the device's
-//! epoch fence (no Close exchange): the same deadlock, lost-wakeup and memory passes over
-//! the operations indexed together, with the fence as extra happens-before edges, and the
-//! grant rule the fence relies on.
+//! epoch fence (which alone keeps operations apart): the same deadlock, lost-wakeup and
+//! memory passes over the operations indexed together, with the fence as extra
+//! happens-before edges, and the grant rule the fence relies on.
 //!
 //! Everything works on intervals and dense task ids, so the cost grows with the number of
 //! tasks, not with the bytes moved: a 1 GiB operation costs what a 1 KiB one does. A

@@ -7,16 +7,16 @@
 //!    priority, then name;
 //! 3. the tuning table ([`SelectRequest::tune`]), when it holds a measurement for the
 //!    request's size among the executors that can run;
-//! 4. the built-in choice by cost model ([`model`]): every registered executor of the
+//! 4. the built-in choice by cost model (`model`): every registered executor of the
 //!    operator whose hard constraints hold and whose links all exist is planned by the
 //!    [planner](crate::planner) and replayed by the cost model (or, past the replay's
 //!    budget on large clusters, estimated analytically from representative ranks, see
 //!    `model`); the least modelled time wins (ties:
 //!    higher preference, then name). Requests the model cannot decide (zero bytes, and the
 //!    point-to-point operators whose layouts differ per rank) fall back to the highest
-//!    declared preference ([`preference`]).
+//!    declared preference (`preference`).
 //!
-//! Built-in choices are cached process-wide per size bucket and shape ([`cache`]), so the
+//! Built-in choices are cached process-wide per size bucket and shape (`cache`), so the
 //! model runs once per key per process and every rank gets the same answer.
 //!
 //! The result names the executor, says why it was chosen (a one-line reason and a full

@@ -1,9 +1,11 @@
 //! `oxccl check <collective> --sequence`: the checked operation back to back under the
 //! device's epoch fence (`analyzer::sequence`): followed by itself (two and three calls)
 //! and, with `--then`, by a second operation (`--then-algo` forces its executor), as
-//! `first, then` and `first, then, first`. Every sequence is proved as recorded and with
-//! today's per-operation Close tasks stripped, as programs will look once the fence
-//! replaces them. `--all --sequence` runs every ordered pair of each operator's executors
+//! `first, then` and `first, then, first`. Every sequence is proved as recorded and
+//! through `without_close`, which stripped the former per-operation Close exchange; the
+//! fence has replaced it and no program carries one, so both runs check the same programs
+//! (the "without Close" label in the output stays for now). `--all --sequence` runs every
+//! ordered pair of each operator's executors
 //! over the sequence matrix instead.
 
 use super::{config, CheckArgs, CheckPlan};

@@ -1,5 +1,6 @@
 //! Back-to-back operations: the analyzer's proof that a sequence of operations on one
-//! communicator is safe under the device's **epoch fence**, with no Close exchange.
+//! communicator is safe under the device's **epoch fence**, the only thing that keeps
+//! operations apart (programs end with the executor's last task, with no closing exchange).
 //!
 //! # The fence model
 //!
@@ -11,7 +12,8 @@
 //! - **Calls are sequential per rank**: every stream of `A`'s operation `k+1` starts after
 //!   every stream of `A`'s operation `k` ended.
 //! - **Entry fence**: `A`'s operation `k+1` starts only after operation `k` ended on every
-//!   peer in `G_{k+1}(A)`.
+//!   peer in `G_{k+1}(A)` and, in the device's fence ([`FenceModel::DEVICE`]), also in
+//!   `G_k(A)` (see "What the pairs found" below).
 //! - **Exit fence** (operation `k` in [`Mode::Direct`](crate::executor::Mode::Direct), where peers touch `A`'s user
 //!   buffers): `A`'s operation `k` ends only after it ended on every peer in `G_k(A)`; so
 //!   `A`'s operation `k+1` also starts after those.
@@ -67,8 +69,17 @@
 //! sequence check finds by running the pairs (a memory conflict naming both operations),
 //! which is why it runs every pair of executors of an operator, and three operations
 //! `first, second, first` so that a change of granted set is seen in both directions.
-//! With Close still in the programs the proof is the old one; the tests strip Close
-//! ([`without_close`]) to prove the recordings as they will look without it.
+//! The programs carry no Close exchange any more; [`without_close`], which the tests and
+//! `oxccl check --sequence` still apply, strips what such an exchange used to add and now
+//! returns a recording unchanged.
+//!
+//! With the device's fence ([`FenceModel::DEVICE`]) the staged case of `y` on `A` itself
+//! is always covered (`C ∈ G_k(A)`), and the third-rank case whenever `C ∈ G_k(B) ∪
+//! G_{k+1}(B)`, for instance after any executor that grants every peer. It is not covered
+//! in general on shapes with broken links, where `B` may be linked to `A` and not to `C`
+//! and write into `A`'s CCL buffers or Scratch (put and relay executors) while `C`, which
+//! `A` did not wait for, still reads them; [`super::conformance::sequence_shapes`] has no
+//! such shape, and pairs run within one operator.
 //!
 //! **What the pairs found.** Without Close, staged AllReduce executors where every peer
 //! reads a rank's CCL buffers (mesh, relay-mesh, ...) followed by ones granting fewer

@@ -1,16 +1,19 @@
-//! Recordings as they look without the per-operation Close exchange.
+//! Recordings as they looked without the former per-operation Close exchange.
 //!
-//! Until the device's epoch fence replaces it, the orchestration ends every program with a
-//! Close exchange with every linked peer. [`without_close`] removes those tasks (Post and
-//! Wait on link notifies that [`NotifyLayout::describe`] names as Close), so the sequence
-//! checks can prove today's executors safe under the fence alone. Once Close is gone from
-//! the platform it finds nothing to remove.
+//! Before the device's epoch fence, every program ended with a two-phase Close exchange
+//! with every linked peer, on a link signal of its own. [`without_close`] removes those
+//! tasks (Post and Wait on link notifies that [`NotifyLayout::describe`] names as Close),
+//! so the sequence checks could prove the executors safe under the fence alone. The
+//! platform has no Close signal any more and the planner appends no such tasks, so it now
+//! finds nothing to remove: a recording comes back unchanged, and the checks that run
+//! "as recorded and without Close" run the same programs twice.
 
 use super::super::recording::Recording;
 use oxccl_platform::{NotifyId, NotifyLayout, Task};
 use std::sync::Arc;
 
-/// True when `n` is a link notify carrying the Close signal.
+/// True when `n` is a link notify carrying the (former) Close signal: never, now that
+/// [`NotifyLayout::describe`] names no Close.
 fn is_close(layout: &NotifyLayout, n: NotifyId, cache: &mut Vec<Option<bool>>) -> bool {
     let i = n.index as usize;
     if n.index >= layout.local_base() {
@@ -22,7 +25,7 @@ fn is_close(layout: &NotifyLayout, n: NotifyId, cache: &mut Vec<Option<bool>>) -
     *cache[i].get_or_insert_with(|| layout.describe(n).contains("(Close from"))
 }
 
-/// `rec` with every Close task removed from every stream.
+/// `rec` with every Close task removed from every stream (today: `rec` unchanged).
 pub fn without_close(rec: &Recording) -> Recording {
     let mut out = rec.clone();
     let mut cache = Vec::new();
