@@ -18,6 +18,7 @@
 
 use oxccl::framework::analyzer::conformance::cases;
 use oxccl::framework::analyzer::{analyze, Check, Recording};
+use oxccl::framework::platform::LinkAccess;
 use oxccl::framework::LinkNeed;
 // Linked so that the example plugin's executor is audited too.
 use oxccl::{registry, Config, DataType, ReduceOp, Topology};
@@ -25,10 +26,19 @@ use oxccl_tests as _;
 
 /// The put-only shapes of the audit.
 fn shapes() -> Vec<(&'static str, Topology)> {
-    ["tcp8", "2x8"]
+    let mut shapes: Vec<(&'static str, Topology)> = ["tcp8", "2x8"]
         .into_iter()
         .map(|name| (name, Topology::parse_spec(name).expect("preset")))
-        .collect()
+        .collect();
+    // Servers of several ranks whose links are all put-only: the one shape that tells an
+    // executor that only puts (Put) from one that loads and stores inside a server
+    // (LoadStoreWithinServer); tcp8 has one rank per server, and 2x8 allows load/store
+    // inside its servers.
+    let all_put = Topology::parse_spec("2x8")
+        .expect("preset")
+        .with_fabric_access(LinkAccess::Put, LinkAccess::Put);
+    shapes.push(("2x8 all put", all_put));
+    shapes
 }
 
 /// `topology` with every link load/store.
@@ -107,7 +117,7 @@ fn every_executor_declares_the_links_its_programs_need() {
     );
     for entry in registry().unwrap().executors() {
         let mut need = LinkNeed::Put;
-        let mut evidence = String::from("no put-only violation on tcp8 and 2x8");
+        let mut evidence = String::from("no put-only violation on tcp8, 2x8 and 2x8 all put");
         let mut ran = false;
         for (shape, topology) in &shapes {
             let Some(found) = violations(entry.op, entry.name, topology) else {

@@ -1,14 +1,12 @@
 //! Back-to-back operations under the device's epoch fence (`analyzer::sequence`), the
-//! only thing that keeps them apart. The programs run as recorded and through
-//! `without_close`, which stripped the former Close exchange and now returns them
-//! unchanged.
+//! only thing that keeps them apart (no Close exchange ends a program any more).
 //!
 //! The default tests run every ordered pair of AllReduce executors and a mix of operators
 //! on a few small shapes; the ignored one runs every operator's pairs on the whole
 //! sequence matrix: `cargo test -p oxccl-tests --test sequence -- --ignored --nocapture`.
 
 use oxccl::framework::analyzer::conformance::{sequence_pairs, sequence_shapes};
-use oxccl::framework::analyzer::{analyze, analyze_sequence, without_close, FenceModel, Recording};
+use oxccl::framework::analyzer::{analyze, analyze_sequence, FenceModel, Recording};
 use oxccl::{Config, DataType, OpKind, OpParam, ReduceOp, Topology};
 use std::time::Instant;
 
@@ -97,8 +95,7 @@ fn different_operators_run_back_to_back() {
                 .iter()
                 .map(|op| record(op, zero_copy, &topology))
                 .collect();
-            let bare: Vec<Recording> = recs.iter().map(without_close).collect();
-            for set in [&recs, &bare] {
+            for set in [&recs] {
                 for r in set.iter() {
                     assert!(analyze(r).passed(), "{} alone:\n{}", r.executor, analyze(r));
                 }
@@ -138,7 +135,7 @@ fn a_mesh_then_a_ring_needs_the_fence_to_remember_the_previous_peers() {
         };
         config.algo.set(Some(OpKind::AllReduce), algo);
         let op = OpParam::all_reduce(count, DataType::F32, ReduceOp::Sum);
-        without_close(&Recording::record(&op, false, config).expect("record"))
+        Recording::record(&op, false, config).expect("record")
     };
     for (next, count) in [("rhd", 1), ("double-ring", 25), ("bidir-ring", 25)] {
         let (mesh, next) = (record_with("mesh", count), record_with(next, count));

@@ -256,7 +256,7 @@ fn check_sequence_proves_back_to_back_calls_and_refuses_then_alone() {
     ]);
     assert!(ok, "{text}");
     assert!(
-        text.contains("sequences ring,ring; ring,ring,ring; ring,ring; ring,ring,ring (as recorded and without Close): PASS"),
+        text.contains("sequences ring,ring; ring,ring,ring; ring,ring; ring,ring,ring: PASS"),
         "{text}"
     );
     let (ok, json) = oxccl(&[

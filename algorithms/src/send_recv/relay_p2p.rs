@@ -37,7 +37,7 @@ use crate::templates::{p2p_exchange, p2p_peers, require_routes, P2pParams, P2pPh
 use oxccl_framework::op::P2pItem;
 use oxccl_framework::platform::{Rank, Slice};
 use oxccl_framework::{
-    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx,
+    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx,
     ResourceRequest, Topology,
 };
 
@@ -151,7 +151,11 @@ pub(crate) fn relay_p2p_run(
             stream: 1,
             first_copy_stream: 2,
             first_notify: 0,
-            slots_reused: false,
+            // Staged, the reader of a relay's slot is no peer of the next writer, so no
+            // fence orders the next operation's writes after this one's reads: the
+            // release rounds must (see `RelayParams::slots_reused`). Zero-copy the exit
+            // and entry fences do.
+            slots_reused: args.mode == Mode::Staged,
         };
         relay_exchange(ctx, &p)?;
     }

@@ -42,9 +42,8 @@
 //! the reader `r` (a granted peer of `k`) finished it, and the writer `s` starts its next
 //! call only after `k` finished this one (entry fence). **Staged it does not hold**: `k`'s
 //! call ends after round 2, possibly before `r` read its pieces, and `r` is no peer of `s`
-//! (the pair is unlinked), so `s` may write `k`'s slot again while `r` still reads it.
-//! The analyzer's sequence matrix has no broken-link shape, so this is not checked; see
-//! [`RelayParams::slots_reused`].
+//! (the pair is unlinked), so `s` could write `k`'s slot again while `r` still reads it:
+//! staged callers therefore set [`RelayParams::slots_reused`] and pay rounds 3 and 4.
 //!
 //! A rank may be a relay and an end on the same link (it relays for a pair of its peer,
 //! and the peer relays for one of its own): the rounds are symmetric, so both roles share
@@ -194,7 +193,7 @@ pub struct RelayParams<'a> {
     /// fence) and the writer `s` starts its next call after `k`'s (entry fence). Staged
     /// nothing orders them: `k` ends after round 2, and the reader is not a peer of `s`,
     /// whose entry fence therefore does not wait for it (a gap the old two-phase close
-    /// exchange covered; the sequence analyzer does not run broken-link shapes).
+    /// exchange covered): staged callers set it even for a single iteration.
     pub slots_reused: bool,
 }
 

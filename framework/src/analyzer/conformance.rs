@@ -9,8 +9,7 @@
 //! else that fails to record or to pass the analyzer is a failure.
 //!
 //! [`sequence_conformance`] proves pairs of executors of one operator back to back (see
-//! [`super::sequence`]) on a smaller matrix, as recorded and with [`without_close`] applied
-//! (the same programs now that no Close exchange is recorded).
+//! [`super::sequence`]) on a smaller matrix.
 //!
 //! A plugin's own test proves its executor in one line:
 //!
@@ -19,7 +18,7 @@
 //! ```
 
 use super::layouts::vector_ops;
-use super::{analyze, analyze_sequence_with, without_close, FenceModel, Recording};
+use super::{analyze, analyze_sequence_with, FenceModel, Recording};
 use crate::config::Config;
 use crate::error::Error;
 use crate::executor::ExecutorEntry;
@@ -231,9 +230,7 @@ pub fn sequence_cases(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<Case>
     cases
 }
 
-/// The first problem of `first` then `second` (and `first, second, first`) on one case,
-/// with the programs as recorded and through [`without_close`] (which no longer finds
-/// any Close task to strip).
+/// The first problem of `first` then `second` (and `first, second, first`) on one case.
 fn check_pair(
     config: &Config,
     topo: &Topology,
@@ -272,19 +269,16 @@ fn check_pair(
             Err(e) => return Some(format!("{what}: recording {}: {e}", entry.name)),
         }
     }
-    let bare: Vec<Recording> = recs.iter().map(without_close).collect();
-    for (label, [a, b]) in [
-        ("", [&recs[0], &recs[1]]),
-        (" without Close", [&bare[0], &bare[1]]),
-    ] {
+    let (a, b) = (&recs[0], &recs[1]);
+    {
         for seq in [vec![a, b], vec![a, b, a]] {
             let report = match analyze_sequence_with(&seq, model) {
                 Ok(report) => report,
-                Err(e) => return Some(format!("{what}{label}: {e}")),
+                Err(e) => return Some(format!("{what}: {e}")),
             };
             if let Some(f) = report.failures.first() {
                 return Some(format!(
-                    "{what}{label}, {} operations: [{:?}] {}",
+                    "{what}, {} operations: [{:?}] {}",
                     seq.len(),
                     f.check,
                     f.message

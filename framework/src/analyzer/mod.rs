@@ -56,9 +56,7 @@ pub mod value;
 
 pub use recording::{RankRecording, Recording};
 pub use report::{Check, Failure, Report, KEPT_PER_CHECK};
-pub use sequence::{
-    analyze_sequence, analyze_sequence_with, without_close, FenceModel, SequenceError,
-};
+pub use sequence::{analyze_sequence, analyze_sequence_with, FenceModel, SequenceError};
 
 /// Run every check on `rec`.
 ///

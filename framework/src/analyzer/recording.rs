@@ -4,14 +4,13 @@
 //! start from a [`Config`] and let select_alg choose (or the config's override force) the
 //! executor, so `oxccl check` and the tests prove exactly what a communicator with that
 //! configuration would run. Nothing here builds a communicator or a device: the mode is
-//! what the `sim` device with `config.zero_copy` would give (direct on user buffers when
-//! zero-copy, else staged).
+//! what a communicator with `config.zero_copy` on that topology would use
+//! ([`crate::planner::mode_for`]).
 
 pub use crate::planner::{RankRecording, Recording};
 
 use crate::config::Config;
 use crate::error::{ConfigError, Error};
-use crate::executor::Mode;
 use crate::op::OpParam;
 use crate::planner::Setting;
 use crate::select::{select_alg, SelectRequest, Selection};
@@ -41,10 +40,7 @@ impl Recording {
         check_config(&config, topology, ops.len())?;
         let setting = Setting {
             topology,
-            mode: match config.zero_copy {
-                true => Mode::Direct,
-                false => Mode::Staged,
-            },
+            mode: crate::planner::mode_for(config.zero_copy, topology),
             ccl_bytes: config.ccl_buffer_bytes,
             link_channels: config.link_channels,
             in_place,

@@ -135,16 +135,13 @@ fn create_device(n: usize, config: &Config) -> Result<Arc<dyn Device>, Error> {
     Ok(oxccl_platform::registry::create(&config.device, dc)?)
 }
 
-/// How a communicator with `config` on `device` over `topology` binds executors' buffers:
-/// zero-copy on user buffers only when the device lets peers reach them and every link is
-/// load/store (a put-only link can reach only a peer's registered CCL buffers and scratch,
-/// never its user buffers).
+/// How a communicator with `config` on `device` over `topology` binds executors' buffers
+/// ([`planner::mode_for`]).
 fn mode_of(config: &Config, device: &dyn Device, topology: &Topology) -> Mode {
-    if config.zero_copy && device.capabilities().peer_user_buffers && topology.all_load_store() {
-        Mode::Direct
-    } else {
-        Mode::Staged
-    }
+    planner::mode_for(
+        config.zero_copy && device.capabilities().peer_user_buffers,
+        topology,
+    )
 }
 
 /// [`crate::digest::selection_digest`] of a communicator's shared selection inputs.

@@ -85,6 +85,18 @@ pub struct Planned {
     pub program: RankProgram,
 }
 
+/// The mode a communicator runs with: [`Mode::Direct`] (zero-copy on user buffers) when
+/// the device lets peers reach user buffers (`zero_copy`) and every link of `topology` is
+/// load/store; a put-only link reaches only a peer's registered CCL buffers and scratch,
+/// never its user buffers, so anything else stages. One rule for the communicator, the
+/// analyzer's recordings and `oxccl check`, so what is proved is what runs.
+pub fn mode_for(zero_copy: bool, topology: &Topology) -> Mode {
+    match zero_copy && topology.all_load_store() {
+        true => Mode::Direct,
+        false => Mode::Staged,
+    }
+}
+
 /// Plan `ctx.rank`'s part of `ctx.op` with `executor` (registered as `name`): its
 /// resource request, then its program.
 pub fn plan(

@@ -1,17 +1,13 @@
 //! `oxccl check <collective> --sequence`: the checked operation back to back under the
 //! device's epoch fence (`analyzer::sequence`): followed by itself (two and three calls)
 //! and, with `--then`, by a second operation (`--then-algo` forces its executor), as
-//! `first, then` and `first, then, first`. Every sequence is proved as recorded and
-//! through `without_close`, which stripped the former per-operation Close exchange; the
-//! fence has replaced it and no program carries one, so both runs check the same programs
-//! (the "without Close" label in the output stays for now). `--all --sequence` runs every
-//! ordered pair of each operator's executors
-//! over the sequence matrix instead.
+//! `first, then` and `first, then, first`. `--all --sequence` runs every ordered pair of
+//! each operator's executors over the sequence matrix instead.
 
 use super::{config, CheckArgs, CheckPlan};
 use crate::calls::calls;
 use oxccl::framework::analyzer::conformance::{sequence_conformance, sequence_shapes};
-use oxccl::framework::analyzer::{analyze_sequence, without_close, Failure, FenceModel, Recording};
+use oxccl::framework::analyzer::{analyze_sequence, Failure, FenceModel, Recording};
 use oxccl::{registry, Config, Error, OpKind};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -48,15 +44,11 @@ pub fn check_row(
     let (mut failures, mut names) = (Vec::new(), Vec::new());
     for seq in &sequences {
         let name = seq.iter().map(|r| r.executor).collect::<Vec<_>>().join(",");
-        let bare: Vec<Recording> = seq.iter().map(|r| without_close(r)).collect();
-        let bare: Vec<&Recording> = bare.iter().collect();
-        for (label, recs) in [("", seq), (" without Close", &bare)] {
-            let report = analyze_sequence(recs).map_err(|e| super::bad_arg(e.to_string()))?;
-            failures.extend(report.failures.into_iter().map(|mut f| {
-                f.message = format!("sequence {name}{label}: {}", f.message);
-                f
-            }));
-        }
+        let report = analyze_sequence(seq).map_err(|e| super::bad_arg(e.to_string()))?;
+        failures.extend(report.failures.into_iter().map(|mut f| {
+            f.message = format!("sequence {name}: {}", f.message);
+            f
+        }));
         names.push(name);
     }
     let verdict = if failures.is_empty() {
@@ -64,10 +56,7 @@ pub fn check_row(
     } else {
         format!("FAIL({})", failures.len())
     };
-    let summary = format!(
-        "sequences {} (as recorded and without Close): {verdict}",
-        names.join("; ")
-    );
+    let summary = format!("sequences {}: {verdict}", names.join("; "));
     Ok((summary, failures))
 }
 
@@ -77,7 +66,7 @@ pub fn run_pairs(args: &CheckArgs) -> Result<ExitCode, Error> {
     let base = Config::from_env()?;
     let shapes = sequence_shapes();
     let shown: Vec<_> = shapes.iter().map(|t| t.server_sizes()).collect();
-    outln!("# oxccl check --all --sequence: pairs of executors back to back on shapes {shown:?}, as recorded and without Close");
+    outln!("# oxccl check --all --sequence: pairs of executors back to back on shapes {shown:?}");
     let reg = registry()?;
     let mut all_passed = true;
     for op in OpKind::ALL

@@ -4,7 +4,7 @@ use super::{config, CheckArgs, CheckPlan};
 use crate::validate::refused;
 use oxccl::framework::analyzer::{analyze, Failure, Recording};
 use oxccl::framework::cost::{model, write_chrome_trace, CostParams};
-use oxccl::framework::{select_alg, Config, Explanation, Mode, SelectRequest, Verdict};
+use oxccl::framework::{select_alg, Config, Explanation, SelectRequest, Verdict};
 use oxccl::{Error, OpKind, OpParam};
 use serde::Serialize;
 use std::process::ExitCode;
@@ -51,10 +51,7 @@ fn explanation(
         topology: topo,
         bytes: SelectRequest::input_bytes(op, 0, ranks),
         ccl_bytes: config.ccl_buffer_bytes,
-        mode: match config.zero_copy {
-            true => Mode::Direct,
-            false => Mode::Staged,
-        },
+        mode: oxccl::framework::planner::mode_for(config.zero_copy, topo),
         in_place: args.in_place,
         link_channels: config.link_channels,
         tune: config.tune.as_deref(),

@@ -69,9 +69,6 @@
 //! sequence check finds by running the pairs (a memory conflict naming both operations),
 //! which is why it runs every pair of executors of an operator, and three operations
 //! `first, second, first` so that a change of granted set is seen in both directions.
-//! The programs carry no Close exchange any more; [`without_close`], which the tests and
-//! `oxccl check --sequence` still apply, strips what such an exchange used to add and now
-//! returns a recording unchanged.
 //!
 //! With the device's fence ([`FenceModel::DEVICE`]) the staged case of `y` on `A` itself
 //! is always covered (`C ∈ G_k(A)`), and the third-rank case whenever `C ∈ G_k(B) ∪
@@ -98,11 +95,8 @@
 mod fences;
 mod grants;
 mod stale;
-mod strip;
 #[cfg(test)]
 mod tests;
-
-pub use strip::without_close;
 
 use super::hb::Hb;
 use super::index::Index;

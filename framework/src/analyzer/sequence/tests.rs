@@ -3,7 +3,7 @@
 
 use super::super::tests::{in_, link, mesh_push, out, record, sum};
 use super::super::{Check, Recording, Report};
-use super::{analyze_sequence, analyze_with, without_close, FenceModel, SequenceError};
+use super::{analyze_sequence, analyze_with, FenceModel, SequenceError};
 use crate::executor::{Mode, Peers};
 use crate::topology::Topology;
 use oxccl_platform::{Buf, DataType, ReduceOp, Slice};
@@ -74,25 +74,18 @@ fn assert_reports(report: &Report, check: Check, needles: &[&str]) {
 }
 
 #[test]
-fn back_to_back_operations_pass_with_and_without_close() {
+fn back_to_back_operations_pass() {
     for n in [2, 3, 4] {
         let mesh = mesh_push(n, 8 * n);
-        let bare = without_close(&mesh);
-        assert!(bare
-            .ranks
-            .iter()
-            .all(|r| r.program.task_count() < mesh.ranks[0].program.task_count()));
         assert_passes(&[&mesh, &mesh], "mesh twice");
         assert_passes(&[&mesh, &mesh, &mesh], "mesh three times");
-        assert_passes(&[&bare, &bare], "mesh twice without close");
-        assert_passes(&[&bare, &bare, &bare], "mesh three times without close");
     }
-    let (mesh, push, pull) = (without_close(&mesh_push(2, 16)), push(), pull(Peers::All));
+    let (mesh, push, pull) = (mesh_push(2, 16), push(), pull(Peers::All));
     assert_passes(&[&push, &push, &push], "push three times");
     assert_passes(&[&pull, &pull], "pull twice");
     assert_passes(&[&mesh, &push, &pull], "mesh, push, pull");
     assert_passes(&[&pull, &mesh, &push], "pull, mesh, push");
-    assert_passes(&[&mesh_push(2, 16), &push], "mesh with close, push");
+    assert_passes(&[&mesh_push(2, 16), &push], "mesh, push");
 }
 
 #[test]
@@ -178,7 +171,7 @@ fn the_exit_fence_orders_peers_use_of_user_buffers_in_direct_mode() {
 
 #[test]
 fn a_notify_left_set_is_a_lost_wakeup_in_the_next_operation() {
-    let mut leaky = without_close(&mesh_push(2, 16));
+    let mut leaky = mesh_push(2, 16);
     for r in 0..2 {
         let mut p = (*leaky.ranks[r].program).clone();
         link(r, 1 - r, leaky.layout).tx_ack(&mut p.streams[0]);
