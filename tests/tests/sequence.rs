@@ -95,22 +95,20 @@ fn different_operators_run_back_to_back() {
                 .iter()
                 .map(|op| record(op, zero_copy, &topology))
                 .collect();
-            for set in [&recs] {
-                for r in set.iter() {
-                    assert!(analyze(r).passed(), "{} alone:\n{}", r.executor, analyze(r));
-                }
-                for (i, a) in set.iter().enumerate() {
-                    for b in set.iter() {
-                        let c = &set[(i + 2) % set.len()];
-                        for seq in [vec![a, b], vec![a, b, c]] {
-                            let report = analyze_sequence(&seq).expect("one communicator");
-                            let names: Vec<_> = seq.iter().map(|r| r.executor).collect();
-                            assert!(
-                                report.passed(),
-                                "{names:?} zero_copy {zero_copy} on {:?}:\n{report}",
-                                topology.server_sizes()
-                            );
-                        }
+            for r in recs.iter() {
+                assert!(analyze(r).passed(), "{} alone:\n{}", r.executor, analyze(r));
+            }
+            for (i, a) in recs.iter().enumerate() {
+                for b in recs.iter() {
+                    let c = &recs[(i + 2) % recs.len()];
+                    for seq in [vec![a, b], vec![a, b, c]] {
+                        let report = analyze_sequence(&seq).expect("one communicator");
+                        let names: Vec<_> = seq.iter().map(|r| r.executor).collect();
+                        assert!(
+                            report.passed(),
+                            "{names:?} zero_copy {zero_copy} on {:?}:\n{report}",
+                            topology.server_sizes()
+                        );
                     }
                 }
             }
