@@ -8,8 +8,9 @@ pub mod p2p;
 pub mod put_p2p;
 pub mod relay_p2p;
 
+use crate::templates::{p2p_peers, P2pParams, P2pPhase};
 use oxccl_framework::op::P2pItem;
-use oxccl_framework::{Error, KernelArgs, OpKind};
+use oxccl_framework::{Error, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest};
 
 /// `(sends, recvs)` of a point-to-point operator's layout, or the error `executor` reports.
 pub(crate) fn p2p_items<'a>(
@@ -29,4 +30,45 @@ pub(crate) fn missing_layout(executor: &str, op: OpKind) -> Error {
         rank: 0,
         reason: format!("{op} called without its per-peer layout"),
     }
+}
+
+/// The request of an executor that moves every pair directly: links to every peer this
+/// rank sends to or receives from.
+pub(crate) fn direct_p2p_resources(
+    ctx: &PlanCtx<'_>,
+    executor: &str,
+) -> Result<ResourceRequest, Error> {
+    let (sends, recvs) = ctx
+        .op
+        .layout()
+        .and_then(|l| l.p2p())
+        .ok_or_else(|| missing_layout(executor, OpKind::SendRecv))?;
+    Ok(ResourceRequest::with_peers(Peers::List(p2p_peers(
+        ctx.rank, sends, recvs,
+    ))))
+}
+
+/// Every pair at once, in one phase, through `exchange` (the pull or the put template).
+pub(crate) fn direct_p2p_run(
+    ctx: &mut KernelCtx<'_>,
+    args: &KernelArgs,
+    executor: &str,
+    exchange: fn(&mut KernelCtx<'_>, &P2pParams<'_>) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let (sends, recvs) = p2p_items(executor, args)?;
+    let phase = P2pPhase {
+        send_to: p2p_peers(ctx.rank, sends, &[]),
+        recv_from: p2p_peers(ctx.rank, &[], recvs),
+    };
+    let p = P2pParams {
+        sends,
+        recvs,
+        phases: std::slice::from_ref(&phase),
+        input: args.input,
+        output: args.output,
+        elem_size: args.op.dtype.size(),
+        ccl_bytes: args.ccl_bytes,
+        channel: 0,
+    };
+    exchange(ctx, &p)
 }

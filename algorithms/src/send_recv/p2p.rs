@@ -11,10 +11,10 @@
 //! Cost per pair with `m` bytes and slots of `s` bytes: `⌈m/s⌉·2α + 2mβ` (two copies).
 //! Needs a link to every peer it exchanges with.
 
-use super::{missing_layout, p2p_items};
-use crate::templates::{p2p_exchange, p2p_peers, P2pParams, P2pPhase};
+use super::{direct_p2p_resources, direct_p2p_run};
+use crate::templates::p2p_exchange;
 use oxccl_framework::{
-    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, PlanCtx, ResourceRequest,
 };
 
 /// The p2p send/recv executor.
@@ -31,32 +31,10 @@ oxccl_framework::register_executor! {
 
 impl Executor for P2pSendRecv {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let (sends, recvs) = ctx
-            .op
-            .layout()
-            .and_then(|l| l.p2p())
-            .ok_or_else(|| missing_layout("p2p", OpKind::SendRecv))?;
-        Ok(ResourceRequest::with_peers(Peers::List(p2p_peers(
-            ctx.rank, sends, recvs,
-        ))))
+        direct_p2p_resources(ctx, "p2p")
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let (sends, recvs) = p2p_items("p2p", args)?;
-        let phase = P2pPhase {
-            send_to: p2p_peers(ctx.rank, sends, &[]),
-            recv_from: p2p_peers(ctx.rank, &[], recvs),
-        };
-        let p = P2pParams {
-            sends,
-            recvs,
-            phases: std::slice::from_ref(&phase),
-            input: args.input,
-            output: args.output,
-            elem_size: args.op.dtype.size(),
-            ccl_bytes: args.ccl_bytes,
-            channel: 0,
-        };
-        p2p_exchange(ctx, &p)
+        direct_p2p_run(ctx, args, "p2p", p2p_exchange)
     }
 }

@@ -8,11 +8,10 @@
 //! pair with `m` bytes and slots of `s` bytes: `⌈m/s⌉·3α + 2mβ` (two copies; the extra
 //! α is the Ack that opens a slot before it is written).
 
-use super::{missing_layout, p2p_items};
-use crate::templates::{p2p_peers, p2p_put_exchange, P2pParams, P2pPhase};
+use super::{direct_p2p_resources, direct_p2p_run};
+use crate::templates::p2p_put_exchange;
 use oxccl_framework::{
-    Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers, PlanCtx,
-    ResourceRequest,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, PlanCtx, ResourceRequest,
 };
 
 /// The put-p2p SendRecv executor.
@@ -29,32 +28,10 @@ oxccl_framework::register_executor! {
 
 impl Executor for PutP2pSendRecv {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let (sends, recvs) = ctx
-            .op
-            .layout()
-            .and_then(|l| l.p2p())
-            .ok_or_else(|| missing_layout("put-p2p", OpKind::SendRecv))?;
-        Ok(ResourceRequest::with_peers(Peers::List(p2p_peers(
-            ctx.rank, sends, recvs,
-        ))))
+        direct_p2p_resources(ctx, "put-p2p")
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let (sends, recvs) = p2p_items("put-p2p", args)?;
-        let phase = P2pPhase {
-            send_to: p2p_peers(ctx.rank, sends, &[]),
-            recv_from: p2p_peers(ctx.rank, &[], recvs),
-        };
-        let p = P2pParams {
-            sends,
-            recvs,
-            phases: std::slice::from_ref(&phase),
-            input: args.input,
-            output: args.output,
-            elem_size: args.op.dtype.size(),
-            ccl_bytes: args.ccl_bytes,
-            channel: 0,
-        };
-        p2p_put_exchange(ctx, &p)
+        direct_p2p_run(ctx, args, "put-p2p", p2p_put_exchange)
     }
 }

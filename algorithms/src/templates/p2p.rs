@@ -148,56 +148,90 @@ pub(crate) fn copy_to_self(ctx: &mut KernelCtx<'_>, p: &P2pParams<'_>) {
     }
 }
 
-/// Rounds of one slot-full per pair, per phase.
-fn through_slots(ctx: &mut KernelCtx<'_>, p: &P2pParams<'_>) -> Result<(), Error> {
-    let (me, es) = (ctx.rank, p.elem_size);
-    let slot = p2p_slot_bytes(ctx.ranks, p.ccl_bytes, es);
+/// One peer's part of a phase: the peer, the items that name it, and their bytes.
+pub(crate) type PeerPart = (Rank, Vec<P2pItem>, usize);
+
+/// Bytes of one pair's slot in a CCL buffer; an error naming `template` when the buffer
+/// has no room for one element per rank.
+pub(crate) fn checked_slot(
+    ctx: &KernelCtx<'_>,
+    p: &P2pParams<'_>,
+    template: &str,
+) -> Result<usize, Error> {
+    let slot = p2p_slot_bytes(ctx.ranks, p.ccl_bytes, p.elem_size);
     if slot == 0 {
         return Err(Error::BadProgram {
-            executor: "p2p template".into(),
-            rank: me,
+            executor: template.into(),
+            rank: ctx.rank,
             reason: format!(
                 "a CCL buffer of {} bytes has no room for one element per rank",
                 p.ccl_bytes
             ),
         });
     }
-    let ccl_in = BufRange {
+    Ok(slot)
+}
+
+/// The peers this rank sends to and receives from in `phase` with something to move,
+/// and the slot-fulls of the largest: (outgoing, incoming, rounds).
+pub(crate) fn phase_parts(
+    me: Rank,
+    phase: &P2pPhase,
+    p: &P2pParams<'_>,
+    slot: usize,
+) -> (Vec<PeerPart>, Vec<PeerPart>, usize) {
+    let es = p.elem_size;
+    let parts = |peers: &[Rank], items: &[P2pItem]| -> Vec<PeerPart> {
+        peers
+            .iter()
+            .filter(|&&q| q != me)
+            .map(|&q| {
+                let its = items_with(items, q);
+                let bytes = stream_bytes(&its, es);
+                (q, its, bytes)
+            })
+            .filter(|(_, _, bytes)| *bytes > 0)
+            .collect()
+    };
+    let outgoing = parts(&phase.send_to, p.sends);
+    let incoming = parts(&phase.recv_from, p.recvs);
+    let rounds = outgoing
+        .iter()
+        .chain(&incoming)
+        .map(|(_, _, bytes)| bytes.div_ceil(slot))
+        .max()
+        .unwrap_or(0);
+    (outgoing, incoming, rounds)
+}
+
+/// The parts that still have bytes from offset `lo` on.
+pub(crate) fn active_from(list: &[PeerPart], lo: usize) -> Vec<PeerPart> {
+    list.iter()
+        .filter(|(_, _, bytes)| *bytes > lo)
+        .cloned()
+        .collect()
+}
+
+/// The CclIn range the slots live in.
+pub(crate) fn slots_range(p: &P2pParams<'_>) -> BufRange {
+    BufRange {
         buf: Buf::CclIn,
         offset: 0,
         len: p.ccl_bytes,
-    };
+    }
+}
+
+/// Rounds of one slot-full per pair, per phase.
+fn through_slots(ctx: &mut KernelCtx<'_>, p: &P2pParams<'_>) -> Result<(), Error> {
+    let (me, es) = (ctx.rank, p.elem_size);
+    let slot = checked_slot(ctx, p, "p2p template")?;
+    let ccl_in = slots_range(p);
     for phase in p.phases {
-        let pairs = |peers: &[Rank], items: &[P2pItem]| -> Vec<(Rank, Vec<P2pItem>, usize)> {
-            peers
-                .iter()
-                .filter(|&&q| q != me)
-                .map(|&q| {
-                    let its = items_with(items, q);
-                    let bytes = stream_bytes(&its, es);
-                    (q, its, bytes)
-                })
-                .filter(|(_, _, bytes)| *bytes > 0)
-                .collect()
-        };
-        let outgoing = pairs(&phase.send_to, p.sends);
-        let incoming = pairs(&phase.recv_from, p.recvs);
-        let rounds = outgoing
-            .iter()
-            .chain(&incoming)
-            .map(|(_, _, bytes)| bytes.div_ceil(slot))
-            .max()
-            .unwrap_or(0);
+        let (outgoing, incoming, rounds) = phase_parts(me, phase, p, slot);
         ctx.reserve_rounds(rounds, 3 * (outgoing.len() + incoming.len()))?;
         for j in 0..rounds {
             let (lo, hi) = (j * slot, (j + 1) * slot);
-            let active = |list: &[(Rank, Vec<P2pItem>, usize)]| {
-                list.iter()
-                    .filter(|(_, _, bytes)| *bytes > lo)
-                    .cloned()
-                    .collect::<Vec<_>>()
-            };
-            let (out_now, in_now) = (active(&outgoing), active(&incoming));
+            let (out_now, in_now) = (active_from(&outgoing, lo), active_from(&incoming, lo));
             for (to, items, _) in &out_now {
                 for (at, rel, len) in stream_parts(items, es, lo, hi) {
                     let src = p.input.at(me, at, len);

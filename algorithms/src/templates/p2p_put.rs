@@ -19,11 +19,9 @@
 //! [`super::p2p`]). No task reads a peer's memory or writes its user buffers, so the
 //! template runs over TCP and RDMA links.
 
-use super::p2p::{copy_to_self, items_with, stream_bytes, stream_parts};
-use super::{p2p_slot_bytes, P2pParams};
-use oxccl_framework::op::P2pItem;
-use oxccl_framework::platform::{Buf, Rank};
-use oxccl_framework::{BufRange, Error, KernelCtx};
+use super::p2p::{active_from, checked_slot, copy_to_self, phase_parts, slots_range, stream_parts};
+use super::P2pParams;
+use oxccl_framework::{Error, KernelCtx};
 
 oxccl_framework::register_template! {
     name: "p2p_put",
@@ -34,53 +32,14 @@ oxccl_framework::register_template! {
 pub fn p2p_put_exchange(ctx: &mut KernelCtx<'_>, p: &P2pParams<'_>) -> Result<(), Error> {
     copy_to_self(ctx, p);
     let (me, es) = (ctx.rank, p.elem_size);
-    let slot = p2p_slot_bytes(ctx.ranks, p.ccl_bytes, es);
-    if slot == 0 {
-        return Err(Error::BadProgram {
-            executor: "p2p_put template".into(),
-            rank: me,
-            reason: format!(
-                "a CCL buffer of {} bytes has no room for one element per rank",
-                p.ccl_bytes
-            ),
-        });
-    }
-    let ccl_in = BufRange {
-        buf: Buf::CclIn,
-        offset: 0,
-        len: p.ccl_bytes,
-    };
+    let slot = checked_slot(ctx, p, "p2p_put template")?;
+    let ccl_in = slots_range(p);
     for phase in p.phases {
-        let pairs = |peers: &[Rank], items: &[P2pItem]| -> Vec<(Rank, Vec<P2pItem>, usize)> {
-            peers
-                .iter()
-                .filter(|&&q| q != me)
-                .map(|&q| {
-                    let its = items_with(items, q);
-                    let bytes = stream_bytes(&its, es);
-                    (q, its, bytes)
-                })
-                .filter(|(_, _, bytes)| *bytes > 0)
-                .collect()
-        };
-        let outgoing = pairs(&phase.send_to, p.sends);
-        let incoming = pairs(&phase.recv_from, p.recvs);
-        let rounds = outgoing
-            .iter()
-            .chain(&incoming)
-            .map(|(_, _, bytes)| bytes.div_ceil(slot))
-            .max()
-            .unwrap_or(0);
+        let (outgoing, incoming, rounds) = phase_parts(me, phase, p, slot);
         ctx.reserve_rounds(rounds, 4 * (outgoing.len() + incoming.len()))?;
         for j in 0..rounds {
             let (lo, hi) = (j * slot, (j + 1) * slot);
-            let active = |list: &[(Rank, Vec<P2pItem>, usize)]| {
-                list.iter()
-                    .filter(|(_, _, bytes)| *bytes > lo)
-                    .cloned()
-                    .collect::<Vec<_>>()
-            };
-            let (out_now, in_now) = (active(&outgoing), active(&incoming));
+            let (out_now, in_now) = (active_from(&outgoing, lo), active_from(&incoming, lo));
             for (from, _, _) in &in_now {
                 ctx.link(*from, p.channel)?.tx_ack(ctx.main());
             }
