@@ -7,3 +7,17 @@
 pub mod pairwise;
 pub mod put_pairwise;
 pub mod relay_pairwise;
+
+use crate::templates::P2pPhase;
+use oxccl_framework::platform::Rank;
+
+/// The `n - 1` pairwise steps of rank `me`: step `k` sends to `me + k` and receives from
+/// `me - k` (mod `n`).
+pub(crate) fn pairwise_phases(me: Rank, n: usize) -> Vec<P2pPhase> {
+    (1..n)
+        .map(|k| P2pPhase {
+            send_to: vec![(me + k) % n],
+            recv_from: vec![(me + n - k) % n],
+        })
+        .collect()
+}

@@ -10,10 +10,11 @@
 //! Cost with `m` bytes per pair and slots of `s` bytes: `(n−1)·⌈m/s⌉·2α + 2(n−1)mβ`.
 //! Over a whole call it talks to every peer, so it needs a full mesh.
 
-use crate::send_recv::{missing_layout, p2p_items};
-use crate::templates::{p2p_exchange, p2p_peers, P2pParams, P2pPhase};
+use super::pairwise_phases;
+use crate::send_recv::{direct_p2p_resources, p2p_run_phases};
+use crate::templates::p2p_exchange;
 use oxccl_framework::{
-    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, PlanCtx, ResourceRequest,
 };
 
 /// The pairwise AlltoAllV executor.
@@ -30,35 +31,11 @@ oxccl_framework::register_executor! {
 
 impl Executor for PairwiseAlltoAllV {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let (sends, recvs) = ctx
-            .op
-            .layout()
-            .and_then(|l| l.p2p())
-            .ok_or_else(|| missing_layout("pairwise", OpKind::AlltoAllV))?;
-        Ok(ResourceRequest::with_peers(Peers::List(p2p_peers(
-            ctx.rank, sends, recvs,
-        ))))
+        direct_p2p_resources(ctx, "pairwise")
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let (sends, recvs) = p2p_items("pairwise", args)?;
-        let (me, n) = (ctx.rank, ctx.ranks);
-        let phases: Vec<P2pPhase> = (1..n)
-            .map(|k| P2pPhase {
-                send_to: vec![(me + k) % n],
-                recv_from: vec![(me + n - k) % n],
-            })
-            .collect();
-        let p = P2pParams {
-            sends,
-            recvs,
-            phases: &phases,
-            input: args.input,
-            output: args.output,
-            elem_size: args.op.dtype.size(),
-            ccl_bytes: args.ccl_bytes,
-            channel: 0,
-        };
-        p2p_exchange(ctx, &p)
+        let phases = pairwise_phases(ctx.rank, ctx.ranks);
+        p2p_run_phases(ctx, args, "pairwise", &phases, p2p_exchange)
     }
 }

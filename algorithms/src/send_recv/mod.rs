@@ -42,7 +42,7 @@ pub(crate) fn direct_p2p_resources(
         .op
         .layout()
         .and_then(|l| l.p2p())
-        .ok_or_else(|| missing_layout(executor, OpKind::SendRecv))?;
+        .ok_or_else(|| missing_layout(executor, ctx.op.kind))?;
     Ok(ResourceRequest::with_peers(Peers::List(p2p_peers(
         ctx.rank, sends, recvs,
     ))))
@@ -60,10 +60,22 @@ pub(crate) fn direct_p2p_run(
         send_to: p2p_peers(ctx.rank, sends, &[]),
         recv_from: p2p_peers(ctx.rank, &[], recvs),
     };
+    p2p_run_phases(ctx, args, executor, std::slice::from_ref(&phase), exchange)
+}
+
+/// The pairs of `args` in `phases`, through `exchange` (the pull or the put template).
+pub(crate) fn p2p_run_phases(
+    ctx: &mut KernelCtx<'_>,
+    args: &KernelArgs,
+    executor: &str,
+    phases: &[P2pPhase],
+    exchange: fn(&mut KernelCtx<'_>, &P2pParams<'_>) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let (sends, recvs) = p2p_items(executor, args)?;
     let p = P2pParams {
         sends,
         recvs,
-        phases: std::slice::from_ref(&phase),
+        phases,
         input: args.input,
         output: args.output,
         elem_size: args.op.dtype.size(),
