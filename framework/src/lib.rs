@@ -72,7 +72,7 @@ pub use op::{OpKind, OpParam};
 pub use registry::registry;
 pub use select::{
     select_alg, AlgoOverride, CandidateReport, Explanation, SelectRequest, Selection,
-    SelectorEntry, Verdict,
+    SelectorEntry, Verdict, SIMULATION_BUDGET,
 };
 pub use topology::Topology;
 

@@ -17,10 +17,22 @@
 //! reduce-scatter read a thousand steps earlier finds the neighbour's last handshake a
 //! step back and stops there. Visited marks are epoch-stamped, so a query costs nothing
 //! to reset.
+//!
+//! Latest-first alone still visits every ancestor of `b` that ran after its latest
+//! ancestor on `a`'s stream, and that can be a whole cluster's worth: a slave stream that
+//! joined its main stream long ago, a peer whose last signal arrived many steps back,
+//! while the main stream has heard from every rank since. So each query also asks the
+//! *direct-edge index* ([`Direct`]): for every stream `c`, its waits grouped by the stream
+//! whose post they consumed, with the latest such post so far. The first node the search
+//! pops on a stream `c` is `b`'s latest ancestor there (positions only decrease), and if
+//! some wait of `c` at or before it consumed a post of `a`'s stream at or after `a`, the
+//! path `a -> post -> wait -> ... -> b` exists: the query ends after a binary search,
+//! without walking the history in between. The index only finds paths, so answers are
+//! those of the plain search; what it saves is the walk.
 
 use super::fence::Closure;
 use super::index::{TaskId, NONE};
-use super::schedule::Execution;
+use super::schedule::{Execution, Step, FENCE_STREAM};
 use std::collections::BinaryHeap;
 
 /// A reusable happens-before oracle over the graph the canonical execution laid out by
@@ -31,17 +43,23 @@ pub(crate) struct Hb<'a> {
     mark: Vec<u32>,
     epoch: u32,
     heap: BinaryHeap<u32>,
+    /// Streams the current search has popped a node of (epoch-stamped like `mark`).
+    stream_seen: Vec<u32>,
+    direct: Direct,
     /// Over a sequence: the fences' own order of operations, answered without a search.
     closure: Option<&'a Closure>,
 }
 
 impl<'a> Hb<'a> {
     pub fn new(ex: &'a Execution) -> Self {
+        let direct = Direct::new(ex);
         Hb {
             ex,
             mark: vec![0; ex.order.len()],
             epoch: 0,
             heap: BinaryHeap::new(),
+            stream_seen: vec![0; direct.streams()],
+            direct,
             closure: None,
         }
     }
@@ -98,11 +116,20 @@ impl<'a> Hb<'a> {
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
             self.mark.fill(0);
+            self.stream_seen.fill(0);
             self.epoch = 1;
         }
         self.heap.clear();
         self.heap.push(eb);
         while let Some(x) = self.heap.pop() {
+            let c = self.ex.stream_at[x as usize];
+            if c != FENCE_STREAM && self.stream_seen[c as usize] != self.epoch {
+                // The first pop on `c` is `b`'s latest ancestor there.
+                self.stream_seen[c as usize] = self.epoch;
+                if self.direct.latest_post(c, sa, x).is_some_and(|p| p >= ea) {
+                    return true;
+                }
+            }
             for y in self.ex.preds[x as usize] {
                 if y == NONE || y < ea || self.mark[y as usize] == self.epoch {
                     continue;
@@ -115,5 +142,104 @@ impl<'a> Hb<'a> {
             }
         }
         false
+    }
+}
+
+/// The direct-edge index: every stream's waits, grouped by the stream that posted what
+/// each consumed, in stream order, with the latest such post up to each wait.
+struct Direct {
+    /// Per consumer stream, its groups: `groups[group_of[c]..group_of[c + 1]]`, sorted
+    /// by poster.
+    group_of: Vec<u32>,
+    /// (poster stream, first entry); a group's entries end where the next group's start.
+    groups: Vec<(u32, u32)>,
+    /// (wait position, latest post position among the group's waits up to this one).
+    entries: Vec<(u32, u32)>,
+}
+
+impl Direct {
+    fn new(ex: &Execution) -> Self {
+        let streams = ex
+            .stream_at
+            .iter()
+            .filter(|&&s| s != FENCE_STREAM)
+            .max()
+            .map_or(0, |&s| s as usize + 1);
+        // Waits that consumed a post, bucketed by consumer stream (counting sort, so each
+        // bucket stays in position order).
+        let consumed = |x: usize| match ex.step[x] {
+            Step::Wait(_) => match ex.preds[x][1] {
+                NONE => None,
+                p => Some((ex.stream_at[x], ex.stream_at[p as usize], p)),
+            },
+            _ => None,
+        };
+        let mut start = vec![0u32; streams + 1];
+        for x in 0..ex.step.len() {
+            if let Some((c, _, _)) = consumed(x) {
+                start[c as usize + 1] += 1;
+            }
+        }
+        for c in 0..streams {
+            start[c + 1] += start[c];
+        }
+        let mut fill = start.clone();
+        // (poster, wait position, post position)
+        let mut all = vec![(0u32, 0u32, 0u32); start[streams] as usize];
+        for x in 0..ex.step.len() {
+            if let Some((c, poster, p)) = consumed(x) {
+                all[fill[c as usize] as usize] = (poster, x as u32, p);
+                fill[c as usize] += 1;
+            }
+        }
+        let mut group_of = Vec::with_capacity(streams + 1);
+        let mut groups = Vec::new();
+        let mut entries = Vec::with_capacity(all.len());
+        for c in 0..streams {
+            group_of.push(groups.len() as u32);
+            let bucket = &mut all[start[c] as usize..start[c + 1] as usize];
+            // Stable: each poster's waits stay in position order.
+            bucket.sort_by_key(|e| e.0);
+            let mut prev = None;
+            let mut latest = 0;
+            for &(poster, x, p) in bucket.iter() {
+                if prev != Some(poster) {
+                    groups.push((poster, entries.len() as u32));
+                    prev = Some(poster);
+                    latest = p;
+                }
+                latest = latest.max(p);
+                entries.push((x, latest));
+            }
+        }
+        group_of.push(groups.len() as u32);
+        Direct {
+            group_of,
+            groups,
+            entries,
+        }
+    }
+
+    fn streams(&self) -> usize {
+        self.group_of.len() - 1
+    }
+
+    /// The latest position of a post of stream `poster` consumed by a wait of stream `c`
+    /// at or before position `x`.
+    fn latest_post(&self, c: u32, poster: u32, x: u32) -> Option<u32> {
+        let (lo, hi) = (
+            self.group_of[c as usize] as usize,
+            self.group_of[c as usize + 1] as usize,
+        );
+        let groups = &self.groups[lo..hi];
+        let g = groups.binary_search_by_key(&poster, |g| g.0).ok()?;
+        let first = groups[g].1 as usize;
+        let end = match self.groups.get(lo + g + 1) {
+            Some(next) => next.1 as usize,
+            None => self.entries.len(),
+        };
+        let run = &self.entries[first..end];
+        let upto = run.partition_point(|e| e.0 <= x);
+        upto.checked_sub(1).map(|i| run[i].1)
     }
 }

@@ -87,7 +87,11 @@ impl Terms {
                 events.push((r.shift + delta, r.hi, -i64::from(r.count)));
             }
         }
-        events.sort_unstable();
+        // Each part's events are already in order (its runs are canonical), so the stable
+        // sort, which finds and merges presorted runs, merges them in linear time: a
+        // reduction step of recursive halving unites two strided rank sets of n/2 runs
+        // each, thousands of times per rank.
+        events.sort();
         let mut runs: Vec<Run> = Vec::new();
         let mut i = 0;
         while i < events.len() {

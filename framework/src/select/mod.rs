@@ -30,6 +30,7 @@ mod model;
 mod preference;
 
 pub use explain::{CandidateReport, Estimate, Explanation, Modelled, Rejection, Source, Verdict};
+pub use model::SIMULATION_BUDGET;
 
 use crate::error::{ConfigError, Error};
 use crate::executor::{ExecutorEntry, Mode};

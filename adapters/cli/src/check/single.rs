@@ -3,8 +3,11 @@
 use super::{config, CheckArgs, CheckPlan};
 use crate::validate::refused;
 use oxccl::framework::analyzer::{analyze, Failure, Recording};
-use oxccl::framework::cost::{model, write_chrome_trace, CostParams};
-use oxccl::framework::{select_alg, Config, Explanation, SelectRequest, Verdict};
+use oxccl::framework::cost::{estimate, model, write_chrome_trace, CostError, CostParams};
+use oxccl::framework::platform::RankProgram;
+use oxccl::framework::{
+    select_alg, Config, Explanation, SelectRequest, Verdict, SIMULATION_BUDGET,
+};
 use oxccl::{Error, OpKind, OpParam};
 use serde::Serialize;
 use std::process::ExitCode;
@@ -21,6 +24,9 @@ struct Row {
     reason: String,
     /// Which estimate decided the selection (simulated, or analytic from which ranks).
     estimate: String,
+    /// Which estimate gave `time_us` (the replay of every rank, or the analytic estimate
+    /// over every rank's program above the simulation budget).
+    time_estimate: String,
     failures: usize,
     tasks: usize,
     analyzer_ms: f64,
@@ -33,6 +39,48 @@ struct Row {
     /// select_alg's candidates (with --explain).
     #[serde(skip_serializing_if = "Option::is_none")]
     candidates: Option<Vec<serde_json::Value>>,
+}
+
+/// The modelled time of a recording, and which estimate gave it.
+struct Modelled {
+    time_s: f64,
+    algbw_gbps: f64,
+    busbw_gbps: f64,
+    how: String,
+}
+
+/// The discrete-event replay of every rank ([`model`]) while the recording's tasks fit
+/// the budget selection replays within ([`SIMULATION_BUDGET`]); above it, the analytic
+/// α-β estimate ([`estimate`]) over every rank's program, as selection does from its
+/// representative ranks: the replay of a 4096-rank recording costs more than the rest of
+/// the check.
+fn modelled(rec: &Recording, params: &CostParams) -> Result<Modelled, CostError> {
+    let tasks: usize = rec.ranks.iter().map(|r| r.program.task_count()).sum();
+    if tasks <= SIMULATION_BUDGET {
+        let cost = model(rec, params)?;
+        return Ok(Modelled {
+            time_s: cost.time_s,
+            algbw_gbps: cost.algbw_gbps,
+            busbw_gbps: cost.busbw_gbps,
+            how: "discrete-event replay of every rank".into(),
+        });
+    }
+    let programs: Vec<&RankProgram> = rec.ranks.iter().map(|r| &*r.program).collect();
+    let time_s = estimate(&programs, &rec.topology, rec.layout, params)?;
+    let (input, output) = rec.ops[0].buffer_bytes(0, rec.rank_count());
+    let algbw_gbps = match time_s > 0.0 {
+        true => input.max(output) as f64 / time_s / 1e9,
+        false => 0.0,
+    };
+    Ok(Modelled {
+        time_s,
+        algbw_gbps,
+        busbw_gbps: algbw_gbps * rec.op.kind.busbw_factor(rec.rank_count()),
+        how: format!(
+            "analytic alpha-beta estimate over every rank's program (the replay of {tasks} \
+             tasks would pass the simulation budget of {SIMULATION_BUDGET})"
+        ),
+    })
 }
 
 /// select_alg's explanation of the choice a recording with `config` makes for `op` (rank
@@ -140,7 +188,7 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
         let start = Instant::now();
         let report = analyze(&rec);
         let analyzer_ms = start.elapsed().as_secs_f64() * 1e3;
-        let cost = model(&rec, &params).map_err(|e| {
+        let cost = modelled(&rec, &params).map_err(|e| {
             refused(
                 "oxccl check",
                 kind.name(),
@@ -164,6 +212,7 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
             failures: report.failures.len(),
             tasks: report.tasks,
             analyzer_ms,
+            time_estimate: cost.how,
             time_us: cost.time_s * 1e6,
             algbw_gbps: cost.algbw_gbps,
             busbw_gbps: cost.busbw_gbps,
@@ -224,6 +273,7 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
         if let Some(row) = rows.first() {
             outln!("# selection: {}", row.reason);
             outln!("# {}", row.estimate);
+            outln!("# time: {}", row.time_estimate);
         }
         for (size, f) in failures.iter().take(SHOWN_FAILURES) {
             outln!("FAIL at {size} B: {}", describe(f));
