@@ -82,7 +82,7 @@ pub(crate) struct HostProgram {
     pub slot: usize,
     pub streams: Vec<Vec<Op>>,
     /// Local slots of the fence peers.
-    pub peer_slots: Vec<usize>,
+    pub peer_slots: Arc<[usize]>,
 }
 
 // SAFETY: the raw pointers in `Place::Fixed` point into device-owned buffers that live as
@@ -104,7 +104,7 @@ pub(crate) fn compile(
         .peers
         .iter()
         .map(|&p| shared.slot(p))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Arc<[usize]>, _>>()?;
     let table_len = shared.layout.table_len(request.local_notifies);
     let link_words = shared.layout.local_base() as usize;
     // The rank's own local region: grown here, not per task.
