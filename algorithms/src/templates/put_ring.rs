@@ -22,7 +22,8 @@
 //! template serves AllReduce, ReduceScatter, AllGather and their V forms.
 
 use super::put_step::put_step;
-use oxccl_framework::platform::{DataType, Link, Rank, ReduceOp, Slice};
+use super::ring::{ring_position, RingPosition};
+use oxccl_framework::platform::{DataType, Rank, ReduceOp, Slice};
 use oxccl_framework::{BufRange, Error, KernelCtx};
 
 oxccl_framework::register_template! {
@@ -52,35 +53,9 @@ pub struct PutRing<'a> {
     pub op: ReduceOp,
 }
 
-/// Where this rank sits in the ring, with links to both neighbours.
-struct Position {
-    pos: usize,
-    n: usize,
-    left: Link,
-    right: Link,
-}
-
 impl PutRing<'_> {
-    fn position(&self, ctx: &KernelCtx<'_>) -> Result<Position, Error> {
-        let n = self.order.len();
-        let pos = self
-            .order
-            .iter()
-            .position(|&r| r == ctx.rank)
-            .ok_or_else(|| Error::BadProgram {
-                executor: "put_ring template".into(),
-                rank: ctx.rank,
-                reason: format!(
-                    "rank {} is not in the ring order {:?}",
-                    ctx.rank, self.order
-                ),
-            })?;
-        Ok(Position {
-            pos,
-            n,
-            left: ctx.link(self.order[(pos + n - 1) % n], self.channel)?,
-            right: ctx.link(self.order[(pos + 1) % n], self.channel)?,
-        })
+    fn position(&self, ctx: &KernelCtx<'_>) -> Result<RingPosition, Error> {
+        ring_position(ctx, self.order, self.channel, "put_ring")
     }
 
     /// The chunk of ring position `pos` (modulo the ring size).

@@ -67,30 +67,37 @@ pub(crate) struct RingPosition {
     pub right: Link,
 }
 
+/// Where `ctx.rank` sits in the ring `order`, with links on `channel` to both neighbours;
+/// `template` names the caller in the error when the rank is not in the order.
+pub(crate) fn ring_position(
+    ctx: &KernelCtx<'_>,
+    order: &[Rank],
+    channel: usize,
+    template: &str,
+) -> Result<RingPosition, Error> {
+    let n = order.len();
+    let pos = order
+        .iter()
+        .position(|&r| r == ctx.rank)
+        .ok_or_else(|| Error::BadProgram {
+            executor: format!("{template} template"),
+            rank: ctx.rank,
+            reason: format!("rank {} is not in the ring order {:?}", ctx.rank, order),
+        })?;
+    let left = ctx.link(order[(pos + n - 1) % n], channel)?;
+    let right = ctx.link(order[(pos + 1) % n], channel)?;
+    Ok(RingPosition {
+        pos,
+        n,
+        left,
+        right,
+    })
+}
+
 impl RingParams<'_> {
     /// Where `ctx.rank` sits in the ring, with links to both neighbours.
     pub(crate) fn position(&self, ctx: &KernelCtx<'_>) -> Result<RingPosition, Error> {
-        let n = self.order.len();
-        let pos = self
-            .order
-            .iter()
-            .position(|&r| r == ctx.rank)
-            .ok_or_else(|| Error::BadProgram {
-                executor: "ring template".into(),
-                rank: ctx.rank,
-                reason: format!(
-                    "rank {} is not in the ring order {:?}",
-                    ctx.rank, self.order
-                ),
-            })?;
-        let left = ctx.link(self.order[(pos + n - 1) % n], self.channel)?;
-        let right = ctx.link(self.order[(pos + 1) % n], self.channel)?;
-        Ok(RingPosition {
-            pos,
-            n,
-            left,
-            right,
-        })
+        ring_position(ctx, self.order, self.channel, "ring")
     }
 
     /// The chunk owned by ring position `pos` (taken modulo the ring size).
