@@ -137,13 +137,8 @@ impl Device for SimDevice {
                     Task::Post { notify } | Task::Wait { notify } => {
                         self.slot(notify.rank)?;
                     }
-                    Task::Copy { src, dsts } => {
-                        for slice in std::iter::once(src).chain(dsts) {
-                            self.slot(slice.rank)?;
-                        }
-                    }
-                    Task::Reduce { srcs, dsts, .. } => {
-                        for slice in srcs.iter().chain(dsts) {
+                    Task::Copy { .. } | Task::Reduce { .. } => {
+                        for slice in task.reads().iter().chain(task.writes()) {
                             self.slot(slice.rank)?;
                         }
                     }
