@@ -1,10 +1,10 @@
 //! The put-based executors (issue 11, link capabilities): each passes the analyzer over
-//! the conformance matrix (1 to 9 ranks, 4+4, 8+8, 8+4 and three servers 4+3+4) and the
-//! put-only audit of [`oxccl_tests::puts`] (no read of a peer's buffer, no write of a
-//! peer's user buffer, over any link it declares put-only), and produces exactly the
-//! reference data on the host device on every shape, at boundary counts, for every dtype
-//! and reduce op, in place and out of place, zero-copy and staged. The audit itself is
-//! checked against the pull executors it must refuse.
+//! the conformance matrix (1 to 9 ranks, 4+4, 8+8, 8+4 and three servers 4+3+4) with the
+//! links it declares put-only made so ([`oxccl_tests::puts`]: no read of a peer's buffer,
+//! no write of a peer's user buffer over them), and produces exactly the reference data
+//! on the host device on every shape, at boundary counts, for every dtype and reduce op,
+//! in place and out of place, zero-copy and staged. The audit itself is checked against
+//! the pull executors it must refuse.
 
 use oxccl::framework::LinkNeed;
 use oxccl::OpKind;
@@ -82,7 +82,10 @@ fn the_audit_refuses_pull_executors() {
     ] {
         let err = audit_executor(kind, algo, Some(LinkNeed::Put))
             .expect_err("a pull executor passed the put-only audit");
-        assert!(err.contains("over a put-only link"), "{kind} {algo}: {err}");
+        assert!(
+            err.contains("over the put-only link"),
+            "{kind} {algo}: {err}"
+        );
     }
 }
 
@@ -159,7 +162,7 @@ fn the_audit_refuses_loads_across_servers() {
         Some(LinkNeed::LoadStoreWithinServer),
     )
     .expect_err("hier-ring passed the within-server audit");
-    assert!(err.contains("over a put-only link"), "{err}");
+    assert!(err.contains("over the put-only link"), "{err}");
 }
 
 /// What the put executors cost next to their load/store equivalents: tasks of rank 0 and
