@@ -124,6 +124,19 @@ pub(crate) fn level0_reduce_scatter(
     Ok(())
 }
 
+/// The level-1 ring's chunks of one level-0 chunk (`(byte offset, byte length)` in the
+/// output): its elements split evenly over `parts` ranks, as output byte ranges.
+pub(crate) fn level1_chunks(
+    (off, len): (usize, usize),
+    parts: usize,
+    es: usize,
+) -> Vec<(usize, usize)> {
+    even_chunks(len / es, parts, es)
+        .into_iter()
+        .map(|(o, l)| (off + o, l))
+        .collect()
+}
+
 /// Level 1: AllReduce of one chunk (`(byte offset, byte length)` in the output) over
 /// `group`, in place on the output, on `(stream, link channel)`.
 pub(crate) fn level1_all_reduce(
@@ -137,11 +150,7 @@ pub(crate) fn level1_all_reduce(
     if group.len() < 2 {
         return Ok(());
     }
-    let es = args.op.dtype.size();
-    let sub: Vec<(usize, usize)> = even_chunks(len / es, group.len(), es)
-        .into_iter()
-        .map(|(o, l)| (off + o, l))
-        .collect();
+    let sub = level1_chunks((off, len), group.len(), args.op.dtype.size());
     let positions: Vec<usize> = (0..group.len()).collect();
     let p = RingParams {
         order: group,

@@ -19,7 +19,7 @@
 //! channels, as in `hier-ring`. The level-1 slot is one chunk of an iteration, capped at
 //! one CCL buffer.
 
-use super::hier_levels::level0_reduce_scatter;
+use super::hier_levels::{level0_reduce_scatter, level1_chunks};
 use crate::templates::{
     even_chunks, put_ring_all_gather, put_ring_reduce_scatter, server_all_gather, server_round,
     server_slaves, Level1, PutRing, Round, Servers,
@@ -97,11 +97,7 @@ fn level1_put_all_reduce(
     if group.len() < 2 {
         return Ok(());
     }
-    let es = args.op.dtype.size();
-    let sub: Vec<(usize, usize)> = even_chunks(len / es, group.len(), es)
-        .into_iter()
-        .map(|(o, l)| (off + o, l))
-        .collect();
+    let sub = level1_chunks((off, len), group.len(), args.op.dtype.size());
     let positions: Vec<usize> = (0..group.len()).collect();
     let ring = PutRing {
         order: group,
