@@ -45,14 +45,8 @@ pub(crate) fn with_slot_scratch(
     request: ResourceRequest,
     slots: usize,
 ) -> ResourceRequest {
-    if ctx.ranks == 1 || ctx.mode == Mode::Staged {
+    if ctx.mode == Mode::Staged {
         return request;
     }
-    let es = ctx.op.dtype.size();
-    let per_rank = (ctx.ccl_bytes / ctx.ranks / es).max(1);
-    ResourceRequest {
-        scratch_bytes: slots * per_rank.min(ctx.op.count) * es,
-        max_count_per_loop: Some(per_rank),
-        ..request
-    }
+    crate::reduce_scatter::with_put_scratch(ctx, request, slots)
 }
