@@ -73,7 +73,7 @@ fn start_after(idx: &Index<'_>, model: FenceModel, k: usize, a: Rank) -> Vec<Ran
     if model.entry {
         peers.extend(granted(idx.recs[k], a));
     }
-    let exit = model.exit && (model.exit_always || idx.recs[k - 1].mode == Mode::Direct);
+    let exit = model.exit && idx.recs[k - 1].mode == Mode::Direct;
     if exit || (model.entry && model.entry_previous) {
         peers.extend(granted(idx.recs[k - 1], a));
     }

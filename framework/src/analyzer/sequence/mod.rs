@@ -148,8 +148,6 @@ pub struct FenceModel {
     /// The entry fence also waits for the peers granted in the previous operation,
     /// `G_k(A)` (the device remembers the last submission's peers).
     pub entry_previous: bool,
-    /// The exit fence applies in every mode, not only Direct.
-    pub exit_always: bool,
 }
 
 impl FenceModel {
@@ -159,7 +157,6 @@ impl FenceModel {
         entry: true,
         exit: true,
         entry_previous: true,
-        exit_always: false,
     };
     /// The fence as first specified: entry and exit on this call's granted peers only.
     /// Kept to show why the device remembers the previous call's peers (a staged mesh
@@ -168,14 +165,12 @@ impl FenceModel {
         entry: true,
         exit: true,
         entry_previous: false,
-        exit_always: false,
     };
     /// No fence edge: only each rank's calls in order.
     pub const NONE: FenceModel = FenceModel {
         entry: false,
         exit: false,
         entry_previous: false,
-        exit_always: false,
     };
 }
 
@@ -183,7 +178,7 @@ impl FenceModel {
 /// lost wakeups and unordered memory conflicts under the epoch fence, and check the grant
 /// rule. Failures name the operation's position (`Failure::op`).
 pub fn analyze_sequence(recs: &[&Recording]) -> Result<Report, SequenceError> {
-    analyze_with(recs, FenceModel::DEVICE)
+    analyze_sequence_with(recs, FenceModel::DEVICE)
 }
 
 /// [`analyze_sequence`] under a chosen fence model.
@@ -191,10 +186,6 @@ pub fn analyze_sequence_with(
     recs: &[&Recording],
     model: FenceModel,
 ) -> Result<Report, SequenceError> {
-    analyze_with(recs, model)
-}
-
-fn analyze_with(recs: &[&Recording], model: FenceModel) -> Result<Report, SequenceError> {
     compatible(recs)?;
     let idx = Index::sequence(recs);
     let (fences, closure) = fences::build(&idx, model);
