@@ -3,7 +3,7 @@
 
 use super::super::tests::{in_, link, mesh_push, out, record, sum};
 use super::super::{Check, Recording, Report};
-use super::{analyze_sequence, analyze_with, FenceModel, SequenceError};
+use super::{analyze_sequence, analyze_sequence_with, FenceModel, SequenceError};
 use crate::executor::{Mode, Peers};
 use crate::topology::Topology;
 use oxccl_platform::{Buf, DataType, ReduceOp, Slice};
@@ -14,20 +14,21 @@ fn ccl_in(r: usize) -> Slice {
     Slice::new(r, Buf::CclIn, 0, B)
 }
 
-/// Staged, 2 ranks: rank 0 writes its input straight into rank 1's CclIn and signals;
-/// rank 1 waits, reduces its CclIn with its input. Nobody tells rank 0 when rank 1 is
-/// done reading: the next operation's write into that CclIn relies on the fence.
-fn push() -> Recording {
+/// Staged, 2 ranks: rank `writer` copies its input into rank 1's CclIn and signals; the
+/// other rank waits and reduces rank 1's CclIn with its own input. Nobody tells the writer
+/// when the reader is done: its next write relies on the fence.
+fn one_way(writer: usize) -> Recording {
+    let reader = 1 - writer;
     let mut rec = record(sum(B / 4), Topology::single_server(2), 0, |r, p, layout| {
         let s = &mut p.streams[0];
-        if r == 0 {
-            s.copy(in_(0, 0, B), ccl_in(1));
-            link(0, 1, layout).tx_data_signal(s);
+        if r == writer {
+            s.copy(in_(writer, 0, B), ccl_in(1));
+            link(writer, reader, layout).tx_data_signal(s);
         } else {
-            link(1, 0, layout).rx_data_signal(s);
+            link(reader, writer, layout).rx_data_signal(s);
             s.reduce(
-                vec![in_(1, 0, B), ccl_in(1)],
-                out(1, 0, B),
+                vec![in_(reader, 0, B), ccl_in(1)],
+                out(reader, 0, B),
                 DataType::F32,
                 ReduceOp::Sum,
             );
@@ -37,26 +38,16 @@ fn push() -> Recording {
     rec
 }
 
-/// Staged, 2 ranks: rank 1 stages its input into its own CclIn and signals; rank 0 waits
-/// and reads rank 1's CclIn. Rank 1 ends without knowing when rank 0 has read: its next
-/// stage-in relies on its fence waiting for rank 0, which needs rank 0 granted to it.
+/// Rank 0 writes its input straight into rank 1's CclIn; rank 1 reduces it. The next
+/// operation's write into that CclIn relies on the entry fence.
+fn push() -> Recording {
+    one_way(0)
+}
+
+/// Rank 1 stages its input into its own CclIn; rank 0 reads it. Rank 1's next stage-in
+/// relies on its fence waiting for rank 0, which needs rank 0 granted to it.
 fn pull(rank1_grants: Peers) -> Recording {
-    let mut rec = record(sum(B / 4), Topology::single_server(2), 0, |r, p, layout| {
-        let s = &mut p.streams[0];
-        if r == 1 {
-            s.copy(in_(1, 0, B), ccl_in(1));
-            link(1, 0, layout).tx_data_signal(s);
-        } else {
-            link(0, 1, layout).rx_data_signal(s);
-            s.reduce(
-                vec![in_(0, 0, B), ccl_in(1)],
-                out(0, 0, B),
-                DataType::F32,
-                ReduceOp::Sum,
-            );
-        }
-    });
-    rec.mode = Mode::Staged;
+    let mut rec = one_way(1);
     rec.ranks[1].request.peers = rank1_grants;
     rec
 }
@@ -91,7 +82,8 @@ fn back_to_back_operations_pass() {
 #[test]
 fn without_the_entry_fence_a_write_into_a_peer_races_with_its_previous_operation() {
     let push = push();
-    let report = analyze_with(&[&push, &push], FenceModel::NONE).expect("one communicator");
+    let report =
+        analyze_sequence_with(&[&push, &push], FenceModel::NONE).expect("one communicator");
     assert_reports(
         &report,
         Check::MemoryConflict,
@@ -163,7 +155,7 @@ fn the_exit_fence_orders_peers_use_of_user_buffers_in_direct_mode() {
         exit: false,
         ..FenceModel::CURRENT_PEERS_ONLY
     };
-    let report = analyze_with(&[&first, &second], entry_only).expect("one communicator");
+    let report = analyze_sequence_with(&[&first, &second], entry_only).expect("one communicator");
     assert_reports(
         &report,
         Check::MemoryConflict,
