@@ -89,23 +89,25 @@ pub fn cases(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<Case> {
                 _ => counts(ranks, ccl_bytes, dtype).to_vec(),
             };
             for count in counts {
-                let ops = vector_ops(kind, count, ranks, dtype, op);
-                for (in_place, zero_copy) in
-                    [(false, true), (true, true), (false, false), (true, false)]
-                {
-                    if in_place && !ops[0].in_place_allowed() {
-                        continue;
-                    }
-                    cases.push(Case {
-                        ops: ops.clone(),
-                        in_place,
-                        zero_copy,
-                    });
-                }
+                push_modes(&mut cases, vector_ops(kind, count, ranks, dtype, op));
             }
         }
     }
     cases
+}
+
+/// Push `ops` in every mode: out of place and (where the operator allows) in place, each
+/// zero-copy and staged.
+fn push_modes(cases: &mut Vec<Case>, ops: Vec<OpParam>) {
+    for (in_place, zero_copy) in [(false, true), (true, true), (false, false), (true, false)] {
+        if !in_place || ops[0].in_place_allowed() {
+            cases.push(Case {
+                ops: ops.clone(),
+                in_place,
+                zero_copy,
+            });
+        }
+    }
 }
 
 /// What one executor did over the matrix.
@@ -120,20 +122,7 @@ pub struct Outcome {
 
 /// The first problem of one case, if any.
 fn check_case(config: &Config, topo: &Topology, ops: &[OpParam], in_place: bool) -> Option<String> {
-    let op = &ops[0];
-    let what = format!(
-        "{:?} {} count {} {} {} {}",
-        topo.server_sizes(),
-        op.dtype,
-        op.count,
-        op.op,
-        if in_place { "in-place" } else { "out-of-place" },
-        if config.zero_copy {
-            "zero-copy"
-        } else {
-            "staged"
-        }
-    );
+    let what = describe(topo, &ops[0], in_place, config.zero_copy);
     match Recording::record_each(ops, in_place, config.clone()) {
         Err(e) => Some(format!("{what}: {e}")),
         Ok(rec) => analyze(&rec)
@@ -141,6 +130,19 @@ fn check_case(config: &Config, topo: &Topology, ops: &[OpParam], in_place: bool)
             .first()
             .map(|f| format!("{what}: [{:?}] {}", f.check, f.message)),
     }
+}
+
+/// One case in words: shape, type, count, reduce op and mode.
+fn describe(topo: &Topology, op: &OpParam, in_place: bool, zero_copy: bool) -> String {
+    format!(
+        "{:?} {} count {} {} {} {}",
+        topo.server_sizes(),
+        op.dtype,
+        op.count,
+        op.op,
+        if in_place { "in-place" } else { "out-of-place" },
+        if zero_copy { "zero-copy" } else { "staged" }
+    )
 }
 
 /// Run `entry` over the matrix; `base` supplies everything but the topology, the executor
@@ -216,16 +218,10 @@ pub fn sequence_cases(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<Case>
     };
     let mut cases = Vec::new();
     for count in counts {
-        let ops = vector_ops(kind, count, ranks, dtype, ReduceOp::Sum);
-        for (in_place, zero_copy) in [(false, true), (true, true), (false, false), (true, false)] {
-            if !in_place || ops[0].in_place_allowed() {
-                cases.push(Case {
-                    ops: ops.clone(),
-                    in_place,
-                    zero_copy,
-                });
-            }
-        }
+        push_modes(
+            &mut cases,
+            vector_ops(kind, count, ranks, dtype, ReduceOp::Sum),
+        );
     }
     cases
 }
@@ -238,24 +234,11 @@ fn check_pair(
     case: &Case,
     model: FenceModel,
 ) -> Option<String> {
-    let op = &case.ops[0];
     let what = format!(
-        "{} then {} on {:?} {} count {} {} {}",
+        "{} then {} on {}",
         entries[0].name,
         entries[1].name,
-        topo.server_sizes(),
-        op.dtype,
-        op.count,
-        if case.in_place {
-            "in-place"
-        } else {
-            "out-of-place"
-        },
-        if case.zero_copy {
-            "zero-copy"
-        } else {
-            "staged"
-        }
+        describe(topo, &case.ops[0], case.in_place, case.zero_copy)
     );
     let mut recs = Vec::with_capacity(2);
     for entry in entries {
@@ -270,20 +253,18 @@ fn check_pair(
         }
     }
     let (a, b) = (&recs[0], &recs[1]);
-    {
-        for seq in [vec![a, b], vec![a, b, a]] {
-            let report = match analyze_sequence_with(&seq, model) {
-                Ok(report) => report,
-                Err(e) => return Some(format!("{what}: {e}")),
-            };
-            if let Some(f) = report.failures.first() {
-                return Some(format!(
-                    "{what}, {} operations: [{:?}] {}",
-                    seq.len(),
-                    f.check,
-                    f.message
-                ));
-            }
+    for seq in [vec![a, b], vec![a, b, a]] {
+        let report = match analyze_sequence_with(&seq, model) {
+            Ok(report) => report,
+            Err(e) => return Some(format!("{what}: {e}")),
+        };
+        if let Some(f) = report.failures.first() {
+            return Some(format!(
+                "{what}, {} operations: [{:?}] {}",
+                seq.len(),
+                f.check,
+                f.message
+            ));
         }
     }
     None
