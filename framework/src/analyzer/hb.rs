@@ -159,12 +159,7 @@ struct Direct {
 
 impl Direct {
     fn new(ex: &Execution) -> Self {
-        let streams = ex
-            .stream_at
-            .iter()
-            .filter(|&&s| s != FENCE_STREAM)
-            .max()
-            .map_or(0, |&s| s as usize + 1);
+        let streams = ex.streams();
         // Waits that consumed a post, bucketed by consumer stream (counting sort, so each
         // bucket stays in position order).
         let consumed = |x: usize| match ex.step[x] {

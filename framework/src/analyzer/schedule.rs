@@ -51,6 +51,11 @@ pub(crate) struct Execution {
 }
 
 impl Execution {
+    /// Number of streams (global numbers run below it).
+    pub(crate) fn streams(&self) -> usize {
+        self.cursor.len()
+    }
+
     /// The Copy and Reduce tasks, in the order they ran.
     pub(crate) fn data_tasks(&self) -> impl Iterator<Item = TaskId> + '_ {
         self.order
