@@ -43,33 +43,40 @@ fn p2p() {
     });
 }
 
+/// Send/recv executor `algo` passes the analyzer on `topology` for every pattern, both
+/// modes.
+fn analyze_on(algo: &str, topology: &Topology) {
+    for l in layouts(topology.ranks()) {
+        for zero_copy in [true, false] {
+            let case = VCase {
+                dtype: DataType::I32,
+                op: ReduceOp::Sum,
+                layouts: l.clone(),
+                in_place: false,
+            };
+            let mut config = Config {
+                topology: Some(topology.clone()),
+                zero_copy,
+                ccl_buffer_bytes: 4096,
+                ..Config::default()
+            };
+            config.algo.set(Some(OpKind::SendRecv), algo);
+            let rec = Recording::record_each(&case.params(OpKind::SendRecv), false, config)
+                .expect("record");
+            let report = analyze(&rec);
+            assert!(
+                report.failures.is_empty(),
+                "{algo} on {}, zero_copy {zero_copy}, {case:?}:\n{report}",
+                topology.describe()
+            );
+        }
+    }
+}
+
 #[test]
 fn p2p_passes_the_analyzer() {
     for ranks in [1, 2, 3, 5, 8] {
-        for l in layouts(ranks) {
-            for zero_copy in [true, false] {
-                let case = VCase {
-                    dtype: DataType::I32,
-                    op: ReduceOp::Sum,
-                    layouts: l.clone(),
-                    in_place: false,
-                };
-                let mut config = Config {
-                    topology: Some(Topology::single_server(ranks)),
-                    zero_copy,
-                    ccl_buffer_bytes: 4096,
-                    ..Config::default()
-                };
-                config.algo.set(Some(OpKind::SendRecv), "p2p");
-                let rec = Recording::record_each(&case.params(OpKind::SendRecv), false, config)
-                    .expect("record");
-                let report = analyze(&rec);
-                assert!(
-                    report.failures.is_empty(),
-                    "{ranks} ranks, zero_copy {zero_copy}, {case:?}:\n{report}"
-                );
-            }
-        }
+        analyze_on("p2p", &Topology::single_server(ranks));
     }
 }
 
@@ -88,31 +95,6 @@ fn put_p2p_passes_the_analyzer_on_put_only_links() {
     let mut shapes = oxccl_tests::put_only_shapes();
     shapes.push(Topology::single_server(5));
     for topology in shapes {
-        let ranks = topology.ranks();
-        for l in layouts(ranks) {
-            for zero_copy in [true, false] {
-                let case = VCase {
-                    dtype: DataType::I32,
-                    op: ReduceOp::Sum,
-                    layouts: l.clone(),
-                    in_place: false,
-                };
-                let mut config = Config {
-                    topology: Some(topology.clone()),
-                    zero_copy,
-                    ccl_buffer_bytes: 4096,
-                    ..Config::default()
-                };
-                config.algo.set(Some(OpKind::SendRecv), "put-p2p");
-                let rec = Recording::record_each(&case.params(OpKind::SendRecv), false, config)
-                    .expect("record");
-                let report = analyze(&rec);
-                assert!(
-                    report.failures.is_empty(),
-                    "{}, zero_copy {zero_copy}, {case:?}:\n{report}",
-                    topology.describe()
-                );
-            }
-        }
+        analyze_on("put-p2p", &topology);
     }
 }

@@ -74,27 +74,7 @@ fn all_to_all_v_put_pairwise_passes_the_analyzer_on_put_only_links() {
     let mut shapes = oxccl_tests::put_only_shapes();
     shapes.push(Topology::single_server(5));
     for topology in shapes {
-        let ranks = topology.ranks();
-        for layouts in [
-            all_to_all_v(ranks, |a, b| (a * 3 + b * 5) % 4 * 300),
-            all_to_all_v(ranks, |a, b| 1 + a + b),
-        ] {
-            for zero_copy in [true, false] {
-                let case = VCase {
-                    dtype: DataType::F32,
-                    op: ReduceOp::Sum,
-                    layouts: layouts.clone(),
-                    in_place: false,
-                };
-                analyze_case_on(
-                    OpKind::AlltoAllV,
-                    "put-pairwise",
-                    topology.clone(),
-                    &case,
-                    zero_copy,
-                );
-            }
-        }
+        analyze_all_to_all_v("put-pairwise", topology);
     }
 }
 
@@ -131,6 +111,26 @@ fn analyze_case_on(kind: OpKind, algo: &str, topology: Topology, case: &VCase, z
     );
 }
 
+/// AlltoAllV executor `algo` passes the analyzer on `topology`, over uneven counts with
+/// empty blocks and over dense ones, both modes.
+fn analyze_all_to_all_v(algo: &str, topology: Topology) {
+    let ranks = topology.ranks();
+    for layouts in [
+        all_to_all_v(ranks, |a, b| (a * 3 + b * 5) % 4 * 300),
+        all_to_all_v(ranks, |a, b| 1 + a + b),
+    ] {
+        for zero_copy in [true, false] {
+            let case = VCase {
+                dtype: DataType::F32,
+                op: ReduceOp::Sum,
+                layouts: layouts.clone(),
+                in_place: false,
+            };
+            analyze_case_on(OpKind::AlltoAllV, algo, topology.clone(), &case, zero_copy);
+        }
+    }
+}
+
 fn analyze_blocks(kind: OpKind, algo: &str) {
     for ranks in [1, 2, 3, 5, 8] {
         let uneven: Vec<usize> = (0..ranks).map(|r| (r + 1) % 3 * 700).collect();
@@ -157,19 +157,6 @@ fn vector_executors_pass_the_analyzer() {
     analyze_blocks(OpKind::AllGatherV, "mesh");
     analyze_blocks(OpKind::ReduceScatterV, "mesh");
     for ranks in [1, 2, 3, 5, 8] {
-        for layouts in [
-            all_to_all_v(ranks, |a, b| (a * 3 + b * 5) % 4 * 300),
-            all_to_all_v(ranks, |a, b| 1 + a + b),
-        ] {
-            for zero_copy in [true, false] {
-                let case = VCase {
-                    dtype: DataType::F32,
-                    op: ReduceOp::Sum,
-                    layouts: layouts.clone(),
-                    in_place: false,
-                };
-                analyze_case(OpKind::AlltoAllV, "pairwise", ranks, &case, zero_copy);
-            }
-        }
+        analyze_all_to_all_v("pairwise", Topology::single_server(ranks));
     }
 }
