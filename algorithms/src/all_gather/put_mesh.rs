@@ -8,11 +8,11 @@
 //! round first says the targets are free. Needs every pair of ranks linked.
 
 use super::place_own_block;
-use crate::templates::{put_mesh_all_gather, PutMesh, Round};
-use oxccl_framework::platform::{Buf, Rank};
+use crate::templates::{put_mesh_all_gather, PutMesh};
+use oxccl_framework::platform::Rank;
 use oxccl_framework::{
-    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
-    PlanCtx, ResourceRequest,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers, PlanCtx,
+    ResourceRequest,
 };
 
 /// The put mesh AllGather executor.
@@ -45,19 +45,7 @@ impl Executor for PutMeshAllGather {
             return Ok(());
         }
         let len = blocks[0].1;
-        let mesh = PutMesh {
-            channel: 0,
-            slots: BufRange {
-                buf: Buf::Scratch,
-                offset: 0,
-                len: n * len,
-            },
-            slot_len: len,
-            ready: args.iteration > 0,
-            signal: Round::DataSignal,
-            dtype: args.op.dtype,
-            op: args.op.op,
-        };
+        let mesh = PutMesh::one_phase(args, n, len);
         let held = |r: Rank, c: usize| args.output.at(r, blocks[c].0, blocks[c].1);
         put_mesh_all_gather(ctx, &mesh, &held, !args.output.buf.is_user())
     }

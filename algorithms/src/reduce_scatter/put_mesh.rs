@@ -7,11 +7,11 @@
 //! second iteration of a staged loop on, a ready round first says the slots are free.
 //! Needs every pair of ranks linked.
 
-use crate::templates::{put_mesh_reduce_scatter, PutMesh, Round};
-use oxccl_framework::platform::{Buf, Rank};
+use crate::templates::{put_mesh_reduce_scatter, PutMesh};
+use oxccl_framework::platform::Rank;
 use oxccl_framework::{
-    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
-    PlanCtx, ResourceRequest,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers, PlanCtx,
+    ResourceRequest,
 };
 
 /// The put mesh ReduceScatter executor.
@@ -44,19 +44,7 @@ impl Executor for PutMeshReduceScatter {
         }
         let blocks = args.blocks(n);
         let len = blocks[0].1;
-        let mesh = PutMesh {
-            channel: 0,
-            slots: BufRange {
-                buf: Buf::Scratch,
-                offset: 0,
-                len: n * len,
-            },
-            slot_len: len,
-            ready: args.iteration > 0,
-            signal: Round::DataSignal,
-            dtype: args.op.dtype,
-            op: args.op.op,
-        };
+        let mesh = PutMesh::one_phase(args, n, len);
         let input = |r: Rank, c: usize| args.input.at(r, blocks[c].0, blocks[c].1);
         put_mesh_reduce_scatter(ctx, &mesh, &input, args.output.at(me, 0, len))
     }

@@ -29,8 +29,8 @@
 use super::mesh::mesh_peer;
 use super::peer_round::Round;
 use super::put_ring::ChunkSlice;
-use oxccl_framework::platform::{DataType, Link, Rank, ReduceOp, Slice, StreamProgram};
-use oxccl_framework::{BufRange, Error, KernelCtx};
+use oxccl_framework::platform::{Buf, DataType, Link, Rank, ReduceOp, Slice, StreamProgram};
+use oxccl_framework::{BufRange, Error, KernelArgs, KernelCtx};
 
 oxccl_framework::register_template! {
     name: "put_mesh",
@@ -55,6 +55,25 @@ pub struct PutMesh {
 }
 
 impl PutMesh {
+    /// The mesh of an operation of one phase (AllGather, ReduceScatter): `ranks` slots of
+    /// `slot_len` bytes at the start of Scratch, on channel 0, the DataSignal; a ready round
+    /// from the second iteration of a staged loop on.
+    pub fn one_phase(args: &KernelArgs, ranks: usize, slot_len: usize) -> Self {
+        PutMesh {
+            channel: 0,
+            slots: BufRange {
+                buf: Buf::Scratch,
+                offset: 0,
+                len: ranks * slot_len,
+            },
+            slot_len,
+            ready: args.iteration > 0,
+            signal: Round::DataSignal,
+            dtype: args.op.dtype,
+            op: args.op.op,
+        }
+    }
+
     /// Slot of `sender` in `rank`'s receive area, `len` bytes.
     pub fn slot_of(&self, rank: Rank, sender: Rank, len: usize) -> Slice {
         self.slots.at(rank, sender * self.slot_len, len)
