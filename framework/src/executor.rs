@@ -54,6 +54,17 @@ pub enum Peers {
     List(Vec<Rank>),
 }
 
+impl Peers {
+    /// The peer ranks of rank `me` in a communicator of `ranks`: every other rank for
+    /// [`Peers::All`], the list as given (unchecked) for [`Peers::List`].
+    pub fn expand(&self, me: Rank, ranks: usize) -> Vec<Rank> {
+        match self {
+            Peers::All => (0..ranks).filter(|&p| p != me).collect(),
+            Peers::List(list) => list.clone(),
+        }
+    }
+}
+
 /// An executor's own plan for one rank, computed once in [`Executor::resources`] and read
 /// back by every [`Executor::kernel_run`] call of the operation through
 /// [`KernelCtx::plan`]: a ring order, a schedule of rounds, the levels of a hierarchy —

@@ -11,7 +11,7 @@
 use crate::agreement::CallBoard;
 use crate::config::Config;
 use crate::error::{ArgError, Error};
-use crate::executor::{Mode, Peers, PlanCtx, ResourceRequest};
+use crate::executor::{Mode, PlanCtx, ResourceRequest};
 use crate::limits::{MAX_HOST_THREADS, MAX_RANKS};
 use crate::op::OpParam;
 use crate::planner;
@@ -388,10 +388,7 @@ impl Communicator {
         let scratch = g.scratch_for(&selection.tag, request.scratch_bytes)?;
         let program = Arc::new(program);
         // The fence set: the peers granted to the request (see the platform's epoch fence).
-        let peers = match &request.peers {
-            Peers::All => (0..self.size()).filter(|&p| p != self.rank).collect(),
-            Peers::List(list) => list.clone(),
-        };
+        let peers = request.peers.expand(self.rank, self.size());
         let compiled = g.device.compile(CompileRequest {
             program: program.clone(),
             scratch,

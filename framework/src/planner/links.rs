@@ -1,7 +1,7 @@
 //! The link grant of a resource request, and the check that a program keeps to it.
 
 use crate::error::Error;
-use crate::executor::{Mode, Peers, PlanCtx, ResourceRequest};
+use crate::executor::{Mode, PlanCtx, ResourceRequest};
 use oxccl_platform::{LinkKind, RankProgram, Task};
 
 /// The link kind to every peer this rank may use (`None`: not requested or broken).
@@ -10,12 +10,8 @@ pub(crate) fn grant_links(
     plan: &PlanCtx<'_>,
     req: &ResourceRequest,
 ) -> Result<Vec<Option<LinkKind>>, Error> {
-    let peers: Vec<usize> = match &req.peers {
-        Peers::All => (0..plan.ranks).filter(|&p| p != plan.rank).collect(),
-        Peers::List(list) => list.clone(),
-    };
     let mut links = vec![None; plan.ranks];
-    for peer in peers {
+    for peer in req.peers.expand(plan.rank, plan.ranks) {
         let no_link = |why| Error::NoLink {
             executor: name.to_string(),
             rank: plan.rank,

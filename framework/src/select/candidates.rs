@@ -82,20 +82,14 @@ pub(super) fn infeasible_each(
         match executor.resources(&plan) {
             Err(e) => Some(e.to_string()),
             Ok(request) if full_mesh && request.peers == Peers::All => None,
-            Ok(request) => {
-                let peers: Vec<usize> = match request.peers {
-                    Peers::All => (0..req.ranks).filter(|&p| p != rank).collect(),
-                    Peers::List(list) => list,
-                };
-                peers
-                    .into_iter()
-                    .find(|&p| req.topology.link_kind(rank, p).is_none())
-                    .map(|p| {
-                        format!(
-                            "rank {rank} needs the link to rank {p}, which is broken or missing"
-                        )
-                    })
-            }
+            Ok(request) => request
+                .peers
+                .expand(rank, req.ranks)
+                .into_iter()
+                .find(|&p| req.topology.link_kind(rank, p).is_none())
+                .map(|p| {
+                    format!("rank {rank} needs the link to rank {p}, which is broken or missing")
+                }),
         }
     })
 }
