@@ -191,6 +191,22 @@ pub fn model_programs(
     Ok(engine::run(programs, topology, params, &mut ())?.time_s)
 }
 
+/// The bytes that define `op`'s bandwidth on `ranks` ranks: the larger of rank 0's input
+/// and output buffers (NCCL-tests' algbw numerator).
+pub(crate) fn op_bytes(op: &crate::op::OpParam, ranks: usize) -> usize {
+    let (input, output) = op.buffer_bytes(0, ranks);
+    input.max(output)
+}
+
+/// Algorithm bandwidth, GB/s, of `bytes` moved in `time_s` seconds (0 for no time).
+pub(crate) fn algbw_gbps(bytes: usize, time_s: f64) -> f64 {
+    if time_s > 0.0 {
+        bytes as f64 / time_s / 1e9
+    } else {
+        0.0
+    }
+}
+
 fn model_with(
     rec: &Recording,
     programs: &[&RankProgram],
@@ -199,13 +215,8 @@ fn model_with(
 ) -> Result<CostReport, CostError> {
     params.validate()?;
     let outcome = engine::run(programs, &rec.topology, params, observer)?;
-    let (input, output) = rec.ops[0].buffer_bytes(0, rec.rank_count());
-    let bytes = input.max(output);
-    let algbw_gbps = if outcome.time_s > 0.0 {
-        bytes as f64 / outcome.time_s / 1e9
-    } else {
-        0.0
-    };
+    let bytes = op_bytes(&rec.ops[0], rec.rank_count());
+    let algbw_gbps = algbw_gbps(bytes, outcome.time_s);
     Ok(CostReport {
         time_s: outcome.time_s,
         algbw_gbps,

@@ -31,7 +31,7 @@ use super::cache::{Decision, Key};
 use super::candidates::{screen, Candidate, Judged, Outcome};
 use super::explain::{Estimate, Modelled, Rejection, Source};
 use super::SelectRequest;
-use crate::cost::{estimate, model, CostParams};
+use crate::cost::{algbw_gbps, estimate, model, op_bytes, CostParams};
 use crate::error::Error;
 use crate::executor::ExecutorEntry;
 use crate::planner::sample::representative_ranks;
@@ -155,15 +155,9 @@ fn model_one(
             .map_err(|e| format!("analytic estimate failed: {e}"))?;
         (time_s, Estimate::Analytic)
     };
-    let (input, output) = req.op.buffer_bytes(0, req.ranks);
-    let bytes = input.max(output) as f64;
     Ok(Modelled {
         time_us: time_s * 1e6,
-        algbw_gbps: if time_s > 0.0 {
-            bytes / time_s / 1e9
-        } else {
-            0.0
-        },
+        algbw_gbps: algbw_gbps(op_bytes(req.op, req.ranks), time_s),
         estimate,
     })
 }
