@@ -2,8 +2,9 @@
 //! `oxccl::framework::analyzer::conformance`), one line per executor.
 
 use super::CheckArgs;
-use oxccl::framework::analyzer::conformance::{conformance, shapes, DTYPES};
+use oxccl::framework::analyzer::conformance::{conformance, shapes, Outcome, DTYPES};
 use oxccl::{registry, Config, Error, OpKind};
+use std::fmt;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -23,25 +24,34 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode, Error> {
     {
         let start = Instant::now();
         let out = conformance(entry, &base);
-        let verdict = if out.failures == 0 { "PASS" } else { "FAIL" };
-        all_passed &= out.failures == 0;
-        outln!(
-            "{verdict:<5} {:<16} {:<12} {:<26} {:>6} cases, {:>4} failed, {} shapes skipped by constraints, {:.1} s",
-            entry.op.name(),
-            entry.name,
-            entry.crate_name,
-            out.cases,
-            out.failures,
-            out.skipped_shapes,
-            start.elapsed().as_secs_f64()
+        all_passed &= print_row(
+            &out,
+            format_args!(
+                "{:<16} {:<12} {:<26} {:>6} cases, {:>4} failed, {} shapes skipped by constraints, {:.1} s",
+                entry.op.name(),
+                entry.name,
+                entry.crate_name,
+                out.cases,
+                out.failures,
+                out.skipped_shapes,
+                start.elapsed().as_secs_f64()
+            ),
         );
-        if let Some(first) = out.first_failure {
-            outln!("      first failure: {first}");
-        }
     }
     Ok(if all_passed {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Print one row of a conformance run, `PASS` or `FAIL` then `row`, and under it the
+/// first failure; true when the run passed. Shared with `--all --sequence`.
+pub(super) fn print_row(out: &Outcome, row: fmt::Arguments<'_>) -> bool {
+    let passed = out.failures == 0;
+    outln!("{:<5} {row}", if passed { "PASS" } else { "FAIL" });
+    if let Some(first) = &out.first_failure {
+        outln!("      first failure: {first}");
+    }
+    passed
 }

@@ -78,20 +78,18 @@ pub fn run_pairs(args: &CheckArgs) -> Result<ExitCode, Error> {
             for second in &entries {
                 let start = Instant::now();
                 let out = sequence_conformance(first, second, &base, &shapes, FenceModel::DEVICE);
-                all_passed &= out.failures == 0;
-                outln!(
-                    "{:<5} {:<16} {:<28} {:>5} cases, {:>4} failed, {} shapes skipped, {:.1} s",
-                    if out.failures == 0 { "PASS" } else { "FAIL" },
-                    op.name(),
-                    format!("{} then {}", first.name, second.name),
-                    out.cases,
-                    out.failures,
-                    out.skipped_shapes,
-                    start.elapsed().as_secs_f64()
+                all_passed &= super::matrix::print_row(
+                    &out,
+                    format_args!(
+                        "{:<16} {:<28} {:>5} cases, {:>4} failed, {} shapes skipped, {:.1} s",
+                        op.name(),
+                        format!("{} then {}", first.name, second.name),
+                        out.cases,
+                        out.failures,
+                        out.skipped_shapes,
+                        start.elapsed().as_secs_f64()
+                    ),
                 );
-                if let Some(first) = out.first_failure {
-                    outln!("      first failure: {first}");
-                }
             }
         }
     }
