@@ -42,13 +42,11 @@ pub(crate) fn check(idx: &Index<'_>, ex: &Execution, hb: &mut Hb<'_>, out: &mut 
         }
         found.clear();
         let op = idx.op_of(t);
-        for s in task
-            .reads()
-            .iter()
-            .filter(|s| written[idx.mem_in(op, s.rank, s.buf)])
-        {
+        for s in task.reads() {
             let mem = idx.mem_in(op, s.rank, s.buf);
-            read(idx, hb, &mut mems[mem], t, s, mem, &mut found);
+            if written[mem] {
+                read(idx, hb, &mut mems[mem], t, s, mem, &mut found);
+            }
         }
         for s in task.writes() {
             let mem = idx.mem_in(op, s.rank, s.buf);
