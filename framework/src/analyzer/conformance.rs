@@ -121,9 +121,9 @@ pub struct Outcome {
 }
 
 /// The first problem of one case, if any.
-fn check_case(config: &Config, topo: &Topology, ops: &[OpParam], in_place: bool) -> Option<String> {
+fn check_case(config: Config, topo: &Topology, ops: &[OpParam], in_place: bool) -> Option<String> {
     let what = describe(topo, &ops[0], in_place, config.zero_copy);
-    match Recording::record_each(ops, in_place, config.clone()) {
+    match Recording::record_each(ops, in_place, config) {
         Err(e) => Some(format!("{what}: {e}")),
         Ok(rec) => analyze(&rec)
             .failures
@@ -148,21 +148,43 @@ fn describe(topo: &Topology, op: &OpParam, in_place: bool, zero_copy: bool) -> S
 /// Run `entry` over the matrix; `base` supplies everything but the topology, the executor
 /// and the eager mode.
 pub fn conformance(entry: &ExecutorEntry, base: &Config) -> Outcome {
+    let mut base = base.clone();
+    base.algo.set(Some(entry.op), entry.name);
+    over_matrix(&shapes(), &[entry], &base, cases, |config, topo, case| {
+        let config = Config {
+            zero_copy: case.zero_copy,
+            ..config.clone()
+        };
+        check_case(config, topo, &case.ops, case.in_place)
+    })
+}
+
+/// Run `check` on every case `cases` gives for each of `shapes` (with `base` on that
+/// topology) and count the outcome; a shape any of `entries` excludes by its declared
+/// constraints is skipped.
+fn over_matrix(
+    shapes: &[Topology],
+    entries: &[&ExecutorEntry],
+    base: &Config,
+    cases: fn(OpKind, usize, usize) -> Vec<Case>,
+    mut check: impl FnMut(&Config, &Topology, &Case) -> Option<String>,
+) -> Outcome {
     let mut out = Outcome::default();
-    for topo in shapes() {
-        if entry.constraints.check(topo.ranks(), &topo).is_some() {
+    for topo in shapes {
+        let excluded = entries
+            .iter()
+            .any(|e| e.constraints.check(topo.ranks(), topo).is_some());
+        if excluded {
             out.skipped_shapes += 1;
             continue;
         }
-        let mut config = Config {
+        let config = Config {
             topology: Some(topo.clone()),
             ..base.clone()
         };
-        config.algo.set(Some(entry.op), entry.name);
-        for case in cases(entry.op, topo.ranks(), config.ccl_buffer_bytes) {
+        for case in cases(entries[0].op, topo.ranks(), config.ccl_buffer_bytes) {
             out.cases += 1;
-            config.zero_copy = case.zero_copy;
-            if let Some(problem) = check_case(&config, &topo, &case.ops, case.in_place) {
+            if let Some(problem) = check(&config, topo, &case) {
                 out.failures += 1;
                 out.first_failure.get_or_insert(problem);
             }
@@ -281,28 +303,14 @@ pub fn sequence_conformance(
     shapes: &[Topology],
     model: FenceModel,
 ) -> Outcome {
-    let mut out = Outcome::default();
-    for topo in shapes {
-        let excluded = [first, second]
-            .iter()
-            .any(|e| e.constraints.check(topo.ranks(), topo).is_some());
-        if excluded {
-            out.skipped_shapes += 1;
-            continue;
-        }
-        let config = Config {
-            topology: Some(topo.clone()),
-            ..base.clone()
-        };
-        for case in sequence_cases(first.op, topo.ranks(), config.ccl_buffer_bytes) {
-            out.cases += 1;
-            if let Some(problem) = check_pair(&config, topo, [first, second], &case, model) {
-                out.failures += 1;
-                out.first_failure.get_or_insert(problem);
-            }
-        }
-    }
-    out
+    let entries = [first, second];
+    over_matrix(
+        shapes,
+        &entries,
+        base,
+        sequence_cases,
+        |config, topo, case| check_pair(config, topo, entries, case, model),
+    )
 }
 
 /// Every ordered pair of registered executors of `op` (each also after itself) over the
