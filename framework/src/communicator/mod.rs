@@ -11,11 +11,11 @@
 use crate::agreement::CallBoard;
 use crate::config::Config;
 use crate::error::{ArgError, Error};
-use crate::executor::{Mode, PlanCtx, ResourceRequest};
+use crate::executor::{Mode, ResourceRequest};
 use crate::limits::{MAX_HOST_THREADS, MAX_RANKS};
 use crate::op::OpParam;
 use crate::planner;
-use crate::planner::Planned;
+use crate::planner::{Planned, Setting};
 use crate::select::{select_alg, SelectRequest, Selection};
 use crate::topology::Topology;
 use oxccl_platform::{
@@ -339,16 +339,32 @@ impl Communicator {
     }
 
     fn select_valid(&self, op: &OpParam, in_place: bool) -> Result<Selection, Error> {
+        self.select_with(op, &self.setting(in_place))
+    }
+
+    /// What the planner plans this communicator's calls with (`in_place`: the form called).
+    fn setting(&self, in_place: bool) -> Setting<'_> {
+        let g = &*self.group;
+        Setting {
+            topology: &g.topology,
+            mode: self.mode(),
+            ccl_bytes: g.config.ccl_buffer_bytes,
+            link_channels: g.config.link_channels,
+            in_place,
+        }
+    }
+
+    fn select_with(&self, op: &OpParam, setting: &Setting<'_>) -> Result<Selection, Error> {
         let g = &*self.group;
         let req = SelectRequest {
             op,
             ranks: self.size(),
-            topology: &g.topology,
+            topology: setting.topology,
             bytes: SelectRequest::input_bytes(op, self.rank, self.size()),
-            ccl_bytes: g.config.ccl_buffer_bytes,
-            mode: self.mode(),
-            in_place,
-            link_channels: g.config.link_channels,
+            ccl_bytes: setting.ccl_bytes,
+            mode: setting.mode,
+            in_place: setting.in_place,
+            link_channels: setting.link_channels,
             tune: g.config.tune.as_deref(),
         };
         select_alg(&req, &g.config.algo)
@@ -356,18 +372,11 @@ impl Communicator {
 
     fn build(&self, op: &OpParam, in_place: bool) -> Result<Prepared, Error> {
         let g = &*self.group;
-        let selection = self.select_valid(op, in_place)?;
+        let setting = self.setting(in_place);
+        let selection = self.select_with(op, &setting)?;
         let entry = selection.executor;
         let executor = (entry.make)();
-        let plan = PlanCtx {
-            rank: self.rank,
-            ranks: self.size(),
-            op,
-            topology: &g.topology,
-            mode: self.mode(),
-            ccl_bytes: g.config.ccl_buffer_bytes,
-            in_place,
-        };
+        let plan = setting.ctx(self.rank, op);
         // Planning checks the request against the limits, so the device reserves only
         // for a program that exists.
         let Planned { request, program } = planner::plan(
