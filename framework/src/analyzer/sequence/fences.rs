@@ -11,8 +11,21 @@ use super::FenceModel;
 use crate::executor::{Mode, Peers};
 use oxccl_platform::Rank;
 
+/// Per operation and rank, the peers it granted ([`granted`]): the fences and the grant
+/// rule both read them.
+pub(super) type Grants = Vec<Vec<Vec<Rank>>>;
+
+/// Every operation's grants in `idx`.
+pub(super) fn grants(idx: &Index<'_>) -> Grants {
+    let n = idx.rec.rank_count();
+    idx.recs
+        .iter()
+        .map(|rec| (0..n).map(|r| granted(rec, r)).collect())
+        .collect()
+}
+
 /// The peers granted to `owner` in `rec`, in ascending order, without `owner`.
-pub(super) fn granted(rec: &Recording, owner: Rank) -> Vec<Rank> {
+fn granted(rec: &Recording, owner: Rank) -> Vec<Rank> {
     let n = rec.rank_count();
     let mut peers: Vec<Rank> = match &rec.ranks[owner].request.peers {
         Peers::All => (0..n).filter(|&p| p != owner).collect(),
@@ -28,7 +41,7 @@ pub(super) fn granted(rec: &Recording, owner: Rank) -> Vec<Rank> {
 }
 
 /// The fence barriers of the sequence in `idx`, and their closure.
-pub(super) fn build(idx: &Index<'_>, model: FenceModel) -> (Fences, Closure) {
+pub(super) fn build(idx: &Index<'_>, grants: &Grants, model: FenceModel) -> (Fences, Closure) {
     let (ops, n) = (idx.recs.len(), idx.rec.rank_count());
     let mut fences = Fences::none(idx.streams.len());
     let mut end = vec![vec![NONE; n]; ops];
@@ -42,7 +55,7 @@ pub(super) fn build(idx: &Index<'_>, model: FenceModel) -> (Fences, Closure) {
             let mut ends = Vec::new();
             if k > 0 {
                 let start = fences.barriers.len() as u32;
-                direct[k][a] = start_after(idx, model, k, a);
+                direct[k][a] = start_after(idx, grants, model, k, a);
                 fences.barriers.push(Barrier {
                     streams: Vec::new(),
                     barriers: direct[k][a].iter().map(|&p| end[k - 1][p]).collect(),
@@ -68,14 +81,20 @@ pub(super) fn build(idx: &Index<'_>, model: FenceModel) -> (Fences, Closure) {
 }
 
 /// The ranks whose operation `k-1` rank `a`'s operation `k` starts after.
-fn start_after(idx: &Index<'_>, model: FenceModel, k: usize, a: Rank) -> Vec<Rank> {
+fn start_after(
+    idx: &Index<'_>,
+    grants: &Grants,
+    model: FenceModel,
+    k: usize,
+    a: Rank,
+) -> Vec<Rank> {
     let mut peers = vec![a];
     if model.entry {
-        peers.extend(granted(idx.recs[k], a));
+        peers.extend(&grants[k][a]);
     }
     let exit = model.exit && idx.recs[k - 1].mode == Mode::Direct;
     if exit || (model.entry && model.entry_previous) {
-        peers.extend(granted(idx.recs[k - 1], a));
+        peers.extend(&grants[k - 1][a]);
     }
     peers.sort_unstable();
     peers.dedup();

@@ -6,7 +6,7 @@
 use super::super::bounds::show;
 use super::super::index::{Index, TaskId};
 use super::super::report::{Check, Collector};
-use super::fences::granted;
+use super::fences::Grants;
 use oxccl_platform::{NotifyId, Rank, Slice, Task};
 
 /// What a task does to another rank's notify or memory (described only when reported).
@@ -35,13 +35,8 @@ impl Touch<'_> {
 }
 
 /// Run the grant rule over every task of every operation.
-pub(super) fn check(idx: &Index<'_>, out: &mut Collector) {
+pub(super) fn check(idx: &Index<'_>, grants: &Grants, out: &mut Collector) {
     let n = idx.rec.rank_count();
-    let grants: Vec<Vec<Vec<Rank>>> = idx
-        .recs
-        .iter()
-        .map(|rec| (0..n).map(|r| granted(rec, r)).collect())
-        .collect();
     let (mut touches, mut seen): (Vec<Touch<'_>>, Vec<Rank>) = (Vec::new(), Vec::new());
     for id in idx.ids() {
         let (g, me) = (&grants[idx.op_of(id)], idx.loc(id).rank);

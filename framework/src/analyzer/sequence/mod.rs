@@ -188,9 +188,10 @@ pub fn analyze_sequence_with(
 ) -> Result<Report, SequenceError> {
     compatible(recs)?;
     let idx = Index::sequence(recs);
-    let (fences, closure) = fences::build(&idx, model);
+    let grants = fences::grants(&idx);
+    let (fences, closure) = fences::build(&idx, &grants, model);
     let mut out = Collector::default();
-    grants::check(&idx, &mut out);
+    grants::check(&idx, &grants, &mut out);
     let ex = schedule::run_fenced(&idx, &fences);
     schedule::check_deadlock(&idx, &ex, &mut out);
     stale::check(&idx, &ex, &mut out);
