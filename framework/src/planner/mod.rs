@@ -105,6 +105,10 @@ pub fn plan(
     ctx: &PlanCtx<'_>,
     layout: NotifyLayout,
 ) -> Result<Planned, Error> {
+    // The loop derives offsets from the op's count, blocks and layout without checking
+    // each product again: that rests on the shape being valid, so the planner checks it
+    // itself rather than trusting every caller (a plugin may call it directly).
+    ctx.op.validate_shape(ctx.rank, ctx.ranks)?;
     let request = executor.resources(ctx)?;
     let program = plan_program(name, executor, ctx, &request, layout)?;
     Ok(Planned { request, program })
@@ -124,6 +128,7 @@ pub fn granted_links(
 mod tests {
     use super::*;
     use crate::executor::{KernelArgs, KernelCtx, Peers};
+    use crate::op::OpKind;
     use oxccl_platform::{DataType, ReduceOp};
 
     /// Stores its rank count as its plan in `resources()`, and reads it back as `T`.
@@ -172,5 +177,26 @@ mod tests {
                 if executor == "planned" && expected.contains("String") && *found == "u32"),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn an_invalid_shape_is_refused_before_the_executor_is_asked() {
+        let topology = Topology::single_server(4);
+        let setting = Setting {
+            topology: &topology,
+            mode: Mode::Staged,
+            ccl_bytes: 1 << 16,
+            link_channels: 2,
+            in_place: false,
+        };
+        // Root 9 of 4 ranks, and a count whose blocks times the ranks pass every limit.
+        let bad_root = OpParam::rooted(OpKind::Broadcast, 8, DataType::F32, ReduceOp::Sum, 9);
+        let huge = OpParam::all_gather(usize::MAX / 2, DataType::F32);
+        let executor = Planned::<u32>(std::marker::PhantomData);
+        for op in [bad_root, huge] {
+            let err =
+                plan("planned", &executor, &setting.ctx(1, &op), setting.layout()).unwrap_err();
+            assert!(matches!(err, Error::Arg(_)), "{op:?}: {err:?}");
+        }
     }
 }
