@@ -391,14 +391,16 @@ pub trait Device: Send + Sync + std::fmt::Debug {
         let started = unsafe { self.submit(group) };
         started
             .into_iter()
-            .map(|c| {
-                let mut completion = c?;
-                loop {
-                    if let Some(outcome) = completion.wait(timeout) {
-                        return outcome;
-                    }
-                }
-            })
+            .map(|c| wait_out(&mut *c?, timeout))
             .collect()
+    }
+}
+
+/// Wait for `completion` until it reports its outcome, `timeout` at a time.
+pub fn wait_out(completion: &mut dyn Completion, timeout: Duration) -> Result<(), DeviceError> {
+    loop {
+        if let Some(outcome) = completion.wait(timeout) {
+            return outcome;
+        }
     }
 }

@@ -83,7 +83,13 @@ pub(crate) struct HostProgram {
     pub streams: Vec<Vec<Op>>,
     /// Local slots of the fence peers.
     pub peer_slots: Arc<[usize]>,
+    /// Latency-bound: its data tasks move at most [`INLINE_BYTES`] in all, so its streams
+    /// run on the submitting thread rather than wake a worker (see the pool).
+    pub small: bool,
 }
+
+/// Programs whose data tasks move at most this many bytes in all are small.
+pub(crate) const INLINE_BYTES: usize = 64 << 10;
 
 // SAFETY: the raw pointers in `Place::Fixed` point into device-owned buffers that live as
 // long as the device (and its `Shared`, which every launch holds); they are only
@@ -117,6 +123,7 @@ pub(crate) fn compile(
     };
     let mut streams = Vec::with_capacity(program.streams.len());
     let mut tasks = 0;
+    let mut moved = 0usize;
     for (s, stream) in program.streams.iter().enumerate() {
         let mut ops = Vec::with_capacity(stream.tasks.len());
         for (t, task) in stream.tasks.iter().enumerate() {
@@ -166,6 +173,9 @@ pub(crate) fn compile(
                 }
                 Task::Copy { .. } | Task::Reduce { .. } => Op::Data(Box::new(c.data(task, at)?)),
             };
+            if let Op::Data(d) = &op {
+                moved = moved.saturating_add(d.len.saturating_mul(d.dsts.len()));
+            }
             ops.push(op);
             tasks += 1;
         }
@@ -185,6 +195,7 @@ pub(crate) fn compile(
             slot,
             streams,
             peer_slots,
+            small: moved <= INLINE_BYTES,
         }),
     }))
 }

@@ -35,41 +35,63 @@ struct Prepared {
     dsts: Ptrs<*mut u8>,
     len: usize,
     /// Registrations of peers' user buffers the pointers point into.
-    _keep: SmallVec<[Arc<UserRegions>; 2]>,
+    keep: SmallVec<[Arc<UserRegions>; 2]>,
 }
 
 /// Pointer lists sized for a mesh of up to 16 ranks without touching the heap.
 type Ptrs<T> = SmallVec<[T; 16]>;
 
 // SAFETY: the pointers were checked against live regions (at compile for device buffers,
-// at submit for the rank's own user buffers, here for peers'), and `_keep` holds the
+// at submit for the rank's own user buffers, here for peers'), and `keep` holds the
 // registrations of peers' user buffers, so they stay valid while this lives.
 unsafe impl Send for Prepared {}
 // SAFETY: as above; chunks touch disjoint byte ranges.
 unsafe impl Sync for Prepared {}
 
 impl Prepared {
+    /// An unbound task of `task`'s kind and length.
+    fn new(task: &DataOp) -> Self {
+        Prepared {
+            kind: task.kind,
+            srcs: Ptrs::new(),
+            dsts: Ptrs::new(),
+            len: task.len,
+            keep: SmallVec::new(),
+        }
+    }
+
+    /// Run the whole task (the common case: no chunk offsets to apply).
+    fn run_all(&self) {
+        // SAFETY: as in `run_range`, with `from = 0` and `len = self.len`.
+        unsafe { self.run_at(&self.srcs, &self.dsts, self.len) }
+    }
+
     /// Run bytes `[from, from + len)` of the task.
     fn run_range(&self, from: usize, len: usize) {
+        let srcs: Ptrs<*const u8> = self.srcs.iter().map(|p| p.wrapping_add(from)).collect();
+        let dsts: Ptrs<*mut u8> = self.dsts.iter().map(|p| p.wrapping_add(from)).collect();
+        // SAFETY: `from + len <= self.len`, and chunk offsets are multiples of 64, so the
+        // shifted pointers keep the bounds and alignment `run_at` needs.
+        unsafe { self.run_at(&srcs, &dsts, len) }
+    }
+
+    /// # Safety
+    /// `srcs` and `dsts` are this task's operands, shifted alike by at most
+    /// `self.len - len` bytes: bounds, alignment to the element size and that every dst
+    /// either equals a src or overlaps none were checked at compile (static operands),
+    /// submit (own user buffers) or in `bind` (peers').
+    unsafe fn run_at(&self, srcs: &[*const u8], dsts: &[*mut u8], len: usize) {
         match self.kind {
             Kind::Copy => {
-                for &dst in &self.dsts {
-                    // SAFETY: bounds and non-overlap of src/dst were checked (compile,
-                    // submit or `bind`); `from + len <= self.len`.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(self.srcs[0].add(from), dst.add(from), len)
-                    }
+                for &dst in dsts {
+                    // SAFETY: see the function's contract (a Copy's dst overlaps no src).
+                    unsafe { std::ptr::copy_nonoverlapping(srcs[0], dst, len) }
                 }
             }
-            Kind::Reduce(dtype, op) => {
-                let srcs: Ptrs<*const u8> =
-                    self.srcs.iter().map(|p| p.wrapping_add(from)).collect();
-                let dsts: Ptrs<*mut u8> = self.dsts.iter().map(|p| p.wrapping_add(from)).collect();
-                // SAFETY: bounds, alignment to the element size (chunk offsets are
-                // multiples of 64) and that every dst either equals a src or overlaps
-                // none were checked at compile (static operands) or in `bind` (dynamic).
-                unsafe { reduce_raw(dtype, op, &srcs, &dsts, len / dtype.size()) }
-            }
+            // SAFETY: see the function's contract.
+            Kind::Reduce(dtype, op) => unsafe {
+                reduce_raw(dtype, op, srcs, dsts, len / dtype.size())
+            },
         }
     }
 }
@@ -80,10 +102,11 @@ pub(crate) fn run_data_task(
     task: &DataOp,
     at: TaskLocation,
 ) -> Result<Step, DeviceError> {
-    let prepared = bind(launch, task, at)?;
+    let mut prepared = Prepared::new(task);
+    bind(launch, task, at, &mut prepared)?;
     let threads = launch.shared.pool.threads();
     if prepared.len < SPLIT_BYTES || threads < 2 {
-        prepared.run_range(0, prepared.len);
+        prepared.run_all();
         return Ok(Step::Next);
     }
     let chunk = (prepared.len / (threads * 4))
@@ -153,80 +176,80 @@ fn static_ptr(launch: &Launch, o: &Operand) -> *mut u8 {
     }
 }
 
-/// Bind a compiled task's operands to memory: static ones directly, a dynamic task's
-/// peer operands after checking them against the peer's binding, and then its overlaps.
-fn bind(launch: &Launch, task: &DataOp, at: TaskLocation) -> Result<Prepared, DeviceError> {
-    let mut keep = SmallVec::new();
+/// Bind a compiled task's operands to memory, into `p`: static ones directly, a dynamic
+/// task's peer operands after checking them against the peer's binding, and then its
+/// overlaps.
+fn bind(
+    launch: &Launch,
+    task: &DataOp,
+    at: TaskLocation,
+    p: &mut Prepared,
+) -> Result<(), DeviceError> {
     if !task.dynamic {
-        return Ok(Prepared {
-            kind: task.kind,
-            srcs: task
-                .srcs
-                .iter()
-                .map(|o| static_ptr(launch, o) as *const u8)
-                .collect(),
-            dsts: task.dsts.iter().map(|o| static_ptr(launch, o)).collect(),
-            len: task.len,
-            _keep: keep,
-        });
+        p.srcs
+            .extend(task.srcs.iter().map(|o| static_ptr(launch, o) as *const u8));
+        p.dsts
+            .extend(task.dsts.iter().map(|o| static_ptr(launch, o)));
+        return Ok(());
     }
-    let invalid = |slice: Slice, fault| DeviceError::InvalidSlice { at, slice, fault };
-    let mut resolve = |o: &Operand, write: bool| -> Result<Bound, DeviceError> {
-        let Place::Peer(slot) = o.place else {
-            return Ok(Bound(static_ptr(launch, o), o.slice));
-        };
-        let slice = o.slice;
-        let (region, reg) = launch
-            .shared
-            .memory
-            .peer_user(slot, slice.rank, slice.buf, launch.epoch)
-            .map_err(|f| invalid(slice, f))?;
-        let inside = slice
-            .offset
-            .checked_add(slice.len)
-            .is_some_and(|end| end <= region.len);
-        if !inside {
-            return Err(invalid(
-                slice,
-                SliceFault::OutOfBounds {
-                    buffer_len: region.len,
-                },
-            ));
-        }
-        if write && !region.writable {
-            return Err(invalid(slice, SliceFault::ReadOnly));
-        }
-        // SAFETY: `offset + len` did not overflow and is at most `region.len`; `reg`
-        // (kept with the prepared task) keeps the peer's buffer registered.
-        let ptr = unsafe { region.ptr.add(slice.offset) };
-        if let Kind::Reduce(dtype, _) = task.kind {
-            if !(ptr as usize).is_multiple_of(dtype.size()) {
-                return Err(invalid(slice, SliceFault::Misaligned { dtype }));
-            }
-        }
-        keep.push(reg);
-        Ok(Bound(ptr, slice))
-    };
-    let srcs = task
-        .srcs
-        .iter()
-        .map(|o| resolve(o, false))
-        .collect::<Result<Ptrs<_>, _>>()?;
-    let dsts = task
-        .dsts
-        .iter()
-        .map(|o| resolve(o, true))
-        .collect::<Result<Ptrs<_>, _>>()?;
+    let invalid = |(slice, fault)| DeviceError::InvalidSlice { at, slice, fault };
+    // Plain loops with a small error type: this runs for every zero-copy task, and
+    // collecting through `Result<_, DeviceError>` moves a large error-sized value per
+    // operand.
+    let mut srcs: Ptrs<Bound> = Ptrs::new();
+    for o in &task.srcs {
+        srcs.push(resolve(launch, task, o, false, &mut p.keep).map_err(invalid)?);
+    }
+    let mut dsts: Ptrs<Bound> = Ptrs::new();
+    for o in &task.dsts {
+        dsts.push(resolve(launch, task, o, true, &mut p.keep).map_err(invalid)?);
+    }
     let reduce = matches!(task.kind, Kind::Reduce(..));
-    check_overlaps(&srcs, &dsts, task.len, reduce, |b| (0, b.0 as usize))
-        .map_err(|(slice, fault)| invalid(slice, fault))?;
-    Ok(Prepared {
-        kind: task.kind,
-        srcs: srcs.iter().map(|b| b.0 as *const u8).collect(),
-        dsts: dsts.iter().map(|b| b.0).collect(),
-        len: task.len,
-        _keep: keep,
-    })
+    check_overlaps(&srcs, &dsts, task.len, reduce, |b| (0, b.0 as usize)).map_err(invalid)?;
+    p.srcs.extend(srcs.iter().map(|b| b.0 as *const u8));
+    p.dsts.extend(dsts.iter().map(|b| b.0));
+    Ok(())
+}
+
+/// Bind one operand of a dynamic task: a peer's user-buffer slice is checked against the
+/// peer's binding (inside, writable, aligned) and its registration kept in `keep`.
+fn resolve(
+    launch: &Launch,
+    task: &DataOp,
+    o: &Operand,
+    write: bool,
+    keep: &mut SmallVec<[Arc<UserRegions>; 2]>,
+) -> Result<Bound, (Slice, SliceFault)> {
+    let Place::Peer(slot) = o.place else {
+        return Ok(Bound(static_ptr(launch, o), o.slice));
+    };
+    let slice = o.slice;
+    let (region, reg) = launch
+        .shared
+        .memory
+        .peer_user(slot, slice.rank, slice.buf, launch.epoch)
+        .map_err(|f| (slice, f))?;
+    let inside = slice
+        .offset
+        .checked_add(slice.len)
+        .is_some_and(|end| end <= region.len);
+    if !inside {
+        let buffer_len = region.len;
+        return Err((slice, SliceFault::OutOfBounds { buffer_len }));
+    }
+    if write && !region.writable {
+        return Err((slice, SliceFault::ReadOnly));
+    }
+    // SAFETY: `offset + len` did not overflow and is at most `region.len`; `reg` (kept
+    // with the prepared task) keeps the peer's buffer registered.
+    let ptr = unsafe { region.ptr.add(slice.offset) };
+    if let Kind::Reduce(dtype, _) = task.kind {
+        if !(ptr as usize).is_multiple_of(dtype.size()) {
+            return Err((slice, SliceFault::Misaligned { dtype }));
+        }
+    }
+    keep.push(reg);
+    Ok(Bound(ptr, slice))
 }
 
 /// An operand bound to its address.

@@ -123,15 +123,18 @@ pub(crate) enum Step {
 #[derive(Copy, Clone)]
 enum Phase {
     Gated(Instant),
-    /// Waiting for fence peer `peers[index]` to finish `needed`, since then.
+    /// Waiting for fence peer `peers[index]` to finish `needed`, since then (`None`:
+    /// not waited yet; the clock is read only when a peer is found missing, which keeps
+    /// it off the path of small operations).
     Fenced {
-        since: Instant,
+        since: Option<Instant>,
         index: usize,
         needed: u64,
     },
     Running,
+    /// As `Fenced`, for the exit fence.
     Exiting {
-        since: Instant,
+        since: Option<Instant>,
         index: usize,
     },
     /// Ended before it started (its gate refused it, or the device stopped).
@@ -173,11 +176,10 @@ impl Launch {
     ) -> Arc<Self> {
         let streams = program.streams.len();
         let entry_peers = shared.fences[program.slot].entry_peers(&program.peer_slots);
-        let now = Instant::now();
         let phase = match gated {
-            true => Phase::Gated(now),
+            true => Phase::Gated(Instant::now()),
             false => Phase::Fenced {
-                since: now,
+                since: None,
                 index: 0,
                 needed: epoch.saturating_sub(1),
             },
@@ -212,7 +214,7 @@ impl Launch {
                 let mut phase = self.phase.lock();
                 if let Phase::Gated(_) = *phase {
                     *phase = Phase::Fenced {
-                        since: Instant::now(),
+                        since: None,
                         index: 0,
                         needed: self.epoch.saturating_sub(1),
                     };
@@ -246,8 +248,8 @@ impl Launch {
                 }
                 *phase = Phase::Fenced {
                     since: match *phase {
-                        Phase::Fenced { since, .. } => since,
-                        _ => Instant::now(),
+                        Phase::Fenced { since, .. } => since.or_else(|| Some(Instant::now())),
+                        _ => Some(Instant::now()),
                     },
                     index,
                     needed,
@@ -293,7 +295,7 @@ impl Launch {
                 return self.complete();
             }
             *phase = Phase::Exiting {
-                since: Instant::now(),
+                since: None,
                 index: 0,
             };
         }
@@ -313,6 +315,7 @@ impl Launch {
                 let Phase::Exiting { since, .. } = *phase else {
                     return;
                 };
+                let since = since.or_else(|| Some(Instant::now()));
                 *phase = Phase::Exiting { since, index };
             }
             let me = self.clone();
@@ -364,19 +367,26 @@ impl Launch {
         }
     }
 
-    /// Queue stream `s` to run from its current task.
+    /// Queue stream `s` to run from its current task: a small program's quietly, for the
+    /// submitting thread to run (see the pool).
     pub(crate) fn schedule(self: &Arc<Self>, s: usize) {
         let me = self.clone();
-        self.shared.pool.push(Box::new(move || run_stream(&me, s)));
+        let job = Box::new(move || run_stream(&me, s));
+        match self.program.small {
+            true => self.shared.pool.push_quiet(job),
+            false => self.shared.pool.push(job),
+        }
     }
 
-    /// Make stream `s` runnable from a worker: run it next on this worker if the others
-    /// are busy (see the pool).
+    /// Make stream `s` runnable again: a small program's quietly; otherwise next on this
+    /// worker if the others are busy (see the pool).
     pub(crate) fn resume(self: &Arc<Self>, s: usize) {
         let me = self.clone();
-        self.shared
-            .pool
-            .push_local(Box::new(move || run_stream(&me, s)));
+        let job = Box::new(move || run_stream(&me, s));
+        match self.program.small {
+            true => self.shared.pool.push_quiet(job),
+            false => self.shared.pool.push_local(job),
+        }
     }
 
     /// Move stream `s` past its current task (used by the chunk machinery).
@@ -472,10 +482,14 @@ impl Launch {
         self: &Arc<Self>,
         timeout: Duration,
     ) -> Option<Result<(), DeviceError>> {
+        let mut done = self.done.lock();
+        if *done {
+            drop(done);
+            return Some(self.result());
+        }
         let limit = self.shared.config.exec_timeout;
         let tick = (limit / 8).clamp(Duration::from_millis(1), Duration::from_millis(500));
         let deadline = crate::gate::deadline_after(timeout);
-        let mut done = self.done.lock();
         while !*done {
             let now = Instant::now();
             if now >= deadline {
@@ -485,6 +499,9 @@ impl Launch {
             if *done {
                 break;
             }
+            // A quiet job left by a drainer that stopped (see the pool) must not wait for
+            // the next push.
+            self.shared.pool.kick();
             if let Some(err) = self.overdue() {
                 drop(done);
                 self.abort(err);
@@ -500,8 +517,8 @@ impl Launch {
         let timeout = self.shared.config.exec_timeout;
         // The entry fence walks `entry_peers`, the exit fence the program's own peers;
         // both hold local slots, whose communicator rank the configuration names.
-        let fence_timeout = |since: Instant, slots: &[usize], index: usize, needed: u64| {
-            let waited = since.elapsed();
+        let fence_timeout = |since: Option<Instant>, slots: &[usize], index: usize, needed: u64| {
+            let waited = since?.elapsed();
             let slot = slots.get(index)?;
             (waited >= timeout).then(|| DeviceError::FenceTimeout {
                 rank: self.rank(),

@@ -6,6 +6,11 @@
 //! Reduce tasks are split across idle workers. User buffers are registered for the
 //! duration of each submission, so peers can read and write them directly (zero-copy).
 //!
+//! Small launches (at most [`compile::INLINE_BYTES`] moved) never wake a worker: the
+//! submitting thread queues their streams quietly and runs them itself while it waits
+//! (see [`pool`]). On a machine with fewer cores than ranks, a futex wake and a context
+//! switch cost more than a 1 KiB collective's whole work.
+//!
 //! Files: `memory` (buffers and user-buffer registry), `compile` (programs resolved and
 //! checked once), `launch` (a submission: gate, fences, streams, notifies, timeouts),
 //! `fence` (per-rank `done_epoch`), `exec` (Copy/Reduce), `pool` (workers). The signal
@@ -136,6 +141,38 @@ impl HostDevice {
             registration: Some(registration),
         })
     }
+
+    /// Start every submission of a group; a part that cannot start stops the device.
+    fn start_group(&self, group: Vec<Submission<'_>>) -> Vec<Result<HostCompletion, DeviceError>> {
+        let mut results = Vec::new();
+        let mut start_error = None;
+        for s in group {
+            let rank = s.compiled.rank;
+            match self.start(s) {
+                Ok(c) => results.push(Ok(c)),
+                Err(err) => {
+                    let stops = !matches!(
+                        err,
+                        DeviceError::Aborted { .. } | DeviceError::Refused { .. }
+                    );
+                    if stops && start_error.is_none() {
+                        start_error = Some((rank, err.clone()));
+                    }
+                    results.push(Err(err));
+                }
+            }
+        }
+        // A part of the group that could not start leaves its peers waiting for it: stop
+        // the device, which aborts every launch in flight (this group's and others').
+        if let Some((rank, error)) = start_error {
+            let cause = AbortCause::PeerFailed {
+                rank,
+                error: Arc::new(error),
+            };
+            self.shared.stop(cause, None);
+        }
+        results
+    }
 }
 
 fn user_regions(user: UserBuffers<'_>, epoch: u64) -> UserRegions {
@@ -191,8 +228,8 @@ impl Completion for HostCompletion {
     fn wait(&mut self, timeout: Duration) -> Option<Result<(), DeviceError>> {
         // Work instead of sleeping while the queue has jobs: small operations then finish
         // on this thread without a wakeup.
-        let pool = &self.launch.shared.pool;
-        while !self.launch.is_done() && pool.run_one() {}
+        let launch = &self.launch;
+        launch.shared.pool.drain(|| !launch.is_done());
         let outcome = self.launch.wait_done(timeout)?;
         self.finish();
         Some(outcome)
@@ -205,6 +242,8 @@ impl Drop for HostCompletion {
     /// `submit`'s safety contract).
     fn drop(&mut self) {
         if self.registration.is_some() {
+            let launch = &self.launch;
+            launch.shared.pool.drain(|| !launch.is_done());
             while self
                 .launch
                 .wait_done(self.launch.shared.config.exec_timeout)
@@ -281,34 +320,30 @@ impl Device for HostDevice {
         &self,
         group: Vec<Submission<'_>>,
     ) -> Vec<Result<Box<dyn Completion + '_>, DeviceError>> {
-        let mut results: Vec<Result<Box<dyn Completion>, DeviceError>> = Vec::new();
-        let mut start_error = None;
-        for s in group {
-            let rank = s.compiled.rank;
-            match self.start(s) {
-                Ok(c) => results.push(Ok(Box::new(c))),
-                Err(err) => {
-                    let stops = !matches!(
-                        err,
-                        DeviceError::Aborted { .. } | DeviceError::Refused { .. }
-                    );
-                    if stops && start_error.is_none() {
-                        start_error = Some((rank, err.clone()));
-                    }
-                    results.push(Err(err));
-                }
-            }
-        }
-        // A part of the group that could not start leaves its peers waiting for it: stop
-        // the device, which aborts every launch in flight (this group's and others').
-        if let Some((rank, error)) = start_error {
-            let cause = AbortCause::PeerFailed {
-                rank,
-                error: Arc::new(error),
-            };
-            self.shared.stop(cause, None);
-        }
-        results
+        // The caller waits for (or drops) every completion, and both drain the queue.
+        self.shared
+            .pool
+            .quiet(|| self.start_group(group))
+            .into_iter()
+            .map(|c| c.map(|c| Box::new(c) as Box<dyn Completion>))
+            .collect()
+    }
+
+    /// Submit, then run queued jobs on this thread until every launch of the group is done
+    /// (a small group never wakes a worker), then collect the outcomes.
+    fn run(&self, group: Vec<Submission<'_>>) -> Vec<Result<(), DeviceError>> {
+        let timeout = self.shared.config.exec_timeout;
+        let pool = &self.shared.pool;
+        let started = pool.quiet(|| self.start_group(group));
+        pool.drain(|| {
+            started
+                .iter()
+                .any(|c| c.as_ref().is_ok_and(|c| !c.launch.is_done()))
+        });
+        started
+            .into_iter()
+            .map(|c| crate::device::wait_out(&mut c?, timeout))
+            .collect()
     }
 
     fn retire(&self, rank: Rank, epoch: u64) -> Result<(), DeviceError> {

@@ -9,6 +9,15 @@
 //! a Post, say) stays on that worker in a one-job local slot and runs next, skipping the
 //! queue and a wakeup; if some worker is idle, it goes to the queue so the idle one takes it.
 //!
+//! A thread that submits a launch and then waits for it *drains* the queue: it runs queued
+//! jobs instead of sleeping ([`WorkerPool::drain`]). Small launches (latency-bound: a few
+//! KiB moved) are pushed *quietly* while their submitter is inside [`WorkerPool::quiet`] or
+//! draining: no worker is woken, the submitting thread runs them itself, and an 8-rank
+//! 1 KiB collective costs no futex call and no context switch. Waking a worker costs more
+//! than such a launch's whole work on an oversubscribed machine. A quiet job is never
+//! stranded: a drain that ends with jobs still queued wakes the workers, and a waiter
+//! whose launch is not done checks for queued jobs every tick it wakes.
+//!
 //! Memory ordering: pushing a job and popping it go through the queue's mutex, so everything
 //! the pushing thread wrote before `push` is visible to the thread that runs the job. A job
 //! kept in the local slot runs later on the same thread.
@@ -27,6 +36,8 @@ struct Queue {
     ready: Condvar,
     /// Workers waiting for a job.
     idle: AtomicUsize,
+    /// Jobs the workers ran (the submitting threads' are not counted).
+    worker_jobs: AtomicUsize,
 }
 
 thread_local! {
@@ -34,6 +45,9 @@ thread_local! {
     static WORKER_OF: Cell<usize> = const { Cell::new(0) };
     /// The job this worker runs next.
     static NEXT: RefCell<Option<Job>> = const { RefCell::new(None) };
+    /// The queue this thread will drain before it sleeps (0: none): quiet pushes to it
+    /// wake no worker.
+    static DRAINS: Cell<usize> = const { Cell::new(0) };
 }
 
 /// A fixed-size pool of worker threads.
@@ -62,6 +76,7 @@ impl WorkerPool {
             jobs: Mutex::new((VecDeque::new(), false)),
             ready: Condvar::new(),
             idle: AtomicUsize::new(0),
+            worker_jobs: AtomicUsize::new(0),
         });
         let mut pool = WorkerPool {
             queue,
@@ -81,10 +96,55 @@ impl WorkerPool {
         self.threads.len()
     }
 
+    /// Jobs the worker threads ran so far.
+    #[cfg(test)]
+    pub(crate) fn worker_jobs(&self) -> usize {
+        self.queue.worker_jobs.load(Ordering::Relaxed)
+    }
+
     /// Queue a job.
     pub(crate) fn push(&self, job: Job) {
         self.queue.jobs.lock().0.push_back(job);
         self.queue.ready.notify_one();
+    }
+
+    /// Queue a small job: without waking a worker when this thread will drain the queue
+    /// (inside [`Self::quiet`] or [`Self::drain`]), as [`Self::push_local`] otherwise.
+    pub(crate) fn push_quiet(&self, job: Job) {
+        if DRAINS.get() == self.id() {
+            self.queue.jobs.lock().0.push_back(job);
+        } else {
+            self.push_local(job);
+        }
+    }
+
+    /// Run `f` with this thread marked as one that will drain the queue: the caller must
+    /// [`Self::drain`] afterwards (a submitter that then waits for its launches).
+    pub(crate) fn quiet<T>(&self, f: impl FnOnce() -> T) -> T {
+        let prev = DRAINS.replace(self.id());
+        let out = f();
+        DRAINS.set(prev);
+        out
+    }
+
+    /// Run queued jobs on this thread while `busy()` holds and the queue has any (quiet
+    /// pushes meanwhile stay on this thread); jobs still queued afterwards wake the workers.
+    pub(crate) fn drain(&self, mut busy: impl FnMut() -> bool) {
+        let prev = DRAINS.replace(self.id());
+        while busy() && self.run_one() {}
+        DRAINS.set(prev);
+        self.kick();
+    }
+
+    /// Wake the workers if jobs are queued (a quiet job whose drainer stopped).
+    pub(crate) fn kick(&self) {
+        if !self.queue.jobs.lock().0.is_empty() {
+            self.queue.ready.notify_all();
+        }
+    }
+
+    fn id(&self) -> usize {
+        Arc::as_ptr(&self.queue) as usize
     }
 
     /// Run one queued job on the calling thread; false if the queue was empty. Lets a thread
@@ -102,7 +162,7 @@ impl WorkerPool {
 
     /// Run `job` next on this worker when no other worker is idle; otherwise queue it.
     pub(crate) fn push_local(&self, job: Job) {
-        let mine = WORKER_OF.get() == Arc::as_ptr(&self.queue) as usize;
+        let mine = WORKER_OF.get() == self.id();
         let job = if mine && self.queue.idle.load(Ordering::Relaxed) == 0 {
             match NEXT.with_borrow_mut(|next| {
                 if next.is_none() {
@@ -140,8 +200,10 @@ fn worker(queue: &Arc<Queue>) {
             }
         };
         job();
+        queue.worker_jobs.fetch_add(1, Ordering::Relaxed);
         while let Some(next) = NEXT.with_borrow_mut(Option::take) {
             next();
+            queue.worker_jobs.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

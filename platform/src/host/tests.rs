@@ -161,6 +161,42 @@ fn a_post_orders_a_remote_write_before_the_waiting_stream() {
 }
 
 #[test]
+fn small_groups_run_on_the_submitting_thread_and_wake_no_worker() {
+    let dev = device(2, 2, 5000);
+    let input: Vec<u8> = (0..1000).map(|i| (i * 7 % 251) as u8).collect();
+    for epoch in 1..=50 {
+        let mut out = vec![0u8; input.len()];
+        let (p0, p1) = hand_off(&dev, input.len());
+        let (mut scratch_out, scratch_in) = (vec![0u8; out.len()], vec![0u8; input.len()]);
+        let group = vec![
+            Ex {
+                epoch,
+                ..ex(
+                    p0,
+                    UserBuffers::OutOfPlace {
+                        input: &input,
+                        output: &mut scratch_out,
+                    },
+                )
+            },
+            Ex {
+                epoch,
+                ..ex(
+                    p1,
+                    UserBuffers::OutOfPlace {
+                        input: &scratch_in,
+                        output: &mut out,
+                    },
+                )
+            },
+        ];
+        assert!(run_group(&dev, group).into_iter().all(|r| r.is_ok()));
+        assert!(out == input, "epoch {epoch}");
+    }
+    assert_eq!(dev.shared.pool.worker_jobs(), 0);
+}
+
+#[test]
 fn a_second_post_before_the_wait_is_a_lost_wakeup() {
     let dev = device(2, 2, 5000);
     let mut p = RankProgram::new(0, 1);
