@@ -34,18 +34,15 @@ pub fn record_every_rank(
         .into());
     }
     let layout = setting.layout();
-    let ranks = ops
-        .iter()
-        .enumerate()
-        .map(|(rank, op)| {
-            let ctx = setting.ctx(rank, op);
-            let planned = super::plan(name, executor, &ctx, layout)?;
-            Ok(RankRecording {
-                program: Arc::new(planned.program),
-                request: planned.request,
-            })
+    let plan_rank = |rank: Rank| -> Result<RankRecording, Error> {
+        let ctx = setting.ctx(rank, &ops[rank]);
+        let planned = super::plan(name, executor, &ctx, layout)?;
+        Ok(RankRecording {
+            program: Arc::new(planned.program),
+            request: planned.request,
         })
-        .collect::<Result<Vec<_>, Error>>()?;
+    };
+    let ranks = plan_in_parallel(ops.len(), plan_rank)?;
     Ok(Recording {
         op: ops[0].clone(),
         ops: ops.to_vec(),
@@ -58,6 +55,42 @@ pub fn record_every_rank(
         ccl_bytes: setting.ccl_bytes,
         ranks,
     })
+}
+
+/// Ranks below which planning stays on the calling thread.
+const PARALLEL_FROM: usize = 64;
+
+/// `plan(rank)` for every rank, in rank order, on the cores this process may use (ranks
+/// plan independently: planning is pure). The error returned is the lowest rank's, as a
+/// sequential loop would return, so every caller sees the same one.
+fn plan_in_parallel<T: Send>(
+    ranks: usize,
+    plan: impl Fn(Rank) -> Result<T, Error> + Sync,
+) -> Result<Vec<T>, Error> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if ranks < PARALLEL_FROM || threads < 2 {
+        return (0..ranks).map(&plan).collect();
+    }
+    let per = ranks.div_ceil(threads);
+    let plan = &plan;
+    let parts: Vec<Result<Vec<T>, Error>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..ranks)
+            .step_by(per)
+            .map(|lo| scope.spawn(move || (lo..(lo + per).min(ranks)).map(plan).collect()))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    let mut out = Vec::with_capacity(ranks);
+    for part in parts {
+        out.extend(part?);
+    }
+    Ok(out)
 }
 
 /// One rank's part of a recording.
@@ -126,5 +159,35 @@ impl Recording {
     pub fn local_notifies(&self, rank: Rank) -> usize {
         let r = &self.ranks[rank].request;
         2 * r.slave_streams + r.local_notifies
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fail(rank: Rank) -> Error {
+        Error::BadProgram {
+            executor: "test".into(),
+            rank,
+            reason: "planted".into(),
+        }
+    }
+
+    #[test]
+    fn parallel_planning_keeps_rank_order_and_the_lowest_ranks_error() {
+        let ranks = 3 * PARALLEL_FROM + 5;
+        let planned = plan_in_parallel(ranks, Ok).unwrap();
+        assert_eq!(planned, (0..ranks).collect::<Vec<_>>());
+        let bad = [ranks - 2, PARALLEL_FROM + 1];
+        let err = plan_in_parallel(ranks, |r| match bad.contains(&r) {
+            true => Err(fail(r)),
+            false => Ok(r),
+        })
+        .unwrap_err();
+        assert!(
+            matches!(err, Error::BadProgram { rank, .. } if rank == PARALLEL_FROM + 1),
+            "{err:?}"
+        );
     }
 }
