@@ -84,8 +84,7 @@ fn read(
     found: &mut Found,
 ) {
     let stream = idx.stream_of[t as usize];
-    map.update(s.offset, s.offset.saturating_add(s.len), |lo, hi, acc| {
-        let mut acc = acc.cloned().unwrap_or_default();
+    map.modify(s.offset, s.offset.saturating_add(s.len), |lo, hi, acc| {
         if let Some(w) = acc.write.filter(|&w| w != t) {
             if !hb.ordered(w, t) {
                 note(found, w, true, s, mem, lo, hi);
@@ -93,7 +92,6 @@ fn read(
         }
         acc.reads.retain(|&r| idx.stream_of[r as usize] != stream);
         acc.reads.push(t);
-        Some(acc)
     });
 }
 
