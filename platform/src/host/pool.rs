@@ -121,18 +121,17 @@ impl WorkerPool {
     /// Run `f` with this thread marked as one that will drain the queue: the caller must
     /// [`Self::drain`] afterwards (a submitter that then waits for its launches).
     pub(crate) fn quiet<T>(&self, f: impl FnOnce() -> T) -> T {
-        let prev = DRAINS.replace(self.id());
-        let out = f();
-        DRAINS.set(prev);
-        out
+        let _draining = Draining::mark(self.id());
+        f()
     }
 
     /// Run queued jobs on this thread while `busy()` holds and the queue has any (quiet
     /// pushes meanwhile stay on this thread); jobs still queued afterwards wake the workers.
     pub(crate) fn drain(&self, mut busy: impl FnMut() -> bool) {
-        let prev = DRAINS.replace(self.id());
-        while busy() && self.run_one() {}
-        DRAINS.set(prev);
+        {
+            let _draining = Draining::mark(self.id());
+            while busy() && self.run_one() {}
+        }
         self.kick();
     }
 
@@ -179,6 +178,22 @@ impl WorkerPool {
             job
         };
         self.push(job);
+    }
+}
+
+/// Marks this thread as draining a queue until dropped (also when a job unwinds), then
+/// restores what it drained before.
+struct Draining(usize);
+
+impl Draining {
+    fn mark(queue: usize) -> Self {
+        Draining(DRAINS.replace(queue))
+    }
+}
+
+impl Drop for Draining {
+    fn drop(&mut self) {
+        DRAINS.set(self.0);
     }
 }
 
