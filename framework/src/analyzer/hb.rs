@@ -28,7 +28,10 @@
 //! some wait of `c` at or before it consumed a post of `a`'s stream at or after `a`, the
 //! path `a -> post -> wait -> ... -> b` exists: the query ends after a binary search,
 //! without walking the history in between. The index only finds paths, so answers are
-//! those of the plain search; what it saves is the walk.
+//! those of the plain search; what it saves is the walk. Its lookups start where the same
+//! group's last one ended and gallop from there ([`count_upto`]): the passes walk the
+//! execution in order, so that is usually a few entries away, where a binary search over
+//! a long group missed the cache at every step.
 
 use super::fence::Closure;
 use super::index::{TaskId, NONE};
@@ -155,6 +158,10 @@ struct Direct {
     groups: Vec<(u32, u32)>,
     /// (wait position, latest post position among the group's waits up to this one).
     entries: Vec<(u32, u32)>,
+    /// Per group, where its last lookup ended: queries come in roughly increasing
+    /// position (the passes walk the execution in order), so a lookup starts there and
+    /// moves a few entries instead of binary-searching the whole run.
+    cursor: Vec<u32>,
 }
 
 impl Direct {
@@ -208,10 +215,12 @@ impl Direct {
             }
         }
         group_of.push(groups.len() as u32);
+        let cursor = groups.iter().map(|g| g.1).collect();
         Direct {
             group_of,
             groups,
             entries,
+            cursor,
         }
     }
 
@@ -221,20 +230,84 @@ impl Direct {
 
     /// The latest position of a post of stream `poster` consumed by a wait of stream `c`
     /// at or before position `x`.
-    fn latest_post(&self, c: u32, poster: u32, x: u32) -> Option<u32> {
+    fn latest_post(&mut self, c: u32, poster: u32, x: u32) -> Option<u32> {
         let (lo, hi) = (
             self.group_of[c as usize] as usize,
             self.group_of[c as usize + 1] as usize,
         );
-        let groups = &self.groups[lo..hi];
-        let g = groups.binary_search_by_key(&poster, |g| g.0).ok()?;
-        let first = groups[g].1 as usize;
-        let end = match self.groups.get(lo + g + 1) {
+        let g = lo
+            + self.groups[lo..hi]
+                .binary_search_by_key(&poster, |g| g.0)
+                .ok()?;
+        let first = self.groups[g].1 as usize;
+        let end = match self.groups.get(g + 1) {
             Some(next) => next.1 as usize,
             None => self.entries.len(),
         };
         let run = &self.entries[first..end];
-        let upto = run.partition_point(|e| e.0 <= x);
+        let upto = count_upto(run, self.cursor[g] as usize - first, x);
+        self.cursor[g] = (first + upto) as u32;
         upto.checked_sub(1).map(|i| run[i].1)
+    }
+}
+
+/// The number of entries of `run` (sorted by position) at or before position `x`, found
+/// by galloping from `hint` (the previous answer) towards it and binary-searching the
+/// bracket: `O(log d)` for an answer `d` entries away from the hint.
+fn count_upto(run: &[(u32, u32)], hint: usize, x: u32) -> usize {
+    let at = hint.min(run.len());
+    if at < run.len() && run[at].0 <= x {
+        // Entries before `low` are at or before `x`.
+        let (mut low, mut step) = (at + 1, 1);
+        while low + step <= run.len() && run[low + step - 1].0 <= x {
+            low += step;
+            step *= 2;
+        }
+        let high = (low + step).min(run.len());
+        low + run[low..high].partition_point(|e| e.0 <= x)
+    } else {
+        // Entries from `high` on are after `x`.
+        let (mut high, mut step) = (at, 1);
+        while high >= step && run[high - step].0 > x {
+            high -= step;
+            step *= 2;
+        }
+        let low = high.saturating_sub(step);
+        low + run[low..high].partition_point(|e| e.0 <= x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_upto;
+
+    #[test]
+    fn galloping_from_any_hint_agrees_with_a_binary_search() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        for len in [0usize, 1, 2, 3, 7, 64, 1000] {
+            let mut pos = 0u32;
+            let run: Vec<(u32, u32)> = (0..len)
+                .map(|_| {
+                    pos += 1 + next(5) as u32;
+                    (pos, 0)
+                })
+                .collect();
+            for _ in 0..500 {
+                let x = next(u64::from(pos) + 10) as u32;
+                let hint = next(len as u64 + 3) as usize;
+                let want = run.partition_point(|e| e.0 <= x);
+                assert_eq!(
+                    count_upto(&run, hint, x),
+                    want,
+                    "len {len} hint {hint} x {x}"
+                );
+            }
+        }
     }
 }
