@@ -9,7 +9,9 @@
 //! the rank count).
 
 use super::place_own_block;
-use crate::templates::{healthy_ring_for, put_ring_all_gather, ring_neighbours, PutRing};
+use crate::templates::{
+    healthy_ring_for, put_ring_all_gather, ring_neighbours, PutRing, RingOrder,
+};
 use oxccl_framework::platform::{Buf, Rank};
 use oxccl_framework::{
     BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
@@ -33,7 +35,8 @@ oxccl_framework::register_executor! {
 impl Executor for PutRingAllGather {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let order = healthy_ring_for(ctx.topology, NAME, OpKind::AllGather)?;
-        let request = ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)));
+        let request = ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)))
+            .with_plan(RingOrder(order));
         Ok(super::with_slot_scratch(ctx, request, 1))
     }
 
@@ -43,12 +46,12 @@ impl Executor for PutRingAllGather {
         if ctx.ranks == 1 {
             return Ok(());
         }
-        let order = healthy_ring_for(ctx.topology, NAME, OpKind::AllGather)?;
+        let order = &ctx.plan::<RingOrder>()?.0;
         let ring = PutRing {
-            order: &order,
+            order,
             stream: 0,
             channel: 0,
-            chunk_at: &order,
+            chunk_at: order,
             slot: BufRange {
                 buf: Buf::Scratch,
                 offset: 0,

@@ -13,7 +13,9 @@
 //! [`healthy_ring`](crate::templates::healthy_ring).
 
 use super::gather_v_blocks;
-use crate::templates::{healthy_ring_for, put_ring_all_gather, ring_neighbours, PutRing};
+use crate::templates::{
+    healthy_ring_for, put_ring_all_gather, ring_neighbours, PutRing, RingOrder,
+};
 use oxccl_framework::platform::{Buf, Rank};
 use oxccl_framework::{
     BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, Mode, OpKind, Peers,
@@ -38,13 +40,14 @@ oxccl_framework::register_executor! {
 impl Executor for PutRingAllGatherV {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let order = healthy_ring_for(ctx.topology, NAME, KIND)?;
-        Ok(ResourceRequest::with_peers(Peers::List(ring_neighbours(
-            &order, ctx.rank,
-        ))))
+        Ok(
+            ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)))
+                .with_plan(RingOrder(order)),
+        )
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let order = healthy_ring_for(ctx.topology, NAME, KIND)?;
+        let order = &ctx.plan::<RingOrder>()?.0;
         // The rounds through CclOut slots in either mode: the user's output is no target
         // for a put.
         let through_slots = KernelArgs {
@@ -57,10 +60,10 @@ impl Executor for PutRingAllGatherV {
             NAME,
             |ctx, buffer, chunks| {
                 let ring = PutRing {
-                    order: &order,
+                    order,
                     stream: 0,
                     channel: 0,
-                    chunk_at: &order,
+                    chunk_at: order,
                     // Unused: the puts land in place, in the CclOut slots.
                     slot: BufRange {
                         buf: Buf::Scratch,

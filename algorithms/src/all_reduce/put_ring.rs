@@ -12,7 +12,7 @@
 
 use crate::templates::{
     even_chunks, healthy_ring_for, put_ring_all_gather, put_ring_reduce_scatter, ring_neighbours,
-    PutRing,
+    PutRing, RingOrder,
 };
 use oxccl_framework::platform::{Buf, Rank};
 use oxccl_framework::{
@@ -37,7 +37,8 @@ oxccl_framework::register_executor! {
 impl Executor for PutRingAllReduce {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let order = healthy_ring_for(ctx.topology, NAME, OpKind::AllReduce)?;
-        let request = ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)));
+        let request = ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)))
+            .with_plan(RingOrder(order));
         if ctx.ranks == 1 {
             return Ok(request);
         }
@@ -51,11 +52,11 @@ impl Executor for PutRingAllReduce {
             return Ok(());
         }
         let op = &args.op;
-        let order = healthy_ring_for(ctx.topology, NAME, OpKind::AllReduce)?;
+        let order = &ctx.plan::<RingOrder>()?.0;
         let chunks = even_chunks(op.count, n, op.dtype.size());
         let positions: Vec<usize> = (0..n).collect();
         let ring = PutRing {
-            order: &order,
+            order,
             stream: 0,
             channel: 0,
             chunk_at: &positions,

@@ -7,7 +7,9 @@
 //! partial sum (a partial is sent on in the step after it was made), each one block of an
 //! iteration; an iteration is capped at the CCL buffer over the rank count.
 
-use crate::templates::{healthy_ring_for, put_ring_reduce_scatter, ring_neighbours, PutRing};
+use crate::templates::{
+    healthy_ring_for, put_ring_reduce_scatter, ring_neighbours, PutRing, RingOrder,
+};
 use oxccl_framework::platform::{Buf, Rank};
 use oxccl_framework::{
     BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
@@ -31,7 +33,8 @@ oxccl_framework::register_executor! {
 impl Executor for PutRingReduceScatter {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let order = healthy_ring_for(ctx.topology, NAME, OpKind::ReduceScatter)?;
-        let request = ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)));
+        let request = ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)))
+            .with_plan(RingOrder(order));
         Ok(super::with_put_scratch(ctx, request, 2))
     }
 
@@ -41,7 +44,7 @@ impl Executor for PutRingReduceScatter {
             args.copy_input_to_output(ctx);
             return Ok(());
         }
-        let order = healthy_ring_for(ctx.topology, NAME, OpKind::ReduceScatter)?;
+        let order = &ctx.plan::<RingOrder>()?.0;
         let blocks = args.blocks(n);
         let len = blocks[0].1;
         let scratch = |offset| BufRange {
@@ -51,10 +54,10 @@ impl Executor for PutRingReduceScatter {
         };
         let (slot, partials) = (scratch(0), scratch(len));
         let ring = PutRing {
-            order: &order,
+            order,
             stream: 0,
             channel: 0,
-            chunk_at: &order,
+            chunk_at: order,
             slot,
             dtype: args.op.dtype,
             op: args.op.op,

@@ -12,7 +12,9 @@
 //! [`healthy_ring`](crate::templates::healthy_ring).
 
 use crate::all_gather_v::{block_layout, PieceRounds};
-use crate::templates::{healthy_ring_for, put_ring_reduce_scatter, ring_neighbours, PutRing};
+use crate::templates::{
+    healthy_ring_for, put_ring_reduce_scatter, ring_neighbours, PutRing, RingOrder,
+};
 use oxccl_framework::platform::{Buf, Rank};
 use oxccl_framework::{
     BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
@@ -37,9 +39,10 @@ oxccl_framework::register_executor! {
 impl Executor for PutRingReduceScatterV {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let order = healthy_ring_for(ctx.topology, NAME, KIND)?;
-        Ok(ResourceRequest::with_peers(Peers::List(ring_neighbours(
-            &order, ctx.rank,
-        ))))
+        Ok(
+            ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)))
+                .with_plan(RingOrder(order)),
+        )
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
@@ -48,7 +51,7 @@ impl Executor for PutRingReduceScatterV {
         if super::alone(ctx, args, (displs[0], counts[0])) {
             return Ok(());
         }
-        let order = healthy_ring_for(ctx.topology, NAME, KIND)?;
+        let order = &ctx.plan::<RingOrder>()?.0;
         let plan = PieceRounds::new(NAME, KIND, counts, es, args.ccl_bytes)?;
         ctx.reserve_rounds(plan.rounds, 6 * n)?;
         // Two slots of at most a CCL buffer over the rank count each (n >= 2 here).
@@ -59,10 +62,10 @@ impl Executor for PutRingReduceScatterV {
         };
         let (slot, partials) = (ccl_out(0), ccl_out(1));
         let ring = PutRing {
-            order: &order,
+            order,
             stream: 0,
             channel: 0,
-            chunk_at: &order,
+            chunk_at: order,
             slot,
             dtype: args.op.dtype,
             op: args.op.op,
