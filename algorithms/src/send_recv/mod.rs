@@ -72,15 +72,6 @@ pub(crate) fn p2p_run_phases(
     exchange: fn(&mut KernelCtx<'_>, &P2pParams<'_>) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let (sends, recvs) = p2p_items(executor, args)?;
-    let p = P2pParams {
-        sends,
-        recvs,
-        phases,
-        input: args.input,
-        output: args.output,
-        elem_size: args.op.dtype.size(),
-        ccl_bytes: args.ccl_bytes,
-        channel: 0,
-    };
+    let p = P2pParams::on_user_buffers(args, sends, recvs, phases);
     exchange(ctx, &p)
 }

@@ -159,16 +159,7 @@ pub(crate) fn relay_p2p_run(
         };
         relay_exchange(ctx, &p)?;
     }
-    let p = P2pParams {
-        sends,
-        recvs,
-        phases,
-        input: args.input,
-        output: args.output,
-        elem_size: es,
-        ccl_bytes: args.ccl_bytes,
-        channel: 0,
-    };
+    let p = P2pParams::on_user_buffers(args, sends, recvs, phases);
     p2p_exchange(ctx, &p)?;
     if relaying > 0 {
         ctx.join(1..=relaying);

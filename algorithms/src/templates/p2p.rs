@@ -28,7 +28,7 @@
 
 use oxccl_framework::op::P2pItem;
 use oxccl_framework::platform::{Buf, Rank};
-use oxccl_framework::{BufRange, Error, KernelCtx};
+use oxccl_framework::{BufRange, Error, KernelArgs, KernelCtx};
 
 oxccl_framework::register_template! {
     name: "p2p",
@@ -63,6 +63,28 @@ pub struct P2pParams<'a> {
     pub ccl_bytes: usize,
     /// The link channel of the handshakes.
     pub channel: usize,
+}
+
+impl<'a> P2pParams<'a> {
+    /// The pairs of `sends` and `recvs` in `phases`, between the user's buffers of `args`,
+    /// on link channel 0.
+    pub fn on_user_buffers(
+        args: &KernelArgs,
+        sends: &'a [P2pItem],
+        recvs: &'a [P2pItem],
+        phases: &'a [P2pPhase],
+    ) -> Self {
+        P2pParams {
+            sends,
+            recvs,
+            phases,
+            input: args.input,
+            output: args.output,
+            elem_size: args.op.dtype.size(),
+            ccl_bytes: args.ccl_bytes,
+            channel: 0,
+        }
+    }
 }
 
 /// The peers `rank` exchanges data with (items with elements, other than itself), sorted.
