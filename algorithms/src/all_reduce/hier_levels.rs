@@ -27,6 +27,7 @@
 use crate::templates::{
     even_chunks, server_all_gather, server_round, server_slaves, Level1, RingParams, Round, Servers,
 };
+use oxccl_framework::platform::Rank;
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx,
     ResourceRequest,
@@ -75,24 +76,37 @@ impl Executor for HierAllReduce {
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        if ctx.ranks == 1 {
-            args.copy_input_to_output(ctx);
-            return Ok(());
-        }
-        let servers = Servers::of(ctx.topology);
-        let chunks = even_chunks(args.op.count, servers.widest(), args.op.dtype.size());
-        let channel = args.iteration % 2;
-        level0_reduce_scatter(ctx, args, &servers, &chunks, channel)?;
-        for c in servers.owned_chunks(ctx.rank) {
-            let group = servers.group(c);
-            level1_all_reduce(ctx, args, self.0, &group, chunks[c], (0, channel))?;
-        }
-        server_all_gather(ctx, &servers, args.output, &chunks, (channel, 1))?;
-        if args.mode == Mode::Staged {
-            server_round(ctx, &servers, channel, Round::Ack)?;
-        }
-        Ok(())
+        hier_all_reduce(ctx, args, |ctx, group, chunk, channel| {
+            level1_all_reduce(ctx, args, self.0, group, chunk, (0, channel))
+        })
     }
+}
+
+/// The three levels of a hierarchical AllReduce (see the module docs), with `level1`
+/// running one owned chunk (`(byte offset, byte length)` in the output) across servers
+/// with its owners `group`, on link `channel`: the part `hier-ring`, `hier-rhd`,
+/// `hier-nhr` and `hier-put-ring` differ in.
+pub(crate) fn hier_all_reduce(
+    ctx: &mut KernelCtx<'_>,
+    args: &KernelArgs,
+    mut level1: impl FnMut(&mut KernelCtx<'_>, &[Rank], (usize, usize), usize) -> Result<(), Error>,
+) -> Result<(), Error> {
+    if ctx.ranks == 1 {
+        args.copy_input_to_output(ctx);
+        return Ok(());
+    }
+    let servers = Servers::of(ctx.topology);
+    let chunks = even_chunks(args.op.count, servers.widest(), args.op.dtype.size());
+    let channel = args.iteration % 2;
+    level0_reduce_scatter(ctx, args, &servers, &chunks, channel)?;
+    for c in servers.owned_chunks(ctx.rank) {
+        level1(ctx, &servers.group(c), chunks[c], channel)?;
+    }
+    server_all_gather(ctx, &servers, args.output, &chunks, (channel, 1))?;
+    if args.mode == Mode::Staged {
+        server_round(ctx, &servers, channel, Round::Ack)?;
+    }
+    Ok(())
 }
 
 /// Level 0: a ready round with the server, then each owned chunk reduced from every

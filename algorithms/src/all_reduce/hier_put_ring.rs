@@ -19,14 +19,13 @@
 //! channels, as in `hier-ring`. The level-1 slot is one chunk of an iteration, capped at
 //! one CCL buffer.
 
-use super::hier_levels::{level0_reduce_scatter, level1_chunks};
+use super::hier_levels::{hier_all_reduce, level1_chunks};
 use crate::templates::{
-    even_chunks, put_ring_all_gather, put_ring_reduce_scatter, server_all_gather, server_round,
-    server_slaves, Level1, PutRing, Round, Servers,
+    put_ring_all_gather, put_ring_reduce_scatter, server_slaves, Level1, PutRing, Servers,
 };
 use oxccl_framework::platform::{Buf, Rank};
 use oxccl_framework::{
-    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, Mode, OpKind, Peers,
+    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
     PlanCtx, ResourceRequest,
 };
 
@@ -66,22 +65,9 @@ impl Executor for HierPutRingAllReduce {
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        if ctx.ranks == 1 {
-            args.copy_input_to_output(ctx);
-            return Ok(());
-        }
-        let servers = Servers::of(ctx.topology);
-        let chunks = even_chunks(args.op.count, servers.widest(), args.op.dtype.size());
-        let channel = args.iteration % 2;
-        level0_reduce_scatter(ctx, args, &servers, &chunks, channel)?;
-        for c in servers.owned_chunks(ctx.rank) {
-            level1_put_all_reduce(ctx, args, &servers.group(c), chunks[c], channel)?;
-        }
-        server_all_gather(ctx, &servers, args.output, &chunks, (channel, 1))?;
-        if args.mode == Mode::Staged {
-            server_round(ctx, &servers, channel, Round::Ack)?;
-        }
-        Ok(())
+        hier_all_reduce(ctx, args, |ctx, group, chunk, channel| {
+            level1_put_all_reduce(ctx, args, group, chunk, channel)
+        })
     }
 }
 
