@@ -67,8 +67,12 @@ fn plan_in_parallel<T: Send>(
     ranks: usize,
     plan: impl Fn(Rank) -> Result<T, Error> + Sync,
 ) -> Result<Vec<T>, Error> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if ranks < PARALLEL_FROM || threads < 2 {
+    // Asked only for big jobs: on Linux it reads the affinity mask and cgroup files.
+    let threads = match ranks < PARALLEL_FROM {
+        true => 1,
+        false => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    if threads < 2 {
         return (0..ranks).map(&plan).collect();
     }
     let per = ranks.div_ceil(threads);

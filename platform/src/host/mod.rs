@@ -335,10 +335,17 @@ impl Device for HostDevice {
         let timeout = self.shared.config.exec_timeout;
         let pool = &self.shared.pool;
         let started = pool.quiet(|| self.start_group(group));
+        // Launches before `first_busy` are done (or never started): each is asked once
+        // more only until it is, not once per job run.
+        let mut first_busy = 0;
         pool.drain(|| {
-            started
-                .iter()
-                .any(|c| c.as_ref().is_ok_and(|c| !c.launch.is_done()))
+            while started
+                .get(first_busy)
+                .is_some_and(|c| c.as_ref().map_or(true, |c| c.launch.is_done()))
+            {
+                first_busy += 1;
+            }
+            first_busy < started.len()
         });
         started
             .into_iter()
