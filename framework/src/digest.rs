@@ -122,6 +122,30 @@ pub struct SelectionInputs<'a> {
     pub config: PlanningConfig<'a>,
 }
 
+/// `f` of the selection inputs of a communicator configured with `config`, on `topology`,
+/// in `mode`: the registry as linked into this binary, and the plugin selectors.
+pub fn with_inputs_of<T>(
+    config: &crate::Config,
+    topology: &Topology,
+    mode: Mode,
+    f: impl FnOnce(&SelectionInputs<'_>) -> T,
+) -> Result<T, crate::Error> {
+    let executors: Vec<_> = crate::registry::registry()?.executors().collect();
+    let selectors: Vec<_> = crate::select::SELECTORS.iter().collect();
+    Ok(f(&SelectionInputs {
+        executors: &executors,
+        selectors: &selectors,
+        tune: config.tune.as_deref(),
+        topology,
+        config: PlanningConfig {
+            ccl_bytes: config.ccl_buffer_bytes,
+            link_channels: config.link_channels,
+            mode,
+            algo: &config.algo,
+        },
+    }))
+}
+
 /// The stable 64-bit digest of `inputs` (see the module doc).
 pub fn selection_digest(inputs: &SelectionInputs<'_>) -> u64 {
     let mut d = Digest::new();
@@ -132,6 +156,38 @@ pub fn selection_digest(inputs: &SelectionInputs<'_>) -> u64 {
     topology(&mut d, inputs.topology);
     config(&mut d, &inputs.config);
     d.finish()
+}
+
+/// The digest of each selection input on its own, named (`registry`: executors and
+/// selectors; `tuning`; `topology`; `planning`), so that ranks which disagree learn which
+/// input differs ([`crate::bootstrap`] compares them part by part).
+pub fn selection_digest_parts(inputs: &SelectionInputs<'_>) -> [(&'static str, u64); 4] {
+    let part = |name: &str, feed: &dyn Fn(&mut Digest)| {
+        let mut d = Digest::new();
+        d.str("oxccl selection input").u64(ENCODING).str(name);
+        feed(&mut d);
+        d.finish()
+    };
+    [
+        (
+            "registry",
+            part("registry", &|d| {
+                executors(d, inputs.executors);
+                selectors(d, inputs.selectors);
+            }),
+        ),
+        (
+            "tuning",
+            part("tuning", &|d| {
+                d.bytes(b"T").option(inputs.tune, tune);
+            }),
+        ),
+        (
+            "topology",
+            part("topology", &|d| topology(d, inputs.topology)),
+        ),
+        ("planning", part("planning", &|d| config(d, &inputs.config))),
+    ]
 }
 
 fn executors(d: &mut Digest, entries: &[&'static ExecutorEntry]) {

@@ -282,25 +282,28 @@ pub enum Error {
     },
 }
 
+/// `0,...,3,5`: ranks ascending, runs of three or more shortened.
+pub(crate) fn rank_list(g: &[Rank]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < g.len() {
+        let mut j = i;
+        while j + 1 < g.len() && g[j + 1] == g[j] + 1 {
+            j += 1;
+        }
+        match j - i {
+            0 => parts.push(g[i].to_string()),
+            1 => parts.push(format!("{},{}", g[i], g[j])),
+            _ => parts.push(format!("{},...,{}", g[i], g[j])),
+        }
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
 /// `ranks {0} and {1,...,7}`: each group in braces, runs of three or more ranks shortened.
 fn rank_groups(groups: &[Vec<Rank>]) -> String {
-    let group = |g: &Vec<Rank>| {
-        let mut parts: Vec<String> = Vec::new();
-        let mut i = 0;
-        while i < g.len() {
-            let mut j = i;
-            while j + 1 < g.len() && g[j + 1] == g[j] + 1 {
-                j += 1;
-            }
-            match j - i {
-                0 => parts.push(g[i].to_string()),
-                1 => parts.push(format!("{},{}", g[i], g[j])),
-                _ => parts.push(format!("{},...,{}", g[i], g[j])),
-            }
-            i = j + 1;
-        }
-        format!("{{{}}}", parts.join(","))
-    };
+    let group = |g: &Vec<Rank>| format!("{{{}}}", rank_list(g));
     let all: Vec<String> = groups.iter().map(group).collect();
     match all.split_last() {
         Some((last, rest)) if !rest.is_empty() => {

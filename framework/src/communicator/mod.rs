@@ -146,21 +146,7 @@ fn mode_of(config: &Config, device: &dyn Device, topology: &Topology) -> Mode {
 
 /// [`crate::digest::selection_digest`] of a communicator's shared selection inputs.
 fn digest_of(config: &Config, topology: &Topology, mode: Mode) -> Result<u64, Error> {
-    use crate::digest::{selection_digest, PlanningConfig, SelectionInputs};
-    let executors: Vec<_> = crate::registry::registry()?.executors().collect();
-    let selectors: Vec<_> = crate::select::SELECTORS.iter().collect();
-    Ok(selection_digest(&SelectionInputs {
-        executors: &executors,
-        selectors: &selectors,
-        tune: config.tune.as_deref(),
-        topology,
-        config: PlanningConfig {
-            ccl_bytes: config.ccl_buffer_bytes,
-            link_channels: config.link_channels,
-            mode,
-            algo: &config.algo,
-        },
-    }))
+    crate::digest::with_inputs_of(config, topology, mode, crate::digest::selection_digest)
 }
 
 /// `n` ranks are within [`MAX_RANKS`]: checked before anything is sized by `n`.
