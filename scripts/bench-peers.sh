@@ -9,15 +9,12 @@
 # follow nccl-tests (per rank for all-reduce and broadcast, total for the others) in both.
 # OXCCL_BASELINE=path/to/an/older/oxccl adds that binary's rows to every comparison, so a
 # change is judged against its predecessor in the same run (machines are shared and noisy).
-# Needs root for apt-get (Debian packages openmpi-bin, libopenmpi-dev).
+# Installs OpenMPI through scripts/install-deps.sh (Debian packages; needs root or sudo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || set -- 1K 1M 64M
 colls=${COLLS:-all-reduce all-gather reduce-scatter broadcast}
-if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
-  apt-get update -qq
-  apt-get install -y -qq openmpi-bin libopenmpi-dev
-fi
+scripts/install-deps.sh
 peers=../shared/bench/peers
 mkdir -p target
 mpicc -O2 -o target/mpi_bench "$peers/mpi_bench.c"
