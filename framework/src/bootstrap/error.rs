@@ -35,6 +35,12 @@ pub enum BootstrapError {
     },
     #[error("the root refused rank {rank}: {refusal}")]
     Refused { rank: usize, refusal: Refusal },
+    #[error(
+        "host {host} runs ranks {ranks}, which are not consecutive; place ranks in blocks \
+         per host (mpirun --map-by slot, srun --distribution=block) or describe the \
+         placement in OXCCL_TOPO_FILE"
+    )]
+    ScatteredHost { host: String, ranks: String },
     #[error("malformed bootstrap message from {peer}: {reason}")]
     Protocol { peer: String, reason: String },
     #[error("not a unique id: {reason} (expected the form `oxccl1-<ranks>-<secret>@<host:port>`)")]

@@ -97,6 +97,25 @@ impl JobTable {
         hosts
     }
 
+    /// Ranks per server, for [`crate::Topology::servers`]: one server per host, hosts in
+    /// the order of their first rank. A topology's servers hold consecutive ranks, so a
+    /// host whose ranks are not consecutive (a cyclic placement) is refused, naming it.
+    pub fn server_sizes(&self) -> Result<Vec<usize>, BootstrapError> {
+        self.hosts()
+            .into_iter()
+            .map(|(host, ranks)| {
+                let consecutive = ranks.windows(2).all(|w| w[1] == w[0] + 1);
+                match consecutive {
+                    true => Ok(ranks.len()),
+                    false => Err(BootstrapError::ScatteredHost {
+                        host: host.hostname,
+                        ranks: rank_list(&ranks),
+                    }),
+                }
+            })
+            .collect()
+    }
+
     /// The ranks on `rank`'s host, ascending (`rank` among them).
     pub fn host_ranks(&self, rank: Rank) -> Vec<Rank> {
         let host = &self.ranks[rank].host;

@@ -103,6 +103,43 @@ fn every_rank_gets_the_same_table() {
 }
 
 #[test]
+fn hosts_become_servers_when_their_ranks_are_consecutive() {
+    let on = |host: &str, rank: Rank| RankInfo {
+        rank,
+        host: HostId {
+            hostname: host.into(),
+            boot_id: format!("boot-{host}"),
+        },
+        pid: 1,
+        digests: parts(1),
+    };
+    let blocks = JobTable {
+        ranks: vec![on("b", 0), on("b", 1), on("a", 2), on("a", 3), on("a", 4)],
+    };
+    assert_eq!(blocks.server_sizes().unwrap(), vec![2, 3]);
+    assert_eq!(blocks.host_ranks(3), vec![2, 3, 4]);
+    let cyclic = JobTable {
+        ranks: vec![on("a", 0), on("b", 1), on("a", 2), on("b", 3)],
+    };
+    let err = cyclic.server_sizes().unwrap_err().to_string();
+    assert!(err.contains("host a runs ranks 0,2"), "{err}");
+    // One name, two boots: two hosts (a cloned machine, two containers).
+    let twins = JobTable {
+        ranks: vec![
+            on("a", 0),
+            RankInfo {
+                host: HostId {
+                    hostname: "a".into(),
+                    boot_id: "other".into(),
+                },
+                ..on("a", 1)
+            },
+        ],
+    };
+    assert_eq!(twins.server_sizes().unwrap(), vec![1, 1]);
+}
+
+#[test]
 fn a_rank_with_another_registry_is_refused_naming_the_part_and_ranks() {
     let id = loopback_id(4, QUICK);
     for result in join_all(id, 4, |r| if r == 2 { 77 } else { 5 }) {
