@@ -33,6 +33,7 @@ pub mod notify;
 pub mod reduce;
 pub mod registry;
 pub mod signal;
+pub mod transport;
 pub mod sim;
 
 #[doc(hidden)]

@@ -1,0 +1,15 @@
+//! Transports: how a rank reaches a peer that its own device does not serve.
+//!
+//! A device serves the ranks of one process; every other rank is reached through a
+//! transport, chosen per peer from an ordered table (NCCL's `selectTransport`): the first
+//! that can connect wins, and when none can, the error lists each candidate and why it
+//! refused. The table, in order:
+//!
+//! - **in-process**: the peer is served by the same device (no transport at all: its
+//!   buffers and signal words are the device's own);
+//! - **shm** ([`shm`]): the peer is a process on the same host. Its CCL buffers, scratch
+//!   and signal words live in shared-memory segments that this process maps, so the link
+//!   is load/store, like threads of one process;
+//! - **tcp** and **rdma** (feature `rdma`): peers on other hosts, put-only (not built yet).
+
+pub mod shm;

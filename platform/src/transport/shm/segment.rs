@@ -1,0 +1,314 @@
+//! One named shared-memory segment: created by its owner, mapped by its peers.
+//!
+//! A segment starts with a small header — a magic that the owner writes last (so a peer
+//! that sees it sees a complete header), the payload's length, the owner's pid and the
+//! count of peers that mapped it — and then the payload, 4096-byte aligned, which the
+//! user lays out. The owner creates it with `O_EXCL` and mode 0600 (only the job's user
+//! can map it); a peer waits, within a deadline, for it to appear, maps it and counts
+//! itself in [`Segment::attached`]. Once every expected peer is in, the owner removes the
+//! name ([`Segment::unlink`]): the mappings stay valid, and nothing is left in `/dev/shm`
+//! whatever happens to the processes afterwards. A segment still named when its owner
+//! drops it is unlinked then; [`Segment::unlink_name`] lets a peer remove the segment of a
+//! process that died before it could.
+
+use rustix::fs::Mode;
+use rustix::mm::{MapFlags, ProtFlags};
+use rustix::shm::OFlags;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// "OXCCLSHM", the header's first word once the header is complete.
+const MAGIC: u64 = u64::from_le_bytes(*b"OXCCLSHM");
+
+/// Bytes before the payload: one page, so the payload is page aligned.
+const HEADER_BYTES: usize = 4096;
+
+/// How often a peer looks for a segment that is not there yet.
+const ATTACH_POLL: Duration = Duration::from_millis(2);
+
+/// The header at the start of every segment.
+#[repr(C)]
+struct Header {
+    magic: AtomicU64,
+    payload: AtomicU64,
+    owner_pid: AtomicU32,
+    attached: AtomicU32,
+}
+
+/// Why a segment could not be created or mapped.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum ShmError {
+    #[error(
+        "cannot create the shared-memory segment {name} of {bytes} bytes; check the free \
+         space of /dev/shm (a container may need a larger --shm-size)"
+    )]
+    Create {
+        name: String,
+        bytes: usize,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error(
+        "the shared-memory segment {name} did not appear within {waited:?}; its owner has \
+         not created it (is that process alive and in the same job?)"
+    )]
+    Missing { name: String, waited: Duration },
+    #[error("cannot map the shared-memory segment {name}")]
+    Map {
+        name: String,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error("the shared-memory segment {name} is not one of oxccl's: {reason}")]
+    Foreign { name: String, reason: String },
+}
+
+/// A mapped segment.
+pub struct Segment {
+    name: String,
+    base: NonNull<u8>,
+    len: usize,
+    owner: bool,
+    named: AtomicBool,
+}
+
+// SAFETY: the segment owns its mapping; the payload is shared memory whose concurrent use
+// is the program's business (proved by the analyzer), as for device memory; the header is
+// accessed through atomics only.
+unsafe impl Send for Segment {}
+// SAFETY: as above.
+unsafe impl Sync for Segment {}
+
+/// The name of `rank`'s segment `what` in the job `tag`: `/oxccl-<tag>-r<rank>-<what>`.
+pub fn segment_name(tag: &str, rank: usize, what: &str) -> String {
+    format!("/oxccl-{tag}-r{rank}-{what}")
+}
+
+impl Segment {
+    /// Create `name` with `payload` bytes (zeroed), owned by this process.
+    pub fn create(name: &str, payload: usize) -> Result<Segment, ShmError> {
+        let len = HEADER_BYTES.saturating_add(payload.next_multiple_of(4096));
+        let failed = |e: rustix::io::Errno| ShmError::Create {
+            name: name.to_string(),
+            bytes: len,
+            source: Arc::new(e.into()),
+        };
+        let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR;
+        let fd = rustix::shm::open(name, flags, Mode::RUSR | Mode::WUSR).map_err(failed)?;
+        let sized = rustix::fs::ftruncate(&fd, len as u64);
+        let mapped = sized.and_then(|()| map(&fd, len));
+        let base = match mapped {
+            Ok(base) => base,
+            Err(e) => {
+                let _ = rustix::shm::unlink(name);
+                return Err(failed(e));
+            }
+        };
+        let segment = Segment {
+            name: name.to_string(),
+            base,
+            len,
+            owner: true,
+            named: AtomicBool::new(true),
+        };
+        let header = segment.header();
+        header.payload.store(payload as u64, Ordering::Relaxed);
+        header.owner_pid.store(std::process::id(), Ordering::Relaxed);
+        header.magic.store(MAGIC, Ordering::Release);
+        Ok(segment)
+    }
+
+    /// Map the segment `name` that another process creates, waiting up to `wait` for it
+    /// to appear, and count this process among its peers.
+    pub fn attach(name: &str, wait: Duration) -> Result<Segment, ShmError> {
+        let deadline = Instant::now() + wait;
+        let map_err = |e: rustix::io::Errno| ShmError::Map {
+            name: name.to_string(),
+            source: Arc::new(e.into()),
+        };
+        loop {
+            match rustix::shm::open(name, OFlags::RDWR, Mode::empty()) {
+                Ok(fd) => {
+                    let len = rustix::fs::fstat(&fd).map_err(map_err)?.st_size as usize;
+                    if len >= HEADER_BYTES {
+                        let base = map(&fd, len).map_err(map_err)?;
+                        let segment = Segment {
+                            name: name.to_string(),
+                            base,
+                            len,
+                            owner: false,
+                            named: AtomicBool::new(true),
+                        };
+                        if segment.header().magic.load(Ordering::Acquire) == MAGIC {
+                            segment.check_len()?;
+                            segment.header().attached.fetch_add(1, Ordering::AcqRel);
+                            return Ok(segment);
+                        }
+                    }
+                }
+                Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(map_err(e)),
+            }
+            // Not there, or its owner is still writing the header.
+            if Instant::now() >= deadline {
+                return Err(ShmError::Missing {
+                    name: name.to_string(),
+                    waited: wait,
+                });
+            }
+            std::thread::sleep(ATTACH_POLL);
+        }
+    }
+
+    fn check_len(&self) -> Result<(), ShmError> {
+        let payload = self.header().payload.load(Ordering::Relaxed) as usize;
+        match HEADER_BYTES.checked_add(payload).is_some_and(|n| n <= self.len) {
+            true => Ok(()),
+            false => Err(ShmError::Foreign {
+                name: self.name.clone(),
+                reason: format!("its header claims {payload} bytes, it has {}", self.len),
+            }),
+        }
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the mapping is at least HEADER_BYTES long, page aligned, and the header
+        // is only accessed through atomics.
+        unsafe { &*self.base.as_ptr().cast::<Header>() }
+    }
+
+    /// The segment's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The payload: its first byte (page aligned) and its length.
+    pub fn payload(&self) -> (*mut u8, usize) {
+        let len = self.header().payload.load(Ordering::Relaxed) as usize;
+        // SAFETY: HEADER_BYTES is within the mapping (checked at create and attach).
+        (unsafe { self.base.as_ptr().add(HEADER_BYTES) }, len)
+    }
+
+    /// How many peers have mapped the segment.
+    pub fn attached(&self) -> u32 {
+        self.header().attached.load(Ordering::Acquire)
+    }
+
+    /// The pid of the process that created the segment.
+    pub fn owner_pid(&self) -> u32 {
+        self.header().owner_pid.load(Ordering::Relaxed)
+    }
+
+    /// Remove the segment's name (the mappings stay); once only.
+    pub fn unlink(&self) {
+        if self.named.swap(false, Ordering::AcqRel) {
+            let _ = rustix::shm::unlink(self.name.as_str());
+        }
+    }
+
+    /// Remove the name of a segment whose owner cannot (it died). No error when it is gone.
+    pub fn unlink_name(name: &str) {
+        let _ = rustix::shm::unlink(name);
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if self.owner {
+            self.unlink();
+        }
+        // SAFETY: `base` and `len` are the mapping made in `create` or `attach`, and
+        // nothing borrows from it past the segment's life (its users hold an `Arc`).
+        let _ = unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment")
+            .field("name", &self.name)
+            .field("len", &self.len)
+            .field("owner", &self.owner)
+            .finish()
+    }
+}
+
+/// Map `len` bytes of `fd`, shared, readable and writable.
+fn map(fd: &rustix::fd::OwnedFd, len: usize) -> rustix::io::Result<NonNull<u8>> {
+    // SAFETY: a fresh mapping chosen by the kernel aliases no Rust object.
+    let ptr = unsafe {
+        rustix::mm::mmap(
+            std::ptr::null_mut(),
+            len,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::SHARED,
+            fd,
+            0,
+        )?
+    };
+    NonNull::new(ptr.cast()).ok_or(rustix::io::Errno::NOMEM)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unique(what: &str) -> String {
+        segment_name(&format!("test{}", std::process::id()), 0, what)
+    }
+
+    #[test]
+    fn a_peer_sees_the_owners_bytes_and_the_name_goes_with_unlink() {
+        let name = unique("a");
+        let owner = Segment::create(&name, 10_000).expect("create");
+        let peer = Segment::attach(&name, Duration::from_secs(5)).expect("attach");
+        assert_eq!(owner.attached(), 1);
+        assert_eq!(peer.owner_pid(), std::process::id());
+        let (p, len) = owner.payload();
+        assert_eq!(len, 10_000);
+        assert_eq!(p as usize % 4096, 0);
+        // SAFETY: within the payload; nothing else touches it in this test.
+        unsafe { p.add(9_999).write(0xab) };
+        let (q, _) = peer.payload();
+        // SAFETY: as above, through the peer's mapping of the same bytes.
+        assert_eq!(unsafe { q.add(9_999).read() }, 0xab);
+        owner.unlink();
+        let gone = Segment::attach(&name, Duration::from_millis(20)).unwrap_err();
+        assert!(matches!(gone, ShmError::Missing { .. }), "{gone}");
+        // SAFETY: the mappings outlive the name.
+        assert_eq!(unsafe { q.add(9_999).read() }, 0xab);
+    }
+
+    #[test]
+    fn creating_a_taken_name_fails_and_dropping_the_owner_unlinks() {
+        let name = unique("b");
+        let owner = Segment::create(&name, 1).expect("create");
+        let again = Segment::create(&name, 1).unwrap_err();
+        assert!(matches!(again, ShmError::Create { .. }), "{again}");
+        drop(owner);
+        assert!(Segment::attach(&name, Duration::from_millis(20)).is_err());
+    }
+
+    #[test]
+    fn a_doorbell_wakes_a_sleeper_through_another_mapping() {
+        let name = unique("c");
+        let owner = Segment::create(&name, 64).expect("create");
+        let peer = Segment::attach(&name, Duration::from_secs(5)).expect("attach");
+        owner.unlink();
+        // SAFETY: the payload is page aligned and at least 4 bytes; used as one atomic.
+        let bell = |s: &Segment| unsafe { &*s.payload().0.cast::<AtomicU32>() };
+        let start = Instant::now();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                super::super::futex::ring(bell(&peer));
+            });
+            while bell(&owner).load(Ordering::Acquire) == 0 {
+                super::super::futex::wait(bell(&owner), 0, Duration::from_secs(10));
+            }
+        });
+        assert!(start.elapsed() < Duration::from_secs(5), "woken by the ring");
+    }
+}
