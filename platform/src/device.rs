@@ -187,8 +187,8 @@ pub struct ResourceHandle {
     /// Address in this process (0 when `memory` is [`MemoryKind::None`]). For signals,
     /// the link region's first word (the local region grows in segments of its own).
     pub addr: usize,
-    /// Bytes. For signals: the link region as the backend lays it out (the host keeps a
-    /// process-local waker slot beside each 4-byte word).
+    /// Bytes. For signals: the link region's 4-byte state words, contiguous (the host
+    /// keeps its process-local waker slots apart from them).
     pub len: usize,
 }
 

@@ -33,8 +33,8 @@ pub mod notify;
 pub mod reduce;
 pub mod registry;
 pub mod signal;
-pub mod transport;
 pub mod sim;
+pub mod transport;
 
 #[doc(hidden)]
 pub use inventory;

@@ -299,8 +299,8 @@ impl Device for HostDevice {
             ),
             Resource::Signals => {
                 let bank = &self.shared.banks[slot];
-                let addr = bank.word(0).map_or(0, |w| w as *const _ as usize);
-                (addr, bank.link_bytes())
+                let states = bank.link_states();
+                (states.as_ptr() as usize, std::mem::size_of_val(states))
             }
         };
         Ok(ResourceHandle {

@@ -115,7 +115,9 @@ impl Segment {
         };
         let header = segment.header();
         header.payload.store(payload as u64, Ordering::Relaxed);
-        header.owner_pid.store(std::process::id(), Ordering::Relaxed);
+        header
+            .owner_pid
+            .store(std::process::id(), Ordering::Relaxed);
         header.magic.store(MAGIC, Ordering::Release);
         Ok(segment)
     }
@@ -164,7 +166,10 @@ impl Segment {
 
     fn check_len(&self) -> Result<(), ShmError> {
         let payload = self.header().payload.load(Ordering::Relaxed) as usize;
-        match HEADER_BYTES.checked_add(payload).is_some_and(|n| n <= self.len) {
+        match HEADER_BYTES
+            .checked_add(payload)
+            .is_some_and(|n| n <= self.len)
+        {
             true => Ok(()),
             false => Err(ShmError::Foreign {
                 name: self.name.clone(),
@@ -309,6 +314,9 @@ mod tests {
                 super::super::futex::wait(bell(&owner), 0, Duration::from_secs(10));
             }
         });
-        assert!(start.elapsed() < Duration::from_secs(5), "woken by the ring");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "woken by the ring"
+        );
     }
 }
