@@ -77,8 +77,22 @@ pub struct DeviceConfig {
     /// Worker threads of the host device (0 = one per core).
     pub host_threads: usize,
     /// Let peers work on a rank's user buffers (zero-copy) when the backend can. The `sim`
-    /// backend, which can model either, follows it; the host always can.
+    /// backend, which can model either, follows it; the host can when it serves every
+    /// rank.
     pub zero_copy: bool,
+    /// Reach every rank this device does not serve through shared memory (ranks of other
+    /// processes of this host, or of other devices of this one): the shm transport
+    /// ([`crate::transport::shm`]). `None`: ranks not served here are not reachable.
+    pub shm: Option<ShmJob>,
+}
+
+/// A job whose ranks meet in shared memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShmJob {
+    /// Names the job's segments (`/oxccl-<tag>-r<rank>-...`): the same on every rank, and
+    /// different for every job (the bootstrap derives it from the job's secret). Letters,
+    /// digits, `-` and `_` only.
+    pub tag: String,
 }
 
 impl DeviceConfig {
@@ -92,6 +106,7 @@ impl DeviceConfig {
             exec_timeout: Duration::from_secs(60),
             host_threads: 0,
             zero_copy: true,
+            shm: None,
         }
     }
 

@@ -60,6 +60,11 @@ pub enum SliceFault {
     #[error("rank {rank} has no collective in flight, so its {buf:?} is unbound")]
     Unbound { rank: Rank, buf: Buf },
     #[error(
+        "rank {rank}'s user buffers are in another process, out of reach; such a \
+         communicator stages through the CCL buffers"
+    )]
+    UserBufferOutOfReach { rank: Rank },
+    #[error(
         "rank {rank}'s buffers are bound for call epoch {bound}, this task runs epoch {running}"
     )]
     OtherEpoch {
@@ -134,6 +139,17 @@ pub enum ConfigFault {
     UserBufferMisaligned { buf: Buf, align: usize },
     #[error("rank {rank} has {count} submissions in one group; one per rank")]
     RankTwiceInGroup { rank: Rank, count: usize },
+    #[error(
+        "rank {rank} was set up with (link words, CCL buffer bytes) = {theirs:?}, this rank \
+         with {ours:?}; start every rank with the same OXCCL_BUFFSIZE and rank count"
+    )]
+    PeerShape {
+        rank: Rank,
+        theirs: (usize, usize),
+        ours: (usize, usize),
+    },
+    #[error("the {what} is too large to lay out")]
+    TooLarge { what: &'static str },
 }
 
 fn in_place_name(in_place: bool) -> &'static str {
@@ -162,6 +178,30 @@ pub enum AbortCause {
         #[source]
         error: Arc<DeviceError>,
     },
+    #[error("rank {rank} (process {pid}) {loss}")]
+    PeerProcess {
+        rank: Rank,
+        pid: u32,
+        loss: PeerLoss,
+    },
+}
+
+/// How a rank in another process was lost.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PeerLoss {
+    /// Its device stopped on an error of its own (reported in its process).
+    Failed,
+    /// Its process is gone (killed, crashed, exited).
+    Died,
+}
+
+impl std::fmt::Display for PeerLoss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PeerLoss::Failed => "failed (its own error is reported in its process)",
+            PeerLoss::Died => "died",
+        })
+    }
 }
 
 /// Why a device could not run a program.
@@ -244,6 +284,8 @@ pub enum DeviceError {
     },
     #[error("bad device configuration: {0}")]
     Config(#[source] ConfigFault),
+    #[error("the shared-memory transport failed")]
+    Shm(#[source] crate::transport::shm::ShmError),
 }
 
 impl From<ConfigFault> for DeviceError {

@@ -41,11 +41,11 @@ pub use inventory;
 
 pub use device::{
     Capabilities, CompileRequest, Compiled, Completion, Device, DeviceConfig, MemoryKind, Resource,
-    ResourceHandle, ScratchId, Submission, UserBuffers,
+    ResourceHandle, ScratchId, ShmJob, Submission, UserBuffers,
 };
 pub use dtype::{DataType, Element, ReduceOp};
 pub use error::{
-    AbortCause, AllocFault, ConfigFault, DeviceError, GateRefusal, SliceFault, TaskFault,
+    AbortCause, AllocFault, ConfigFault, DeviceError, GateRefusal, PeerLoss, SliceFault, TaskFault,
     TaskLocation,
 };
 pub use gate::Gate;

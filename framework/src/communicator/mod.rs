@@ -131,6 +131,7 @@ fn create_device(n: usize, config: &Config) -> Result<Arc<dyn Device>, Error> {
         exec_timeout: config.exec_timeout,
         host_threads: config.host_threads,
         zero_copy: config.zero_copy,
+        shm: None,
     };
     Ok(oxccl_platform::registry::create(&config.device, dc)?)
 }

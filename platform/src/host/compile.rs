@@ -72,6 +72,13 @@ pub(crate) enum Op {
         word: usize,
         notify: NotifyId,
     },
+    /// Post word `word` (of the link region) of `rank`, served by another device and
+    /// reached through shared memory.
+    PostAfar {
+        rank: usize,
+        word: usize,
+        notify: NotifyId,
+    },
     /// Wait on word `word` of the rank's own bank.
     Wait { word: usize, notify: NotifyId },
 }
@@ -81,7 +88,7 @@ pub(crate) enum Op {
 pub(crate) struct HostProgram {
     pub slot: usize,
     pub streams: Vec<Vec<Op>>,
-    /// Local slots of the fence peers.
+    /// Fence slots of the fence peers (local, or proxies of peers in other devices).
     pub peer_slots: Arc<[usize]>,
     /// Latency-bound: its data tasks move at most [`INLINE_BYTES`] in all, so its streams
     /// run on the submitting thread rather than wake a worker (see the pool).
@@ -109,7 +116,11 @@ pub(crate) fn compile(
     let peer_slots = request
         .peers
         .iter()
-        .map(|&p| shared.slot(p))
+        .map(|&p| {
+            shared
+                .fence_slot(p)
+                .ok_or_else(|| shared.config.not_served(p))
+        })
         .collect::<Result<Arc<[usize]>, _>>()?;
     let table_len = shared.layout.table_len(request.local_notifies);
     let link_words = shared.layout.local_base() as usize;
@@ -142,18 +153,35 @@ pub(crate) fn compile(
             };
             let op = match *task {
                 Task::Post { notify } => {
-                    let target = shared.slot(notify.rank)?;
                     let index = notify.index as usize;
                     if index >= table_len {
                         return Err(no_notify(notify));
                     }
-                    if index >= link_words {
-                        shared.banks[target].reserve_local(index + 1 - link_words);
-                    }
-                    Op::Post {
-                        slot: target,
-                        word: index,
-                        notify,
+                    match shared.slot(notify.rank) {
+                        Ok(target) => {
+                            if index >= link_words {
+                                shared.banks[target].reserve_local(index + 1 - link_words);
+                            }
+                            Op::Post {
+                                slot: target,
+                                word: index,
+                                notify,
+                            }
+                        }
+                        // A peer elsewhere: only its link region is shared.
+                        Err(not_served) => match shared.shm.as_ref() {
+                            Some(shm) if shm.peer(notify.rank).is_some() => {
+                                if index >= link_words {
+                                    return Err(no_notify(notify));
+                                }
+                                Op::PostAfar {
+                                    rank: notify.rank,
+                                    word: index,
+                                    notify,
+                                }
+                            }
+                            _ => return Err(not_served),
+                        },
                     }
                 }
                 Task::Wait { notify } => {
@@ -279,7 +307,7 @@ impl Compiler<'_> {
                 ranks: shared.config.ranks,
             }));
         }
-        let slot = shared.slot(slice.rank)?;
+        let slot = shared.slot(slice.rank);
         if slice.len != len {
             return Err(invalid(SliceFault::LengthMismatch {
                 len: slice.len,
@@ -315,12 +343,23 @@ impl Compiler<'_> {
                 *align = (*align).max(need);
                 Place::Own
             }
-            Buf::Input | Buf::Output => Place::Peer(slot),
+            Buf::Input | Buf::Output => match slot {
+                Ok(slot) => Place::Peer(slot),
+                Err(_) if self.peer(slice.rank) => {
+                    return Err(invalid(SliceFault::UserBufferOutOfReach {
+                        rank: slice.rank,
+                    }))
+                }
+                Err(not_served) => return Err(not_served),
+            },
             buf => {
-                let region = shared
-                    .memory
-                    .device_region(slot, buf, self.request.scratch.map(|s| s.0))
-                    .map_err(invalid)?;
+                let scratch = self.request.scratch.map(|s| s.0);
+                let region = match slot {
+                    Ok(slot) => shared.memory.device_region(slot, buf, scratch),
+                    Err(not_served) if !self.peer(slice.rank) => return Err(not_served),
+                    Err(_) => self.peer_region(slice.rank, buf, scratch),
+                }
+                .map_err(invalid)?;
                 // Checked on its own (not trusting `Slice::end`): the sum must not wrap
                 // and must stay within the region.
                 let inside = slice
@@ -345,6 +384,41 @@ impl Compiler<'_> {
             }
         };
         Ok(Operand { place, slice })
+    }
+}
+
+impl Compiler<'_> {
+    /// True when `rank` is served by another device reached through shared memory.
+    fn peer(&self, rank: usize) -> bool {
+        self.shared
+            .shm
+            .as_ref()
+            .is_some_and(|s| s.peer(rank).is_some())
+    }
+
+    /// A device buffer of a peer in another device, mapped here.
+    fn peer_region(
+        &self,
+        rank: usize,
+        buf: Buf,
+        scratch: Option<usize>,
+    ) -> Result<super::memory::Region, SliceFault> {
+        let shm = self
+            .shared
+            .shm
+            .as_ref()
+            .expect("a peer is reached through shm");
+        let peer = shm.peer(rank).expect("checked by the caller");
+        match buf {
+            Buf::CclIn => Ok(peer.block.ccl_in()),
+            Buf::CclOut => Ok(peer.block.ccl_out()),
+            Buf::Scratch => {
+                let id = scratch.ok_or(SliceFault::NoScratch)?;
+                shm.peer_scratch(rank, id)
+                    .ok_or(SliceFault::NoSuchScratch { id })
+            }
+            Buf::Input | Buf::Output => unreachable!("user buffers are not device regions"),
+        }
     }
 }
 

@@ -22,7 +22,7 @@ use crate::device::{Compiled, DeviceConfig};
 use crate::error::{AbortCause, DeviceError, TaskFault, TaskLocation};
 use crate::ir::{NotifyId, Rank};
 use crate::notify::NotifyLayout;
-use crate::signal::{Posted, SignalBank, Waited};
+use crate::signal::{Posted, PostedAfar, SignalBank, Waited};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -40,8 +40,17 @@ pub(crate) struct Shared {
     pub memory: Memory,
     /// Per local slot.
     pub banks: Vec<SignalBank<Waker>>,
-    /// Per local slot.
+    /// Per fence slot: the local slots first, then one proxy per rank reached through
+    /// shared memory (moved by the doorbell service to the `done_epoch` that rank
+    /// publishes).
     pub fences: Vec<RankFence>,
+    /// The rank of each fence slot.
+    pub fence_ranks: Vec<Rank>,
+    /// Per communicator rank, its fence slot.
+    pub fence_of: Vec<Option<usize>>,
+    /// The shm transport's blocks and peers, when ranks of other devices are reached
+    /// through shared memory.
+    pub shm: Option<Arc<super::shm::ShmLinks>>,
     pub pool: WorkerPool,
     pub running: Mutex<Running>,
     /// Identifies this device's compiled programs.
@@ -71,6 +80,20 @@ impl Shared {
             .ok_or_else(|| self.config.not_served(rank))
     }
 
+    /// The fence slot of `rank` (local or a peer's proxy), if the device reaches it.
+    pub(crate) fn fence_slot(&self, rank: Rank) -> Option<usize> {
+        self.fence_of.get(rank).copied().flatten()
+    }
+
+    /// Local slot `slot` finished `epoch`: run what waits for it here, and publish it to
+    /// the peers in other devices.
+    pub(crate) fn advance(&self, slot: usize, epoch: u64) {
+        self.fences[slot].advance(epoch);
+        if let Some(shm) = &self.shm {
+            shm.publish_done(slot, epoch);
+        }
+    }
+
     /// Track `launch`, unless an earlier failure stopped the device.
     pub(crate) fn admit(&self, launch: &Arc<Launch>) -> Result<(), DeviceError> {
         let mut running = self.running.lock();
@@ -88,15 +111,21 @@ impl Shared {
     /// Stop the device for `cause`: abort every launch in flight but `except`, release
     /// every fence waiter, refuse every later launch.
     pub(crate) fn stop(&self, cause: AbortCause, except: Option<&Arc<Launch>>) {
-        let others: Vec<Arc<Launch>> = {
+        let (others, first) = {
             let mut running = self.running.lock();
+            let first = running.failure.is_none();
             running.failure.get_or_insert_with(|| cause.clone());
-            running
+            let others = running
                 .launches
                 .iter()
                 .filter_map(std::sync::Weak::upgrade)
-                .collect()
+                .collect::<Vec<Arc<Launch>>>();
+            (others, first)
         };
+        // Peers in other processes wait on this device's ranks: tell them at once.
+        if let (true, Some(shm)) = (first, &self.shm) {
+            shm.announce_failure();
+        }
         let skip = |o: &Arc<Launch>| except.is_some_and(|e| Arc::ptr_eq(o, e));
         for other in others.iter().filter(|o| !skip(o)) {
             let rank = other.rank();
@@ -282,7 +311,7 @@ impl Launch {
     /// Every stream ended: this rank finished the epoch. Then wait for the exit fence
     /// (zero-copy, no error) or complete.
     fn streams_done(self: &Arc<Self>) {
-        self.shared.fences[self.program.slot].advance(self.epoch);
+        self.shared.advance(self.program.slot, self.epoch);
         let exit = self.compiled.exit_fence && self.error.lock().is_none();
         {
             let mut phase = self.phase.lock();
@@ -352,7 +381,7 @@ impl Launch {
                 *phase = Phase::Cancelled;
                 drop(phase);
                 // A refused call still consumed its epoch: peers must not wait for it.
-                self.shared.fences[self.program.slot].advance(self.epoch);
+                self.shared.advance(self.program.slot, self.epoch);
                 self.complete();
                 true
             }
@@ -523,7 +552,7 @@ impl Launch {
             (waited >= timeout).then(|| DeviceError::FenceTimeout {
                 rank: self.rank(),
                 epoch: self.epoch,
-                peer: self.shared.config.local_ranks[*slot],
+                peer: self.shared.fence_ranks[*slot],
                 needed,
                 reached: self.shared.fences[*slot].done(),
                 waited,
@@ -578,17 +607,46 @@ impl Launch {
         match word.post() {
             Posted::Set => Ok(()),
             Posted::Woke((waiter, s)) => {
-                waiter.parked.lock()[s] = None;
-                waiter.advance(s);
-                waiter.resume(s);
+                waiter.wake(s);
                 Ok(())
             }
-            Posted::AlreadySet => Err(DeviceError::LostWakeup {
-                at,
-                notify,
-                notify_desc: self.shared.layout.describe(notify),
-            }),
+            Posted::AlreadySet => Err(self.lost_wakeup(notify, at)),
         }
+    }
+
+    fn lost_wakeup(&self, notify: NotifyId, at: TaskLocation) -> DeviceError {
+        DeviceError::LostWakeup {
+            at,
+            notify,
+            notify_desc: self.shared.layout.describe(notify),
+        }
+    }
+
+    /// Post word `word` of `rank`, served by another device and reached through shared
+    /// memory (a parked waiter is resumed by its own device's doorbell service).
+    fn post_afar(
+        &self,
+        rank: Rank,
+        word: usize,
+        notify: NotifyId,
+        at: TaskLocation,
+    ) -> Result<(), DeviceError> {
+        let posted = self
+            .shared
+            .shm
+            .as_ref()
+            .and_then(|shm| shm.post(rank, word));
+        match posted.expect("compile resolved the peer's word") {
+            PostedAfar::Set | PostedAfar::Ring => Ok(()),
+            PostedAfar::AlreadySet => Err(self.lost_wakeup(notify, at)),
+        }
+    }
+
+    /// A post consumed stream `s`'s wait: move it past its Wait and make it runnable.
+    pub(crate) fn wake(self: &Arc<Self>, s: usize) {
+        self.parked.lock()[s] = None;
+        self.advance(s);
+        self.resume(s);
     }
 
     fn wait(
@@ -652,6 +710,9 @@ pub(crate) fn run_stream(launch: &Arc<Launch>, s: usize) {
             Op::Post { slot, word, notify } => {
                 launch.post(*slot, *word, *notify, at).map(|()| Step::Next)
             }
+            Op::PostAfar { rank, word, notify } => launch
+                .post_afar(*rank, *word, *notify, at)
+                .map(|()| Step::Next),
             Op::Wait { word, notify } => launch.wait(*word, *notify, at),
             Op::Data(data) => exec::run_data_task(launch, data, at),
         };

@@ -20,10 +20,12 @@ use std::sync::Arc;
 /// from the kernel, committing every CCL buffer up front.
 const ALIGN: usize = 16;
 
-/// A zeroed, 16-byte aligned heap buffer owned by the device.
+/// A zeroed, 16-byte aligned buffer owned by the device: on the heap, or in a
+/// shared-memory segment that `keep` keeps mapped.
 pub(crate) struct HostBuffer {
     ptr: NonNull<u8>,
     len: usize,
+    keep: Option<Arc<dyn Send + Sync>>,
 }
 
 // SAFETY: HostBuffer owns its allocation; concurrent access goes through raw pointers whose
@@ -43,6 +45,7 @@ impl HostBuffer {
             return Ok(HostBuffer {
                 ptr: NonNull::<u64>::dangling().cast(),
                 len: 0,
+                keep: None,
             });
         }
         let layout = Layout::from_size_align(len, ALIGN).map_err(|e| alloc_err(e.into()))?;
@@ -50,7 +53,20 @@ impl HostBuffer {
         // committed lazily, so an unused CCL buffer costs address space, not memory.
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).ok_or_else(|| alloc_err(AllocFault::OutOfMemory))?;
-        Ok(HostBuffer { ptr, len })
+        Ok(HostBuffer {
+            ptr,
+            len,
+            keep: None,
+        })
+    }
+
+    /// A buffer at `region` in memory that `keep` owns (a shared-memory segment).
+    pub(crate) fn in_shared(region: Region, keep: Arc<dyn Send + Sync>) -> Self {
+        HostBuffer {
+            ptr: NonNull::new(region.ptr).unwrap_or(NonNull::<u64>::dangling().cast()),
+            len: region.len,
+            keep: Some(keep),
+        }
     }
 
     pub(crate) fn region(&self) -> Region {
@@ -64,7 +80,7 @@ impl HostBuffer {
 
 impl Drop for HostBuffer {
     fn drop(&mut self) {
-        if self.len > 0 {
+        if self.len > 0 && self.keep.is_none() {
             // SAFETY: allocated in `new` with this exact layout.
             unsafe {
                 dealloc(
@@ -122,6 +138,23 @@ impl Memory {
         })
     }
 
+    /// Memory whose CCL buffers are the shared-memory blocks of the local ranks.
+    pub(crate) fn in_blocks(blocks: &[super::shm::Block]) -> Self {
+        let keep = super::shm::Block::keep;
+        Memory {
+            ccl_in: blocks
+                .iter()
+                .map(|b| HostBuffer::in_shared(b.ccl_in(), keep(b)))
+                .collect(),
+            ccl_out: blocks
+                .iter()
+                .map(|b| HostBuffer::in_shared(b.ccl_out(), keep(b)))
+                .collect(),
+            scratch: RwLock::new(Vec::new()),
+            user: blocks.iter().map(|_| Mutex::new(None)).collect(),
+        }
+    }
+
     pub(crate) fn alloc_scratch(&self, local: usize, bytes: usize) -> Result<usize, DeviceError> {
         let set = (0..local)
             .map(|_| HostBuffer::new(bytes, "Scratch"))
@@ -129,6 +162,21 @@ impl Memory {
         let mut scratch = self.scratch.write();
         scratch.push(Arc::new(set));
         Ok(scratch.len() - 1)
+    }
+
+    /// Allocate a scratch set whose buffer for local slot `slot` is `make(slot, id)`'s
+    /// region (kept alive by whoever made it: the shm transport's segments).
+    pub(crate) fn alloc_scratch_with(
+        &self,
+        mut make: impl FnMut(usize, usize) -> Result<Region, DeviceError>,
+    ) -> Result<usize, DeviceError> {
+        let mut scratch = self.scratch.write();
+        let id = scratch.len();
+        let set = (0..self.user.len())
+            .map(|slot| Ok(HostBuffer::in_shared(make(slot, id)?, Arc::new(()))))
+            .collect::<Result<Vec<_>, DeviceError>>()?;
+        scratch.push(Arc::new(set));
+        Ok(id)
     }
 
     /// The device-owned region behind `(slot, buf)`; `scratch` is the program's set.

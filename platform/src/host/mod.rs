@@ -22,6 +22,7 @@ mod fence;
 mod launch;
 mod memory;
 mod pool;
+mod shm;
 
 use crate::device::{
     Capabilities, CompileRequest, Compiled, Completion, Device, DeviceConfig, MemoryKind, Resource,
@@ -75,19 +76,54 @@ impl HostDevice {
         let layout = config.layout();
         let local = config.local_ranks.len();
         let link_words = layout.local_base() as usize;
-        Ok(HostDevice {
-            shared: Arc::new(Shared {
-                memory: Memory::new(local, config.ccl_bytes)?,
-                banks: (0..local).map(|_| SignalBank::new(link_words)).collect(),
-                fences: (0..local).map(|_| Default::default()).collect(),
-                pool,
-                running: Mutex::new(Default::default()),
-                slots,
-                layout,
-                config,
-                id: crate::device::next_device_id(),
-            }),
-        })
+        let links = match &config.shm {
+            Some(job) => Some(Arc::new(shm::ShmLinks::open(
+                &config, &job.tag, link_words,
+            )?)),
+            None => None,
+        };
+        let (memory, banks) = match &links {
+            Some(links) => (
+                Memory::in_blocks(&links.own),
+                links
+                    .own
+                    .iter()
+                    .map(|b| SignalBank::with_external_link(b.external_states()))
+                    .collect(),
+            ),
+            None => (
+                Memory::new(local, config.ccl_bytes)?,
+                (0..local).map(|_| SignalBank::new(link_words)).collect(),
+            ),
+        };
+        // Fence slots: the local ranks, then a proxy per peer reached through shm.
+        let mut fence_ranks = config.local_ranks.clone();
+        fence_ranks.extend(links.iter().flat_map(|l| l.peer_ranks()));
+        let mut fence_of = vec![None; config.ranks];
+        for (slot, &rank) in fence_ranks.iter().enumerate() {
+            fence_of[rank] = Some(slot);
+        }
+        let shared = Arc::new(Shared {
+            memory,
+            banks,
+            fences: fence_ranks.iter().map(|_| Default::default()).collect(),
+            fence_ranks,
+            fence_of,
+            shm: links.clone(),
+            pool,
+            running: Mutex::new(Default::default()),
+            slots,
+            layout,
+            config,
+            id: crate::device::next_device_id(),
+        });
+        if let Some(links) = links {
+            shm::start_service(&shared, links).map_err(|e| ConfigFault::Threads {
+                threads: 1,
+                source: Arc::new(e),
+            })?;
+        }
+        Ok(HostDevice { shared })
     }
 
     /// Number of worker threads.
@@ -264,17 +300,35 @@ impl Device for HostDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
+        let shared_memory = self.shared.shm.is_some();
         Capabilities {
-            peer_user_buffers: true,
+            // Ranks in other processes cannot reach this process's user buffers.
+            peer_user_buffers: !shared_memory,
             executes: true,
             graph_capture: false,
-            memory: MemoryKind::ProcessHeap,
+            memory: match shared_memory {
+                true => MemoryKind::SharedSegment,
+                false => MemoryKind::ProcessHeap,
+            },
         }
     }
 
     fn alloc_scratch(&self, bytes_per_rank: usize) -> Result<ScratchId, DeviceError> {
-        let local = self.shared.config.local_ranks.len();
-        let id = self.shared.memory.alloc_scratch(local, bytes_per_rank)?;
+        let config = &self.shared.config;
+        let id = match &self.shared.shm {
+            Some(links) => {
+                let id = self.shared.memory.alloc_scratch_with(|slot, id| {
+                    links.create_scratch(config.local_ranks[slot], id, bytes_per_rank)
+                })?;
+                // Every rank allocates the same scratch at the same call: map the peers'.
+                links.attach_scratch(id)?;
+                id
+            }
+            None => {
+                let local = config.local_ranks.len();
+                self.shared.memory.alloc_scratch(local, bytes_per_rank)?
+            }
+        };
         Ok(ScratchId(id))
     }
 
@@ -306,7 +360,7 @@ impl Device for HostDevice {
         Ok(ResourceHandle {
             rank,
             resource,
-            memory: MemoryKind::ProcessHeap,
+            memory: self.capabilities().memory,
             addr,
             len,
         })
@@ -355,7 +409,7 @@ impl Device for HostDevice {
 
     fn retire(&self, rank: Rank, epoch: u64) -> Result<(), DeviceError> {
         let slot = self.shared.slot(rank)?;
-        self.shared.fences[slot].advance(epoch);
+        self.shared.advance(slot, epoch);
         Ok(())
     }
 
@@ -365,9 +419,20 @@ impl Device for HostDevice {
     }
 }
 
+impl Drop for HostDevice {
+    /// Tell the peers this device closes in order, and end the doorbell service.
+    fn drop(&mut self) {
+        if let Some(links) = &self.shared.shm {
+            shm::close(links);
+        }
+    }
+}
+
 fn region_span(region: Region) -> (usize, usize) {
     (region.ptr as usize, region.len)
 }
 
+#[cfg(test)]
+mod shm_tests;
 #[cfg(test)]
 mod tests;

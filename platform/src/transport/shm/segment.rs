@@ -2,12 +2,12 @@
 //!
 //! A segment starts with a small header — a magic that the owner writes last (so a peer
 //! that sees it sees a complete header), the payload's length, the owner's pid and the
-//! count of peers that mapped it — and then the payload, 4096-byte aligned, which the
-//! user lays out. The owner creates it with `O_EXCL` and mode 0600 (only the job's user
-//! can map it); a peer waits, within a deadline, for it to appear, maps it and counts
-//! itself in [`Segment::attached`]. Once every expected peer is in, the owner removes the
-//! name ([`Segment::unlink`]): the mappings stay valid, and nothing is left in `/dev/shm`
-//! whatever happens to the processes afterwards. A segment still named when its owner
+//! weight of the peers that mapped it against the weight expected — and then the
+//! payload, 4096-byte aligned, which the user lays out. The owner creates it with `O_EXCL`
+//! and mode 0600 (only the job's user can map it); a peer waits, within a deadline, for it
+//! to appear, maps it and adds its weight (the ranks it serves). The peer whose weight
+//! completes the count removes the name: the mappings stay valid, and nothing is left in
+//! `/dev/shm` whatever happens to the processes afterwards. A segment still named when its owner
 //! drops it is unlinked then; [`Segment::unlink_name`] lets a peer remove the segment of a
 //! process that died before it could.
 
@@ -34,7 +34,10 @@ struct Header {
     magic: AtomicU64,
     payload: AtomicU64,
     owner_pid: AtomicU32,
+    /// Weight of the peers that mapped it so far.
     attached: AtomicU32,
+    /// Weight at which every expected peer has mapped it: the name is removed then.
+    expected: AtomicU32,
 }
 
 /// Why a segment could not be created or mapped.
@@ -87,8 +90,9 @@ pub fn segment_name(tag: &str, rank: usize, what: &str) -> String {
 }
 
 impl Segment {
-    /// Create `name` with `payload` bytes (zeroed), owned by this process.
-    pub fn create(name: &str, payload: usize) -> Result<Segment, ShmError> {
+    /// Create `name` with `payload` bytes (zeroed), owned by this process, to be mapped
+    /// by peers of total weight `expected` (0: nobody; the name goes when the owner drops).
+    pub fn create(name: &str, payload: usize, expected: u32) -> Result<Segment, ShmError> {
         let len = HEADER_BYTES.saturating_add(payload.next_multiple_of(4096));
         let failed = |e: rustix::io::Errno| ShmError::Create {
             name: name.to_string(),
@@ -118,13 +122,15 @@ impl Segment {
         header
             .owner_pid
             .store(std::process::id(), Ordering::Relaxed);
+        header.expected.store(expected, Ordering::Relaxed);
         header.magic.store(MAGIC, Ordering::Release);
         Ok(segment)
     }
 
     /// Map the segment `name` that another process creates, waiting up to `wait` for it
-    /// to appear, and count this process among its peers.
-    pub fn attach(name: &str, wait: Duration) -> Result<Segment, ShmError> {
+    /// to appear, and add `weight` to its peers; the peer that completes the expected
+    /// weight removes the name.
+    pub fn attach(name: &str, wait: Duration, weight: u32) -> Result<Segment, ShmError> {
         let deadline = Instant::now() + wait;
         let map_err = |e: rustix::io::Errno| ShmError::Map {
             name: name.to_string(),
@@ -145,7 +151,7 @@ impl Segment {
                         };
                         if segment.header().magic.load(Ordering::Acquire) == MAGIC {
                             segment.check_len()?;
-                            segment.header().attached.fetch_add(1, Ordering::AcqRel);
+                            segment.count_in(weight);
                             return Ok(segment);
                         }
                     }
@@ -161,6 +167,15 @@ impl Segment {
                 });
             }
             std::thread::sleep(ATTACH_POLL);
+        }
+    }
+
+    fn count_in(&self, weight: u32) {
+        let header = self.header();
+        let before = header.attached.fetch_add(weight, Ordering::AcqRel);
+        let expected = header.expected.load(Ordering::Relaxed);
+        if before < expected && before.saturating_add(weight) >= expected {
+            self.unlink();
         }
     }
 
@@ -196,7 +211,7 @@ impl Segment {
         (unsafe { self.base.as_ptr().add(HEADER_BYTES) }, len)
     }
 
-    /// How many peers have mapped the segment.
+    /// The weight of the peers that have mapped the segment.
     pub fn attached(&self) -> u32 {
         self.header().attached.load(Ordering::Acquire)
     }
@@ -267,9 +282,9 @@ mod tests {
     #[test]
     fn a_peer_sees_the_owners_bytes_and_the_name_goes_with_unlink() {
         let name = unique("a");
-        let owner = Segment::create(&name, 10_000).expect("create");
-        let peer = Segment::attach(&name, Duration::from_secs(5)).expect("attach");
-        assert_eq!(owner.attached(), 1);
+        let owner = Segment::create(&name, 10_000, 3).expect("create");
+        let peer = Segment::attach(&name, Duration::from_secs(5), 2).expect("attach");
+        assert_eq!(owner.attached(), 2);
         assert_eq!(peer.owner_pid(), std::process::id());
         let (p, len) = owner.payload();
         assert_eq!(len, 10_000);
@@ -279,9 +294,13 @@ mod tests {
         let (q, _) = peer.payload();
         // SAFETY: as above, through the peer's mapping of the same bytes.
         assert_eq!(unsafe { q.add(9_999).read() }, 0xab);
-        owner.unlink();
-        let gone = Segment::attach(&name, Duration::from_millis(20)).unwrap_err();
-        assert!(matches!(gone, ShmError::Missing { .. }), "{gone}");
+        let last = Segment::attach(&name, Duration::from_secs(5), 1).expect("attach");
+        assert_eq!(last.attached(), 3);
+        let gone = Segment::attach(&name, Duration::from_millis(20), 1).unwrap_err();
+        assert!(
+            matches!(gone, ShmError::Missing { .. }),
+            "the last peer removed the name: {gone}"
+        );
         // SAFETY: the mappings outlive the name.
         assert_eq!(unsafe { q.add(9_999).read() }, 0xab);
     }
@@ -289,19 +308,18 @@ mod tests {
     #[test]
     fn creating_a_taken_name_fails_and_dropping_the_owner_unlinks() {
         let name = unique("b");
-        let owner = Segment::create(&name, 1).expect("create");
-        let again = Segment::create(&name, 1).unwrap_err();
+        let owner = Segment::create(&name, 1, 5).expect("create");
+        let again = Segment::create(&name, 1, 5).unwrap_err();
         assert!(matches!(again, ShmError::Create { .. }), "{again}");
         drop(owner);
-        assert!(Segment::attach(&name, Duration::from_millis(20)).is_err());
+        assert!(Segment::attach(&name, Duration::from_millis(20), 1).is_err());
     }
 
     #[test]
     fn a_doorbell_wakes_a_sleeper_through_another_mapping() {
         let name = unique("c");
-        let owner = Segment::create(&name, 64).expect("create");
-        let peer = Segment::attach(&name, Duration::from_secs(5)).expect("attach");
-        owner.unlink();
+        let owner = Segment::create(&name, 64, 1).expect("create");
+        let peer = Segment::attach(&name, Duration::from_secs(5), 1).expect("attach");
         // SAFETY: the payload is page aligned and at least 4 bytes; used as one atomic.
         let bell = |s: &Segment| unsafe { &*s.payload().0.cast::<AtomicU32>() };
         let start = Instant::now();

@@ -1,0 +1,169 @@
+//! Host devices that reach each other's ranks through shared memory: two devices of this
+//! process stand for two processes (the multi-process tests are in `tests/`).
+
+use super::HostDevice;
+use crate::device::{CompileRequest, Device, DeviceConfig, ShmJob, Submission, UserBuffers};
+use crate::error::{AbortCause, DeviceError, PeerLoss};
+use crate::ir::{Buf, RankProgram, Slice};
+use crate::notify::LinkSignal;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const RANKS: usize = 4;
+
+fn tag(test: &str) -> String {
+    format!("t{}-{test}", std::process::id())
+}
+
+/// Devices serving ranks {0, 1} and {2, 3} of one job, created side by side (each waits
+/// for the other's segments).
+fn pair(tag: &str, timeout: Duration) -> (HostDevice, HostDevice) {
+    let config = |local: Vec<usize>| DeviceConfig {
+        local_ranks: local,
+        ccl_bytes: 1 << 16,
+        link_channels: 2,
+        exec_timeout: timeout,
+        host_threads: 1,
+        shm: Some(ShmJob { tag: tag.into() }),
+        ..DeviceConfig::all_local(RANKS)
+    };
+    std::thread::scope(|s| {
+        let b = s.spawn(|| HostDevice::new(config(vec![2, 3])).expect("device b"));
+        let a = HostDevice::new(config(vec![0, 1])).expect("device a");
+        (a, b.join().unwrap())
+    })
+}
+
+/// Rank `r` writes its input into the CclIn of rank `r ^ 2` (on the other device), posts
+/// it, waits for its own, and copies its CclIn to its output.
+fn swap(dev: &HostDevice, r: usize, len: usize) -> RankProgram {
+    let layout = dev.config().layout();
+    let peer = r ^ 2;
+    let mut p = RankProgram::new(r, 1);
+    let s = &mut p.streams[0];
+    s.copy(
+        Slice::new(r, Buf::Input, 0, len),
+        Slice::new(peer, Buf::CclIn, 0, len),
+    );
+    s.post(layout.link(peer, r, 0, LinkSignal::DataSignal));
+    s.wait(layout.link(r, peer, 0, LinkSignal::DataSignal));
+    s.copy(
+        Slice::new(r, Buf::CclIn, 0, len),
+        Slice::new(r, Buf::Output, 0, len),
+    );
+    p
+}
+
+fn run_ranks(
+    dev: &HostDevice,
+    programs: Vec<(RankProgram, Vec<usize>)>,
+    inputs: &[Vec<u8>],
+    outputs: &mut [Vec<u8>],
+    epoch: u64,
+) -> Vec<Result<(), DeviceError>> {
+    let mut subs = Vec::new();
+    for ((program, peers), (input, output)) in programs.into_iter().zip(inputs.iter().zip(outputs))
+    {
+        let compiled = dev
+            .compile(CompileRequest {
+                program: Arc::new(program),
+                scratch: None,
+                peers,
+                local_notifies: 0,
+                in_place: false,
+                exit_fence: false,
+            })
+            .expect("compile");
+        subs.push(Submission {
+            compiled,
+            user: UserBuffers::OutOfPlace { input, output },
+            epoch,
+            gate: None,
+        });
+    }
+    dev.run(subs)
+}
+
+#[test]
+fn ranks_of_two_devices_exchange_data_and_signals_through_shared_memory() {
+    let (a, b) = pair(&tag("swap"), Duration::from_secs(20));
+    assert!(!a.capabilities().peer_user_buffers);
+    let len = 4096;
+    for epoch in 1..=3u64 {
+        let input = |r: usize| vec![(r as u8) * 10 + epoch as u8; len];
+        let (mut out_a, mut out_b) = (vec![vec![0u8; len]; 2], vec![vec![0u8; len]; 2]);
+        let (in_a, in_b) = ([input(0), input(1)], [input(2), input(3)]);
+        let results = std::thread::scope(|s| {
+            let rb = s.spawn(|| {
+                let programs = vec![(swap(&b, 2, len), vec![0]), (swap(&b, 3, len), vec![1])];
+                run_ranks(&b, programs, &in_b, &mut out_b, epoch)
+            });
+            let programs = vec![(swap(&a, 0, len), vec![2]), (swap(&a, 1, len), vec![3])];
+            let mut ra = run_ranks(&a, programs, &in_a, &mut out_a, epoch);
+            ra.extend(rb.join().unwrap());
+            ra
+        });
+        for r in results {
+            r.expect("every rank ran");
+        }
+        assert_eq!(out_a, [input(2), input(3)], "epoch {epoch}");
+        assert_eq!(out_b, [input(0), input(1)], "epoch {epoch}");
+    }
+}
+
+#[test]
+fn a_failure_on_one_device_releases_the_ranks_waiting_on_it_in_another() {
+    let (a, b) = pair(&tag("fail"), Duration::from_secs(30));
+    let layout = a.config().layout();
+    // Rank 0 waits for rank 2, which posts one of rank 0's notifies twice: a lost wakeup
+    // that stops device b, and with it device a's rank 0 at once.
+    let mut p0 = RankProgram::new(0, 1);
+    p0.streams[0].wait(layout.link(0, 2, 1, LinkSignal::DataSignal));
+    let mut p2 = RankProgram::new(2, 1);
+    let twice = layout.link(0, 2, 0, LinkSignal::Ack);
+    p2.streams[0].post(twice);
+    p2.streams[0].post(twice);
+    let start = Instant::now();
+    let (r0, r2) = std::thread::scope(|s| {
+        let r2 = s.spawn(|| {
+            let mut out = [vec![0u8; 8]];
+            run_ranks(&b, vec![(p2, vec![0])], &[vec![0u8; 8]], &mut out, 1).pop()
+        });
+        let mut out = [vec![0u8; 8]];
+        let r0 = run_ranks(&a, vec![(p0, vec![2])], &[vec![0u8; 8]], &mut out, 1).pop();
+        (r0.unwrap(), r2.join().unwrap().unwrap())
+    });
+    assert!(matches!(r2, Err(DeviceError::LostWakeup { .. })), "{r2:?}");
+    match r0 {
+        Err(DeviceError::Aborted {
+            rank: 0,
+            cause:
+                AbortCause::PeerProcess {
+                    rank: 2,
+                    loss: PeerLoss::Failed,
+                    ..
+                },
+        }) => {}
+        other => panic!("rank 0: {other:?}"),
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "released, not timed out"
+    );
+}
+
+#[test]
+fn segments_are_unnamed_once_every_peer_mapped_them() {
+    let tag = tag("names");
+    let (a, b) = pair(&tag, Duration::from_secs(20));
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(&tag))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "still named: {left:?}");
+    drop((a, b));
+}
