@@ -167,3 +167,46 @@ fn segments_are_unnamed_once_every_peer_mapped_them() {
     assert!(left.is_empty(), "still named: {left:?}");
     drop((a, b));
 }
+
+#[test]
+fn a_program_cannot_reach_outside_a_peers_shared_buffers() {
+    let (a, _b) = pair(&tag("bounds"), Duration::from_secs(20));
+    let compile = |p: RankProgram| {
+        a.compile(CompileRequest {
+            program: Arc::new(p),
+            scratch: None,
+            peers: vec![2],
+            local_notifies: 0,
+            in_place: false,
+            exit_fence: false,
+        })
+    };
+    let ccl = a.config().ccl_bytes;
+    let mut past_end = RankProgram::new(0, 1);
+    past_end.streams[0].copy(
+        Slice::new(0, Buf::Input, 0, 8),
+        Slice::new(2, Buf::CclIn, ccl - 4, 8),
+    );
+    let err = compile(past_end).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DeviceError::InvalidSlice {
+                fault: crate::error::SliceFault::OutOfBounds { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let mut user = RankProgram::new(0, 1);
+    user.streams[0].copy(
+        Slice::new(2, Buf::Input, 0, 8),
+        Slice::new(0, Buf::Output, 0, 8),
+    );
+    let err = compile(user).unwrap_err();
+    assert!(err.to_string().contains("another process"), "{err}");
+    let mut private = RankProgram::new(0, 1);
+    private.streams[0].post(a.config().layout().local(2, 0));
+    let err = compile(private).unwrap_err();
+    assert!(matches!(err, DeviceError::InvalidTask { .. }), "{err}");
+}

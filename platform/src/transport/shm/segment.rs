@@ -101,7 +101,11 @@ impl Segment {
         };
         let flags = OFlags::CREATE | OFlags::EXCL | OFlags::RDWR;
         let fd = rustix::shm::open(name, flags, Mode::RUSR | Mode::WUSR).map_err(failed)?;
-        let sized = rustix::fs::ftruncate(&fd, len as u64);
+        // Reserve every page now: a tmpfs that runs out later would kill the process
+        // with SIGBUS on its first touch of a page; now it is an error that says so.
+        let sized = rustix::fs::ftruncate(&fd, len as u64).and_then(|()| {
+            rustix::fs::fallocate(&fd, rustix::fs::FallocateFlags::empty(), 0, len as u64)
+        });
         let mapped = sized.and_then(|()| map(&fd, len));
         let base = match mapped {
             Ok(base) => base,
