@@ -162,6 +162,15 @@ pub enum Error {
     #[error(transparent)]
     Arg(#[from] ArgError),
     #[error(transparent)]
+    Bootstrap(#[from] crate::bootstrap::BootstrapError),
+    #[error("rank {rank} has no transport to rank {peer} on host {host}: {reason}")]
+    NoTransport {
+        rank: Rank,
+        peer: Rank,
+        host: String,
+        reason: &'static str,
+    },
+    #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("unknown operator `{given}`; known: {known}")]
     UnknownOperator { given: String, known: String },

@@ -19,8 +19,9 @@
 
 use crate::logging;
 use crate::OpCall;
+use oxccl_framework::bootstrap::{Launch, UniqueId};
 use oxccl_framework::op::P2pItem;
-use oxccl_framework::{Communicator as Inner, Config, Error, OpParam};
+use oxccl_framework::{Communicator as Inner, Config, ConfigError, Error, OpParam};
 use oxccl_platform::{Element, Rank, ReduceOp, UserBuffers};
 
 /// One rank of a communicator.
@@ -37,6 +38,41 @@ impl Communicator {
             .into_iter()
             .map(|inner| Communicator { inner })
             .collect())
+    }
+
+    /// Join the job of `id` as rank `rank` of `n`, one call per rank in its own process
+    /// or thread (NCCL's `ncclCommInitRank`); see the framework's
+    /// [`init_rank`](oxccl_framework::Communicator::init_rank).
+    pub fn init_rank(
+        id: &UniqueId,
+        n: usize,
+        rank: Rank,
+        config: Config,
+    ) -> Result<Communicator, Error> {
+        logging::init(config.log_filter.as_deref());
+        Ok(Communicator {
+            inner: Inner::init_rank(id, n, rank, config)?,
+        })
+    }
+
+    /// Join the job this process was launched into: rank, size and the job's id from
+    /// mpirun, torchrun, Slurm or `oxccl ... --procs N` (see
+    /// [`Launch`](oxccl_framework::bootstrap::Launch)).
+    pub fn init_launched(config: Config) -> Result<Communicator, Error> {
+        let launch = Launch::from_env()?.ok_or_else(|| {
+            ConfigError::new(
+                "OXCCL_RANK",
+                "",
+                "no launcher's variables are set: start the processes with mpirun, torchrun, \
+                 srun or `oxccl ... --procs N`, or call init_rank",
+            )
+        })?;
+        let id = launch
+            .unique_id(config.exec_timeout)
+            .map_err(oxccl_framework::Error::from)?;
+        let comm = Self::init_rank(&id, launch.size, launch.rank, config);
+        launch.joined();
+        comm
     }
 
     /// [`Communicator::init_all`] with [`Config::from_env`].

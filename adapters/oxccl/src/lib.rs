@@ -42,6 +42,7 @@ pub use group::Group;
 pub use half::{bf16, f16};
 pub use oxccl_algorithms as algorithms;
 pub use oxccl_algorithms::templates;
+pub use oxccl_framework::bootstrap::UniqueId;
 pub use oxccl_framework::Config;
 pub use oxccl_framework::{
     self as framework, registry, select_alg, AlgoOverride, ArgError, BufRange, ConfigError,

@@ -146,6 +146,16 @@ impl UniqueId {
         Ok(id)
     }
 
+    /// A short name for the job, the same on every rank and different for every job
+    /// (made from its secret and root): it names the job's shared-memory segments.
+    pub fn job_tag(&self) -> String {
+        let mut d = crate::digest::Digest::new();
+        d.str("oxccl job tag")
+            .bytes(&self.secret.0)
+            .str(&self.root.to_string());
+        format!("{:016x}", d.finish())
+    }
+
     /// The id as 128 bytes (its string form, NUL padded): the C ABI's `oxcclUniqueId`.
     pub fn to_bytes(&self) -> [u8; UNIQUE_ID_BYTES] {
         let text = self.to_string();

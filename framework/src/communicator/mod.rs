@@ -122,16 +122,26 @@ pub(crate) struct Ready<'a> {
 const PROGRAM_CACHE_LIMIT: usize = 256;
 
 fn create_device(n: usize, config: &Config) -> Result<Arc<dyn Device>, Error> {
+    // Every rank of an in-process communicator is local to its one device.
+    create_device_for(n, (0..n).collect(), None, config)
+}
+
+/// A device serving `local` of `n` ranks, reaching the others through `shm` (if any).
+fn create_device_for(
+    n: usize,
+    local: Vec<Rank>,
+    shm: Option<oxccl_platform::ShmJob>,
+    config: &Config,
+) -> Result<Arc<dyn Device>, Error> {
     let dc = DeviceConfig {
         ranks: n,
-        // Every rank of an in-process communicator is local to its one device.
-        local_ranks: (0..n).collect(),
+        local_ranks: local,
         ccl_bytes: config.ccl_buffer_bytes,
         link_channels: config.link_channels,
         exec_timeout: config.exec_timeout,
         host_threads: config.host_threads,
         zero_copy: config.zero_copy,
-        shm: None,
+        shm,
     };
     Ok(oxccl_platform::registry::create(&config.device, dc)?)
 }
@@ -238,14 +248,88 @@ impl Communicator {
             board: CallBoard::new(n),
         });
         Ok((0..n)
-            .map(|rank| Communicator {
-                rank,
-                group: group.clone(),
-                programs: Mutex::new(HashMap::new()),
-                calls: AtomicU64::new(0),
-                busy: AtomicBool::new(false),
-            })
+            .map(|rank| Communicator::on(rank, group.clone()))
             .collect())
+    }
+
+    fn on(rank: Rank, group: Arc<Shared>) -> Communicator {
+        Communicator {
+            rank,
+            group,
+            programs: Mutex::new(HashMap::new()),
+            calls: AtomicU64::new(0),
+            busy: AtomicBool::new(false),
+        }
+    }
+
+    /// Join the job of `id` as rank `rank` of `n` (NCCL's `ncclCommInitRank`): every rank
+    /// calls it, in its own process or thread, with the same id and rank count (see
+    /// [`crate::bootstrap`] for the id, and [`crate::bootstrap::launcher`] for getting it
+    /// from mpirun, torchrun or Slurm).
+    ///
+    /// The ranks exchange their hosts and selection digests through the job's root
+    /// (ranks built or configured differently are refused, naming what differs); the
+    /// ranks sharing a host become one server of the topology (`OXCCL_TOPO_FILE`
+    /// overrides). Each call gets a device of its own that serves this rank and reaches
+    /// every other rank of the host through shared memory, so calls stage through the
+    /// CCL buffers. Not yet: ranks on other hosts (the TCP transport) are refused, and
+    /// the agreement on every call ([`crate::agreement`]) is carried in-process only, so
+    /// it is off across processes (a mismatched call times out, naming the wait).
+    pub fn init_rank(
+        id: &crate::bootstrap::UniqueId,
+        n: usize,
+        rank: Rank,
+        mut config: Config,
+    ) -> Result<Communicator, Error> {
+        use crate::bootstrap::{digest_parts, join, RankInfo};
+        check_rank_count(n)?;
+        config.algo.validate()?;
+        // The topology is the table's hosts unless a file gives it; the digests cover the
+        // file's (or the one-host default's), so a rank given another file is refused.
+        let given = config.topology.clone();
+        let pre = given.clone().unwrap_or_else(|| Topology::single_server(n));
+        let digests = digest_parts(&config, &pre, Mode::Staged)?;
+        let info = RankInfo::this(rank, digests);
+        let table = join(id, n, info, config.exec_timeout)?;
+        let topology = match given {
+            Some(t) => t,
+            None => Topology::servers(table.server_sizes()?)?,
+        };
+        check_init(n, &config, &topology)?;
+        topology.check_connected()?;
+        let host = table.host_ranks(rank);
+        if let Some(&peer) = (0..n).find(|r| !host.contains(r)).as_ref() {
+            return Err(Error::NoTransport {
+                rank,
+                peer,
+                host: table.ranks[peer].host.hostname.clone(),
+                reason: "ranks on other hosts need the TCP transport, which is not built yet",
+            });
+        }
+        let shm = oxccl_platform::ShmJob { tag: id.job_tag() };
+        let device = create_device_for(n, vec![rank], Some(shm), &config)?;
+        config.check_calls = false;
+        tracing::info!(
+            rank,
+            ranks = n,
+            servers = ?topology.server_sizes(),
+            "communicator rank joined its job over shared memory"
+        );
+        let selection_digest = digest_of(
+            &config,
+            &topology,
+            mode_of(&config, device.as_ref(), &topology),
+        )?;
+        let group = Arc::new(Shared {
+            selection_digest,
+            device,
+            topology,
+            config,
+            scratch: Mutex::new(HashMap::new()),
+            failure: Mutex::new(None),
+            board: CallBoard::new(n),
+        });
+        Ok(Communicator::on(rank, group))
     }
 
     /// This rank's index.
