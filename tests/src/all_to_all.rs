@@ -11,7 +11,7 @@ fn run_case(
     count: usize,
     seed: u64,
 ) -> Result<(), String> {
-    let n = comms.len();
+    let n = comms[0].size();
     let block = count * dtype.size();
     let inputs: Vec<Vec<u8>> = (0..n)
         .map(|r| data::input(dtype, ReduceOp::Sum, r, n * count, seed))
@@ -37,6 +37,24 @@ pub fn run_all_to_all(setup: &Setup, keep: impl Fn(usize, usize) -> bool) -> Res
     let n = setup.topology.ranks();
     let comms = Communicator::init_all(n, setup.config_for(OpKind::AlltoAll))
         .map_err(|e| format!("{setup:?}: init: {e}"))?;
+    all_to_all_on(&comms, keep).map_err(|e| {
+        format!(
+            "{:?} on {:?} (broken {:?}), zero_copy={}, {e}",
+            setup.algo,
+            setup.topology.server_sizes(),
+            setup.topology.broken_links().collect::<Vec<_>>(),
+            setup.zero_copy
+        )
+    })
+}
+
+/// [`run_all_to_all`]'s cases on the ranks `comms` (all of a communicator's, or this
+/// process's); the first failure, with its dtype and count.
+pub fn all_to_all_on(
+    comms: &[Communicator],
+    keep: impl Fn(usize, usize) -> bool,
+) -> Result<(), String> {
+    let n = comms[0].size();
     for (i, dtype) in DataType::ALL.into_iter().enumerate() {
         let mut counts = boundary_counts(n);
         counts.push(SMALL_CCL_BYTES / (n * dtype.size()) + 37);
@@ -44,15 +62,8 @@ pub fn run_all_to_all(setup: &Setup, keep: impl Fn(usize, usize) -> bool) -> Res
             if !keep(i, j) || (n > crate::THIN_ABOVE_RANKS && (i + j) % 3 != 0) {
                 continue;
             }
-            run_case(&comms, dtype, count, (i * 16 + j) as u64).map_err(|e| {
-                format!(
-                    "{:?} on {:?} (broken {:?}), zero_copy={}, {dtype} count {count}: {e}",
-                    setup.algo,
-                    setup.topology.server_sizes(),
-                    setup.topology.broken_links().collect::<Vec<_>>(),
-                    setup.zero_copy
-                )
-            })?;
+            run_case(comms, dtype, count, (i * 16 + j) as u64)
+                .map_err(|e| format!("{dtype} count {count}: {e}"))?;
         }
     }
     Ok(())

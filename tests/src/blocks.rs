@@ -88,7 +88,7 @@ fn prepare(kind: OpKind, n: usize, case: &Case, seed: u64) -> Vec<RankData> {
 
 /// Run one case on every rank and compare with the reference.
 fn run_case(kind: OpKind, comms: &[Communicator], case: &Case, seed: u64) -> Result<(), String> {
-    let data = prepare(kind, comms.len(), case, seed);
+    let data = prepare(kind, comms[0].size(), case, seed);
     let param = OpParam {
         kind,
         ..OpParam::all_reduce(case.count, case.dtype, case.op)
@@ -103,15 +103,21 @@ pub fn run_blocks(kind: OpKind, setup: &Setup, cases: &[Case]) -> Result<(), Str
     let n = setup.topology.ranks();
     let comms = Communicator::init_all(n, setup.config_for(kind))
         .map_err(|e| format!("{setup:?}: init: {e}"))?;
+    blocks_on(kind, &comms, cases).map_err(|e| {
+        format!(
+            "{kind} {:?} on {n} ranks {:?}, zero_copy={}, {e}",
+            setup.algo,
+            setup.topology.server_sizes(),
+            setup.zero_copy
+        )
+    })
+}
+
+/// Run `cases` of `kind` (AllGather or ReduceScatter) in order on the ranks `comms` (all
+/// of a communicator's, or this process's); the first failure, with its case.
+pub fn blocks_on(kind: OpKind, comms: &[Communicator], cases: &[Case]) -> Result<(), String> {
     for (i, case) in cases.iter().enumerate() {
-        run_case(kind, &comms, case, i as u64).map_err(|e| {
-            format!(
-                "{kind} {:?} on {n} ranks {:?}, zero_copy={}, {case:?}: {e}",
-                setup.algo,
-                setup.topology.server_sizes(),
-                setup.zero_copy
-            )
-        })?;
+        run_case(kind, comms, case, i as u64).map_err(|e| format!("{case:?}: {e}"))?;
     }
     Ok(())
 }

@@ -185,8 +185,9 @@ pub struct RankData {
     pub expected: Vec<u8>,
 }
 
-/// Run `param` on every rank at once (one thread per rank) and compare every output byte
-/// with its rank's expected bytes; the first difference, naming rank and element.
+/// Run `param` on every rank of `comms` at once (one thread per rank) and compare every
+/// output byte with its rank's expected bytes (`data` is indexed by rank: `comms` may be
+/// the ranks of this process only); the first difference, naming rank and element.
 pub fn run_on_every_rank(
     comms: &[Communicator],
     param: &OpParam,
@@ -197,7 +198,7 @@ pub fn run_on_every_rank(
     std::thread::scope(|s| {
         let handles: Vec<_> = comms
             .iter()
-            .zip(data)
+            .map(|comm| (comm, &data[comm.rank()]))
             .map(|(comm, d)| {
                 s.spawn(move || -> Result<(), String> {
                     let src = Aligned::from_bytes(&d.input);
@@ -231,7 +232,7 @@ pub fn run_on_every_rank(
 
 /// Run one AllReduce case on every rank and compare with the scalar reference.
 fn run_case(comms: &[Communicator], case: &Case, seed: u64) -> Result<(), String> {
-    let inputs: Vec<Vec<u8>> = (0..comms.len())
+    let inputs: Vec<Vec<u8>> = (0..comms[0].size())
         .map(|r| data::input(case.dtype, case.op, r, case.count, seed))
         .collect();
     let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
@@ -262,16 +263,22 @@ pub fn run_all_reduce(setup: &Setup, cases: &[Case]) -> Result<(), String> {
     let n = setup.topology.ranks();
     let comms =
         Communicator::init_all(n, setup.config()).map_err(|e| format!("{setup:?}: init: {e}"))?;
+    all_reduce_on(&comms, cases).map_err(|e| {
+        format!(
+            "{:?} on {n} ranks {:?} (broken {:?}), zero_copy={}, {e}",
+            setup.algo,
+            setup.topology.server_sizes(),
+            setup.topology.broken_links().collect::<Vec<_>>(),
+            setup.zero_copy
+        )
+    })
+}
+
+/// Run AllReduce `cases` in order on the ranks `comms` (all of a communicator's, or this
+/// process's); the first failure, with its case.
+pub fn all_reduce_on(comms: &[Communicator], cases: &[Case]) -> Result<(), String> {
     for (i, case) in cases.iter().enumerate() {
-        run_case(&comms, case, i as u64).map_err(|e| {
-            format!(
-                "{:?} on {n} ranks {:?} (broken {:?}), zero_copy={}, {case:?}: {e}",
-                setup.algo,
-                setup.topology.server_sizes(),
-                setup.topology.broken_links().collect::<Vec<_>>(),
-                setup.zero_copy
-            )
-        })?;
+        run_case(comms, case, i as u64).map_err(|e| format!("{case:?}: {e}"))?;
     }
     Ok(())
 }

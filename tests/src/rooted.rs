@@ -138,7 +138,7 @@ fn run_on_every_rank(
     std::thread::scope(|s| {
         let handles: Vec<_> = comms
             .iter()
-            .zip(data)
+            .map(|comm| (comm, &data[comm.rank()]))
             .map(|(comm, d)| {
                 s.spawn(move || -> Result<(), String> {
                     let src = Aligned::from_bytes(&d.input);
@@ -185,19 +185,28 @@ pub fn run_rooted(kind: OpKind, setup: &Setup, cases: &[Case]) -> Result<(), Str
     let n = setup.topology.ranks();
     let comms = Communicator::init_all(n, setup.config_for(kind))
         .map_err(|e| format!("{setup:?}: init: {e}"))?;
+    rooted_on(kind, &comms, cases).map_err(|e| {
+        format!(
+            "{kind} {:?} on {n} ranks {:?} (broken {:?}), zero_copy={}, {e}",
+            setup.algo,
+            setup.topology.server_sizes(),
+            setup.topology.broken_links().collect::<Vec<_>>(),
+            setup.zero_copy
+        )
+    })
+}
+
+/// Run `cases` of the rooted operator `kind` in order on the ranks `comms` (all of a
+/// communicator's, or this process's), case `i` with root `roots(n)[i % 3]`; the first
+/// failure, with its root and case.
+pub fn rooted_on(kind: OpKind, comms: &[Communicator], cases: &[Case]) -> Result<(), String> {
+    let n = comms[0].size();
     for (i, case) in cases.iter().enumerate() {
         let root = roots(n)[i % 3];
         let data = prepare(kind, n, root, case, i as u64);
         let param = OpParam::rooted(kind, case.count, case.dtype, case.op, root);
-        run_on_every_rank(&comms, &param, case.in_place, &data).map_err(|e| {
-            format!(
-                "{kind} {:?} on {n} ranks {:?} (broken {:?}), zero_copy={}, root {root}, {case:?}: {e}",
-                setup.algo,
-                setup.topology.server_sizes(),
-                setup.topology.broken_links().collect::<Vec<_>>(),
-                setup.zero_copy
-            )
-        })?;
+        run_on_every_rank(comms, &param, case.in_place, &data)
+            .map_err(|e| format!("root {root}, {case:?}: {e}"))?;
     }
     Ok(())
 }

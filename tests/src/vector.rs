@@ -211,7 +211,7 @@ fn run_case(kind: OpKind, comms: &[Communicator], case: &VCase, seed: u64) -> Re
     std::thread::scope(|s| {
         let handles: Vec<_> = comms
             .iter()
-            .zip(&ranks)
+            .map(|comm| (comm, &ranks[comm.rank()]))
             .map(|(comm, d)| {
                 s.spawn(move || -> Result<(), String> {
                     let src = Aligned::from_bytes(&d.input);
@@ -257,15 +257,21 @@ pub fn run_vector(kind: OpKind, setup: &Setup, cases: &[VCase]) -> Result<(), St
     let n = setup.topology.ranks();
     let comms = Communicator::init_all(n, setup.config_for(kind))
         .map_err(|e| format!("{setup:?}: init: {e}"))?;
+    vector_on(kind, &comms, cases).map_err(|e| {
+        format!(
+            "{kind} {:?} on {n} ranks {:?}, zero_copy={}, {e}",
+            setup.algo,
+            setup.topology.server_sizes(),
+            setup.zero_copy
+        )
+    })
+}
+
+/// Run `cases` of `kind` in order on the ranks `comms` (all of a communicator's, or this
+/// process's); the first failure, with its case.
+pub fn vector_on(kind: OpKind, comms: &[Communicator], cases: &[VCase]) -> Result<(), String> {
     for (i, case) in cases.iter().enumerate() {
-        run_case(kind, &comms, case, i as u64).map_err(|e| {
-            format!(
-                "{kind} {:?} on {n} ranks {:?}, zero_copy={}, {case:?}: {e}",
-                setup.algo,
-                setup.topology.server_sizes(),
-                setup.zero_copy
-            )
-        })?;
+        run_case(kind, comms, case, i as u64).map_err(|e| format!("{case:?}: {e}"))?;
     }
     Ok(())
 }

@@ -1,0 +1,175 @@
+//! One rank of the multi-process collective tests (`tests/tests/processes.rs`): joins the
+//! job its launcher started (`Communicator::init_launched`), runs every operator's cases
+//! on its own rank, compared with the reference, and prints `rank R ok`; or the first
+//! failure on stderr, with exit status 1. `OXCCL_TEST_OPS=quick` runs a few cases per
+//! operator instead of the matrices; `OXCCL_TEST_OPS=loop` prints `rank R ready` after a
+//! first AllReduce and then runs AllReduces until one fails (for the fault tests).
+//! `OXCCL_TEST_RANKS=a,b` makes this process hold those ranks, one thread each, joined
+//! with `init_rank` through `OXCCL_COMM_ID` and `OXCCL_SIZE` (a job of processes that
+//! each hold several ranks).
+
+use oxccl::{Communicator, Config, OpKind};
+use oxccl_tests::blocks::{block_matrix, blocks_on};
+use oxccl_tests::rooted::{rooted_matrix, rooted_on};
+use oxccl_tests::vector::{all_to_all_v, blocks_matrix, p2p_matrix, send_recv, vector_on};
+use oxccl_tests::{all_reduce_on, all_to_all::all_to_all_on, full_matrix, SMALL_CCL_BYTES};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Every `step`-th element of `all` (the quick run), or all of them.
+fn some<T: Clone>(all: Vec<T>, quick: bool) -> Vec<T> {
+    match quick {
+        true => all.into_iter().step_by(7).collect(),
+        false => all,
+    }
+}
+
+fn run(comms: &[Communicator], quick: bool) -> Result<(), String> {
+    let n = comms[0].size();
+    let small = SMALL_CCL_BYTES;
+    all_reduce_on(comms, &some(full_matrix(n, small), quick))
+        .map_err(|e| format!("AllReduce {e}"))?;
+    for kind in [OpKind::AllGather, OpKind::ReduceScatter] {
+        blocks_on(kind, comms, &some(block_matrix(kind, n, small), quick))
+            .map_err(|e| format!("{kind} {e}"))?;
+    }
+    for kind in [
+        OpKind::Broadcast,
+        OpKind::Reduce,
+        OpKind::Gather,
+        OpKind::Scatter,
+    ] {
+        rooted_on(kind, comms, &some(rooted_matrix(kind, n, small), quick))
+            .map_err(|e| format!("{kind} {e}"))?;
+    }
+    all_to_all_on(comms, |i, j| !quick || (i + j) % 5 == 0).map_err(|e| format!("AlltoAll {e}"))?;
+    for kind in [OpKind::AllGatherV, OpKind::ReduceScatterV] {
+        vector_on(kind, comms, &some(blocks_matrix(kind, n, small), quick))
+            .map_err(|e| format!("{kind} {e}"))?;
+    }
+    let exchanges = vec![
+        all_to_all_v(n, |a, b| (a * 3 + b * 5) % 4 * 3 + 1),
+        all_to_all_v(n, |a, b| usize::from(a != b) * (small / 16 + a)),
+    ];
+    let ring: Vec<_> = (0..n).map(|r| (r, (r + 1) % n, r * 5 + 1)).collect();
+    let rings = vec![send_recv(n, &ring)];
+    for (kind, layouts) in [(OpKind::AlltoAllV, exchanges), (OpKind::SendRecv, rings)] {
+        vector_on(kind, comms, &some(p2p_matrix(n, &layouts), quick))
+            .map_err(|e| format!("{kind} {e}"))?;
+    }
+    std::thread::scope(|s| {
+        let barriers: Vec<_> = comms
+            .iter()
+            .map(|comm| {
+                s.spawn(move || {
+                    let mut none: [u8; 0] = [];
+                    (0..5).try_for_each(|_| {
+                        let call = oxccl::UserBuffers::InPlace(&mut none);
+                        comm.execute(&oxccl::OpParam::barrier(), call)
+                            .map_err(|e| format!("Barrier on rank {}: {e}", comm.rank()))
+                    })
+                })
+            })
+            .collect();
+        barriers
+            .into_iter()
+            .try_for_each(|b| b.join().expect("barrier thread"))
+    })
+}
+
+/// AllReduces of 1 MiB until one fails: its error.
+fn run_until_failure(comm: &Communicator) -> String {
+    let send = vec![1.0f32; 1 << 18];
+    let mut recv = vec![0.0f32; 1 << 18];
+    let mut first = true;
+    loop {
+        if let Err(e) = comm.all_reduce(&send, &mut recv, oxccl::ReduceOp::Sum) {
+            return chain(&e);
+        }
+        if std::mem::take(&mut first) {
+            println!("rank {} ready", comm.rank());
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+        }
+    }
+}
+
+fn chain(e: &oxccl::Error) -> String {
+    let causes: Vec<String> = oxccl::framework::error::chain(e)
+        .map(|c| c.to_string())
+        .collect();
+    causes.join(": ")
+}
+
+/// This process's communicators: one through the launcher's variables, or one per rank
+/// of `OXCCL_TEST_RANKS`, each joined on its own thread.
+fn join(config: Config) -> Result<Vec<Communicator>, oxccl::Error> {
+    let Ok(list) = std::env::var("OXCCL_TEST_RANKS") else {
+        return Ok(vec![Communicator::init_launched(config)?]);
+    };
+    let var = |name: &'static str| {
+        std::env::var(name).map_err(|_| oxccl::ConfigError::new(name, "", "the test sets it"))
+    };
+    let id: oxccl::UniqueId = var("OXCCL_COMM_ID")?
+        .parse()
+        .map_err(oxccl::framework::Error::from)?;
+    let size: usize = var("OXCCL_SIZE")?
+        .parse()
+        .map_err(|_| oxccl::ConfigError::new("OXCCL_SIZE", "", "a number"))?;
+    let ranks: Vec<usize> = list.split(',').filter_map(|r| r.parse().ok()).collect();
+    std::thread::scope(|s| {
+        let joins: Vec<_> = ranks
+            .iter()
+            .map(|&r| {
+                let config = config.clone();
+                s.spawn(move || Communicator::init_rank(&id, size, r, config))
+            })
+            .collect();
+        let results: Vec<_> = joins
+            .into_iter()
+            .map(|j| j.join().expect("init thread"))
+            .collect();
+        // Report every rank's refusal: the first may only be a consequence of another's.
+        for (rank, e) in ranks
+            .iter()
+            .zip(&results)
+            .filter_map(|(r, x)| Some((r, x.as_ref().err()?)))
+        {
+            eprintln!("rank {rank}: init refused: {}", chain(e));
+        }
+        results.into_iter().collect()
+    })
+}
+
+fn main() -> ExitCode {
+    let ops = std::env::var("OXCCL_TEST_OPS").unwrap_or_default();
+    let config = Config::from_env().map(|c| Config {
+        ccl_buffer_bytes: SMALL_CCL_BYTES,
+        exec_timeout: Duration::from_secs(30),
+        ..c
+    });
+    let comms = match config.map_err(oxccl::Error::from).and_then(join) {
+        Ok(comms) => comms,
+        Err(e) => {
+            eprintln!("init refused: {}", chain(&e));
+            return ExitCode::from(1);
+        }
+    };
+    let ranks: Vec<usize> = comms.iter().map(Communicator::rank).collect();
+    if ops == "loop" {
+        eprintln!("rank {}: {}", ranks[0], run_until_failure(&comms[0]));
+        return ExitCode::from(1);
+    }
+    match run(&comms, ops == "quick") {
+        Ok(()) => {
+            for rank in ranks {
+                println!("rank {rank} ok");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ranks {ranks:?}: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! Ranks in separate processes run every operator through shared memory: real processes
+//! (the `collective_rank` binary), the job's root in the test process, results compared
+//! with the reference in every rank. Also: processes holding two ranks each, a peer killed
+//! mid-operation, and nothing left in /dev/shm.
+
+use oxccl::UniqueId;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const RANK_BIN: &str = env!("CARGO_BIN_EXE_collective_rank");
+
+/// Launcher variables a test run may have inherited: removed, so that each child sees
+/// only the launch the test gives it.
+const INHERITED: [&str; 8] = [
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "RANK",
+    "WORLD_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "OXCCL_TEST_RANKS",
+    "OXCCL_TOPO_FILE",
+];
+
+fn job(ranks: usize) -> UniqueId {
+    UniqueId::create(ranks, Duration::from_secs(120)).expect("root")
+}
+
+/// Start one process with `env` on top of the job's id.
+fn spawn(id: &UniqueId, size: usize, env: &[(&str, String)]) -> Child {
+    let mut cmd = Command::new(RANK_BIN);
+    for var in INHERITED {
+        cmd.env_remove(var);
+    }
+    cmd.env("OXCCL_COMM_ID", id.to_string())
+        .env("OXCCL_SIZE", size.to_string())
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn a rank process")
+}
+
+fn finish(children: Vec<Child>) -> Vec<Output> {
+    children
+        .into_iter()
+        .map(|c| c.wait_with_output().expect("wait for a rank process"))
+        .collect()
+}
+
+/// Every process exited 0 and printed `rank R ok` for each of its ranks.
+fn assert_all_ok(outputs: &[Output], ranks: usize) {
+    let mut ok: Vec<usize> = Vec::new();
+    for out in outputs {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ok.extend(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| {
+                    l.strip_prefix("rank ")?
+                        .strip_suffix(" ok")?
+                        .parse::<usize>()
+                        .ok()
+                }),
+        );
+    }
+    ok.sort();
+    assert_eq!(ok, (0..ranks).collect::<Vec<_>>());
+}
+
+/// The job's segments still named in /dev/shm.
+fn named_segments(id: &UniqueId) -> Vec<String> {
+    let tag = id.job_tag();
+    std::fs::read_dir("/dev/shm")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(&tag))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_operator_over_four_processes_through_shared_memory() {
+    let id = job(4);
+    let children = (0..4)
+        .map(|r| spawn(&id, 4, &[("OXCCL_RANK", r.to_string())]))
+        .collect();
+    assert_all_ok(&finish(children), 4);
+    assert_eq!(named_segments(&id), Vec::<String>::new());
+}
+
+#[test]
+fn two_processes_of_two_ranks_each() {
+    let id = job(4);
+    let children = ["0,1", "2,3"]
+        .iter()
+        .map(|ranks| {
+            let env = [
+                ("OXCCL_TEST_RANKS", ranks.to_string()),
+                ("OXCCL_TEST_OPS", "quick".to_string()),
+            ];
+            spawn(&id, 4, &env)
+        })
+        .collect();
+    assert_all_ok(&finish(children), 4);
+    assert_eq!(named_segments(&id), Vec::<String>::new());
+}
+
+#[test]
+fn a_killed_peer_fails_every_other_rank_within_seconds() {
+    let id = job(4);
+    let mut children: Vec<Child> = (0..4)
+        .map(|r| {
+            let env = [
+                ("OXCCL_RANK", r.to_string()),
+                ("OXCCL_TEST_OPS", "loop".to_string()),
+            ];
+            spawn(&id, 4, &env)
+        })
+        .collect();
+    // Every rank has run an AllReduce: the job is up.
+    for child in &mut children {
+        let mut line = String::new();
+        let stdout = child.stdout.as_mut().expect("piped");
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+            .expect("a line");
+        assert!(line.contains("ready"), "{line:?}");
+    }
+    let victim = children.pop().expect("rank 3");
+    let victim_pid = victim.id();
+    let mut victim = victim;
+    victim.kill().expect("SIGKILL rank 3");
+    let killed = Instant::now();
+    let _ = victim.wait();
+    for (r, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "rank {r}: {err}");
+        assert!(
+            err.contains(&format!("rank 3 (process {victim_pid}) died")),
+            "rank {r}: {err}"
+        );
+    }
+    // Well before the 30 s exec timeout the ranks run with.
+    assert!(
+        killed.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        killed.elapsed()
+    );
+    assert_eq!(named_segments(&id), Vec::<String>::new());
+}
