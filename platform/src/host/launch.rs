@@ -124,7 +124,7 @@ impl Shared {
         };
         // Peers in other processes wait on this device's ranks: tell them at once.
         if let (true, Some(shm)) = (first, &self.shm) {
-            shm.announce_failure();
+            shm.announce_failure(&cause);
         }
         let skip = |o: &Arc<Launch>| except.is_some_and(|e| Arc::ptr_eq(o, e));
         for other in others.iter().filter(|o| !skip(o)) {
@@ -647,6 +647,18 @@ impl Launch {
         self.parked.lock()[s] = None;
         self.advance(s);
         self.resume(s);
+    }
+
+    /// As [`Launch::wake`], from the shm doorbell service: a small program's stream runs
+    /// on the service thread at once (its tasks are latency-bound, and a worker's wakeup
+    /// would cost more than they do); a big one's is queued for the workers.
+    pub(crate) fn wake_from_afar(self: &Arc<Self>, s: usize) {
+        self.parked.lock()[s] = None;
+        self.advance(s);
+        match self.program.small {
+            true => run_stream(self, s),
+            false => self.resume(s),
+        }
     }
 
     fn wait(

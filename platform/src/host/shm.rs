@@ -65,6 +65,11 @@ struct Control {
     bell_rank: AtomicU32,
     link_words: AtomicU64,
     ccl_bytes: AtomicU64,
+    /// With [`FAILED`]: the rank whose loss stopped the device (itself, or a peer whose
+    /// loss it relays), that rank's pid, and how it was lost (0: failed, 1: died).
+    origin_rank: AtomicU32,
+    origin_pid: AtomicU32,
+    origin_loss: AtomicU32,
 }
 
 /// Where the parts of a block lie.
@@ -362,8 +367,21 @@ impl ShmLinks {
             .map_or(0, |p| p.block.control().done.load(Ordering::Acquire))
     }
 
-    /// Raise this device's failure flag and ring every peer.
-    pub(crate) fn announce_failure(&self) {
+    /// Raise this device's failure flag, naming what stopped it (`cause`: a peer's loss
+    /// is relayed as is, so every rank names the rank that was lost first), and ring
+    /// every peer.
+    pub(crate) fn announce_failure(&self, cause: &AbortCause) {
+        let (rank, pid, loss) = match cause {
+            AbortCause::PeerProcess { rank, pid, loss } => (*rank, *pid, *loss),
+            AbortCause::PeerFailed { rank, .. } => (*rank, std::process::id(), PeerLoss::Failed),
+        };
+        for block in &self.own {
+            let c = block.control();
+            c.origin_rank.store(rank as u32, Ordering::Relaxed);
+            c.origin_pid.store(pid, Ordering::Relaxed);
+            c.origin_loss
+                .store(u32::from(loss == PeerLoss::Died), Ordering::Relaxed);
+        }
         self.set_status(FAILED);
     }
 
@@ -390,12 +408,16 @@ impl ShmLinks {
         let me = std::process::id();
         self.peer_ranks().find_map(|rank| {
             let peer = self.peer(rank)?;
-            match peer.block.control().status.load(Ordering::Acquire) {
+            let c = peer.block.control();
+            match c.status.load(Ordering::Acquire) {
                 FAILED => {
                     return Some(AbortCause::PeerProcess {
-                        rank,
-                        pid: peer.pid,
-                        loss: PeerLoss::Failed,
+                        rank: c.origin_rank.load(Ordering::Relaxed) as usize,
+                        pid: c.origin_pid.load(Ordering::Relaxed),
+                        loss: match c.origin_loss.load(Ordering::Relaxed) {
+                            1 => PeerLoss::Died,
+                            _ => PeerLoss::Failed,
+                        },
                     })
                 }
                 CLOSED => return None,
@@ -494,7 +516,7 @@ fn serve(shared: &Weak<Shared>, links: &ShmLinks) {
         };
         for bank in &shared.banks {
             for (launch, stream) in bank.take_woken() {
-                launch.wake(stream);
+                launch.wake_from_afar(stream);
             }
         }
         for rank in links.peer_ranks() {

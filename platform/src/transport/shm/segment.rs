@@ -93,6 +93,17 @@ impl Segment {
     /// Create `name` with `payload` bytes (zeroed), owned by this process, to be mapped
     /// by peers of total weight `expected` (0: nobody; the name goes when the owner drops).
     pub fn create(name: &str, payload: usize, expected: u32) -> Result<Segment, ShmError> {
+        Self::create_with(name, payload, expected, |_| {})
+    }
+
+    /// [`Segment::create`], with `init` run on the payload before the segment is
+    /// published (before the header's magic, which a peer waits for, is written).
+    pub fn create_with(
+        name: &str,
+        payload: usize,
+        expected: u32,
+        init: impl FnOnce(*mut u8),
+    ) -> Result<Segment, ShmError> {
         let len = HEADER_BYTES.saturating_add(payload.next_multiple_of(4096));
         let failed = |e: rustix::io::Errno| ShmError::Create {
             name: name.to_string(),
@@ -127,6 +138,7 @@ impl Segment {
             .owner_pid
             .store(std::process::id(), Ordering::Relaxed);
         header.expected.store(expected, Ordering::Relaxed);
+        init(segment.payload().0);
         header.magic.store(MAGIC, Ordering::Release);
         Ok(segment)
     }
