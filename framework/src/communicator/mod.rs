@@ -306,6 +306,12 @@ impl Communicator {
                 reason: "ranks on other hosts need the TCP transport, which is not built yet",
             });
         }
+        // Every rank of the host has its own process (or device) and workers: left to
+        // choose, each takes its share of the cores rather than all of them.
+        if config.host_threads == 0 {
+            let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+            config.host_threads = (cores / host.len()).max(1);
+        }
         let shm = oxccl_platform::ShmJob { tag: id.job_tag() };
         let device = create_device_for(n, vec![rank], Some(shm), &config)?;
         config.check_calls = false;
