@@ -57,7 +57,7 @@ enum Command {
 fn plan(argv: &[String]) -> Result<(), String> {
     let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
     let planned = match &cli.command {
-        Command::Perf(args) => perf::plan(args).map(drop),
+        Command::Perf(args) => perf::plan(args, None).map(drop),
         Command::Check(args) => check::plan_command(args).map(drop),
         Command::Tune(args) => tune::plan(args).map(drop),
         Command::Algs => Ok(()),

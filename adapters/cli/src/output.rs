@@ -7,9 +7,22 @@
 //! any other write error ends it with status 2 and the error on stderr.
 
 use std::io::{ErrorKind, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set in the processes of a multi-process run that are not rank 0: one table per job, as
+/// nccl-tests prints under mpirun.
+static SILENT: AtomicBool = AtomicBool::new(false);
+
+/// Write no report lines from now on (errors still go to stderr).
+pub fn silence() {
+    SILENT.store(true, Ordering::Relaxed);
+}
 
 /// Write `text` to stdout, or end the process as the module doc says.
 pub fn write(text: std::fmt::Arguments<'_>) {
+    if SILENT.load(Ordering::Relaxed) {
+        return;
+    }
     let mut stdout = std::io::stdout().lock();
     if let Err(e) = stdout.write_fmt(text) {
         if e.kind() == ErrorKind::BrokenPipe {

@@ -8,12 +8,18 @@
 //! has nccl-tests' columns and bandwidth formulas; the exit status is non-zero when any
 //! value is wrong.
 //!
+//! Ranks in processes: under `mpirun`, `torchrun` or Slurm every process is one rank
+//! ([`oxccl::Communicator::init_launched`]), measures its own calls, and the job's times
+//! and wrong counts are summed with an AllReduce; rank 0 prints the one table.
+//! `--procs N` starts N such processes on this host itself ([`procs`]).
+//!
 //! `--topo` and `--broken` give the communicator a topology (a preset or a TOML file, and
 //! links to treat as broken): the communicator then refuses broken links, and select_alg
 //! runs the executors that avoid them. `oxccl tune` measures with this module's
 //! [`measure`].
 
 mod data;
+mod procs;
 mod report;
 mod run;
 
@@ -80,6 +86,10 @@ pub struct PerfArgs {
     /// Print one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Run the ranks as N processes of this host (one rank each, over shared memory),
+    /// started by this command; the same as `mpirun -np N oxccl perf ...`.
+    #[arg(long, value_name = "N")]
+    pub procs: Option<usize>,
 }
 
 fn parse_all<T: std::str::FromStr + Copy>(
@@ -116,8 +126,9 @@ pub struct PerfPlan {
     pub topology: Topology,
 }
 
-/// Check every flag of `args` and the environment, and say what would run.
-pub fn plan(args: &PerfArgs) -> Result<PerfPlan, Error> {
+/// Check every flag of `args` and the environment, and say what would run; `launched`:
+/// the job's size when this process is one rank of a job its launcher started.
+pub fn plan(args: &PerfArgs, launched: Option<usize>) -> Result<PerfPlan, Error> {
     let kind: OpKind = args.collective.parse()?;
     let dtypes = parse_all("-d/--datatype", &args.datatype, &DataType::ALL)?;
     let redops = if kind.reduces() {
@@ -126,13 +137,28 @@ pub fn plan(args: &PerfArgs) -> Result<PerfPlan, Error> {
         vec![ReduceOp::Sum]
     };
     args.ranks.map(validate::rank_count).transpose()?;
+    let ranks = match (launched, args.ranks) {
+        (Some(size), Some(n)) if n != size => {
+            return Err(bad_arg(format!(
+                "--ranks {n} disagrees with the launcher's {size} processes; drop --ranks"
+            )))
+        }
+        (Some(size), _) => Some(size),
+        (None, n) => n,
+    };
     let sweep = match kind {
         // A barrier moves no data: one row.
         OpKind::Barrier => vec![0],
         _ => size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor)?,
     };
     let forced = args.algo.as_deref().map(|name| (kind, name));
-    let (config, topology) = run_config(args.ranks, args.topo.as_deref(), &args.broken, forced)?;
+    let (mut config, topology) = run_config(ranks, args.topo.as_deref(), &args.broken, forced)?;
+    // A job of processes takes its hosts as the topology unless one is given.
+    let given =
+        args.topo.is_some() || !args.broken.is_empty() || Config::from_env()?.topology.is_some();
+    if launched.is_some() && !given {
+        config.topology = None;
+    }
     let ranks = topology.ranks();
     let largest = sweep.last().copied().unwrap_or(0);
     validate::buffers_fit(ranks, largest, GUARD_BYTES, validate::physical_memory())?;
@@ -173,9 +199,22 @@ pub(crate) fn run_config(
 }
 
 pub fn run(args: &PerfArgs) -> Result<ExitCode, Error> {
-    let plan = plan(args)?;
+    if let Some(n) = args.procs {
+        return procs::run(n);
+    }
+    let launch = oxccl::framework::bootstrap::Launch::from_env()?;
+    let plan = plan(args, launch.as_ref().map(|l| l.size))?;
     let ranks = plan.topology.ranks();
-    let comms = Communicator::init_all(ranks, plan.config.clone())?;
+    let comms = match launch {
+        Some(_) => {
+            let comm = Communicator::init_launched(plan.config.clone())?;
+            if comm.rank() != 0 {
+                crate::output::silence();
+            }
+            vec![comm]
+        }
+        None => Communicator::init_all(ranks, plan.config.clone())?,
+    };
     let mut report = report::Report::new(plan.kind, &comms, &plan.topology, args);
     for &dtype in &plan.dtypes {
         for &redop in &plan.redops {

@@ -63,7 +63,7 @@ fn size_of(m: &Measured, ranks: usize) -> usize {
 
 impl Report {
     pub fn new(kind: OpKind, comms: &[Communicator], topology: &Topology, args: &PerfArgs) -> Self {
-        let ranks = comms.len();
+        let ranks = comms[0].size();
         let device = format!("{:?}", comms[0].framework().device());
         let json = args.json.then(|| JsonReport {
             collective: kind.name().into(),

@@ -75,7 +75,8 @@ fn available_memory() -> Option<usize> {
 /// with the error of the first rank it fails on.
 fn prepare_all(comms: &[Communicator], ops: &[OpParam], in_place: bool) -> Result<String, Error> {
     let mut name = String::new();
-    for (comm, op) in comms.iter().zip(ops) {
+    for comm in comms {
+        let op = &ops[comm.rank()];
         let forms: &[bool] = if in_place { &[false, true] } else { &[false] };
         for &form in forms {
             let prepared = comm.framework().prepare(op, form)?;
@@ -86,13 +87,15 @@ fn prepare_all(comms: &[Communicator], ops: &[OpParam], in_place: bool) -> Resul
 }
 
 /// Measure one row: `ops[r]` is rank `r`'s call (the same on every rank except for
-/// send/recv, whose peers differ).
+/// send/recv, whose peers differ). `comms` are the ranks of this process: all of the
+/// communicator's, or (a job of processes) some; then every process measures its own and
+/// the times and counts are summed over the job with an AllReduce.
 pub fn measure(
     comms: &[Communicator],
     ops: &[OpParam],
     settings: &Settings,
 ) -> Result<Measured, Error> {
-    let n = comms.len();
+    let n = comms[0].size();
     let op = &ops[0];
     let (in_bytes, out_bytes) = op.buffer_bytes(0, n);
     let in_place = settings.in_place && op.in_place_allowed();
@@ -140,19 +143,52 @@ pub fn measure(
         .into_iter()
         .flatten()
         .collect();
-    let mean = |f: fn(&RankResult) -> f64| results.iter().map(f).sum::<f64>() / n as f64;
-    let wrong =
-        |f: fn(&RankResult) -> usize| expected.as_ref().map(|_| results.iter().map(f).sum());
+    let totals = job_totals(comms, &results)?;
+    let wrong = |w: f64| expected.as_ref().map(|_| w as usize);
     row.out_of_place = Timing {
-        seconds: mean(|r| r.oop.0),
-        wrong: wrong(|r| r.oop.1),
+        seconds: totals[0] / n as f64,
+        wrong: wrong(totals[2]),
     };
     row.in_place = in_place.then(|| Timing {
-        seconds: mean(|r| r.ip.0),
-        wrong: wrong(|r| r.ip.1),
+        seconds: totals[1] / n as f64,
+        wrong: wrong(totals[3]),
     });
-    row.out_of_bounds = results.iter().map(|r| r.oob).sum();
+    row.out_of_bounds = totals[4] as usize;
     Ok(row)
+}
+
+/// Sums over every rank of the job of (out-of-place seconds, in-place seconds, wrong
+/// values out of place, in place, out-of-bounds bytes): this process's sums, added over
+/// the processes with an AllReduce when the job has ranks elsewhere.
+fn job_totals(comms: &[Communicator], results: &[RankResult]) -> Result<[f64; 5], Error> {
+    let mut mine = [0.0f64; 5];
+    for r in results {
+        let add = [r.oop.0, r.ip.0, r.oop.1 as f64, r.ip.1 as f64, r.oob as f64];
+        for (m, a) in mine.iter_mut().zip(add) {
+            *m += a;
+        }
+    }
+    if comms.len() == comms[0].size() {
+        return Ok(mine);
+    }
+    // Every local rank takes part; the first brings this process's sums.
+    let mut sums = vec![[0.0f64; 5]; comms.len()];
+    let sends: Vec<[f64; 5]> = (0..comms.len())
+        .map(|i| if i == 0 { mine } else { [0.0; 5] })
+        .collect();
+    let mut group = Group::new();
+    for ((comm, send), recv) in comms.iter().zip(&sends).zip(sums.iter_mut()) {
+        group.execute(
+            comm,
+            OpParam::all_reduce(5, oxccl::DataType::F64, oxccl::ReduceOp::Sum),
+            UserBuffers::OutOfPlace {
+                input: bytemuck::cast_slice(send),
+                output: bytemuck::cast_slice_mut(recv),
+            },
+        );
+    }
+    group.run()?;
+    Ok(sums[0])
 }
 
 /// Time `iters` calls after `warmup` untimed ones; all threads start together.
@@ -160,16 +196,33 @@ fn timed(
     args: &Settings,
     barrier: &Barrier,
     mut call: impl FnMut() -> Result<(), Error>,
+    mut job_barrier: impl FnMut() -> Result<(), Error>,
 ) -> Result<f64, Error> {
     for _ in 0..args.warmup {
         call()?;
     }
     barrier.wait();
+    job_barrier()?;
     let start = Instant::now();
     for _ in 0..args.iters {
         call()?;
     }
     Ok(start.elapsed().as_secs_f64() / args.iters.max(1) as f64)
+}
+
+/// A Barrier over every rank this thread drives when the job has ranks in other
+/// processes (their threads are not at this process's barrier); nothing otherwise.
+fn job_barrier(comms: &[&Communicator]) -> Result<(), Error> {
+    let comm = comms[0];
+    if comm.framework().device().config().local_ranks.len() == comm.size() {
+        return Ok(());
+    }
+    let mut none: Vec<[u8; 0]> = vec![[]; comms.len()];
+    let mut group = Group::new();
+    for (comm, buf) in comms.iter().zip(none.iter_mut()) {
+        group.execute(comm, OpParam::barrier(), UserBuffers::InPlace(buf));
+    }
+    group.run()
 }
 
 /// The receive buffer inside its guards.
@@ -232,7 +285,13 @@ fn run_thread<'c>(
             })
             .collect()
     };
-    let oop_time = timed(args, barrier, || group_call(&mut states, out_bytes, false))?;
+    let comms: Vec<&Communicator> = states.iter().map(|st| st.comm).collect();
+    let oop_time = timed(
+        args,
+        barrier,
+        || group_call(&mut states, out_bytes, false),
+        || job_barrier(&comms),
+    )?;
     let oop_wrong = check(&mut states, false, out_bytes);
     let oop_oob: Vec<usize> = states
         .iter()
@@ -247,7 +306,12 @@ fn run_thread<'c>(
             one_bytes,
         ));
     }
-    let ip_time = timed(args, barrier, || group_call(&mut states, one_bytes, true))?;
+    let ip_time = timed(
+        args,
+        barrier,
+        || group_call(&mut states, one_bytes, true),
+        || job_barrier(&comms),
+    )?;
     let mut ip_wrong = vec![0; states.len()];
     if expected.is_some() {
         for st in states.iter_mut() {

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# oxccl with ranks in processes beside OpenMPI, in the same run: 8 processes, float32
+# sum AllReduce, each size given (default 1K 1M 64M).
+#
+#   scripts/bench-procs.sh [sizes...]
+#
+# oxccl runs `oxccl perf all-reduce --procs 8` (shared memory between the processes);
+# MPI runs the peer benchmark with `--mca btl vader,self` (its shared-memory transport).
+# TCP rows come when oxccl has its TCP transport. Installs OpenMPI through
+# scripts/install-deps.sh (Debian packages; needs root or sudo).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -gt 0 ] || set -- 1K 1M 64M
+scripts/install-deps.sh
+mkdir -p target
+mpicc -O2 -o target/mpi_bench ../shared/bench/peers/mpi_bench.c
+cargo build --release -q -p oxccl-cli
+for size in "$@"; do
+  iters=50; [ "$size" = 64M ] && iters=10
+  echo "== all-reduce $size, 8 processes"
+  echo "   oxccl --procs 8 (shared memory)"
+  ./target/release/oxccl perf all-reduce --procs 8 -b "$size" -e "$size" -n $iters -w 5 | grep -E '^ +[0-9]'
+  echo "   MPI --mca btl vader,self"
+  mpirun --allow-run-as-root --oversubscribe --mca btl vader,self -np 8 \
+    target/mpi_bench allreduce "$size" | grep -E '^ +[0-9]'
+done
