@@ -398,6 +398,12 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// The last epoch `rank` finished.
     fn done_epoch(&self, rank: Rank) -> Result<u64, DeviceError>;
 
+    /// Stop the device for its user (NCCL's `ncclCommAbort`), from any thread: every
+    /// submission in flight ends at once with [`DeviceError::Aborted`], every later one
+    /// is refused, and peers reached through a transport are told, so their waits on
+    /// this device's ranks end too. `rank` is the local rank whose user asked.
+    fn abort(&self, rank: Rank);
+
     /// Submit and wait for every submission: the safe way to run.
     fn run(&self, group: Vec<Submission<'_>>) -> Vec<Result<(), DeviceError>> {
         let timeout = self.config().exec_timeout;

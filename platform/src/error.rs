@@ -184,6 +184,8 @@ pub enum AbortCause {
         pid: u32,
         loss: PeerLoss,
     },
+    #[error("the communicator of rank {rank} was aborted by its user")]
+    UserAbort { rank: Rank },
 }
 
 /// How a rank in another process was lost.

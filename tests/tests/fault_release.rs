@@ -86,3 +86,40 @@ fn a_device_error_on_one_rank_releases_the_others_at_once() {
     let err = comms[0].barrier().unwrap_err();
     assert!(matches!(err, Error::Aborted { .. }), "{err:?}");
 }
+
+/// `abort` from another thread ends a call that waits for a rank that never comes, at
+/// once, and the communicator refuses every later call.
+#[test]
+fn abort_from_another_thread_ends_a_waiting_call() {
+    let config = Config {
+        exec_timeout: Duration::from_secs(60),
+        ..Config::default()
+    };
+    let comms = Communicator::init_all(2, config).expect("init");
+    let start = Instant::now();
+    let result = std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let send = vec![1.0f32; 1024];
+            let mut recv = vec![0.0f32; 1024];
+            // Rank 1 never calls: this waits until the abort.
+            comms[0].all_reduce(&send, &mut recv, ReduceOp::Sum)
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        comms[0].abort();
+        waiting.join().expect("rank 0's thread")
+    });
+    let err = result.expect_err("aborted");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    let text = oxccl::framework::error::with_causes(&err);
+    assert!(text.contains("aborted by its user"), "{text}");
+    let mut buf = vec![0.0f32; 4];
+    let later = comms[1].all_reduce_in_place(&mut buf, ReduceOp::Sum);
+    assert!(
+        later.is_err(),
+        "an aborted communicator refuses later calls"
+    );
+}

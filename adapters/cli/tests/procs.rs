@@ -20,7 +20,10 @@ const SWEEP: [&str; 10] = ["-b", "1K", "-e", "4M", "-f", "64", "-n", "3", "-w", 
 
 fn assert_one_clean_table(ok: bool, stdout: &str, stderr: &str, ranks: usize) {
     assert!(ok, "{stdout}\n{stderr}");
-    let headers = stdout.lines().filter(|l| l.starts_with("# oxccl perf")).count();
+    let headers = stdout
+        .lines()
+        .filter(|l| l.starts_with("# oxccl perf"))
+        .count();
     assert_eq!(headers, 1, "one table for the job:\n{stdout}");
     assert!(stdout.contains(&format!("{ranks} ranks")), "{stdout}");
     let rows = rows(stdout);

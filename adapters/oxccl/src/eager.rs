@@ -80,6 +80,14 @@ impl Communicator {
         Self::init_all(n, Config::from_env()?)
     }
 
+    /// Abort the communicator from any thread (NCCL's `ncclCommAbort`): this rank's call
+    /// in flight ends at once with an error, later calls are refused, and the other ranks
+    /// are released naming this one (see the framework's
+    /// [`abort`](oxccl_framework::Communicator::abort)).
+    pub fn abort(&self) {
+        self.inner.abort();
+    }
+
     /// This rank.
     pub fn rank(&self) -> Rank {
         self.inner.rank()

@@ -338,6 +338,21 @@ impl Communicator {
         Ok(Communicator::on(rank, group))
     }
 
+    /// Abort the communicator (NCCL's `ncclCommAbort`), from any thread: this rank's call
+    /// in flight, if any, ends at once with an error, every later call is refused, and
+    /// the ranks that share its device or reach it through a transport are stopped too
+    /// (their calls end naming this rank), rather than waiting out `OXCCL_EXEC_TIMEOUT`.
+    /// The communicator cannot be used again; create a new one.
+    pub fn abort(&self) {
+        let cause = oxccl_platform::AbortCause::UserAbort { rank: self.rank };
+        let err = Error::from(oxccl_platform::DeviceError::Aborted {
+            rank: self.rank,
+            cause,
+        });
+        self.group.fail(&err);
+        self.group.device.abort(self.rank);
+    }
+
     /// This rank's index.
     pub fn rank(&self) -> Rank {
         self.rank

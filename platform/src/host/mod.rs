@@ -417,6 +417,10 @@ impl Device for HostDevice {
         let slot = self.shared.slot(rank)?;
         Ok(self.shared.fences[slot].done())
     }
+
+    fn abort(&self, rank: Rank) {
+        self.shared.stop(AbortCause::UserAbort { rank }, None);
+    }
 }
 
 impl Drop for HostDevice {

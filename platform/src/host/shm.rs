@@ -373,7 +373,9 @@ impl ShmLinks {
     pub(crate) fn announce_failure(&self, cause: &AbortCause) {
         let (rank, pid, loss) = match cause {
             AbortCause::PeerProcess { rank, pid, loss } => (*rank, *pid, *loss),
-            AbortCause::PeerFailed { rank, .. } => (*rank, std::process::id(), PeerLoss::Failed),
+            AbortCause::PeerFailed { rank, .. } | AbortCause::UserAbort { rank } => {
+                (*rank, std::process::id(), PeerLoss::Failed)
+            }
         };
         for block in &self.own {
             let c = block.control();

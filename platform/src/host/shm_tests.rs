@@ -210,3 +210,31 @@ fn a_program_cannot_reach_outside_a_peers_shared_buffers() {
     let err = compile(private).unwrap_err();
     assert!(matches!(err, DeviceError::InvalidTask { .. }), "{err}");
 }
+
+#[test]
+fn an_abort_on_one_device_releases_the_ranks_of_another_that_wait_on_it() {
+    let (a, b) = pair(&tag("abort"), Duration::from_secs(30));
+    let layout = a.config().layout();
+    let mut p0 = RankProgram::new(0, 1);
+    p0.streams[0].wait(layout.link(0, 2, 0, LinkSignal::DataSignal));
+    let start = Instant::now();
+    let r0 = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(100));
+            b.abort(2);
+        });
+        let mut out = [vec![0u8; 8]];
+        run_ranks(&a, vec![(p0, vec![2])], &[vec![0u8; 8]], &mut out, 1).pop()
+    });
+    match r0.unwrap() {
+        Err(DeviceError::Aborted {
+            cause: AbortCause::PeerProcess { rank: 2, .. },
+            ..
+        }) => {}
+        other => panic!("rank 0: {other:?}"),
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "released, not timed out"
+    );
+}

@@ -196,4 +196,7 @@ impl Device for SimDevice {
     fn done_epoch(&self, rank: Rank) -> Result<u64, DeviceError> {
         Ok(self.done[self.slot(rank)?].load(Ordering::Acquire))
     }
+
+    /// Nothing runs on `sim`: nothing to stop.
+    fn abort(&self, _rank: Rank) {}
 }
