@@ -392,7 +392,7 @@ impl Device for HostDevice {
         // Launches before `first_busy` are done (or never started): each is asked once
         // more only until it is, not once per job run.
         let mut first_busy = 0;
-        pool.drain(|| {
+        let mut busy = || {
             while started
                 .get(first_busy)
                 .is_some_and(|c| c.as_ref().map_or(true, |c| c.launch.is_done()))
@@ -400,7 +400,11 @@ impl Device for HostDevice {
                 first_busy += 1;
             }
             first_busy < started.len()
-        });
+        };
+        pool.drain(&mut busy);
+        if self.shared.shm.is_some() {
+            shm::poll_while(&self.shared, busy);
+        }
         started
             .into_iter()
             .map(|c| crate::device::wait_out(&mut c?, timeout))

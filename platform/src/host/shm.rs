@@ -70,6 +70,10 @@ struct Control {
     origin_rank: AtomicU32,
     origin_pid: AtomicU32,
     origin_loss: AtomicU32,
+    /// Nonzero while a thread of the device polls its words and peers ([`poll_while`]):
+    /// a peer then skips the doorbell's futex wake, which would only wake the service
+    /// thread to compete with the poller for a core.
+    polling: AtomicU32,
 }
 
 /// Where the parts of a block lie.
@@ -183,23 +187,30 @@ pub(crate) struct Peer {
     pub block: Block,
     /// The block whose doorbell wakes the device serving this peer.
     bell: Arc<Segment>,
-    bell_offset: usize,
     pid: u32,
     /// This peer's scratch segments, by scratch id.
     scratch: Mutex<Vec<Option<Arc<Segment>>>>,
 }
 
 impl Peer {
-    fn bell(&self) -> &AtomicU32 {
-        // SAFETY: the offset is that of the doorbell in a mapped control area.
-        unsafe {
-            &*self
-                .bell
-                .payload()
-                .0
-                .add(self.bell_offset)
-                .cast::<AtomicU32>()
+    /// The control area of the block whose doorbell wakes this peer's device.
+    fn bell_control(&self) -> &Control {
+        // SAFETY: the control area starts the payload of a mapped block.
+        unsafe { &*self.bell.payload().0.cast::<Control>() }
+    }
+
+    /// Ring the peer's device, unless `quiet` and it polls (its poller then finds the
+    /// change itself: see [`poll_while`] for why none is missed).
+    fn ring(&self, quiet: bool) {
+        let c = self.bell_control();
+        // Orders this thread's change (a post's CAS, a published epoch) before the look
+        // at the flag; the poller fences between clearing the flag and its last look.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if quiet && c.polling.load(Ordering::SeqCst) != 0 {
+            c.doorbell.fetch_add(1, Ordering::Release);
+            return;
         }
+        futex::ring(&c.doorbell);
     }
 }
 
@@ -223,10 +234,6 @@ fn shm_err(e: ShmError) -> DeviceError {
     DeviceError::Shm(e)
 }
 
-fn bell_offset() -> usize {
-    std::mem::offset_of!(Control, doorbell)
-}
-
 impl ShmLinks {
     /// Create the local ranks' blocks, map every peer's, and check their shapes.
     pub(crate) fn open(
@@ -243,18 +250,24 @@ impl ShmLinks {
         let mut own = Vec::new();
         for &rank in &config.local_ranks {
             let name = segment_name(tag, rank, "rank");
-            let segment = Segment::create(&name, layout.total, remote).map_err(shm_err)?;
-            let block = Block {
+            // The control area is written before the segment is published: a peer that
+            // maps it finds the shape it checks.
+            let init = |payload: *mut u8| {
+                // SAFETY: the payload is page aligned, at least CONTROL bytes, and not
+                // yet visible to any peer.
+                let c = unsafe { &*payload.cast::<Control>() };
+                c.pid.store(std::process::id(), Ordering::Relaxed);
+                c.bell_rank.store(bell_rank as u32, Ordering::Relaxed);
+                c.link_words.store(link_words as u64, Ordering::Relaxed);
+                c.ccl_bytes
+                    .store(config.ccl_bytes as u64, Ordering::Relaxed);
+            };
+            let segment =
+                Segment::create_with(&name, layout.total, remote, init).map_err(shm_err)?;
+            own.push(Block {
                 segment: Arc::new(segment),
                 layout,
-            };
-            let c = block.control();
-            c.pid.store(std::process::id(), Ordering::Relaxed);
-            c.bell_rank.store(bell_rank as u32, Ordering::Relaxed);
-            c.link_words.store(link_words as u64, Ordering::Relaxed);
-            c.ccl_bytes
-                .store(config.ccl_bytes as u64, Ordering::Release);
-            own.push(block);
+            });
         }
         let wait = config.exec_timeout;
         let mut blocks: Vec<Option<Block>> = (0..config.ranks).map(|_| None).collect();
@@ -306,7 +319,6 @@ impl ShmLinks {
                 Ok(Some(Peer {
                     block,
                     bell,
-                    bell_offset: bell_offset(),
                     pid,
                     scratch: Mutex::new(Vec::new()),
                 }))
@@ -334,20 +346,25 @@ impl ShmLinks {
         self.own[slot]
             .control()
             .done
-            .fetch_max(epoch, Ordering::AcqRel);
-        self.ring_all();
+            .fetch_max(epoch, Ordering::SeqCst);
+        self.ring_all_but_polling(true);
     }
 
-    /// Ring every peer device's doorbell (once per device).
-    fn ring_all(&self) {
+    /// Ring every peer device's doorbell (once per device), skipping the devices that
+    /// poll (`quiet`; never for a failure, which must wake everyone).
+    fn ring_all_but_polling(&self, quiet: bool) {
         let mut rung: Vec<*const Segment> = Vec::new();
         for peer in self.peers.iter().flatten() {
             let key = Arc::as_ptr(&peer.bell);
             if !rung.contains(&key) {
                 rung.push(key);
-                futex::ring(peer.bell());
+                peer.ring(quiet);
             }
         }
+    }
+
+    fn ring_all(&self) {
+        self.ring_all_but_polling(false);
     }
 
     /// Post word `word` of peer `rank`: what [`post_from_afar`] did, after ringing the
@@ -356,7 +373,7 @@ impl ShmLinks {
         let peer = self.peer(rank)?;
         let outcome = post_from_afar(peer.block.state(word)?);
         if outcome == PostedAfar::Ring {
-            futex::ring(peer.bell());
+            peer.ring(true);
         }
         Some(outcome)
     }
@@ -493,6 +510,54 @@ fn process_alive(pid: u32) -> bool {
     )
 }
 
+/// Looks without finding work before a waiting submitter goes to sleep.
+const POLLS: usize = 256;
+
+/// The submitting thread, while `busy()`: take the streams peers woke and run them here,
+/// and the pool's queued jobs, yielding between empty looks ([`POLLS`] of them at most,
+/// then it sleeps as usual). A peer's post then reaches a waiting rank when its process
+/// is next scheduled, without a doorbell thread's wakeup in between: what a latency-bound
+/// call over processes costs most.
+pub(crate) fn poll_while(shared: &Arc<Shared>, mut busy: impl FnMut() -> bool) {
+    let Some(links) = shared.shm.as_ref() else {
+        return;
+    };
+    let polling = &links.own[0].control().polling;
+    polling.fetch_add(1, Ordering::SeqCst);
+    let mut idle = 0;
+    while busy() && idle < POLLS {
+        if poll_once(shared, links) || shared.pool.run_one() {
+            idle = 0;
+        } else {
+            idle += 1;
+            std::thread::yield_now();
+        }
+    }
+    // A peer that saw the flag did not ring: look once more after clearing it (the
+    // flag and the peers' changes are SeqCst, so either the peer saw it cleared and
+    // rang, or this look sees the change).
+    polling.fetch_sub(1, Ordering::SeqCst);
+    std::sync::atomic::fence(Ordering::SeqCst);
+    poll_once(shared, links);
+}
+
+/// Move the peers' fence proxies and run the streams peers woke; true when a stream ran.
+fn poll_once(shared: &Arc<Shared>, links: &ShmLinks) -> bool {
+    for rank in links.peer_ranks() {
+        if let Some(slot) = shared.fence_slot(rank) {
+            shared.fences[slot].advance(links.peer_done(rank));
+        }
+    }
+    let mut ran = false;
+    for bank in &shared.banks {
+        for (launch, stream) in bank.take_woken() {
+            launch.wake_from_afar(stream);
+            ran = true;
+        }
+    }
+    ran
+}
+
 /// Start the doorbell service of the device behind `shared`.
 pub(crate) fn start_service(shared: &Arc<Shared>, links: Arc<ShmLinks>) -> std::io::Result<()> {
     let weak = Arc::downgrade(shared);
@@ -516,16 +581,7 @@ fn serve(shared: &Weak<Shared>, links: &ShmLinks) {
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        for bank in &shared.banks {
-            for (launch, stream) in bank.take_woken() {
-                launch.wake_from_afar(stream);
-            }
-        }
-        for rank in links.peer_ranks() {
-            if let Some(slot) = shared.fence_slot(rank) {
-                shared.fences[slot].advance(links.peer_done(rank));
-            }
-        }
+        poll_once(&shared, links);
         let check_pids = since_pids.elapsed() >= TICK;
         if check_pids {
             since_pids = std::time::Instant::now();
