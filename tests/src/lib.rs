@@ -21,6 +21,24 @@ use oxccl::{Communicator, Config, DataType, OpParam, ReduceOp, Topology, UserBuf
 // The example plugin must be linked for its executor to be registered.
 use oxccl_plugin_bidir_ring as _;
 
+/// The launchers' variables (and those that configure a job) a test run may have
+/// inherited, for example when the suite itself runs under mpirun or Slurm: the
+/// multi-process tests remove them, so that each child sees only the launch its test
+/// gives it.
+pub const INHERITED_LAUNCH_VARS: [&str; 11] = [
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "RANK",
+    "WORLD_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "OXCCL_COMM_ID",
+    "OXCCL_TEST_RANKS",
+    "OXCCL_TOPO_FILE",
+    "OXCCL_TUNE_FILE",
+    "OXCCL_BUFFSIZE",
+];
+
 /// One collective call to check.
 #[derive(Copy, Clone, Debug)]
 pub struct Case {

@@ -9,19 +9,7 @@ use std::time::Duration;
 
 const RANK_BIN: &str = env!("CARGO_BIN_EXE_bootstrap_rank");
 
-/// The launcher variables a test run may have inherited (the suite run under mpirun or
-/// Slurm): removed, so that each child sees only the launch the test gives it.
-const INHERITED: [&str; 9] = [
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "RANK",
-    "WORLD_SIZE",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "OXCCL_COMM_ID",
-    "OXCCL_BUFFSIZE",
-    "OXCCL_TUNE_FILE",
-];
+use oxccl_tests::INHERITED_LAUNCH_VARS as INHERITED;
 
 fn rank_command() -> Command {
     let mut cmd = Command::new(RANK_BIN);

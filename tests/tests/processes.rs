@@ -9,18 +9,7 @@ use std::time::{Duration, Instant};
 
 const RANK_BIN: &str = env!("CARGO_BIN_EXE_collective_rank");
 
-/// Launcher variables a test run may have inherited: removed, so that each child sees
-/// only the launch the test gives it.
-const INHERITED: [&str; 8] = [
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "RANK",
-    "WORLD_SIZE",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "OXCCL_TEST_RANKS",
-    "OXCCL_TOPO_FILE",
-];
+use oxccl_tests::INHERITED_LAUNCH_VARS as INHERITED;
 
 fn job(ranks: usize) -> UniqueId {
     UniqueId::create(ranks, Duration::from_secs(120)).expect("root")

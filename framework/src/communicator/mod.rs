@@ -44,6 +44,26 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// The state the ranks on `device` share, with the digest of their selection inputs.
+    fn new(
+        device: Arc<dyn Device>,
+        topology: Topology,
+        config: Config,
+    ) -> Result<Arc<Shared>, Error> {
+        let mode = mode_of(&config, device.as_ref(), &topology);
+        let selection_digest = digest_of(&config, &topology, mode)?;
+        let ranks = topology.ranks();
+        Ok(Arc::new(Shared {
+            selection_digest,
+            device,
+            topology,
+            config,
+            scratch: Mutex::new(HashMap::new()),
+            failure: Mutex::new(None),
+            board: CallBoard::new(ranks),
+        }))
+    }
+
     fn scratch_for(&self, tag: &str, bytes: usize) -> Result<Option<ScratchId>, Error> {
         if bytes == 0 {
             return Ok(None);
@@ -233,20 +253,7 @@ impl Communicator {
                 "communicator created"
             );
         }
-        let selection_digest = digest_of(
-            &config,
-            &topology,
-            mode_of(&config, device.as_ref(), &topology),
-        )?;
-        let group = Arc::new(Shared {
-            selection_digest,
-            device,
-            topology,
-            config,
-            scratch: Mutex::new(HashMap::new()),
-            failure: Mutex::new(None),
-            board: CallBoard::new(n),
-        });
+        let group = Shared::new(device, topology, config)?;
         Ok((0..n)
             .map(|rank| Communicator::on(rank, group.clone()))
             .collect())
@@ -321,21 +328,10 @@ impl Communicator {
             servers = ?topology.server_sizes(),
             "communicator rank joined its job over shared memory"
         );
-        let selection_digest = digest_of(
-            &config,
-            &topology,
-            mode_of(&config, device.as_ref(), &topology),
-        )?;
-        let group = Arc::new(Shared {
-            selection_digest,
-            device,
-            topology,
-            config,
-            scratch: Mutex::new(HashMap::new()),
-            failure: Mutex::new(None),
-            board: CallBoard::new(n),
-        });
-        Ok(Communicator::on(rank, group))
+        Ok(Communicator::on(
+            rank,
+            Shared::new(device, topology, config)?,
+        ))
     }
 
     /// Abort the communicator (NCCL's `ncclCommAbort`), from any thread: this rank's call
