@@ -163,12 +163,17 @@ pub enum Error {
     Arg(#[from] ArgError),
     #[error(transparent)]
     Bootstrap(#[from] crate::bootstrap::BootstrapError),
-    #[error("rank {rank} has no transport to rank {peer} on host {host}: {reason}")]
+    #[error(
+        "rank {rank} has no transport to rank {peer} on host {host}; every candidate \
+         refused: {}",
+        refusals.iter().map(|(t, why)| format!("{t}: {why}")).collect::<Vec<_>>().join("; ")
+    )]
     NoTransport {
         rank: Rank,
         peer: Rank,
         host: String,
-        reason: &'static str,
+        /// Each transport of the table, in order, with why it cannot connect.
+        refusals: Vec<(&'static str, String)>,
     },
     #[error(transparent)]
     Config(#[from] ConfigError),

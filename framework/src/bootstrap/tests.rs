@@ -381,3 +381,30 @@ fn the_file_rendezvous_publishes_the_id_and_removes_it_after_the_join() {
     );
     std::fs::remove_dir(&dir).unwrap();
 }
+
+#[test]
+fn a_rank_on_another_host_is_refused_listing_every_transport() {
+    let id = loopback_id(2, QUICK);
+    let config = crate::Config::default();
+    let pre = crate::Topology::single_server(2);
+    let digests = digest_parts(&config, &pre, crate::Mode::Staged).expect("digests");
+    let elsewhere = RankInfo {
+        host: HostId {
+            hostname: "node-b".into(),
+            boot_id: "another-boot".into(),
+        },
+        ..RankInfo::this(1, digests)
+    };
+    let remote = std::thread::spawn(move || join(&id, 2, elsewhere, QUICK));
+    let err = crate::Communicator::init_rank(&id, 2, 0, config).expect_err("no transport");
+    let text = err.to_string();
+    for says in [
+        "rank 1 on host node-b",
+        "in-process:",
+        "shm:",
+        "tcp: not built yet",
+    ] {
+        assert!(text.contains(says), "{says:?} in {text}");
+    }
+    remote.join().unwrap().expect("the other rank joined");
+}

@@ -306,11 +306,19 @@ impl Communicator {
         topology.check_connected()?;
         let host = table.host_ranks(rank);
         if let Some(&peer) = (0..n).find(|r| !host.contains(r)).as_ref() {
+            let there = table.ranks[peer].host.hostname.clone();
             return Err(Error::NoTransport {
                 rank,
                 peer,
-                host: table.ranks[peer].host.hostname.clone(),
-                reason: "ranks on other hosts need the TCP transport, which is not built yet",
+                refusals: vec![
+                    ("in-process", "the rank is in another process".into()),
+                    (
+                        "shm",
+                        format!("the rank is on host {there}, not on this one"),
+                    ),
+                    ("tcp", "not built yet".into()),
+                ],
+                host: there,
             });
         }
         // Every rank of the host has its own process (or device) and workers: left to

@@ -12,7 +12,7 @@
 //! Each device runs a **doorbell service** thread, asleep on its doorbell (a futex):
 //! rung, it resumes the streams that peers woke ([`SignalBank::take_woken`]), moves the
 //! local proxies of the peers' fences to the peers' `done_epoch`, and stops the device
-//! when a peer's failure flag is up or its process is gone (checked every [`TICK`]), so
+//! when a peer's failure flag is up or its process is gone (checked every [`service::TICK`]), so
 //! a peer that dies releases this rank within a tick, not after `exec_timeout`. A device
 //! that stops raises its own flag and rings every peer.
 //!
@@ -23,164 +23,30 @@
 //! Waits, and the fence keeps operations apart across processes exactly as in one (the
 //! `done_epoch` a peer reads is the one the owner publishes after its streams ended).
 //!
+//! Files: `block` (a rank's block: layout, control area, regions), `service` (the
+//! doorbell service and the polling of a waiting call), this one (the device's blocks and
+//! its peers: posts, published epochs, failures, scratch).
+//!
 //! [`DeviceConfig::shm`]: crate::device::DeviceConfig::shm
 //! [`SignalBank::take_woken`]: crate::signal::SignalBank::take_woken
 
-use super::launch::Shared;
+mod block;
+mod service;
+
+pub(crate) use block::Block;
+pub(crate) use service::{close, poll_while, start_service};
+
 use super::memory::Region;
 use crate::device::DeviceConfig;
 use crate::error::{AbortCause, ConfigFault, DeviceError, PeerLoss};
 use crate::ir::Rank;
-use crate::signal::{post_from_afar, ExternalStates, PostedAfar};
+use crate::signal::{post_from_afar, PostedAfar};
 use crate::transport::shm::{futex, segment_name, Segment, ShmError};
+use block::{Control, Layout, CLOSED, FAILED, LIVE};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
-
-/// How often the doorbell service looks at its peers without being rung.
-pub(crate) const TICK: Duration = Duration::from_millis(50);
-
-/// Bytes of a block's control area.
-const CONTROL: usize = 64;
-/// Alignment of the CCL buffers in a block.
-const PAGE: usize = 4096;
-
-/// The device serving the block's rank runs.
-const LIVE: u32 = 0;
-/// The device stopped on a failure: its peers stop too.
-const FAILED: u32 = 1;
-/// The device was dropped in order: its process may exit without being a failure.
-const CLOSED: u32 = 2;
-
-/// The control area at the start of a block.
-#[repr(C)]
-struct Control {
-    done: AtomicU64,
-    doorbell: AtomicU32,
-    /// [`LIVE`], [`FAILED`] or [`CLOSED`].
-    status: AtomicU32,
-    pid: AtomicU32,
-    /// The rank whose doorbell the device serving this rank sleeps on.
-    bell_rank: AtomicU32,
-    link_words: AtomicU64,
-    ccl_bytes: AtomicU64,
-    /// With [`FAILED`]: the rank whose loss stopped the device (itself, or a peer whose
-    /// loss it relays), that rank's pid, and how it was lost (0: failed, 1: died).
-    origin_rank: AtomicU32,
-    origin_pid: AtomicU32,
-    origin_loss: AtomicU32,
-    /// Nonzero while a thread of the device polls its words and peers ([`poll_while`]):
-    /// a peer then skips the doorbell's futex wake, which would only wake the service
-    /// thread to compete with the poller for a core.
-    polling: AtomicU32,
-}
-
-/// Where the parts of a block lie.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-struct Layout {
-    link_words: usize,
-    ccl_bytes: usize,
-    ccl_in: usize,
-    ccl_out: usize,
-    total: usize,
-}
-
-impl Layout {
-    fn new(link_words: usize, ccl_bytes: usize) -> Option<Layout> {
-        let states = link_words.checked_mul(4)?;
-        let ccl_in = CONTROL
-            .checked_add(states)?
-            .checked_next_multiple_of(PAGE)?;
-        let ccl_out = ccl_in
-            .checked_add(ccl_bytes)?
-            .checked_next_multiple_of(PAGE)?;
-        let total = ccl_out.checked_add(ccl_bytes)?;
-        Some(Layout {
-            link_words,
-            ccl_bytes,
-            ccl_in,
-            ccl_out,
-            total,
-        })
-    }
-}
-
-/// One rank's block, mapped (this device's own, or a peer's).
-pub(crate) struct Block {
-    segment: Arc<Segment>,
-    layout: Layout,
-}
-
-impl Block {
-    fn base(&self) -> *mut u8 {
-        self.segment.payload().0
-    }
-
-    fn control(&self) -> &Control {
-        // SAFETY: the payload is page aligned and at least CONTROL bytes (the layout was
-        // checked against it); the control area is only accessed through atomics.
-        unsafe { &*self.base().cast::<Control>() }
-    }
-
-    /// The link region's state words.
-    fn states(&self) -> *const AtomicU32 {
-        // SAFETY: CONTROL is within the payload.
-        unsafe { self.base().add(CONTROL).cast::<AtomicU32>() }
-    }
-
-    fn state(&self, word: usize) -> Option<&AtomicU32> {
-        // SAFETY: `word` is below the block's link words, all inside the payload, 4-byte
-        // aligned (CONTROL is), only accessed through atomics.
-        (word < self.layout.link_words).then(|| unsafe { &*self.states().add(word) })
-    }
-
-    fn region(&self, offset: usize) -> Region {
-        Region {
-            // SAFETY: the offset and the buffer after it lie within the payload.
-            ptr: unsafe { self.base().add(offset) },
-            len: self.layout.ccl_bytes,
-            writable: true,
-        }
-    }
-
-    /// What keeps the block mapped.
-    pub(crate) fn keep(&self) -> Arc<dyn Send + Sync> {
-        self.segment.clone()
-    }
-
-    pub(crate) fn ccl_in(&self) -> Region {
-        self.region(self.layout.ccl_in)
-    }
-
-    pub(crate) fn ccl_out(&self) -> Region {
-        self.region(self.layout.ccl_out)
-    }
-
-    /// The link-region states, for a signal bank to use in place.
-    pub(crate) fn external_states(&self) -> ExternalStates {
-        ExternalStates {
-            first: self.states(),
-            len: self.layout.link_words,
-            keep: self.segment.clone(),
-        }
-    }
-
-    /// A mapped block must have the shape this device expects of every rank.
-    fn check(&self, rank: Rank) -> Result<(), DeviceError> {
-        let c = self.control();
-        let theirs = (
-            c.link_words.load(Ordering::Acquire) as usize,
-            c.ccl_bytes.load(Ordering::Acquire) as usize,
-        );
-        let ours = (self.layout.link_words, self.layout.ccl_bytes);
-        let fits = self.segment.payload().1 >= self.layout.total;
-        match theirs == ours && fits {
-            true => Ok(()),
-            false => Err(ConfigFault::PeerShape { rank, theirs, ours }.into()),
-        }
-    }
-}
 
 /// A rank served elsewhere, reached through its mapped block.
 pub(crate) struct Peer {
@@ -508,89 +374,4 @@ fn process_alive(pid: u32) -> bool {
         rustix::process::test_kill_process(pid),
         Err(rustix::io::Errno::SRCH)
     )
-}
-
-/// Looks without finding work before a waiting submitter goes to sleep.
-const POLLS: usize = 256;
-
-/// The submitting thread, while `busy()`: take the streams peers woke and run them here,
-/// and the pool's queued jobs, yielding between empty looks ([`POLLS`] of them at most,
-/// then it sleeps as usual). A peer's post then reaches a waiting rank when its process
-/// is next scheduled, without a doorbell thread's wakeup in between: what a latency-bound
-/// call over processes costs most.
-pub(crate) fn poll_while(shared: &Arc<Shared>, mut busy: impl FnMut() -> bool) {
-    let Some(links) = shared.shm.as_ref() else {
-        return;
-    };
-    let polling = &links.own[0].control().polling;
-    polling.fetch_add(1, Ordering::SeqCst);
-    let mut idle = 0;
-    while busy() && idle < POLLS {
-        if poll_once(shared, links) || shared.pool.run_one() {
-            idle = 0;
-        } else {
-            idle += 1;
-            std::thread::yield_now();
-        }
-    }
-    // A peer that saw the flag did not ring: look once more after clearing it (the
-    // flag and the peers' changes are SeqCst, so either the peer saw it cleared and
-    // rang, or this look sees the change).
-    polling.fetch_sub(1, Ordering::SeqCst);
-    std::sync::atomic::fence(Ordering::SeqCst);
-    poll_once(shared, links);
-}
-
-/// Move the peers' fence proxies and run the streams peers woke; true when a stream ran.
-fn poll_once(shared: &Arc<Shared>, links: &ShmLinks) -> bool {
-    for rank in links.peer_ranks() {
-        if let Some(slot) = shared.fence_slot(rank) {
-            shared.fences[slot].advance(links.peer_done(rank));
-        }
-    }
-    let mut ran = false;
-    for bank in &shared.banks {
-        for (launch, stream) in bank.take_woken() {
-            launch.wake_from_afar(stream);
-            ran = true;
-        }
-    }
-    ran
-}
-
-/// Start the doorbell service of the device behind `shared`.
-pub(crate) fn start_service(shared: &Arc<Shared>, links: Arc<ShmLinks>) -> std::io::Result<()> {
-    let weak = Arc::downgrade(shared);
-    std::thread::Builder::new()
-        .name("oxccl-shm-bell".into())
-        .spawn(move || serve(&weak, &links))
-        .map(|_| ())
-}
-
-/// The device goes away: tell the peers, and wake the doorbell service so that it ends.
-pub(crate) fn close(links: &ShmLinks) {
-    links.close();
-    futex::ring(links.own_bell());
-}
-
-fn serve(shared: &Weak<Shared>, links: &ShmLinks) {
-    let mut since_pids = std::time::Instant::now();
-    let mut stopped = false;
-    loop {
-        let seen = links.own_bell().load(Ordering::Acquire);
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        poll_once(&shared, links);
-        let check_pids = since_pids.elapsed() >= TICK;
-        if check_pids {
-            since_pids = std::time::Instant::now();
-        }
-        if let Some(cause) = links.lost_peer(check_pids).filter(|_| !stopped) {
-            shared.stop(cause, None);
-            stopped = true;
-        }
-        drop(shared);
-        futex::wait(links.own_bell(), seen, TICK);
-    }
 }

@@ -1,0 +1,97 @@
+//! The doorbell service of a device over shared memory, and the polling of a call that
+//! waits.
+
+use super::ShmLinks;
+use crate::host::launch::Shared;
+use crate::transport::shm::futex;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// How often the doorbell service looks at its peers without being rung.
+pub(crate) const TICK: Duration = Duration::from_millis(50);
+
+/// Looks without finding work before a waiting submitter goes to sleep.
+const POLLS: usize = 256;
+
+/// The submitting thread, while `busy()`: take the streams peers woke and run them here,
+/// and the pool's queued jobs, yielding between empty looks ([`POLLS`] of them at most,
+/// then it sleeps as usual). A peer's post then reaches a waiting rank when its process
+/// is next scheduled, without a doorbell thread's wakeup in between: what a latency-bound
+/// call over processes costs most.
+pub(crate) fn poll_while(shared: &Arc<Shared>, mut busy: impl FnMut() -> bool) {
+    let Some(links) = shared.shm.as_ref() else {
+        return;
+    };
+    let polling = &links.own[0].control().polling;
+    polling.fetch_add(1, Ordering::SeqCst);
+    let mut idle = 0;
+    while busy() && idle < POLLS {
+        if poll_once(shared, links) || shared.pool.run_one() {
+            idle = 0;
+        } else {
+            idle += 1;
+            std::thread::yield_now();
+        }
+    }
+    // A peer that saw the flag did not ring: look once more after clearing it (the
+    // flag and the peers' changes are SeqCst, so either the peer saw it cleared and
+    // rang, or this look sees the change).
+    polling.fetch_sub(1, Ordering::SeqCst);
+    std::sync::atomic::fence(Ordering::SeqCst);
+    poll_once(shared, links);
+}
+
+/// Move the peers' fence proxies and run the streams peers woke; true when a stream ran.
+fn poll_once(shared: &Arc<Shared>, links: &ShmLinks) -> bool {
+    for rank in links.peer_ranks() {
+        if let Some(slot) = shared.fence_slot(rank) {
+            shared.fences[slot].advance(links.peer_done(rank));
+        }
+    }
+    let mut ran = false;
+    for bank in &shared.banks {
+        for (launch, stream) in bank.take_woken() {
+            launch.wake_from_afar(stream);
+            ran = true;
+        }
+    }
+    ran
+}
+
+/// Start the doorbell service of the device behind `shared`.
+pub(crate) fn start_service(shared: &Arc<Shared>, links: Arc<ShmLinks>) -> std::io::Result<()> {
+    let weak = Arc::downgrade(shared);
+    std::thread::Builder::new()
+        .name("oxccl-shm-bell".into())
+        .spawn(move || serve(&weak, &links))
+        .map(|_| ())
+}
+
+/// The device goes away: tell the peers, and wake the doorbell service so that it ends.
+pub(crate) fn close(links: &ShmLinks) {
+    links.close();
+    futex::ring(links.own_bell());
+}
+
+fn serve(shared: &Weak<Shared>, links: &ShmLinks) {
+    let mut since_pids = std::time::Instant::now();
+    let mut stopped = false;
+    loop {
+        let seen = links.own_bell().load(Ordering::Acquire);
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        poll_once(&shared, links);
+        let check_pids = since_pids.elapsed() >= TICK;
+        if check_pids {
+            since_pids = std::time::Instant::now();
+        }
+        if let Some(cause) = links.lost_peer(check_pids).filter(|_| !stopped) {
+            shared.stop(cause, None);
+            stopped = true;
+        }
+        drop(shared);
+        futex::wait(links.own_bell(), seen, TICK);
+    }
+}
