@@ -93,6 +93,9 @@ pub struct ShmJob {
     /// different for every job (the bootstrap derives it from the job's secret). Letters,
     /// digits, `-` and `_` only.
     pub tag: String,
+    /// The process id of every rank (0: unknown), so that a wait for the segments of a
+    /// rank whose process is gone ends at once rather than at `exec_timeout`.
+    pub pids: Vec<u32>,
 }
 
 impl DeviceConfig {

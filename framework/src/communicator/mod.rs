@@ -327,7 +327,10 @@ impl Communicator {
             let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
             config.host_threads = (cores / host.len()).max(1);
         }
-        let shm = oxccl_platform::ShmJob { tag: id.job_tag() };
+        let shm = oxccl_platform::ShmJob {
+            tag: id.job_tag(),
+            pids: table.ranks.iter().map(|r| r.pid).collect(),
+        };
         let device = create_device_for(n, vec![rank], Some(shm), &config)?;
         config.check_calls = false;
         tracing::info!(

@@ -77,9 +77,7 @@ impl HostDevice {
         let local = config.local_ranks.len();
         let link_words = layout.local_base() as usize;
         let links = match &config.shm {
-            Some(job) => Some(Arc::new(shm::ShmLinks::open(
-                &config, &job.tag, link_words,
-            )?)),
+            Some(job) => Some(Arc::new(shm::ShmLinks::open(&config, job, link_words)?)),
             None => None,
         };
         let (memory, banks) = match &links {

@@ -24,7 +24,10 @@ fn pair(tag: &str, timeout: Duration) -> (HostDevice, HostDevice) {
         link_channels: 2,
         exec_timeout: timeout,
         host_threads: 1,
-        shm: Some(ShmJob { tag: tag.into() }),
+        shm: Some(ShmJob {
+            tag: tag.into(),
+            pids: Vec::new(),
+        }),
         ..DeviceConfig::all_local(RANKS)
     };
     std::thread::scope(|s| {

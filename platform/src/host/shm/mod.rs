@@ -37,7 +37,7 @@ pub(crate) use block::Block;
 pub(crate) use service::{close, poll_while, start_service};
 
 use super::memory::Region;
-use crate::device::DeviceConfig;
+use crate::device::{DeviceConfig, ShmJob};
 use crate::error::{AbortCause, ConfigFault, DeviceError, PeerLoss};
 use crate::ir::Rank;
 use crate::signal::{post_from_afar, PostedAfar};
@@ -104,9 +104,10 @@ impl ShmLinks {
     /// Create the local ranks' blocks, map every peer's, and check their shapes.
     pub(crate) fn open(
         config: &DeviceConfig,
-        tag: &str,
+        job: &ShmJob,
         link_words: usize,
     ) -> Result<ShmLinks, DeviceError> {
+        let tag = job.tag.as_str();
         let layout = Layout::new(link_words, config.ccl_bytes).ok_or(ConfigFault::TooLarge {
             what: "shared-memory block",
         })?;
@@ -139,7 +140,8 @@ impl ShmLinks {
         let mut blocks: Vec<Option<Block>> = (0..config.ranks).map(|_| None).collect();
         for rank in (0..config.ranks).filter(|r| !config.local_ranks.contains(r)) {
             let name = segment_name(tag, rank, "rank");
-            let segment = Segment::attach(&name, wait, local).map_err(shm_err)?;
+            let alive = owner_alive(job, rank);
+            let segment = Segment::attach_while(&name, wait, local, alive).map_err(shm_err)?;
             let block = Block {
                 segment: Arc::new(segment),
                 layout,
@@ -340,7 +342,9 @@ impl ShmLinks {
     pub(crate) fn attach_scratch(&self, id: usize) -> Result<(), DeviceError> {
         for rank in self.peer_ranks().collect::<Vec<_>>() {
             let name = segment_name(&self.tag, rank, &format!("s{id}"));
-            let segment = Segment::attach(&name, self.wait, self.weight).map_err(shm_err)?;
+            let alive = || process_alive(self.peer(rank).map_or(0, |p| p.pid));
+            let segment =
+                Segment::attach_while(&name, self.wait, self.weight, alive).map_err(shm_err)?;
             let peer = self.peer(rank).expect("a peer rank");
             let mut scratch = peer.scratch.lock();
             if scratch.len() <= id {
@@ -365,8 +369,21 @@ impl ShmLinks {
     }
 }
 
-/// True while process `pid` exists (a process of another user counts as existing).
+/// Whether the process of `rank` still runs, as far as `job` knows its pid.
+fn owner_alive(job: &ShmJob, rank: Rank) -> impl Fn() -> bool + '_ {
+    move || {
+        job.pids
+            .get(rank)
+            .is_none_or(|&pid| pid == 0 || process_alive(pid))
+    }
+}
+
+/// True while process `pid` exists (a process of another user counts as existing; 0 is
+/// taken for unknown, and alive).
 fn process_alive(pid: u32) -> bool {
+    if pid == 0 {
+        return true;
+    }
     let Some(pid) = rustix::process::Pid::from_raw(pid as i32) else {
         return false;
     };

@@ -58,6 +58,11 @@ pub enum ShmError {
          not created it (is that process alive and in the same job?)"
     )]
     Missing { name: String, waited: Duration },
+    #[error(
+        "the process that was to create the shared-memory segment {name} is gone (killed or \
+         crashed before it set its rank up)"
+    )]
+    OwnerGone { name: String },
     #[error("cannot map the shared-memory segment {name}")]
     Map {
         name: String,
@@ -147,6 +152,17 @@ impl Segment {
     /// to appear, and add `weight` to its peers; the peer that completes the expected
     /// weight removes the name.
     pub fn attach(name: &str, wait: Duration, weight: u32) -> Result<Segment, ShmError> {
+        Self::attach_while(name, wait, weight, || true)
+    }
+
+    /// [`Segment::attach`], giving up as soon as `owner_alive()` says the process that
+    /// would create the segment is gone.
+    pub fn attach_while(
+        name: &str,
+        wait: Duration,
+        weight: u32,
+        owner_alive: impl Fn() -> bool,
+    ) -> Result<Segment, ShmError> {
         let deadline = Instant::now() + wait;
         let map_err = |e: rustix::io::Errno| ShmError::Map {
             name: name.to_string(),
@@ -176,6 +192,11 @@ impl Segment {
                 Err(e) => return Err(map_err(e)),
             }
             // Not there, or its owner is still writing the header.
+            if !owner_alive() {
+                return Err(ShmError::OwnerGone {
+                    name: name.to_string(),
+                });
+            }
             if Instant::now() >= deadline {
                 return Err(ShmError::Missing {
                     name: name.to_string(),
@@ -319,6 +340,15 @@ mod tests {
         );
         // SAFETY: the mappings outlive the name.
         assert_eq!(unsafe { q.add(9_999).read() }, 0xab);
+    }
+
+    #[test]
+    fn waiting_for_a_segment_ends_when_its_owner_is_gone() {
+        let name = unique("gone");
+        let start = Instant::now();
+        let err = Segment::attach_while(&name, Duration::from_secs(30), 1, || false).unwrap_err();
+        assert!(matches!(err, ShmError::OwnerGone { .. }), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(5));
     }
 
     #[test]
