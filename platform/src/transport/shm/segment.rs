@@ -1,15 +1,18 @@
 //! One named shared-memory segment: created by its owner, mapped by its peers.
 //!
 //! A segment starts with a small header — a magic that the owner writes last (so a peer
-//! that sees it sees a complete header), the payload's length, the owner's pid and the
-//! weight of the peers that mapped it against the weight expected — and then the
+//! that sees it sees a complete header), the payload's length and the weight of the
+//! peers that mapped it against the weight expected — and then the
 //! payload, 4096-byte aligned, which the user lays out. The owner creates it with `O_EXCL`
 //! and mode 0600 (only the job's user can map it); a peer waits, within a deadline, for it
 //! to appear, maps it and adds its weight (the ranks it serves). The peer whose weight
 //! completes the count removes the name: the mappings stay valid, and nothing is left in
 //! `/dev/shm` whatever happens to the processes afterwards. A segment still named when its owner
-//! drops it is unlinked then; [`Segment::unlink_name`] lets a peer remove the segment of a
-//! process that died before it could.
+//! drops it is unlinked then.
+//!
+//! A peer reads the payload's length from the header once, checks it against the
+//! mapping, and keeps it: a faulty or hostile owner that rewrites its header afterwards
+//! cannot make this process reach past the mapping.
 
 use rustix::fs::Mode;
 use rustix::mm::{MapFlags, ProtFlags};
@@ -33,7 +36,6 @@ const ATTACH_POLL: Duration = Duration::from_millis(2);
 struct Header {
     magic: AtomicU64,
     payload: AtomicU64,
-    owner_pid: AtomicU32,
     /// Weight of the peers that mapped it so far.
     attached: AtomicU32,
     /// Weight at which every expected peer has mapped it: the name is removed then.
@@ -69,6 +71,8 @@ pub enum ShmError {
         #[source]
         source: Arc<std::io::Error>,
     },
+    #[error("a shared-memory segment of {bytes} bytes plus its header cannot be laid out")]
+    TooLarge { bytes: usize },
     #[error("the shared-memory segment {name} is not one of oxccl's: {reason}")]
     Foreign { name: String, reason: String },
 }
@@ -77,7 +81,10 @@ pub enum ShmError {
 pub struct Segment {
     name: String,
     base: NonNull<u8>,
+    /// Bytes mapped.
     len: usize,
+    /// Bytes of the payload, fixed when the segment was created or mapped.
+    payload: usize,
     owner: bool,
     named: AtomicBool,
 }
@@ -109,7 +116,10 @@ impl Segment {
         expected: u32,
         init: impl FnOnce(*mut u8),
     ) -> Result<Segment, ShmError> {
-        let len = HEADER_BYTES.saturating_add(payload.next_multiple_of(4096));
+        let len = payload
+            .checked_next_multiple_of(4096)
+            .and_then(|p| p.checked_add(HEADER_BYTES))
+            .ok_or(ShmError::TooLarge { bytes: payload })?;
         let failed = |e: rustix::io::Errno| ShmError::Create {
             name: name.to_string(),
             bytes: len,
@@ -134,14 +144,12 @@ impl Segment {
             name: name.to_string(),
             base,
             len,
+            payload,
             owner: true,
             named: AtomicBool::new(true),
         };
         let header = segment.header();
         header.payload.store(payload as u64, Ordering::Relaxed);
-        header
-            .owner_pid
-            .store(std::process::id(), Ordering::Relaxed);
         header.expected.store(expected, Ordering::Relaxed);
         init(segment.payload().0);
         header.magic.store(MAGIC, Ordering::Release);
@@ -171,18 +179,20 @@ impl Segment {
         loop {
             match rustix::shm::open(name, OFlags::RDWR, Mode::empty()) {
                 Ok(fd) => {
-                    let len = rustix::fs::fstat(&fd).map_err(map_err)?.st_size as usize;
+                    let size = rustix::fs::fstat(&fd).map_err(map_err)?.st_size;
+                    let len = usize::try_from(size).unwrap_or(0);
                     if len >= HEADER_BYTES {
                         let base = map(&fd, len).map_err(map_err)?;
-                        let segment = Segment {
+                        let mut segment = Segment {
                             name: name.to_string(),
                             base,
                             len,
+                            payload: 0,
                             owner: false,
                             named: AtomicBool::new(true),
                         };
                         if segment.header().magic.load(Ordering::Acquire) == MAGIC {
-                            segment.check_len()?;
+                            segment.payload = segment.checked_payload()?;
                             segment.count_in(weight);
                             return Ok(segment);
                         }
@@ -216,13 +226,15 @@ impl Segment {
         }
     }
 
-    fn check_len(&self) -> Result<(), ShmError> {
-        let payload = self.header().payload.load(Ordering::Relaxed) as usize;
+    /// The payload length the header claims, if the mapping holds it.
+    fn checked_payload(&self) -> Result<usize, ShmError> {
+        let claimed = self.header().payload.load(Ordering::Relaxed);
+        let payload = usize::try_from(claimed).unwrap_or(usize::MAX);
         match HEADER_BYTES
             .checked_add(payload)
             .is_some_and(|n| n <= self.len)
         {
-            true => Ok(()),
+            true => Ok(payload),
             false => Err(ShmError::Foreign {
                 name: self.name.clone(),
                 reason: format!("its header claims {payload} bytes, it has {}", self.len),
@@ -236,16 +248,14 @@ impl Segment {
         unsafe { &*self.base.as_ptr().cast::<Header>() }
     }
 
-    /// The segment's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The payload: its first byte (page aligned) and its length.
+    /// The payload: its first byte (page aligned) and its length (fixed at create or
+    /// attach, never re-read from the header).
     pub fn payload(&self) -> (*mut u8, usize) {
-        let len = self.header().payload.load(Ordering::Relaxed) as usize;
         // SAFETY: HEADER_BYTES is within the mapping (checked at create and attach).
-        (unsafe { self.base.as_ptr().add(HEADER_BYTES) }, len)
+        (
+            unsafe { self.base.as_ptr().add(HEADER_BYTES) },
+            self.payload,
+        )
     }
 
     /// The weight of the peers that have mapped the segment.
@@ -253,21 +263,11 @@ impl Segment {
         self.header().attached.load(Ordering::Acquire)
     }
 
-    /// The pid of the process that created the segment.
-    pub fn owner_pid(&self) -> u32 {
-        self.header().owner_pid.load(Ordering::Relaxed)
-    }
-
     /// Remove the segment's name (the mappings stay); once only.
     pub fn unlink(&self) {
         if self.named.swap(false, Ordering::AcqRel) {
             let _ = rustix::shm::unlink(self.name.as_str());
         }
-    }
-
-    /// Remove the name of a segment whose owner cannot (it died). No error when it is gone.
-    pub fn unlink_name(name: &str) {
-        let _ = rustix::shm::unlink(name);
     }
 }
 
@@ -322,7 +322,6 @@ mod tests {
         let owner = Segment::create(&name, 10_000, 3).expect("create");
         let peer = Segment::attach(&name, Duration::from_secs(5), 2).expect("attach");
         assert_eq!(owner.attached(), 2);
-        assert_eq!(peer.owner_pid(), std::process::id());
         let (p, len) = owner.payload();
         assert_eq!(len, 10_000);
         assert_eq!(p as usize % 4096, 0);
@@ -340,6 +339,21 @@ mod tests {
         );
         // SAFETY: the mappings outlive the name.
         assert_eq!(unsafe { q.add(9_999).read() }, 0xab);
+    }
+
+    #[test]
+    fn a_peer_keeps_the_length_it_checked_and_sizes_that_wrap_are_refused() {
+        let name = unique("len");
+        let owner = Segment::create(&name, 100, 1).expect("create");
+        let peer = Segment::attach(&name, Duration::from_secs(5), 1).expect("attach");
+        owner.header().payload.store(u64::MAX, Ordering::Relaxed);
+        assert_eq!(
+            peer.payload().1,
+            100,
+            "a rewritten header changes nothing here"
+        );
+        let huge = Segment::create(&unique("huge"), usize::MAX - 10, 0).unwrap_err();
+        assert!(matches!(huge, ShmError::TooLarge { .. }), "{huge}");
     }
 
     #[test]
