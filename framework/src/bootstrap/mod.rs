@@ -168,6 +168,12 @@ pub enum Refusal {
          rank variable, or init_rank's argument)"
     )]
     Duplicate { rank: Rank },
+    #[error("rank {rank} was started for {claimed} ranks; a job has 1 to {max}")]
+    RankCountOutOfRange {
+        rank: Rank,
+        claimed: usize,
+        max: usize,
+    },
     #[error(
         "rank {rank} was started for {claimed} ranks, the job has {expected}; start every \
          rank with the same rank count"

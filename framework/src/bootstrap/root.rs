@@ -14,6 +14,7 @@ use super::error::BootstrapError;
 use super::id::UniqueId;
 use super::wire::{self, Answer, Hello, MAX_HELLO, PREAMBLE};
 use super::{JobTable, RankInfo, Refusal};
+use crate::limits::MAX_RANKS;
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::thread::JoinHandle;
@@ -145,6 +146,14 @@ impl Root {
     /// Whether `hello` may take its rank.
     fn check(&mut self, hello: &Hello) -> Result<(), Refusal> {
         let rank = hello.info.rank;
+        // Checked before it sizes anything: a claim of 10^12 ranks must not allocate.
+        if !(1..=MAX_RANKS).contains(&hello.ranks) {
+            return Err(Refusal::RankCountOutOfRange {
+                rank,
+                claimed: hello.ranks,
+                max: MAX_RANKS,
+            });
+        }
         let ranks = *self.ranks.get_or_insert(hello.ranks);
         if hello.ranks != ranks {
             return Err(Refusal::RankCount {

@@ -230,6 +230,17 @@ fn a_second_claim_on_a_rank_and_a_wrong_rank_count_are_refused_alone() {
 }
 
 #[test]
+fn a_first_rank_claiming_a_huge_job_is_refused_before_anything_is_sized() {
+    // The id leaves the count open: the first claim would set it.
+    let id = loopback_id(0, QUICK);
+    let huge = join(&id, 1 << 40, RankInfo::this(1, parts(1)), QUICK).expect_err("huge");
+    assert!(huge.to_string().contains("a job has 1 to 4096"), "{huge}");
+    // The job is still open for a sane count.
+    let tables = join_all(id, 2, |_| 1);
+    assert!(tables.iter().all(Result::is_ok), "{tables:?}");
+}
+
+#[test]
 fn a_root_that_is_not_there_is_reported_after_the_timeout() {
     let id = UniqueId {
         root: "127.0.0.1:1".parse().unwrap(),
