@@ -148,6 +148,11 @@ pub enum ConfigFault {
         theirs: (usize, usize),
         ours: (usize, usize),
     },
+    #[error(
+        "rank {rank}'s device says it sleeps on rank {bell_rank}'s doorbell, which is no \
+         rank reached here; every rank of the job must run the same build"
+    )]
+    PeerBell { rank: Rank, bell_rank: usize },
     #[error("the {what} is too large to lay out")]
     TooLarge { what: &'static str },
 }

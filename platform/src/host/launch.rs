@@ -418,6 +418,12 @@ impl Launch {
         }
     }
 
+    /// Stream `s` is no longer parked, and is past the Wait a post consumed.
+    fn unpark_past_wait(&self, s: usize) {
+        self.parked.lock()[s] = None;
+        self.advance(s);
+    }
+
     /// Move stream `s` past its current task (used by the chunk machinery).
     pub(crate) fn advance(&self, s: usize) {
         self.pc[s].fetch_add(1, Ordering::Relaxed);
@@ -644,17 +650,16 @@ impl Launch {
 
     /// A post consumed stream `s`'s wait: move it past its Wait and make it runnable.
     pub(crate) fn wake(self: &Arc<Self>, s: usize) {
-        self.parked.lock()[s] = None;
-        self.advance(s);
+        self.unpark_past_wait(s);
         self.resume(s);
     }
 
-    /// As [`Launch::wake`], from the shm doorbell service: a small program's stream runs
-    /// on the service thread at once (its tasks are latency-bound, and a worker's wakeup
-    /// would cost more than they do); a big one's is queued for the workers.
+    /// As [`Launch::wake`], from the shm doorbell service or a polling submitter: a small
+    /// program's stream runs on this thread at once (its tasks are latency-bound, and a
+    /// worker's wakeup would cost more than they do); a big one's is queued for the
+    /// workers.
     pub(crate) fn wake_from_afar(self: &Arc<Self>, s: usize) {
-        self.parked.lock()[s] = None;
-        self.advance(s);
+        self.unpark_past_wait(s);
         match self.program.small {
             true => run_stream(self, s),
             false => self.resume(s),

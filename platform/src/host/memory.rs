@@ -165,15 +165,18 @@ impl Memory {
     }
 
     /// Allocate a scratch set whose buffer for local slot `slot` is `make(slot, id)`'s
-    /// region (kept alive by whoever made it: the shm transport's segments).
+    /// region, kept mapped by what `make` returns with it (the shm transport's segment).
     pub(crate) fn alloc_scratch_with(
         &self,
-        mut make: impl FnMut(usize, usize) -> Result<Region, DeviceError>,
+        mut make: impl FnMut(usize, usize) -> Result<(Region, Arc<dyn Send + Sync>), DeviceError>,
     ) -> Result<usize, DeviceError> {
         let mut scratch = self.scratch.write();
         let id = scratch.len();
         let set = (0..self.user.len())
-            .map(|slot| Ok(HostBuffer::in_shared(make(slot, id)?, Arc::new(()))))
+            .map(|slot| {
+                let (region, keep) = make(slot, id)?;
+                Ok(HostBuffer::in_shared(region, keep))
+            })
             .collect::<Result<Vec<_>, DeviceError>>()?;
         scratch.push(Arc::new(set));
         Ok(id)

@@ -87,13 +87,14 @@ pub(crate) struct ShmLinks {
     pub own: Vec<Block>,
     /// Per communicator rank: `Some` for the ranks served elsewhere.
     pub peers: Vec<Option<Peer>>,
+    /// One peer rank per peer device (the rank whose doorbell it sleeps on): whom to ring
+    /// to reach every device once.
+    devices: Vec<Rank>,
     /// The local ranks' weight in a peer's segment count: how many ranks this device
     /// maps it for.
     weight: u32,
     /// How long to wait for a peer's segment to appear.
     wait: Duration,
-    /// Scratch segments of the local ranks, kept mapped while the device lives.
-    own_scratch: Mutex<Vec<Arc<Segment>>>,
 }
 
 fn shm_err(e: ShmError) -> DeviceError {
@@ -150,13 +151,21 @@ impl ShmLinks {
             blocks[rank] = Some(block);
         }
         let peers = Self::peers(blocks)?;
+        let mut devices: Vec<Rank> = Vec::new();
+        for (rank, peer) in peers.iter().enumerate() {
+            let bell = peer.as_ref().map(|p| Arc::as_ptr(&p.bell));
+            let seen = |&r: &Rank| peers[r].as_ref().map(|p| Arc::as_ptr(&p.bell)) == bell;
+            if bell.is_some() && !devices.iter().any(seen) {
+                devices.push(rank);
+            }
+        }
         Ok(ShmLinks {
             tag: tag.to_string(),
             own,
             peers,
+            devices,
             weight: local,
             wait,
-            own_scratch: Mutex::new(Vec::new()),
         })
     }
 
@@ -173,16 +182,11 @@ impl ShmLinks {
                 let Some(block) = block else { return Ok(None) };
                 let c = block.control();
                 let bell_rank = c.bell_rank.load(Ordering::Acquire) as usize;
-                let bell =
-                    bells
-                        .get(bell_rank)
-                        .cloned()
-                        .flatten()
-                        .ok_or(ConfigFault::PeerShape {
-                            rank,
-                            theirs: (bell_rank, 0),
-                            ours: (0, 0),
-                        })?;
+                let bell = bells
+                    .get(bell_rank)
+                    .cloned()
+                    .flatten()
+                    .ok_or(ConfigFault::PeerBell { rank, bell_rank })?;
                 let pid = c.pid.load(Ordering::Acquire);
                 Ok(Some(Peer {
                     block,
@@ -221,13 +225,8 @@ impl ShmLinks {
     /// Ring every peer device's doorbell (once per device), skipping the devices that
     /// poll (`quiet`; never for a failure, which must wake everyone).
     fn ring_all_but_polling(&self, quiet: bool) {
-        let mut rung: Vec<*const Segment> = Vec::new();
-        for peer in self.peers.iter().flatten() {
-            let key = Arc::as_ptr(&peer.bell);
-            if !rung.contains(&key) {
-                rung.push(key);
-                peer.ring(quiet);
-            }
+        for peer in self.devices.iter().filter_map(|&r| self.peer(r)) {
+            peer.ring(quiet);
         }
     }
 
@@ -319,13 +318,14 @@ impl ShmLinks {
         })
     }
 
-    /// Scratch `id` of local rank `rank`: a segment of `bytes` that every peer maps.
+    /// Scratch `id` of local rank `rank`: a segment of `bytes` that every peer maps, and
+    /// what keeps it mapped.
     pub(crate) fn create_scratch(
         &self,
         rank: Rank,
         id: usize,
         bytes: usize,
-    ) -> Result<Region, DeviceError> {
+    ) -> Result<(Region, Arc<dyn Send + Sync>), DeviceError> {
         let remote = self.peer_ranks().count() as u32;
         let name = segment_name(&self.tag, rank, &format!("s{id}"));
         let segment = Arc::new(Segment::create(&name, bytes, remote).map_err(shm_err)?);
@@ -334,8 +334,7 @@ impl ShmLinks {
             len: bytes,
             writable: true,
         };
-        self.own_scratch.lock().push(segment);
-        Ok(region)
+        Ok((region, segment))
     }
 
     /// Map scratch `id` of every peer (allocated on every rank at the same call).
@@ -371,11 +370,7 @@ impl ShmLinks {
 
 /// Whether the process of `rank` still runs, as far as `job` knows its pid.
 fn owner_alive(job: &ShmJob, rank: Rank) -> impl Fn() -> bool + '_ {
-    move || {
-        job.pids
-            .get(rank)
-            .is_none_or(|&pid| pid == 0 || process_alive(pid))
-    }
+    move || job.pids.get(rank).is_none_or(|&pid| process_alive(pid))
 }
 
 /// True while process `pid` exists (a process of another user counts as existing; 0 is

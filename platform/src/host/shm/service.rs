@@ -45,8 +45,12 @@ pub(crate) fn poll_while(shared: &Arc<Shared>, mut busy: impl FnMut() -> bool) {
 /// Move the peers' fence proxies and run the streams peers woke; true when a stream ran.
 fn poll_once(shared: &Arc<Shared>, links: &ShmLinks) -> bool {
     for rank in links.peer_ranks() {
-        if let Some(slot) = shared.fence_slot(rank) {
-            shared.fences[slot].advance(links.peer_done(rank));
+        let (Some(slot), done) = (shared.fence_slot(rank), links.peer_done(rank)) else {
+            continue;
+        };
+        // Advancing takes the fence's lock: only when the peer moved.
+        if shared.fences[slot].done() < done {
+            shared.fences[slot].advance(done);
         }
     }
     let mut ran = false;
