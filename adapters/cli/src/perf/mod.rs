@@ -152,10 +152,9 @@ pub fn plan(args: &PerfArgs, launched: Option<usize>) -> Result<PerfPlan, Error>
         _ => size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor)?,
     };
     let forced = args.algo.as_deref().map(|name| (kind, name));
-    let (mut config, topology) = run_config(ranks, args.topo.as_deref(), &args.broken, forced)?;
+    let (mut config, topology, given) =
+        run_config(ranks, args.topo.as_deref(), &args.broken, forced)?;
     // A job of processes takes its hosts as the topology unless one is given.
-    let given =
-        args.topo.is_some() || !args.broken.is_empty() || Config::from_env()?.topology.is_some();
     if launched.is_some() && !given {
         config.topology = None;
     }
@@ -182,20 +181,22 @@ pub fn plan(args: &PerfArgs, launched: Option<usize>) -> Result<PerfPlan, Error>
 }
 
 /// The communicator's configuration: the environment's, with `--topo`/`--broken`/`--ranks`
-/// applied and `forced` = (operator, executor) set when given.
+/// applied and `forced` = (operator, executor) set when given; and whether a topology
+/// was given at all (`--topo`, `--broken` or `OXCCL_TOPO_FILE`) rather than defaulted.
 pub(crate) fn run_config(
     ranks: Option<usize>,
     topo: Option<&str>,
     broken: &[String],
     forced: Option<(OpKind, &str)>,
-) -> Result<(Config, Topology), Error> {
+) -> Result<(Config, Topology, bool), Error> {
     let mut config = Config::from_env()?;
+    let given = topo.is_some() || !broken.is_empty() || config.topology.is_some();
     let topology = crate::topo_args::run_topology(ranks, topo, broken, config.topology.as_ref())?;
     config.topology = Some(topology.clone());
     if let Some((kind, name)) = forced {
         config.algo.set(Some(kind), name);
     }
-    Ok((config, topology))
+    Ok((config, topology, given))
 }
 
 pub fn run(args: &PerfArgs) -> Result<ExitCode, Error> {

@@ -168,7 +168,7 @@ fn job_totals(comms: &[Communicator], results: &[RankResult]) -> Result<[f64; 5]
             *m += a;
         }
     }
-    if comms.len() == comms[0].size() {
+    if !spans_processes(comms[0].framework()) {
         return Ok(mine);
     }
     // Every local rank takes part; the first brings this process's sums.
@@ -213,8 +213,7 @@ fn timed(
 /// A Barrier over every rank this thread drives when the job has ranks in other
 /// processes (their threads are not at this process's barrier); nothing otherwise.
 fn job_barrier(comms: &[&Communicator]) -> Result<(), Error> {
-    let comm = comms[0];
-    if comm.framework().device().config().local_ranks.len() == comm.size() {
+    if !spans_processes(comms[0].framework()) {
         return Ok(());
     }
     let mut none: Vec<[u8; 0]> = vec![[]; comms.len()];
@@ -223,6 +222,12 @@ fn job_barrier(comms: &[&Communicator]) -> Result<(), Error> {
         group.execute(comm, OpParam::barrier(), UserBuffers::InPlace(buf));
     }
     group.run()
+}
+
+/// True when the communicator has ranks this process's device does not serve (a job of
+/// processes): then threads here cannot time or count for the whole job alone.
+fn spans_processes(comm: &oxccl::framework::Communicator) -> bool {
+    comm.device().config().local_ranks.len() < comm.size()
 }
 
 /// The receive buffer inside its guards.

@@ -122,7 +122,7 @@ pub fn plan(args: &TuneArgs) -> Result<TunePlan, Error> {
         .map_err(|e: ParseNameError| refused("-d/--datatype", &args.datatype, NOT_A_NAME, e))?;
     args.ranks.map(validate::rank_count).transpose()?;
     let sizes = size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor)?;
-    let (config, topology) = run_config(args.ranks, args.topo.as_deref(), &args.broken, None)?;
+    let (config, topology, _) = run_config(args.ranks, args.topo.as_deref(), &args.broken, None)?;
     let ranks = topology.ranks();
     let largest = sizes.last().copied().unwrap_or(0);
     validate::buffers_fit(ranks, largest, GUARD_BYTES, validate::physical_memory())?;
