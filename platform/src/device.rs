@@ -84,6 +84,9 @@ pub struct DeviceConfig {
     /// processes of this host, or of other devices of this one): the shm transport
     /// ([`crate::transport::shm`]). `None`: ranks not served here are not reachable.
     pub shm: Option<ShmJob>,
+    /// Reach the ranks it lists over TCP (put-only links): the tcp transport
+    /// ([`crate::transport::tcp`]). A rank listed there is not reached through `shm`.
+    pub tcp: Option<crate::transport::tcp::TcpJob>,
 }
 
 /// A job whose ranks meet in shared memory.
@@ -110,6 +113,7 @@ impl DeviceConfig {
             host_threads: 0,
             zero_copy: true,
             shm: None,
+            tcp: None,
         }
     }
 

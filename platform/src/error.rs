@@ -65,6 +65,11 @@ pub enum SliceFault {
     )]
     UserBufferOutOfReach { rank: Rank },
     #[error(
+        "rank {rank} is reached over a put-only link (TCP): a task may write its CclIn, CclOut \
+         or scratch, never read them; this executor needs load/store links"
+    )]
+    ReadOverPutLink { rank: Rank },
+    #[error(
         "rank {rank}'s buffers are bound for call epoch {bound}, this task runs epoch {running}"
     )]
     OtherEpoch {
@@ -293,6 +298,8 @@ pub enum DeviceError {
     Config(#[source] ConfigFault),
     #[error("the shared-memory transport failed")]
     Shm(#[source] crate::transport::shm::ShmError),
+    #[error("the TCP transport failed")]
+    Tcp(#[source] crate::transport::tcp::TcpError),
 }
 
 impl From<ConfigFault> for DeviceError {

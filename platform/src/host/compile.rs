@@ -9,7 +9,11 @@
 //!   program's user extent, which `submit` compares with the bound buffer's length once
 //!   (O(buffers), not per task), and its alignment need toward the binding's;
 //! - a slice of a peer's Input or Output (zero-copy) can only be checked against the
-//!   peer's binding when the task runs, so the task is marked *dynamic*.
+//!   peer's binding when the task runs, so the task is marked *dynamic*;
+//! - a slice of a TCP peer's CclIn, CclOut or Scratch (a put-only link) may only be
+//!   written: it becomes a [`Place::Remote`], checked against the buffer's size (the CCL
+//!   buffers', or the scratch size the peer announced), and the task sends its result
+//!   there; reading it is refused ([`SliceFault::ReadOverPutLink`]).
 //!
 //! Lengths, writes to Input, element multiples and overlaps between a task's static
 //! operands are checked here, so running a non-dynamic task checks nothing. Notifies
@@ -21,6 +25,7 @@ use crate::device::{CompileRequest, Compiled};
 use crate::dtype::{DataType, ReduceOp};
 use crate::error::{DeviceError, SliceFault, TaskFault, TaskLocation};
 use crate::ir::{Buf, NotifyId, Slice, Task};
+use crate::transport::tcp::wire::Target;
 use smallvec::SmallVec;
 use std::sync::Arc;
 
@@ -41,6 +46,8 @@ pub(crate) enum Place {
     Own,
     /// A peer's user buffer (its local slot): checked against its binding when run.
     Peer(usize),
+    /// A buffer of a rank reached over TCP: a destination only, sent as a Write frame.
+    Remote { rank: usize, target: Target },
 }
 
 /// One slice of a data task, resolved as far as compile can.
@@ -56,7 +63,11 @@ pub(crate) struct DataOp {
     pub kind: Kind,
     pub len: usize,
     pub srcs: SmallVec<[Operand; 4]>,
+    /// The destinations in this process's memory.
     pub dsts: SmallVec<[Operand; 4]>,
+    /// The destinations on ranks reached over TCP ([`Place::Remote`]): the task's result
+    /// is sent to each.
+    pub remote: SmallVec<[Operand; 1]>,
     /// Touches a peer's user buffer: bounds, alignment and overlaps are checked when run.
     pub dynamic: bool,
 }
@@ -79,6 +90,8 @@ pub(crate) enum Op {
         word: usize,
         notify: NotifyId,
     },
+    /// Post word `word` (of the link region) of `rank`, reached over TCP.
+    PostTcp { rank: usize, word: usize },
     /// Wait on word `word` of the rank's own bank.
     Wait { word: usize, notify: NotifyId },
 }
@@ -168,20 +181,24 @@ pub(crate) fn compile(
                                 notify,
                             }
                         }
-                        // A peer elsewhere: only its link region is shared.
-                        Err(not_served) => match shared.shm.as_ref() {
-                            Some(shm) if shm.peer(notify.rank).is_some() => {
-                                if index >= link_words {
-                                    return Err(no_notify(notify));
-                                }
-                                Op::PostAfar {
-                                    rank: notify.rank,
+                        // A peer elsewhere: only its link region is reachable.
+                        Err(not_served) => {
+                            let rank = notify.rank;
+                            let shm = shared.shm.as_ref().is_some_and(|s| s.peer(rank).is_some());
+                            let tcp = shared.tcp.as_ref().is_some_and(|t| t.reaches(rank));
+                            if (shm || tcp) && index >= link_words {
+                                return Err(no_notify(notify));
+                            }
+                            match (shm, tcp) {
+                                (true, _) => Op::PostAfar {
+                                    rank,
                                     word: index,
                                     notify,
-                                }
+                                },
+                                (_, true) => Op::PostTcp { rank, word: index },
+                                _ => return Err(not_served),
                             }
-                            _ => return Err(not_served),
-                        },
+                        }
                     }
                 }
                 Task::Wait { notify } => {
@@ -202,7 +219,8 @@ pub(crate) fn compile(
                 Task::Copy { .. } | Task::Reduce { .. } => Op::Data(Box::new(c.data(task, at)?)),
             };
             if let Op::Data(d) = &op {
-                moved = moved.saturating_add(d.len.saturating_mul(d.dsts.len()));
+                let dsts = d.dsts.len() + d.remote.len();
+                moved = moved.saturating_add(d.len.saturating_mul(dsts));
             }
             ops.push(op);
             tasks += 1;
@@ -260,10 +278,15 @@ impl Compiler<'_> {
             .iter()
             .map(|s| self.operand(*s, len, kind, false, at))
             .collect::<Result<SmallVec<[Operand; 4]>, _>>()?;
-        let dsts = writes
-            .iter()
-            .map(|s| self.operand(*s, len, kind, true, at))
-            .collect::<Result<SmallVec<[Operand; 4]>, _>>()?;
+        let mut dsts = SmallVec::<[Operand; 4]>::new();
+        let mut remote = SmallVec::<[Operand; 1]>::new();
+        for s in writes {
+            let o = self.operand(*s, len, kind, true, at)?;
+            match o.place {
+                Place::Remote { .. } => remote.push(o),
+                _ => dsts.push(o),
+            }
+        }
         let dynamic = srcs
             .iter()
             .chain(&dsts)
@@ -276,7 +299,7 @@ impl Compiler<'_> {
                 // distinct borrows, which cannot overlap each other or device memory.
                 Place::Own if in_place => (1, o.slice.offset),
                 Place::Own => (1 + o.slice.buf as usize, o.slice.offset),
-                Place::Peer(_) => unreachable!("not dynamic"),
+                Place::Peer(_) | Place::Remote { .. } => unreachable!("not dynamic, not remote"),
             };
             let reduce = matches!(kind, Kind::Reduce(..));
             check_overlaps(&srcs, &dsts, len, reduce, key)
@@ -287,6 +310,7 @@ impl Compiler<'_> {
             len,
             srcs,
             dsts,
+            remote,
             dynamic,
         })
     }
@@ -352,6 +376,9 @@ impl Compiler<'_> {
                 }
                 Err(not_served) => return Err(not_served),
             },
+            buf if slot.is_err() && self.over_tcp(slice.rank) => {
+                return self.remote(slice, buf, write).map_err(invalid);
+            }
             buf => {
                 let scratch = self.request.scratch.map(|s| s.0);
                 let region = match slot {
@@ -388,12 +415,50 @@ impl Compiler<'_> {
 }
 
 impl Compiler<'_> {
-    /// True when `rank` is served by another device reached through shared memory.
+    /// True when `rank` is served by another device, reached through shared memory or
+    /// TCP.
     fn peer(&self, rank: usize) -> bool {
-        self.shared
-            .shm
-            .as_ref()
-            .is_some_and(|s| s.peer(rank).is_some())
+        let shm = self.shared.shm.as_ref();
+        shm.is_some_and(|s| s.peer(rank).is_some()) || self.over_tcp(rank)
+    }
+
+    /// True when `rank` is reached over TCP.
+    fn over_tcp(&self, rank: usize) -> bool {
+        self.shared.tcp.as_ref().is_some_and(|t| t.reaches(rank))
+    }
+
+    /// A device buffer of a rank reached over TCP: a write destination only, inside the
+    /// buffer as far as this rank knows its size.
+    fn remote(&self, slice: Slice, buf: Buf, write: bool) -> Result<Operand, SliceFault> {
+        let rank = slice.rank;
+        if !write {
+            return Err(SliceFault::ReadOverPutLink { rank });
+        }
+        let target = match buf {
+            Buf::CclIn => Target::CclIn,
+            Buf::CclOut => Target::CclOut,
+            Buf::Scratch => {
+                let id = self.request.scratch.ok_or(SliceFault::NoScratch)?.0;
+                Target::Scratch(id as u64)
+            }
+            Buf::Input | Buf::Output => unreachable!("user buffers are not device regions"),
+        };
+        let tcp = self.shared.tcp.as_ref().expect("checked by the caller");
+        let buffer_len = tcp.remote_len(rank, target).ok_or(match target {
+            Target::Scratch(id) => SliceFault::NoSuchScratch { id: id as usize },
+            _ => SliceFault::NoScratch,
+        })?;
+        let inside = slice
+            .offset
+            .checked_add(slice.len)
+            .is_some_and(|end| end <= buffer_len);
+        if !inside {
+            return Err(SliceFault::OutOfBounds { buffer_len });
+        }
+        Ok(Operand {
+            place: Place::Remote { rank, target },
+            slice,
+        })
     }
 
     /// A device buffer of a peer in another device, mapped here.

@@ -10,6 +10,11 @@
 //! is the program's duty; the analyzer proves it, and a racy program on the host yields
 //! wrong values, never an out-of-bounds access.
 //!
+//! A task with destinations on ranks reached over TCP computes its result in place (its
+//! local destination, its source for a Copy, or a temporary for a Reduce with none) and
+//! sends it to each, from the stream's thread: the next task starts once the bytes are in
+//! the socket's buffer.
+//!
 //! Tasks of at least [`SPLIT_BYTES`] are cut into 64-byte aligned chunks that idle workers
 //! pick up; the worker that finishes the last chunk resumes the stream.
 
@@ -104,6 +109,9 @@ pub(crate) fn run_data_task(
 ) -> Result<Step, DeviceError> {
     let mut prepared = Prepared::new(task);
     bind(launch, task, at, &mut prepared)?;
+    if !task.remote.is_empty() {
+        return run_with_puts(launch, task, &prepared).map(|()| Step::Next);
+    }
     let threads = launch.shared.pool.threads();
     if prepared.len < SPLIT_BYTES || threads < 2 {
         prepared.run_all();
@@ -127,6 +135,42 @@ pub(crate) fn run_data_task(
     }
     job.help();
     Ok(Step::Suspended)
+}
+
+/// Run a bound task with remote destinations: its result, computed here, is sent to each.
+fn run_with_puts(launch: &Launch, task: &DataOp, p: &Prepared) -> Result<(), DeviceError> {
+    let tcp = launch
+        .shared
+        .tcp
+        .as_ref()
+        .expect("compile makes remote operands only over tcp");
+    let mut temp: Vec<u64> = Vec::new();
+    let result: *const u8 = match (p.dsts.first(), task.kind) {
+        (Some(&dst), _) => {
+            p.run_all();
+            dst
+        }
+        (None, Kind::Copy) => p.srcs[0],
+        (None, Kind::Reduce(..)) => {
+            // u64 words: aligned for every element type.
+            temp.resize(p.len.div_ceil(8), 0);
+            let dst = temp.as_mut_ptr().cast::<u8>();
+            // SAFETY: `temp` holds at least `len` bytes, aligned to 8, and overlaps no
+            // source; the sources were bound as for any task.
+            unsafe { p.run_at(&p.srcs, &[dst], p.len) };
+            dst
+        }
+    };
+    // SAFETY: `result` points at `len` bytes bound (or allocated) above, which nothing
+    // writes while this stream sends them.
+    let bytes = unsafe { std::slice::from_raw_parts(result, p.len) };
+    for o in &task.remote {
+        let Place::Remote { rank, target } = o.place else {
+            unreachable!("only remote operands are listed as remote")
+        };
+        tcp.write(launch.program.slot, rank, target, o.slice.offset, bytes)?;
+    }
+    Ok(())
 }
 
 /// A big task shared by several workers.
@@ -173,6 +217,7 @@ fn static_ptr(launch: &Launch, o: &Operand) -> *mut u8 {
             unsafe { region.ptr.add(o.slice.offset) }
         }
         Place::Peer(_) => unreachable!("dynamic operand"),
+        Place::Remote { .. } => unreachable!("remote operands are sent, not bound"),
     }
 }
 

@@ -51,6 +51,8 @@ pub(crate) struct Shared {
     /// The shm transport's blocks and peers, when ranks of other devices are reached
     /// through shared memory.
     pub shm: Option<Arc<super::shm::ShmLinks>>,
+    /// The tcp transport's connections, when ranks are reached over TCP.
+    pub tcp: Option<Arc<super::tcp::TcpLinks>>,
     pub pool: WorkerPool,
     pub running: Mutex<Running>,
     /// Identifies this device's compiled programs.
@@ -92,6 +94,9 @@ impl Shared {
         if let Some(shm) = &self.shm {
             shm.publish_done(slot, epoch);
         }
+        if let Some(tcp) = &self.tcp {
+            tcp.publish_done(slot, epoch);
+        }
     }
 
     /// Track `launch`, unless an earlier failure stopped the device.
@@ -125,6 +130,9 @@ impl Shared {
         // Peers in other processes wait on this device's ranks: tell them at once.
         if let (true, Some(shm)) = (first, &self.shm) {
             shm.announce_failure(&cause);
+        }
+        if let (true, Some(tcp)) = (first, &self.tcp) {
+            tcp.announce_failure(&cause);
         }
         let skip = |o: &Arc<Launch>| except.is_some_and(|e| Arc::ptr_eq(o, e));
         for other in others.iter().filter(|o| !skip(o)) {
@@ -729,6 +737,13 @@ pub(crate) fn run_stream(launch: &Arc<Launch>, s: usize) {
             }
             Op::PostAfar { rank, word, notify } => launch
                 .post_afar(*rank, *word, *notify, at)
+                .map(|()| Step::Next),
+            Op::PostTcp { rank, word } => launch
+                .shared
+                .tcp
+                .as_ref()
+                .expect("compile made a tcp post only over tcp")
+                .post(launch.program.slot, *rank, *word)
                 .map(|()| Step::Next),
             Op::Wait { word, notify } => launch.wait(*word, *notify, at),
             Op::Data(data) => exec::run_data_task(launch, data, at),

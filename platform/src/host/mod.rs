@@ -23,6 +23,7 @@ mod launch;
 mod memory;
 mod pool;
 mod shm;
+mod tcp;
 
 use crate::device::{
     Capabilities, CompileRequest, Compiled, Completion, Device, DeviceConfig, MemoryKind, Resource,
@@ -80,6 +81,10 @@ impl HostDevice {
             Some(job) => Some(Arc::new(shm::ShmLinks::open(&config, job, link_words)?)),
             None => None,
         };
+        let tcp = match &config.tcp {
+            Some(job) => Some(Arc::new(tcp::TcpLinks::new(&config, job, link_words)?)),
+            None => None,
+        };
         let (memory, banks) = match &links {
             Some(links) => (
                 Memory::in_blocks(&links.own),
@@ -94,9 +99,10 @@ impl HostDevice {
                 (0..local).map(|_| SignalBank::new(link_words)).collect(),
             ),
         };
-        // Fence slots: the local ranks, then a proxy per peer reached through shm.
+        // Fence slots: the local ranks, then a proxy per peer reached through a transport.
         let mut fence_ranks = config.local_ranks.clone();
         fence_ranks.extend(links.iter().flat_map(|l| l.peer_ranks()));
+        fence_ranks.extend(tcp.iter().flat_map(|t| t.job.peer_ranks()));
         let mut fence_of = vec![None; config.ranks];
         for (slot, &rank) in fence_ranks.iter().enumerate() {
             fence_of[rank] = Some(slot);
@@ -108,6 +114,7 @@ impl HostDevice {
             fence_ranks,
             fence_of,
             shm: links.clone(),
+            tcp: tcp.clone(),
             pool,
             running: Mutex::new(Default::default()),
             slots,
@@ -120,6 +127,16 @@ impl HostDevice {
                 threads: 1,
                 source: Arc::new(e),
             })?;
+        }
+        if let Some(tcp) = tcp {
+            // The receiver runs before this device connects, so that peers connecting
+            // to it meanwhile are answered.
+            let connected =
+                tcp::receiver::start(&shared, tcp.clone()).and_then(|()| tcp.connect_all());
+            if let Err(err) = connected {
+                tcp.close();
+                return Err(err);
+            }
         }
         Ok(HostDevice { shared })
     }
@@ -301,7 +318,7 @@ impl Device for HostDevice {
         let shared_memory = self.shared.shm.is_some();
         Capabilities {
             // Ranks in other processes cannot reach this process's user buffers.
-            peer_user_buffers: !shared_memory,
+            peer_user_buffers: !shared_memory && self.shared.tcp.is_none(),
             executes: true,
             graph_capture: false,
             memory: match shared_memory {
@@ -327,6 +344,9 @@ impl Device for HostDevice {
                 self.shared.memory.alloc_scratch(local, bytes_per_rank)?
             }
         };
+        if let Some(tcp) = &self.shared.tcp {
+            tcp.exchange_scratch(id, bytes_per_rank)?;
+        }
         Ok(ScratchId(id))
     }
 
@@ -431,6 +451,9 @@ impl Drop for HostDevice {
         if let Some(links) = &self.shared.shm {
             shm::close(links);
         }
+        if let Some(tcp) = &self.shared.tcp {
+            tcp.close();
+        }
     }
 }
 
@@ -440,5 +463,7 @@ fn region_span(region: Region) -> (usize, usize) {
 
 #[cfg(test)]
 mod shm_tests;
+#[cfg(test)]
+mod tcp_tests;
 #[cfg(test)]
 mod tests;

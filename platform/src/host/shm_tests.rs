@@ -39,7 +39,7 @@ fn pair(tag: &str, timeout: Duration) -> (HostDevice, HostDevice) {
 
 /// Rank `r` writes its input into the CclIn of rank `r ^ 2` (on the other device), posts
 /// it, waits for its own, and copies its CclIn to its output.
-fn swap(dev: &HostDevice, r: usize, len: usize) -> RankProgram {
+pub(super) fn swap(dev: &HostDevice, r: usize, len: usize) -> RankProgram {
     let layout = dev.config().layout();
     let peer = r ^ 2;
     let mut p = RankProgram::new(r, 1);
@@ -57,7 +57,7 @@ fn swap(dev: &HostDevice, r: usize, len: usize) -> RankProgram {
     p
 }
 
-fn run_ranks(
+pub(super) fn run_ranks(
     dev: &HostDevice,
     programs: Vec<(RankProgram, Vec<usize>)>,
     inputs: &[Vec<u8>],

@@ -10,6 +10,8 @@
 //! - **shm** ([`shm`]): the peer is a process on the same host. Its CCL buffers, scratch
 //!   and signal words live in shared-memory segments that this process maps, so the link
 //!   is load/store, like threads of one process;
-//! - **tcp** and **rdma** (feature `rdma`): peers on other hosts, put-only (not built yet).
+//! - **tcp** ([`tcp`]): peers on other hosts (or any peer, when forced), put-only: writes
+//!   into the peer's registered buffers and posts of its signals, framed over sockets.
 
 pub mod shm;
+pub mod tcp;

@@ -113,7 +113,12 @@ impl ShmLinks {
             what: "shared-memory block",
         })?;
         let local = config.local_ranks.len() as u32;
-        let remote = (config.ranks as u32).saturating_sub(local);
+        // The ranks reached over TCP map nothing of this device's.
+        let by_tcp = |r: Rank| config.tcp.as_ref().is_some_and(|t| t.reaches(r));
+        let over_tcp = (0..config.ranks).filter(|&r| by_tcp(r)).count() as u32;
+        let remote = (config.ranks as u32)
+            .saturating_sub(local)
+            .saturating_sub(over_tcp);
         let bell_rank = config.local_ranks[0];
         let mut own = Vec::new();
         for &rank in &config.local_ranks {
@@ -139,7 +144,7 @@ impl ShmLinks {
         }
         let wait = config.exec_timeout;
         let mut blocks: Vec<Option<Block>> = (0..config.ranks).map(|_| None).collect();
-        for rank in (0..config.ranks).filter(|r| !config.local_ranks.contains(r)) {
+        for rank in (0..config.ranks).filter(|&r| !config.local_ranks.contains(&r) && !by_tcp(r)) {
             let name = segment_name(tag, rank, "rank");
             let alive = owner_alive(job, rank);
             let segment = Segment::attach_while(&name, wait, local, alive).map_err(shm_err)?;

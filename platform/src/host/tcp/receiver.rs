@@ -1,0 +1,441 @@
+//! The receiver of a host device over TCP: one thread, one event loop over the device's
+//! listener and every connection peers opened to it.
+//!
+//! A connection is a small state machine ([`Rx`]): its hello, then frame headers, each
+//! Write's payload read straight into the target buffer. Nothing is read from a
+//! connection before its hello's secret was checked, and a Write's bounds are checked
+//! against the target buffer before its payload is read. A connection that ends without
+//! a Close frame means its rank is gone: the device stops, naming it, and tells its own
+//! peers. Sockets are non-blocking, so a slow peer never holds the others up.
+
+use super::{TcpLinks, ACCEPTED, WRONG_SHAPE};
+use crate::error::{AbortCause, DeviceError, PeerLoss};
+use crate::host::launch::Shared;
+use crate::ir::{Buf, Rank};
+use crate::signal::Posted;
+use crate::transport::tcp::wire::{Frame, Hello, Target, HEADER_LEN, HELLO_LEN};
+use crate::transport::tcp::TcpError;
+use polling::{Event, Events, PollMode};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// The event key of the listener; connection `i` has key `i + 1`.
+const LISTENER: usize = 0;
+/// How long a connection may take to present its hello before it is dropped.
+const HELLO_WAIT: Duration = Duration::from_secs(10);
+
+/// Where a connection's reading is.
+enum Rx {
+    Hello {
+        got: usize,
+        buf: [u8; HELLO_LEN],
+    },
+    Header {
+        got: usize,
+        buf: [u8; HEADER_LEN],
+    },
+    /// The rest of a Write's payload: `left` bytes from `at`.
+    Payload {
+        at: *mut u8,
+        left: usize,
+    },
+}
+
+/// One accepted connection.
+struct Conn {
+    stream: TcpStream,
+    addr: SocketAddr,
+    opened: Instant,
+    /// (from rank, local slot, to rank), once its hello was taken.
+    link: Option<(Rank, usize, Rank)>,
+    rx: Rx,
+    /// Its rank said Close: the end of the stream is no failure.
+    closed: bool,
+}
+
+/// What to do with a connection after reading from it.
+enum Next {
+    Keep,
+    Drop,
+}
+
+/// Start the receiver of the device behind `shared`.
+pub(crate) fn start(shared: &Arc<Shared>, links: Arc<TcpLinks>) -> Result<(), DeviceError> {
+    let setup = |what| {
+        move |e| {
+            DeviceError::Tcp(TcpError::Setup {
+                what,
+                source: Arc::new(e),
+            })
+        }
+    };
+    let listener = links.job.listener.try_clone().map_err(setup("listener"))?;
+    listener.set_nonblocking(true).map_err(setup("listener"))?;
+    // SAFETY: the listener is deleted from the poller before it is dropped (end of `serve`).
+    unsafe {
+        links
+            .poller
+            .add_with_mode(&listener, Event::readable(LISTENER), PollMode::Level)
+    }
+    .map_err(setup("event loop"))?;
+    let weak = Arc::downgrade(shared);
+    std::thread::Builder::new()
+        .name("oxccl-tcp-rx".into())
+        .spawn(move || serve(&weak, &links, listener))
+        .map_err(setup("receiver thread"))?;
+    Ok(())
+}
+
+fn serve(shared: &Weak<Shared>, links: &TcpLinks, listener: TcpListener) {
+    let mut conns: Vec<Option<Conn>> = Vec::new();
+    let mut events = Events::new();
+    loop {
+        events.clear();
+        let pending = conns.iter().flatten().any(|c| c.link.is_none());
+        let timeout = pending.then_some(Duration::from_secs(1));
+        if let Err(err) = links.poller.wait(&mut events, timeout) {
+            if err.kind() != ErrorKind::Interrupted {
+                tracing::error!(%err, "the TCP receiver's event loop failed");
+                break;
+            }
+        }
+        if links.closing.load(Ordering::SeqCst) {
+            break;
+        }
+        let Some(shared) = shared.upgrade() else {
+            break;
+        };
+        for key in events.iter().map(|e| e.key).collect::<Vec<_>>() {
+            if key == LISTENER {
+                accept(links, &listener, &mut conns);
+                continue;
+            }
+            let Some(conn) = conns.get_mut(key - 1).and_then(Option::as_mut) else {
+                continue;
+            };
+            if let Next::Drop = drive(&shared, links, conn) {
+                let _ = links.poller.delete(&conn.stream);
+                conns[key - 1] = None;
+            }
+        }
+        drop_late_hellos(links, &mut conns);
+    }
+    for conn in conns.iter().flatten() {
+        let _ = links.poller.delete(&conn.stream);
+    }
+    let _ = links.poller.delete(&listener);
+}
+
+/// Take every connection waiting on the listener.
+fn accept(links: &TcpLinks, listener: &TcpListener, conns: &mut Vec<Option<Conn>>) {
+    loop {
+        let (stream, addr) = match listener.accept() {
+            Ok(s) => s,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(err) => {
+                tracing::warn!(%err, "the TCP listener could not accept a connection");
+                return;
+            }
+        };
+        if stream.set_nonblocking(true).is_err() || stream.set_nodelay(true).is_err() {
+            continue;
+        }
+        let index = conns
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(conns.len());
+        // SAFETY: every connection is deleted from the poller before it is dropped.
+        let added = unsafe {
+            links
+                .poller
+                .add_with_mode(&stream, Event::readable(index + 1), PollMode::Level)
+        };
+        if added.is_err() {
+            continue;
+        }
+        let conn = Conn {
+            stream,
+            addr,
+            opened: Instant::now(),
+            link: None,
+            rx: Rx::Hello {
+                got: 0,
+                buf: [0; HELLO_LEN],
+            },
+            closed: false,
+        };
+        match conns.get_mut(index) {
+            Some(slot) => *slot = Some(conn),
+            None => conns.push(Some(conn)),
+        }
+    }
+}
+
+/// Drop the connections that did not present a hello in time (a stranger holding a
+/// socket open).
+fn drop_late_hellos(links: &TcpLinks, conns: &mut [Option<Conn>]) {
+    for entry in conns.iter_mut() {
+        let late = entry
+            .as_ref()
+            .is_some_and(|c| c.link.is_none() && c.opened.elapsed() > HELLO_WAIT);
+        if late {
+            let conn = entry.take().expect("checked");
+            tracing::warn!(peer = %conn.addr, "dropped a TCP connection that sent no hello");
+            let _ = links.poller.delete(&conn.stream);
+        }
+    }
+}
+
+/// Read what `conn` has, frame by frame, until it would block.
+fn drive(shared: &Arc<Shared>, links: &TcpLinks, conn: &mut Conn) -> Next {
+    loop {
+        let read = match &mut conn.rx {
+            Rx::Hello { got, buf } => conn.stream.read(&mut buf[*got..]),
+            Rx::Header { got, buf } => conn.stream.read(&mut buf[*got..]),
+            // SAFETY: `at..at + left` lies in a registered buffer of a local rank (bounds
+            // checked in `write_frame`), which lives as long as the device, and the
+            // program's signals keep every other access away from it until the Post that
+            // follows this Write is taken.
+            Rx::Payload { at, left } => conn
+                .stream
+                .read(unsafe { std::slice::from_raw_parts_mut(*at, *left) }),
+        };
+        let n = match read {
+            Ok(0) => return ended(shared, links, conn, None),
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Next::Keep,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return ended(shared, links, conn, Some(e)),
+        };
+        let step = match &mut conn.rx {
+            Rx::Hello { got, buf } => {
+                *got += n;
+                if *got < HELLO_LEN {
+                    continue;
+                }
+                let buf = *buf;
+                hello(links, conn, &buf)
+            }
+            Rx::Header { got, buf } => {
+                *got += n;
+                if *got < HEADER_LEN {
+                    continue;
+                }
+                let buf = *buf;
+                frame(shared, links, conn, &buf)
+            }
+            Rx::Payload { at, left } => {
+                // SAFETY: `n <= left`, so the pointer stays within the checked range.
+                *at = unsafe { (*at).add(n) };
+                *left -= n;
+                if *left == 0 {
+                    conn.rx = header();
+                }
+                Ok(())
+            }
+        };
+        if let Err(next) = step {
+            return next;
+        }
+    }
+}
+
+fn header() -> Rx {
+    Rx::Header {
+        got: 0,
+        buf: [0; HEADER_LEN],
+    }
+}
+
+/// The connection ended (`error`: how, if not by an orderly end of stream).
+fn ended(
+    shared: &Arc<Shared>,
+    links: &TcpLinks,
+    conn: &Conn,
+    error: Option<std::io::Error>,
+) -> Next {
+    let Some((from, _, _)) = conn.link else {
+        tracing::debug!(peer = %conn.addr, "a TCP connection ended before its hello");
+        return Next::Drop;
+    };
+    if !conn.closed && !links.closing.load(Ordering::SeqCst) {
+        let how = error.map_or_else(|| "end of stream".to_string(), |e| e.to_string());
+        tracing::error!(rank = from, %how, "a TCP peer went away without closing");
+        shared.stop(links.lost(from), None);
+    }
+    Next::Drop
+}
+
+/// Take or refuse a connection's hello.
+fn hello(links: &TcpLinks, conn: &mut Conn, buf: &[u8; HELLO_LEN]) -> Result<(), Next> {
+    let hello = match Hello::decode(buf, &links.job.secret) {
+        Ok(h) => h,
+        Err(fault) => {
+            tracing::warn!(peer = %conn.addr, ?fault, "dropped a TCP connection without the job's secret");
+            return Err(Next::Drop);
+        }
+    };
+    let (from, to) = (hello.from as usize, hello.to as usize);
+    let slot = links.slot_of(to);
+    let fits = links.reaches(from) && links.same_shape(&hello);
+    let (Some(slot), true) = (slot, fits) else {
+        tracing::warn!(peer = %conn.addr, from, to, "refused a TCP connection of another shape");
+        let _ = conn.stream.write(&[WRONG_SHAPE]);
+        return Err(Next::Drop);
+    };
+    if !links.accepted(from, to) {
+        tracing::warn!(peer = %conn.addr, from, to, "refused a second TCP connection for one link");
+        return Err(Next::Drop);
+    }
+    // A fresh socket's buffer takes one byte; a connection that cannot is gone.
+    if conn.stream.write(&[ACCEPTED]).ok() != Some(1) {
+        return Err(Next::Drop);
+    }
+    conn.link = Some((from, slot, to));
+    conn.rx = header();
+    Ok(())
+}
+
+/// Act on a frame header; a Write's payload is read next.
+fn frame(
+    shared: &Arc<Shared>,
+    links: &TcpLinks,
+    conn: &mut Conn,
+    buf: &[u8; HEADER_LEN],
+) -> Result<(), Next> {
+    let (from, slot, to) = conn.link.expect("frames follow the hello");
+    conn.rx = header();
+    let outcome = match Frame::decode(buf) {
+        Err(bad) => Err(TcpError::BadFrame {
+            from,
+            to,
+            what: bad.to_string(),
+        }),
+        Ok(frame) => apply(shared, links, conn, (from, slot, to), frame),
+    };
+    outcome.map_err(|err| {
+        tracing::error!(%err, "a TCP peer sent a frame that was refused");
+        let cause = AbortCause::PeerFailed {
+            rank: from,
+            error: Arc::new(DeviceError::Tcp(err)),
+        };
+        shared.stop(cause, None);
+        Next::Drop
+    })
+}
+
+fn apply(
+    shared: &Arc<Shared>,
+    links: &TcpLinks,
+    conn: &mut Conn,
+    (from, slot, to): (Rank, usize, Rank),
+    frame: Frame,
+) -> Result<(), TcpError> {
+    let bad = |what: String| TcpError::BadFrame { from, to, what };
+    match frame {
+        Frame::Write {
+            target,
+            offset,
+            len,
+        } => {
+            let at = write_target(shared, (from, slot, to), target, offset, len)?;
+            if len > 0 {
+                conn.rx = Rx::Payload {
+                    at,
+                    left: len as usize,
+                };
+            }
+        }
+        Frame::Post { word } => {
+            let w = usize::try_from(word)
+                .ok()
+                .filter(|&w| w < shared.layout.local_base() as usize)
+                .and_then(|w| shared.banks[slot].word(w))
+                .ok_or_else(|| bad(format!("a post of word {word}, not a link signal")))?;
+            match w.post() {
+                Posted::Set => {}
+                Posted::Woke((launch, s)) => launch.wake(s),
+                Posted::AlreadySet => {
+                    let desc = shared.layout.describe(crate::ir::NotifyId {
+                        rank: to,
+                        index: word as u32,
+                    });
+                    return Err(bad(format!(
+                        "a post of {desc}, which was already set (a lost wakeup)"
+                    )));
+                }
+            }
+        }
+        Frame::Done { epoch } => {
+            if let Some(fence) = shared.fence_slot(from) {
+                if shared.fences[fence].done() < epoch {
+                    shared.fences[fence].advance(epoch);
+                }
+            }
+        }
+        Frame::Scratch { id, bytes } => {
+            let id = usize::try_from(id).map_err(|_| bad(format!("scratch id {id}")))?;
+            links.scratch_announced(from, id, bytes);
+        }
+        Frame::Failed { origin, pid, died } => {
+            let cause = AbortCause::PeerProcess {
+                rank: usize::try_from(origin).unwrap_or(from),
+                pid: u32::try_from(pid).unwrap_or(0),
+                loss: match died {
+                    true => PeerLoss::Died,
+                    false => PeerLoss::Failed,
+                },
+            };
+            shared.stop(cause, None);
+        }
+        Frame::Close => conn.closed = true,
+    }
+    Ok(())
+}
+
+/// Where a Write of `len` bytes at `offset` of local rank `to`'s `target` goes, after
+/// checking that it lies within the buffer.
+fn write_target(
+    shared: &Shared,
+    (from, slot, to): (Rank, usize, Rank),
+    target: Target,
+    offset: u64,
+    len: u64,
+) -> Result<*mut u8, TcpError> {
+    let (buf, scratch) = match target {
+        Target::CclIn => (Buf::CclIn, None),
+        Target::CclOut => (Buf::CclOut, None),
+        Target::Scratch(id) => (
+            Buf::Scratch,
+            Some(usize::try_from(id).unwrap_or(usize::MAX)),
+        ),
+    };
+    let region = shared
+        .memory
+        .device_region(slot, buf, scratch)
+        .map_err(|fault| TcpError::BadFrame {
+            from,
+            to,
+            what: format!("a write into {target}: {fault}"),
+        })?;
+    let out_of_bounds = TcpError::OutOfBounds {
+        from,
+        to,
+        target,
+        offset,
+        len,
+        target_len: region.len,
+    };
+    let inside = offset
+        .checked_add(len)
+        .is_some_and(|end| end <= region.len as u64);
+    if !inside || !region.writable {
+        return Err(out_of_bounds);
+    }
+    // SAFETY: `offset + len <= region.len`, so the offset lies within the region.
+    Ok(unsafe { region.ptr.add(offset as usize) })
+}

@@ -1,0 +1,458 @@
+//! Host devices that reach each other's ranks over TCP on loopback: two devices of this
+//! process stand for two hosts (the multi-process tests are in `tests/`), and a raw
+//! socket plays a faulty or hostile peer.
+
+use super::shm_tests::{run_ranks, swap};
+use super::tcp::ACCEPTED;
+use super::HostDevice;
+use crate::device::{CompileRequest, Device, DeviceConfig, Resource};
+use crate::dtype::{DataType, ReduceOp};
+use crate::error::{AbortCause, DeviceError, PeerLoss, SliceFault};
+use crate::ir::{Buf, RankProgram, Slice};
+use crate::notify::LinkSignal;
+use crate::transport::tcp::wire::{Frame, Hello, Target, HELLO_LEN};
+use crate::transport::tcp::{send, TcpError, TcpJob};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SECRET: [u8; 16] = *b"0123456789abcdef";
+
+fn listener() -> (Arc<TcpListener>, SocketAddr) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind on loopback");
+    let addr = l.local_addr().unwrap();
+    (Arc::new(l), addr)
+}
+
+fn config(ranks: usize, local: Vec<usize>, job: TcpJob, timeout: Duration) -> DeviceConfig {
+    DeviceConfig {
+        local_ranks: local,
+        ccl_bytes: 1 << 16,
+        link_channels: 2,
+        exec_timeout: timeout,
+        host_threads: 1,
+        zero_copy: false,
+        tcp: Some(job),
+        ..DeviceConfig::all_local(ranks)
+    }
+}
+
+/// Devices serving ranks {0, 1} and {2, 3} of one job, reaching each other over TCP.
+fn pair(timeout: Duration) -> (HostDevice, HostDevice) {
+    let (la, addr_a) = listener();
+    let (lb, addr_b) = listener();
+    let job = |listener, peers: [Option<SocketAddr>; 4]| TcpJob {
+        secret: SECRET,
+        listener,
+        peers: peers.to_vec(),
+        pids: Vec::new(),
+        hosts: Vec::new(),
+    };
+    let ja = job(la, [None, None, Some(addr_b), Some(addr_b)]);
+    let jb = job(lb, [Some(addr_a), Some(addr_a), None, None]);
+    std::thread::scope(|s| {
+        let b = s.spawn(|| HostDevice::new(config(4, vec![2, 3], jb, timeout)).expect("device b"));
+        let a = HostDevice::new(config(4, vec![0, 1], ja, timeout)).expect("device a");
+        (a, b.join().unwrap())
+    })
+}
+
+#[test]
+fn ranks_of_two_devices_exchange_data_and_signals_over_tcp() {
+    let (a, b) = pair(Duration::from_secs(20));
+    assert!(!a.capabilities().peer_user_buffers);
+    for (len, epochs) in [(4096, 1..=3u64), (0, 4..=4), (3 << 16, 5..=5)] {
+        let len = len.min(a.config().ccl_bytes);
+        for epoch in epochs {
+            let input = |r: usize| vec![(r as u8) * 10 + epoch as u8; len];
+            let (mut out_a, mut out_b) = (vec![vec![0u8; len]; 2], vec![vec![0u8; len]; 2]);
+            let (in_a, in_b) = ([input(0), input(1)], [input(2), input(3)]);
+            let results = std::thread::scope(|s| {
+                let rb = s.spawn(|| {
+                    let programs = vec![(swap(&b, 2, len), vec![0]), (swap(&b, 3, len), vec![1])];
+                    run_ranks(&b, programs, &in_b, &mut out_b, epoch)
+                });
+                let programs = vec![(swap(&a, 0, len), vec![2]), (swap(&a, 1, len), vec![3])];
+                let mut ra = run_ranks(&a, programs, &in_a, &mut out_a, epoch);
+                ra.extend(rb.join().unwrap());
+                ra
+            });
+            for r in results {
+                r.expect("every rank ran");
+            }
+            assert_eq!(out_a, [input(2), input(3)], "epoch {epoch}");
+            assert_eq!(out_b, [input(0), input(1)], "epoch {epoch}");
+        }
+    }
+}
+
+/// Rank `r` reduces its input with itself straight into its peer's CclIn (no local
+/// destination: the sum is made in a temporary and sent), then takes its own.
+fn double_into_peer(dev: &HostDevice, r: usize, count: usize) -> RankProgram {
+    let layout = dev.config().layout();
+    let peer = r ^ 2;
+    let len = count * 4;
+    let mut p = RankProgram::new(r, 1);
+    let s = &mut p.streams[0];
+    let input = Slice::new(r, Buf::Input, 0, len);
+    s.reduce_to(
+        vec![input, input],
+        vec![Slice::new(peer, Buf::CclIn, 0, len)],
+        DataType::U32,
+        ReduceOp::Sum,
+    );
+    s.post(layout.link(peer, r, 0, LinkSignal::DataSignal));
+    s.wait(layout.link(r, peer, 0, LinkSignal::DataSignal));
+    s.copy(
+        Slice::new(r, Buf::CclIn, 0, len),
+        Slice::new(r, Buf::Output, 0, len),
+    );
+    p
+}
+
+#[test]
+fn a_reduction_into_a_tcp_peer_is_sent_from_a_temporary() {
+    let (a, b) = pair(Duration::from_secs(20));
+    let count = 1001;
+    let input = |r: usize| -> Vec<u8> {
+        (0..count as u32)
+            .flat_map(|i| (i.wrapping_mul(2654435761) ^ r as u32).to_le_bytes())
+            .collect()
+    };
+    let doubled = |r: usize| -> Vec<u8> {
+        input(r)
+            .chunks(4)
+            .flat_map(|c| {
+                let v = u32::from_le_bytes(c.try_into().unwrap());
+                v.wrapping_add(v).to_le_bytes()
+            })
+            .collect()
+    };
+    let (mut out_a, mut out_b) = (vec![vec![0u8; count * 4]; 2], vec![vec![0u8; count * 4]; 2]);
+    let (in_a, in_b) = ([input(0), input(1)], [input(2), input(3)]);
+    std::thread::scope(|s| {
+        let rb = s.spawn(|| {
+            let programs = vec![
+                (double_into_peer(&b, 2, count), vec![0]),
+                (double_into_peer(&b, 3, count), vec![1]),
+            ];
+            run_ranks(&b, programs, &in_b, &mut out_b, 1)
+        });
+        let programs = vec![
+            (double_into_peer(&a, 0, count), vec![2]),
+            (double_into_peer(&a, 1, count), vec![3]),
+        ];
+        for r in run_ranks(&a, programs, &in_a, &mut out_a, 1) {
+            r.expect("rank of a");
+        }
+        for r in rb.join().unwrap() {
+            r.expect("rank of b");
+        }
+    });
+    assert_eq!(out_a, [doubled(2), doubled(3)]);
+    assert_eq!(out_b, [doubled(0), doubled(1)]);
+}
+
+#[test]
+fn a_program_may_only_write_a_tcp_peers_registered_buffers() {
+    let (a, _b) = pair(Duration::from_secs(20));
+    let compile = |p: RankProgram| {
+        a.compile(CompileRequest {
+            program: Arc::new(p),
+            scratch: None,
+            peers: vec![2],
+            local_notifies: 0,
+            in_place: false,
+            exit_fence: false,
+        })
+    };
+    let fault = |err: DeviceError| match err {
+        DeviceError::InvalidSlice { fault, .. } => fault,
+        other => panic!("not a slice fault: {other}"),
+    };
+    let mut read = RankProgram::new(0, 1);
+    read.streams[0].copy(
+        Slice::new(2, Buf::CclIn, 0, 8),
+        Slice::new(0, Buf::Output, 0, 8),
+    );
+    let f = fault(compile(read).unwrap_err());
+    assert!(matches!(f, SliceFault::ReadOverPutLink { rank: 2 }), "{f}");
+    let ccl = a.config().ccl_bytes;
+    let mut past_end = RankProgram::new(0, 1);
+    past_end.streams[0].copy(
+        Slice::new(0, Buf::Input, 0, 8),
+        Slice::new(2, Buf::CclOut, ccl - 4, 8),
+    );
+    let f = fault(compile(past_end).unwrap_err());
+    assert!(matches!(f, SliceFault::OutOfBounds { .. }), "{f}");
+    let mut user = RankProgram::new(0, 1);
+    user.streams[0].copy(
+        Slice::new(0, Buf::Input, 0, 8),
+        Slice::new(2, Buf::Output, 0, 8),
+    );
+    let f = fault(compile(user).unwrap_err());
+    assert!(
+        matches!(f, SliceFault::UserBufferOutOfReach { rank: 2 }),
+        "{f}"
+    );
+    let mut scratch = RankProgram::new(0, 1);
+    scratch.streams[0].copy(
+        Slice::new(0, Buf::Input, 0, 8),
+        Slice::new(2, Buf::Scratch, 0, 8),
+    );
+    let f = fault(compile(scratch).unwrap_err());
+    assert!(matches!(f, SliceFault::NoScratch), "{f}");
+}
+
+#[test]
+fn scratch_is_exchanged_and_bounded_by_the_peers_announced_size() {
+    let (a, b) = pair(Duration::from_secs(20));
+    let (ida, idb) = std::thread::scope(|s| {
+        let idb = s.spawn(|| b.alloc_scratch(100).expect("scratch b"));
+        (
+            a.alloc_scratch(100).expect("scratch a"),
+            idb.join().unwrap(),
+        )
+    });
+    assert_eq!(ida, idb);
+    let compile = |at: usize| {
+        let mut p = RankProgram::new(0, 1);
+        p.streams[0].copy(
+            Slice::new(0, Buf::Input, 0, 8),
+            Slice::new(2, Buf::Scratch, at, 8),
+        );
+        a.compile(CompileRequest {
+            program: Arc::new(p),
+            scratch: Some(ida),
+            peers: vec![2],
+            local_notifies: 0,
+            in_place: false,
+            exit_fence: false,
+        })
+    };
+    compile(92).expect("inside the peer's scratch");
+    let err = compile(93).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DeviceError::InvalidSlice {
+                fault: SliceFault::OutOfBounds { buffer_len: 100 },
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+/// A device serving rank 0 of 2, whose peer rank 1 is a raw socket of the test: the
+/// rogue's connection to the device (on which it sends frames) and the device's to it.
+fn device_with_rogue(timeout: Duration) -> (HostDevice, TcpStream, TcpStream) {
+    let (dev_listener, dev_addr) = listener();
+    let (rogue_listener, rogue_addr) = listener();
+    let job = TcpJob {
+        secret: SECRET,
+        listener: dev_listener,
+        peers: vec![None, Some(rogue_addr)],
+        pids: Vec::new(),
+        hosts: Vec::new(),
+    };
+    let config = config(2, vec![0], job, timeout);
+    let hello = Hello {
+        secret: SECRET,
+        from: 1,
+        to: 0,
+        ranks: 2,
+        ccl_bytes: config.ccl_bytes as u64,
+        link_words: config.layout().local_base() as u64,
+    };
+    std::thread::scope(|s| {
+        let rogue = s.spawn(move || {
+            let (mut inbound, _) = rogue_listener.accept().expect("the device connects");
+            let mut h = [0u8; HELLO_LEN];
+            inbound.read_exact(&mut h).expect("its hello");
+            inbound.write_all(&[ACCEPTED]).unwrap();
+            let mut outbound = TcpStream::connect(dev_addr).expect("connect to the device");
+            outbound.write_all(&hello.encode()).unwrap();
+            let mut answer = [0u8; 1];
+            outbound.read_exact(&mut answer).unwrap();
+            assert_eq!(answer[0], ACCEPTED);
+            (outbound, inbound)
+        });
+        let dev = HostDevice::new(config).expect("device");
+        let (outbound, inbound) = rogue.join().unwrap();
+        (dev, outbound, inbound)
+    })
+}
+
+/// Rank 0 of a [`device_with_rogue`], waiting for a signal from rank 1 that never comes.
+fn wait_for_rogue(dev: &HostDevice) -> Result<(), DeviceError> {
+    let layout = dev.config().layout();
+    let mut p = RankProgram::new(0, 1);
+    p.streams[0].wait(layout.link(0, 1, 0, LinkSignal::DataSignal));
+    let mut out = [vec![0u8; 8]];
+    run_ranks(dev, vec![(p, vec![1])], &[vec![0u8; 8]], &mut out, 1)
+        .pop()
+        .unwrap()
+}
+
+#[test]
+fn an_out_of_bounds_write_from_a_peer_is_refused_before_a_byte_lands() {
+    let (dev, mut rogue, _inbound) = device_with_rogue(Duration::from_secs(30));
+    let ccl = dev.config().ccl_bytes;
+    let ccl_in = dev.resource(0, Resource::CclIn).unwrap();
+    assert_eq!(ccl_in.len, ccl);
+    // SAFETY: the device's CclIn of rank 0, alive while `dev` is; nothing else runs.
+    let tail = || {
+        unsafe { std::slice::from_raw_parts((ccl_in.addr + ccl - 16) as *const u8, 16) }.to_vec()
+    };
+    let before = tail();
+    let start = Instant::now();
+    let attack = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        let frame = Frame::Write {
+            target: Target::CclIn,
+            offset: (ccl - 8) as u64,
+            len: 16,
+        };
+        let _ = send(&mut rogue, &frame.encode(), &[0xEE; 16]);
+        rogue
+    });
+    let err = wait_for_rogue(&dev).unwrap_err();
+    let _rogue = attack.join().unwrap();
+    assert_eq!(tail(), before, "no byte of the refused write landed");
+    match &err {
+        DeviceError::Aborted {
+            cause: AbortCause::PeerFailed { rank: 1, error },
+            ..
+        } => match &**error {
+            DeviceError::Tcp(TcpError::OutOfBounds {
+                from: 1,
+                to: 0,
+                len: 16,
+                ..
+            }) => {}
+            other => panic!("not an out-of-bounds refusal: {other}"),
+        },
+        other => panic!("rank 0: {other}"),
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "released, not timed out"
+    );
+}
+
+#[test]
+fn a_connection_without_the_secret_is_dropped_and_the_job_goes_on() {
+    let (a, b) = pair(Duration::from_secs(20));
+    let addr = a
+        .shared
+        .config
+        .tcp
+        .as_ref()
+        .unwrap()
+        .listener
+        .local_addr()
+        .unwrap();
+    let mut stranger = TcpStream::connect(addr).expect("the listener accepts");
+    let mut hello = Hello {
+        secret: [0; 16],
+        from: 2,
+        to: 0,
+        ranks: 4,
+        ccl_bytes: 1 << 16,
+        link_words: a.config().layout().local_base() as u64,
+    }
+    .encode();
+    hello[20] ^= 1;
+    stranger.write_all(&hello).unwrap();
+    // Frames after a bad hello are never read: the connection is closed instead.
+    let _ = send(&mut stranger, &Frame::Post { word: 0 }.encode(), &[]);
+    stranger
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = [0u8; 1];
+    match stranger.read(&mut answer) {
+        // Closed with unread bytes in its buffer, the socket may be reset instead.
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("not closed without an answer: {other:?}"),
+    }
+    // The real peers are untouched.
+    let len = 64;
+    let input = |r: usize| vec![r as u8 + 1; len];
+    let (mut out_a, mut out_b) = (vec![vec![0u8; len]; 2], vec![vec![0u8; len]; 2]);
+    let (in_a, in_b) = ([input(0), input(1)], [input(2), input(3)]);
+    std::thread::scope(|s| {
+        let rb = s.spawn(|| {
+            let programs = vec![(swap(&b, 2, len), vec![0]), (swap(&b, 3, len), vec![1])];
+            run_ranks(&b, programs, &in_b, &mut out_b, 1)
+        });
+        let programs = vec![(swap(&a, 0, len), vec![2]), (swap(&a, 1, len), vec![3])];
+        for r in run_ranks(&a, programs, &in_a, &mut out_a, 1) {
+            r.expect("rank of a");
+        }
+        for r in rb.join().unwrap() {
+            r.expect("rank of b");
+        }
+    });
+    assert_eq!(out_a, [input(2), input(3)]);
+}
+
+#[test]
+fn a_peer_whose_connection_ends_without_closing_releases_the_waiting_rank() {
+    let (dev, rogue, inbound) = device_with_rogue(Duration::from_secs(30));
+    let start = Instant::now();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        drop((rogue, inbound));
+    });
+    let err = wait_for_rogue(&dev).unwrap_err();
+    killer.join().unwrap();
+    assert!(
+        matches!(
+            err,
+            DeviceError::Aborted {
+                cause: AbortCause::PeerProcess {
+                    rank: 1,
+                    loss: PeerLoss::Died,
+                    ..
+                },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "released, not timed out"
+    );
+}
+
+#[test]
+fn a_peer_of_another_shape_is_refused_at_connect() {
+    let (la, addr_a) = listener();
+    let (lb, addr_b) = listener();
+    let mk = |listener, peers: Vec<Option<SocketAddr>>| TcpJob {
+        secret: SECRET,
+        listener,
+        peers,
+        pids: Vec::new(),
+        hosts: Vec::new(),
+    };
+    let timeout = Duration::from_secs(5);
+    let ca = config(2, vec![0], mk(la, vec![None, Some(addr_b)]), timeout);
+    let cb = DeviceConfig {
+        ccl_bytes: 1 << 17,
+        ..config(2, vec![1], mk(lb, vec![Some(addr_a), None]), timeout)
+    };
+    let (ra, rb) = std::thread::scope(|s| {
+        let rb = s.spawn(|| HostDevice::new(cb).map(|_| ()));
+        (HostDevice::new(ca).map(|_| ()), rb.join().unwrap())
+    });
+    // Each side refuses the other's hello; a side that gave up first may leave the other
+    // with a connection that ends instead of an answer.
+    let errors = [ra.unwrap_err(), rb.unwrap_err()];
+    let refused = |e: &DeviceError| matches!(e, DeviceError::Tcp(TcpError::Refused { .. }));
+    assert!(errors.iter().any(refused), "{errors:?}");
+}

@@ -1,0 +1,163 @@
+//! The TCP transport: put-only links to ranks on other hosts (or, forced, on this one).
+//!
+//! Each rank listens on a socket it opened before the job's ranks exchanged their
+//! addresses (through the bootstrap root), and opens one connection to every peer it
+//! reaches over TCP: a connection carries one direction, so a rank sends on the
+//! connections it opened and receives on those it accepted. The link is **put-only**
+//! ([`crate::LinkAccess::Put`]): a frame writes bytes into one of the receiver's registered
+//! buffers (CclIn, CclOut, a scratch allocation) or posts one of its link signals; nothing
+//! reads a peer's memory, and nothing reaches its user buffers. Frames of one connection
+//! arrive in the order they were sent, so a Post sent after a Write announces bytes that
+//! are already in place, exactly as a Post after a Copy does on a load/store link.
+//!
+//! Security: a connection opens with a hello that carries the job's secret (the one in
+//! the unique id); the receiver reads nothing else before checking it, and drops (and
+//! logs) a connection without it, so a claimed rank is never trusted on its word. A Write
+//! is checked against the target buffer's bounds before a byte of it is read off the
+//! socket: a faulty or hostile peer that knows the secret still cannot make a rank write
+//! outside its registered buffers; such a frame stops the rank with
+//! [`TcpError::OutOfBounds`] instead.
+//!
+//! Files: `wire` (hello and frames), this one (the job's description, errors, and the
+//! sending side of a socket). The host device's use of it (its receiver thread, the
+//! connections of its ranks) is in `host/tcp`.
+
+pub mod wire;
+
+use crate::ir::Rank;
+use std::io::{IoSlice, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A job whose ranks (some of them) meet over TCP.
+#[derive(Clone, Debug)]
+pub struct TcpJob {
+    /// The job's secret: every connection must present it.
+    pub secret: [u8; 16],
+    /// The listener of the device's ranks, opened before the addresses were exchanged.
+    pub listener: Arc<TcpListener>,
+    /// Per communicator rank: the address of its listener, for the ranks reached over
+    /// TCP (`None` for the others).
+    pub peers: Vec<Option<SocketAddr>>,
+    /// The process id of every rank (0: unknown), to name a rank that went away.
+    pub pids: Vec<u32>,
+    /// The host of every rank (empty: unknown), to name a rank that went away.
+    pub hosts: Vec<String>,
+}
+
+impl TcpJob {
+    /// True when `rank` is reached over TCP.
+    pub fn reaches(&self, rank: Rank) -> bool {
+        self.peers.get(rank).is_some_and(Option::is_some)
+    }
+
+    /// The ranks reached over TCP, ascending.
+    pub fn peer_ranks(&self) -> impl Iterator<Item = Rank> + '_ {
+        (0..self.peers.len()).filter(|&r| self.reaches(r))
+    }
+}
+
+/// What went wrong on the TCP transport.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TcpError {
+    #[error("cannot set up the TCP transport's {what}")]
+    Setup {
+        what: &'static str,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error(
+        "rank {from} could not connect to rank {to} at {addr} within {waited:?}; check that \
+         the address is reachable from this host (firewall, interface) and that rank {to} \
+         is running"
+    )]
+    Connect {
+        from: Rank,
+        to: Rank,
+        addr: SocketAddr,
+        waited: Duration,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error(
+        "rank {to} at {addr} refused the connection of rank {from}: {reason}; every rank of \
+         a job must be configured alike"
+    )]
+    Refused {
+        from: Rank,
+        to: Rank,
+        addr: SocketAddr,
+        reason: &'static str,
+    },
+    #[error(
+        "rank {rank}: {missing} connection(s) from other ranks did not arrive within \
+         {waited:?} (from ranks {ranks:?}); are those processes running and in this job?"
+    )]
+    NotConnected {
+        rank: Rank,
+        missing: usize,
+        ranks: Vec<Rank>,
+        waited: Duration,
+    },
+    #[error("rank {from} could not send to rank {to}")]
+    Send {
+        from: Rank,
+        to: Rank,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error(
+        "rank {from} sent rank {to} a write of {len} bytes at offset {offset} of its \
+         {target}, which has {target_len} bytes: refused before a byte was written, and \
+         the connection closed (a faulty or hostile peer)"
+    )]
+    OutOfBounds {
+        from: Rank,
+        to: Rank,
+        target: wire::Target,
+        offset: u64,
+        len: u64,
+        target_len: usize,
+    },
+    #[error("rank {from} sent rank {to} a frame it cannot take: {what}; connection closed")]
+    BadFrame { from: Rank, to: Rank, what: String },
+    #[error(
+        "rank {rank} waited {waited:?} for rank {peer} to allocate scratch {id}; check that \
+         every rank makes the same calls"
+    )]
+    ScratchTimeout {
+        rank: Rank,
+        peer: Rank,
+        id: usize,
+        waited: Duration,
+    },
+}
+
+/// Connect to `addr` until `deadline` (the peer's listener exists before the addresses
+/// are exchanged, so a refusal is a transient one: a peer's backlog full, a slow start).
+pub fn connect(addr: SocketAddr, deadline: Instant) -> std::io::Result<TcpStream> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match TcpStream::connect_timeout(&addr, left.max(Duration::from_millis(1))) {
+            Ok(stream) => return Ok(stream),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// Write `header` then `payload` in as few system calls as the socket takes.
+pub fn send(stream: &mut TcpStream, header: &[u8], payload: &[u8]) -> std::io::Result<()> {
+    let mut bufs = [IoSlice::new(header), IoSlice::new(payload)];
+    let mut bufs = &mut bufs[..];
+    while !bufs.is_empty() {
+        match stream.write_vectored(bufs) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
