@@ -10,6 +10,7 @@
 //! | `OXCCL_TOPO_FILE` | the communicator's topology: a preset (`mesh8`, `2x8`, `1xN`...) or a TOML file | one server, full mesh |
 //! | `OXCCL_TUNE_FILE` | a tuning table written by `oxccl tune` (see [`crate::tune`]): `select_alg` runs the fastest measured executor for sizes it covers | none (the model decides) |
 //! | `OXCCL_CHECK_CALLS` | 1: ranks agree on every call (operator, type, op, root, counts, executor) before it runs, and a mismatch is an error on every rank (see [`crate::agreement`]); 0: skip the check | 1 |
+//! | `OXCCL_TRANSPORT` | how ranks in other processes are reached (see [`crate::transport`]): `auto` (shared memory on a host, TCP between hosts), `shm` or `tcp` (every peer over TCP, also on one host) | auto |
 //! | `OXCCL_LOG` | `tracing` filter (`info`, `oxccl=debug`, ...); one that does not parse is an error | off |
 //!
 //! Every error names its variable, the value found and what would be valid.
@@ -50,6 +51,8 @@ pub struct Config {
     /// Measured executor times (`OXCCL_TUNE_FILE`, written by `oxccl tune`) that
     /// `select_alg` prefers over the cost model.
     pub tune: Option<std::sync::Arc<crate::tune::TuneTable>>,
+    /// How ranks in other processes are reached (`OXCCL_TRANSPORT`).
+    pub transport: crate::transport::TransportChoice,
 }
 
 impl Default for Config {
@@ -66,6 +69,7 @@ impl Default for Config {
             topology: None,
             link_channels: 2,
             tune: None,
+            transport: Default::default(),
         }
     }
 }
@@ -206,6 +210,9 @@ impl Config {
         }
         if let Some(v) = get("OXCCL_TUNE_FILE") {
             config.tune = Some(std::sync::Arc::new(load_tune_file(&v)?));
+        }
+        if let Some(v) = get("OXCCL_TRANSPORT") {
+            config.transport = v.parse()?;
         }
         if let Some(v) = get("OXCCL_LOG") {
             config.log_filter = log_filter(&v)?;

@@ -60,6 +60,7 @@ pub mod planner;
 pub mod registry;
 pub mod select;
 pub mod topology;
+pub mod transport;
 pub mod tune;
 
 pub use communicator::{Communicator, GroupCall};

@@ -1,7 +1,8 @@
-//! Ranks in separate processes run every operator through shared memory: real processes
-//! (the `collective_rank` binary), the job's root in the test process, results compared
-//! with the reference in every rank. Also: processes holding two ranks each, a peer killed
-//! mid-operation, and nothing left in /dev/shm.
+//! Ranks in separate processes run every operator through shared memory and over TCP on
+//! loopback (`OXCCL_TRANSPORT=tcp`): real processes (the `collective_rank` binary), the
+//! job's root in the test process, results compared with the reference in every rank.
+//! Also: processes holding two ranks each, a peer killed mid-operation, and nothing left
+//! in /dev/shm.
 
 use oxccl::UniqueId;
 use std::process::{Child, Command, Output, Stdio};
@@ -74,18 +75,43 @@ fn named_segments(id: &UniqueId) -> Vec<String> {
         .unwrap_or_default()
 }
 
-#[test]
-fn every_operator_over_four_processes_through_shared_memory() {
+/// Every operator over 4 processes, reaching each other through `transport`.
+fn every_operator_over_four_processes(transport: &str) {
     let id = job(4);
     let children = (0..4)
-        .map(|r| spawn(&id, 4, &[("OXCCL_RANK", r.to_string())]))
+        .map(|r| {
+            let env = [
+                ("OXCCL_RANK", r.to_string()),
+                ("OXCCL_TRANSPORT", transport.to_string()),
+            ];
+            spawn(&id, 4, &env)
+        })
         .collect();
     assert_all_ok(&finish(children), 4);
     assert_eq!(named_segments(&id), Vec::<String>::new());
 }
 
 #[test]
+fn every_operator_over_four_processes_through_shared_memory() {
+    every_operator_over_four_processes("shm");
+}
+
+#[test]
+fn every_operator_over_four_processes_over_tcp() {
+    every_operator_over_four_processes("tcp");
+}
+
+#[test]
 fn two_processes_of_two_ranks_each() {
+    two_processes_of_two_ranks("auto");
+}
+
+#[test]
+fn two_processes_of_two_ranks_each_over_tcp() {
+    two_processes_of_two_ranks("tcp");
+}
+
+fn two_processes_of_two_ranks(transport: &str) {
     let id = job(4);
     let children = ["0,1", "2,3"]
         .iter()
@@ -93,6 +119,7 @@ fn two_processes_of_two_ranks_each() {
             let env = [
                 ("OXCCL_TEST_RANKS", ranks.to_string()),
                 ("OXCCL_TEST_OPS", "quick".to_string()),
+                ("OXCCL_TRANSPORT", transport.to_string()),
             ];
             spawn(&id, 4, &env)
         })
@@ -103,12 +130,22 @@ fn two_processes_of_two_ranks_each() {
 
 #[test]
 fn a_killed_peer_fails_every_other_rank_within_seconds() {
+    a_killed_peer_fails_every_other_rank("shm");
+}
+
+#[test]
+fn a_killed_peer_over_tcp_fails_every_other_rank_within_seconds() {
+    a_killed_peer_fails_every_other_rank("tcp");
+}
+
+fn a_killed_peer_fails_every_other_rank(transport: &str) {
     let id = job(4);
     let mut children: Vec<Child> = (0..4)
         .map(|r| {
             let env = [
                 ("OXCCL_RANK", r.to_string()),
                 ("OXCCL_TEST_OPS", "loop".to_string()),
+                ("OXCCL_TRANSPORT", transport.to_string()),
             ];
             spawn(&id, 4, &env)
         })

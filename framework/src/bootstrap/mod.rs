@@ -47,7 +47,8 @@ use wire::{Answer, Hello, MAX_ANSWER};
 /// How long a rank waits between attempts to reach a root that is not up yet.
 const RETRY: Duration = Duration::from_millis(20);
 
-/// One named digest of a selection input (`registry`, `tuning`, `topology`, `planning`).
+/// One named digest of a selection input (`registry`, `tuning`, `topology`, `planning`,
+/// `transport`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DigestPart {
     pub part: String,
@@ -62,6 +63,9 @@ pub struct RankInfo {
     pub pid: u32,
     /// The digests of what decides selection, in a fixed order of parts.
     pub digests: Vec<DigestPart>,
+    /// Where this rank's TCP transport listens (`host:port`), if it does.
+    #[serde(default)]
+    pub tcp: Option<String>,
 }
 
 impl RankInfo {
@@ -72,6 +76,7 @@ impl RankInfo {
             host: HostId::this(),
             pid: std::process::id(),
             digests,
+            tcp: None,
         }
     }
 }
@@ -274,7 +279,7 @@ pub fn join(
 }
 
 /// The digests a rank of a communicator configured with `config` on `topology` in `mode`
-/// presents ([`crate::digest::selection_digest_parts`]).
+/// presents ([`crate::digest::selection_digest_parts`], then the transport choice).
 pub fn digest_parts(
     config: &crate::Config,
     topology: &crate::Topology,
@@ -286,13 +291,19 @@ pub fn digest_parts(
         mode,
         crate::digest::selection_digest_parts,
     )?;
-    Ok(parts
+    let mut parts: Vec<DigestPart> = parts
         .into_iter()
         .map(|(part, value)| DigestPart {
             part: part.to_string(),
             value,
         })
-        .collect())
+        .collect();
+    // The transport decides the links' access, hence selection: ranks must agree on it.
+    parts.push(DigestPart {
+        part: "transport".into(),
+        value: config.transport as u64,
+    });
+    Ok(parts)
 }
 
 /// Join the job this process was launched into ([`Launch`]): get its id as the launch's

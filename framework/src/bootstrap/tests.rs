@@ -112,6 +112,7 @@ fn hosts_become_servers_when_their_ranks_are_consecutive() {
         },
         pid: 1,
         digests: parts(1),
+        tcp: None,
     };
     let blocks = JobTable {
         ranks: vec![on("b", 0), on("b", 1), on("a", 2), on("a", 3), on("a", 4)],
@@ -396,7 +397,10 @@ fn the_file_rendezvous_publishes_the_id_and_removes_it_after_the_join() {
 #[test]
 fn a_rank_on_another_host_is_refused_listing_every_transport() {
     let id = loopback_id(2, QUICK);
-    let config = crate::Config::default();
+    let config = crate::Config {
+        transport: crate::transport::TransportChoice::Shm,
+        ..crate::Config::default()
+    };
     let pre = crate::Topology::single_server(2);
     let digests = digest_parts(&config, &pre, crate::Mode::Staged).expect("digests");
     let elsewhere = RankInfo {
@@ -413,7 +417,7 @@ fn a_rank_on_another_host_is_refused_listing_every_transport() {
         "rank 1 on host node-b",
         "in-process:",
         "shm:",
-        "tcp: not built yet",
+        "tcp: OXCCL_TRANSPORT=shm",
     ] {
         assert!(text.contains(says), "{says:?} in {text}");
     }

@@ -18,6 +18,8 @@ use crate::planner;
 use crate::planner::{Planned, Setting};
 use crate::select::{select_alg, SelectRequest, Selection};
 use crate::topology::Topology;
+use crate::transport::{self, PeerTransport, TransportChoice};
+use oxccl_platform::transport::tcp::TcpJob;
 use oxccl_platform::{
     CompileRequest, Compiled, Device, DeviceConfig, Rank, RankProgram, ScratchId, UserBuffers,
 };
@@ -143,14 +145,15 @@ const PROGRAM_CACHE_LIMIT: usize = 256;
 
 fn create_device(n: usize, config: &Config) -> Result<Arc<dyn Device>, Error> {
     // Every rank of an in-process communicator is local to its one device.
-    create_device_for(n, (0..n).collect(), None, config)
+    create_device_for(n, (0..n).collect(), (None, None), config)
 }
 
-/// A device serving `local` of `n` ranks, reaching the others through `shm` (if any).
+/// A device serving `local` of `n` ranks, reaching the others through `shm` and `tcp`
+/// (if any).
 fn create_device_for(
     n: usize,
     local: Vec<Rank>,
-    shm: Option<oxccl_platform::ShmJob>,
+    (shm, tcp): (Option<oxccl_platform::ShmJob>, Option<TcpJob>),
     config: &Config,
 ) -> Result<Arc<dyn Device>, Error> {
     let dc = DeviceConfig {
@@ -162,6 +165,7 @@ fn create_device_for(
         host_threads: config.host_threads,
         zero_copy: config.zero_copy,
         shm,
+        tcp,
     };
     Ok(oxccl_platform::registry::create(&config.device, dc)?)
 }
@@ -278,10 +282,12 @@ impl Communicator {
     /// (ranks built or configured differently are refused, naming what differs); the
     /// ranks sharing a host become one server of the topology (`OXCCL_TOPO_FILE`
     /// overrides). Each call gets a device of its own that serves this rank and reaches
-    /// every other rank of the host through shared memory, so calls stage through the
-    /// CCL buffers. Not yet: ranks on other hosts (the TCP transport) are refused, and
-    /// the agreement on every call ([`crate::agreement`]) is carried in-process only, so
-    /// it is off across processes (a mismatched call times out, naming the wait).
+    /// every other rank through the transport the table of [`crate::transport`] gives:
+    /// shared memory on this host, TCP to other hosts (put-only links, which the
+    /// topology's access then says, so selection only picks executors that put). Calls
+    /// stage through the CCL buffers. Not yet: the agreement on every call
+    /// ([`crate::agreement`]) is carried in-process only, so it is off across processes
+    /// (a mismatched call times out, naming the wait).
     pub fn init_rank(
         id: &crate::bootstrap::UniqueId,
         n: usize,
@@ -296,48 +302,76 @@ impl Communicator {
         let given = config.topology.clone();
         let pre = given.clone().unwrap_or_else(|| Topology::single_server(n));
         let digests = digest_parts(&config, &pre, Mode::Staged)?;
-        let info = RankInfo::this(rank, digests);
+        let mut info = RankInfo::this(rank, digests);
+        let listener = match config.transport {
+            TransportChoice::Shm => None,
+            _ => Some(Arc::new(transport::listen_towards(id.root).map_err(
+                |e| {
+                    crate::error::ConfigError::new(
+                    "OXCCL_TRANSPORT",
+                    config.transport.name(),
+                    "cannot open a TCP listener for this rank; use OXCCL_TRANSPORT=shm on one host",
+                )
+                .caused_by(e)
+                },
+            )?)),
+        };
+        info.tcp = listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| a.to_string());
         let table = join(id, n, info, config.exec_timeout)?;
+        let links = transport::links_of(&table, rank, config.transport)?;
         let topology = match given {
             Some(t) => t,
             None => Topology::servers(table.server_sizes()?)?,
         };
+        let topology = transport::with_transport_access(topology, &table, config.transport);
         check_init(n, &config, &topology)?;
         topology.check_connected()?;
         let host = table.host_ranks(rank);
-        if let Some(&peer) = (0..n).find(|r| !host.contains(r)).as_ref() {
-            let there = table.ranks[peer].host.hostname.clone();
-            return Err(Error::NoTransport {
-                rank,
-                peer,
-                refusals: vec![
-                    ("in-process", "the rank is in another process".into()),
-                    (
-                        "shm",
-                        format!("the rank is on host {there}, not on this one"),
-                    ),
-                    ("tcp", "not built yet".into()),
-                ],
-                host: there,
-            });
-        }
         // Every rank of the host has its own process (or device) and workers: left to
         // choose, each takes its share of the cores rather than all of them.
         if config.host_threads == 0 {
             let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
             config.host_threads = (cores / host.len()).max(1);
         }
-        let shm = oxccl_platform::ShmJob {
+        let pids: Vec<u32> = table.ranks.iter().map(|r| r.pid).collect();
+        let any = |t: fn(&PeerTransport) -> bool| links.iter().flatten().any(t);
+        let shm = any(|t| *t == PeerTransport::Shm).then(|| oxccl_platform::ShmJob {
             tag: id.job_tag(),
-            pids: table.ranks.iter().map(|r| r.pid).collect(),
+            pids: pids.clone(),
+        });
+        let tcp = match listener {
+            Some(listener) if any(|t| matches!(t, PeerTransport::Tcp(_))) => Some(TcpJob {
+                secret: id.secret.0,
+                listener,
+                peers: links
+                    .iter()
+                    .map(|t| match t {
+                        Some(PeerTransport::Tcp(addr)) => Some(*addr),
+                        _ => None,
+                    })
+                    .collect(),
+                pids,
+                hosts: table
+                    .ranks
+                    .iter()
+                    .map(|r| r.host.hostname.clone())
+                    .collect(),
+            }),
+            _ => None,
         };
-        let device = create_device_for(n, vec![rank], Some(shm), &config)?;
+        let (over_shm, over_tcp) = (shm.is_some(), tcp.is_some());
+        let device = create_device_for(n, vec![rank], (shm, tcp), &config)?;
         config.check_calls = false;
         tracing::info!(
             rank,
             ranks = n,
             servers = ?topology.server_sizes(),
-            "communicator rank joined its job over shared memory"
+            over_shm,
+            over_tcp,
+            "communicator rank joined its job"
         );
         Ok(Communicator::on(
             rank,
