@@ -421,7 +421,10 @@ impl Device for HostDevice {
         };
         pool.drain(&mut busy);
         if self.shared.shm.is_some() {
-            shm::poll_while(&self.shared, busy);
+            shm::poll_while(&self.shared, &mut busy);
+        }
+        if self.shared.tcp.is_some() {
+            tcp::receiver::poll_while(&self.shared, &mut busy);
         }
         started
             .into_iter()

@@ -64,6 +64,8 @@ pub(crate) struct TcpLinks {
     pub closing: AtomicBool,
     /// The receiver's event loop.
     pub poller: polling::Poller,
+    /// The listener and connections, set when the receiver starts.
+    pub rx: Mutex<Option<receiver::Receiver>>,
     wait: Duration,
 }
 
@@ -103,6 +105,7 @@ impl TcpLinks {
             accepted_changed: Condvar::new(),
             closing: AtomicBool::new(false),
             poller: polling::Poller::new().map_err(setup("event loop"))?,
+            rx: Mutex::new(None),
             wait: config.exec_timeout,
         })
     }

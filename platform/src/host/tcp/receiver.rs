@@ -7,6 +7,13 @@
 //! against the target buffer before its payload is read. A connection that ends without
 //! a Close frame means its rank is gone: the device stops, naming it, and tells its own
 //! peers. Sockets are non-blocking, so a slow peer never holds the others up.
+//!
+//! The connections live in a [`Receiver`] behind a lock, so that two threads may drive
+//! them: the receiver thread, asleep in the event loop until a socket is readable, and
+//! the device's submitting thread while it waits for a small call ([`poll_while`]). The
+//! latter takes a peer's post the moment its process runs, without waking the receiver
+//! and then a worker in between: on a machine with fewer cores than ranks, each of those
+//! wakeups waits for a time slice, and a latency-bound call is a chain of them.
 
 use super::{TcpLinks, ACCEPTED, WRONG_SHAPE};
 use crate::error::{AbortCause, DeviceError, PeerLoss};
@@ -44,6 +51,20 @@ enum Rx {
     },
 }
 
+/// The listener and the accepted connections, driven by whichever thread holds them.
+pub(crate) struct Receiver {
+    listener: TcpListener,
+    conns: Vec<Option<Conn>>,
+}
+
+// SAFETY: a connection's raw pointer (the rest of a Write's payload) points into a
+// registered buffer of the device, valid from any thread; the lock around the receiver
+// gives one thread at a time.
+unsafe impl Send for Receiver {}
+
+/// Looks without finding work before a waiting submitter stops polling.
+const POLLS: usize = 256;
+
 /// One accepted connection.
 struct Conn {
     stream: TcpStream,
@@ -54,6 +75,8 @@ struct Conn {
     rx: Rx,
     /// Its rank said Close: the end of the stream is no failure.
     closed: bool,
+    /// Reads that got bytes (to tell a poller it found work).
+    frames: u64,
 }
 
 /// What to do with a connection after reading from it.
@@ -81,20 +104,27 @@ pub(crate) fn start(shared: &Arc<Shared>, links: Arc<TcpLinks>) -> Result<(), De
             .add_with_mode(&listener, Event::readable(LISTENER), PollMode::Level)
     }
     .map_err(setup("event loop"))?;
+    *links.rx.lock() = Some(Receiver {
+        listener,
+        conns: Vec::new(),
+    });
     let weak = Arc::downgrade(shared);
     std::thread::Builder::new()
         .name("oxccl-tcp-rx".into())
-        .spawn(move || serve(&weak, &links, listener))
+        .spawn(move || serve(&weak, &links))
         .map_err(setup("receiver thread"))?;
     Ok(())
 }
 
-fn serve(shared: &Weak<Shared>, links: &TcpLinks, listener: TcpListener) {
-    let mut conns: Vec<Option<Conn>> = Vec::new();
+fn serve(shared: &Weak<Shared>, links: &TcpLinks) {
     let mut events = Events::new();
     loop {
         events.clear();
-        let pending = conns.iter().flatten().any(|c| c.link.is_none());
+        let pending = links
+            .rx
+            .lock()
+            .as_ref()
+            .is_some_and(|rx| rx.conns.iter().flatten().any(|c| c.link.is_none()));
         let timeout = pending.then_some(Duration::from_secs(1));
         if let Err(err) = links.poller.wait(&mut events, timeout) {
             if err.kind() != ErrorKind::Interrupted {
@@ -108,25 +138,80 @@ fn serve(shared: &Weak<Shared>, links: &TcpLinks, listener: TcpListener) {
         let Some(shared) = shared.upgrade() else {
             break;
         };
-        for key in events.iter().map(|e| e.key).collect::<Vec<_>>() {
-            if key == LISTENER {
-                accept(links, &listener, &mut conns);
-                continue;
-            }
-            let Some(conn) = conns.get_mut(key - 1).and_then(Option::as_mut) else {
+        // Blocking: a polling submitter that holds the connections is taking the same
+        // frames; its lock is short.
+        let mut rx = links.rx.lock();
+        if let Some(rx) = rx.as_mut() {
+            handle(&shared, links, rx, &events);
+            drop_late_hellos(links, &mut rx.conns);
+        }
+    }
+    if let Some(rx) = links.rx.lock().take() {
+        for conn in rx.conns.iter().flatten() {
+            let _ = links.poller.delete(&conn.stream);
+        }
+        let _ = links.poller.delete(&rx.listener);
+    }
+}
+
+/// Act on the readiness in `events`; true when some connection had something.
+fn handle(shared: &Arc<Shared>, links: &TcpLinks, rx: &mut Receiver, events: &Events) -> bool {
+    let mut any = false;
+    for key in events.iter().map(|e| e.key) {
+        if key == LISTENER {
+            accept(links, &rx.listener, &mut rx.conns);
+            continue;
+        }
+        let Some(conn) = rx.conns.get_mut(key - 1).and_then(Option::as_mut) else {
+            continue;
+        };
+        any = true;
+        if let Next::Drop = drive(shared, links, conn) {
+            let _ = links.poller.delete(&conn.stream);
+            rx.conns[key - 1] = None;
+        }
+    }
+    any
+}
+
+/// The submitting thread, while `busy()`: take the frames peers sent and run what they
+/// wake, and the pool's queued jobs, yielding between empty looks ([`POLLS`] of them at
+/// most; then it sleeps as usual and the receiver thread takes over).
+///
+/// It holds the connections throughout and reads each one directly (one system call per
+/// connection, where a look through the event loop costs several): the receiver thread,
+/// woken by the same data, waits for the lock once rather than contending per frame.
+pub(crate) fn poll_while(shared: &Arc<Shared>, mut busy: impl FnMut() -> bool) {
+    let Some(links) = shared.tcp.as_ref() else {
+        return;
+    };
+    let mut rx = links.rx.lock();
+    let Some(rx) = rx.as_mut() else {
+        return;
+    };
+    let mut idle = 0;
+    while busy() && idle < POLLS {
+        let mut found = shared.pool.run_one();
+        for index in 0..rx.conns.len() {
+            let Some(conn) = rx.conns[index].as_mut().filter(|c| c.link.is_some()) else {
                 continue;
             };
-            if let Next::Drop = drive(&shared, links, conn) {
+            let before = conn.frames;
+            if let Next::Drop = drive(shared, links, conn) {
                 let _ = links.poller.delete(&conn.stream);
-                conns[key - 1] = None;
+                rx.conns[index] = None;
+                found = true;
+            } else {
+                found |= conn.frames != before;
             }
         }
-        drop_late_hellos(links, &mut conns);
+        if found {
+            idle = 0;
+        } else {
+            idle += 1;
+            std::thread::yield_now();
+        }
     }
-    for conn in conns.iter().flatten() {
-        let _ = links.poller.delete(&conn.stream);
-    }
-    let _ = links.poller.delete(&listener);
 }
 
 /// Take every connection waiting on the listener.
@@ -167,6 +252,7 @@ fn accept(links: &TcpLinks, listener: &TcpListener, conns: &mut Vec<Option<Conn>
                 buf: [0; HELLO_LEN],
             },
             closed: false,
+            frames: 0,
         };
         match conns.get_mut(index) {
             Some(slot) => *slot = Some(conn),
@@ -206,7 +292,10 @@ fn drive(shared: &Arc<Shared>, links: &TcpLinks, conn: &mut Conn) -> Next {
         };
         let n = match read {
             Ok(0) => return ended(shared, links, conn, None),
-            Ok(n) => n,
+            Ok(n) => {
+                conn.frames += 1;
+                n
+            }
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Next::Keep,
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(e) => return ended(shared, links, conn, Some(e)),
@@ -358,7 +447,7 @@ fn apply(
                 .ok_or_else(|| bad(format!("a post of word {word}, not a link signal")))?;
             match w.post() {
                 Posted::Set => {}
-                Posted::Woke((launch, s)) => launch.wake(s),
+                Posted::Woke((launch, s)) => launch.wake_from_afar(s),
                 Posted::AlreadySet => {
                     let desc = shared.layout.describe(crate::ir::NotifyId {
                         rank: to,
