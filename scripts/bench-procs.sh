@@ -4,10 +4,10 @@
 #
 #   scripts/bench-procs.sh [sizes...]
 #
-# oxccl runs `oxccl perf all-reduce --procs 8` (shared memory between the processes);
-# MPI runs the peer benchmark with `--mca btl vader,self` (its shared-memory transport).
-# TCP rows come when oxccl has its TCP transport. Installs OpenMPI through
-# scripts/install-deps.sh (Debian packages; needs root or sudo).
+# oxccl runs `oxccl perf all-reduce --procs 8`, through shared memory and then with
+# OXCCL_TRANSPORT=tcp (TCP on loopback); MPI runs the peer benchmark with
+# `--mca btl vader,self` (its shared-memory transport) and `--mca btl tcp,self`.
+# Installs OpenMPI through scripts/install-deps.sh (Debian packages; needs root or sudo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || set -- 1K 1M 64M
@@ -22,5 +22,11 @@ for size in "$@"; do
   ./target/release/oxccl perf all-reduce --procs 8 -b "$size" -e "$size" -n $iters -w 5 | grep -E '^ +[0-9]'
   echo "   MPI --mca btl vader,self"
   mpirun --allow-run-as-root --oversubscribe --mca btl vader,self -np 8 \
+    target/mpi_bench allreduce "$size" | grep -E '^ +[0-9]'
+  echo "   oxccl --procs 8, OXCCL_TRANSPORT=tcp"
+  OXCCL_TRANSPORT=tcp ./target/release/oxccl perf all-reduce --procs 8 -b "$size" -e "$size" \
+    -n $iters -w 5 | grep -E '^ +[0-9]'
+  echo "   MPI --mca btl tcp,self"
+  mpirun --allow-run-as-root --oversubscribe --mca btl tcp,self -np 8 \
     target/mpi_bench allreduce "$size" | grep -E '^ +[0-9]'
 done
