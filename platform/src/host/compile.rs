@@ -68,6 +68,9 @@ pub(crate) struct DataOp {
     /// The destinations on ranks reached over TCP ([`Place::Remote`]): the task's result
     /// is sent to each.
     pub remote: SmallVec<[Operand; 1]>,
+    /// The link word of the one remote destination's rank that the next task posts,
+    /// sent with the data (that task is then [`Op::Fused`]).
+    pub then_post: Option<usize>,
     /// Touches a peer's user buffer: bounds, alignment and overlaps are checked when run.
     pub dynamic: bool,
 }
@@ -92,6 +95,8 @@ pub(crate) enum Op {
     },
     /// Post word `word` (of the link region) of `rank`, reached over TCP.
     PostTcp { rank: usize, word: usize },
+    /// Nothing: a Post over TCP sent with the data task before it.
+    Fused,
     /// Wait on word `word` of the rank's own bank.
     Wait { word: usize, notify: NotifyId },
 }
@@ -225,6 +230,7 @@ pub(crate) fn compile(
             ops.push(op);
             tasks += 1;
         }
+        fuse_puts(&mut ops);
         streams.push(ops);
     }
     let (extent, align) = (c.extent, c.align);
@@ -244,6 +250,24 @@ pub(crate) fn compile(
             small: moved <= INLINE_BYTES,
         }),
     }))
+}
+
+/// A data task whose one remote destination's rank the next task posts over TCP sends
+/// both in one go: the post rides with the data ([`DataOp::then_post`]).
+fn fuse_puts(ops: &mut [Op]) {
+    for i in 1..ops.len() {
+        let Op::PostTcp { rank, word } = ops[i] else {
+            continue;
+        };
+        let Op::Data(data) = &mut ops[i - 1] else {
+            continue;
+        };
+        let to_rank = |o: &Operand| matches!(o.place, Place::Remote { rank: r, .. } if r == rank);
+        if data.remote.len() == 1 && to_rank(&data.remote[0]) && data.then_post.is_none() {
+            data.then_post = Some(word);
+            ops[i] = Op::Fused;
+        }
+    }
 }
 
 struct Compiler<'a> {
@@ -311,6 +335,7 @@ impl Compiler<'_> {
             srcs,
             dsts,
             remote,
+            then_post: None,
             dynamic,
         })
     }

@@ -164,11 +164,15 @@ fn run_with_puts(launch: &Launch, task: &DataOp, p: &Prepared) -> Result<(), Dev
     // SAFETY: `result` points at `len` bytes bound (or allocated) above, which nothing
     // writes while this stream sends them.
     let bytes = unsafe { std::slice::from_raw_parts(result, p.len) };
+    let slot = launch.program.slot;
     for o in &task.remote {
         let Place::Remote { rank, target } = o.place else {
             unreachable!("only remote operands are listed as remote")
         };
-        tcp.write(launch.program.slot, rank, target, o.slice.offset, bytes)?;
+        match task.then_post {
+            Some(word) => tcp.write_then_post(slot, rank, (target, o.slice.offset), bytes, word)?,
+            None => tcp.write(slot, rank, target, o.slice.offset, bytes)?,
+        }
     }
     Ok(())
 }

@@ -745,6 +745,7 @@ pub(crate) fn run_stream(launch: &Arc<Launch>, s: usize) {
                 .expect("compile made a tcp post only over tcp")
                 .post(launch.program.slot, *rank, *word)
                 .map(|()| Step::Next),
+            Op::Fused => Ok(Step::Next),
             Op::Wait { word, notify } => launch.wait(*word, *notify, at),
             Op::Data(data) => exec::run_data_task(launch, data, at),
         };

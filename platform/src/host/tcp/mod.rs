@@ -28,9 +28,9 @@ use crate::device::DeviceConfig;
 use crate::error::{AbortCause, DeviceError, PeerLoss};
 use crate::ir::Rank;
 use crate::transport::tcp::wire::{Frame, Hello, Target};
-use crate::transport::tcp::{connect, send, TcpError, TcpJob};
+use crate::transport::tcp::{connect, send, send_all, TcpError, TcpJob};
 use parking_lot::{Condvar, Mutex};
-use std::io::Read;
+use std::io::{IoSlice, Read};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -273,6 +273,36 @@ impl TcpLinks {
             len: bytes.len() as u64,
         };
         self.send(slot, to, frame, bytes)
+    }
+
+    /// [`TcpLinks::write`], then post link word `word` of `to`, in one system call: the
+    /// pair a put-only link's data hop is made of.
+    pub(crate) fn write_then_post(
+        &self,
+        slot: usize,
+        to: Rank,
+        (target, offset): (Target, usize),
+        bytes: &[u8],
+        word: usize,
+    ) -> Result<(), DeviceError> {
+        let from = self.local[slot];
+        let write = Frame::Write {
+            target,
+            offset: offset as u64,
+            len: bytes.len() as u64,
+        }
+        .encode();
+        let post = Frame::Post { word: word as u64 }.encode();
+        let mut bufs = [
+            IoSlice::new(&write),
+            IoSlice::new(bytes),
+            IoSlice::new(&post),
+        ];
+        let mut conn = self.out[slot][to].lock();
+        let stream = conn
+            .as_mut()
+            .ok_or_else(|| self.send_error(from, to, None))?;
+        send_all(stream, &mut bufs).map_err(|e| self.send_error(from, to, Some(e)))
     }
 
     /// Post link word `word` of `to`, from local slot `slot`.

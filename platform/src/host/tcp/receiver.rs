@@ -62,6 +62,11 @@ pub(crate) struct Receiver {
 // gives one thread at a time.
 unsafe impl Send for Receiver {}
 
+/// Bytes a connection reads ahead.
+const INBOX_BYTES: usize = 64 << 10;
+/// A payload at least this long (still to come) is read straight into its target.
+const DIRECT_BYTES: usize = 16 << 10;
+
 /// Looks without finding work before a waiting submitter stops polling.
 const POLLS: usize = 256;
 
@@ -77,6 +82,10 @@ struct Conn {
     closed: bool,
     /// Reads that got bytes (to tell a poller it found work).
     frames: u64,
+    /// Bytes read ahead: `inbox[head..tail]` are not taken yet.
+    inbox: Box<[u8]>,
+    head: usize,
+    tail: usize,
 }
 
 /// What to do with a connection after reading from it.
@@ -253,6 +262,9 @@ fn accept(links: &TcpLinks, listener: &TcpListener, conns: &mut Vec<Option<Conn>
             },
             closed: false,
             frames: 0,
+            inbox: vec![0; INBOX_BYTES].into_boxed_slice(),
+            head: 0,
+            tail: 0,
         };
         match conns.get_mut(index) {
             Some(slot) => *slot = Some(conn),
@@ -277,18 +289,31 @@ fn drop_late_hellos(links: &TcpLinks, conns: &mut [Option<Conn>]) {
 }
 
 /// Read what `conn` has, frame by frame, until it would block.
+///
+/// Bytes come through the connection's inbox (one read takes every small frame that
+/// arrived), except the bulk of a large Write's payload, which is read straight into its
+/// target buffer.
 fn drive(shared: &Arc<Shared>, links: &TcpLinks, conn: &mut Conn) -> Next {
     loop {
+        if conn.head < conn.tail {
+            let n = take_from_inbox(conn);
+            if let Err(next) = advance(shared, links, conn, n) {
+                return next;
+            }
+            continue;
+        }
+        conn.head = 0;
+        conn.tail = 0;
+        let direct = matches!(conn.rx, Rx::Payload { left, .. } if left >= DIRECT_BYTES);
         let read = match &mut conn.rx {
-            Rx::Hello { got, buf } => conn.stream.read(&mut buf[*got..]),
-            Rx::Header { got, buf } => conn.stream.read(&mut buf[*got..]),
             // SAFETY: `at..at + left` lies in a registered buffer of a local rank (bounds
-            // checked in `write_frame`), which lives as long as the device, and the
+            // checked in `write_target`), which lives as long as the device, and the
             // program's signals keep every other access away from it until the Post that
             // follows this Write is taken.
-            Rx::Payload { at, left } => conn
+            Rx::Payload { at, left } if direct => conn
                 .stream
                 .read(unsafe { std::slice::from_raw_parts_mut(*at, *left) }),
+            _ => conn.stream.read(&mut conn.inbox),
         };
         let n = match read {
             Ok(0) => return ended(shared, links, conn, None),
@@ -300,35 +325,70 @@ fn drive(shared: &Arc<Shared>, links: &TcpLinks, conn: &mut Conn) -> Next {
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(e) => return ended(shared, links, conn, Some(e)),
         };
-        let step = match &mut conn.rx {
-            Rx::Hello { got, buf } => {
-                *got += n;
-                if *got < HELLO_LEN {
-                    continue;
+        match direct {
+            true => {
+                if let Err(next) = advance(shared, links, conn, n) {
+                    return next;
                 }
-                let buf = *buf;
-                hello(links, conn, &buf)
             }
-            Rx::Header { got, buf } => {
-                *got += n;
-                if *got < HEADER_LEN {
-                    continue;
-                }
-                let buf = *buf;
-                frame(shared, links, conn, &buf)
+            false => conn.tail = n,
+        }
+    }
+}
+
+/// Move inbox bytes into what the connection reads now; how many were taken.
+fn take_from_inbox(conn: &mut Conn) -> usize {
+    let avail = &conn.inbox[conn.head..conn.tail];
+    let n = match &mut conn.rx {
+        Rx::Hello { got, buf } => fill(&mut buf[*got..], avail),
+        Rx::Header { got, buf } => fill(&mut buf[*got..], avail),
+        Rx::Payload { at, left } => {
+            let n = (*left).min(avail.len());
+            // SAFETY: `n <= left`: within the checked target range (see `drive`), which
+            // cannot overlap this connection's inbox.
+            unsafe { std::ptr::copy_nonoverlapping(avail.as_ptr(), *at, n) };
+            n
+        }
+    };
+    conn.head += n;
+    n
+}
+
+/// Copy what fits of `from` into `to`; how many bytes.
+fn fill(to: &mut [u8], from: &[u8]) -> usize {
+    let n = to.len().min(from.len());
+    to[..n].copy_from_slice(&from[..n]);
+    n
+}
+
+/// `n` more bytes of what the connection reads now are in place: act on a completed
+/// hello or header, move a payload on.
+fn advance(shared: &Arc<Shared>, links: &TcpLinks, conn: &mut Conn, n: usize) -> Result<(), Next> {
+    match &mut conn.rx {
+        Rx::Hello { got, buf } => {
+            *got += n;
+            if *got < HELLO_LEN {
+                return Ok(());
             }
-            Rx::Payload { at, left } => {
-                // SAFETY: `n <= left`, so the pointer stays within the checked range.
-                *at = unsafe { (*at).add(n) };
-                *left -= n;
-                if *left == 0 {
-                    conn.rx = header();
-                }
-                Ok(())
+            let buf = *buf;
+            hello(links, conn, &buf)
+        }
+        Rx::Header { got, buf } => {
+            *got += n;
+            if *got < HEADER_LEN {
+                return Ok(());
             }
-        };
-        if let Err(next) = step {
-            return next;
+            let buf = *buf;
+            frame(shared, links, conn, &buf)
+        }
+        Rx::Payload { at, left } => {
+            // SAFETY: `n <= left`, so the pointer stays within the checked range.
+            *at = unsafe { (*at).add(n) };
+            *left -= n;
+            if *left == 0 {
+                conn.rx = header();
+            }
+            Ok(())
         }
     }
 }

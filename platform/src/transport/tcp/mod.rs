@@ -149,8 +149,12 @@ pub fn connect(addr: SocketAddr, deadline: Instant) -> std::io::Result<TcpStream
 
 /// Write `header` then `payload` in as few system calls as the socket takes.
 pub fn send(stream: &mut TcpStream, header: &[u8], payload: &[u8]) -> std::io::Result<()> {
-    let mut bufs = [IoSlice::new(header), IoSlice::new(payload)];
-    let mut bufs = &mut bufs[..];
+    send_all(stream, &mut [IoSlice::new(header), IoSlice::new(payload)])
+}
+
+/// Write every buffer of `bufs`, in order, in as few system calls as the socket takes.
+pub fn send_all(stream: &mut TcpStream, bufs: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    let mut bufs = bufs;
     while !bufs.is_empty() {
         match stream.write_vectored(bufs) {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
