@@ -91,27 +91,32 @@ pub(super) fn run_ranks(
 fn ranks_of_two_devices_exchange_data_and_signals_through_shared_memory() {
     let (a, b) = pair(&tag("swap"), Duration::from_secs(20));
     assert!(!a.capabilities().peer_user_buffers);
-    let len = 4096;
     for epoch in 1..=3u64 {
-        let input = |r: usize| vec![(r as u8) * 10 + epoch as u8; len];
-        let (mut out_a, mut out_b) = (vec![vec![0u8; len]; 2], vec![vec![0u8; len]; 2]);
-        let (in_a, in_b) = ([input(0), input(1)], [input(2), input(3)]);
-        let results = std::thread::scope(|s| {
-            let rb = s.spawn(|| {
-                let programs = vec![(swap(&b, 2, len), vec![0]), (swap(&b, 3, len), vec![1])];
-                run_ranks(&b, programs, &in_b, &mut out_b, epoch)
-            });
-            let programs = vec![(swap(&a, 0, len), vec![2]), (swap(&a, 1, len), vec![3])];
-            let mut ra = run_ranks(&a, programs, &in_a, &mut out_a, epoch);
-            ra.extend(rb.join().unwrap());
-            ra
-        });
-        for r in results {
-            r.expect("every rank ran");
-        }
-        assert_eq!(out_a, [input(2), input(3)], "epoch {epoch}");
-        assert_eq!(out_b, [input(0), input(1)], "epoch {epoch}");
+        swap_and_check(&a, &b, 4096, epoch);
     }
+}
+
+/// Run [`swap`] on ranks {0, 1} of `a` and {2, 3} of `b` at `epoch`, `len` bytes each,
+/// and check that every rank got its peer's input.
+pub(super) fn swap_and_check(a: &HostDevice, b: &HostDevice, len: usize, epoch: u64) {
+    let input = |r: usize| vec![(r as u8) * 10 + epoch as u8; len];
+    let (mut out_a, mut out_b) = (vec![vec![0u8; len]; 2], vec![vec![0u8; len]; 2]);
+    let (in_a, in_b) = ([input(0), input(1)], [input(2), input(3)]);
+    let results = std::thread::scope(|s| {
+        let rb = s.spawn(|| {
+            let programs = vec![(swap(b, 2, len), vec![0]), (swap(b, 3, len), vec![1])];
+            run_ranks(b, programs, &in_b, &mut out_b, epoch)
+        });
+        let programs = vec![(swap(a, 0, len), vec![2]), (swap(a, 1, len), vec![3])];
+        let mut ra = run_ranks(a, programs, &in_a, &mut out_a, epoch);
+        ra.extend(rb.join().unwrap());
+        ra
+    });
+    for r in results {
+        r.expect("every rank ran");
+    }
+    assert_eq!(out_a, [input(2), input(3)], "epoch {epoch}");
+    assert_eq!(out_b, [input(0), input(1)], "epoch {epoch}");
 }
 
 #[test]

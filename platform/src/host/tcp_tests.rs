@@ -2,7 +2,7 @@
 //! process stand for two hosts (the multi-process tests are in `tests/`), and a raw
 //! socket plays a faulty or hostile peer.
 
-use super::shm_tests::{run_ranks, swap};
+use super::shm_tests::{run_ranks, swap_and_check};
 use super::tcp::ACCEPTED;
 use super::HostDevice;
 use crate::device::{CompileRequest, Device, DeviceConfig, Resource};
@@ -63,26 +63,8 @@ fn ranks_of_two_devices_exchange_data_and_signals_over_tcp() {
     let (a, b) = pair(Duration::from_secs(20));
     assert!(!a.capabilities().peer_user_buffers);
     for (len, epochs) in [(4096, 1..=3u64), (0, 4..=4), (3 << 16, 5..=5)] {
-        let len = len.min(a.config().ccl_bytes);
         for epoch in epochs {
-            let input = |r: usize| vec![(r as u8) * 10 + epoch as u8; len];
-            let (mut out_a, mut out_b) = (vec![vec![0u8; len]; 2], vec![vec![0u8; len]; 2]);
-            let (in_a, in_b) = ([input(0), input(1)], [input(2), input(3)]);
-            let results = std::thread::scope(|s| {
-                let rb = s.spawn(|| {
-                    let programs = vec![(swap(&b, 2, len), vec![0]), (swap(&b, 3, len), vec![1])];
-                    run_ranks(&b, programs, &in_b, &mut out_b, epoch)
-                });
-                let programs = vec![(swap(&a, 0, len), vec![2]), (swap(&a, 1, len), vec![3])];
-                let mut ra = run_ranks(&a, programs, &in_a, &mut out_a, epoch);
-                ra.extend(rb.join().unwrap());
-                ra
-            });
-            for r in results {
-                r.expect("every rank ran");
-            }
-            assert_eq!(out_a, [input(2), input(3)], "epoch {epoch}");
-            assert_eq!(out_b, [input(0), input(1)], "epoch {epoch}");
+            swap_and_check(&a, &b, len.min(a.config().ccl_bytes), epoch);
         }
     }
 }
@@ -379,24 +361,7 @@ fn a_connection_without_the_secret_is_dropped_and_the_job_goes_on() {
         other => panic!("not closed without an answer: {other:?}"),
     }
     // The real peers are untouched.
-    let len = 64;
-    let input = |r: usize| vec![r as u8 + 1; len];
-    let (mut out_a, mut out_b) = (vec![vec![0u8; len]; 2], vec![vec![0u8; len]; 2]);
-    let (in_a, in_b) = ([input(0), input(1)], [input(2), input(3)]);
-    std::thread::scope(|s| {
-        let rb = s.spawn(|| {
-            let programs = vec![(swap(&b, 2, len), vec![0]), (swap(&b, 3, len), vec![1])];
-            run_ranks(&b, programs, &in_b, &mut out_b, 1)
-        });
-        let programs = vec![(swap(&a, 0, len), vec![2]), (swap(&a, 1, len), vec![3])];
-        for r in run_ranks(&a, programs, &in_a, &mut out_a, 1) {
-            r.expect("rank of a");
-        }
-        for r in rb.join().unwrap() {
-            r.expect("rank of b");
-        }
-    });
-    assert_eq!(out_a, [input(2), input(3)]);
+    swap_and_check(&a, &b, 64, 1);
 }
 
 #[test]
