@@ -164,6 +164,11 @@ impl Memory {
         Ok(scratch.len() - 1)
     }
 
+    /// How many scratch sets were allocated (the next one's id).
+    pub(crate) fn scratch_sets(&self) -> usize {
+        self.scratch.read().len()
+    }
+
     /// Allocate a scratch set whose buffer for local slot `slot` is `make(slot, id)`'s
     /// region, kept mapped by what `make` returns with it (the shm transport's segment).
     pub(crate) fn alloc_scratch_with(

@@ -365,6 +365,35 @@ fn a_connection_without_the_secret_is_dropped_and_the_job_goes_on() {
 }
 
 #[test]
+fn a_scratch_id_far_ahead_of_this_rank_is_refused() {
+    let (dev, mut rogue, _inbound) = device_with_rogue(Duration::from_secs(30));
+    let attack = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        let frame = Frame::Scratch {
+            id: u64::MAX,
+            bytes: 8,
+        };
+        let _ = send(&mut rogue, &frame.encode(), &[]);
+        rogue
+    });
+    let err = wait_for_rogue(&dev).unwrap_err();
+    let _rogue = attack.join().unwrap();
+    match &err {
+        DeviceError::Aborted {
+            cause: AbortCause::PeerFailed { rank: 1, error },
+            ..
+        } => assert!(
+            matches!(
+                &**error,
+                DeviceError::Tcp(TcpError::BadFrame { from: 1, .. })
+            ),
+            "{error}"
+        ),
+        other => panic!("rank 0: {other}"),
+    }
+}
+
+#[test]
 fn a_peer_whose_connection_ends_without_closing_releases_the_waiting_rank() {
     let (dev, rogue, inbound) = device_with_rogue(Duration::from_secs(30));
     let start = Instant::now();

@@ -527,7 +527,14 @@ fn apply(
             }
         }
         Frame::Scratch { id, bytes } => {
-            let id = usize::try_from(id).map_err(|_| bad(format!("scratch id {id}")))?;
+            // Every rank allocates the same scratch at the same call, and one waits for
+            // every peer's announcement before its next: an honest peer is at most one
+            // allocation ahead. A larger id would size the table from a peer's word.
+            let next = shared.memory.scratch_sets();
+            let id = usize::try_from(id)
+                .ok()
+                .filter(|&id| id <= next)
+                .ok_or_else(|| bad(format!("scratch id {id}, when this rank made {next}")))?;
             links.scratch_announced(from, id, bytes);
         }
         Frame::Failed { origin, pid, died } => {
