@@ -169,10 +169,7 @@ fn run_with_puts(launch: &Launch, task: &DataOp, p: &Prepared) -> Result<(), Dev
         let Place::Remote { rank, target } = o.place else {
             unreachable!("only remote operands are listed as remote")
         };
-        match task.then_post {
-            Some(word) => tcp.write_then_post(slot, rank, (target, o.slice.offset), bytes, word)?,
-            None => tcp.write(slot, rank, target, o.slice.offset, bytes)?,
-        }
+        tcp.write(slot, rank, (target, o.slice.offset), bytes, task.then_post)?;
     }
     Ok(())
 }

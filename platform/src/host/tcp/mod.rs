@@ -241,12 +241,27 @@ impl TcpLinks {
         frame: Frame,
         payload: &[u8],
     ) -> Result<(), DeviceError> {
+        let header = frame.encode();
+        self.send_bufs(
+            slot,
+            to,
+            &mut [IoSlice::new(&header), IoSlice::new(payload)],
+        )
+    }
+
+    /// Send `bufs`, in order and whole, from local slot `slot` to `to`.
+    fn send_bufs(
+        &self,
+        slot: usize,
+        to: Rank,
+        bufs: &mut [IoSlice<'_>],
+    ) -> Result<(), DeviceError> {
         let from = self.local[slot];
         let mut conn = self.out[slot][to].lock();
         let stream = conn
             .as_mut()
             .ok_or_else(|| self.send_error(from, to, None))?;
-        send(stream, &frame.encode(), payload).map_err(|e| self.send_error(from, to, Some(e)))
+        send_all(stream, bufs).map_err(|e| self.send_error(from, to, Some(e)))
     }
 
     fn send_error(&self, from: Rank, to: Rank, e: Option<std::io::Error>) -> DeviceError {
@@ -258,51 +273,31 @@ impl TcpLinks {
         })
     }
 
-    /// Write `bytes` at `offset` of `to`'s `target`, from local slot `slot`.
+    /// Write `bytes` at `offset` of `to`'s `target`, from local slot `slot`, then (with
+    /// `then_post`) post that link word of `to` in the same system call: the pair a
+    /// put-only link's data hop is made of.
     pub(crate) fn write(
-        &self,
-        slot: usize,
-        to: Rank,
-        target: Target,
-        offset: usize,
-        bytes: &[u8],
-    ) -> Result<(), DeviceError> {
-        let frame = Frame::Write {
-            target,
-            offset: offset as u64,
-            len: bytes.len() as u64,
-        };
-        self.send(slot, to, frame, bytes)
-    }
-
-    /// [`TcpLinks::write`], then post link word `word` of `to`, in one system call: the
-    /// pair a put-only link's data hop is made of.
-    pub(crate) fn write_then_post(
         &self,
         slot: usize,
         to: Rank,
         (target, offset): (Target, usize),
         bytes: &[u8],
-        word: usize,
+        then_post: Option<usize>,
     ) -> Result<(), DeviceError> {
-        let from = self.local[slot];
         let write = Frame::Write {
             target,
             offset: offset as u64,
             len: bytes.len() as u64,
         }
         .encode();
-        let post = Frame::Post { word: word as u64 }.encode();
+        let post = then_post.map(|word| Frame::Post { word: word as u64 }.encode());
+        let post = post.as_ref().map_or(&[][..], |p| &p[..]);
         let mut bufs = [
             IoSlice::new(&write),
             IoSlice::new(bytes),
-            IoSlice::new(&post),
+            IoSlice::new(post),
         ];
-        let mut conn = self.out[slot][to].lock();
-        let stream = conn
-            .as_mut()
-            .ok_or_else(|| self.send_error(from, to, None))?;
-        send_all(stream, &mut bufs).map_err(|e| self.send_error(from, to, Some(e)))
+        self.send_bufs(slot, to, &mut bufs)
     }
 
     /// Post link word `word` of `to`, from local slot `slot`.
@@ -429,10 +424,5 @@ impl TcpLinks {
             pid: self.job.pids.get(rank).copied().unwrap_or(0),
             loss: PeerLoss::Died,
         }
-    }
-
-    /// The local slot of rank `rank`, if the device serves it.
-    pub(crate) fn slot_of(&self, rank: Rank) -> Option<usize> {
-        self.local.iter().position(|&r| r == rank)
     }
 }

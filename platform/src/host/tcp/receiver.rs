@@ -15,7 +15,7 @@
 //! and then a worker in between: on a machine with fewer cores than ranks, each of those
 //! wakeups waits for a time slice, and a latency-bound call is a chain of them.
 
-use super::{TcpLinks, ACCEPTED, WRONG_SHAPE};
+use super::{setup, TcpLinks, ACCEPTED, WRONG_SHAPE};
 use crate::error::{AbortCause, DeviceError, PeerLoss};
 use crate::host::launch::Shared;
 use crate::ir::{Buf, Rank};
@@ -81,7 +81,7 @@ struct Conn {
     /// Its rank said Close: the end of the stream is no failure.
     closed: bool,
     /// Reads that got bytes (to tell a poller it found work).
-    frames: u64,
+    reads: u64,
     /// Bytes read ahead: `inbox[head..tail]` are not taken yet.
     inbox: Box<[u8]>,
     head: usize,
@@ -96,14 +96,6 @@ enum Next {
 
 /// Start the receiver of the device behind `shared`.
 pub(crate) fn start(shared: &Arc<Shared>, links: Arc<TcpLinks>) -> Result<(), DeviceError> {
-    let setup = |what| {
-        move |e| {
-            DeviceError::Tcp(TcpError::Setup {
-                what,
-                source: Arc::new(e),
-            })
-        }
-    };
     let listener = links.job.listener.try_clone().map_err(setup("listener"))?;
     listener.set_nonblocking(true).map_err(setup("listener"))?;
     // SAFETY: the listener is deleted from the poller before it is dropped (end of `serve`).
@@ -163,9 +155,8 @@ fn serve(shared: &Weak<Shared>, links: &TcpLinks) {
     }
 }
 
-/// Act on the readiness in `events`; true when some connection had something.
-fn handle(shared: &Arc<Shared>, links: &TcpLinks, rx: &mut Receiver, events: &Events) -> bool {
-    let mut any = false;
+/// Act on the readiness in `events`.
+fn handle(shared: &Arc<Shared>, links: &TcpLinks, rx: &mut Receiver, events: &Events) {
     for key in events.iter().map(|e| e.key) {
         if key == LISTENER {
             accept(links, &rx.listener, &mut rx.conns);
@@ -174,13 +165,11 @@ fn handle(shared: &Arc<Shared>, links: &TcpLinks, rx: &mut Receiver, events: &Ev
         let Some(conn) = rx.conns.get_mut(key - 1).and_then(Option::as_mut) else {
             continue;
         };
-        any = true;
         if let Next::Drop = drive(shared, links, conn) {
             let _ = links.poller.delete(&conn.stream);
             rx.conns[key - 1] = None;
         }
     }
-    any
 }
 
 /// The submitting thread, while `busy()`: take the frames peers sent and run what they
@@ -205,13 +194,13 @@ pub(crate) fn poll_while(shared: &Arc<Shared>, mut busy: impl FnMut() -> bool) {
             let Some(conn) = rx.conns[index].as_mut().filter(|c| c.link.is_some()) else {
                 continue;
             };
-            let before = conn.frames;
+            let before = conn.reads;
             if let Next::Drop = drive(shared, links, conn) {
                 let _ = links.poller.delete(&conn.stream);
                 rx.conns[index] = None;
                 found = true;
             } else {
-                found |= conn.frames != before;
+                found |= conn.reads != before;
             }
         }
         if found {
@@ -261,7 +250,7 @@ fn accept(links: &TcpLinks, listener: &TcpListener, conns: &mut Vec<Option<Conn>
                 buf: [0; HELLO_LEN],
             },
             closed: false,
-            frames: 0,
+            reads: 0,
             inbox: vec![0; INBOX_BYTES].into_boxed_slice(),
             head: 0,
             tail: 0,
@@ -318,7 +307,7 @@ fn drive(shared: &Arc<Shared>, links: &TcpLinks, conn: &mut Conn) -> Next {
         let n = match read {
             Ok(0) => return ended(shared, links, conn, None),
             Ok(n) => {
-                conn.frames += 1;
+                conn.reads += 1;
                 n
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Next::Keep,
@@ -371,7 +360,7 @@ fn advance(shared: &Arc<Shared>, links: &TcpLinks, conn: &mut Conn, n: usize) ->
                 return Ok(());
             }
             let buf = *buf;
-            hello(links, conn, &buf)
+            hello(shared, links, conn, &buf)
         }
         Rx::Header { got, buf } => {
             *got += n;
@@ -420,7 +409,12 @@ fn ended(
 }
 
 /// Take or refuse a connection's hello.
-fn hello(links: &TcpLinks, conn: &mut Conn, buf: &[u8; HELLO_LEN]) -> Result<(), Next> {
+fn hello(
+    shared: &Shared,
+    links: &TcpLinks,
+    conn: &mut Conn,
+    buf: &[u8; HELLO_LEN],
+) -> Result<(), Next> {
     let hello = match Hello::decode(buf, &links.job.secret) {
         Ok(h) => h,
         Err(fault) => {
@@ -429,7 +423,7 @@ fn hello(links: &TcpLinks, conn: &mut Conn, buf: &[u8; HELLO_LEN]) -> Result<(),
         }
     };
     let (from, to) = (hello.from as usize, hello.to as usize);
-    let slot = links.slot_of(to);
+    let slot = shared.slots.get(to).copied().flatten();
     let fits = links.reaches(from) && links.same_shape(&hello);
     let (Some(slot), true) = (slot, fits) else {
         tracing::warn!(peer = %conn.addr, from, to, "refused a TCP connection of another shape");
