@@ -20,7 +20,7 @@
 //! become signal-bank words; a program that names a rank the device does not serve is
 //! refused with [`ConfigFault::NotServed`].
 
-use super::launch::Shared;
+use super::launch::{Reach, Shared};
 use crate::device::{CompileRequest, Compiled};
 use crate::dtype::{DataType, ReduceOp};
 use crate::error::{DeviceError, SliceFault, TaskFault, TaskLocation};
@@ -175,8 +175,14 @@ pub(crate) fn compile(
                     if index >= table_len {
                         return Err(no_notify(notify));
                     }
-                    match shared.slot(notify.rank) {
-                        Ok(target) => {
+                    let rank = notify.rank;
+                    // A peer elsewhere: only its link region is reachable.
+                    let link_only = |op| match index < link_words {
+                        true => Ok(op),
+                        false => Err(no_notify(notify)),
+                    };
+                    match shared.reach(rank) {
+                        Reach::Local(target) => {
                             if index >= link_words {
                                 shared.banks[target].reserve_local(index + 1 - link_words);
                             }
@@ -186,24 +192,13 @@ pub(crate) fn compile(
                                 notify,
                             }
                         }
-                        // A peer elsewhere: only its link region is reachable.
-                        Err(not_served) => {
-                            let rank = notify.rank;
-                            let shm = shared.shm.as_ref().is_some_and(|s| s.peer(rank).is_some());
-                            let tcp = shared.tcp.as_ref().is_some_and(|t| t.reaches(rank));
-                            if (shm || tcp) && index >= link_words {
-                                return Err(no_notify(notify));
-                            }
-                            match (shm, tcp) {
-                                (true, _) => Op::PostAfar {
-                                    rank,
-                                    word: index,
-                                    notify,
-                                },
-                                (_, true) => Op::PostTcp { rank, word: index },
-                                _ => return Err(not_served),
-                            }
-                        }
+                        Reach::Shm => link_only(Op::PostAfar {
+                            rank,
+                            word: index,
+                            notify,
+                        })?,
+                        Reach::Tcp => link_only(Op::PostTcp { rank, word: index })?,
+                        Reach::Not => return Err(shared.config.not_served(rank)),
                     }
                 }
                 Task::Wait { notify } => {
@@ -356,7 +351,7 @@ impl Compiler<'_> {
                 ranks: shared.config.ranks,
             }));
         }
-        let slot = shared.slot(slice.rank);
+        let reach = shared.reach(slice.rank);
         if slice.len != len {
             return Err(invalid(SliceFault::LengthMismatch {
                 len: slice.len,
@@ -392,24 +387,22 @@ impl Compiler<'_> {
                 *align = (*align).max(need);
                 Place::Own
             }
-            Buf::Input | Buf::Output => match slot {
-                Ok(slot) => Place::Peer(slot),
-                Err(_) if self.peer(slice.rank) => {
+            Buf::Input | Buf::Output => match reach {
+                Reach::Local(slot) => Place::Peer(slot),
+                Reach::Shm | Reach::Tcp => {
                     return Err(invalid(SliceFault::UserBufferOutOfReach {
                         rank: slice.rank,
                     }))
                 }
-                Err(not_served) => return Err(not_served),
+                Reach::Not => return Err(shared.config.not_served(slice.rank)),
             },
-            buf if slot.is_err() && self.over_tcp(slice.rank) => {
-                return self.remote(slice, buf, write).map_err(invalid);
-            }
             buf => {
                 let scratch = self.request.scratch.map(|s| s.0);
-                let region = match slot {
-                    Ok(slot) => shared.memory.device_region(slot, buf, scratch),
-                    Err(not_served) if !self.peer(slice.rank) => return Err(not_served),
-                    Err(_) => self.peer_region(slice.rank, buf, scratch),
+                let region = match reach {
+                    Reach::Local(slot) => shared.memory.device_region(slot, buf, scratch),
+                    Reach::Shm => self.peer_region(slice.rank, buf, scratch),
+                    Reach::Tcp => return self.remote(slice, buf, write).map_err(invalid),
+                    Reach::Not => return Err(shared.config.not_served(slice.rank)),
                 }
                 .map_err(invalid)?;
                 // Checked on its own (not trusting `Slice::end`): the sum must not wrap
@@ -440,18 +433,6 @@ impl Compiler<'_> {
 }
 
 impl Compiler<'_> {
-    /// True when `rank` is served by another device, reached through shared memory or
-    /// TCP.
-    fn peer(&self, rank: usize) -> bool {
-        let shm = self.shared.shm.as_ref();
-        shm.is_some_and(|s| s.peer(rank).is_some()) || self.over_tcp(rank)
-    }
-
-    /// True when `rank` is reached over TCP.
-    fn over_tcp(&self, rank: usize) -> bool {
-        self.shared.tcp.as_ref().is_some_and(|t| t.reaches(rank))
-    }
-
     /// A device buffer of a rank reached over TCP: a write destination only, inside the
     /// buffer as far as this rank knows its size.
     fn remote(&self, slice: Slice, buf: Buf, write: bool) -> Result<Operand, SliceFault> {
@@ -459,20 +440,19 @@ impl Compiler<'_> {
         if !write {
             return Err(SliceFault::ReadOverPutLink { rank });
         }
-        let target = match buf {
-            Buf::CclIn => Target::CclIn,
-            Buf::CclOut => Target::CclOut,
+        let tcp = self.shared.tcp.as_ref().expect("checked by the caller");
+        let (target, buffer_len) = match buf {
+            Buf::CclIn => (Target::CclIn, tcp.ccl_bytes()),
+            Buf::CclOut => (Target::CclOut, tcp.ccl_bytes()),
             Buf::Scratch => {
                 let id = self.request.scratch.ok_or(SliceFault::NoScratch)?.0;
-                Target::Scratch(id as u64)
+                let len = tcp
+                    .scratch_len(rank, id)
+                    .ok_or(SliceFault::NoSuchScratch { id })?;
+                (Target::Scratch(id as u64), len)
             }
             Buf::Input | Buf::Output => unreachable!("user buffers are not device regions"),
         };
-        let tcp = self.shared.tcp.as_ref().expect("checked by the caller");
-        let buffer_len = tcp.remote_len(rank, target).ok_or(match target {
-            Target::Scratch(id) => SliceFault::NoSuchScratch { id: id as usize },
-            _ => SliceFault::NoScratch,
-        })?;
         let inside = slice
             .offset
             .checked_add(slice.len)

@@ -59,6 +59,19 @@ pub(crate) struct Shared {
     pub id: usize,
 }
 
+/// How a device reaches a rank of its communicator.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// The device serves it: its local slot.
+    Local(usize),
+    /// Through shared memory: its block is mapped here (load/store).
+    Shm,
+    /// Over TCP (put-only).
+    Tcp,
+    /// Not at all.
+    Not,
+}
+
 /// The launches in flight, and the failure that stopped the device, if any.
 ///
 /// A device serves ranks whose programs wait on each other: when one launch fails, every
@@ -80,6 +93,20 @@ impl Shared {
             .copied()
             .flatten()
             .ok_or_else(|| self.config.not_served(rank))
+    }
+
+    /// How this device reaches `rank`.
+    pub(crate) fn reach(&self, rank: Rank) -> Reach {
+        if let Some(slot) = self.slots.get(rank).copied().flatten() {
+            return Reach::Local(slot);
+        }
+        if self.shm.as_ref().is_some_and(|s| s.peer(rank).is_some()) {
+            return Reach::Shm;
+        }
+        if self.tcp.as_ref().is_some_and(|t| t.reaches(rank)) {
+            return Reach::Tcp;
+        }
+        Reach::Not
     }
 
     /// The fence slot of `rank` (local or a peer's proxy), if the device reaches it.

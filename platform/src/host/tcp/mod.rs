@@ -360,17 +360,16 @@ impl TcpLinks {
         self.scratch_changed.notify_all();
     }
 
-    /// Bytes of `rank`'s buffer `target`, as far as it is known here (`None`: a scratch
-    /// the peer has not announced).
-    pub(crate) fn remote_len(&self, rank: Rank, target: Target) -> Option<usize> {
-        match target {
-            Target::CclIn | Target::CclOut => Some(self.ccl_bytes),
-            Target::Scratch(id) => {
-                let scratch = self.scratch.lock();
-                let bytes = scratch.get(rank)?.get(usize::try_from(id).ok()?)?;
-                bytes.and_then(|b| usize::try_from(b).ok())
-            }
-        }
+    /// Bytes of each CCL buffer, on every rank (the hello checks it).
+    pub(crate) fn ccl_bytes(&self) -> usize {
+        self.ccl_bytes
+    }
+
+    /// Bytes of `rank`'s scratch `id`, if the peer announced it.
+    pub(crate) fn scratch_len(&self, rank: Rank, id: usize) -> Option<usize> {
+        let scratch = self.scratch.lock();
+        let bytes = (*scratch.get(rank)?.get(id)?)?;
+        usize::try_from(bytes).ok()
     }
 
     /// Tell every TCP peer what stopped this device (a peer's loss is relayed as is, so
