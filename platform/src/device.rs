@@ -87,6 +87,46 @@ pub struct DeviceConfig {
     /// Reach the ranks it lists over TCP (put-only links): the tcp transport
     /// ([`crate::transport::tcp`]). A rank listed there is not reached through `shm`.
     pub tcp: Option<crate::transport::tcp::TcpJob>,
+    /// Where every rank of the job runs, indexed by rank (empty: unknown, as for ranks of
+    /// one process): to tell whether a peer's process is alive, and to name it when it
+    /// is lost.
+    pub processes: Vec<RankProcess>,
+}
+
+/// The process a rank runs in.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RankProcess {
+    /// Its process id (0: unknown).
+    pub pid: u32,
+    /// Its host's name (empty: unknown).
+    pub host: String,
+}
+
+impl DeviceConfig {
+    /// The pid of `rank`'s process, 0 when unknown.
+    pub fn pid_of(&self, rank: Rank) -> u32 {
+        self.processes.get(rank).map_or(0, |p| p.pid)
+    }
+
+    /// The cause for `rank` lost as `loss`, naming its host; `pid` is the process the
+    /// report names (the job's own for `rank` when `None`).
+    pub fn lost(
+        &self,
+        rank: Rank,
+        pid: Option<u32>,
+        loss: crate::error::PeerLoss,
+    ) -> crate::error::AbortCause {
+        crate::error::AbortCause::PeerProcess {
+            rank,
+            pid: pid.unwrap_or_else(|| self.pid_of(rank)),
+            loss,
+            host: self
+                .processes
+                .get(rank)
+                .map(|p| p.host.clone())
+                .unwrap_or_default(),
+        }
+    }
 }
 
 /// A job whose ranks meet in shared memory.
@@ -96,9 +136,6 @@ pub struct ShmJob {
     /// different for every job (the bootstrap derives it from the job's secret). Letters,
     /// digits, `-` and `_` only.
     pub tag: String,
-    /// The process id of every rank (0: unknown), so that a wait for the segments of a
-    /// rank whose process is gone ends at once rather than at `exec_timeout`.
-    pub pids: Vec<u32>,
 }
 
 impl DeviceConfig {
@@ -114,6 +151,7 @@ impl DeviceConfig {
             zero_copy: true,
             shm: None,
             tcp: None,
+            processes: Vec::new(),
         }
     }
 

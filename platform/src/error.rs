@@ -188,14 +188,24 @@ pub enum AbortCause {
         #[source]
         error: Arc<DeviceError>,
     },
-    #[error("rank {rank} (process {pid}) {loss}")]
+    #[error("rank {rank} (process {pid}) {loss}{}", on_host(host))]
     PeerProcess {
         rank: Rank,
         pid: u32,
         loss: PeerLoss,
+        /// The host it ran on, as the job's table says (empty: unknown).
+        host: String,
     },
     #[error("the communicator of rank {rank} was aborted by its user")]
     UserAbort { rank: Rank },
+}
+
+/// `; it ran on host H`, or nothing for an unknown host.
+fn on_host(host: &str) -> String {
+    match host {
+        "" => String::new(),
+        h => format!("; it ran on host {h}"),
+    }
 }
 
 /// How a rank in another process was lost.

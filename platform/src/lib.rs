@@ -40,8 +40,8 @@ pub mod transport;
 pub use inventory;
 
 pub use device::{
-    Capabilities, CompileRequest, Compiled, Completion, Device, DeviceConfig, MemoryKind, Resource,
-    ResourceHandle, ScratchId, ShmJob, Submission, UserBuffers,
+    Capabilities, CompileRequest, Compiled, Completion, Device, DeviceConfig, MemoryKind,
+    RankProcess, Resource, ResourceHandle, ScratchId, ShmJob, Submission, UserBuffers,
 };
 pub use dtype::{DataType, Element, ReduceOp};
 pub use error::{

@@ -172,6 +172,8 @@ fn a_killed_peer_fails_every_other_rank(transport: &str) {
             err.contains(&format!("rank 3 (process {victim_pid}) died")),
             "rank {r}: {err}"
         );
+        // The job's table gives its host (this one).
+        assert!(err.contains("died; it ran on host "), "rank {r}: {err}");
     }
     // Well before the 30 s exec timeout the ranks run with.
     assert!(

@@ -145,7 +145,7 @@ const PROGRAM_CACHE_LIMIT: usize = 256;
 
 fn create_device(n: usize, config: &Config) -> Result<Arc<dyn Device>, Error> {
     // Every rank of an in-process communicator is local to its one device.
-    create_device_for(n, (0..n).collect(), (None, None), config)
+    create_device_for(n, (0..n).collect(), Transports::default(), config)
 }
 
 /// A device serving `local` of `n` ranks, reaching the others through `shm` and `tcp`
@@ -153,7 +153,7 @@ fn create_device(n: usize, config: &Config) -> Result<Arc<dyn Device>, Error> {
 fn create_device_for(
     n: usize,
     local: Vec<Rank>,
-    (shm, tcp): (Option<oxccl_platform::ShmJob>, Option<TcpJob>),
+    reach: Transports,
     config: &Config,
 ) -> Result<Arc<dyn Device>, Error> {
     let dc = DeviceConfig {
@@ -164,10 +164,19 @@ fn create_device_for(
         exec_timeout: config.exec_timeout,
         host_threads: config.host_threads,
         zero_copy: config.zero_copy,
-        shm,
-        tcp,
+        shm: reach.shm,
+        tcp: reach.tcp,
+        processes: reach.processes,
     };
     Ok(oxccl_platform::registry::create(&config.device, dc)?)
+}
+
+/// How a device reaches the ranks it does not serve, and where they run.
+#[derive(Default)]
+struct Transports {
+    shm: Option<oxccl_platform::ShmJob>,
+    tcp: Option<TcpJob>,
+    processes: Vec<oxccl_platform::RankProcess>,
 }
 
 /// How a communicator with `config` on `device` over `topology` binds executors' buffers
@@ -336,12 +345,9 @@ impl Communicator {
             let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
             config.host_threads = (cores / host.len()).max(1);
         }
-        let pids: Vec<u32> = table.ranks.iter().map(|r| r.pid).collect();
         let any = |t: fn(&PeerTransport) -> bool| links.iter().flatten().any(t);
-        let shm = any(|t| *t == PeerTransport::Shm).then(|| oxccl_platform::ShmJob {
-            tag: id.job_tag(),
-            pids: pids.clone(),
-        });
+        let shm =
+            any(|t| *t == PeerTransport::Shm).then(|| oxccl_platform::ShmJob { tag: id.job_tag() });
         let tcp = match listener {
             Some(listener) if any(|t| matches!(t, PeerTransport::Tcp(_))) => Some(TcpJob {
                 secret: id.secret.0,
@@ -353,17 +359,24 @@ impl Communicator {
                         _ => None,
                     })
                     .collect(),
-                pids,
-                hosts: table
-                    .ranks
-                    .iter()
-                    .map(|r| r.host.hostname.clone())
-                    .collect(),
             }),
             _ => None,
         };
         let (over_shm, over_tcp) = (shm.is_some(), tcp.is_some());
-        let device = create_device_for(n, vec![rank], (shm, tcp), &config)?;
+        let processes = table
+            .ranks
+            .iter()
+            .map(|r| oxccl_platform::RankProcess {
+                pid: r.pid,
+                host: r.host.hostname.clone(),
+            })
+            .collect();
+        let reach = Transports {
+            shm,
+            tcp,
+            processes,
+        };
+        let device = create_device_for(n, vec![rank], reach, &config)?;
         config.check_calls = false;
         tracing::info!(
             rank,

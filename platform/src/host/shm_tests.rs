@@ -24,10 +24,7 @@ fn pair(tag: &str, timeout: Duration) -> (HostDevice, HostDevice) {
         link_channels: 2,
         exec_timeout: timeout,
         host_threads: 1,
-        shm: Some(ShmJob {
-            tag: tag.into(),
-            pids: Vec::new(),
-        }),
+        shm: Some(ShmJob { tag: tag.into() }),
         ..DeviceConfig::all_local(RANKS)
     };
     std::thread::scope(|s| {

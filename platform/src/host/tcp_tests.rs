@@ -5,7 +5,7 @@
 use super::shm_tests::{run_ranks, swap_and_check};
 use super::tcp::ACCEPTED;
 use super::HostDevice;
-use crate::device::{CompileRequest, Device, DeviceConfig, Resource};
+use crate::device::{CompileRequest, Device, DeviceConfig, RankProcess, Resource};
 use crate::dtype::{DataType, ReduceOp};
 use crate::error::{AbortCause, DeviceError, PeerLoss, SliceFault};
 use crate::ir::{Buf, RankProgram, Slice};
@@ -46,8 +46,6 @@ fn pair(timeout: Duration) -> (HostDevice, HostDevice) {
         secret: SECRET,
         listener,
         peers: peers.to_vec(),
-        pids: Vec::new(),
-        hosts: Vec::new(),
     };
     let ja = job(la, [None, None, Some(addr_b), Some(addr_b)]);
     let jb = job(lb, [Some(addr_a), Some(addr_a), None, None]);
@@ -227,6 +225,9 @@ fn scratch_is_exchanged_and_bounded_by_the_peers_announced_size() {
     );
 }
 
+/// The process id the job's table gives the rogue rank (not a real one: it is only named).
+const ROGUE_PID: u32 = 4242;
+
 /// A device serving rank 0 of 2, whose peer rank 1 is a raw socket of the test: the
 /// rogue's connection to the device (on which it sends frames) and the device's to it.
 fn device_with_rogue(timeout: Duration) -> (HostDevice, TcpStream, TcpStream) {
@@ -236,10 +237,17 @@ fn device_with_rogue(timeout: Duration) -> (HostDevice, TcpStream, TcpStream) {
         secret: SECRET,
         listener: dev_listener,
         peers: vec![None, Some(rogue_addr)],
-        pids: Vec::new(),
-        hosts: Vec::new(),
     };
-    let config = config(2, vec![0], job, timeout);
+    let config = DeviceConfig {
+        processes: vec![
+            RankProcess::default(),
+            RankProcess {
+                pid: ROGUE_PID,
+                host: "rogue-host".into(),
+            },
+        ],
+        ..config(2, vec![0], job, timeout)
+    };
     let hello = Hello {
         secret: SECRET,
         from: 1,
@@ -403,6 +411,8 @@ fn a_peer_whose_connection_ends_without_closing_releases_the_waiting_rank() {
     });
     let err = wait_for_rogue(&dev).unwrap_err();
     killer.join().unwrap();
+    let named = format!("rank 1 (process {ROGUE_PID}) died; it ran on host rogue-host");
+    assert!(err.to_string().contains(&named), "{err}");
     assert!(
         matches!(
             err,
@@ -431,8 +441,6 @@ fn a_peer_of_another_shape_is_refused_at_connect() {
         secret: SECRET,
         listener,
         peers,
-        pids: Vec::new(),
-        hosts: Vec::new(),
     };
     let timeout = Duration::from_secs(5);
     let ca = config(2, vec![0], mk(la, vec![None, Some(addr_b)]), timeout);

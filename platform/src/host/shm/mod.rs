@@ -146,7 +146,7 @@ impl ShmLinks {
         let mut blocks: Vec<Option<Block>> = (0..config.ranks).map(|_| None).collect();
         for rank in (0..config.ranks).filter(|&r| !config.local_ranks.contains(&r) && !by_tcp(r)) {
             let name = segment_name(tag, rank, "rank");
-            let alive = owner_alive(job, rank);
+            let alive = owner_alive(config, rank);
             let segment = Segment::attach_while(&name, wait, local, alive).map_err(shm_err)?;
             let block = Block {
                 segment: Arc::new(segment),
@@ -261,7 +261,9 @@ impl ShmLinks {
     /// every peer.
     pub(crate) fn announce_failure(&self, cause: &AbortCause) {
         let (rank, pid, loss) = match cause {
-            AbortCause::PeerProcess { rank, pid, loss } => (*rank, *pid, *loss),
+            AbortCause::PeerProcess {
+                rank, pid, loss, ..
+            } => (*rank, *pid, *loss),
             AbortCause::PeerFailed { rank, .. } | AbortCause::UserAbort { rank } => {
                 (*rank, std::process::id(), PeerLoss::Failed)
             }
@@ -294,32 +296,27 @@ impl ShmLinks {
         self.ring_all();
     }
 
-    /// A peer that failed or whose process is gone, if any.
-    fn lost_peer(&self, check_pids: bool) -> Option<AbortCause> {
+    /// A peer that failed or whose process is gone, if any: the rank lost first, the
+    /// process the report names, and how it was lost.
+    fn lost_peer(&self, check_pids: bool) -> Option<(Rank, u32, PeerLoss)> {
         let me = std::process::id();
         self.peer_ranks().find_map(|rank| {
             let peer = self.peer(rank)?;
             let c = peer.block.control();
             match c.status.load(Ordering::Acquire) {
                 FAILED => {
-                    return Some(AbortCause::PeerProcess {
-                        rank: c.origin_rank.load(Ordering::Relaxed) as usize,
-                        pid: c.origin_pid.load(Ordering::Relaxed),
-                        loss: match c.origin_loss.load(Ordering::Relaxed) {
-                            1 => PeerLoss::Died,
-                            _ => PeerLoss::Failed,
-                        },
-                    })
+                    let loss = match c.origin_loss.load(Ordering::Relaxed) {
+                        1 => PeerLoss::Died,
+                        _ => PeerLoss::Failed,
+                    };
+                    let origin = c.origin_rank.load(Ordering::Relaxed) as usize;
+                    return Some((origin, c.origin_pid.load(Ordering::Relaxed), loss));
                 }
                 CLOSED => return None,
                 _ => {}
             }
             let gone = check_pids && peer.pid != me && !process_alive(peer.pid);
-            gone.then_some(AbortCause::PeerProcess {
-                rank,
-                pid: peer.pid,
-                loss: PeerLoss::Died,
-            })
+            gone.then_some((rank, peer.pid, PeerLoss::Died))
         })
     }
 
@@ -373,9 +370,9 @@ impl ShmLinks {
     }
 }
 
-/// Whether the process of `rank` still runs, as far as `job` knows its pid.
-fn owner_alive(job: &ShmJob, rank: Rank) -> impl Fn() -> bool + '_ {
-    move || job.pids.get(rank).is_none_or(|&pid| process_alive(pid))
+/// Whether the process of `rank` still runs, as far as `config` knows its pid.
+fn owner_alive(config: &DeviceConfig, rank: Rank) -> impl Fn() -> bool + '_ {
+    move || process_alive(config.pid_of(rank))
 }
 
 /// True while process `pid` exists (a process of another user counts as existing; 0 is

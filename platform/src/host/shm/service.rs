@@ -91,8 +91,8 @@ fn serve(shared: &Weak<Shared>, links: &ShmLinks) {
         if check_pids {
             since_pids = std::time::Instant::now();
         }
-        if let Some(cause) = links.lost_peer(check_pids).filter(|_| !stopped) {
-            shared.stop(cause, None);
+        if let Some((rank, pid, loss)) = links.lost_peer(check_pids).filter(|_| !stopped) {
+            shared.stop(shared.config.lost(rank, Some(pid), loss), None);
             stopped = true;
         }
         drop(shared);

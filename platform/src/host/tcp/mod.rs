@@ -377,7 +377,9 @@ impl TcpLinks {
     /// send is skipped after a short wait: that peer learns from the socket's end.
     pub(crate) fn announce_failure(&self, cause: &AbortCause) {
         let (origin, pid, died) = match cause {
-            AbortCause::PeerProcess { rank, pid, loss } => (*rank, *pid, *loss == PeerLoss::Died),
+            AbortCause::PeerProcess {
+                rank, pid, loss, ..
+            } => (*rank, *pid, *loss == PeerLoss::Died),
             AbortCause::PeerFailed { rank, .. } | AbortCause::UserAbort { rank } => {
                 (*rank, std::process::id(), false)
             }
@@ -413,15 +415,6 @@ impl TcpLinks {
                     let _ = stream.shutdown(std::net::Shutdown::Write);
                 }
             }
-        }
-    }
-
-    /// The cause for a peer whose connection ended without a Close.
-    pub(crate) fn lost(&self, rank: Rank) -> AbortCause {
-        AbortCause::PeerProcess {
-            rank,
-            pid: self.job.pids.get(rank).copied().unwrap_or(0),
-            loss: PeerLoss::Died,
         }
     }
 }

@@ -403,7 +403,7 @@ fn ended(
     if !conn.closed && !links.closing.load(Ordering::SeqCst) {
         let how = error.map_or_else(|| "end of stream".to_string(), |e| e.to_string());
         tracing::error!(rank = from, %how, "a TCP peer went away without closing");
-        shared.stop(links.lost(from), None);
+        shared.stop(shared.config.lost(from, None, PeerLoss::Died), None);
     }
     Next::Drop
 }
@@ -532,15 +532,13 @@ fn apply(
             links.scratch_announced(from, id, bytes);
         }
         Frame::Failed { origin, pid, died } => {
-            let cause = AbortCause::PeerProcess {
-                rank: usize::try_from(origin).unwrap_or(from),
-                pid: u32::try_from(pid).unwrap_or(0),
-                loss: match died {
-                    true => PeerLoss::Died,
-                    false => PeerLoss::Failed,
-                },
+            let loss = match died {
+                true => PeerLoss::Died,
+                false => PeerLoss::Failed,
             };
-            shared.stop(cause, None);
+            let origin = usize::try_from(origin).unwrap_or(from);
+            let pid = u32::try_from(pid).unwrap_or(0);
+            shared.stop(shared.config.lost(origin, Some(pid), loss), None);
         }
         Frame::Close => conn.closed = true,
     }

@@ -40,10 +40,6 @@ pub struct TcpJob {
     /// Per communicator rank: the address of its listener, for the ranks reached over
     /// TCP (`None` for the others).
     pub peers: Vec<Option<SocketAddr>>,
-    /// The process id of every rank (0: unknown), to name a rank that went away.
-    pub pids: Vec<u32>,
-    /// The host of every rank (empty: unknown), to name a rank that went away.
-    pub hosts: Vec<String>,
 }
 
 impl TcpJob {
