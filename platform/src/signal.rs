@@ -41,8 +41,8 @@
 //! the process that parked a stream can resume it. A peer in another process posts with
 //! [`post_from_afar`]: `CLEAR -> SET`, or, when a stream is parked, `PARKED -> WOKEN`
 //! and a ring of the owner's doorbell; the owner's doorbell service then takes the wakers
-//! of the woken words ([`SignalBank::take_woken`]) and resumes their streams. A network
-//! transport's receiving proxy posts the same way.
+//! of the woken words ([`SignalBank::take_woken`]) and resumes their streams. The TCP
+//! transport's receiver runs in the owner's process, so it posts as a local thread does.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};

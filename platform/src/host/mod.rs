@@ -122,8 +122,10 @@ impl HostDevice {
             config,
             id: crate::device::next_device_id(),
         });
+        // From here a failure drops the device, which tells its peers (Drop).
+        let device = HostDevice { shared };
         if let Some(links) = links {
-            shm::start_service(&shared, links).map_err(|e| ConfigFault::Threads {
+            shm::start_service(&device.shared, links).map_err(|e| ConfigFault::Threads {
                 threads: 1,
                 source: Arc::new(e),
             })?;
@@ -131,14 +133,10 @@ impl HostDevice {
         if let Some(tcp) = tcp {
             // The receiver runs before this device connects, so that peers connecting
             // to it meanwhile are answered.
-            let connected =
-                tcp::receiver::start(&shared, tcp.clone()).and_then(|()| tcp.connect_all());
-            if let Err(err) = connected {
-                tcp.close();
-                return Err(err);
-            }
+            tcp::receiver::start(&device.shared, tcp.clone())?;
+            tcp.connect_all()?;
         }
-        Ok(HostDevice { shared })
+        Ok(device)
     }
 
     /// Number of worker threads.
