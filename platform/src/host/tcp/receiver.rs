@@ -82,7 +82,8 @@ struct Conn {
     closed: bool,
     /// Reads that got bytes (to tell a poller it found work).
     reads: u64,
-    /// Bytes read ahead: `inbox[head..tail]` are not taken yet.
+    /// Bytes read ahead: `inbox[head..tail]` are not taken yet ([`HELLO_LEN`] bytes
+    /// before the hello is taken, [`INBOX_BYTES`] after).
     inbox: Box<[u8]>,
     head: usize,
     tail: usize,
@@ -251,7 +252,8 @@ fn accept(links: &TcpLinks, listener: &TcpListener, conns: &mut Vec<Option<Conn>
             },
             closed: false,
             reads: 0,
-            inbox: vec![0; INBOX_BYTES].into_boxed_slice(),
+            // A hello's worth until the hello is taken: a stranger holds no more.
+            inbox: vec![0; HELLO_LEN].into_boxed_slice(),
             head: 0,
             tail: 0,
         };
@@ -440,6 +442,11 @@ fn hello(
     }
     conn.link = Some((from, slot, to));
     conn.rx = header();
+    // A peer's connection reads ahead in full; bytes after the hello carry over.
+    let mut inbox = vec![0; INBOX_BYTES].into_boxed_slice();
+    let ahead = conn.tail - conn.head;
+    inbox[..ahead].copy_from_slice(&conn.inbox[conn.head..conn.tail]);
+    (conn.inbox, conn.head, conn.tail) = (inbox, 0, ahead);
     Ok(())
 }
 
