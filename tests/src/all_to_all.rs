@@ -34,18 +34,8 @@ fn run_case(
 /// selects the (dtype index, count index) pairs to run. The first failure, with the setup
 /// and case that produced it.
 pub fn run_all_to_all(setup: &Setup, keep: impl Fn(usize, usize) -> bool) -> Result<(), String> {
-    let n = setup.topology.ranks();
-    let comms = Communicator::init_all(n, setup.config_for(OpKind::AlltoAll))
-        .map_err(|e| format!("{setup:?}: init: {e}"))?;
-    all_to_all_on(&comms, keep).map_err(|e| {
-        format!(
-            "{:?} on {:?} (broken {:?}), zero_copy={}, {e}",
-            setup.algo,
-            setup.topology.server_sizes(),
-            setup.topology.broken_links().collect::<Vec<_>>(),
-            setup.zero_copy
-        )
-    })
+    let config = setup.config_for(OpKind::AlltoAll);
+    setup.run_with("", config, |comms| all_to_all_on(comms, keep))
 }
 
 /// [`run_all_to_all`]'s cases on the ranks `comms` (all of a communicator's, or this

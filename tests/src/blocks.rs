@@ -100,16 +100,8 @@ fn run_case(kind: OpKind, comms: &[Communicator], case: &Case, seed: u64) -> Res
 /// built from `setup` (its `algo` forced for `kind`); the first failure, with the setup
 /// and case that produced it.
 pub fn run_blocks(kind: OpKind, setup: &Setup, cases: &[Case]) -> Result<(), String> {
-    let n = setup.topology.ranks();
-    let comms = Communicator::init_all(n, setup.config_for(kind))
-        .map_err(|e| format!("{setup:?}: init: {e}"))?;
-    blocks_on(kind, &comms, cases).map_err(|e| {
-        format!(
-            "{kind} {:?} on {n} ranks {:?}, zero_copy={}, {e}",
-            setup.algo,
-            setup.topology.server_sizes(),
-            setup.zero_copy
-        )
+    setup.run_with(&format!("{kind} "), setup.config_for(kind), |comms| {
+        blocks_on(kind, comms, cases)
     })
 }
 

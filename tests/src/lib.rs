@@ -61,6 +61,29 @@ pub struct Setup {
 }
 
 impl Setup {
+    /// Run `on` over the ranks of a fresh in-process communicator of this setup's
+    /// topology, configured with `config`; a failure is prefixed with `label` and the
+    /// setup that produced it.
+    pub fn run_with(
+        &self,
+        label: &str,
+        config: Config,
+        on: impl FnOnce(&[Communicator]) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let n = self.topology.ranks();
+        let comms =
+            Communicator::init_all(n, config).map_err(|e| format!("{self:?}: init: {e}"))?;
+        on(&comms).map_err(|e| {
+            format!(
+                "{label}{:?} on {n} ranks {:?} (broken {:?}), zero_copy={}, {e}",
+                self.algo,
+                self.topology.server_sizes(),
+                self.topology.broken_links().collect::<Vec<_>>(),
+                self.zero_copy
+            )
+        })
+    }
+
     /// The communicator configuration for this setup (`algo` forced for AllReduce).
     pub fn config(&self) -> Config {
         self.config_for(oxccl::OpKind::AllReduce)
@@ -278,18 +301,7 @@ fn run_case(comms: &[Communicator], case: &Case, seed: u64) -> Result<(), String
 /// Run `cases` in order on a fresh communicator built from `setup`; the first failure, with
 /// the setup and case that produced it.
 pub fn run_all_reduce(setup: &Setup, cases: &[Case]) -> Result<(), String> {
-    let n = setup.topology.ranks();
-    let comms =
-        Communicator::init_all(n, setup.config()).map_err(|e| format!("{setup:?}: init: {e}"))?;
-    all_reduce_on(&comms, cases).map_err(|e| {
-        format!(
-            "{:?} on {n} ranks {:?} (broken {:?}), zero_copy={}, {e}",
-            setup.algo,
-            setup.topology.server_sizes(),
-            setup.topology.broken_links().collect::<Vec<_>>(),
-            setup.zero_copy
-        )
-    })
+    setup.run_with("", setup.config(), |comms| all_reduce_on(comms, cases))
 }
 
 /// Run AllReduce `cases` in order on the ranks `comms` (all of a communicator's, or this

@@ -182,17 +182,8 @@ pub fn roots(ranks: usize) -> [usize; 3] {
 /// `setup` (its `algo` forced for `kind`), case `i` with root `roots(n)[i % 3]`; the
 /// first failure, with the setup and case that produced it.
 pub fn run_rooted(kind: OpKind, setup: &Setup, cases: &[Case]) -> Result<(), String> {
-    let n = setup.topology.ranks();
-    let comms = Communicator::init_all(n, setup.config_for(kind))
-        .map_err(|e| format!("{setup:?}: init: {e}"))?;
-    rooted_on(kind, &comms, cases).map_err(|e| {
-        format!(
-            "{kind} {:?} on {n} ranks {:?} (broken {:?}), zero_copy={}, {e}",
-            setup.algo,
-            setup.topology.server_sizes(),
-            setup.topology.broken_links().collect::<Vec<_>>(),
-            setup.zero_copy
-        )
+    setup.run_with(&format!("{kind} "), setup.config_for(kind), |comms| {
+        rooted_on(kind, comms, cases)
     })
 }
 

@@ -254,16 +254,8 @@ fn run_case(kind: OpKind, comms: &[Communicator], case: &VCase, seed: u64) -> Re
 /// Run `cases` of `kind` in order on a fresh communicator built from `setup` (its `algo`
 /// forced for `kind`); the first failure, with the setup and case that produced it.
 pub fn run_vector(kind: OpKind, setup: &Setup, cases: &[VCase]) -> Result<(), String> {
-    let n = setup.topology.ranks();
-    let comms = Communicator::init_all(n, setup.config_for(kind))
-        .map_err(|e| format!("{setup:?}: init: {e}"))?;
-    vector_on(kind, &comms, cases).map_err(|e| {
-        format!(
-            "{kind} {:?} on {n} ranks {:?}, zero_copy={}, {e}",
-            setup.algo,
-            setup.topology.server_sizes(),
-            setup.zero_copy
-        )
+    setup.run_with(&format!("{kind} "), setup.config_for(kind), |comms| {
+        vector_on(kind, comms, cases)
     })
 }
 

@@ -31,6 +31,21 @@ fn spawn(id: &UniqueId, size: usize, env: &[(&str, String)]) -> Child {
         .expect("spawn a rank process")
 }
 
+/// One process of 4 ranks per rank, each with `OXCCL_RANK`, `OXCCL_TRANSPORT=transport`
+/// and `env`.
+fn spawn_ranks(id: &UniqueId, transport: &str, env: &[(&str, String)]) -> Vec<Child> {
+    (0..4)
+        .map(|r| {
+            let mut all = vec![
+                ("OXCCL_RANK", r.to_string()),
+                ("OXCCL_TRANSPORT", transport.to_string()),
+            ];
+            all.extend_from_slice(env);
+            spawn(id, 4, &all)
+        })
+        .collect()
+}
+
 fn finish(children: Vec<Child>) -> Vec<Output> {
     children
         .into_iter()
@@ -78,15 +93,7 @@ fn named_segments(id: &UniqueId) -> Vec<String> {
 /// Every operator over 4 processes, reaching each other through `transport`.
 fn every_operator_over_four_processes(transport: &str) {
     let id = job(4);
-    let children = (0..4)
-        .map(|r| {
-            let env = [
-                ("OXCCL_RANK", r.to_string()),
-                ("OXCCL_TRANSPORT", transport.to_string()),
-            ];
-            spawn(&id, 4, &env)
-        })
-        .collect();
+    let children = spawn_ranks(&id, transport, &[]);
     assert_all_ok(&finish(children), 4);
     assert_eq!(named_segments(&id), Vec::<String>::new());
 }
@@ -140,16 +147,7 @@ fn a_killed_peer_over_tcp_fails_every_other_rank_within_seconds() {
 
 fn a_killed_peer_fails_every_other_rank(transport: &str) {
     let id = job(4);
-    let mut children: Vec<Child> = (0..4)
-        .map(|r| {
-            let env = [
-                ("OXCCL_RANK", r.to_string()),
-                ("OXCCL_TEST_OPS", "loop".to_string()),
-                ("OXCCL_TRANSPORT", transport.to_string()),
-            ];
-            spawn(&id, 4, &env)
-        })
-        .collect();
+    let mut children = spawn_ranks(&id, transport, &[("OXCCL_TEST_OPS", "loop".to_string())]);
     // Every rank has run an AllReduce: the job is up.
     for child in &mut children {
         let mut line = String::new();
