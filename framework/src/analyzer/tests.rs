@@ -32,6 +32,7 @@ pub(super) fn record(
             build(r, &mut p, layout);
             RankRecording {
                 program: Arc::new(p),
+                loops: Default::default(),
                 request: ResourceRequest {
                     slave_streams: slaves,
                     local_notifies: 0,

@@ -525,7 +525,9 @@ impl Communicator {
         let plan = setting.ctx(self.rank, op);
         // Planning checks the request against the limits, so the device reserves only
         // for a program that exists.
-        let Planned { request, program } = planner::plan(
+        let Planned {
+            request, program, ..
+        } = planner::plan(
             entry.name,
             executor.as_ref(),
             &plan,

@@ -189,6 +189,7 @@ fn recording(programs: Vec<RankProgram>, count: usize) -> Recording {
             .map(|p| RankRecording {
                 program: Arc::new(p),
                 request: ResourceRequest::with_peers(Peers::All),
+                loops: Default::default(),
             })
             .collect(),
     }

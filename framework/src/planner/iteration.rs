@@ -35,7 +35,7 @@ pub(super) fn iteration_starts(op: &OpParam, per_loop: usize) -> impl Iterator<I
 /// one iteration on the user's buffers in either mode: their executors move data through
 /// the CCL buffers themselves in [`Mode::Staged`], where peers cannot reach user buffers
 /// (see [`crate::op::VLayout`]).
-pub(super) fn block_sides(kind: OpKind) -> Option<(bool, bool)> {
+pub(crate) fn block_sides(kind: OpKind) -> Option<(bool, bool)> {
     match kind {
         OpKind::AllReduce | OpKind::Broadcast | OpKind::Reduce => Some((false, false)),
         OpKind::AllGather | OpKind::Gather => Some((false, true)),

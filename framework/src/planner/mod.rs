@@ -27,10 +27,13 @@
 
 mod iteration;
 mod links;
+pub mod loops;
 mod program;
 pub mod recording;
 pub mod sample;
 
+pub(crate) use iteration::block_sides;
+pub use loops::{LoopMark, Loops};
 pub use program::plan_program;
 pub use recording::{record_every_rank, RankRecording, Recording};
 
@@ -83,6 +86,8 @@ impl<'a> Setting<'a> {
 pub struct Planned {
     pub request: ResourceRequest,
     pub program: RankProgram,
+    /// Where each loop iteration lies in `program`.
+    pub loops: Loops,
 }
 
 /// The mode a communicator runs with: [`Mode::Direct`] (zero-copy on user buffers) when
@@ -110,8 +115,12 @@ pub fn plan(
     // itself rather than trusting every caller (a plugin may call it directly).
     ctx.op.validate_shape(ctx.rank, ctx.ranks)?;
     let request = executor.resources(ctx)?;
-    let program = plan_program(name, executor, ctx, &request, layout)?;
-    Ok(Planned { request, program })
+    let (program, loops) = plan_program(name, executor, ctx, &request, layout)?;
+    Ok(Planned {
+        request,
+        program,
+        loops,
+    })
 }
 
 /// The link kind to every peer `ctx.rank` is granted by `request` (`None`: not

@@ -10,18 +10,20 @@
 use super::iteration::{block_sides, iteration_args, iteration_starts, loop_count};
 use super::iteration::{stage_in, stage_out};
 use super::links::{grant_links, validate_program};
+use super::loops::{LoopMark, Loops};
 use crate::error::Error;
 use crate::executor::{check_task_count, Executor, KernelCtx, Mode, PlanCtx, ResourceRequest};
 use oxccl_platform::{NotifyLayout, RankProgram};
 
-/// Build `plan.rank`'s program for the whole operation from its resource request `req`.
+/// Build `plan.rank`'s program for the whole operation from its resource request `req`,
+/// with where each loop iteration lies in it.
 pub fn plan_program(
     executor_name: &'static str,
     executor: &dyn Executor,
     plan: &PlanCtx<'_>,
     req: &ResourceRequest,
     layout: NotifyLayout,
-) -> Result<RankProgram, Error> {
+) -> Result<(RankProgram, Loops), Error> {
     req.check(executor_name, plan.rank)?;
     let links = grant_links(executor_name, plan, req)?;
     let mut program = RankProgram::new(plan.rank, 1 + req.slave_streams);
@@ -31,6 +33,10 @@ pub fn plan_program(
     let staged_by_loop = plan.mode == Mode::Staged && block_sides(op.kind).is_some();
     let iterations = op.count.div_ceil(per_loop);
     check_task_count(executor_name, plan.rank, Some(iterations))?;
+    let mut loops = Loops {
+        per_loop,
+        marks: Vec::with_capacity(iterations),
+    };
     for (iteration, first) in iteration_starts(op, per_loop).enumerate() {
         let count = per_loop.min(op.count - first);
         let args = iteration_args(plan, first, count, iteration);
@@ -61,8 +67,13 @@ pub fn plan_program(
             Some(tasks)
         };
         check_task_count(executor_name, plan.rank, foretold)?;
+        loops.marks.push(LoopMark {
+            first,
+            count,
+            ends: program.streams.iter().map(|s| s.tasks.len()).collect(),
+        });
     }
     let notifies = layout.table_len(req.local_notify_count());
     validate_program(executor_name, plan, &program, &links, notifies as u32)?;
-    Ok(program)
+    Ok((program, loops))
 }

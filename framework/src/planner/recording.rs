@@ -40,6 +40,7 @@ pub fn record_every_rank(
         Ok(RankRecording {
             program: Arc::new(planned.program),
             request: planned.request,
+            loops: planned.loops,
         })
     };
     let ranks = plan_in_parallel(ops.len(), plan_rank)?;
@@ -102,6 +103,8 @@ fn plan_in_parallel<T: Send>(
 pub struct RankRecording {
     pub program: Arc<RankProgram>,
     pub request: ResourceRequest,
+    /// Where each loop iteration lies in `program` (empty for a hand-made program).
+    pub loops: super::Loops,
 }
 
 /// Every rank's program for one operation.
