@@ -79,8 +79,10 @@ pub struct Report {
     pub failures: Vec<Failure>,
     /// Every failure found, kept or not.
     pub failure_count: usize,
-    /// Tasks analysed, over all ranks and streams.
+    /// Tasks of the program, over all ranks and streams.
     pub tasks: usize,
+    /// When a window of the loop's iterations was proved for all of them, which.
+    pub folded: Option<super::Folded>,
 }
 
 impl Report {
@@ -98,7 +100,11 @@ impl Report {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.passed() {
-            return write!(f, "all checks passed on {} tasks", self.tasks);
+            write!(f, "all checks passed on {} tasks", self.tasks)?;
+            if let Some(folded) = &self.folded {
+                write!(f, " ({folded})")?;
+            }
+            return Ok(());
         }
         writeln!(
             f,
@@ -187,6 +193,7 @@ impl Collector {
             failures: self.kept,
             failure_count: self.counts.iter().sum(),
             tasks,
+            folded: None,
         }
     }
 }

@@ -17,7 +17,7 @@
 //! [`Recording::user_offsets`]: super::Recording::user_offsets
 
 use super::bounds::show;
-use super::expect::{expected_output, Expected};
+use super::expect::{expected_output, Expected, ExpectedRange};
 use super::index::{Index, TaskId};
 use super::intervals::IntervalMap;
 use super::report::{Check, Collector};
@@ -28,7 +28,14 @@ use oxccl_platform::{Buf, DataType, ReduceOp, Slice, Task};
 type Memories = Vec<IntervalMap<Value>>;
 
 /// Run the semantics check.
-pub(crate) fn check(idx: &Index<'_>, ex: &Execution, out: &mut Collector) {
+/// Outputs are compared on the iterations `covered` (`(first element, count)`), all
+/// when `None` (see [`super::fold`]).
+pub(crate) fn check(
+    idx: &Index<'_>,
+    ex: &Execution,
+    covered: Option<&[(usize, usize)]>,
+    out: &mut Collector,
+) {
     let rec = idx.rec;
     let mut mems: Memories = vec![IntervalMap::default(); idx.mems()];
     for rank in 0..rec.rank_count() {
@@ -59,7 +66,7 @@ pub(crate) fn check(idx: &Index<'_>, ex: &Execution, out: &mut Collector) {
         }
     }
     if ex.stuck.is_empty() {
-        compare_outputs(idx, &mems, out);
+        compare_outputs(idx, &mems, covered, out);
     }
 }
 
@@ -205,12 +212,40 @@ fn report_piece(
     }
 }
 
-fn compare_outputs(idx: &Index<'_>, mems: &Memories, out: &mut Collector) {
+/// The parts of `range` (an expected range of a blocked operator, which starts at a
+/// block) that the iterations `covered` write; the whole range when `None`.
+fn covered_parts(
+    range: &ExpectedRange,
+    covered: Option<&[(usize, usize)]>,
+    es: usize,
+) -> Vec<ExpectedRange> {
+    let Some(covered) = covered else {
+        return vec![range.clone()];
+    };
+    covered
+        .iter()
+        .map(|&(first, count)| ExpectedRange {
+            start: (range.start + first * es).min(range.end),
+            end: (range.start + (first + count) * es).min(range.end),
+            expected: range.expected.clone(),
+        })
+        .filter(|part| part.start < part.end)
+        .collect()
+}
+
+fn compare_outputs(
+    idx: &Index<'_>,
+    mems: &Memories,
+    covered: Option<&[(usize, usize)]>,
+    out: &mut Collector,
+) {
     let rec = idx.rec;
     for rank in 0..rec.rank_count() {
         let map = &mems[idx.mem(rank, Buf::Output)];
         let (_, base) = rec.user_offsets(rank);
-        for range in expected_output(&rec.ops, rank) {
+        let es = rec.ops[rank].dtype.size();
+        let expected = expected_output(&rec.ops, rank);
+        for range in expected.iter().flat_map(|r| covered_parts(r, covered, es)) {
             let want = match range.expected {
                 Expected::Exactly(want) => want,
                 Expected::Anything => continue,

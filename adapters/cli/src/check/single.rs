@@ -29,6 +29,9 @@ struct Row {
     time_estimate: String,
     failures: usize,
     tasks: usize,
+    /// Which iterations the analyzer proved for all (when it folded the loop).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    folded: Option<String>,
     analyzer_ms: f64,
     time_us: f64,
     algbw_gbps: f64,
@@ -211,6 +214,7 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
             estimate: explained.estimates(),
             failures: report.failures.len(),
             tasks: report.tasks,
+            folded: report.folded.as_ref().map(ToString::to_string),
             analyzer_ms,
             time_estimate: cost.how,
             time_us: cost.time_s * 1e6,
@@ -274,6 +278,9 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
             outln!("# selection: {}", row.reason);
             outln!("# {}", row.estimate);
             outln!("# time: {}", row.time_estimate);
+        }
+        if let Some(folded) = rows.iter().rev().find_map(|r| r.folded.as_ref()) {
+            outln!("# analyzer (last folded size): {folded}");
         }
         for (size, f) in failures.iter().take(SHOWN_FAILURES) {
             outln!("FAIL at {size} B: {}", describe(f));
