@@ -25,9 +25,50 @@ use oxccl_framework::{
     ResourceRequest, Topology,
 };
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
 /// The spanning-tree barrier executor.
-pub struct SpanningTreeBarrier;
+///
+/// It keeps the tree of the last topology it was asked about: selection and recording
+/// ask every rank of one topology in turn, and the tree is one search of the whole link
+/// graph (a few per candidate root), which thousands of ranks must not each repeat.
+#[derive(Default)]
+pub struct SpanningTreeBarrier {
+    last: Mutex<Option<(Topology, Arc<Tree>)>>,
+}
+
+/// The breadth-first tree every rank of a topology runs the barrier over.
+struct Tree {
+    parents: Vec<Option<Rank>>,
+    children: Vec<Vec<Rank>>,
+}
+
+impl SpanningTreeBarrier {
+    fn tree(&self, topology: &Topology) -> Result<Arc<Tree>, Error> {
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((seen, tree)) = &*last {
+            if seen == topology {
+                return Ok(Arc::clone(tree));
+            }
+        }
+        let tree = Arc::new(build_tree(topology)?);
+        *last = Some((topology.clone(), Arc::clone(&tree)));
+        Ok(tree)
+    }
+
+    /// `(parent, children)` of `rank` in the tree.
+    fn links_of(
+        &self,
+        topology: &Topology,
+        rank: Rank,
+    ) -> Result<(Option<Rank>, Vec<Rank>), Error> {
+        let tree = self.tree(topology)?;
+        Ok((tree.parents[rank], tree.children[rank].clone()))
+    }
+}
 
 const NAME: &str = "spanning-tree";
 
@@ -38,7 +79,7 @@ oxccl_framework::register_executor! {
     // Signals only: no data crosses a link, so put-only links (TCP, RDMA) serve it.
     constraints: Constraints { links: LinkNeed::Put, ..Constraints::ANY },
     preference: 5,
-    make: || Box::new(SpanningTreeBarrier),
+    make: || Box::<SpanningTreeBarrier>::default(),
 }
 
 /// Breadth-first parents from `root` over the healthy links (`None` for the root and for
@@ -77,10 +118,50 @@ fn eccentricity(topology: &Topology, root: Rank) -> Option<usize> {
         .try_fold(0, |max, d| d.map(|d| max.max(d)))
 }
 
-/// `(parent, children)` of `rank` in the tree, or `Unsupported` on a disconnected graph.
-fn tree_links(topology: &Topology, rank: Rank) -> Result<(Option<Rank>, Vec<Rank>), Error> {
+/// Ranks up to which every rank is tried as the root.
+const SEARCH_EVERY_ROOT: usize = 64;
+
+/// Most roots tried on a larger asymmetric topology.
+const MAX_ROOTS: usize = 8;
+
+/// The ranks whose eccentricity decides the root. Every rank on a small topology. On a
+/// symmetric one (servers of one size, nothing broken or overridden: every rank sits
+/// alike, so all share one eccentricity and the least rank wins the tie) rank 0 alone.
+/// Otherwise the ranks that break the symmetry (both ends of broken and overridden
+/// links) and the first rank of spread-out servers, bounded by [`MAX_ROOTS`]:
+/// a root that is not a centre only deepens the tree, it stays a right one.
+fn candidate_roots(topology: &Topology) -> Vec<Rank> {
     let n = topology.ranks();
-    let root = (0..n)
+    if n <= SEARCH_EVERY_ROOT {
+        return (0..n).collect();
+    }
+    if oxccl_framework::planner::sample::is_symmetric(topology) {
+        return vec![0];
+    }
+    let mut roots: Vec<Rank> = topology
+        .broken_links()
+        .chain(topology.overridden_pairs().copied())
+        .flat_map(|(a, b)| [a, b])
+        .take(MAX_ROOTS / 2)
+        .collect();
+    let servers = topology.server_sizes().len();
+    let step = servers.div_ceil(MAX_ROOTS / 2).max(1);
+    roots.extend(
+        (0..servers)
+            .step_by(step)
+            .map(|server| topology.server_ranks(server).start),
+    );
+    roots.sort_unstable();
+    roots.dedup();
+    roots
+}
+
+/// The tree of `topology`, rooted at a candidate of least eccentricity, or
+/// `Unsupported` on a disconnected graph.
+fn build_tree(topology: &Topology) -> Result<Tree, Error> {
+    let n = topology.ranks();
+    let root = candidate_roots(topology)
+        .into_iter()
         .filter_map(|r| eccentricity(topology, r).map(|e| (e, r)))
         .min()
         .map(|(_, r)| r)
@@ -93,20 +174,25 @@ fn tree_links(topology: &Topology, rank: Rank) -> Result<(Option<Rank>, Vec<Rank
                 .into(),
         })?;
     let parents = bfs_parents(topology, root);
-    let children = (0..n).filter(|&c| parents[c] == Some(rank)).collect();
-    Ok((parents[rank], children))
+    let mut children = vec![Vec::new(); n];
+    for (child, parent) in parents.iter().enumerate() {
+        if let Some(p) = parent {
+            children[*p].push(child);
+        }
+    }
+    Ok(Tree { parents, children })
 }
 
 impl Executor for SpanningTreeBarrier {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let (parent, mut peers) = tree_links(ctx.topology, ctx.rank)?;
+        let (parent, mut peers) = self.links_of(ctx.topology, ctx.rank)?;
         peers.extend(parent);
         peers.sort_unstable();
         Ok(ResourceRequest::with_peers(Peers::List(peers)))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, _args: &KernelArgs) -> Result<(), Error> {
-        let (parent, children) = tree_links(ctx.topology, ctx.rank)?;
+        let (parent, children) = self.links_of(ctx.topology, ctx.rank)?;
         let children = children
             .into_iter()
             .map(|c| ctx.link(c, 0))
@@ -125,6 +211,24 @@ impl Executor for SpanningTreeBarrier {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tree_links(t: &Topology, rank: Rank) -> Result<(Option<Rank>, Vec<Rank>), Error> {
+        SpanningTreeBarrier::default().links_of(t, rank)
+    }
+
+    #[test]
+    fn a_cluster_tree_is_built_once_and_reaches_every_rank() {
+        let t = Topology::servers(vec![8; 128]).unwrap();
+        let barrier = SpanningTreeBarrier::default();
+        let tree = barrier.tree(&t).unwrap();
+        assert!(Arc::ptr_eq(&tree, &barrier.tree(&t).unwrap()));
+        assert_eq!(tree.parents[0], None);
+        assert!(tree.parents[1..].iter().all(Option::is_some));
+        let broken = t.with_broken(0, 8).unwrap();
+        let other = barrier.tree(&broken).unwrap();
+        assert!(!Arc::ptr_eq(&tree, &other));
+        assert!(other.parents.iter().filter(|p| p.is_none()).count() == 1);
+    }
 
     #[test]
     fn a_healthy_mesh_is_a_star_around_rank_0() {
