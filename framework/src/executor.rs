@@ -17,7 +17,9 @@ use crate::topology::Topology;
 use oxccl_platform::{
     Buf, Link, LinkKind, NotifyId, NotifyLayout, Rank, RankProgram, Slice, StreamProgram,
 };
-use std::any::Any;
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::Arc;
 
 /// How the orchestration loop binds an executor's buffers.
@@ -269,6 +271,30 @@ pub struct KernelCtx<'a> {
     pub(crate) layout: NotifyLayout,
     pub(crate) slaves: usize,
     pub(crate) plan: &'a Plan,
+    pub(crate) memo: &'a mut Memo,
+}
+
+/// Values an executor derives from an iteration's shape, kept for one rank's whole loop
+/// ([`KernelCtx::memo`]): one map per (key type, value type).
+#[derive(Default)]
+pub(crate) struct Memo(HashMap<TypeId, Box<dyn Any + Send + Sync>>);
+
+impl Memo {
+    fn get_or<K, T>(&mut self, key: K, build: impl FnOnce() -> T) -> Arc<T>
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+        T: Send + Sync + 'static,
+    {
+        let map = self
+            .0
+            .entry(TypeId::of::<(K, T)>())
+            .or_insert_with(|| Box::new(HashMap::<K, Arc<T>>::new()));
+        match map.downcast_mut::<HashMap<K, Arc<T>>>() {
+            Some(map) => map.entry(key).or_insert_with(|| Arc::new(build())).clone(),
+            // Unreachable (the entry is keyed by its own type); building again is right.
+            None => Arc::new(build()),
+        }
+    }
 }
 
 impl<'a> KernelCtx<'a> {
@@ -285,6 +311,23 @@ impl<'a> KernelCtx<'a> {
     /// Number of slave streams.
     pub fn slaves(&self) -> usize {
         self.slaves
+    }
+
+    /// The value `build` makes for `key`, built once per rank and handed to every later
+    /// iteration that asks with an equal key (and the same types).
+    ///
+    /// What an iteration derives from its shape alone (the chunk table of its element
+    /// count, a group order, where the chunks stop running on) costs O(group) to build;
+    /// built every iteration, a 32-iteration loop on 4096 ranks builds it 32 times on
+    /// every rank, O(n²) each time over the job. Iterations of one shape share one.
+    /// `key` must determine the value (an element count and a stride, never an iteration
+    /// number unless the value depends on it).
+    pub fn memo<K, T>(&mut self, key: K, build: impl FnOnce() -> T) -> Arc<T>
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+        T: Send + Sync + 'static,
+    {
+        self.memo.get_or(key, build)
     }
 
     /// The plan [`Executor::resources`] stored in the request

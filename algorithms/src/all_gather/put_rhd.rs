@@ -7,7 +7,9 @@
 //! place by the receiver; an iteration is then capped at the CCL buffer over the ranks).
 
 use super::place_own_block;
-use crate::templates::{put_rhd_all_gather, require_links, rhd_peers, PutRhd, RingParams};
+use crate::templates::{
+    put_rhd_all_gather, require_links, rhd_peers, PutRhd, PutRhdRuns, RingParams,
+};
 use oxccl_framework::platform::Buf;
 use oxccl_framework::{
     BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
@@ -43,19 +45,43 @@ impl Executor for PutRhdAllGather {
         if n == 1 {
             return Ok(());
         }
-        let order: Vec<usize> = (0..n).collect();
         let len = blocks[0].1;
-        let recv_chunks: Vec<(usize, usize)> = (0..n).map(|c| (c * len, len)).collect();
+        let shape = ctx.memo((len, args.block_stride), || Shape::new(blocks, len));
         let g = PutRhd {
-            p: RingParams::on_main_stream(&order, &blocks, &order, args),
+            p: RingParams::on_main_stream(&shape.order, &shape.blocks, &shape.order, args),
             recv: BufRange {
                 buf: Buf::Scratch,
                 offset: 0,
                 len: n * len,
             },
-            recv_chunks: &recv_chunks,
+            recv_chunks: &shape.recv_chunks,
             gather_into_place: !args.output.buf.is_user(),
+            runs: &shape.runs,
         };
         put_rhd_all_gather(ctx, &g)
+    }
+}
+
+/// An iteration's group order, blocks, receive slots and their runs, the same for every
+/// iteration of one block length and stride (kept with [`KernelCtx::memo`]).
+struct Shape {
+    order: Vec<usize>,
+    blocks: Vec<(usize, usize)>,
+    recv_chunks: Vec<(usize, usize)>,
+    runs: PutRhdRuns,
+}
+
+impl Shape {
+    fn new(blocks: Vec<(usize, usize)>, len: usize) -> Self {
+        let n = blocks.len();
+        let order: Vec<usize> = (0..n).collect();
+        let recv_chunks: Vec<(usize, usize)> = (0..n).map(|c| (c * len, len)).collect();
+        let runs = PutRhdRuns::new(&order, &blocks, &recv_chunks, None);
+        Shape {
+            order,
+            blocks,
+            recv_chunks,
+            runs,
+        }
     }
 }

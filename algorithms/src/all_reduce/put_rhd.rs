@@ -7,7 +7,7 @@
 //! The receive area holds one iteration (capped at one CCL buffer, the staged loop's cap).
 
 use crate::templates::{
-    even_chunks, put_rhd_all_reduce, require_links, rhd_peers, PutRhd, RingParams,
+    even_chunks, put_rhd_all_reduce, require_links, rhd_peers, PutRhd, PutRhdRuns, RingParams,
 };
 use oxccl_framework::platform::Buf;
 use oxccl_framework::{
@@ -45,19 +45,41 @@ impl Executor for PutRhdAllReduce {
             args.copy_input_to_output(ctx);
             return Ok(());
         }
-        let op = &args.op;
-        let order: Vec<usize> = (0..ctx.ranks).collect();
-        let chunks = even_chunks(op.count, ctx.ranks, op.dtype.size());
+        let (n, count, es) = (ctx.ranks, args.op.count, args.op.dtype.size());
+        let shape = ctx.memo((count, es), || Shape::new(n, count, es));
         let g = PutRhd {
-            p: RingParams::on_main_stream(&order, &chunks, &order, args),
+            p: RingParams::on_main_stream(&shape.order, &shape.chunks, &shape.order, args),
             recv: BufRange {
                 buf: Buf::Scratch,
                 offset: 0,
-                len: op.count * op.dtype.size(),
+                len: count * es,
             },
-            recv_chunks: &chunks,
+            recv_chunks: &shape.chunks,
             gather_into_place: !args.output.buf.is_user(),
+            runs: &shape.runs,
         };
         put_rhd_all_reduce(ctx, &g)
+    }
+}
+
+/// An iteration's group order, chunks and their runs, the same for every iteration of
+/// one element count (kept with [`KernelCtx::memo`]).
+struct Shape {
+    order: Vec<usize>,
+    chunks: Vec<(usize, usize)>,
+    runs: PutRhdRuns,
+}
+
+impl Shape {
+    fn new(n: usize, count: usize, es: usize) -> Self {
+        let order: Vec<usize> = (0..n).collect();
+        let chunks = even_chunks(count, n, es);
+        // The receive area and the partial sums use the chunk table itself.
+        let runs = PutRhdRuns::new(&order, &chunks, &chunks, Some(&chunks));
+        Shape {
+            order,
+            chunks,
+            runs,
+        }
     }
 }

@@ -43,7 +43,9 @@ pub use p2p_put::p2p_put_exchange;
 pub use peer_round::{all_peers_round, Round};
 pub use put::{await_puts, finish_puts, open_for_puts, put};
 pub use put_mesh::{put_mesh_all_gather, put_mesh_reduce_scatter, PutMesh};
-pub use put_rhd::{put_rhd_all_gather, put_rhd_all_reduce, put_rhd_reduce_scatter, PutRhd};
+pub use put_rhd::{
+    put_rhd_all_gather, put_rhd_all_reduce, put_rhd_reduce_scatter, PutRhd, PutRhdRuns,
+};
 pub use put_ring::{put_ring_all_gather, put_ring_reduce_scatter, ChunkSlice, PutRing};
 pub use put_step::put_step;
 pub use relay::{common_neighbours, relay_duties, relay_pieces, require_routes, route, Route};

@@ -44,6 +44,40 @@ pub struct PutRhd<'a> {
     pub recv_chunks: &'a [(usize, usize)],
     /// All-gather puts write the receiver's `p.output` directly (a CCL buffer).
     pub gather_into_place: bool,
+    /// Where this group's chunk tables stop running on, found once for these tables
+    /// ([`PutRhdRuns::new`]); an executor keeps it across iterations of one shape
+    /// ([`KernelCtx::memo`]).
+    pub runs: &'a PutRhdRuns,
+}
+
+/// Where a put RHD group's chunk tables stop running on, in position order: the step
+/// tasks merge chunks into runs, and finding them chunk by chunk would cost O(group) per
+/// step ([`Breaks`]).
+#[derive(Debug)]
+pub struct PutRhdRuns {
+    chunks: Breaks,
+    recv: Breaks,
+    /// The partial sums' table of a reduce-scatter or all-reduce, when it has one.
+    partials: Option<Breaks>,
+}
+
+impl PutRhdRuns {
+    /// The breaks of `chunks` (the group's chunk table), `recv_chunks` (the receive
+    /// area's) and, for a reduction, `partial_chunks` (the [`RingTargets`]' table), with
+    /// the chunk at each position `chunk_at`: the same tables the [`PutRhd`] and the
+    /// targets it runs with hold.
+    pub fn new(
+        chunk_at: &[usize],
+        chunks: &[(usize, usize)],
+        recv_chunks: &[(usize, usize)],
+        partial_chunks: Option<&[(usize, usize)]>,
+    ) -> Self {
+        PutRhdRuns {
+            chunks: Breaks::of(chunks, chunk_at),
+            recv: Breaks::of(recv_chunks, chunk_at),
+            partials: partial_chunks.map(|t| Breaks::of(t, chunk_at)),
+        }
+    }
 }
 
 /// This rank in a put RHD group.
@@ -53,13 +87,110 @@ struct Member<'r, 'a> {
     pos: usize,
 }
 
+/// Positions `q` (in `chunk_at` order) after which a chunk table does not run on: the
+/// bytes of chunk `chunk_at[q]` do not end where those of `chunk_at[q + 1]` begin.
+///
+/// A step's tasks are its chunks merged into runs ([`merge_runs`]); found chunk by chunk
+/// that costs O(group) per step, and a 4096-rank group plans O(n²) per iteration. With the
+/// breaks found once per iteration, a step finds its runs by binary search.
+#[derive(Debug, PartialEq, Eq)]
+struct Breaks(Vec<usize>);
+
+impl Breaks {
+    fn of(table: &[(usize, usize)], chunk_at: &[usize]) -> Self {
+        let ends = |q: usize| {
+            let (offset, len) = table[chunk_at[q]];
+            offset + len
+        };
+        let breaks = (0..chunk_at.len().saturating_sub(1))
+            .filter(|&q| ends(q) != table[chunk_at[q + 1]].0)
+            .collect();
+        Breaks(breaks)
+    }
+
+    /// The breaks strictly inside `positions` (a run may not continue past them).
+    fn within(&self, positions: &Range<usize>) -> &[usize] {
+        let lo = self.0.partition_point(|&q| q < positions.start);
+        let hi = self.0.partition_point(|&q| q + 1 < positions.end);
+        &self.0[lo..hi.max(lo)]
+    }
+}
+
+/// One slice of a step's items: chunks of `table` in `range` on `rank`.
+#[derive(Copy, Clone)]
+struct Side<'t> {
+    range: BufRange,
+    table: &'t [(usize, usize)],
+    breaks: &'t Breaks,
+    rank: Rank,
+}
+
+impl Side<'_> {
+    /// The slice of the chunks at `run` (positions whose chunks run on).
+    fn slice(&self, chunk_at: &[usize], run: &Range<usize>) -> Slice {
+        let (start, _) = self.table[chunk_at[run.start]];
+        let (offset, len) = self.table[chunk_at[run.end - 1]];
+        self.range.at(self.rank, start, offset + len - start)
+    }
+}
+
 impl Member<'_, '_> {
     fn link(&self, ctx: &KernelCtx<'_>, pos: usize) -> Result<Link, Error> {
         ctx.link(self.g.p.order[pos], self.g.p.channel)
     }
 
-    fn chunks_of(&self, positions: Range<usize>) -> Vec<usize> {
-        positions.map(|q| self.g.p.chunk_at[q]).collect()
+    /// The items of the chunks at `positions`, one per run on which every side runs on
+    /// (and a run of its own for position `alone`), with the positions of each.
+    fn runs<const K: usize>(
+        &self,
+        positions: Range<usize>,
+        sides: [Side<'_>; K],
+        alone: Option<usize>,
+    ) -> Vec<(Range<usize>, [Slice; K])> {
+        let mut cuts: Vec<usize> = sides
+            .iter()
+            .flat_map(|s| s.breaks.within(&positions).iter().map(|&q| q + 1))
+            .collect();
+        if let Some(q) = alone.filter(|q| positions.contains(q)) {
+            cuts.extend([q, q + 1]);
+        }
+        cuts.retain(|&c| c > positions.start && c < positions.end);
+        cuts.sort_unstable();
+        cuts.dedup();
+        let chunk_at = self.g.p.chunk_at;
+        let bounds = std::iter::once(positions.start)
+            .chain(cuts)
+            .chain(std::iter::once(positions.end));
+        let bounds: Vec<usize> = bounds.collect();
+        bounds
+            .windows(2)
+            .filter(|w| w[0] < w[1])
+            .map(|w| {
+                let run = w[0]..w[1];
+                let item = sides.map(|s| s.slice(chunk_at, &run));
+                (run, item)
+            })
+            .collect()
+    }
+
+    /// The output chunks (`g.p.output`) of `rank`, as a side.
+    fn output_side(&self, rank: Rank) -> Side<'_> {
+        Side {
+            range: self.g.p.output,
+            table: self.g.p.chunks,
+            breaks: &self.g.runs.chunks,
+            rank,
+        }
+    }
+
+    /// The receive area of `rank`, as a side.
+    fn recv_side(&self, rank: Rank) -> Side<'_> {
+        Side {
+            range: self.g.recv,
+            table: self.g.recv_chunks,
+            breaks: &self.g.runs.recv,
+            rank,
+        }
     }
 
     fn recv_at(&self, rank: Rank, c: usize) -> Slice {
@@ -172,30 +303,76 @@ impl Member<'_, '_> {
         let Some(v) = shape.participant(self.pos) else {
             return Ok(());
         };
+        let found;
+        let breaks = match &self.g.runs.partials {
+            Some(breaks) => breaks,
+            None => {
+                found = Breaks::of(t.partial_chunks, self.g.p.chunk_at);
+                &found
+            }
+        };
+        debug_assert_eq!(*breaks, Breaks::of(t.partial_chunks, self.g.p.chunk_at));
+        let partials = Side {
+            range: t.partials,
+            table: t.partial_chunks,
+            breaks,
+            rank: me,
+        };
+        let input = Side {
+            range: self.g.p.input,
+            ..self.output_side(me)
+        };
         for d in shape.halving() {
             let w = v ^ d;
             let link = self.link(ctx, shape.position(w))?;
             let first = d == shape.m / 2;
-            let mine_partial = !first || v < shape.r;
-            let side = |c: usize| match mine_partial {
-                true => t
-                    .partials
-                    .at(me, t.partial_chunks[c].0, self.g.p.chunks[c].1),
-                false => self.input(me, c),
+            // A partial sum lies where the partials table says, at the chunk's length.
+            let side = match !first || v < shape.r {
+                true => partials,
+                false => input,
             };
+            let theirs = shape.positions(RhdShape::block(w, d));
             let puts = self
-                .chunks_of(shape.positions(RhdShape::block(w, d)))
+                .runs(theirs, [side, self.recv_side(link.remote)], None)
                 .into_iter()
-                .map(|c| [side(c), self.recv_at(link.remote, c)])
+                .map(|(_, item)| item)
                 .collect();
-            let reduces = self
-                .chunks_of(shape.positions(RhdShape::block(v, d)))
-                .into_iter()
-                .map(|c| [self.recv_at(me, c), side(c), self.partial(t, me, c, d == 1)])
-                .collect();
+            let reduces = self.halving_reduces(
+                t,
+                side,
+                partials,
+                d == 1,
+                shape.positions(RhdShape::block(v, d)),
+            );
             self.step(ctx, Some(link), Some(link), puts, reduces, vec![]);
         }
         Ok(())
+    }
+
+    /// A halving step's reduces of the chunks at `mine`: `[received, own side] -> partial`,
+    /// the own chunk's into the result at the last step (`last`) when there is one.
+    fn halving_reduces(
+        &self,
+        t: &RingTargets<'_>,
+        side: Side<'_>,
+        partials: Side<'_>,
+        last: bool,
+        mine: Range<usize>,
+    ) -> Vec<[Slice; 3]> {
+        let me = partials.rank;
+        let alone = (last && t.result.is_some()).then_some(self.pos);
+        self.runs(mine, [self.recv_side(me), side, partials], alone)
+            .into_iter()
+            .map(
+                |(run, [recv, own, dst])| match (t.result, Some(run.start)) {
+                    (Some(_), q) if q == alone => {
+                        let c = self.g.p.chunk_at[run.start];
+                        [recv, own, self.partial(t, me, c, true)]
+                    }
+                    _ => [recv, own, dst],
+                },
+            )
+            .collect()
     }
 
     fn unfold_reduced(&self, ctx: &mut KernelCtx<'_>, t: &RingTargets<'_>) -> Result<(), Error> {
@@ -253,10 +430,25 @@ impl Member<'_, '_> {
         for d in shape.doubling() {
             let w = v ^ d;
             let link = self.link(ctx, shape.position(w))?;
-            let mine = self.chunks_of(shape.positions(RhdShape::block(v, d)));
-            let theirs = self.chunks_of(shape.positions(RhdShape::block(w, d)));
-            let puts = self.gather_puts(me, link.remote, &mine);
-            let copies = self.gather_copies(me, &theirs);
+            let mine = shape.positions(RhdShape::block(v, d));
+            let theirs = shape.positions(RhdShape::block(w, d));
+            let to = match self.g.gather_into_place {
+                true => self.output_side(link.remote),
+                false => self.recv_side(link.remote),
+            };
+            let puts = self
+                .runs(mine, [self.output_side(me), to], None)
+                .into_iter()
+                .map(|(_, item)| item)
+                .collect();
+            let copies = match self.g.gather_into_place {
+                true => Vec::new(),
+                false => self
+                    .runs(theirs, [self.recv_side(me), self.output_side(me)], None)
+                    .into_iter()
+                    .map(|(_, item)| item)
+                    .collect(),
+            };
             self.step(ctx, Some(link), Some(link), puts, vec![], copies);
         }
         Ok(())
@@ -264,6 +456,8 @@ impl Member<'_, '_> {
 }
 
 fn member<'r, 'a>(ctx: &KernelCtx<'_>, g: &'r PutRhd<'a>) -> Result<Member<'r, 'a>, Error> {
+    debug_assert_eq!(g.runs.chunks, Breaks::of(g.p.chunks, g.p.chunk_at));
+    debug_assert_eq!(g.runs.recv, Breaks::of(g.recv_chunks, g.p.chunk_at));
     Ok(Member {
         g,
         shape: RhdShape::new(g.p.order.len()),

@@ -24,24 +24,39 @@
 //! decided.
 
 use super::{CostError, CostParams};
+use crate::planner::Loops;
 use crate::topology::Topology;
 use oxccl_platform::{LinkKind, LinkSignal, NotifyLayout, RankProgram, Task};
 use std::collections::HashMap;
 
 /// The estimated time of an operation, seconds, from the programs of some of its ranks
-/// (`programs`, each knowing its rank) on `topology` with notify layout `layout`.
+/// (`programs`, each knowing its rank, with where its loop iterations lie) on `topology`
+/// with notify layout `layout`. A task counts as often as its iteration stands for
+/// ([`LoopMark::repeats`](crate::planner::LoopMark::repeats)): a program planned with
+/// [`Iterations::Sampled`](crate::planner::Iterations::Sampled) is estimated as the whole
+/// loop.
 pub fn estimate(
-    programs: &[&RankProgram],
+    programs: &[(&RankProgram, &Loops)],
     topology: &Topology,
     layout: NotifyLayout,
     params: &CostParams,
 ) -> Result<f64, CostError> {
     params.validate()?;
     let mut worst: f64 = 0.0;
-    for program in programs {
-        worst = worst.max(rank_time(program, topology, layout, params)?);
+    for (program, loops) in programs {
+        worst = worst.max(rank_time(program, loops, topology, layout, params)?);
     }
     Ok(worst)
+}
+
+/// How often each task of `stream` counts: its iteration's repeats (1 outside marks).
+fn weights(loops: &Loops, stream: usize, len: usize) -> Vec<(std::ops::Range<usize>, f64)> {
+    let mut segments: Vec<_> = (0..loops.marks.len())
+        .map(|i| (loops.tasks(i, stream), loops.marks[i].repeats as f64))
+        .collect();
+    let end = segments.last().map_or(0, |(r, _)| r.end);
+    segments.push((end..len, 1.0));
+    segments
 }
 
 /// Bytes per link direction and per NIC one rank's program moves.
@@ -54,6 +69,7 @@ struct Traffic {
 
 fn rank_time(
     program: &RankProgram,
+    loops: &Loops,
     topology: &Topology,
     layout: NotifyLayout,
     params: &CostParams,
@@ -63,20 +79,23 @@ fn rank_time(
     let mut longest: f64 = 0.0;
     for (s, stream) in program.streams.iter().enumerate() {
         let mut t = 0.0;
-        for (i, task) in stream.tasks.iter().enumerate() {
-            t += params.dispatch_s();
-            let at = (me, s, i);
-            t += match task {
-                Task::Copy { .. } | Task::Reduce { .. } => {
-                    let transfer = transfers(task, at, topology, &mut traffic)?;
-                    params.engine_seconds(task).max(transfer)
-                }
-                Task::Wait { notify } => match signal_peer(notify.index, layout) {
-                    Some(peer) => topology.link(peer, me).map_or(0.0, |l| l.latency_s()),
-                    None => 0.0,
-                },
-                Task::Post { .. } => 0.0,
-            };
+        for (range, weight) in weights(loops, s, stream.tasks.len()) {
+            for i in range {
+                let task = &stream.tasks[i];
+                let at = (me, s, i);
+                let cost = match task {
+                    Task::Copy { .. } | Task::Reduce { .. } => {
+                        let transfer = transfers(task, at, weight, topology, &mut traffic)?;
+                        params.engine_seconds(task).max(transfer)
+                    }
+                    Task::Wait { notify } => match signal_peer(notify.index, layout) {
+                        Some(peer) => topology.link(peer, me).map_or(0.0, |l| l.latency_s()),
+                        None => 0.0,
+                    },
+                    Task::Post { .. } => 0.0,
+                };
+                t += (params.dispatch_s() + cost) * weight;
+            }
         }
         longest = longest.max(t);
     }
@@ -93,10 +112,11 @@ fn rank_time(
 }
 
 /// The longest of a task's transfers to or from peers (α + bytes·β each), recording the
-/// bytes each link direction carries.
+/// bytes each link direction carries, `weight` times.
 fn transfers(
     task: &Task,
     (me, stream, index): (usize, usize, usize),
+    weight: f64,
     topology: &Topology,
     traffic: &mut Traffic,
 ) -> Result<f64, CostError> {
@@ -120,11 +140,11 @@ fn transfers(
             why: topology.link_status(from, to).refusal(),
         })?;
         let bytes = slice.len as f64;
-        *traffic.links.entry((from, to)).or_default() += bytes;
+        *traffic.links.entry((from, to)).or_default() += bytes * weight;
         if spec.kind == LinkKind::Rdma {
             match read {
-                true => traffic.nic_in += bytes,
-                false => traffic.nic_out += bytes,
+                true => traffic.nic_in += bytes * weight,
+                false => traffic.nic_out += bytes * weight,
             }
         }
         longest = longest.max(spec.latency_s() + bytes / spec.bytes_per_s());
@@ -165,7 +185,7 @@ mod tests {
             Slice::new(1, Buf::CclIn, 0, len),
         );
         let params = CostParams::default();
-        let got = estimate(&[&p], &t, layout(2), &params).unwrap();
+        let got = estimate(&[(&p, &Loops::default())], &t, layout(2), &params).unwrap();
         let want = params.dispatch_s() + spec.latency_s() + len as f64 / spec.bytes_per_s();
         assert!((got - want).abs() < 1e-12, "{got} vs {want}");
     }
@@ -184,7 +204,7 @@ mod tests {
             dispatch_us: 0.0,
             ..CostParams::default()
         };
-        let got = estimate(&[&p], &t, l, &params).unwrap();
+        let got = estimate(&[(&p, &Loops::default())], &t, l, &params).unwrap();
         assert!((got - t.link(1, 0).unwrap().latency_s()).abs() < 1e-15);
     }
 
@@ -200,7 +220,7 @@ mod tests {
             );
         }
         let params = CostParams::default();
-        let got = estimate(&[&p], &t, layout(2), &params).unwrap();
+        let got = estimate(&[(&p, &Loops::default())], &t, layout(2), &params).unwrap();
         let bw = t.link(0, 1).unwrap().bytes_per_s();
         assert!(got >= 2.0 * len as f64 / bw, "two streams share one link");
     }
@@ -213,7 +233,13 @@ mod tests {
             Slice::new(2, Buf::CclIn, 0, 8),
             Slice::new(0, Buf::CclOut, 0, 8),
         );
-        let err = estimate(&[&p], &t, layout(3), &CostParams::default()).unwrap_err();
+        let err = estimate(
+            &[(&p, &Loops::default())],
+            &t,
+            layout(3),
+            &CostParams::default(),
+        )
+        .unwrap_err();
         assert!(matches!(err, CostError::NoLink { peer: 2, .. }), "{err}");
     }
 }

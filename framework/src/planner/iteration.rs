@@ -21,7 +21,10 @@ use oxccl_platform::{Buf, RankProgram, Slice};
 /// The first element of every loop iteration: one iteration per `per_loop` elements, and
 /// at least one for the operators that run without elements of their own (a barrier; a
 /// point-to-point rank that may relay others' transfers, see [`OpParam::has_work`]).
-pub(super) fn iteration_starts(op: &OpParam, per_loop: usize) -> impl Iterator<Item = usize> {
+pub(super) fn iteration_starts(
+    op: &OpParam,
+    per_loop: usize,
+) -> impl ExactSizeIterator<Item = usize> {
     let end = if op.kind == OpKind::Barrier || op.kind.is_p2p() {
         op.count.max(1)
     } else {

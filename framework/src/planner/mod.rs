@@ -33,7 +33,7 @@ pub mod recording;
 pub mod sample;
 
 pub(crate) use iteration::block_sides;
-pub use loops::{LoopMark, Loops};
+pub use loops::{Iterations, LoopMark, Loops};
 pub use program::plan_program;
 pub use recording::{record_every_rank, RankRecording, Recording};
 
@@ -110,12 +110,23 @@ pub fn plan(
     ctx: &PlanCtx<'_>,
     layout: NotifyLayout,
 ) -> Result<Planned, Error> {
+    plan_iterations(name, executor, ctx, layout, Iterations::All)
+}
+
+/// [`plan`], building only the iterations `which` names (see [`Iterations`]).
+pub fn plan_iterations(
+    name: &'static str,
+    executor: &dyn Executor,
+    ctx: &PlanCtx<'_>,
+    layout: NotifyLayout,
+    which: Iterations,
+) -> Result<Planned, Error> {
     // The loop derives offsets from the op's count, blocks and layout without checking
     // each product again: that rests on the shape being valid, so the planner checks it
     // itself rather than trusting every caller (a plugin may call it directly).
     ctx.op.validate_shape(ctx.rank, ctx.ranks)?;
     let request = executor.resources(ctx)?;
-    let (program, loops) = plan_program(name, executor, ctx, &request, layout)?;
+    let (program, loops) = plan_program(name, executor, ctx, &request, layout, which)?;
     Ok(Planned {
         request,
         program,

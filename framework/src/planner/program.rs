@@ -10,19 +10,23 @@
 use super::iteration::{block_sides, iteration_args, iteration_starts, loop_count};
 use super::iteration::{stage_in, stage_out};
 use super::links::{grant_links, validate_program};
-use super::loops::{LoopMark, Loops};
+use super::loops::{Iterations, LoopMark, Loops};
 use crate::error::Error;
-use crate::executor::{check_task_count, Executor, KernelCtx, Mode, PlanCtx, ResourceRequest};
+use crate::executor::{
+    check_task_count, Executor, KernelCtx, Memo, Mode, PlanCtx, ResourceRequest,
+};
 use oxccl_platform::{NotifyLayout, RankProgram};
 
-/// Build `plan.rank`'s program for the whole operation from its resource request `req`,
-/// with where each loop iteration lies in it.
+/// Build `plan.rank`'s program for the whole operation from its resource request `req`
+/// (every iteration of the loop, or the sample `which` names), with where each planned
+/// iteration lies in it.
 pub fn plan_program(
     executor_name: &'static str,
     executor: &dyn Executor,
     plan: &PlanCtx<'_>,
     req: &ResourceRequest,
     layout: NotifyLayout,
+    which: Iterations,
 ) -> Result<(RankProgram, Loops), Error> {
     req.check(executor_name, plan.rank)?;
     let links = grant_links(executor_name, plan, req)?;
@@ -37,7 +41,12 @@ pub fn plan_program(
         per_loop,
         marks: Vec::with_capacity(iterations),
     };
+    let total = iteration_starts(op, per_loop).len();
+    let mut memo = Memo::default();
     for (iteration, first) in iteration_starts(op, per_loop).enumerate() {
+        let Some(repeats) = which.repeats(iteration, total) else {
+            continue;
+        };
         let count = per_loop.min(op.count - first);
         let args = iteration_args(plan, first, count, iteration);
         if staged_by_loop {
@@ -53,6 +62,7 @@ pub fn plan_program(
             layout,
             slaves: req.slave_streams,
             plan: &req.plan,
+            memo: &mut memo,
         };
         executor.kernel_run(&mut ctx, &args)?;
         if staged_by_loop {
@@ -70,6 +80,7 @@ pub fn plan_program(
         loops.marks.push(LoopMark {
             first,
             count,
+            repeats,
             ends: program.streams.iter().map(|s| s.tasks.len()).collect(),
         });
     }

@@ -36,7 +36,7 @@ use crate::error::Error;
 use crate::executor::ExecutorEntry;
 use crate::planner::sample::representative_ranks;
 use crate::planner::Planned;
-use crate::planner::{plan, record_every_rank};
+use crate::planner::{plan_iterations, record_every_rank, Iterations, Loops};
 use crate::registry::registry;
 use oxccl_platform::{Rank, RankProgram};
 
@@ -94,8 +94,9 @@ pub(super) fn decide(key: &Key, req: &SelectRequest<'_>) -> Result<Decision, Err
 /// A candidate that passed screening, with its representative ranks planned.
 struct Sampled {
     executor: Box<dyn crate::executor::Executor>,
+    /// Planned with [`Iterations::Sampled`]: the first, second and last iteration.
     programs: Vec<Planned>,
-    /// Tasks of the largest sampled program.
+    /// Tasks the largest sampled program would hold with every iteration planned.
     largest: usize,
 }
 
@@ -116,13 +117,19 @@ fn sample(
         .iter()
         .map(|&rank| {
             let ctx = setting.ctx(rank, req.op);
-            plan(entry.name, executor.as_ref(), &ctx, layout)
+            plan_iterations(
+                entry.name,
+                executor.as_ref(),
+                &ctx,
+                layout,
+                Iterations::Sampled,
+            )
         })
         .collect::<Result<Vec<Planned>, Error>>()
         .map_err(|e| Outcome::Rejected(Rejection::ModelError, format!("planning failed: {e}")))?;
     let largest = programs
         .iter()
-        .map(|p| p.program.task_count())
+        .map(|p| p.loops.foretold_tasks())
         .max()
         .unwrap_or(0);
     Ok(Sampled {
@@ -150,7 +157,11 @@ fn model_one(
         let report = model(&rec, &params).map_err(|e| format!("cost model failed: {e}"))?;
         (report.time_s, Estimate::Simulated)
     } else {
-        let programs: Vec<&RankProgram> = sampled.programs.iter().map(|p| &p.program).collect();
+        let programs: Vec<(&RankProgram, &Loops)> = sampled
+            .programs
+            .iter()
+            .map(|p| (&p.program, &p.loops))
+            .collect();
         let time_s = estimate(&programs, req.topology, setting.layout(), &params)
             .map_err(|e| format!("analytic estimate failed: {e}"))?;
         (time_s, Estimate::Analytic)

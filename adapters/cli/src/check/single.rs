@@ -4,6 +4,7 @@ use super::{config, CheckArgs, CheckPlan};
 use crate::validate::refused;
 use oxccl::framework::analyzer::{analyze, Failure, Recording};
 use oxccl::framework::cost::{estimate, model, write_chrome_trace, CostError, CostParams};
+use oxccl::framework::planner::Loops;
 use oxccl::framework::platform::RankProgram;
 use oxccl::framework::{
     select_alg, Config, Explanation, SelectRequest, Verdict, SIMULATION_BUDGET,
@@ -33,6 +34,10 @@ struct Row {
     #[serde(skip_serializing_if = "Option::is_none")]
     folded: Option<String>,
     analyzer_ms: f64,
+    /// Wall time of select_alg's choice, of planning every rank, and of the time model.
+    select_ms: f64,
+    plan_ms: f64,
+    model_ms: f64,
     time_us: f64,
     algbw_gbps: f64,
     busbw_gbps: f64,
@@ -68,7 +73,8 @@ fn modelled(rec: &Recording, params: &CostParams) -> Result<Modelled, CostError>
             how: "discrete-event replay of every rank".into(),
         });
     }
-    let programs: Vec<&RankProgram> = rec.ranks.iter().map(|r| &*r.program).collect();
+    let programs: Vec<(&RankProgram, &Loops)> =
+        rec.ranks.iter().map(|r| (&*r.program, &r.loops)).collect();
     let time_s = estimate(&programs, &rec.topology, rec.layout, params)?;
     let (input, output) = rec.ops[0].buffer_bytes(0, rec.rank_count());
     let algbw_gbps = match time_s > 0.0 {
@@ -125,6 +131,10 @@ fn candidates_json(e: &Explanation) -> Vec<serde_json::Value> {
             })
         })
         .collect()
+}
+
+fn ms_since(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
 }
 
 fn describe(f: &Failure) -> String {
@@ -186,11 +196,18 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
         let each = plan.calls(count);
         let op = &each[0];
         let config = config(args, kind, topo, args.algo.as_deref())?;
-        let rec = Recording::record_each(&each, args.in_place, config.clone())?;
+        // select_alg first (the recording then finds its choice cached), so each phase
+        // is timed alone.
+        let start = Instant::now();
         let explained = explanation(&config, op, topo, args)?;
+        let select_ms = ms_since(start);
+        let start = Instant::now();
+        let rec = Recording::record_each(&each, args.in_place, config.clone())?;
+        let plan_ms = ms_since(start);
         let start = Instant::now();
         let report = analyze(&rec);
-        let analyzer_ms = start.elapsed().as_secs_f64() * 1e3;
+        let analyzer_ms = ms_since(start);
+        let start = Instant::now();
         let cost = modelled(&rec, &params).map_err(|e| {
             refused(
                 "oxccl check",
@@ -199,6 +216,7 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
                 e,
             )
         })?;
+        let model_ms = ms_since(start);
         let sequence = match args.sequence {
             true => Some(super::sequence::check_row(
                 args, plan, plan.then, count, &rec,
@@ -216,6 +234,9 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
             tasks: report.tasks,
             folded: report.folded.as_ref().map(ToString::to_string),
             analyzer_ms,
+            select_ms,
+            plan_ms,
+            model_ms,
             time_estimate: cost.how,
             time_us: cost.time_s * 1e6,
             algbw_gbps: cost.algbw_gbps,
@@ -281,6 +302,16 @@ pub fn run(args: &CheckArgs, plan: &CheckPlan) -> Result<ExitCode, Error> {
         }
         if let Some(folded) = rows.iter().rev().find_map(|r| r.folded.as_ref()) {
             outln!("# analyzer (last folded size): {folded}");
+        }
+        if let Some(row) = rows.last() {
+            outln!(
+                "# wall time of the last size: select {:.1} ms, plan {:.1} ms, analyzer {:.1} \
+                 ms, model {:.1} ms",
+                row.select_ms,
+                row.plan_ms,
+                row.analyzer_ms,
+                row.model_ms
+            );
         }
         for (size, f) in failures.iter().take(SHOWN_FAILURES) {
             outln!("FAIL at {size} B: {}", describe(f));
