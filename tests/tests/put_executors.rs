@@ -127,6 +127,12 @@ put_executor_tests!(
     all_gather_put_rhd_runs
 );
 
+/// Reduce put-rhd: the reduce-scatter above, then a put of every chunk to the root.
+#[test]
+fn reduce_put_rhd_audited() {
+    audited(OpKind::Reduce, "put-rhd");
+}
+
 put_executor_tests!(
     OpKind::AllGatherV,
     "put-ring",

@@ -55,3 +55,13 @@ fn put_mesh() {
 fn put_mesh_conforms() {
     rooted_conforms(KIND, "put-mesh");
 }
+
+#[test]
+fn put_rhd() {
+    check_rooted_executor(KIND, "put-rhd");
+}
+
+#[test]
+fn put_rhd_conforms() {
+    rooted_conforms(KIND, "put-rhd");
+}

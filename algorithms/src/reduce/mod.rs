@@ -7,6 +7,7 @@
 
 pub mod mesh;
 pub mod put_mesh;
+pub mod put_rhd;
 pub mod relay_mesh;
 pub mod relay_reduce_scatter_gather;
 pub mod ring;

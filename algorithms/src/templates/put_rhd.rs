@@ -388,7 +388,9 @@ impl Member<'_, '_> {
             let puts = vec![[src, self.recv_at(peer.remote, c)]];
             self.step(ctx, None, Some(peer), puts, vec![], vec![]);
         } else {
+            // The own chunk, which may be shorter than the partner's (uneven chunks).
             let c = self.g.p.chunk_at[pos];
+            let len = self.g.p.chunks[c].1;
             let dst = match t.result {
                 Some(result) => result.at(me, 0, len),
                 None => t.partials.at(me, t.partial_chunks[c].0, len),
