@@ -6,9 +6,7 @@
 //! partner's CclOut when staged. `2log2(p)` steps on a power of two, two more otherwise.
 //! The receive area holds one iteration (capped at one CCL buffer, the staged loop's cap).
 
-use crate::templates::{
-    even_chunks, put_rhd_all_reduce, require_links, rhd_peers, PutRhd, PutRhdRuns, RingParams,
-};
+use crate::templates::{put_rhd_all_reduce, require_links, rhd_peers, EvenRhd, PutRhd, RingParams};
 use oxccl_framework::platform::Buf;
 use oxccl_framework::{
     BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
@@ -46,7 +44,7 @@ impl Executor for PutRhdAllReduce {
             return Ok(());
         }
         let (n, count, es) = (ctx.ranks, args.op.count, args.op.dtype.size());
-        let shape = ctx.memo((count, es), || Shape::new(n, count, es));
+        let shape = ctx.memo((count, es), || EvenRhd::new(n, count, es));
         let g = PutRhd {
             p: RingParams::on_main_stream(&shape.order, &shape.chunks, &shape.order, args),
             recv: BufRange {
@@ -59,27 +57,5 @@ impl Executor for PutRhdAllReduce {
             runs: &shape.runs,
         };
         put_rhd_all_reduce(ctx, &g)
-    }
-}
-
-/// An iteration's group order, chunks and their runs, the same for every iteration of
-/// one element count (kept with [`KernelCtx::memo`]).
-struct Shape {
-    order: Vec<usize>,
-    chunks: Vec<(usize, usize)>,
-    runs: PutRhdRuns,
-}
-
-impl Shape {
-    fn new(n: usize, count: usize, es: usize) -> Self {
-        let order: Vec<usize> = (0..n).collect();
-        let chunks = even_chunks(count, n, es);
-        // The receive area and the partial sums use the chunk table itself.
-        let runs = PutRhdRuns::new(&order, &chunks, &chunks, Some(&chunks));
-        Shape {
-            order,
-            chunks,
-            runs,
-        }
     }
 }

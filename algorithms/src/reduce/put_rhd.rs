@@ -15,8 +15,8 @@
 
 use crate::broadcast::root_of;
 use crate::templates::{
-    await_puts, even_chunks, finish_puts, open_for_puts, put, put_rhd_reduce_scatter,
-    require_links, rhd_peers, PutRhd, PutRhdRuns, RingParams, RingTargets,
+    await_puts, finish_puts, open_for_puts, put, put_rhd_reduce_scatter, require_links, rhd_peers,
+    EvenRhd, PutRhd, RingParams, RingTargets,
 };
 use oxccl_framework::platform::Buf;
 use oxccl_framework::{
@@ -68,7 +68,7 @@ impl Executor for PutRhdReduce {
             return Ok(());
         }
         let (count, es) = (args.op.count, args.op.dtype.size());
-        let shape = ctx.memo((count, es), || Shape::new(n, count, es));
+        let shape = ctx.memo((count, es), || EvenRhd::new(n, count, es));
         let g = PutRhd {
             p: RingParams::on_main_stream(&shape.order, &shape.chunks, &shape.order, args),
             recv: BufRange {
@@ -127,26 +127,5 @@ fn copy_out_but(
     for (offset, len) in [(0, start), (end, total - end)] {
         ctx.main()
             .copy(from.at(me, offset, len), to.at(me, offset, len));
-    }
-}
-
-/// An iteration's group order, chunks and their runs, the same for every iteration of
-/// one element count (kept with [`KernelCtx::memo`]).
-struct Shape {
-    order: Vec<usize>,
-    chunks: Vec<(usize, usize)>,
-    runs: PutRhdRuns,
-}
-
-impl Shape {
-    fn new(n: usize, count: usize, es: usize) -> Self {
-        let order: Vec<usize> = (0..n).collect();
-        let chunks = even_chunks(count, n, es);
-        let runs = PutRhdRuns::new(&order, &chunks, &chunks, Some(&chunks));
-        Shape {
-            order,
-            chunks,
-            runs,
-        }
     }
 }

@@ -61,6 +61,30 @@ pub struct PutRhdRuns {
     partials: Option<Breaks>,
 }
 
+/// The group of an RHD over every rank in rank order with evenly split chunks (the
+/// AllReduce and Reduce shape): the order, the chunks and their runs, the same for every
+/// iteration of one element count, which an executor keeps with [`KernelCtx::memo`].
+pub struct EvenRhd {
+    pub order: Vec<Rank>,
+    pub chunks: Vec<(usize, usize)>,
+    /// The chunk table serves as the receive area's and the partial sums' too.
+    pub runs: PutRhdRuns,
+}
+
+impl EvenRhd {
+    /// `count` elements of `es` bytes over `n` ranks.
+    pub fn new(n: usize, count: usize, es: usize) -> Self {
+        let order: Vec<Rank> = (0..n).collect();
+        let chunks = super::even_chunks(count, n, es);
+        let runs = PutRhdRuns::new(&order, &chunks, &chunks, Some(&chunks));
+        EvenRhd {
+            order,
+            chunks,
+            runs,
+        }
+    }
+}
+
 impl PutRhdRuns {
     /// The breaks of `chunks` (the group's chunk table), `recv_chunks` (the receive
     /// area's) and, for a reduction, `partial_chunks` (the [`RingTargets`]' table), with
