@@ -98,6 +98,7 @@ fn every_registered_executor_is_covered_by_a_test_file() {
             &[
                 "mesh",
                 "put-mesh",
+                "put-rhd",
                 "relay-mesh",
                 "relay-reduce-scatter-gather",
                 "ring",
