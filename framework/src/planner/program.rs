@@ -39,7 +39,8 @@ pub fn plan_program(
     check_task_count(executor_name, plan.rank, Some(iterations))?;
     let mut loops = Loops {
         per_loop,
-        marks: Vec::with_capacity(iterations),
+        // Grown as planned: a sampled plan keeps 3 marks of however many iterations.
+        marks: Vec::new(),
     };
     let total = iteration_starts(op, per_loop).len();
     let mut memo = Memo::default();
