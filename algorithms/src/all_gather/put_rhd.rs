@@ -8,7 +8,7 @@
 
 use super::place_own_block;
 use crate::templates::{
-    put_rhd_all_gather, require_links, rhd_peers, PutRhd, PutRhdRuns, RingParams,
+    put_rhd_all_gather, require_links, rhd_peers, PutRhd, PutRhdShape, RingParams,
 };
 use oxccl_framework::platform::Buf;
 use oxccl_framework::{
@@ -46,9 +46,11 @@ impl Executor for PutRhdAllGather {
             return Ok(());
         }
         let len = blocks[0].1;
-        let shape = ctx.memo((len, args.block_stride), || Shape::new(blocks, len));
+        let shape = ctx.memo((len, args.block_stride), || {
+            PutRhdShape::blocks(blocks, len)
+        });
         let g = PutRhd {
-            p: RingParams::on_main_stream(&shape.order, &shape.blocks, &shape.order, args),
+            p: RingParams::on_main_stream(&shape.order, &shape.chunks, &shape.order, args),
             recv: BufRange {
                 buf: Buf::Scratch,
                 offset: 0,
@@ -59,29 +61,5 @@ impl Executor for PutRhdAllGather {
             runs: &shape.runs,
         };
         put_rhd_all_gather(ctx, &g)
-    }
-}
-
-/// An iteration's group order, blocks, receive slots and their runs, the same for every
-/// iteration of one block length and stride (kept with [`KernelCtx::memo`]).
-struct Shape {
-    order: Vec<usize>,
-    blocks: Vec<(usize, usize)>,
-    recv_chunks: Vec<(usize, usize)>,
-    runs: PutRhdRuns,
-}
-
-impl Shape {
-    fn new(blocks: Vec<(usize, usize)>, len: usize) -> Self {
-        let n = blocks.len();
-        let order: Vec<usize> = (0..n).collect();
-        let recv_chunks: Vec<(usize, usize)> = (0..n).map(|c| (c * len, len)).collect();
-        let runs = PutRhdRuns::new(&order, &blocks, &recv_chunks, None);
-        Shape {
-            order,
-            blocks,
-            recv_chunks,
-            runs,
-        }
     }
 }

@@ -6,7 +6,9 @@
 //! partner's CclOut when staged. `2log2(p)` steps on a power of two, two more otherwise.
 //! The receive area holds one iteration (capped at one CCL buffer, the staged loop's cap).
 
-use crate::templates::{put_rhd_all_reduce, require_links, rhd_peers, EvenRhd, PutRhd, RingParams};
+use crate::templates::{
+    put_rhd_all_reduce, require_links, rhd_peers, PutRhd, PutRhdShape, RingParams,
+};
 use oxccl_framework::platform::Buf;
 use oxccl_framework::{
     BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
@@ -44,7 +46,7 @@ impl Executor for PutRhdAllReduce {
             return Ok(());
         }
         let (n, count, es) = (ctx.ranks, args.op.count, args.op.dtype.size());
-        let shape = ctx.memo((count, es), || EvenRhd::new(n, count, es));
+        let shape = ctx.memo((count, es), || PutRhdShape::even(n, count, es));
         let g = PutRhd {
             p: RingParams::on_main_stream(&shape.order, &shape.chunks, &shape.order, args),
             recv: BufRange {

@@ -16,7 +16,7 @@
 use crate::broadcast::root_of;
 use crate::templates::{
     await_puts, finish_puts, open_for_puts, put, put_rhd_reduce_scatter, require_links, rhd_peers,
-    EvenRhd, PutRhd, RingParams, RingTargets,
+    PutRhd, PutRhdShape, RingParams, RingTargets,
 };
 use oxccl_framework::platform::Buf;
 use oxccl_framework::{
@@ -42,15 +42,18 @@ impl Executor for PutRhdReduce {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let root = root_of(ctx.op, NAME)?;
         let order: Vec<usize> = (0..ctx.ranks).collect();
-        let mut peers = match ctx.rank == root {
+        // The root hears from every rank (its RHD partners among them); the others from
+        // their partners, and put to the root.
+        let peers: Vec<usize> = match ctx.rank == root {
             true => (0..ctx.ranks).filter(|&p| p != root).collect(),
-            false => rhd_peers(&order, ctx.rank),
+            false => {
+                let mut peers = rhd_peers(&order, ctx.rank);
+                peers.push(root);
+                peers.sort_unstable();
+                peers.dedup();
+                peers
+            }
         };
-        if ctx.rank != root {
-            peers.push(root);
-        }
-        peers.sort_unstable();
-        peers.dedup();
         let peers = require_links(ctx.topology, NAME, ctx.rank, peers)?;
         let request = ResourceRequest::with_peers(Peers::List(peers));
         if ctx.ranks == 1 {
@@ -68,7 +71,7 @@ impl Executor for PutRhdReduce {
             return Ok(());
         }
         let (count, es) = (args.op.count, args.op.dtype.size());
-        let shape = ctx.memo((count, es), || EvenRhd::new(n, count, es));
+        let shape = ctx.memo((count, es), || PutRhdShape::even(n, count, es));
         let g = PutRhd {
             p: RingParams::on_main_stream(&shape.order, &shape.chunks, &shape.order, args),
             recv: BufRange {

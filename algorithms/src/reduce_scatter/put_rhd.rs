@@ -7,7 +7,7 @@
 //! sums, one block per rank each; an iteration is capped at the CCL buffer over the ranks.
 
 use crate::templates::{
-    put_rhd_reduce_scatter, require_links, rhd_peers, PutRhd, PutRhdRuns, RingParams, RingTargets,
+    put_rhd_reduce_scatter, require_links, rhd_peers, PutRhd, PutRhdShape, RingParams, RingTargets,
 };
 use oxccl_framework::platform::Buf;
 use oxccl_framework::{
@@ -44,49 +44,26 @@ impl Executor for PutRhdReduceScatter {
             return Ok(());
         }
         let len = args.op.count * args.op.dtype.size();
-        let shape = ctx.memo((len, args.block_stride), || Shape::new(args.blocks(n), len));
+        let shape = ctx.memo((len, args.block_stride), || {
+            PutRhdShape::blocks(args.blocks(n), len)
+        });
         let area = |i: usize| BufRange {
             buf: Buf::Scratch,
             offset: i * n * len,
             len: n * len,
         };
         let g = PutRhd {
-            p: RingParams::on_main_stream(&shape.order, &shape.blocks, &shape.order, args),
+            p: RingParams::on_main_stream(&shape.order, &shape.chunks, &shape.order, args),
             recv: area(0),
-            recv_chunks: &shape.compact,
+            recv_chunks: &shape.recv_chunks,
             gather_into_place: false,
             runs: &shape.runs,
         };
         let targets = RingTargets {
             partials: area(1),
-            partial_chunks: &shape.compact,
+            partial_chunks: &shape.recv_chunks,
             result: Some(args.output),
         };
         put_rhd_reduce_scatter(ctx, &g, &targets)
-    }
-}
-
-/// An iteration's group order, blocks, their packed copies and runs, the same for every
-/// iteration of one block length and stride (kept with [`KernelCtx::memo`]).
-struct Shape {
-    order: Vec<usize>,
-    blocks: Vec<(usize, usize)>,
-    /// The blocks packed one after another: the receive area's and the partial sums'.
-    compact: Vec<(usize, usize)>,
-    runs: PutRhdRuns,
-}
-
-impl Shape {
-    fn new(blocks: Vec<(usize, usize)>, len: usize) -> Self {
-        let n = blocks.len();
-        let order: Vec<usize> = (0..n).collect();
-        let compact: Vec<(usize, usize)> = (0..n).map(|c| (c * len, len)).collect();
-        let runs = PutRhdRuns::new(&order, &blocks, &compact, Some(&compact));
-        Shape {
-            order,
-            blocks,
-            compact,
-            runs,
-        }
     }
 }

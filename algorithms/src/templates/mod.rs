@@ -44,7 +44,7 @@ pub use peer_round::{all_peers_round, Round};
 pub use put::{await_puts, finish_puts, open_for_puts, put};
 pub use put_mesh::{put_mesh_all_gather, put_mesh_reduce_scatter, PutMesh};
 pub use put_rhd::{
-    put_rhd_all_gather, put_rhd_all_reduce, put_rhd_reduce_scatter, EvenRhd, PutRhd, PutRhdRuns,
+    put_rhd_all_gather, put_rhd_all_reduce, put_rhd_reduce_scatter, PutRhd, PutRhdRuns, PutRhdShape,
 };
 pub use put_ring::{put_ring_all_gather, put_ring_reduce_scatter, ChunkSlice, PutRing};
 pub use put_step::put_step;

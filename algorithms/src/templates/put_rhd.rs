@@ -61,25 +61,40 @@ pub struct PutRhdRuns {
     partials: Option<Breaks>,
 }
 
-/// The group of an RHD over every rank in rank order with evenly split chunks (the
-/// AllReduce and Reduce shape): the order, the chunks and their runs, the same for every
-/// iteration of one element count, which an executor keeps with [`KernelCtx::memo`].
-pub struct EvenRhd {
+/// An iteration's group over every rank in rank order: its chunk table, the receive
+/// area's (and partial sums') table, and their runs, the same for every iteration of one
+/// shape, which an executor keeps with [`KernelCtx::memo`].
+pub struct PutRhdShape {
     pub order: Vec<Rank>,
     pub chunks: Vec<(usize, usize)>,
-    /// The chunk table serves as the receive area's and the partial sums' too.
+    /// Where chunk `c` lies in the receive area, and in the partial sums when they are
+    /// not the chunk table's buffer.
+    pub recv_chunks: Vec<(usize, usize)>,
     pub runs: PutRhdRuns,
 }
 
-impl EvenRhd {
-    /// `count` elements of `es` bytes over `n` ranks.
-    pub fn new(n: usize, count: usize, es: usize) -> Self {
-        let order: Vec<Rank> = (0..n).collect();
+impl PutRhdShape {
+    /// `count` elements of `es` bytes split evenly over `n` ranks, the chunks packed in
+    /// the receive area as in the buffers (AllReduce, Reduce).
+    pub fn even(n: usize, count: usize, es: usize) -> Self {
         let chunks = super::even_chunks(count, n, es);
-        let runs = PutRhdRuns::new(&order, &chunks, &chunks, Some(&chunks));
-        EvenRhd {
+        Self::new(chunks.clone(), chunks)
+    }
+
+    /// One block of `len` bytes per rank where `blocks` says, packed one after another in
+    /// the receive area (AllGather, ReduceScatter).
+    pub fn blocks(blocks: Vec<(usize, usize)>, len: usize) -> Self {
+        let packed = (0..blocks.len()).map(|c| (c * len, len)).collect();
+        Self::new(blocks, packed)
+    }
+
+    fn new(chunks: Vec<(usize, usize)>, recv_chunks: Vec<(usize, usize)>) -> Self {
+        let order: Vec<Rank> = (0..chunks.len()).collect();
+        let runs = PutRhdRuns::new(&order, &chunks, &recv_chunks, Some(&recv_chunks));
+        PutRhdShape {
             order,
             chunks,
+            recv_chunks,
             runs,
         }
     }
@@ -387,15 +402,13 @@ impl Member<'_, '_> {
         let alone = (last && t.result.is_some()).then_some(self.pos);
         self.runs(mine, [self.recv_side(me), side, partials], alone)
             .into_iter()
-            .map(
-                |(run, [recv, own, dst])| match (t.result, Some(run.start)) {
-                    (Some(_), q) if q == alone => {
-                        let c = self.g.p.chunk_at[run.start];
-                        [recv, own, self.partial(t, me, c, true)]
-                    }
-                    _ => [recv, own, dst],
-                },
-            )
+            .map(|(run, [recv, own, dst])| match alone == Some(run.start) {
+                true => {
+                    let c = self.g.p.chunk_at[run.start];
+                    [recv, own, self.partial(t, me, c, true)]
+                }
+                false => [recv, own, dst],
+            })
             .collect()
     }
 
