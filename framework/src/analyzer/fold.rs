@@ -57,8 +57,8 @@
 //! whole, and every failure reported comes from the whole program.
 
 use super::recording::{RankRecording, Recording};
-use crate::planner::{block_sides, Loops};
-use oxccl_platform::{Buf, NotifyId, RankProgram, Slice, StreamProgram, Task};
+use crate::planner::{block_sides, inside_iteration, Loops};
+use oxccl_platform::{NotifyId, RankProgram, Slice, StreamProgram, Task};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -126,7 +126,7 @@ pub(crate) fn fold(rec: &Recording) -> Option<Fold> {
             && rec
                 .ranks
                 .iter()
-                .all(|r| congruent(&r.program, &r.loops, f, p, rec.op.dtype.size()))
+                .all(|r| congruent(&r.program, &r.loops, (f, p, full), rec.op.dtype.size()))
     })?;
     let supers = (full - prefix) / period;
     let head = 0..prefix + 2 * period;
@@ -165,8 +165,10 @@ pub(crate) fn fold(rec: &Recording) -> Option<Fold> {
 /// of a loop that splits its operator into blocks (not a vector operator or Barrier).
 fn uniform_loops(rec: &Recording) -> Option<&Loops> {
     let loops = &rec.ranks.first()?.loops;
+    // A mark standing for several iterations (a sampled plan) is never proved.
     let same_iterations = |l: &Loops| {
-        l.per_loop == loops.per_loop
+        l.marks.iter().all(|m| m.repeats == 1)
+            && l.per_loop == loops.per_loop
             && l.marks.len() == loops.marks.len()
             && l.marks
                 .iter()
@@ -179,10 +181,15 @@ fn uniform_loops(rec: &Recording) -> Option<&Loops> {
     (plain && uniform && loops.per_loop > 0).then_some(loops)
 }
 
-/// Condition 1 on one rank: every full iteration past the first period is its
-/// reference iteration (same position in the first period) moved to its elements.
-fn congruent(program: &RankProgram, loops: &Loops, f: usize, p: usize, es: usize) -> bool {
-    let full = loops.full();
+/// Condition 1 on one rank: every one of the `full` full iterations past the first
+/// period (prefix `f`, period `p`) is its reference iteration (same position in the first
+/// period) moved to its elements.
+fn congruent(
+    program: &RankProgram,
+    loops: &Loops,
+    (f, p, full): (usize, usize, usize),
+    es: usize,
+) -> bool {
     (f + p..full).all(|i| {
         let reference = f + (i - f) % p;
         let moved = loops.marks[i].first - loops.marks[reference].first;
@@ -202,29 +209,23 @@ fn congruent(program: &RankProgram, loops: &Loops, f: usize, p: usize, es: usize
 
 /// `b` is `a` with every user slice `delta` bytes further.
 fn moved_by(a: &Task, b: &Task, delta: usize) -> bool {
-    match (a, b) {
-        (Task::Copy { src: s1, dsts: d1 }, Task::Copy { src: s2, dsts: d2 }) => {
-            slices_moved(std::slice::from_ref(s1), std::slice::from_ref(s2), delta)
-                && slices_moved(d1, d2, delta)
-        }
+    let same_kind = match (a, b) {
+        (Task::Copy { .. }, Task::Copy { .. }) => true,
         (
+            Task::Reduce { dtype, op, .. },
             Task::Reduce {
-                srcs: s1,
-                dsts: d1,
-                dtype: t1,
-                op: o1,
+                dtype: dtype_b,
+                op: op_b,
+                ..
             },
-            Task::Reduce {
-                srcs: s2,
-                dsts: d2,
-                dtype: t2,
-                op: o2,
-            },
-        ) => t1 == t2 && o1 == o2 && slices_moved(s1, s2, delta) && slices_moved(d1, d2, delta),
-        (Task::Post { notify: n1 }, Task::Post { notify: n2 })
-        | (Task::Wait { notify: n1 }, Task::Wait { notify: n2 }) => n1 == n2,
+        ) => dtype == dtype_b && op == op_b,
+        (Task::Post { notify }, Task::Post { notify: other })
+        | (Task::Wait { notify }, Task::Wait { notify: other }) => notify == other,
         _ => false,
-    }
+    };
+    same_kind
+        && slices_moved(a.reads(), b.reads(), delta)
+        && slices_moved(a.writes(), b.writes(), delta)
 }
 
 fn slices_moved(a: &[Slice], b: &[Slice], delta: usize) -> bool {
@@ -249,35 +250,17 @@ fn contained(rec: &Recording, rank: usize, loops: &Loops, i: usize) -> bool {
                 .iter()
                 .chain(task.writes())
                 .filter(|x| x.buf.is_user() && x.len > 0)
-                .all(|x| inside(rec, rank, x, mark.first, mark.count))
+                .all(|x| {
+                    inside_iteration(
+                        &rec.ops[rank],
+                        rec.rank_count(),
+                        rec.user_offsets(rank),
+                        (x.buf, x.offset, x.len),
+                        (mark.first, mark.count),
+                    )
+                })
         })
     })
-}
-
-/// Whether user slice `x` of `rank` lies inside elements `first .. first + count` of the
-/// block it falls in.
-fn inside(rec: &Recording, rank: usize, x: &Slice, first: usize, count: usize) -> bool {
-    let op = &rec.ops[rank];
-    let es = op.dtype.size();
-    let Some((in_blocks, out_blocks)) = block_sides(op.kind) else {
-        return false;
-    };
-    let (in_base, out_base) = rec.user_offsets(rank);
-    let (base, blocked) = match x.buf {
-        Buf::Input => (in_base, in_blocks),
-        _ => (out_base, out_blocks),
-    };
-    let block = op.count.saturating_mul(es);
-    let Some(relative) = x.offset.checked_sub(base) else {
-        return false;
-    };
-    let (index, within) = match (blocked, block) {
-        (_, 0) => return false,
-        (true, _) => (relative / block, relative % block),
-        (false, _) => (0, relative),
-    };
-    let (lo, hi) = (first * es, (first + count) * es);
-    index < rec.rank_count() && within >= lo && within.saturating_add(x.len) <= hi
 }
 
 /// Condition 3 over `iterations` of every rank: each notify posted as often as waited.

@@ -224,10 +224,19 @@ fn covered_parts(
     };
     covered
         .iter()
-        .map(|&(first, count)| ExpectedRange {
-            start: (range.start + first * es).min(range.end),
-            end: (range.start + (first + count) * es).min(range.end),
-            expected: range.expected.clone(),
+        .map(|&(first, count)| {
+            // Element offsets into the block; what would wrap lies past its end.
+            let at = |elements: Option<usize>| {
+                elements
+                    .and_then(|e| e.checked_mul(es))
+                    .and_then(|b| b.checked_add(range.start))
+                    .map_or(range.end, |b| b.min(range.end))
+            };
+            ExpectedRange {
+                start: at(Some(first)),
+                end: at(first.checked_add(count)),
+                expected: range.expected.clone(),
+            }
         })
         .filter(|part| part.start < part.end)
         .collect()

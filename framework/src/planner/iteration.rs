@@ -125,6 +125,43 @@ pub(super) fn stage_out(
     });
 }
 
+/// Whether bytes `[offset, offset + len)` of a user buffer (`buf`, Input or Output) lie
+/// inside elements `first .. first + count` of one block of that side: where the
+/// iteration of those elements keeps its user data (the layout [`iteration_args`] and
+/// [`for_blocks`] give: blocks `op.count` elements apart from the side's base `bases`,
+/// NCCL's in-place offsets when in place). Checked: what would wrap is not inside.
+pub(crate) fn inside_iteration(
+    op: &OpParam,
+    ranks: usize,
+    bases: (usize, usize),
+    (buf, offset, len): (Buf, usize, usize),
+    (first, count): (usize, usize),
+) -> bool {
+    let Some((in_blocks, out_blocks)) = block_sides(op.kind) else {
+        return false;
+    };
+    let es = op.dtype.size();
+    let (base, blocked) = match buf {
+        Buf::Input => (bases.0, in_blocks),
+        _ => (bases.1, out_blocks),
+    };
+    let (Some(block), Some(relative)) = (op.count.checked_mul(es), offset.checked_sub(base)) else {
+        return false;
+    };
+    let (index, within) = match (blocked, block) {
+        (_, 0) => return false,
+        (true, _) => (relative / block, relative % block),
+        (false, _) => (0, relative),
+    };
+    let lo = first.checked_mul(es);
+    let hi = first.checked_add(count).and_then(|end| end.checked_mul(es));
+    let end = within.checked_add(len);
+    match (lo, hi, end) {
+        (Some(lo), Some(hi), Some(end)) => index < ranks && within >= lo && end <= hi,
+        _ => false,
+    }
+}
+
 /// Call `f((staged offset, len), user offset)` for each block of one side of the
 /// iteration (one block when the side has none).
 fn for_blocks(

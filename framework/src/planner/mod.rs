@@ -32,7 +32,7 @@ mod program;
 pub mod recording;
 pub mod sample;
 
-pub(crate) use iteration::block_sides;
+pub(crate) use iteration::{block_sides, inside_iteration};
 pub use loops::{Iterations, LoopMark, Loops};
 pub use program::plan_program;
 pub use recording::{record_every_rank, RankRecording, Recording};
