@@ -408,3 +408,19 @@ pub fn assert_executors_covered(kind: oxccl::OpKind, covered: &[&str]) {
         "add a test for each new {kind} executor"
     );
 }
+
+/// Every rank's program of a `count`-element f32 sum AllReduce by `algo` on one server of
+/// `ranks` (zero-copy), as a communicator with that override would run it.
+pub fn record_all_reduce(
+    algo: &str,
+    ranks: usize,
+    count: usize,
+) -> oxccl::framework::analyzer::Recording {
+    let mut config = Config {
+        topology: Some(Topology::single_server(ranks)),
+        ..Config::default()
+    };
+    config.algo.set(Some(oxccl::OpKind::AllReduce), algo);
+    let op = OpParam::all_reduce(count, DataType::F32, ReduceOp::Sum);
+    oxccl::framework::analyzer::Recording::record(&op, false, config).expect("record")
+}

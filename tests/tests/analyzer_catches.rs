@@ -5,8 +5,8 @@ use oxccl::framework::analyzer::{analyze, Check, Recording};
 use oxccl::platform::{Buf, Slice};
 use oxccl::templates::{all_peers_round, Round};
 use oxccl::{
-    Config, Constraints, DataType, Error, Executor, KernelArgs, KernelCtx, OpKind, OpParam, Peers,
-    PlanCtx, ReduceOp, ResourceRequest, Topology,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
+    Topology,
 };
 
 /// A wrong AllReduce: `kernel` appends the tasks; resources are a link to every peer plus
@@ -161,13 +161,7 @@ bad_executor!("bad-no-join", 1, |ctx, args| {
 });
 
 fn record(algo: &str, ranks: usize) -> Recording {
-    let mut config = Config {
-        topology: Some(Topology::single_server(ranks)),
-        ..Config::default()
-    };
-    config.algo.set(Some(OpKind::AllReduce), algo);
-    let op = OpParam::all_reduce(1000, DataType::F32, ReduceOp::Sum);
-    Recording::record(&op, false, config).unwrap()
+    oxccl_tests::record_all_reduce(algo, ranks, 1000)
 }
 
 /// The analyzer reports `check` for `algo`, with every fragment in one message.

@@ -137,13 +137,7 @@ looped!("fold-peeks", |ctx, args| {
 });
 
 fn record(algo: &str, ranks: usize) -> Recording {
-    let mut config = Config {
-        topology: Some(Topology::single_server(ranks)),
-        ..Config::default()
-    };
-    config.algo.set(Some(OpKind::AllReduce), algo);
-    let op = OpParam::all_reduce(COUNT, DataType::F32, ReduceOp::Sum);
-    Recording::record(&op, false, config).expect("record")
+    oxccl_tests::record_all_reduce(algo, ranks, COUNT)
 }
 
 /// The fold's report on `algo` is the whole program's, failure for failure.
