@@ -7,13 +7,10 @@
 //! place by the receiver; an iteration is then capped at the CCL buffer over the ranks).
 
 use super::place_own_block;
-use crate::templates::{
-    put_rhd_all_gather, require_links, rhd_peers, PutRhd, PutRhdShape, RingParams,
-};
-use oxccl_framework::platform::Buf;
+use crate::templates::{put_rhd_all_gather, require_links, rhd_peers, PutRhd, PutRhdShape};
 use oxccl_framework::{
-    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
-    PlanCtx, ResourceRequest,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers, PlanCtx,
+    ResourceRequest,
 };
 
 /// The put RHD AllGather executor.
@@ -49,17 +46,7 @@ impl Executor for PutRhdAllGather {
         let shape = ctx.memo((len, args.block_stride), || {
             PutRhdShape::blocks(blocks, len)
         });
-        let g = PutRhd {
-            p: RingParams::on_main_stream(&shape.order, &shape.chunks, &shape.order, args),
-            recv: BufRange {
-                buf: Buf::Scratch,
-                offset: 0,
-                len: n * len,
-            },
-            recv_chunks: &shape.recv_chunks,
-            gather_into_place: !args.output.buf.is_user(),
-            runs: &shape.runs,
-        };
+        let g = PutRhd::on_shape(&shape, args, !args.output.buf.is_user());
         put_rhd_all_gather(ctx, &g)
     }
 }

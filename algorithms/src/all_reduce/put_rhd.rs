@@ -6,13 +6,10 @@
 //! partner's CclOut when staged. `2log2(p)` steps on a power of two, two more otherwise.
 //! The receive area holds one iteration (capped at one CCL buffer, the staged loop's cap).
 
-use crate::templates::{
-    put_rhd_all_reduce, require_links, rhd_peers, PutRhd, PutRhdShape, RingParams,
-};
-use oxccl_framework::platform::Buf;
+use crate::templates::{put_rhd_all_reduce, require_links, rhd_peers, PutRhd, PutRhdShape};
 use oxccl_framework::{
-    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
-    PlanCtx, ResourceRequest,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers, PlanCtx,
+    ResourceRequest,
 };
 
 /// The put RHD AllReduce executor.
@@ -47,17 +44,7 @@ impl Executor for PutRhdAllReduce {
         }
         let (n, count, es) = (ctx.ranks, args.op.count, args.op.dtype.size());
         let shape = ctx.memo((count, es), || PutRhdShape::even(n, count, es));
-        let g = PutRhd {
-            p: RingParams::on_main_stream(&shape.order, &shape.chunks, &shape.order, args),
-            recv: BufRange {
-                buf: Buf::Scratch,
-                offset: 0,
-                len: count * es,
-            },
-            recv_chunks: &shape.chunks,
-            gather_into_place: !args.output.buf.is_user(),
-            runs: &shape.runs,
-        };
+        let g = PutRhd::on_shape(&shape, args, !args.output.buf.is_user());
         put_rhd_all_reduce(ctx, &g)
     }
 }

@@ -16,9 +16,8 @@
 use crate::broadcast::root_of;
 use crate::templates::{
     await_puts, finish_puts, open_for_puts, put, put_rhd_reduce_scatter, require_links, rhd_peers,
-    PutRhd, PutRhdShape, RingParams, RingTargets,
+    PutRhd, PutRhdShape, RingTargets,
 };
-use oxccl_framework::platform::Buf;
 use oxccl_framework::{
     BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
     PlanCtx, ResourceRequest,
@@ -72,17 +71,7 @@ impl Executor for PutRhdReduce {
         }
         let (count, es) = (args.op.count, args.op.dtype.size());
         let shape = ctx.memo((count, es), || PutRhdShape::even(n, count, es));
-        let g = PutRhd {
-            p: RingParams::on_main_stream(&shape.order, &shape.chunks, &shape.order, args),
-            recv: BufRange {
-                buf: Buf::Scratch,
-                offset: 0,
-                len: count * es,
-            },
-            recv_chunks: &shape.chunks,
-            gather_into_place: false,
-            runs: &shape.runs,
-        };
+        let g = PutRhd::on_shape(&shape, args, false);
         // Partial sums in the output: only the root's output is defined afterwards.
         let targets = RingTargets {
             partials: args.output,

@@ -7,7 +7,7 @@
 //! sums, one block per rank each; an iteration is capped at the CCL buffer over the ranks.
 
 use crate::templates::{
-    put_rhd_reduce_scatter, require_links, rhd_peers, PutRhd, PutRhdShape, RingParams, RingTargets,
+    put_rhd_reduce_scatter, require_links, rhd_peers, PutRhd, PutRhdShape, RingTargets,
 };
 use oxccl_framework::platform::Buf;
 use oxccl_framework::{
@@ -52,13 +52,7 @@ impl Executor for PutRhdReduceScatter {
             offset: i * n * len,
             len: n * len,
         };
-        let g = PutRhd {
-            p: RingParams::on_main_stream(&shape.order, &shape.chunks, &shape.order, args),
-            recv: area(0),
-            recv_chunks: &shape.recv_chunks,
-            gather_into_place: false,
-            runs: &shape.runs,
-        };
+        let g = PutRhd::on_shape(&shape, args, false);
         let targets = RingTargets {
             partials: area(1),
             partial_chunks: &shape.recv_chunks,

@@ -24,8 +24,8 @@ use super::put_step::put_step;
 use super::rhd::{group_position, merge_runs, RhdShape};
 use super::ring::RingParams;
 use super::ring_reduce_scatter::RingTargets;
-use oxccl_framework::platform::{Link, Rank, Slice};
-use oxccl_framework::{BufRange, Error, KernelCtx};
+use oxccl_framework::platform::{Buf, Link, Rank, Slice};
+use oxccl_framework::{BufRange, Error, KernelArgs, KernelCtx};
 use std::ops::Range;
 
 oxccl_framework::register_template! {
@@ -48,6 +48,24 @@ pub struct PutRhd<'a> {
     /// ([`PutRhdRuns::new`]); an executor keeps it across iterations of one shape
     /// ([`KernelCtx::memo`]).
     pub runs: &'a PutRhdRuns,
+}
+
+impl<'a> PutRhd<'a> {
+    /// The group of `shape` on the main stream over the iteration's buffers, receiving
+    /// into Scratch from offset 0 (an area the size of `shape`'s receive table).
+    pub fn on_shape(shape: &'a PutRhdShape, args: &KernelArgs, gather_into_place: bool) -> Self {
+        PutRhd {
+            p: RingParams::on_main_stream(&shape.order, &shape.chunks, &shape.order, args),
+            recv: BufRange {
+                buf: Buf::Scratch,
+                offset: 0,
+                len: shape.recv_bytes(),
+            },
+            recv_chunks: &shape.recv_chunks,
+            gather_into_place,
+            runs: &shape.runs,
+        }
+    }
 }
 
 /// Where a put RHD group's chunk tables stop running on, in position order: the step
@@ -86,6 +104,15 @@ impl PutRhdShape {
     pub fn blocks(blocks: Vec<(usize, usize)>, len: usize) -> Self {
         let packed = (0..blocks.len()).map(|c| (c * len, len)).collect();
         Self::new(blocks, packed)
+    }
+
+    /// Bytes of the receive area: up to the end of its last chunk.
+    pub fn recv_bytes(&self) -> usize {
+        self.recv_chunks
+            .iter()
+            .map(|&(offset, len)| offset + len)
+            .max()
+            .unwrap_or(0)
     }
 
     fn new(chunks: Vec<(usize, usize)>, recv_chunks: Vec<(usize, usize)>) -> Self {
