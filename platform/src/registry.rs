@@ -15,18 +15,37 @@ pub struct BackendEntry {
     pub kind: &'static str,
     /// One line on what it is.
     pub about: &'static str,
+    /// Whose memory the ranks' copies use, which decides the machine the framework models
+    /// the device on when no topology is given.
+    pub memory: Memory,
     /// Create a device.
     pub create: fn(DeviceConfig) -> Result<Arc<dyn Device>, DeviceError>,
 }
 
 inventory::collect!(BackendEntry);
 
-/// Register a backend kind: `register_backend!("host", "about", create_fn);`.
+/// Whose memory a backend's ranks copy through.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Memory {
+    /// Every rank has memory of its own, joined to its peers by links (NPUs, GPUs, and
+    /// the `sim` device, which models such a machine).
+    PerRank,
+    /// The ranks are threads or processes of one CPU host: every copy of every rank
+    /// crosses the same memory bus.
+    SharedBus,
+}
+
+/// Register a backend kind: `register_backend!("host", "about", Memory::SharedBus, create_fn);`.
 #[macro_export]
 macro_rules! register_backend {
-    ($kind:expr, $about:expr, $create:expr) => {
+    ($kind:expr, $about:expr, $memory:expr, $create:expr) => {
         $crate::inventory::submit! {
-            $crate::registry::BackendEntry { kind: $kind, about: $about, create: $create }
+            $crate::registry::BackendEntry {
+                kind: $kind,
+                about: $about,
+                memory: $memory,
+                create: $create,
+            }
         }
     };
 }
@@ -44,6 +63,14 @@ pub fn kinds() -> Vec<&'static str> {
 }
 
 /// Create a device of kind `kind`.
+/// The memory of backend `kind`'s ranks (`None`: no such kind).
+pub fn memory_of(kind: &str) -> Option<Memory> {
+    backends()
+        .into_iter()
+        .find(|b| b.kind == kind)
+        .map(|b| b.memory)
+}
+
 pub fn create(kind: &str, config: DeviceConfig) -> Result<Arc<dyn Device>, DeviceError> {
     let entry = backends()
         .into_iter()

@@ -42,6 +42,7 @@ use std::time::Duration;
 crate::register_backend!(
     "host",
     "threads of this process on CPU cores, host memory",
+    crate::registry::Memory::SharedBus,
     |config| Ok(Arc::new(HostDevice::new(config)?))
 );
 

@@ -23,6 +23,7 @@ use std::time::Duration;
 crate::register_backend!(
     "sim",
     "records programs without running them (the analyzer's and cost model's device)",
+    crate::registry::Memory::PerRank,
     |config| Ok(Arc::new(SimDevice::new(config)?))
 );
 
