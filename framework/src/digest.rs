@@ -248,6 +248,9 @@ fn topology(d: &mut Digest, t: &Topology) {
     d.option(t.nic_gbps(), |d, g| {
         d.f64(g);
     });
+    d.option(t.memory_gbps(), |d, g| {
+        d.f64(g);
+    });
     let overrides: Vec<_> = t.overrides().collect();
     d.usize(overrides.len());
     for (&(a, b), pair) in overrides {

@@ -18,7 +18,9 @@
 //!
 //! The rank's time is the longest stream, but at least the bytes every link direction and
 //! (across servers) the rank's NIC carried over their bandwidth: streams that share a link
-//! share its bandwidth, as in the replay. The estimate is the slowest sampled rank's time.
+//! share its bandwidth, as in the replay. Where servers share one memory system (a CPU
+//! host), it is also at least the rank's copy bytes times its server's ranks over that
+//! memory's bandwidth. The estimate is the slowest sampled rank's time.
 //! It is a critical-path lower bound of what the replay would give on a symmetric
 //! topology, which is what selection compares; `oxccl check --explain` says when it
 //! decided.
@@ -65,6 +67,8 @@ struct Traffic {
     links: HashMap<(usize, usize), f64>,
     nic_out: f64,
     nic_in: f64,
+    /// Copy bytes of the rank's own server memory system ([`super::memory_bytes`]).
+    memory: f64,
 }
 
 fn rank_time(
@@ -86,6 +90,7 @@ fn rank_time(
                 let cost = match task {
                     Task::Copy { .. } | Task::Reduce { .. } => {
                         let transfer = transfers(task, at, weight, topology, &mut traffic)?;
+                        traffic.memory += super::memory_bytes(task) * weight;
                         params.engine_seconds(task).max(transfer)
                     }
                     Task::Wait { notify } => match signal_peer(notify.index, layout) {
@@ -107,6 +112,11 @@ fn rank_time(
     }
     if let Some(nic) = topology.nic_gbps() {
         bound = bound.max(traffic.nic_out.max(traffic.nic_in) / (nic * 1e9));
+    }
+    if let Some(memory) = topology.memory_gbps() {
+        // Every rank of a symmetric server does this rank's work, over one memory system.
+        let ranks = topology.server_ranks(topology.server_of(me)).len() as f64;
+        bound = bound.max(traffic.memory * ranks / (memory * 1e9));
     }
     Ok(bound)
 }

@@ -126,6 +126,9 @@ struct Engine<'a> {
     flows: Flows,
     links: FastMap<(u32, u32), LinkUse>,
     nic: Vec<Option<(ResourceId, ResourceId)>>,
+    /// Each server's shared memory system, created on first use (when the topology has
+    /// one).
+    memory: Vec<Option<ResourceId>>,
     engines: Vec<ResourceId>,
     heap: BinaryHeap<Event>,
     seq: u64,
@@ -196,6 +199,7 @@ impl<'a> Engine<'a> {
             flows,
             links: FastMap::default(),
             nic: vec![None; programs.len()],
+            memory: vec![None; topology.server_sizes().len()],
             engines,
             heap: BinaryHeap::new(),
             seq: 0,
@@ -309,8 +313,10 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Start the flows of a Copy or Reduce: one per remote link direction it uses, and one
-    /// on the rank's copy engine for the local work.
+    /// Start the flows of a Copy or Reduce: one per remote link direction it uses, one
+    /// on the rank's copy engine for the local work, and one on its server's shared
+    /// memory system when it has one (a CPU host: every copy of every rank crosses the
+    /// same memory bus, whichever rank's buffer it touches).
     fn start_data(&mut self, s: u32, task: &Task, now: f64) -> Result<(), CostError> {
         let st = &self.streams[s as usize];
         let me = st.rank as usize;
@@ -345,6 +351,12 @@ impl<'a> Engine<'a> {
         let engine = self.engines[me];
         self.flows
             .start(now, work, &[engine], s, &mut self.finishes);
+        if let Some(memory) = self.memory(me) {
+            let bytes = super::memory_bytes(task);
+            self.flows
+                .start(now, bytes, &[memory], s, &mut self.finishes);
+            started += 1;
+        }
         self.flush_finishes();
         let st = &mut self.streams[s as usize];
         st.pending_flows = started;
@@ -441,6 +453,14 @@ impl<'a> Engine<'a> {
             self.nic[rank] = Some((tx, rx));
         }
         self.nic[rank]
+    }
+
+    /// The shared memory system of `rank`'s server, when the topology has one.
+    fn memory(&mut self, rank: usize) -> Option<ResourceId> {
+        let gbps = self.topology.memory_gbps()?;
+        let server = self.topology.server_of(rank);
+        let flows = &mut self.flows;
+        Some(*self.memory[server].get_or_insert_with(|| flows.add_resource(gbps * 1e9)))
     }
 
     fn deadlock(&self) -> CostError {

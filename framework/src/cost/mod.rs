@@ -95,6 +95,20 @@ impl CostParams {
     }
 }
 
+/// Bytes of a shared memory system's copy bandwidth that a task uses (see
+/// [`Topology::memory_gbps`]): half the bytes it reads and writes, so that a copy of `len`
+/// bytes costs `len`, as the copy bandwidth memcpy benchmarks report counts it. A Copy
+/// reads its source once and writes every destination; a Reduce reads every source.
+pub(crate) fn memory_bytes(task: &Task) -> f64 {
+    let len = task.bytes() as f64;
+    let sides = match task {
+        Task::Copy { dsts, .. } => 1 + dsts.len(),
+        Task::Reduce { srcs, dsts, .. } => srcs.len() + dsts.len(),
+        Task::Post { .. } | Task::Wait { .. } => 0,
+    };
+    len * sides as f64 / 2.0
+}
+
 /// The modelled cost of one operation.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct CostReport {

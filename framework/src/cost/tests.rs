@@ -79,6 +79,50 @@ fn two_transfers_on_one_link_take_twice_as_long() {
 }
 
 #[test]
+fn copies_of_one_host_share_its_memory_system() {
+    let host = crate::topology::presets::host(3);
+    let memory = crate::topology::presets::HOST_MEMORY_GBPS * 1e9;
+    let local = |rank| Task::Copy {
+        src: Slice::new(rank, Buf::Input, 0, MB),
+        dsts: vec![Slice::new(rank, Buf::Output, 0, MB)],
+    };
+    // Alone, a local copy of 1 MiB is held by the memory system, not the copy engine.
+    let one = [
+        program(0, vec![vec![local(0)]]),
+        program(1, vec![vec![]]),
+        program(2, vec![vec![]]),
+    ];
+    assert_close(time(&one, &host, &no_dispatch()), MB as f64 / memory);
+    // Three ranks copying at once share it: three times as long.
+    let three = [
+        program(0, vec![vec![local(0)]]),
+        program(1, vec![vec![local(1)]]),
+        program(2, vec![vec![local(2)]]),
+    ];
+    assert_close(
+        time(&three, &host, &no_dispatch()),
+        3.0 * MB as f64 / memory,
+    );
+    // A Reduce of two sources into one destination moves 1.5 MiB of copy bytes.
+    let reduce = Task::Reduce {
+        srcs: vec![
+            Slice::new(0, Buf::Input, 0, MB),
+            Slice::new(0, Buf::Output, 0, MB),
+        ],
+        dsts: vec![Slice::new(0, Buf::Output, 0, MB)],
+        dtype: DataType::F32,
+        op: ReduceOp::Sum,
+    };
+    assert_eq!(memory_bytes(&reduce), 1.5 * MB as f64);
+    // Without a shared memory system the same three copies run side by side.
+    let own = Topology::single_server(3);
+    assert_close(
+        time(&three, &own, &no_dispatch()),
+        MB as f64 / (CostParams::default().copy_gbps * 1e9),
+    );
+}
+
+#[test]
 fn a_wait_ends_one_latency_after_the_remote_post() {
     let notify = NotifyId { rank: 1, index: 0 };
     let programs = [

@@ -112,6 +112,7 @@ struct FabricSpec {
     latency_us: Option<f64>,
     shared_nic: Option<bool>,
     nic_gbps: Option<f64>,
+    memory_gbps: Option<f64>,
 }
 
 #[derive(Deserialize, Copy, Clone)]
@@ -213,7 +214,9 @@ impl Topology {
         if let Some(t) = presets::preset(spec) {
             return Ok(t);
         }
-        if let Some(Err(reason)) = presets::shape(spec) {
+        let shape_error =
+            presets::shape(spec).or_else(|| presets::host_ranks(spec).map(|r| r.map(|_| (1, 1))));
+        if let Some(Err(reason)) = shape_error {
             return Err(TopologyError::Shape {
                 given: spec.to_string(),
                 reason,
@@ -267,6 +270,9 @@ impl Topology {
             let _ = writeln!(out, "broken = [{}]", broken.join(", "));
         }
         write_fabric(&mut out, Table::Intra, &self.intra);
+        if let Some(gbps) = self.memory_gbps {
+            let _ = writeln!(out, "memory_gbps = {gbps:?}");
+        }
         write_fabric(&mut out, Table::Inter, &self.inter);
         match self.nic_gbps {
             Some(gbps) => {
@@ -342,8 +348,14 @@ fn parse(src: &Source<'_>) -> Result<Topology, TopologyError> {
     let intra = fabric(src, spec.intra.as_ref(), Table::Intra)?;
     let inter = fabric(src, spec.inter.as_ref(), Table::Inter)?;
     let nic = nic_gbps(src, spec.inter.as_ref(), &inter)?;
+    let memory = spec.intra.as_ref().and_then(|f| f.get_ref().memory_gbps);
     let mut t = Topology::from_fabrics(spec.servers.into_inner(), intra, inter, nic)
-        .map_err(|e| src.error(Some(servers), format!("{}; {SERVERS_HINT}", e.reason)))?;
+        .map_err(|e| src.error(Some(servers), format!("{}; {SERVERS_HINT}", e.reason)))?
+        .with_memory_gbps(memory)
+        .map_err(|e| {
+            let span = spec.intra.as_ref().map(|f| f.span());
+            src.error(span, format!("[intra] {}: {}", e.value, e.reason))
+        })?;
     for entry in &spec.link {
         t = apply_link(src, t, entry)?;
     }
@@ -423,6 +435,12 @@ fn fabric(
         return Err(src.error(
             Some(span),
             "the NIC belongs in [inter]; move shared_nic and nic_gbps there",
+        ));
+    }
+    if table == Table::Inter && f.memory_gbps.is_some() {
+        return Err(src.error(
+            Some(span),
+            "a server's memory system belongs in [intra]; move memory_gbps there",
         ));
     }
     let spec = LinkSpec {
@@ -568,7 +586,7 @@ mod tests {
 
     #[test]
     fn presets_survive_a_toml_round_trip() {
-        for name in ["mesh8", "mesh8-cut", "ring8", "2x8", "3x4", "tcp8"] {
+        for name in ["mesh8", "mesh8-cut", "ring8", "2x8", "3x4", "tcp8", "host8"] {
             let t = Topology::parse_spec(name).unwrap();
             assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t, "{name}");
         }
@@ -690,6 +708,29 @@ mod tests {
             message.contains("load-store") && message.contains("put"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_shared_memory_system_is_read_from_intra_only() {
+        let t = Topology::from_toml("servers = [4, 4]\n[intra]\nmemory_gbps = 30.0\n").unwrap();
+        assert_eq!(t.memory_gbps(), Some(30.0));
+        assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
+        assert_eq!(
+            Topology::from_toml("servers = [4]").unwrap().memory_gbps(),
+            None
+        );
+        for bad in ["0.0", "-3.0", "nan", "inf"] {
+            let (line, message) =
+                file_error(&format!("servers = [8]\n[intra]\nmemory_gbps = {bad}\n"));
+            assert_eq!(line, 2, "{bad}: {message}");
+            assert!(
+                message.contains("positive number of GB/s"),
+                "{bad}: {message}"
+            );
+        }
+        let (line, message) = file_error("servers = [2, 2]\n[inter]\nmemory_gbps = 9.0\n");
+        assert_eq!(line, 2, "{message}");
+        assert!(message.contains("belongs in [intra]"), "{message}");
     }
 
     #[test]

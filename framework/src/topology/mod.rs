@@ -141,6 +141,10 @@ pub struct Topology {
     inter: Fabric,
     /// Shared RDMA bandwidth per rank (one NIC), GB/s per direction; `None`: unlimited.
     nic_gbps: Option<f64>,
+    /// Copy bandwidth of each server's memory system, shared by every Copy and Reduce of
+    /// its ranks, GB/s of data copied; `None`: every rank has memory of its own (NPUs and
+    /// GPUs). A CPU host's ranks are threads over one memory bus: [`presets::host`].
+    memory_gbps: Option<f64>,
     /// Per-pair overrides keyed by (low, high).
     overrides: BTreeMap<(Rank, Rank), PairSpec>,
     /// Broken links, stored as (low, high).
@@ -195,6 +199,7 @@ impl Topology {
             intra,
             inter,
             nic_gbps,
+            memory_gbps: None,
             overrides: BTreeMap::new(),
             broken: BTreeSet::new(),
         }
@@ -204,6 +209,30 @@ impl Topology {
     /// [`presets`]). Zero ranks is treated as one; the communicator rejects the mismatch.
     pub fn single_server(ranks: usize) -> Self {
         presets::generic(&[ranks.max(1)])
+    }
+
+    /// The machine a device whose ranks use `memory` is modelled on when no topology is
+    /// given, with servers of the given sizes: CPU hosts ([`presets::host`], joined by
+    /// TCP) for a shared memory bus, else the generic servers of [`Topology::servers`].
+    pub fn default_for(
+        memory: oxccl_platform::registry::Memory,
+        ranks_per_server: Vec<usize>,
+    ) -> Result<Self, ConfigError> {
+        match memory {
+            oxccl_platform::registry::Memory::SharedBus => presets::hosts(ranks_per_server),
+            oxccl_platform::registry::Memory::PerRank => Topology::servers(ranks_per_server),
+        }
+    }
+
+    /// [`Topology::default_for`] the memory of backend `kind` (as registered; a kind
+    /// that is not is modelled as memory per rank, and refused when the device is made).
+    pub fn default_for_device(
+        kind: &str,
+        ranks_per_server: Vec<usize>,
+    ) -> Result<Self, ConfigError> {
+        let memory = oxccl_platform::registry::memory_of(kind)
+            .unwrap_or(oxccl_platform::registry::Memory::PerRank);
+        Topology::default_for(memory, ranks_per_server)
     }
 
     /// Servers with the given rank counts (may differ), a full mesh inside each and RDMA
@@ -319,6 +348,27 @@ impl Topology {
     /// Shared RDMA bandwidth of each rank's NIC, GB/s per direction (`None`: unlimited).
     pub fn nic_gbps(&self) -> Option<f64> {
         self.nic_gbps
+    }
+
+    /// Copy bandwidth of each server's shared memory system, GB/s (`None`: each rank
+    /// has its own memory).
+    pub fn memory_gbps(&self) -> Option<f64> {
+        self.memory_gbps
+    }
+
+    /// This topology with every server's ranks sharing a memory system of `gbps` GB/s
+    /// of copy bandwidth (`None`: each rank has its own). Errors on a figure that is not
+    /// a positive number.
+    pub fn with_memory_gbps(mut self, gbps: Option<f64>) -> Result<Self, ConfigError> {
+        if let Some(g) = gbps.filter(|g| !(g.is_finite() && *g > 0.0)) {
+            return Err(ConfigError::new(
+                "topology",
+                format!("memory_gbps = {g}"),
+                "a server's memory bandwidth must be a positive number of GB/s",
+            ));
+        }
+        self.memory_gbps = gbps;
+        Ok(self)
     }
 
     /// A short identity of the topology's shape: server sizes, broken links and which
@@ -640,6 +690,9 @@ impl fmt::Display for Topology {
             self.servers,
             fabric(&self.intra)
         )?;
+        if let Some(memory) = self.memory_gbps {
+            write!(f, ", one {memory} GB/s memory system per server")?;
+        }
         if self.servers.len() > 1 {
             write!(f, "; across servers: {}", fabric(&self.inter))?;
             if let Some(nic) = self.nic_gbps {

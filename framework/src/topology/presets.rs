@@ -16,6 +16,15 @@
 //! | TCP bandwidth | 3.125 GB/s per direction | public: a 25 Gb/s Ethernet port (the common cloud-instance and rack NIC), 25 Gb/s / 8 bits; TCP/IP overhead ignored |
 //! | TCP latency | 25 us | **assumption**: kernel TCP one-way latency of a small message through one datacenter switch (netperf TCP_RR round trips of 40-60 us are typical on 25 GbE) |
 //!
+//! | host link bandwidth | 12 GB/s per direction | measured: one thread's memcpy of 256 MiB buffers on the 2-core development machine (`memcpy_bench 1 256`: 12.5 GB/s); a rank of the host device copies a peer's buffer with one thread |
+//! | host memory system | 24 GB/s per server | measured: two threads' aggregate memcpy on the same machine (`memcpy_bench 2 256`: 24.2 GB/s); every copy of every rank of one host crosses it |
+//! | host link latency | 0.5 us | measured: the per-task cost fitted to 53 executors' 1 KiB times on 8 ranks of the same machine (0.45 us) |
+//! | host access | load/store | the ranks are threads (or processes mapping shared memory) of one host |
+//!
+//! The host figures are one machine's, not calibrated per machine (a calibration at
+//! communicator creation is issue 17's): they make the model see a memory bus that every
+//! rank shares instead of a link per pair, which is what decides the host's choices.
+//!
 //! Generic shapes `1xN` and `MxN` (any N, M) reuse these figures: a full mesh of HCCS-class
 //! links inside each server, and every cross-server pair joined by RDMA through each rank's
 //! NIC. For N > 8 the full mesh at 56 GB/s per pair is an **assumption** (real servers of
@@ -38,6 +47,12 @@ pub const ROCE_LATENCY_US: f64 = 3.0;
 pub const TCP_GBPS: f64 = 3.125;
 /// Kernel TCP one-way latency of a small message, microseconds (assumption).
 pub const TCP_LATENCY_US: f64 = 25.0;
+/// One thread's copy bandwidth on a CPU host, GB/s (measured, see the module docs).
+pub const HOST_LINK_GBPS: f64 = 12.0;
+/// A CPU host's memory system, GB/s of copies shared by every rank (measured).
+pub const HOST_MEMORY_GBPS: f64 = 24.0;
+/// A signal between threads of one host, microseconds (measured).
+pub const HOST_LATENCY_US: f64 = 0.5;
 
 /// A named built-in topology, for listings (`oxccl topo`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -67,6 +82,10 @@ pub const PRESETS: &[PresetInfo] = &[
     PresetInfo {
         name: "tcp8",
         description: "8 hosts of one rank over TCP: every link put-only, 25 Gb/s Ethernet, 25 us",
+    },
+    PresetInfo {
+        name: "hostN",
+        description: "N ranks of one CPU host (the host device's default): load/store links over one shared memory bus",
     },
     PresetInfo {
         name: "1xN",
@@ -117,6 +136,36 @@ pub fn tcp(wiring: Wiring) -> Fabric {
     }
 }
 
+/// The links between ranks of one CPU host: a thread copying from or to a peer's memory.
+pub fn host_links() -> Fabric {
+    Fabric {
+        spec: LinkSpec {
+            kind: LinkKind::Sdma,
+            bandwidth_gbps: HOST_LINK_GBPS,
+            latency_us: HOST_LATENCY_US,
+            access: LinkAccess::LoadStore,
+        },
+        wiring: Wiring::Mesh,
+    }
+}
+
+/// `ranks` ranks (at least one) of one CPU host: a full mesh of [`host_links`] over one
+/// memory system of [`HOST_MEMORY_GBPS`]. What the host device's communicators are
+/// modelled on when no topology is given.
+pub fn host(ranks: usize) -> Topology {
+    let mut t = Topology::unchecked(vec![ranks.max(1)], host_links(), roce(Wiring::None), None);
+    t.memory_gbps = Some(HOST_MEMORY_GBPS);
+    t
+}
+
+/// CPU hosts of the given sizes, each as [`host`], joined by TCP ([`tcp`]) through one
+/// port per rank: a job of host-device processes on several machines.
+pub(super) fn hosts(sizes: Vec<usize>) -> Result<Topology, crate::error::ConfigError> {
+    let mut t = Topology::from_fabrics(sizes, host_links(), tcp(Wiring::Mesh), Some(TCP_GBPS))?;
+    t.memory_gbps = Some(HOST_MEMORY_GBPS);
+    Ok(t)
+}
+
 /// Servers of the given (non-zero) sizes with the generic figures.
 pub(super) fn generic(sizes: &[usize]) -> Topology {
     Topology::unchecked(
@@ -144,10 +193,28 @@ pub fn preset(name: &str) -> Option<Topology> {
             roce(Wiring::None),
             None,
         )),
-        _ => shape(name)?
-            .ok()
-            .map(|(servers, size)| generic(&vec![size; servers])),
+        _ => match host_ranks(name) {
+            Some(ranks) => ranks.ok().map(host),
+            None => shape(name)?
+                .ok()
+                .map(|(servers, size)| generic(&vec![size; servers])),
+        },
     }
+}
+
+/// `hostN` as N: `None` when `name` is not `host` and digits; an error saying what is
+/// wrong when N is zero or past [`MAX_RANKS`].
+pub fn host_ranks(name: &str) -> Option<Result<usize, String>> {
+    let digits = name.strip_prefix("host")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(match digits.parse::<usize>() {
+        Ok(n) if (1..=MAX_RANKS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "hostN needs N from 1 to {MAX_RANKS} (oxccl_framework::limits::MAX_RANKS)"
+        )),
+    })
 }
 
 /// `MxN` as (M, N): `None` when `name` is not two digit strings joined by `x`; an error
@@ -233,6 +300,28 @@ mod tests {
             preset("1x8").unwrap().all_load_store(),
             "one server: no inter link"
         );
+    }
+
+    #[test]
+    fn host_n_is_one_cpu_host_over_one_memory_bus() {
+        let t = preset("host8").unwrap();
+        assert_eq!(t.ranks(), 8);
+        assert!(t.is_full_mesh() && t.all_load_store());
+        assert_eq!(t.memory_gbps(), Some(HOST_MEMORY_GBPS));
+        assert_eq!(t.link(2, 5).unwrap().bandwidth_gbps, HOST_LINK_GBPS);
+        assert_eq!(t.describe(), "[8]");
+        assert_eq!(preset("host1").unwrap().ranks(), 1);
+        assert!(preset("host").is_none() && preset("hostx").is_none());
+        for bad in ["host0", "host4097", "host99999999999999999999999"] {
+            assert!(preset(bad).is_none(), "{bad}");
+            assert!(host_ranks(bad).unwrap().is_err(), "{bad}");
+            let err = Topology::parse_spec(bad).unwrap_err().to_string();
+            assert!(err.contains("from 1 to 4096"), "{bad}: {err}");
+        }
+        let hosts = hosts(vec![2, 2]).unwrap();
+        assert_eq!(hosts.memory_gbps(), Some(HOST_MEMORY_GBPS));
+        assert_eq!(hosts.link(0, 2).unwrap().bandwidth_gbps, TCP_GBPS);
+        assert!(generic(&[8]).memory_gbps().is_none());
     }
 
     #[test]
