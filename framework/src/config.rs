@@ -7,7 +7,7 @@
 //! | `OXCCL_EXEC_TIMEOUT` | seconds a Wait may block before it is an error, 0.001 to 1e9 | 60 |
 //! | `OXCCL_HOST_THREADS` | worker threads of the host device, 0 to 1024; 0 = one per core | 0 |
 //! | `OXCCL_ZERO_COPY` | 1: eager ops run on user buffers when the device allows it; 0: always stage through the CCL buffers | 1 |
-//! | `OXCCL_TOPO_FILE` | the communicator's topology: a preset (`mesh8`, `2x8`, `1xN`...) or a TOML file | one server, full mesh |
+//! | `OXCCL_TOPO_FILE` | the communicator's topology: a preset (`mesh8`, `2x8`, `hostN`, `1xN`...) or a TOML file | the device's machine: for the host device one CPU host (`hostN`: links over one shared memory bus), else one server, full mesh |
 //! | `OXCCL_TUNE_FILE` | a tuning table written by `oxccl tune` (see [`crate::tune`]): `select_alg` runs the fastest measured executor for sizes it covers | none (the model decides) |
 //! | `OXCCL_CHECK_CALLS` | 1: ranks agree on every call (operator, type, op, root, counts, executor) before it runs, and a mismatch is an error on every rank (see [`crate::agreement`]); 0: skip the check | 1 |
 //! | `OXCCL_TRANSPORT` | how ranks in other processes are reached (see [`crate::transport`]): `auto` (shared memory on a host, TCP between hosts), `shm` or `tcp` (every peer over TCP, also on one host) | auto |
@@ -43,7 +43,9 @@ pub struct Config {
     /// this process; `sim`: records programs for the analyzer, zero-copy when
     /// `zero_copy`). An unknown kind is an error listing the known ones.
     pub device: String,
-    /// The topology; `None` means one server with all ranks fully connected.
+    /// The topology; `None` means the device's machine
+    /// ([`Topology::default_for_device`]): one CPU host for the host device, one server
+    /// with all ranks fully connected otherwise.
     pub topology: Option<Topology>,
     /// Notify channels per link; at least 1. Executors that pipeline alternate channels
     /// by iteration parity, hence the default of 2.

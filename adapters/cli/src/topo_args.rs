@@ -38,19 +38,26 @@ pub fn with_broken(base: Topology, broken: &[String]) -> Result<Topology, Error>
     })
 }
 
-/// The topology of a command that runs for real (`perf`, `tune`): `--topo` if given, else
-/// the environment's (`OXCCL_TOPO_FILE`), else one server of `--ranks` (8 by default);
-/// then `--broken`. `--ranks` given with a topology must agree with its rank count.
+/// The topology of a command that runs for real (`perf`, `tune`) on backend `device`:
+/// `--topo` if given, else the environment's (`OXCCL_TOPO_FILE`), else what a
+/// communicator of `--ranks` ranks (8 by default) gets on that device
+/// ([`Topology::default_for_device`]: a CPU host for the host device); then `--broken`.
+/// `--ranks` given with a topology must agree with its rank count.
 pub fn run_topology(
     ranks: Option<usize>,
     topo: Option<&str>,
     broken: &[String],
     from_env: Option<&Topology>,
+    device: &str,
 ) -> Result<Topology, Error> {
     let (base, source) = match (topo, from_env) {
         (Some(spec), _) => (topology(0, Some(spec), &[])?, format!("--topo {spec}")),
         (None, Some(env)) => (env.clone(), "OXCCL_TOPO_FILE".to_string()),
-        (None, None) => return topology(ranks.unwrap_or(8), None, broken),
+        (None, None) => {
+            let n = crate::validate::rank_count(ranks.unwrap_or(8))?;
+            let base = Topology::default_for_device(device, vec![n])?;
+            return with_broken(base, broken);
+        }
     };
     if let Some(n) = ranks.filter(|&n| n != base.ranks()) {
         let reason = format!(
@@ -69,24 +76,29 @@ mod tests {
 
     #[test]
     fn ranks_and_topo_must_agree() {
-        let t = run_topology(Some(8), Some("mesh8"), &["0-1".into()], None).unwrap();
+        let t = run_topology(Some(8), Some("mesh8"), &["0-1".into()], None, "host").unwrap();
         assert_eq!(t.describe(), "[8] broken 0-1");
-        let err = run_topology(Some(4), Some("mesh8"), &[], None).unwrap_err();
+        let err = run_topology(Some(4), Some("mesh8"), &[], None, "host").unwrap_err();
         assert!(
             err.to_string()
                 .contains("--ranks=\"4\" is invalid: disagrees"),
             "{err}"
         );
         let env = Topology::single_server(4);
-        assert!(run_topology(Some(8), None, &[], Some(&env)).is_err());
+        assert!(run_topology(Some(8), None, &[], Some(&env), "host").is_err());
         assert_eq!(
-            run_topology(None, None, &[], Some(&env)).unwrap().ranks(),
+            run_topology(None, None, &[], Some(&env), "host")
+                .unwrap()
+                .ranks(),
             4
         );
-        assert_eq!(run_topology(None, None, &[], None).unwrap().ranks(), 8);
-        assert!(run_topology(None, None, &["0_1".into()], None).is_err());
+        assert_eq!(
+            run_topology(None, None, &[], None, "host").unwrap().ranks(),
+            8
+        );
+        assert!(run_topology(None, None, &["0_1".into()], None, "host").is_err());
         for ranks in [0, 4097, usize::MAX] {
-            let err = run_topology(Some(ranks), None, &[], None).unwrap_err();
+            let err = run_topology(Some(ranks), None, &[], None, "host").unwrap_err();
             assert!(err.to_string().starts_with("--ranks"), "{err}");
         }
         let err = topology(8, Some("1x99999999999"), &[]).unwrap_err();

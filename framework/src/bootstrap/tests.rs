@@ -401,7 +401,7 @@ fn a_rank_on_another_host_is_refused_listing_every_transport() {
         transport: crate::transport::TransportChoice::Shm,
         ..crate::Config::default()
     };
-    let pre = crate::Topology::single_server(2);
+    let pre = crate::Topology::default_for_device("host", vec![2]).expect("host");
     let digests = digest_parts(&config, &pre, crate::Mode::Staged).expect("digests");
     let elsewhere = RankInfo {
         host: HostId {

@@ -241,10 +241,10 @@ impl Communicator {
     /// collective could run on it.
     pub fn init_all(n: usize, config: Config) -> Result<Vec<Communicator>, Error> {
         check_rank_count(n)?;
-        let topology = config
-            .topology
-            .clone()
-            .unwrap_or_else(|| Topology::single_server(n));
+        let topology = match &config.topology {
+            Some(t) => t.clone(),
+            None => Topology::default_for_device(&config.device, vec![n])?,
+        };
         check_init(n, &config, &topology)?;
         topology.check_connected()?;
         config.algo.validate()?;
@@ -309,7 +309,10 @@ impl Communicator {
         // The topology is the table's hosts unless a file gives it; the digests cover the
         // file's (or the one-host default's), so a rank given another file is refused.
         let given = config.topology.clone();
-        let pre = given.clone().unwrap_or_else(|| Topology::single_server(n));
+        let pre = match &given {
+            Some(t) => t.clone(),
+            None => Topology::default_for_device(&config.device, vec![n])?,
+        };
         let digests = digest_parts(&config, &pre, Mode::Staged)?;
         let mut info = RankInfo::this(rank, digests);
         let listener = match config.transport {
@@ -333,7 +336,7 @@ impl Communicator {
         let links = transport::links_of(&table, rank, config.transport)?;
         let topology = match given {
             Some(t) => t,
-            None => Topology::servers(table.server_sizes()?)?,
+            None => Topology::default_for_device(&config.device, table.server_sizes()?)?,
         };
         let topology = transport::with_transport_access(topology, &table, config.transport);
         check_init(n, &config, &topology)?;

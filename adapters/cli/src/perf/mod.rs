@@ -191,7 +191,13 @@ pub(crate) fn run_config(
 ) -> Result<(Config, Topology, bool), Error> {
     let mut config = Config::from_env()?;
     let given = topo.is_some() || !broken.is_empty() || config.topology.is_some();
-    let topology = crate::topo_args::run_topology(ranks, topo, broken, config.topology.as_ref())?;
+    let topology = crate::topo_args::run_topology(
+        ranks,
+        topo,
+        broken,
+        config.topology.as_ref(),
+        &config.device,
+    )?;
     config.topology = Some(topology.clone());
     if let Some((kind, name)) = forced {
         config.algo.set(Some(kind), name);
