@@ -28,7 +28,7 @@ use crate::device::DeviceConfig;
 use crate::error::{AbortCause, DeviceError, PeerLoss};
 use crate::ir::Rank;
 use crate::transport::tcp::wire::{Frame, Hello, Target};
-use crate::transport::tcp::{connect, send, send_all, TcpError, TcpJob};
+use crate::transport::tcp::{connect, keep_alive, send, send_all, TcpError, TcpJob};
 use parking_lot::{Condvar, Mutex};
 use std::io::{IoSlice, Read};
 use std::net::TcpStream;
@@ -161,6 +161,7 @@ impl TcpLinks {
         };
         let mut stream = connect(addr, deadline).map_err(failed)?;
         stream.set_nodelay(true).map_err(setup("socket options"))?;
+        keep_alive(&stream).map_err(setup("TCP keepalive"))?;
         let left = deadline.saturating_duration_since(Instant::now());
         stream
             .set_read_timeout(Some(left.max(Duration::from_millis(1))))

@@ -225,7 +225,11 @@ fn accept(links: &TcpLinks, listener: &TcpListener, conns: &mut Vec<Option<Conn>
                 return;
             }
         };
-        if stream.set_nonblocking(true).is_err() || stream.set_nodelay(true).is_err() {
+        let configured = stream
+            .set_nonblocking(true)
+            .and_then(|()| stream.set_nodelay(true));
+        if let Err(err) = configured.and_then(|()| crate::transport::tcp::keep_alive(&stream)) {
+            tracing::warn!(%addr, %err, "a TCP connection could not be configured; dropped");
             continue;
         }
         let index = conns

@@ -143,6 +143,28 @@ pub fn connect(addr: SocketAddr, deadline: Instant) -> std::io::Result<TcpStream
     }
 }
 
+/// Silence on a transport connection before the kernel starts probing the peer.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
+/// Time between two keepalive probes.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+/// Unanswered probes after which the kernel declares the peer gone.
+pub const KEEPALIVE_PROBES: u32 = 3;
+
+/// Turn on TCP keepalive with oxccl's timings. A peer process that dies is seen at once
+/// (its kernel closes the socket), but a host that vanishes (power, cable, kernel panic)
+/// sends no FIN or RST: without probes a rank blocked reading from it would wait out
+/// `OXCCL_EXEC_TIMEOUT` (and an idle connection, the kernel's default two hours). With
+/// them the read fails with `ETIMEDOUT` after about `KEEPALIVE_IDLE + KEEPALIVE_PROBES x
+/// KEEPALIVE_INTERVAL` (8 s) of silence, and the peer is reported lost.
+pub fn keep_alive(stream: &TcpStream) -> std::io::Result<()> {
+    use rustix::net::sockopt;
+    sockopt::set_socket_keepalive(stream, true)?;
+    sockopt::set_tcp_keepidle(stream, KEEPALIVE_IDLE)?;
+    sockopt::set_tcp_keepintvl(stream, KEEPALIVE_INTERVAL)?;
+    sockopt::set_tcp_keepcnt(stream, KEEPALIVE_PROBES)?;
+    Ok(())
+}
+
 /// Write `header` then `payload` in as few system calls as the socket takes.
 pub fn send(stream: &mut TcpStream, header: &[u8], payload: &[u8]) -> std::io::Result<()> {
     send_all(stream, &mut [IoSlice::new(header), IoSlice::new(payload)])
@@ -160,4 +182,29 @@ pub fn send_all(stream: &mut TcpStream, bufs: &mut [IoSlice<'_>]) -> std::io::Re
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::net::sockopt;
+
+    #[test]
+    fn keep_alive_sets_oxccls_probe_timings_on_both_ends() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let out = connect(addr, Instant::now() + Duration::from_secs(5)).unwrap();
+        let (inbound, _) = listener.accept().unwrap();
+        for stream in [&out, &inbound] {
+            assert!(
+                !sockopt::socket_keepalive(stream).unwrap(),
+                "off by default"
+            );
+            keep_alive(stream).unwrap();
+            assert!(sockopt::socket_keepalive(stream).unwrap());
+            assert_eq!(sockopt::tcp_keepidle(stream).unwrap(), KEEPALIVE_IDLE);
+            assert_eq!(sockopt::tcp_keepintvl(stream).unwrap(), KEEPALIVE_INTERVAL);
+            assert_eq!(sockopt::tcp_keepcnt(stream).unwrap(), KEEPALIVE_PROBES);
+        }
+    }
 }
