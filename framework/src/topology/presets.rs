@@ -15,7 +15,6 @@
 //! | RoCE access | put-only | an RDMA write (and a TCP send) lands only in memory the peer registered: its CCL buffers and scratch, plus its signals; reading or writing its user buffers would need a registration per call |
 //! | TCP bandwidth | 3.125 GB/s per direction | public: a 25 Gb/s Ethernet port (the common cloud-instance and rack NIC), 25 Gb/s / 8 bits; TCP/IP overhead ignored |
 //! | TCP latency | 25 us | **assumption**: kernel TCP one-way latency of a small message through one datacenter switch (netperf TCP_RR round trips of 40-60 us are typical on 25 GbE) |
-//!
 //! | host link bandwidth | 12 GB/s per direction | measured: one thread's memcpy of 256 MiB buffers on the 2-core development machine (`memcpy_bench 1 256`: 12.5 GB/s); a rank of the host device copies a peer's buffer with one thread |
 //! | host memory system | 24 GB/s per server | measured: two threads' aggregate memcpy on the same machine (`memcpy_bench 2 256`: 24.2 GB/s); every copy of every rank of one host crosses it |
 //! | host link latency | 0.5 us | measured: the per-task cost fitted to 53 executors' 1 KiB times on 8 ranks of the same machine (0.45 us) |
