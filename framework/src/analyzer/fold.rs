@@ -192,8 +192,10 @@ fn congruent(
 ) -> bool {
     (f + p..full).all(|i| {
         let reference = f + (i - f) % p;
-        let moved = loops.marks[i].first - loops.marks[reference].first;
-        let Some(delta) = moved.checked_mul(es) else {
+        let moved = loops.marks[i]
+            .first
+            .checked_sub(loops.marks[reference].first);
+        let Some(delta) = moved.and_then(|m| m.checked_mul(es)) else {
             return false;
         };
         program.streams.iter().enumerate().all(|(s, stream)| {
