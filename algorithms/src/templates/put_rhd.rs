@@ -239,6 +239,18 @@ impl Member<'_, '_> {
             .collect()
     }
 
+    /// [`Member::runs`]' items alone, with no position standing alone.
+    fn items<const K: usize>(
+        &self,
+        positions: Range<usize>,
+        sides: [Side<'_>; K],
+    ) -> Vec<[Slice; K]> {
+        self.runs(positions, sides, None)
+            .into_iter()
+            .map(|(_, item)| item)
+            .collect()
+    }
+
     /// The output chunks (`g.p.output`) of `rank`, as a side.
     fn output_side(&self, rank: Rank) -> Side<'_> {
         Side {
@@ -371,13 +383,15 @@ impl Member<'_, '_> {
         };
         let found;
         let breaks = match &self.g.runs.partials {
-            Some(breaks) => breaks,
+            Some(breaks) => {
+                debug_assert_eq!(*breaks, Breaks::of(t.partial_chunks, self.g.p.chunk_at));
+                breaks
+            }
             None => {
                 found = Breaks::of(t.partial_chunks, self.g.p.chunk_at);
                 &found
             }
         };
-        debug_assert_eq!(*breaks, Breaks::of(t.partial_chunks, self.g.p.chunk_at));
         let partials = Side {
             range: t.partials,
             table: t.partial_chunks,
@@ -398,11 +412,7 @@ impl Member<'_, '_> {
                 false => input,
             };
             let theirs = shape.positions(RhdShape::block(w, d));
-            let puts = self
-                .runs(theirs, [side, self.recv_side(link.remote)], None)
-                .into_iter()
-                .map(|(_, item)| item)
-                .collect();
+            let puts = self.items(theirs, [side, self.recv_side(link.remote)]);
             let reduces = self.halving_reduces(
                 t,
                 side,
@@ -502,18 +512,10 @@ impl Member<'_, '_> {
                 true => self.output_side(link.remote),
                 false => self.recv_side(link.remote),
             };
-            let puts = self
-                .runs(mine, [self.output_side(me), to], None)
-                .into_iter()
-                .map(|(_, item)| item)
-                .collect();
+            let puts = self.items(mine, [self.output_side(me), to]);
             let copies = match self.g.gather_into_place {
                 true => Vec::new(),
-                false => self
-                    .runs(theirs, [self.recv_side(me), self.output_side(me)], None)
-                    .into_iter()
-                    .map(|(_, item)| item)
-                    .collect(),
+                false => self.items(theirs, [self.recv_side(me), self.output_side(me)]),
             };
             self.step(ctx, Some(link), Some(link), puts, vec![], copies);
         }
