@@ -235,16 +235,22 @@ fn check_init(n: usize, config: &Config, topology: &Topology) -> Result<(), Erro
     Ok(())
 }
 
+/// The configured topology, else the device's machine with servers of `sizes`
+/// ([`Topology::default_for_device`]).
+fn topology_of(config: &Config, sizes: Vec<usize>) -> Result<Topology, Error> {
+    match &config.topology {
+        Some(t) => Ok(t.clone()),
+        None => Ok(Topology::default_for_device(&config.device, sizes)?),
+    }
+}
+
 impl Communicator {
     /// Create `n` in-process ranks sharing one device. Refuses a topology whose healthy
     /// links do not join every rank to every other ([`Error::Disconnected`]): no
     /// collective could run on it.
     pub fn init_all(n: usize, config: Config) -> Result<Vec<Communicator>, Error> {
         check_rank_count(n)?;
-        let topology = match &config.topology {
-            Some(t) => t.clone(),
-            None => Topology::default_for_device(&config.device, vec![n])?,
-        };
+        let topology = topology_of(&config, vec![n])?;
         check_init(n, &config, &topology)?;
         topology.check_connected()?;
         config.algo.validate()?;
@@ -308,11 +314,7 @@ impl Communicator {
         config.algo.validate()?;
         // The topology is the table's hosts unless a file gives it; the digests cover the
         // file's (or the one-host default's), so a rank given another file is refused.
-        let given = config.topology.clone();
-        let pre = match &given {
-            Some(t) => t.clone(),
-            None => Topology::default_for_device(&config.device, vec![n])?,
-        };
+        let pre = topology_of(&config, vec![n])?;
         let digests = digest_parts(&config, &pre, Mode::Staged)?;
         let mut info = RankInfo::this(rank, digests);
         let listener = match config.transport {
@@ -334,10 +336,7 @@ impl Communicator {
             .map(|a| a.to_string());
         let table = join(id, n, info, config.exec_timeout)?;
         let links = transport::links_of(&table, rank, config.transport)?;
-        let topology = match given {
-            Some(t) => t,
-            None => Topology::default_for_device(&config.device, table.server_sizes()?)?,
-        };
+        let topology = topology_of(&config, table.server_sizes()?)?;
         let topology = transport::with_transport_access(topology, &table, config.transport);
         check_init(n, &config, &topology)?;
         topology.check_connected()?;

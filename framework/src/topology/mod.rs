@@ -211,28 +211,19 @@ impl Topology {
         presets::generic(&[ranks.max(1)])
     }
 
-    /// The machine a device whose ranks use `memory` is modelled on when no topology is
-    /// given, with servers of the given sizes: CPU hosts ([`presets::host`], joined by
-    /// TCP) for a shared memory bus, else the generic servers of [`Topology::servers`].
-    pub fn default_for(
-        memory: oxccl_platform::registry::Memory,
-        ranks_per_server: Vec<usize>,
-    ) -> Result<Self, ConfigError> {
-        match memory {
-            oxccl_platform::registry::Memory::SharedBus => presets::hosts(ranks_per_server),
-            oxccl_platform::registry::Memory::PerRank => Topology::servers(ranks_per_server),
-        }
-    }
-
-    /// [`Topology::default_for`] the memory of backend `kind` (as registered; a kind
-    /// that is not is modelled as memory per rank, and refused when the device is made).
+    /// The machine backend `kind` is modelled on when no topology is given, with servers
+    /// of the given sizes: CPU hosts ([`presets::host`], joined by TCP) when its ranks
+    /// share a memory bus, else the generic servers of [`Topology::servers`] (also for a
+    /// kind that is not registered, which is refused when the device is made).
     pub fn default_for_device(
         kind: &str,
         ranks_per_server: Vec<usize>,
     ) -> Result<Self, ConfigError> {
-        let memory = oxccl_platform::registry::memory_of(kind)
-            .unwrap_or(oxccl_platform::registry::Memory::PerRank);
-        Topology::default_for(memory, ranks_per_server)
+        use oxccl_platform::registry::{memory_of, Memory};
+        match memory_of(kind) {
+            Some(Memory::SharedBus) => presets::hosts(ranks_per_server),
+            Some(Memory::PerRank) | None => Topology::servers(ranks_per_server),
+        }
     }
 
     /// Servers with the given rank counts (may differ), a full mesh inside each and RDMA
@@ -589,8 +580,8 @@ impl Topology {
             .filter(move |&p| p != rank && !self.is_broken(rank, p))
     }
 
-    /// Every rank the intra- and inter-server wiring could join to `rank` (a superset of
-    /// its wired peers).
+    /// Every rank the intra- and inter-server wiring joins to `rank` (on a ring of one or
+    /// two ranks, `rank` itself or a neighbour twice: the caller drops both).
     fn wired_candidates(&self, rank: Rank) -> Vec<Rank> {
         let server = self.server_of(rank);
         let local = rank - self.starts[server];
