@@ -185,6 +185,35 @@ mod tests {
     }
 
     #[test]
+    fn every_rank_of_a_host_copies_over_its_one_memory_system() {
+        let host = crate::topology::presets::host(4);
+        let mut p = RankProgram::new(0, 1);
+        let len = 1 << 20;
+        p.streams[0].copy(
+            Slice::new(0, Buf::Input, 0, len),
+            Slice::new(0, Buf::Output, 0, len),
+        );
+        let params = CostParams {
+            dispatch_us: 0.0,
+            ..CostParams::default()
+        };
+        let got = estimate(&[(&p, &Loops::default())], &host, layout(4), &params).unwrap();
+        // The sampled rank stands for 4 that copy alike over one memory system.
+        let memory = crate::topology::presets::HOST_MEMORY_GBPS * 1e9;
+        let want = 4.0 * len as f64 / memory;
+        assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+        // Each device with memory of its own: the copy engine alone.
+        let own = estimate(
+            &[(&p, &Loops::default())],
+            &Topology::single_server(4),
+            layout(4),
+            &params,
+        )
+        .unwrap();
+        assert!(own < want / 10.0, "{own} vs {want}");
+    }
+
+    #[test]
     fn a_transfer_costs_latency_plus_bytes_over_bandwidth() {
         let t = Topology::single_server(2);
         let spec = t.link(0, 1).unwrap();
