@@ -127,7 +127,7 @@ impl Shared {
     }
 
     /// Track `launch`, unless an earlier failure stopped the device.
-    pub(crate) fn admit(&self, launch: &Arc<Launch>) -> Result<(), DeviceError> {
+    pub(crate) fn admit(self: &Arc<Self>, launch: &Arc<Launch>) -> Result<(), DeviceError> {
         let mut running = self.running.lock();
         if let Some(cause) = &running.failure {
             return Err(DeviceError::Aborted {
@@ -137,6 +137,11 @@ impl Shared {
         }
         running.launches.retain(|l| l.strong_count() > 0);
         running.launches.push(Arc::downgrade(launch));
+        drop(running);
+        if let Some(shm) = &self.shm {
+            shm.launch_started();
+            super::shm::refresh_fences(self, shm);
+        }
         Ok(())
     }
 
@@ -402,8 +407,17 @@ impl Launch {
         self.complete();
     }
 
+    /// The launch is over (once: a second call changes nothing).
     fn complete(&self) {
-        *self.done.lock() = true;
+        let mut done = self.done.lock();
+        if *done {
+            return;
+        }
+        *done = true;
+        drop(done);
+        if let Some(shm) = &self.shared.shm {
+            shm.launch_ended();
+        }
         self.done_cv.notify_all();
     }
 

@@ -405,6 +405,7 @@ impl Device for HostDevice {
     fn run(&self, group: Vec<Submission<'_>>) -> Vec<Result<(), DeviceError>> {
         let timeout = self.shared.config.exec_timeout;
         let pool = &self.shared.pool;
+        let poller = shm::Poller::start(&self.shared);
         let started = pool.quiet(|| self.start_group(group));
         // Launches before `first_busy` are done (or never started): each is asked once
         // more only until it is, not once per job run.
@@ -419,12 +420,17 @@ impl Device for HostDevice {
             first_busy < started.len()
         };
         pool.drain(&mut busy);
-        if self.shared.shm.is_some() {
-            shm::poll_while(&self.shared, &mut busy);
-        }
-        if self.shared.tcp.is_some() {
-            tcp::receiver::poll_while(&self.shared, &mut busy);
-        }
+        // Polling, this thread runs what the peers wake: quietly, as it drains (a worker
+        // woken for a stream this thread takes first is a context switch for nothing).
+        pool.quiet(|| {
+            if let Some(poller) = poller {
+                poller.poll_while(&mut busy);
+            }
+            if self.shared.tcp.is_some() {
+                tcp::receiver::poll_while(&self.shared, &mut busy);
+            }
+        });
+        pool.kick();
         started
             .into_iter()
             .map(|c| crate::device::wait_out(&mut c?, timeout))

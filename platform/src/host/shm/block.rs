@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 /// Bytes of a block's control area.
 pub(super) const CONTROL: usize = 64;
+const _: () = assert!(std::mem::size_of::<Control>() <= CONTROL);
 /// Alignment of the CCL buffers in a block.
 pub(super) const PAGE: usize = 4096;
 
@@ -37,10 +38,15 @@ pub(super) struct Control {
     pub(super) origin_rank: AtomicU32,
     pub(super) origin_pid: AtomicU32,
     pub(super) origin_loss: AtomicU32,
-    /// Nonzero while a thread of the device polls its words and peers ([`super::poll_while`]):
+    /// Nonzero while a thread of the device polls its words and peers ([`super::Poller`]):
     /// a peer then skips the doorbell's futex wake, which would only wake the service
     /// thread to compete with the poller for a core.
     pub(super) polling: AtomicU32,
+    /// Launches of the device not yet complete. A device with none has no stream parked
+    /// and no launch fenced: a peer's published epoch needs no wake (the device's next
+    /// launch reads the peers' epochs after counting itself; see
+    /// [`super::ShmLinks::launch_started`]).
+    pub(super) in_flight: AtomicU32,
 }
 
 /// Where the parts of a block lie.

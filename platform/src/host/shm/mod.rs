@@ -34,7 +34,7 @@ mod block;
 mod service;
 
 pub(crate) use block::Block;
-pub(crate) use service::{close, poll_while, start_service};
+pub(crate) use service::{close, refresh_fences, start_service, Poller};
 
 use super::memory::Region;
 use crate::device::{DeviceConfig, ShmJob};
@@ -65,14 +65,22 @@ impl Peer {
         unsafe { &*self.bell.payload().0.cast::<Control>() }
     }
 
-    /// Ring the peer's device, unless `quiet` and it polls (its poller then finds the
-    /// change itself: see [`poll_while`] for why none is missed).
+    /// Ring the peer's device, unless `quiet` and it polls or has no launch in flight (its
+    /// poller, or its next launch, then finds the change itself: see [`Poller`] and
+    /// [`ShmLinks::launch_started`] for why none is missed).
+    ///
+    /// A futex wake of a sleeping doorbell service costs a context switch, and the
+    /// service then competes for a core with the processes doing the work: on an
+    /// oversubscribed host, waking peers that did not need it was most of a small
+    /// call's time.
     fn ring(&self, quiet: bool) {
         let c = self.bell_control();
-        // Orders this thread's change (a post's CAS, a published epoch) before the look
-        // at the flag; the poller fences between clearing the flag and its last look.
+        // Orders this thread's change (a post's CAS, a published epoch) before the looks
+        // at the flag and the count; the device fences between changing either and its
+        // next look at the peers.
         std::sync::atomic::fence(Ordering::SeqCst);
-        if quiet && c.polling.load(Ordering::SeqCst) != 0 {
+        let idle = || c.in_flight.load(Ordering::SeqCst) == 0;
+        if quiet && (c.polling.load(Ordering::SeqCst) != 0 || idle()) {
             c.doorbell.fetch_add(1, Ordering::Release);
             return;
         }
@@ -248,6 +256,29 @@ impl ShmLinks {
             peer.ring(true);
         }
         Some(outcome)
+    }
+
+    /// A launch of this device starts: count it, so that peers ring for what it may wait
+    /// on. Then the caller looks at the peers' epochs ([`refresh_fences`]): a peer that
+    /// published before seeing the count did not ring, and the count is SeqCst before
+    /// that look, as the peer's epoch is before its look at the count, so one of the
+    /// two sees the other.
+    ///
+    /// [`refresh_fences`]: service::refresh_fences
+    pub(crate) fn launch_started(&self) {
+        self.own[0]
+            .control()
+            .in_flight
+            .fetch_add(1, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// A launch of this device completed.
+    pub(crate) fn launch_ended(&self) {
+        self.own[0]
+            .control()
+            .in_flight
+            .fetch_sub(1, Ordering::SeqCst);
     }
 
     /// The last epoch peer `rank` published.

@@ -14,36 +14,71 @@ pub(crate) const TICK: Duration = Duration::from_millis(50);
 /// Looks without finding work before a waiting submitter goes to sleep.
 const POLLS: usize = 256;
 
-/// The submitting thread, while `busy()`: take the streams peers woke and run them here,
-/// and the pool's queued jobs, yielding between empty looks ([`POLLS`] of them at most,
-/// then it sleeps as usual). A peer's post then reaches a waiting rank when its process
-/// is next scheduled, without a doorbell thread's wakeup in between: what a latency-bound
-/// call over processes costs most.
-pub(crate) fn poll_while(shared: &Arc<Shared>, mut busy: impl FnMut() -> bool) {
-    let Some(links) = shared.shm.as_ref() else {
-        return;
-    };
-    let polling = &links.own[0].control().polling;
-    polling.fetch_add(1, Ordering::SeqCst);
-    let mut idle = 0;
-    while busy() && idle < POLLS {
-        if poll_once(shared, links) || shared.pool.run_one() {
-            idle = 0;
-        } else {
-            idle += 1;
-            std::thread::yield_now();
+/// A submitting thread that will poll until its launches are done: while it lives, peers
+/// skip the device's futex wake (the thread finds their changes itself). Made before the
+/// launches start, so that a post that arrives while the thread still runs them wakes no
+/// service thread either.
+pub(crate) struct Poller<'a> {
+    shared: &'a Arc<Shared>,
+    links: &'a ShmLinks,
+}
+
+impl<'a> Poller<'a> {
+    /// Mark the device as polled; `None` without shared-memory peers.
+    pub(crate) fn start(shared: &'a Arc<Shared>) -> Option<Self> {
+        let links = shared.shm.as_deref()?;
+        links.own[0]
+            .control()
+            .polling
+            .fetch_add(1, Ordering::SeqCst);
+        Some(Poller { shared, links })
+    }
+
+    /// While `busy()`: take the streams peers woke and run them here, and the pool's
+    /// queued jobs, yielding between empty looks ([`POLLS`] of them at most, then the
+    /// caller sleeps as usual). A peer's post then reaches a waiting rank when its process
+    /// is next scheduled, without a doorbell thread's wakeup in between: what a
+    /// latency-bound call over processes costs most.
+    pub(crate) fn poll_while(&self, mut busy: impl FnMut() -> bool) {
+        let mut idle = 0;
+        while busy() && idle < POLLS {
+            if poll_once(self.shared, self.links) || self.shared.pool.run_one() {
+                idle = 0;
+            } else {
+                idle += 1;
+                std::thread::yield_now();
+            }
         }
     }
-    // A peer that saw the flag did not ring: look once more after clearing it (the
-    // flag and the peers' changes are SeqCst, so either the peer saw it cleared and
-    // rang, or this look sees the change).
-    polling.fetch_sub(1, Ordering::SeqCst);
-    std::sync::atomic::fence(Ordering::SeqCst);
-    poll_once(shared, links);
+}
+
+impl Drop for Poller<'_> {
+    /// A peer that saw the flag did not ring: look once more after clearing it (the flag
+    /// and the peers' changes are SeqCst, so either the peer saw it cleared and rang, or
+    /// this look sees the change).
+    fn drop(&mut self) {
+        let polling = &self.links.own[0].control().polling;
+        polling.fetch_sub(1, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        poll_once(self.shared, self.links);
+    }
 }
 
 /// Move the peers' fence proxies and run the streams peers woke; true when a stream ran.
 fn poll_once(shared: &Arc<Shared>, links: &ShmLinks) -> bool {
+    refresh_fences(shared, links);
+    let mut ran = false;
+    for bank in &shared.banks {
+        for (launch, stream) in bank.take_woken() {
+            launch.wake_from_afar(stream);
+            ran = true;
+        }
+    }
+    ran
+}
+
+/// Move the local proxies of the peers' fences to the epochs they published.
+pub(crate) fn refresh_fences(shared: &Arc<Shared>, links: &ShmLinks) {
     for rank in links.peer_ranks() {
         let (Some(slot), done) = (shared.fence_slot(rank), links.peer_done(rank)) else {
             continue;
@@ -53,14 +88,6 @@ fn poll_once(shared: &Arc<Shared>, links: &ShmLinks) -> bool {
             shared.fences[slot].advance(done);
         }
     }
-    let mut ran = false;
-    for bank in &shared.banks {
-        for (launch, stream) in bank.take_woken() {
-            launch.wake_from_afar(stream);
-            ran = true;
-        }
-    }
-    ran
 }
 
 /// Start the doorbell service of the device behind `shared`.
