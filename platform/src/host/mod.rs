@@ -419,6 +419,7 @@ impl Device for HostDevice {
             }
             first_busy < started.len()
         };
+        let small = started.iter().flatten().all(|c| c.launch.program.small);
         pool.drain(&mut busy);
         // Polling, this thread runs what the peers wake: quietly, as it drains (a worker
         // woken for a stream this thread takes first is a context switch for nothing).
@@ -427,7 +428,7 @@ impl Device for HostDevice {
                 poller.poll_while(&mut busy);
             }
             if self.shared.tcp.is_some() {
-                tcp::receiver::poll_while(&self.shared, &mut busy);
+                tcp::receiver::poll_while(&self.shared, small, &mut busy);
             }
         });
         pool.kick();

@@ -146,6 +146,11 @@ impl WorkerPool {
         Arc::as_ptr(&self.queue) as usize
     }
 
+    /// True when a job is queued.
+    pub(crate) fn has_jobs(&self) -> bool {
+        !self.queue.jobs.lock().0.is_empty()
+    }
+
     /// Run one queued job on the calling thread; false if the queue was empty. Lets a thread
     /// that waits for its own launches work instead of sleeping.
     pub(crate) fn run_one(&self) -> bool {

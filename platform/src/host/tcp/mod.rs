@@ -22,6 +22,7 @@
 //!
 //! [`DeviceConfig::tcp`]: crate::device::DeviceConfig::tcp
 
+mod readiness;
 pub(crate) mod receiver;
 
 use crate::device::DeviceConfig;
@@ -62,8 +63,11 @@ pub(crate) struct TcpLinks {
     accepted_changed: Condvar,
     /// Set when the device goes away: the receiver ends, ends of streams are no failures.
     pub closing: AtomicBool,
-    /// The receiver's event loop.
+    /// The receiver's event loop: it holds [`Self::ready`] and is notified when the
+    /// device closes.
     pub poller: polling::Poller,
+    /// Which of the listener and the accepted connections have bytes to read.
+    pub ready: readiness::Readiness,
     /// The listener and connections, set when the receiver starts.
     pub rx: Mutex<Option<receiver::Receiver>>,
     wait: Duration,
@@ -105,6 +109,7 @@ impl TcpLinks {
             accepted_changed: Condvar::new(),
             closing: AtomicBool::new(false),
             poller: polling::Poller::new().map_err(setup("event loop"))?,
+            ready: readiness::Readiness::new().map_err(setup("event loop"))?,
             rx: Mutex::new(None),
             wait: config.exec_timeout,
         })
@@ -417,5 +422,11 @@ impl TcpLinks {
                 }
             }
         }
+    }
+}
+
+impl Drop for TcpLinks {
+    fn drop(&mut self) {
+        self.ready.unwatch_from(&self.poller);
     }
 }

@@ -22,7 +22,7 @@ use crate::ir::{Buf, Rank};
 use crate::signal::Posted;
 use crate::transport::tcp::wire::{Frame, Hello, Target, HEADER_LEN, HELLO_LEN};
 use crate::transport::tcp::TcpError;
-use polling::{Event, Events, PollMode};
+use polling::Events;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
@@ -69,6 +69,10 @@ const DIRECT_BYTES: usize = 16 << 10;
 
 /// Looks without finding work before a waiting submitter stops polling.
 const POLLS: usize = 256;
+/// Empty looks a waiting submitter yields through before it may sleep in a look.
+const SPINS: usize = 16;
+/// How long one sleeping look lasts at most.
+const SLICE: Duration = Duration::from_millis(1);
 
 /// One accepted connection.
 struct Conn {
@@ -99,13 +103,14 @@ enum Next {
 pub(crate) fn start(shared: &Arc<Shared>, links: Arc<TcpLinks>) -> Result<(), DeviceError> {
     let listener = links.job.listener.try_clone().map_err(setup("listener"))?;
     listener.set_nonblocking(true).map_err(setup("listener"))?;
-    // SAFETY: the listener is deleted from the poller before it is dropped (end of `serve`).
-    unsafe {
-        links
-            .poller
-            .add_with_mode(&listener, Event::readable(LISTENER), PollMode::Level)
-    }
-    .map_err(setup("event loop"))?;
+    links
+        .ready
+        .add(&listener, LISTENER)
+        .map_err(setup("event loop"))?;
+    links
+        .ready
+        .watch_from(&links.poller)
+        .map_err(setup("event loop"))?;
     *links.rx.lock() = Some(Receiver {
         listener,
         conns: Vec::new(),
@@ -120,6 +125,7 @@ pub(crate) fn start(shared: &Arc<Shared>, links: Arc<TcpLinks>) -> Result<(), De
 
 fn serve(shared: &Weak<Shared>, links: &TcpLinks) {
     let mut events = Events::new();
+    let mut keys = Vec::new();
     loop {
         events.clear();
         let pending = links
@@ -144,21 +150,25 @@ fn serve(shared: &Weak<Shared>, links: &TcpLinks) {
         // frames; its lock is short.
         let mut rx = links.rx.lock();
         if let Some(rx) = rx.as_mut() {
-            handle(&shared, links, rx, &events);
+            if let Err(err) = links.ready.ready(&mut keys, Duration::ZERO) {
+                tracing::error!(%err, "the TCP receiver's readiness set failed");
+                break;
+            }
+            handle(&shared, links, rx, &keys);
             drop_late_hellos(links, &mut rx.conns);
         }
     }
     if let Some(rx) = links.rx.lock().take() {
         for conn in rx.conns.iter().flatten() {
-            let _ = links.poller.delete(&conn.stream);
+            links.ready.delete(&conn.stream);
         }
-        let _ = links.poller.delete(&rx.listener);
+        links.ready.delete(&rx.listener);
     }
 }
 
-/// Act on the readiness in `events`.
-fn handle(shared: &Arc<Shared>, links: &TcpLinks, rx: &mut Receiver, events: &Events) {
-    for key in events.iter().map(|e| e.key) {
+/// Act on the readiness of the sources `keys` name.
+fn handle(shared: &Arc<Shared>, links: &TcpLinks, rx: &mut Receiver, keys: &[usize]) {
+    for &key in keys {
         if key == LISTENER {
             accept(links, &rx.listener, &mut rx.conns);
             continue;
@@ -167,50 +177,74 @@ fn handle(shared: &Arc<Shared>, links: &TcpLinks, rx: &mut Receiver, events: &Ev
             continue;
         };
         if let Next::Drop = drive(shared, links, conn) {
-            let _ = links.poller.delete(&conn.stream);
+            links.ready.delete(&conn.stream);
             rx.conns[key - 1] = None;
         }
     }
 }
 
 /// The submitting thread, while `busy()`: take the frames peers sent and run what they
-/// wake, and the pool's queued jobs, yielding between empty looks ([`POLLS`] of them at
-/// most; then it sleeps as usual and the receiver thread takes over).
+/// wake, and the pool's queued jobs ([`POLLS`] empty looks at most; then it sleeps as
+/// usual and the receiver thread takes over).
 ///
-/// It holds the connections throughout and reads each one directly (one system call per
-/// connection, where a look through the event loop costs several): the receiver thread,
-/// woken by the same data, waits for the lock once rather than contending per frame.
-pub(crate) fn poll_while(shared: &Arc<Shared>, mut busy: impl FnMut() -> bool) {
+/// It holds the connections throughout and pauses the receiver thread (see
+/// [`Readiness`](super::readiness::Readiness)): the frames wake this thread alone, and
+/// one `epoll_wait` per look says which connections to read. The first [`SPINS`] empty
+/// looks yield the core; after them a device that serves one rank (a process per rank,
+/// the usual job) sleeps in the readiness set for up to [`SLICE`] per look, so that on a
+/// host with more ranks than cores a waiting rank gives its core to the ranks that work
+/// until its frames come. A device with more local ranks keeps yielding: their streams
+/// may end its call from another thread, which no socket would announce.
+///
+/// Unless the call is `small` (its programs move at most a socket buffer's worth), a job
+/// from the pool may be a stream that blocks in a send: the receiver thread then reads
+/// while it runs, so that two ranks sending to each other always drain.
+pub(crate) fn poll_while(shared: &Arc<Shared>, small: bool, mut busy: impl FnMut() -> bool) {
     let Some(links) = shared.tcp.as_ref() else {
         return;
     };
     let mut rx = links.rx.lock();
-    let Some(rx) = rx.as_mut() else {
+    if rx.is_none() {
         return;
-    };
+    }
+    links.ready.pause(&links.poller);
+    let may_sleep = shared.config.local_ranks.len() == 1;
+    let mut keys = Vec::new();
     let mut idle = 0;
     while busy() && idle < POLLS {
-        let mut found = shared.pool.run_one();
-        for index in 0..rx.conns.len() {
-            let Some(conn) = rx.conns[index].as_mut().filter(|c| c.link.is_some()) else {
-                continue;
-            };
-            let before = conn.reads;
-            if let Next::Drop = drive(shared, links, conn) {
-                let _ = links.poller.delete(&conn.stream);
-                rx.conns[index] = None;
-                found = true;
-            } else {
-                found |= conn.reads != before;
-            }
+        let mut found = false;
+        if small {
+            found = shared.pool.run_one();
+        } else if shared.pool.has_jobs() {
+            links.ready.resume(&links.poller);
+            drop(rx);
+            found = shared.pool.run_one();
+            rx = links.rx.lock();
+            links.ready.pause(&links.poller);
         }
+        let Some(receiver) = rx.as_mut() else {
+            break;
+        };
+        let wait = match may_sleep && idle >= SPINS {
+            true => SLICE,
+            false => Duration::ZERO,
+        };
+        if let Err(err) = links.ready.ready(&mut keys, wait) {
+            tracing::error!(%err, "the TCP readiness set failed; the receiver takes over");
+            break;
+        }
+        found |= !keys.is_empty();
+        handle(shared, links, receiver, &keys);
         if found {
             idle = 0;
         } else {
             idle += 1;
-            std::thread::yield_now();
+            if wait.is_zero() {
+                std::thread::yield_now();
+            }
         }
     }
+    links.ready.resume(&links.poller);
 }
 
 /// Take every connection waiting on the listener.
@@ -236,13 +270,8 @@ fn accept(links: &TcpLinks, listener: &TcpListener, conns: &mut Vec<Option<Conn>
             .iter()
             .position(Option::is_none)
             .unwrap_or(conns.len());
-        // SAFETY: every connection is deleted from the poller before it is dropped.
-        let added = unsafe {
-            links
-                .poller
-                .add_with_mode(&stream, Event::readable(index + 1), PollMode::Level)
-        };
-        if added.is_err() {
+        if let Err(err) = links.ready.add(&stream, index + 1) {
+            tracing::warn!(%addr, %err, "a TCP connection could not be watched; dropped");
             continue;
         }
         let conn = Conn {
@@ -278,7 +307,7 @@ fn drop_late_hellos(links: &TcpLinks, conns: &mut [Option<Conn>]) {
         if late {
             let conn = entry.take().expect("checked");
             tracing::warn!(peer = %conn.addr, "dropped a TCP connection that sent no hello");
-            let _ = links.poller.delete(&conn.stream);
+            links.ready.delete(&conn.stream);
         }
     }
 }
