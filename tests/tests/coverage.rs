@@ -29,6 +29,7 @@ fn every_registered_executor_is_covered_by_a_test_file() {
                 "nhr",
                 "one-shot",
                 "put-mesh",
+                "put-rd",
                 "put-rhd",
                 "put-ring",
                 "relay-mesh",

@@ -96,6 +96,12 @@ put_executor_tests!(
     all_reduce_put_mesh_runs
 );
 put_executor_tests!(
+    OpKind::AllReduce,
+    "put-rd",
+    all_reduce_put_rd_audited,
+    all_reduce_put_rd_runs
+);
+put_executor_tests!(
     OpKind::ReduceScatter,
     "put-mesh",
     reduce_scatter_put_mesh_audited,

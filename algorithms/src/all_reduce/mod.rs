@@ -10,6 +10,7 @@ pub mod nb;
 pub mod nhr;
 pub mod one_shot;
 pub mod put_mesh;
+pub mod put_rd;
 pub mod put_rhd;
 pub mod put_ring;
 pub mod relay_mesh;
