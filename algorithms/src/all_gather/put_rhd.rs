@@ -7,7 +7,7 @@
 //! place by the receiver; an iteration is then capped at the CCL buffer over the ranks).
 
 use super::place_own_block;
-use crate::templates::{put_rhd_all_gather, require_links, rhd_peers, PutRhd, PutRhdShape};
+use crate::templates::{put_rhd_all_gather, rhd_links, PutRhd, PutRhdShape};
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers, PlanCtx,
     ResourceRequest,
@@ -29,8 +29,7 @@ oxccl_framework::register_executor! {
 
 impl Executor for PutRhdAllGather {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let order: Vec<usize> = (0..ctx.ranks).collect();
-        let peers = require_links(ctx.topology, NAME, ctx.rank, rhd_peers(&order, ctx.rank))?;
+        let peers = rhd_links(ctx, NAME)?;
         let request = ResourceRequest::with_peers(Peers::List(peers));
         Ok(super::with_slot_scratch(ctx, request, ctx.ranks))
     }

@@ -15,7 +15,7 @@
 //! iteration ends nobody reads this rank's output any more.
 
 use super::place_own_block;
-use crate::templates::{require_links, rhd_all_gather, rhd_peers, RingParams};
+use crate::templates::{rhd_all_gather, rhd_links, RingParams};
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
 };
@@ -34,8 +34,7 @@ oxccl_framework::register_executor! {
 
 impl Executor for RhdAllGather {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let order: Vec<usize> = (0..ctx.ranks).collect();
-        let peers = require_links(ctx.topology, "rhd", ctx.rank, rhd_peers(&order, ctx.rank))?;
+        let peers = rhd_links(ctx, "rhd")?;
         Ok(ResourceRequest::with_peers(Peers::List(peers)))
     }
 

@@ -24,7 +24,7 @@
 //! lower participant's partial first, so every rank computes the same bits.
 
 use crate::templates::rhd::RhdShape;
-use crate::templates::{require_links, rhd_peers};
+use crate::templates::rhd_links;
 use oxccl_framework::platform::{Buf, Link, Rank, Slice};
 use oxccl_framework::{
     BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
@@ -52,8 +52,7 @@ fn slots(n: usize) -> usize {
 
 impl Executor for PutRdAllReduce {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let order: Vec<usize> = (0..ctx.ranks).collect();
-        let peers = require_links(ctx.topology, NAME, ctx.rank, rhd_peers(&order, ctx.rank))?;
+        let peers = rhd_links(ctx, NAME)?;
         let request = ResourceRequest::with_peers(Peers::List(peers));
         if ctx.ranks == 1 {
             return Ok(request);

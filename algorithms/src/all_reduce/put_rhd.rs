@@ -6,7 +6,7 @@
 //! partner's CclOut when staged. `2log2(p)` steps on a power of two, two more otherwise.
 //! The receive area holds one iteration (capped at one CCL buffer, the staged loop's cap).
 
-use crate::templates::{put_rhd_all_reduce, require_links, rhd_peers, PutRhd, PutRhdShape};
+use crate::templates::{put_rhd_all_reduce, rhd_links, PutRhd, PutRhdShape};
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers, PlanCtx,
     ResourceRequest,
@@ -28,8 +28,7 @@ oxccl_framework::register_executor! {
 
 impl Executor for PutRhdAllReduce {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let order: Vec<usize> = (0..ctx.ranks).collect();
-        let peers = require_links(ctx.topology, NAME, ctx.rank, rhd_peers(&order, ctx.rank))?;
+        let peers = rhd_links(ctx, NAME)?;
         let request = ResourceRequest::with_peers(Peers::List(peers));
         if ctx.ranks == 1 {
             return Ok(request);

@@ -15,7 +15,7 @@
 //! Every step ends with the partner's Ack ("done reading your buffers"), so when an
 //! iteration ends nobody reads this rank's buffers and its output is final.
 
-use crate::templates::{even_chunks, require_links, rhd_all_reduce, rhd_peers, RingParams};
+use crate::templates::{even_chunks, rhd_all_reduce, rhd_links, RingParams};
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx, ResourceRequest,
 };
@@ -34,8 +34,7 @@ oxccl_framework::register_executor! {
 
 impl Executor for RhdAllReduce {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let order: Vec<usize> = (0..ctx.ranks).collect();
-        let peers = require_links(ctx.topology, "rhd", ctx.rank, rhd_peers(&order, ctx.rank))?;
+        let peers = rhd_links(ctx, "rhd")?;
         Ok(ResourceRequest::with_peers(Peers::List(peers)))
     }
 

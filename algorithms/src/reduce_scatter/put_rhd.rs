@@ -6,9 +6,7 @@
 //! [`put_rhd`](crate::templates::put_rhd)). Scratch holds a receive area and the partial
 //! sums, one block per rank each; an iteration is capped at the CCL buffer over the ranks.
 
-use crate::templates::{
-    put_rhd_reduce_scatter, require_links, rhd_peers, PutRhd, PutRhdShape, RingTargets,
-};
+use crate::templates::{put_rhd_reduce_scatter, rhd_links, PutRhd, PutRhdShape, RingTargets};
 use oxccl_framework::platform::Buf;
 use oxccl_framework::{
     BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
@@ -31,8 +29,7 @@ oxccl_framework::register_executor! {
 
 impl Executor for PutRhdReduceScatter {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let order: Vec<usize> = (0..ctx.ranks).collect();
-        let peers = require_links(ctx.topology, NAME, ctx.rank, rhd_peers(&order, ctx.rank))?;
+        let peers = rhd_links(ctx, NAME)?;
         let request = ResourceRequest::with_peers(Peers::List(peers));
         Ok(super::with_put_scratch(ctx, request, 2 * ctx.ranks))
     }

@@ -55,7 +55,7 @@ pub use relay_mesh::{
     RelayMeshParams, RelayPlan, RELAY_COST_BYTES,
 };
 pub use rhd::{
-    require_links, rhd_all_gather, rhd_all_reduce, rhd_peers, rhd_reduce_scatter,
+    require_links, rhd_all_gather, rhd_all_reduce, rhd_links, rhd_peers, rhd_reduce_scatter,
     rhd_reduce_scatter_into,
 };
 pub use ring::RingParams;

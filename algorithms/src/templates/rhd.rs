@@ -28,7 +28,7 @@
 use super::ring::RingParams;
 use super::ring_reduce_scatter::RingTargets;
 use oxccl_framework::platform::{Link, Rank, Slice};
-use oxccl_framework::{Error, KernelCtx, Topology};
+use oxccl_framework::{Error, KernelCtx, PlanCtx, Topology};
 use std::ops::Range;
 
 oxccl_framework::register_template! {
@@ -121,6 +121,18 @@ pub fn rhd_peers(order: &[Rank], rank: Rank) -> Vec<Rank> {
     peers.sort_unstable();
     peers.dedup();
     peers
+}
+
+/// The peers of `ctx.rank` in the RHD schedule over the ranks in order (its fold partner
+/// and its doubling partners), each with a healthy link, as [`require_links`] checks.
+pub fn rhd_links(ctx: &PlanCtx<'_>, executor: &str) -> Result<Vec<Rank>, Error> {
+    let order: Vec<usize> = (0..ctx.ranks).collect();
+    require_links(
+        ctx.topology,
+        executor,
+        ctx.rank,
+        rhd_peers(&order, ctx.rank),
+    )
 }
 
 /// `peers`, or [`Error::NoLink`] for the first one `rank` has no healthy link to: the
