@@ -169,7 +169,8 @@ fn run_with_puts(launch: &Launch, task: &DataOp, p: &Prepared) -> Result<(), Dev
         let Place::Remote { rank, target } = o.place else {
             unreachable!("only remote operands are listed as remote")
         };
-        tcp.write(slot, rank, (target, o.slice.offset), bytes, task.then_post)?;
+        tcp.write(slot, rank, (target, o.slice.offset), bytes, task.then_post)
+            .map_err(|e| launch.shared.tcp_send_failed(e))?;
     }
     Ok(())
 }

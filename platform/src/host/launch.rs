@@ -126,6 +126,27 @@ impl Shared {
         }
     }
 
+    /// A TCP send that failed because its peer's end is gone (reset, broken pipe) is that
+    /// peer's loss, as the end of its stream is to the receiver: stop the device for it and
+    /// report it so, naming the rank that died rather than the send that noticed first.
+    /// Any other error is returned as it is.
+    pub(crate) fn tcp_send_failed(&self, err: DeviceError) -> DeviceError {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+        let DeviceError::Tcp(crate::transport::tcp::TcpError::Send { from, to, source }) = &err
+        else {
+            return err;
+        };
+        if !matches!(
+            source.kind(),
+            ConnectionReset | BrokenPipe | ConnectionAborted
+        ) {
+            return err;
+        }
+        let cause = self.config.lost(*to, None, crate::error::PeerLoss::Died);
+        self.stop(cause.clone(), None);
+        DeviceError::Aborted { rank: *from, cause }
+    }
+
     /// Track `launch`, unless an earlier failure stopped the device.
     pub(crate) fn admit(self: &Arc<Self>, launch: &Arc<Launch>) -> Result<(), DeviceError> {
         let mut running = self.running.lock();
@@ -785,6 +806,7 @@ pub(crate) fn run_stream(launch: &Arc<Launch>, s: usize) {
                 .as_ref()
                 .expect("compile made a tcp post only over tcp")
                 .post(launch.program.slot, *rank, *word)
+                .map_err(|e| launch.shared.tcp_send_failed(e))
                 .map(|()| Step::Next),
             Op::Fused => Ok(Step::Next),
             Op::Wait { word, notify } => launch.wait(*word, *notify, at),

@@ -433,6 +433,38 @@ fn a_peer_whose_connection_ends_without_closing_releases_the_waiting_rank() {
     );
 }
 
+/// A send that finds its peer's socket reset (the peer's process died, its kernel
+/// answered with RST) reports the peer's death, as the end of a stream does, not the
+/// send's own error.
+#[test]
+fn a_send_to_a_reset_peer_reports_the_peer_dead() {
+    let (dev, _rogue, inbound) = device_with_rogue(Duration::from_secs(30));
+    // Linger 0: the close resets the connection the device sends on.
+    rustix::net::sockopt::set_socket_linger(&inbound, Some(Duration::ZERO)).unwrap();
+    drop(inbound);
+    std::thread::sleep(Duration::from_millis(200));
+    let layout = dev.config().layout();
+    let mut p = RankProgram::new(0, 1);
+    p.streams[0].post(layout.link(1, 0, 0, LinkSignal::DataSignal));
+    let mut out = [vec![0u8; 8]];
+    let err = run_ranks(&dev, vec![(p, vec![1])], &[vec![0u8; 8]], &mut out, 1)
+        .pop()
+        .unwrap()
+        .unwrap_err();
+    let named = format!("rank 1 (process {ROGUE_PID}) died; it ran on host rogue-host");
+    assert!(err.to_string().contains(&named), "{err}");
+    assert!(
+        matches!(
+            err,
+            DeviceError::Aborted {
+                rank: 0,
+                cause: AbortCause::PeerProcess { rank: 1, .. },
+            }
+        ),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_peer_of_another_shape_is_refused_at_connect() {
     let (la, addr_a) = listener();
