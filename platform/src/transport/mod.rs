@@ -15,3 +15,12 @@
 
 pub mod shm;
 pub mod tcp;
+
+/// `wait` as the kernel's timeout, saturated (a wait past `i64::MAX` seconds is forever
+/// for any caller here).
+pub(crate) fn timespec(wait: std::time::Duration) -> rustix::time::Timespec {
+    rustix::time::Timespec::try_from(wait).unwrap_or(rustix::time::Timespec {
+        tv_sec: i64::MAX,
+        tv_nsec: 0,
+    })
+}

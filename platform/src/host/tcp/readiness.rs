@@ -24,6 +24,29 @@ const SET: usize = 0;
 /// Readiness reports taken per look.
 const BATCH: usize = 64;
 
+/// What one look found: the keys of the ready sources. Kept by its thread across looks,
+/// so that a look allocates nothing.
+pub(crate) struct Ready {
+    events: Vec<epoll::Event>,
+}
+
+impl Ready {
+    pub(crate) fn new() -> Self {
+        Ready {
+            events: Vec::with_capacity(BATCH),
+        }
+    }
+
+    /// The keys of the sources the last look found ready.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = usize> + '_ {
+        self.events.iter().map(|e| e.data.u64() as usize)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+}
+
 /// A level-triggered epoll set, keyed by `usize`.
 pub(crate) struct Readiness {
     set: OwnedFd,
@@ -52,22 +75,15 @@ impl Readiness {
         let _ = epoll::delete(&self.set, source);
     }
 
-    /// The keys of the sources that are ready, waiting up to `wait` for one (zero: just
-    /// look), into `keys` (cleared first).
-    pub(crate) fn ready(&self, keys: &mut Vec<usize>, wait: Duration) -> io::Result<()> {
-        keys.clear();
-        let timeout = rustix::time::Timespec {
-            tv_sec: wait.as_secs().min(i64::MAX as u64) as i64,
-            tv_nsec: i64::from(wait.subsec_nanos()),
-        };
-        let mut events = Vec::with_capacity(BATCH);
-        match epoll::wait(&self.set, spare_capacity(&mut events), Some(&timeout)) {
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => return Ok(()),
-            Err(e) => return Err(e.into()),
+    /// Look which sources are ready, waiting up to `wait` for one (zero: just look);
+    /// `found` holds them afterwards.
+    pub(crate) fn ready(&self, found: &mut Ready, wait: Duration) -> io::Result<()> {
+        found.events.clear();
+        let timeout = crate::transport::timespec(wait);
+        match epoll::wait(&self.set, spare_capacity(&mut found.events), Some(&timeout)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+            Err(e) => Err(e.into()),
         }
-        keys.extend(events.iter().map(|e| e.data.u64() as usize));
-        Ok(())
     }
 
     /// Put the set into the receiver's outer event loop `outer`.

@@ -15,6 +15,7 @@
 //! and then a worker in between: on a machine with fewer cores than ranks, each of those
 //! wakeups waits for a time slice, and a latency-bound call is a chain of them.
 
+use super::readiness::Ready;
 use super::{setup, TcpLinks, ACCEPTED, WRONG_SHAPE};
 use crate::error::{AbortCause, DeviceError, PeerLoss};
 use crate::host::launch::Shared;
@@ -84,8 +85,6 @@ struct Conn {
     rx: Rx,
     /// Its rank said Close: the end of the stream is no failure.
     closed: bool,
-    /// Reads that got bytes (to tell a poller it found work).
-    reads: u64,
     /// Bytes read ahead: `inbox[head..tail]` are not taken yet ([`HELLO_LEN`] bytes
     /// before the hello is taken, [`INBOX_BYTES`] after).
     inbox: Box<[u8]>,
@@ -125,7 +124,7 @@ pub(crate) fn start(shared: &Arc<Shared>, links: Arc<TcpLinks>) -> Result<(), De
 
 fn serve(shared: &Weak<Shared>, links: &TcpLinks) {
     let mut events = Events::new();
-    let mut keys = Vec::new();
+    let mut found = Ready::new();
     loop {
         events.clear();
         let pending = links
@@ -150,11 +149,11 @@ fn serve(shared: &Weak<Shared>, links: &TcpLinks) {
         // frames; its lock is short.
         let mut rx = links.rx.lock();
         if let Some(rx) = rx.as_mut() {
-            if let Err(err) = links.ready.ready(&mut keys, Duration::ZERO) {
+            if let Err(err) = links.ready.ready(&mut found, Duration::ZERO) {
                 tracing::error!(%err, "the TCP receiver's readiness set failed");
                 break;
             }
-            handle(&shared, links, rx, &keys);
+            handle(&shared, links, rx, &found);
             drop_late_hellos(links, &mut rx.conns);
         }
     }
@@ -166,9 +165,9 @@ fn serve(shared: &Weak<Shared>, links: &TcpLinks) {
     }
 }
 
-/// Act on the readiness of the sources `keys` name.
-fn handle(shared: &Arc<Shared>, links: &TcpLinks, rx: &mut Receiver, keys: &[usize]) {
-    for &key in keys {
+/// Act on the readiness of the sources a look `found`.
+fn handle(shared: &Arc<Shared>, links: &TcpLinks, rx: &mut Receiver, found: &Ready) {
+    for key in found.keys() {
         if key == LISTENER {
             accept(links, &rx.listener, &mut rx.conns);
             continue;
@@ -209,16 +208,16 @@ pub(crate) fn poll_while(shared: &Arc<Shared>, small: bool, mut busy: impl FnMut
     }
     links.ready.pause(&links.poller);
     let may_sleep = shared.config.local_ranks.len() == 1;
-    let mut keys = Vec::new();
+    let mut found = Ready::new();
     let mut idle = 0;
     while busy() && idle < POLLS {
-        let mut found = false;
+        let mut ran = false;
         if small {
-            found = shared.pool.run_one();
+            ran = shared.pool.run_one();
         } else if shared.pool.has_jobs() {
             links.ready.resume(&links.poller);
             drop(rx);
-            found = shared.pool.run_one();
+            ran = shared.pool.run_one();
             rx = links.rx.lock();
             links.ready.pause(&links.poller);
         }
@@ -229,13 +228,12 @@ pub(crate) fn poll_while(shared: &Arc<Shared>, small: bool, mut busy: impl FnMut
             true => SLICE,
             false => Duration::ZERO,
         };
-        if let Err(err) = links.ready.ready(&mut keys, wait) {
+        if let Err(err) = links.ready.ready(&mut found, wait) {
             tracing::error!(%err, "the TCP readiness set failed; the receiver takes over");
             break;
         }
-        found |= !keys.is_empty();
-        handle(shared, links, receiver, &keys);
-        if found {
+        handle(shared, links, receiver, &found);
+        if ran || !found.is_empty() {
             idle = 0;
         } else {
             idle += 1;
@@ -284,7 +282,6 @@ fn accept(links: &TcpLinks, listener: &TcpListener, conns: &mut Vec<Option<Conn>
                 buf: [0; HELLO_LEN],
             },
             closed: false,
-            reads: 0,
             // A hello's worth until the hello is taken: a stranger holds no more.
             inbox: vec![0; HELLO_LEN].into_boxed_slice(),
             head: 0,
@@ -341,10 +338,7 @@ fn drive(shared: &Arc<Shared>, links: &TcpLinks, conn: &mut Conn) -> Next {
         };
         let n = match read {
             Ok(0) => return ended(shared, links, conn, None),
-            Ok(n) => {
-                conn.reads += 1;
-                n
-            }
+            Ok(n) => n,
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Next::Keep,
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(e) => return ended(shared, links, conn, Some(e)),

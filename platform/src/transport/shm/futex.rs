@@ -5,17 +5,14 @@
 //! segment. Used for doorbells, which ring rarely and must not be spun on: the machines
 //! this runs on are often oversubscribed.
 
-use rustix::thread::futex::{self, Flags, Timespec};
+use rustix::thread::futex::{self, Flags};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 /// Sleep while `word` still holds `seen`, at most `timeout` (spurious returns allowed: the
 /// caller re-reads the word).
 pub fn wait(word: &AtomicU32, seen: u32, timeout: Duration) {
-    let ts = Timespec {
-        tv_sec: timeout.as_secs().min(i64::MAX as u64) as i64,
-        tv_nsec: i64::from(timeout.subsec_nanos()),
-    };
+    let ts = super::super::timespec(timeout);
     // EAGAIN (the word changed), ETIMEDOUT and EINTR all mean: look again.
     let _ = futex::wait(word, Flags::empty(), seen, Some(&ts));
 }
