@@ -411,22 +411,7 @@ fn a_peer_whose_connection_ends_without_closing_releases_the_waiting_rank() {
     });
     let err = wait_for_rogue(&dev).unwrap_err();
     killer.join().unwrap();
-    let named = format!("rank 1 (process {ROGUE_PID}) died; it ran on host rogue-host");
-    assert!(err.to_string().contains(&named), "{err}");
-    assert!(
-        matches!(
-            err,
-            DeviceError::Aborted {
-                cause: AbortCause::PeerProcess {
-                    rank: 1,
-                    loss: PeerLoss::Died,
-                    ..
-                },
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_the_rogue_died(&err);
     assert!(
         start.elapsed() < Duration::from_secs(10),
         "released, not timed out"
@@ -451,6 +436,12 @@ fn a_send_to_a_reset_peer_reports_the_peer_dead() {
         .pop()
         .unwrap()
         .unwrap_err();
+    assert_the_rogue_died(&err);
+}
+
+/// `err` is rank 0's call aborted because rank 1 of a [`device_with_rogue`] died, named
+/// with its process and host.
+fn assert_the_rogue_died(err: &DeviceError) {
     let named = format!("rank 1 (process {ROGUE_PID}) died; it ran on host rogue-host");
     assert!(err.to_string().contains(&named), "{err}");
     assert!(
@@ -458,7 +449,11 @@ fn a_send_to_a_reset_peer_reports_the_peer_dead() {
             err,
             DeviceError::Aborted {
                 rank: 0,
-                cause: AbortCause::PeerProcess { rank: 1, .. },
+                cause: AbortCause::PeerProcess {
+                    rank: 1,
+                    loss: PeerLoss::Died,
+                    ..
+                },
             }
         ),
         "{err}"
