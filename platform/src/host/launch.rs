@@ -148,7 +148,7 @@ impl Shared {
     }
 
     /// Track `launch`, unless an earlier failure stopped the device.
-    pub(crate) fn admit(self: &Arc<Self>, launch: &Arc<Launch>) -> Result<(), DeviceError> {
+    pub(crate) fn admit(&self, launch: &Arc<Launch>) -> Result<(), DeviceError> {
         let mut running = self.running.lock();
         if let Some(cause) = &running.failure {
             return Err(DeviceError::Aborted {

@@ -78,7 +78,7 @@ fn poll_once(shared: &Arc<Shared>, links: &ShmLinks) -> bool {
 }
 
 /// Move the local proxies of the peers' fences to the epochs they published.
-pub(crate) fn refresh_fences(shared: &Arc<Shared>, links: &ShmLinks) {
+pub(crate) fn refresh_fences(shared: &Shared, links: &ShmLinks) {
     for rank in links.peer_ranks() {
         let (Some(slot), done) = (shared.fence_slot(rank), links.peer_done(rank)) else {
             continue;
