@@ -62,7 +62,6 @@ pub fn kinds() -> Vec<&'static str> {
     backends().into_iter().map(|b| b.kind).collect()
 }
 
-/// Create a device of kind `kind`.
 /// The memory of backend `kind`'s ranks (`None`: no such kind).
 pub fn memory_of(kind: &str) -> Option<Memory> {
     backends()
@@ -71,6 +70,7 @@ pub fn memory_of(kind: &str) -> Option<Memory> {
         .map(|b| b.memory)
 }
 
+/// Create a device of kind `kind`.
 pub fn create(kind: &str, config: DeviceConfig) -> Result<Arc<dyn Device>, DeviceError> {
     let entry = backends()
         .into_iter()

@@ -214,9 +214,10 @@ impl Topology {
         if let Some(t) = presets::preset(spec) {
             return Ok(t);
         }
-        let shape_error =
-            presets::shape(spec).or_else(|| presets::host_ranks(spec).map(|r| r.map(|_| (1, 1))));
-        if let Some(Err(reason)) = shape_error {
+        let shape_error = presets::shape(spec)
+            .and_then(Result::err)
+            .or_else(|| presets::host_ranks(spec).and_then(Result::err));
+        if let Some(reason) = shape_error {
             return Err(TopologyError::Shape {
                 given: spec.to_string(),
                 reason,
