@@ -25,10 +25,11 @@
 
 use crate::templates::rhd::RhdShape;
 use crate::templates::rhd_links;
-use oxccl_framework::platform::{Buf, Link, Rank, Slice};
+use oxccl_framework::limits::MAX_BUFFER_BYTES;
+use oxccl_framework::platform::{Buf, Link, Rank, Slice, StreamProgram};
 use oxccl_framework::{
-    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
-    PlanCtx, ResourceRequest,
+    ArgError, BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind,
+    Peers, PlanCtx, ResourceRequest,
 };
 
 /// The put RD AllReduce executor.
@@ -73,8 +74,7 @@ impl Executor for PutRdAllReduce {
             args.copy_input_to_output(ctx);
             return Ok(());
         }
-        let run = Run::new(ctx, args);
-        run.all_reduce(ctx)
+        Run::new(ctx, args)?.all_reduce(ctx)
     }
 }
 
@@ -88,15 +88,29 @@ struct Run<'a> {
     bytes: usize,
     /// The receive slots: `slots(n)` of `bytes` at the start of Scratch.
     area: BufRange,
+    /// The fold's slot (the last).
+    fold: usize,
     /// Wait for the receiver's Ack before each put (from the second iteration on).
     acks: bool,
 }
 
 impl<'a> Run<'a> {
-    fn new(ctx: &KernelCtx<'_>, args: &'a KernelArgs) -> Self {
+    fn new(ctx: &KernelCtx<'_>, args: &'a KernelArgs) -> Result<Self, Error> {
         let shape = RhdShape::new(ctx.ranks);
-        let bytes = args.op.count * args.op.dtype.size();
-        Run {
+        let op = &args.op;
+        // An iteration is at most `max_count_per_loop` elements, whose slots fit in one
+        // CCL buffer (see `resources`); checked all the same.
+        let overflow = || {
+            Error::Arg(ArgError::CountOverflow {
+                count: op.count,
+                dtype: op.dtype,
+                ranks: ctx.ranks,
+                limit: MAX_BUFFER_BYTES,
+            })
+        };
+        let bytes = op.count.checked_mul(op.dtype.size()).ok_or_else(overflow)?;
+        let slots = slots(ctx.ranks);
+        Ok(Run {
             args,
             shape,
             me: ctx.rank,
@@ -105,10 +119,11 @@ impl<'a> Run<'a> {
             area: BufRange {
                 buf: Buf::Scratch,
                 offset: 0,
-                len: slots(ctx.ranks) * bytes,
+                len: slots.checked_mul(bytes).ok_or_else(overflow)?,
             },
+            fold: slots - 1,
             acks: args.iteration > 0,
-        }
+        })
     }
 
     /// Receive slot `i` of `rank`.
@@ -118,7 +133,22 @@ impl<'a> Run<'a> {
 
     /// The fold's slot.
     fn fold_slot(&self, rank: Rank) -> Slice {
-        self.slot(rank, slots(self.shape.m + self.shape.r) - 1)
+        self.slot(rank, self.fold)
+    }
+
+    /// From the second iteration on, the Acks of one exchange on `link`: this rank says
+    /// its slot is free when it `receives`, and waits for the peer's word when it
+    /// `sends`.
+    fn acks(&self, link: &Link, s: &mut StreamProgram, receives: bool, sends: bool) {
+        if !self.acks {
+            return;
+        }
+        if receives {
+            link.tx_ack(s);
+        }
+        if sends {
+            link.rx_ack(s);
+        }
     }
 
     fn input(&self) -> Slice {
@@ -161,10 +191,7 @@ impl<'a> Run<'a> {
     ) -> Result<(), Error> {
         let link = ctx.link(partner, 0)?;
         let s = ctx.stream(0);
-        if self.acks {
-            link.tx_ack(s);
-            link.rx_ack(s);
-        }
+        self.acks(&link, s, true, true);
         link.tx_async(s, &[(self.slot(partner, step), partial)]);
         Self::land(&link, s);
         // The partial is read by the put, which a put-only link completes before the
@@ -180,7 +207,7 @@ impl<'a> Run<'a> {
 
     /// Wait for the peer's put to land and confirm it, then for the peer's confirmation
     /// of this rank's put (both nothing but the data signal on a non-RDMA link).
-    fn land(link: &Link, s: &mut oxccl_framework::platform::StreamProgram) {
+    fn land(link: &Link, s: &mut StreamProgram) {
         link.rx_async(s);
         link.rx_wait_done(s);
         link.tx_wait_done(s);
@@ -191,10 +218,7 @@ impl<'a> Run<'a> {
     fn fold_away(&self, ctx: &mut KernelCtx<'_>, even: Rank) -> Result<(), Error> {
         let link = ctx.link(even, 0)?;
         let s = ctx.stream(0);
-        if self.acks {
-            link.tx_ack(s);
-            link.rx_ack(s);
-        }
+        self.acks(&link, s, true, true);
         link.tx_async(s, &[(self.fold_slot(even), self.input())]);
         Self::land(&link, s);
         s.copy(self.fold_slot(self.me), self.output());
@@ -206,9 +230,7 @@ impl<'a> Run<'a> {
     fn fold_in(&self, ctx: &mut KernelCtx<'_>, odd: Rank) -> Result<(), Error> {
         let link = ctx.link(odd, 0)?;
         let s = ctx.stream(0);
-        if self.acks {
-            link.tx_ack(s);
-        }
+        self.acks(&link, s, true, false);
         link.rx_async(s);
         link.rx_wait_done(s);
         let srcs = vec![self.input(), self.fold_slot(self.me)];
@@ -221,9 +243,7 @@ impl<'a> Run<'a> {
     fn unfold(&self, ctx: &mut KernelCtx<'_>, odd: Rank) -> Result<(), Error> {
         let link = ctx.link(odd, 0)?;
         let s = ctx.stream(0);
-        if self.acks {
-            link.rx_ack(s);
-        }
+        self.acks(&link, s, false, true);
         link.tx_async(s, &[(self.fold_slot(odd), self.output())]);
         link.tx_wait_done(s);
         Ok(())
