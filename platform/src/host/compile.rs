@@ -24,7 +24,7 @@ use super::launch::{Reach, Shared};
 use crate::device::{CompileRequest, Compiled};
 use crate::dtype::{DataType, ReduceOp};
 use crate::error::{DeviceError, SliceFault, TaskFault, TaskLocation};
-use crate::ir::{Buf, NotifyId, Slice, Task};
+use crate::ir::{Buf, NotifyId, Rank, Slice, Task};
 use crate::transport::tcp::wire::Target;
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -140,12 +140,14 @@ pub(crate) fn compile(
                 .ok_or_else(|| shared.config.not_served(p))
         })
         .collect::<Result<Arc<[usize]>, _>>()?;
+    connect_fence_peers(shared, slot, &request.peers)?;
     let table_len = shared.layout.table_len(request.local_notifies);
     let link_words = shared.layout.local_base() as usize;
     // The rank's own local region: grown here, not per task.
     shared.banks[slot].reserve_local(request.local_notifies);
     let mut c = Compiler {
         shared,
+        slot,
         request: &request,
         extent: (0, 0),
         align: (1, 1),
@@ -197,7 +199,10 @@ pub(crate) fn compile(
                             word: index,
                             notify,
                         })?,
-                        Reach::Tcp => link_only(Op::PostTcp { rank, word: index })?,
+                        Reach::Tcp => {
+                            connect(shared, slot, rank)?;
+                            link_only(Op::PostTcp { rank, word: index })?
+                        }
                         Reach::Not => return Err(shared.config.not_served(rank)),
                     }
                 }
@@ -247,6 +252,23 @@ pub(crate) fn compile(
     }))
 }
 
+/// Connect local slot `slot` to every fence peer reached over TCP (their Done epochs come
+/// back on those connections; see `host::tcp`).
+fn connect_fence_peers(shared: &Shared, slot: usize, peers: &[Rank]) -> Result<(), DeviceError> {
+    for &peer in peers {
+        connect(shared, slot, peer)?;
+    }
+    Ok(())
+}
+
+/// Connect local slot `slot` to `rank` if it is reached over TCP and not yet connected.
+fn connect(shared: &Shared, slot: usize, rank: Rank) -> Result<(), DeviceError> {
+    match &shared.tcp {
+        Some(tcp) if tcp.reaches(rank) => tcp.ensure(slot, rank),
+        _ => Ok(()),
+    }
+}
+
 /// A data task whose one remote destination's rank the next task posts over TCP sends
 /// both in one go: the post rides with the data ([`DataOp::then_post`]).
 fn fuse_puts(ops: &mut [Op]) {
@@ -267,6 +289,8 @@ fn fuse_puts(ops: &mut [Op]) {
 
 struct Compiler<'a> {
     shared: &'a Arc<Shared>,
+    /// The program's rank's local slot.
+    slot: usize,
     request: &'a CompileRequest,
     /// Bytes of (Input, Output) of the own rank the program reaches.
     extent: (usize, usize),
@@ -401,7 +425,7 @@ impl Compiler<'_> {
                 let region = match reach {
                     Reach::Local(slot) => shared.memory.device_region(slot, buf, scratch),
                     Reach::Shm => self.peer_region(slice.rank, buf, scratch),
-                    Reach::Tcp => return self.remote(slice, buf, write).map_err(invalid),
+                    Reach::Tcp => return self.remote(slice, buf, write, at),
                     Reach::Not => return Err(shared.config.not_served(slice.rank)),
                 }
                 .map_err(invalid)?;
@@ -434,22 +458,35 @@ impl Compiler<'_> {
 
 impl Compiler<'_> {
     /// A device buffer of a rank reached over TCP: a write destination only, inside the
-    /// buffer as far as this rank knows its size.
-    fn remote(&self, slice: Slice, buf: Buf, write: bool) -> Result<Operand, SliceFault> {
+    /// buffer as far as this rank knows its size (connecting to the rank first, which
+    /// tells this one its scratch sizes).
+    fn remote(
+        &self,
+        slice: Slice,
+        buf: Buf,
+        write: bool,
+        at: TaskLocation,
+    ) -> Result<Operand, DeviceError> {
+        let invalid = |fault| DeviceError::InvalidSlice { at, slice, fault };
         let rank = slice.rank;
         if !write {
-            return Err(SliceFault::ReadOverPutLink { rank });
+            return Err(invalid(SliceFault::ReadOverPutLink { rank }));
         }
         let tcp = self.shared.tcp.as_ref().expect("checked by the caller");
+        tcp.ensure(self.slot, rank)?;
         let (target, buffer_len) = match buf {
             Buf::CclIn => (Target::CclIn, tcp.ccl_bytes()),
             Buf::CclOut => (Target::CclOut, tcp.ccl_bytes()),
             Buf::Scratch => {
-                let id = self.request.scratch.ok_or(SliceFault::NoScratch)?.0;
-                let len = tcp
-                    .scratch_len(rank, id)
-                    .ok_or(SliceFault::NoSuchScratch { id })?;
-                (Target::Scratch(id as u64), len)
+                let id = self
+                    .request
+                    .scratch
+                    .ok_or(invalid(SliceFault::NoScratch))?
+                    .0;
+                (
+                    Target::Scratch(id as u64),
+                    tcp.scratch_len(self.slot, rank, id)?,
+                )
             }
             Buf::Input | Buf::Output => unreachable!("user buffers are not device regions"),
         };
@@ -458,7 +495,7 @@ impl Compiler<'_> {
             .checked_add(slice.len)
             .is_some_and(|end| end <= buffer_len);
         if !inside {
-            return Err(SliceFault::OutOfBounds { buffer_len });
+            return Err(invalid(SliceFault::OutOfBounds { buffer_len }));
         }
         Ok(Operand {
             place: Place::Remote { rank, target },

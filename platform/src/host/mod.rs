@@ -132,10 +132,8 @@ impl HostDevice {
             })?;
         }
         if let Some(tcp) = tcp {
-            // The receiver runs before this device connects, so that peers connecting
-            // to it meanwhile are answered.
+            // Connections are opened by the compiles that need them (see `tcp`).
             tcp::receiver::start(&device.shared, tcp.clone())?;
-            tcp.connect_all()?;
         }
         Ok(device)
     }
@@ -143,6 +141,15 @@ impl HostDevice {
     /// Number of worker threads.
     pub fn threads(&self) -> usize {
         self.shared.pool.threads()
+    }
+
+    /// The TCP peers local slot `slot` has connected to (connections are lazy).
+    #[cfg(test)]
+    pub(crate) fn tcp_connected(&self, slot: usize) -> Vec<Rank> {
+        self.shared
+            .tcp
+            .as_ref()
+            .map_or_else(Vec::new, |tcp| tcp.connected(slot))
     }
 
     /// Validate a submission, register its user buffers and start its launch (gated,
@@ -344,7 +351,7 @@ impl Device for HostDevice {
             }
         };
         if let Some(tcp) = &self.shared.tcp {
-            tcp.exchange_scratch(id, bytes_per_rank)?;
+            tcp.announce_scratch(id, bytes_per_rank);
         }
         Ok(ScratchId(id))
     }

@@ -229,7 +229,8 @@ fn scratch_is_exchanged_and_bounded_by_the_peers_announced_size() {
 const ROGUE_PID: u32 = 4242;
 
 /// A device serving rank 0 of 2, whose peer rank 1 is a raw socket of the test: the
-/// rogue's connection to the device (on which it sends frames) and the device's to it.
+/// rogue's connection to the device (on which it sends frames) and the device's to it,
+/// which a compile that fences on rank 1 opens (connections are lazy).
 fn device_with_rogue(timeout: Duration) -> (HostDevice, TcpStream, TcpStream) {
     let (dev_listener, dev_addr) = listener();
     let (rogue_listener, rogue_addr) = listener();
@@ -256,23 +257,40 @@ fn device_with_rogue(timeout: Duration) -> (HostDevice, TcpStream, TcpStream) {
         ccl_bytes: config.ccl_bytes as u64,
         link_words: config.layout().local_base() as u64,
     };
-    std::thread::scope(|s| {
-        let rogue = s.spawn(move || {
-            let (mut inbound, _) = rogue_listener.accept().expect("the device connects");
-            let mut h = [0u8; HELLO_LEN];
-            inbound.read_exact(&mut h).expect("its hello");
-            inbound.write_all(&[ACCEPTED]).unwrap();
-            let mut outbound = TcpStream::connect(dev_addr).expect("connect to the device");
-            outbound.write_all(&hello.encode()).unwrap();
-            let mut answer = [0u8; 1];
-            outbound.read_exact(&mut answer).unwrap();
-            assert_eq!(answer[0], ACCEPTED);
-            (outbound, inbound)
-        });
-        let dev = HostDevice::new(config).expect("device");
-        let (outbound, inbound) = rogue.join().unwrap();
-        (dev, outbound, inbound)
-    })
+    let dev = HostDevice::new(config).expect("device");
+    assert_eq!(
+        dev.tcp_connected(0),
+        Vec::<usize>::new(),
+        "nothing connects at init"
+    );
+    let mut outbound = TcpStream::connect(dev_addr).expect("connect to the device");
+    outbound.write_all(&hello.encode()).unwrap();
+    let mut answer = [0u8; 1];
+    outbound.read_exact(&mut answer).unwrap();
+    assert_eq!(answer[0], ACCEPTED);
+    let rogue = std::thread::spawn(move || {
+        let (mut inbound, _) = rogue_listener.accept().expect("the device connects");
+        let mut h = [0u8; HELLO_LEN];
+        inbound.read_exact(&mut h).expect("its hello");
+        inbound.write_all(&[ACCEPTED]).unwrap();
+        inbound
+    });
+    dev.compile(fence_on_rogue()).expect("connects to rank 1");
+    let inbound = rogue.join().unwrap();
+    assert_eq!(dev.tcp_connected(0), vec![1]);
+    (dev, outbound, inbound)
+}
+
+/// A program of rank 0 that does nothing but fence on rank 1.
+fn fence_on_rogue() -> CompileRequest {
+    CompileRequest {
+        program: Arc::new(RankProgram::new(0, 1)),
+        scratch: None,
+        peers: vec![1],
+        local_notifies: 0,
+        in_place: false,
+        exit_fence: false,
+    }
 }
 
 /// Rank 0 of a [`device_with_rogue`], waiting for a signal from rank 1 that never comes.
@@ -475,13 +493,63 @@ fn a_peer_of_another_shape_is_refused_at_connect() {
         ccl_bytes: 1 << 17,
         ..config(2, vec![1], mk(lb, vec![Some(addr_a), None]), timeout)
     };
-    let (ra, rb) = std::thread::scope(|s| {
-        let rb = s.spawn(|| HostDevice::new(cb).map(|_| ()));
-        (HostDevice::new(ca).map(|_| ()), rb.join().unwrap())
+    let (a, b) = (HostDevice::new(ca).unwrap(), HostDevice::new(cb).unwrap());
+    // The first compile that needs the peer connects; each side refuses the other.
+    let fence_on = |dev: &HostDevice, rank, peer| {
+        dev.compile(CompileRequest {
+            program: Arc::new(RankProgram::new(rank, 1)),
+            peers: vec![peer],
+            ..fence_on_rogue()
+        })
+    };
+    for err in [
+        fence_on(&a, 0, 1).unwrap_err(),
+        fence_on(&b, 1, 0).unwrap_err(),
+    ] {
+        assert!(
+            matches!(err, DeviceError::Tcp(TcpError::Refused { .. })),
+            "{err}"
+        );
+    }
+}
+
+/// A rank connects only to the peers its programs need, and a fence that is not mutual
+/// (rank 0 fences on rank 2, which never fences on or sends to rank 0) gets its epochs
+/// over the connection rank 0 opened.
+#[test]
+fn connections_are_opened_for_the_peers_a_program_needs_and_epochs_come_back_on_them() {
+    let (a, b) = pair(Duration::from_secs(20));
+    assert_eq!((a.tcp_connected(0), b.tcp_connected(0)), (vec![], vec![]));
+    let alone = |rank| (RankProgram::new(rank, 1), vec![]);
+    let data = [vec![0u8; 8], vec![0u8; 8]];
+    let run_b = |epoch| {
+        let mut out = [vec![0u8; 8], vec![0u8; 8]];
+        run_ranks(&b, vec![alone(2), alone(3)], &data, &mut out, epoch)
+    };
+    let run_a = |epoch| {
+        let mut out = [vec![0u8; 8], vec![0u8; 8]];
+        let fenced = (RankProgram::new(0, 1), vec![2]);
+        run_ranks(&a, vec![fenced, alone(1)], &data, &mut out, epoch)
+    };
+    let ok = |r: Vec<Result<(), DeviceError>>| assert!(r.iter().all(Result::is_ok), "{r:?}");
+    // Rank 2 finishes epochs 1..=3 before rank 0 connects: its hello's answer says so.
+    (1..=3).for_each(|e| ok(run_b(e)));
+    (1..=3).for_each(|e| ok(run_a(e)));
+    // Then side by side: each epoch rank 2 publishes reaches rank 0.
+    std::thread::scope(|s| {
+        let b = s.spawn(|| (4..=8).for_each(|e| ok(run_b(e))));
+        (4..=8).for_each(|e| ok(run_a(e)));
+        b.join().unwrap();
     });
-    // Each side refuses the other's hello; a side that gave up first may leave the other
-    // with a connection that ends instead of an answer.
-    let errors = [ra.unwrap_err(), rb.unwrap_err()];
-    let refused = |e: &DeviceError| matches!(e, DeviceError::Tcp(TcpError::Refused { .. }));
-    assert!(errors.iter().any(refused), "{errors:?}");
+    assert_eq!(
+        a.tcp_connected(0),
+        vec![2],
+        "rank 0 connected to its fence peer only"
+    );
+    assert_eq!(a.tcp_connected(1), Vec::<usize>::new());
+    assert_eq!(
+        b.tcp_connected(0),
+        Vec::<usize>::new(),
+        "rank 2 opened nothing"
+    );
 }

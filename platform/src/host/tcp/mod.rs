@@ -1,9 +1,10 @@
 //! The host device over TCP: the connections of its ranks to the peers it reaches over
 //! sockets, and what travels on them.
 //!
-//! With [`DeviceConfig::tcp`] set, every local rank opens one connection to every rank the
-//! job lists there (its *TCP peers*), and the device's **receiver** thread accepts the
-//! connections those peers open to it ([`receiver`]). A task that writes a TCP peer's
+//! With [`DeviceConfig::tcp`] set, a local rank opens a connection to a rank the job lists
+//! there (a *TCP peer*) when it first compiles a program that fences on it or sends to it,
+//! and the device's **receiver** thread accepts the connections peers open to it
+//! ([`receiver`]). A task that writes a TCP peer's
 //! CclIn, CclOut or scratch sends a Write frame from the stream's thread, then the next
 //! task goes on (the bytes are in the kernel's socket buffer, so the source may be
 //! reused); a Post to a TCP peer sends a Post frame on the same connection, so it arrives
@@ -14,11 +15,28 @@
 //! The programs are the analyzer's, over put-only links: a task never reads a TCP peer's
 //! buffer (compile refuses it), and the order of every byte is proved by Posts and Waits.
 //!
-//! Connections are set up eagerly when the device is created (each rank to every TCP
-//! peer, all at once, so that a peer that cannot be reached is reported at init rather
-//! than in the middle of a call); executors that talk to few peers pay a socket per peer
-//! they never use, which is NCCL's choice for its bootstrap ring, not its data links.
-//! Lazy connection from the resource requests is the next step.
+//! ## Lazy connections, and what flows back on them
+//!
+//! Connections are made lazily, from the resource requests (NCCL's choice for its data
+//! links): compiling a program connects its rank to every TCP peer in its fence set and
+//! every TCP peer it writes or posts to, once. A job whose executors talk to few peers
+//! opens few sockets; a peer that cannot be reached is reported by the first compile
+//! that needs it (naming both ranks and the address), not at init.
+//!
+//! Data and posts travel only on the connections a rank opened. The other direction of
+//! each connection carries what the *opener* needs from the rank it connected to: that
+//! rank's Done epochs (the fence), its scratch sizes, its failure and its Close. So a rank
+//! publishes its Done epochs to exactly the ranks that fence on it (those that connected
+//! to it), not to every TCP peer, and a fence that is not mutual (A fences on B, B never
+//! on A) still gets its epochs without B opening a connection of its own:
+//!
+//! - when B takes A's hello, it registers the connection's write side as A's
+//!   *subscription* and sends, on it, its scratch sizes and its current Done epoch;
+//! - afterwards B sends every Done epoch and every new scratch size to its subscribers.
+//!
+//! Both steps hold the subscription's lock, and an epoch or a scratch set is recorded
+//! before it is sent, so whichever comes second sends the newest (a repeated epoch or
+//! size is harmless: epochs are taken as a maximum, sizes are the same).
 //!
 //! [`DeviceConfig::tcp`]: crate::device::DeviceConfig::tcp
 
@@ -29,7 +47,9 @@ use crate::device::DeviceConfig;
 use crate::error::{AbortCause, DeviceError, PeerLoss};
 use crate::ir::Rank;
 use crate::transport::tcp::wire::{Frame, Hello, Target};
-use crate::transport::tcp::{connect, keep_alive, send, send_all, TcpError, TcpJob};
+use crate::transport::tcp::{
+    connect, keep_alive, send, send_all, send_nonblocking, TcpError, TcpJob,
+};
 use parking_lot::{Condvar, Mutex};
 use std::io::{IoSlice, Read};
 use std::net::TcpStream;
@@ -53,14 +73,18 @@ pub(crate) struct TcpLinks {
     ranks: usize,
     ccl_bytes: usize,
     link_words: usize,
-    /// Per local slot, per communicator rank: the connection this rank sends on.
+    /// Per local slot, per communicator rank: the connection this rank sends on, opened
+    /// by the first compile that needs it.
     out: Vec<Vec<Mutex<Option<TcpStream>>>>,
+    /// Per local slot, per communicator rank: the write side of the connection that rank
+    /// opened to this one (its subscription to this rank's Done epochs and scratch sizes).
+    /// Non-blocking, as the receiver's sockets are.
+    back: Vec<Vec<Mutex<Option<TcpStream>>>>,
     /// Per communicator rank: the scratch sizes it announced, by scratch id.
     scratch: Mutex<Vec<Vec<Option<u64>>>>,
     scratch_changed: Condvar,
     /// Connections accepted, as (from, to) pairs.
     accepted: Mutex<Vec<(Rank, Rank)>>,
-    accepted_changed: Condvar,
     /// Set when the device goes away: the receiver ends, ends of streams are no failures.
     pub closing: AtomicBool,
     /// The receiver's event loop: it holds [`Self::ready`] and is notified when the
@@ -92,21 +116,24 @@ impl TcpLinks {
         link_words: usize,
     ) -> Result<Self, DeviceError> {
         let ranks = config.ranks;
+        let per_link = || -> Vec<Vec<Mutex<Option<TcpStream>>>> {
+            config
+                .local_ranks
+                .iter()
+                .map(|_| (0..ranks).map(|_| Mutex::new(None)).collect())
+                .collect()
+        };
         Ok(TcpLinks {
             job: job.clone(),
             local: config.local_ranks.clone(),
             ranks,
             ccl_bytes: config.ccl_bytes,
             link_words,
-            out: config
-                .local_ranks
-                .iter()
-                .map(|_| (0..ranks).map(|_| Mutex::new(None)).collect())
-                .collect(),
+            out: per_link(),
+            back: per_link(),
             scratch: Mutex::new(vec![Vec::new(); ranks]),
             scratch_changed: Condvar::new(),
             accepted: Mutex::new(Vec::new()),
-            accepted_changed: Condvar::new(),
             closing: AtomicBool::new(false),
             poller: polling::Poller::new().map_err(setup("event loop"))?,
             ready: readiness::Readiness::new().map_err(setup("event loop"))?,
@@ -139,18 +166,31 @@ impl TcpLinks {
             && hello.link_words == self.link_words as u64
     }
 
-    /// Open every local rank's connection to every TCP peer (with the receiver already
-    /// running, so that peers doing the same are answered), then wait until every peer's
-    /// connections to the local ranks were accepted.
-    pub(crate) fn connect_all(&self) -> Result<(), DeviceError> {
-        let deadline = Instant::now() + self.wait;
-        for (slot, &from) in self.local.iter().enumerate() {
-            for to in self.job.peer_ranks() {
-                let stream = self.open(from, to, deadline)?;
-                *self.out[slot][to].lock() = Some(stream);
+    /// Connect local slot `slot` to TCP peer `to` unless it is connected: open the
+    /// connection, then hand its other direction to the receiver (`to`'s Done epochs,
+    /// scratch sizes, failure and Close come back on it). Called by compile, for the ranks
+    /// a program fences on or sends to; a no-op after the first time.
+    pub(crate) fn ensure(&self, slot: usize, to: Rank) -> Result<(), DeviceError> {
+        let from = self.local[slot];
+        let back = {
+            let mut out = self.out[slot][to].lock();
+            if out.is_some() {
+                return Ok(());
             }
-        }
-        self.wait_accepted(deadline)
+            let stream = self.open(from, to, Instant::now() + self.wait)?;
+            let back = stream.try_clone().map_err(setup("socket"))?;
+            *out = Some(stream);
+            back
+        };
+        receiver::adopt(self, back, (to, slot, from)).map_err(setup("event loop"))
+    }
+
+    /// The TCP peers local slot `slot` has connected to, ascending.
+    #[cfg(test)]
+    pub(crate) fn connected(&self, slot: usize) -> Vec<Rank> {
+        (0..self.ranks)
+            .filter(|&to| self.out[slot][to].lock().is_some())
+            .collect()
     }
 
     fn open(&self, from: Rank, to: Rank, deadline: Instant) -> Result<TcpStream, DeviceError> {
@@ -205,38 +245,47 @@ impl TcpLinks {
             return false;
         }
         accepted.push((from, to));
-        self.accepted_changed.notify_all();
         true
     }
 
-    fn wait_accepted(&self, deadline: Instant) -> Result<(), DeviceError> {
-        let want = self.local.len() * self.job.peer_ranks().count();
-        let mut accepted = self.accepted.lock();
-        while accepted.len() < want {
-            if self
-                .accepted_changed
-                .wait_until(&mut accepted, deadline)
-                .timed_out()
-            {
-                break;
+    /// Rank `from` connected to local slot `slot` (its hello was taken): keep `stream`,
+    /// the connection's write side, as its subscription, and send on it what it may
+    /// already wait for: every scratch size of the slot (`scratch(id)` for each of the
+    /// `sets` ids) and the slot's Done epoch (see the module docs for why this and
+    /// [`Self::publish_done`] never both miss).
+    pub(crate) fn subscribe(
+        &self,
+        (slot, from): (usize, Rank),
+        stream: TcpStream,
+        done: &dyn Fn() -> u64,
+        scratch: &dyn Fn(usize) -> Option<usize>,
+    ) -> Result<(), DeviceError> {
+        let to = self.local[slot];
+        let mut back = self.back[slot][from].lock();
+        let stream = back.insert(stream);
+        let mut frames = Vec::new();
+        for (id, bytes) in (0..).map_while(|id| scratch(id).map(|b| (id, b))) {
+            let frame = Frame::Scratch {
+                id: id as u64,
+                bytes: bytes as u64,
+            };
+            frames.extend_from_slice(&frame.encode());
+        }
+        frames.extend_from_slice(&Frame::Done { epoch: done() }.encode());
+        send_nonblocking(stream, &frames, self.wait).map_err(|e| self.send_error(to, from, Some(e)))
+    }
+
+    /// Send `frame` to every subscriber of local slot `slot` (see [`Self::subscribe`]). A
+    /// subscriber that cannot be told is gone: the receiver reports it.
+    fn tell_subscribers(&self, slot: usize, frame: Frame) {
+        let bytes = frame.encode();
+        for (from, back) in self.back[slot].iter().enumerate() {
+            if let Some(stream) = back.lock().as_mut() {
+                if let Err(err) = send_nonblocking(stream, &bytes, self.wait) {
+                    tracing::debug!(%err, rank = from, "a subscriber was not told");
+                }
             }
         }
-        for &to in &self.local {
-            let missing: Vec<Rank> = self
-                .job
-                .peer_ranks()
-                .filter(|&from| !accepted.contains(&(from, to)))
-                .collect();
-            if !missing.is_empty() {
-                return Err(DeviceError::Tcp(TcpError::NotConnected {
-                    rank: to,
-                    missing: missing.len(),
-                    ranks: missing,
-                    waited: self.wait,
-                }));
-            }
-        }
-        Ok(())
     }
 
     /// Send `frame` (and `payload`) from local slot `slot` to `to`.
@@ -311,48 +360,22 @@ impl TcpLinks {
         self.send(slot, to, Frame::Post { word: word as u64 }, &[])
     }
 
-    /// Tell every TCP peer that local slot `slot` finished `epoch`. A peer that cannot be
-    /// told is gone: its own receiver (or this one) reports it.
+    /// Tell the ranks that fence on local slot `slot` (its subscribers) that it finished
+    /// `epoch`.
     pub(crate) fn publish_done(&self, slot: usize, epoch: u64) {
-        for to in self.job.peer_ranks() {
-            if let Err(err) = self.send(slot, to, Frame::Done { epoch }, &[]) {
-                tracing::debug!(%err, "a done epoch was not sent");
-            }
-        }
+        self.tell_subscribers(slot, Frame::Done { epoch });
     }
 
-    /// Announce every local rank's scratch `id` of `bytes` to every TCP peer, then wait
-    /// until every peer announced its own (every rank allocates the same scratch at the
-    /// same call), so that a program never writes a scratch its peer has not made yet.
-    pub(crate) fn exchange_scratch(&self, id: usize, bytes: usize) -> Result<(), DeviceError> {
+    /// Tell every local rank's subscribers that its scratch `id` has `bytes` (allocated
+    /// before this is called). A rank that connects later is told by [`Self::subscribe`].
+    pub(crate) fn announce_scratch(&self, id: usize, bytes: usize) {
+        let frame = Frame::Scratch {
+            id: id as u64,
+            bytes: bytes as u64,
+        };
         for slot in 0..self.local.len() {
-            for to in self.job.peer_ranks() {
-                let frame = Frame::Scratch {
-                    id: id as u64,
-                    bytes: bytes as u64,
-                };
-                self.send(slot, to, frame, &[])?;
-            }
+            self.tell_subscribers(slot, frame);
         }
-        let deadline = Instant::now() + self.wait;
-        let mut scratch = self.scratch.lock();
-        for peer in self.job.peer_ranks() {
-            while scratch[peer].get(id).copied().flatten().is_none() {
-                if self
-                    .scratch_changed
-                    .wait_until(&mut scratch, deadline)
-                    .timed_out()
-                {
-                    return Err(DeviceError::Tcp(TcpError::ScratchTimeout {
-                        rank: self.local[0],
-                        peer,
-                        id,
-                        waited: self.wait,
-                    }));
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Peer `from` announced scratch `id` of `bytes`.
@@ -371,11 +394,36 @@ impl TcpLinks {
         self.ccl_bytes
     }
 
-    /// Bytes of `rank`'s scratch `id`, if the peer announced it.
-    pub(crate) fn scratch_len(&self, rank: Rank, id: usize) -> Option<usize> {
-        let scratch = self.scratch.lock();
-        let bytes = (*scratch.get(rank)?.get(id)?)?;
-        usize::try_from(bytes).ok()
+    /// Bytes of TCP peer `rank`'s scratch `id` for local slot `slot`'s program, which
+    /// connected to it: waits (at most the execution timeout) for the peer to allocate it
+    /// and say so. Every rank allocates the same scratch at the same call, so a peer that
+    /// never does is not making this call.
+    pub(crate) fn scratch_len(
+        &self,
+        slot: usize,
+        rank: Rank,
+        id: usize,
+    ) -> Result<usize, DeviceError> {
+        let deadline = Instant::now() + self.wait;
+        let mut scratch = self.scratch.lock();
+        loop {
+            if let Some(bytes) = scratch[rank].get(id).copied().flatten() {
+                // Announced from a `usize` by a peer of this machine's word size.
+                return Ok(usize::try_from(bytes).unwrap_or(usize::MAX));
+            }
+            if self
+                .scratch_changed
+                .wait_until(&mut scratch, deadline)
+                .timed_out()
+            {
+                return Err(DeviceError::Tcp(TcpError::ScratchTimeout {
+                    rank: self.local[slot],
+                    peer: rank,
+                    id,
+                    waited: self.wait,
+                }));
+            }
+        }
     }
 
     /// Tell every TCP peer what stopped this device (a peer's loss is relayed as is, so
@@ -405,6 +453,17 @@ impl TcpLinks {
                 }
             }
         }
+        for row in &self.back {
+            for conn in row {
+                if let Some(stream) = conn
+                    .try_lock_for(ANNOUNCE_WAIT)
+                    .as_deref_mut()
+                    .and_then(Option::as_mut)
+                {
+                    let _ = send_nonblocking(stream, &frame, ANNOUNCE_WAIT);
+                }
+            }
+        }
     }
 
     /// The device goes away in order: say so on every connection, and close them.
@@ -419,6 +478,15 @@ impl TcpLinks {
                 {
                     let _ = send(&mut stream, &frame, &[]);
                     let _ = stream.shutdown(std::net::Shutdown::Write);
+                }
+            }
+        }
+        for row in &self.back {
+            for conn in row {
+                if let Some(mut stream) =
+                    conn.try_lock_for(ANNOUNCE_WAIT).and_then(|mut c| c.take())
+                {
+                    let _ = send_nonblocking(&mut stream, &frame, ANNOUNCE_WAIT);
                 }
             }
         }

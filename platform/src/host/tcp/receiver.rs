@@ -1,5 +1,7 @@
 //! The receiver of a host device over TCP: one thread, one event loop over the device's
-//! listener and every connection peers opened to it.
+//! listener, every connection peers opened to it, and the return direction of every
+//! connection its ranks opened (on which peers send only Done epochs, scratch sizes,
+//! failures and Close: see the [module docs](super)).
 //!
 //! A connection is a small state machine ([`Rx`]): its hello, then frame headers, each
 //! Write's payload read straight into the target buffer. Nothing is read from a
@@ -24,7 +26,7 @@ use crate::signal::Posted;
 use crate::transport::tcp::wire::{Frame, Hello, Target, HEADER_LEN, HELLO_LEN};
 use crate::transport::tcp::TcpError;
 use polling::Events;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -74,6 +76,8 @@ const POLLS: usize = 256;
 const SPINS: usize = 16;
 /// How long one sleeping look lasts at most.
 const SLICE: Duration = Duration::from_millis(1);
+/// How many scratch allocations a peer's announcement may be ahead of this rank's.
+const SCRATCH_AHEAD: usize = 1024;
 
 /// One accepted connection.
 struct Conn {
@@ -82,6 +86,9 @@ struct Conn {
     opened: Instant,
     /// (from rank, local slot, to rank), once its hello was taken.
     link: Option<(Rank, usize, Rank)>,
+    /// The return direction of a connection a local rank opened: its peer may send only
+    /// what a subscriber is told (Done, Scratch, Failed, Close), never data or posts.
+    reverse: bool,
     rx: Rx,
     /// Its rank said Close: the end of the stream is no failure.
     closed: bool,
@@ -245,6 +252,46 @@ pub(crate) fn poll_while(shared: &Arc<Shared>, small: bool, mut busy: impl FnMut
     links.ready.resume(&links.poller);
 }
 
+/// Watch the return direction of the connection local slot `slot` (rank `to`) opened to
+/// rank `from`: `stream` is a blocking clone of it, read without blocking.
+pub(crate) fn adopt(
+    links: &TcpLinks,
+    stream: TcpStream,
+    (from, slot, to): (Rank, usize, Rank),
+) -> std::io::Result<()> {
+    let mut rx = links.rx.lock();
+    let rx = rx
+        .as_mut()
+        .ok_or_else(|| std::io::Error::other("the TCP receiver has ended"))?;
+    let conn = Conn {
+        addr: stream.peer_addr()?,
+        stream,
+        opened: Instant::now(),
+        link: Some((from, slot, to)),
+        reverse: true,
+        rx: header(),
+        closed: false,
+        inbox: vec![0; INBOX_BYTES].into_boxed_slice(),
+        head: 0,
+        tail: 0,
+    };
+    insert(links, &mut rx.conns, conn)
+}
+
+/// Put `conn` in the first free place of `conns` and watch it.
+fn insert(links: &TcpLinks, conns: &mut Vec<Option<Conn>>, conn: Conn) -> std::io::Result<()> {
+    let index = conns
+        .iter()
+        .position(Option::is_none)
+        .unwrap_or(conns.len());
+    links.ready.add(&conn.stream, index + 1)?;
+    match conns.get_mut(index) {
+        Some(slot) => *slot = Some(conn),
+        None => conns.push(Some(conn)),
+    }
+    Ok(())
+}
+
 /// Take every connection waiting on the listener.
 fn accept(links: &TcpLinks, listener: &TcpListener, conns: &mut Vec<Option<Conn>>) {
     loop {
@@ -264,19 +311,12 @@ fn accept(links: &TcpLinks, listener: &TcpListener, conns: &mut Vec<Option<Conn>
             tracing::warn!(%addr, %err, "a TCP connection could not be configured; dropped");
             continue;
         }
-        let index = conns
-            .iter()
-            .position(Option::is_none)
-            .unwrap_or(conns.len());
-        if let Err(err) = links.ready.add(&stream, index + 1) {
-            tracing::warn!(%addr, %err, "a TCP connection could not be watched; dropped");
-            continue;
-        }
         let conn = Conn {
             stream,
             addr,
             opened: Instant::now(),
             link: None,
+            reverse: false,
             rx: Rx::Hello {
                 got: 0,
                 buf: [0; HELLO_LEN],
@@ -287,9 +327,8 @@ fn accept(links: &TcpLinks, listener: &TcpListener, conns: &mut Vec<Option<Conn>
             head: 0,
             tail: 0,
         };
-        match conns.get_mut(index) {
-            Some(slot) => *slot = Some(conn),
-            None => conns.push(Some(conn)),
+        if let Err(err) = insert(links, conns, conn) {
+            tracing::warn!(%addr, %err, "a TCP connection could not be watched; dropped");
         }
     }
 }
@@ -331,10 +370,10 @@ fn drive(shared: &Arc<Shared>, links: &TcpLinks, conn: &mut Conn) -> Next {
             // checked in `write_target`), which lives as long as the device, and the
             // program's signals keep every other access away from it until the Post that
             // follows this Write is taken.
-            Rx::Payload { at, left } if direct => conn
-                .stream
-                .read(unsafe { std::slice::from_raw_parts_mut(*at, *left) }),
-            _ => conn.stream.read(&mut conn.inbox),
+            Rx::Payload { at, left } if direct => read_now(&conn.stream, unsafe {
+                std::slice::from_raw_parts_mut(*at, *left)
+            }),
+            _ => read_now(&conn.stream, &mut conn.inbox),
         };
         let n = match read {
             Ok(0) => return ended(shared, links, conn, None),
@@ -352,6 +391,15 @@ fn drive(shared: &Arc<Shared>, links: &TcpLinks, conn: &mut Conn) -> Next {
             false => conn.tail = n,
         }
     }
+}
+
+/// Read what `stream` has without waiting, whether the socket blocks or not (the return
+/// direction of an opened connection is a clone of a blocking socket).
+fn read_now(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    use rustix::net::{recv, RecvFlags};
+    recv(stream, buf, RecvFlags::DONTWAIT)
+        .map(|(n, _)| n)
+        .map_err(Into::into)
 }
 
 /// Move inbox bytes into what the connection reads now; how many were taken.
@@ -469,6 +517,19 @@ fn hello(
     }
     conn.link = Some((from, slot, to));
     conn.rx = header();
+    let subscription = conn.stream.try_clone().map_err(setup("socket"));
+    let subscribed = subscription.and_then(|stream| {
+        let done = || shared.fences[slot].done();
+        let scratch = |id| {
+            let region = shared.memory.device_region(slot, Buf::Scratch, Some(id));
+            region.ok().map(|r| r.len)
+        };
+        links.subscribe((slot, from), stream, &done, &scratch)
+    });
+    if let Err(err) = subscribed {
+        tracing::warn!(peer = %conn.addr, from, to, %err, "a TCP connection could not be answered; dropped");
+        return Err(Next::Drop);
+    }
     // A peer's connection reads ahead in full; bytes after the hello carry over.
     let mut inbox = vec![0; INBOX_BYTES].into_boxed_slice();
     let ahead = conn.tail - conn.head;
@@ -513,6 +574,11 @@ fn apply(
     frame: Frame,
 ) -> Result<(), TcpError> {
     let bad = |what: String| TcpError::BadFrame { from, to, what };
+    if conn.reverse && matches!(frame, Frame::Write { .. } | Frame::Post { .. }) {
+        return Err(bad(format!(
+            "{frame:?} on the return direction of a connection rank {to} opened"
+        )));
+    }
     match frame {
         Frame::Write {
             target,
@@ -555,13 +621,14 @@ fn apply(
             }
         }
         Frame::Scratch { id, bytes } => {
-            // Every rank allocates the same scratch at the same call, and one waits for
-            // every peer's announcement before its next: an honest peer is at most one
-            // allocation ahead. A larger id would size the table from a peer's word.
+            // Every rank allocates the same scratch at the same call, but a peer that
+            // never fences on this rank may run calls ahead of it: an honest peer is a
+            // few allocations ahead at most, never SCRATCH_AHEAD. A larger id would size
+            // the table from a peer's word.
             let next = shared.memory.scratch_sets();
             let id = usize::try_from(id)
                 .ok()
-                .filter(|&id| id <= next)
+                .filter(|&id| id < next.saturating_add(SCRATCH_AHEAD))
                 .ok_or_else(|| bad(format!("scratch id {id}, when this rank made {next}")))?;
             links.scratch_announced(from, id, bytes);
         }

@@ -1,9 +1,11 @@
 //! The TCP transport: put-only links to ranks on other hosts (or, forced, on this one).
 //!
 //! Each rank listens on a socket it opened before the job's ranks exchanged their
-//! addresses (through the bootstrap root), and opens one connection to every peer it
-//! reaches over TCP: a connection carries one direction, so a rank sends on the
-//! connections it opened and receives on those it accepted. The link is **put-only**
+//! addresses (through the bootstrap root), and opens a connection to a peer it reaches
+//! over TCP when a program first needs it: a rank sends data and posts on the
+//! connections it opened and receives them on those it accepted; the return direction of
+//! a connection carries only what the opener must hear from its peer (Done epochs,
+//! scratch sizes, failure, Close). The link is **put-only**
 //! ([`crate::LinkAccess::Put`]): a frame writes bytes into one of the receiver's registered
 //! buffers (CclIn, CclOut, a scratch allocation) or posts one of its link signals; nothing
 //! reads a peer's memory, and nothing reaches its user buffers. Frames of one connection
@@ -85,16 +87,6 @@ pub enum TcpError {
         to: Rank,
         addr: SocketAddr,
         reason: &'static str,
-    },
-    #[error(
-        "rank {rank}: {missing} connection(s) from other ranks did not arrive within \
-         {waited:?} (from ranks {ranks:?}); are those processes running and in this job?"
-    )]
-    NotConnected {
-        rank: Rank,
-        missing: usize,
-        ranks: Vec<Rank>,
-        waited: Duration,
     },
     #[error("rank {from} could not send to rank {to}")]
     Send {
@@ -178,6 +170,39 @@ pub fn send_all(stream: &mut TcpStream, bufs: &mut [IoSlice<'_>]) -> std::io::Re
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
             Ok(n) => IoSlice::advance_slices(&mut bufs, n),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Write all of `bytes` to a non-blocking `stream`, waiting (at most `wait` in all) for
+/// room when its buffer is full: the small frames a receiver sends back on a connection
+/// it accepted.
+pub fn send_nonblocking(
+    stream: &mut TcpStream,
+    mut bytes: &[u8],
+    wait: Duration,
+) -> std::io::Result<()> {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let deadline = Instant::now() + wait;
+    while !bytes.is_empty() {
+        match stream.write(bytes) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(std::io::ErrorKind::TimedOut.into());
+                }
+                let mut fds = [PollFd::new(&*stream, PollFlags::OUT)];
+                let timeout = crate::transport::timespec(left);
+                match poll(&mut fds, Some(&timeout)) {
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
             Err(e) => return Err(e),
         }
     }
