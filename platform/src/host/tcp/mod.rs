@@ -250,9 +250,9 @@ impl TcpLinks {
 
     /// Rank `from` connected to local slot `slot` (its hello was taken): keep `stream`,
     /// the connection's write side, as its subscription, and send on it what it may
-    /// already wait for: every scratch size of the slot (`scratch(id)` for each of the
-    /// `sets` ids) and the slot's Done epoch (see the module docs for why this and
-    /// [`Self::publish_done`] never both miss).
+    /// already wait for: every scratch size of the slot (`scratch(id)` for ids 0, 1, ...
+    /// until it answers `None`) and the slot's Done epoch (`done()`; see the module docs
+    /// for why this and [`Self::publish_done`] never both miss).
     pub(crate) fn subscribe(
         &self,
         (slot, from): (usize, Rank),
