@@ -140,7 +140,10 @@ pub(crate) fn compile(
                 .ok_or_else(|| shared.config.not_served(p))
         })
         .collect::<Result<Arc<[usize]>, _>>()?;
-    connect_fence_peers(shared, slot, &request.peers)?;
+    // Their Done epochs come back on the connections to them (see `host::tcp`).
+    for &peer in &request.peers {
+        connect(shared, slot, peer)?;
+    }
     let table_len = shared.layout.table_len(request.local_notifies);
     let link_words = shared.layout.local_base() as usize;
     // The rank's own local region: grown here, not per task.
@@ -252,13 +255,17 @@ pub(crate) fn compile(
     }))
 }
 
-/// Connect local slot `slot` to every fence peer reached over TCP (their Done epochs come
-/// back on those connections; see `host::tcp`).
-fn connect_fence_peers(shared: &Shared, slot: usize, peers: &[Rank]) -> Result<(), DeviceError> {
-    for &peer in peers {
-        connect(shared, slot, peer)?;
+/// `slice` lies within a buffer of `buffer_len` bytes: its end, computed without
+/// wrapping (not trusting `Slice::end`), is at most `buffer_len`.
+fn within(slice: Slice, buffer_len: usize) -> Result<(), SliceFault> {
+    let inside = slice
+        .offset
+        .checked_add(slice.len)
+        .is_some_and(|end| end <= buffer_len);
+    match inside {
+        true => Ok(()),
+        false => Err(SliceFault::OutOfBounds { buffer_len }),
     }
-    Ok(())
 }
 
 /// Connect local slot `slot` to `rank` if it is reached over TCP and not yet connected.
@@ -429,17 +436,7 @@ impl Compiler<'_> {
                     Reach::Not => return Err(shared.config.not_served(slice.rank)),
                 }
                 .map_err(invalid)?;
-                // Checked on its own (not trusting `Slice::end`): the sum must not wrap
-                // and must stay within the region.
-                let inside = slice
-                    .offset
-                    .checked_add(slice.len)
-                    .is_some_and(|end| end <= region.len);
-                if !inside {
-                    return Err(invalid(SliceFault::OutOfBounds {
-                        buffer_len: region.len,
-                    }));
-                }
+                within(slice, region.len).map_err(invalid)?;
                 // SAFETY: `offset + len` did not overflow and is at most `region.len`, so
                 // `ptr + offset` and every byte up to `ptr + offset + len` lie in the
                 // region, which lives as long as the device.
@@ -490,13 +487,7 @@ impl Compiler<'_> {
             }
             Buf::Input | Buf::Output => unreachable!("user buffers are not device regions"),
         };
-        let inside = slice
-            .offset
-            .checked_add(slice.len)
-            .is_some_and(|end| end <= buffer_len);
-        if !inside {
-            return Err(invalid(SliceFault::OutOfBounds { buffer_len }));
-        }
+        within(slice, buffer_len).map_err(invalid)?;
         Ok(Operand {
             place: Place::Remote { rank, target },
             slice,

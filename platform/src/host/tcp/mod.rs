@@ -34,7 +34,7 @@
 //!   *subscription* and sends, on it, its scratch sizes and its current Done epoch;
 //! - afterwards B sends every Done epoch and every new scratch size to its subscribers.
 //!
-//! Both steps hold the subscription's lock, and an epoch or a scratch set is recorded
+//! Both steps hold the slot's subscriber list, and an epoch or a scratch set is recorded
 //! before it is sent, so whichever comes second sends the newest (a repeated epoch or
 //! size is harmless: epochs are taken as a maximum, sizes are the same).
 //!
@@ -45,7 +45,8 @@ pub(crate) mod receiver;
 
 use crate::device::DeviceConfig;
 use crate::error::{AbortCause, DeviceError, PeerLoss};
-use crate::ir::Rank;
+use crate::host::launch::Shared;
+use crate::ir::{Buf, Rank};
 use crate::transport::tcp::wire::{Frame, Hello, Target};
 use crate::transport::tcp::{
     connect, keep_alive, send, send_all, send_nonblocking, TcpError, TcpJob,
@@ -76,10 +77,12 @@ pub(crate) struct TcpLinks {
     /// Per local slot, per communicator rank: the connection this rank sends on, opened
     /// by the first compile that needs it.
     out: Vec<Vec<Mutex<Option<TcpStream>>>>,
-    /// Per local slot, per communicator rank: the write side of the connection that rank
-    /// opened to this one (its subscription to this rank's Done epochs and scratch sizes).
-    /// Non-blocking, as the receiver's sockets are.
-    back: Vec<Vec<Mutex<Option<TcpStream>>>>,
+    /// Per local slot: the ranks that connected to it, each with the write side of its
+    /// connection (its subscription to the slot's Done epochs and scratch sizes; see
+    /// [`Self::subscribe`]). Non-blocking, as the receiver's sockets are. One lock per
+    /// slot, so a Done epoch costs one lock and a send per subscriber, not a lock per
+    /// rank of the job.
+    subscribers: Vec<Mutex<Vec<(Rank, TcpStream)>>>,
     /// Per communicator rank: the scratch sizes it announced, by scratch id.
     scratch: Mutex<Vec<Vec<Option<u64>>>>,
     scratch_changed: Condvar,
@@ -107,30 +110,25 @@ fn setup(what: &'static str) -> impl FnOnce(std::io::Error) -> DeviceError {
 }
 
 impl TcpLinks {
-    /// The TCP side of a device of `config` (nothing is connected yet: see [`connect_all`]).
-    ///
-    /// [`connect_all`]: TcpLinks::connect_all
+    /// The TCP side of a device of `config` (nothing is connected yet: see
+    /// [`Self::ensure`]).
     pub(crate) fn new(
         config: &DeviceConfig,
         job: &TcpJob,
         link_words: usize,
     ) -> Result<Self, DeviceError> {
         let ranks = config.ranks;
-        let per_link = || -> Vec<Vec<Mutex<Option<TcpStream>>>> {
-            config
-                .local_ranks
-                .iter()
-                .map(|_| (0..ranks).map(|_| Mutex::new(None)).collect())
-                .collect()
-        };
+        let local = config.local_ranks.len();
         Ok(TcpLinks {
             job: job.clone(),
             local: config.local_ranks.clone(),
             ranks,
             ccl_bytes: config.ccl_bytes,
             link_words,
-            out: per_link(),
-            back: per_link(),
+            out: (0..local)
+                .map(|_| (0..ranks).map(|_| Mutex::new(None)).collect())
+                .collect(),
+            subscribers: (0..local).map(|_| Mutex::new(Vec::new())).collect(),
             scratch: Mutex::new(vec![Vec::new(); ranks]),
             scratch_changed: Condvar::new(),
             accepted: Mutex::new(Vec::new()),
@@ -248,42 +246,45 @@ impl TcpLinks {
         true
     }
 
-    /// Rank `from` connected to local slot `slot` (its hello was taken): keep `stream`,
-    /// the connection's write side, as its subscription, and send on it what it may
-    /// already wait for: every scratch size of the slot (`scratch(id)` for ids 0, 1, ...
-    /// until it answers `None`) and the slot's Done epoch (`done()`; see the module docs
-    /// for why this and [`Self::publish_done`] never both miss).
+    /// Rank `from` connected to local slot `slot` of the device behind `shared` (its hello
+    /// was taken): keep `stream`, the connection's write side, as its subscription, and
+    /// send on it what it may already wait for: every scratch size of the slot and the
+    /// slot's Done epoch (see the module docs for why this and [`Self::publish_done`]
+    /// never both miss).
     pub(crate) fn subscribe(
         &self,
+        shared: &Shared,
         (slot, from): (usize, Rank),
-        stream: TcpStream,
-        done: &dyn Fn() -> u64,
-        scratch: &dyn Fn(usize) -> Option<usize>,
+        mut stream: TcpStream,
     ) -> Result<(), DeviceError> {
-        let to = self.local[slot];
-        let mut back = self.back[slot][from].lock();
-        let stream = back.insert(stream);
+        let mut subscribers = self.subscribers[slot].lock();
+        let scratch_len = |id| {
+            let region = shared.memory.device_region(slot, Buf::Scratch, Some(id));
+            region.ok().map(|r| r.len)
+        };
         let mut frames = Vec::new();
-        for (id, bytes) in (0..).map_while(|id| scratch(id).map(|b| (id, b))) {
+        for (id, bytes) in (0..).map_while(|id| scratch_len(id).map(|b| (id, b))) {
             let frame = Frame::Scratch {
                 id: id as u64,
                 bytes: bytes as u64,
             };
             frames.extend_from_slice(&frame.encode());
         }
-        frames.extend_from_slice(&Frame::Done { epoch: done() }.encode());
-        send_nonblocking(stream, &frames, self.wait).map_err(|e| self.send_error(to, from, Some(e)))
+        let done = shared.fences[slot].done();
+        frames.extend_from_slice(&Frame::Done { epoch: done }.encode());
+        send_nonblocking(&mut stream, &frames, self.wait)
+            .map_err(|e| self.send_error(self.local[slot], from, Some(e)))?;
+        subscribers.push((from, stream));
+        Ok(())
     }
 
     /// Send `frame` to every subscriber of local slot `slot` (see [`Self::subscribe`]). A
     /// subscriber that cannot be told is gone: the receiver reports it.
     fn tell_subscribers(&self, slot: usize, frame: Frame) {
         let bytes = frame.encode();
-        for (from, back) in self.back[slot].iter().enumerate() {
-            if let Some(stream) = back.lock().as_mut() {
-                if let Err(err) = send_nonblocking(stream, &bytes, self.wait) {
-                    tracing::debug!(%err, rank = from, "a subscriber was not told");
-                }
+        for (from, stream) in self.subscribers[slot].lock().iter_mut() {
+            if let Err(err) = send_nonblocking(stream, &bytes, self.wait) {
+                tracing::debug!(%err, rank = *from, "a subscriber was not told");
             }
         }
     }
@@ -426,9 +427,11 @@ impl TcpLinks {
         }
     }
 
-    /// Tell every TCP peer what stopped this device (a peer's loss is relayed as is, so
-    /// every rank names the rank that was lost first). A connection busy with a long
-    /// send is skipped after a short wait: that peer learns from the socket's end.
+    /// Tell every connected TCP peer (both the ranks this device's ranks connected to and
+    /// their subscribers) what stopped this device; a peer's loss is relayed as is, so
+    /// every rank names the rank that was lost first, and a peer connected to none of
+    /// them learns it from one that is. A connection busy with a long send is skipped
+    /// after a short wait: that peer learns from the socket's end.
     pub(crate) fn announce_failure(&self, cause: &AbortCause) {
         let (origin, pid, died) = match cause {
             AbortCause::PeerProcess {
@@ -453,13 +456,9 @@ impl TcpLinks {
                 }
             }
         }
-        for row in &self.back {
-            for conn in row {
-                if let Some(stream) = conn
-                    .try_lock_for(ANNOUNCE_WAIT)
-                    .as_deref_mut()
-                    .and_then(Option::as_mut)
-                {
+        for subscribers in &self.subscribers {
+            if let Some(mut subscribers) = subscribers.try_lock_for(ANNOUNCE_WAIT) {
+                for (_, stream) in subscribers.iter_mut() {
                     let _ = send_nonblocking(stream, &frame, ANNOUNCE_WAIT);
                 }
             }
@@ -481,11 +480,9 @@ impl TcpLinks {
                 }
             }
         }
-        for row in &self.back {
-            for conn in row {
-                if let Some(mut stream) =
-                    conn.try_lock_for(ANNOUNCE_WAIT).and_then(|mut c| c.take())
-                {
+        for subscribers in &self.subscribers {
+            if let Some(mut subscribers) = subscribers.try_lock_for(ANNOUNCE_WAIT) {
+                for (_, mut stream) in subscribers.drain(..) {
                     let _ = send_nonblocking(&mut stream, &frame, ANNOUNCE_WAIT);
                 }
             }

@@ -517,15 +517,11 @@ fn hello(
     }
     conn.link = Some((from, slot, to));
     conn.rx = header();
-    let subscription = conn.stream.try_clone().map_err(setup("socket"));
-    let subscribed = subscription.and_then(|stream| {
-        let done = || shared.fences[slot].done();
-        let scratch = |id| {
-            let region = shared.memory.device_region(slot, Buf::Scratch, Some(id));
-            region.ok().map(|r| r.len)
-        };
-        links.subscribe((slot, from), stream, &done, &scratch)
-    });
+    let subscribed = conn
+        .stream
+        .try_clone()
+        .map_err(setup("socket"))
+        .and_then(|stream| links.subscribe(shared, (slot, from), stream));
     if let Err(err) = subscribed {
         tracing::warn!(peer = %conn.addr, from, to, %err, "a TCP connection could not be answered; dropped");
         return Err(Next::Drop);
