@@ -22,6 +22,7 @@
 //! Executors never touch memory; they append tasks. The same program therefore runs on the
 //! host, is checked by the analyzer, and is replayed by graph mode with new buffers bound.
 
+pub mod cuda;
 pub mod device;
 pub mod dtype;
 pub mod error;

@@ -1,0 +1,99 @@
+//! Why the CUDA backend could not start or run: every driver, NVRTC and placement failure
+//! as a value, never a panic. Compiled with or without the `cuda` feature, so the
+//! framework's error type is the same in every build.
+
+use crate::ir::Rank;
+use std::time::Duration;
+
+/// A failure of the CUDA backend.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CudaError {
+    #[error(
+        "this build has no CUDA backend; rebuild with `--features cuda` (cargo build \
+         --features cuda) or use the host device"
+    )]
+    NotBuilt,
+    #[error(
+        "no CUDA driver (libcuda.so) on this machine: install the NVIDIA driver, or use the \
+         host device (OXCCL_DEVICE=host)"
+    )]
+    NoDriver,
+    #[error(
+        "NVRTC (libnvrtc.so) was not found: install the CUDA toolkit or the PyPI wheel \
+         nvidia-cuda-nvrtc-cu12 (scripts/install-cuda-ci.sh) and put its lib folder on \
+         LD_LIBRARY_PATH"
+    )]
+    NoNvrtc,
+    #[error("{call} failed: {name} ({code})")]
+    Driver {
+        call: &'static str,
+        code: i32,
+        name: String,
+    },
+    #[error(
+        "rank {rank} is placed on CUDA device {ordinal}, but this machine has {count}; check \
+         OXCCL_CUDA_DEVICES"
+    )]
+    NoDevice {
+        rank: Rank,
+        ordinal: usize,
+        count: usize,
+    },
+    #[error(
+        "CUDA device {ordinal} ({name}) lacks {feature}, which the cuda backend needs (a GPU \
+         of compute capability 7.0 or newer with a driver of CUDA 12 or newer has it)"
+    )]
+    Lacks {
+        ordinal: usize,
+        name: String,
+        feature: &'static str,
+    },
+    #[error(
+        "CUDA devices {a} and {b} cannot access each other's memory (no peer access): place \
+         the ranks that share a communicator on GPUs linked by NVLink or PCIe P2P"
+    )]
+    NoPeerAccess { a: usize, b: usize },
+    #[error(
+        "the CUDA headers (cuda_fp16.h, cuda_bf16.h) were not found in {tried:?}: set \
+         OXCCL_CUDA_INCLUDE to their folder (scripts/install-cuda-ci.sh prints it) or \
+         CUDA_HOME to the toolkit"
+    )]
+    NoHeaders { tried: Vec<String> },
+    #[error("NVRTC could not compile the reduce kernels for {arch}:\n{log}")]
+    Compile { arch: String, log: String },
+    #[error(
+        "the cuda backend reaches ranks of other processes through neither shared memory nor \
+         TCP yet: run every rank of a communicator in one process (virtual ranks), or use \
+         the host device"
+    )]
+    NoTransport,
+    #[error(
+        "rank {rank}'s programs need {needed} local notifies; the cuda backend has room for \
+         {capacity} per rank"
+    )]
+    TooManyLocalNotifies {
+        rank: Rank,
+        needed: usize,
+        capacity: usize,
+    },
+    #[error(
+        "rank {rank}: the user's {what} is device memory of CUDA device {found:?}, but the \
+         rank runs on device {ordinal}; allocate it on the rank's device"
+    )]
+    ForeignMemory {
+        rank: Rank,
+        what: &'static str,
+        ordinal: usize,
+        found: Option<usize>,
+    },
+    #[error(
+        "rank {rank}: stream {stream} did not finish within {waited:?}; its last task \
+         reached was {task}. The device was stopped so that every other rank returns too"
+    )]
+    Hung {
+        rank: Rank,
+        stream: usize,
+        task: String,
+        waited: Duration,
+    },
+}
