@@ -11,6 +11,8 @@
 //! | `OXCCL_TUNE_FILE` | a tuning table written by `oxccl tune` (see [`crate::tune`]): `select_alg` runs the fastest measured executor for sizes it covers | none (the model decides) |
 //! | `OXCCL_CHECK_CALLS` | 1: ranks agree on every call (operator, type, op, root, counts, executor) before it runs, and a mismatch is an error on every rank (see [`crate::agreement`]); 0: skip the check | 1 |
 //! | `OXCCL_TRANSPORT` | how ranks in other processes are reached (see [`crate::transport`]): `auto` (shared memory on a host, TCP between hosts), `shm` or `tcp` (every peer over TCP, also on one host) | auto |
+//! | `OXCCL_DEVICE` | the backend: `host` (threads of this process), `cuda` (NVIDIA GPUs; a build with the `cuda` feature), `sim` (records programs) | host |
+//! | `OXCCL_CUDA_DEVICES` | the cuda backend's placement: one CUDA device ordinal for every local rank (`0`: all on GPU 0, as virtual ranks), or one per local rank (`0,0,1,1`) | round-robin over the GPUs (one rank per GPU when there are enough) |
 //! | `OXCCL_LOG` | `tracing` filter (`info`, `oxccl=debug`, ...); one that does not parse is an error | off |
 //!
 //! Every error names its variable, the value found and what would be valid.
@@ -55,6 +57,9 @@ pub struct Config {
     pub tune: Option<std::sync::Arc<crate::tune::TuneTable>>,
     /// How ranks in other processes are reached (`OXCCL_TRANSPORT`).
     pub transport: crate::transport::TransportChoice,
+    /// The cuda backend's placement (`OXCCL_CUDA_DEVICES`): one ordinal for every local
+    /// rank, or one per local rank; empty: round-robin over the GPUs.
+    pub gpus: Vec<usize>,
 }
 
 impl Default for Config {
@@ -72,6 +77,7 @@ impl Default for Config {
             link_channels: 2,
             tune: None,
             transport: Default::default(),
+            gpus: Vec::new(),
         }
     }
 }
@@ -124,6 +130,40 @@ fn host_threads(value: &str) -> Result<usize, ConfigError> {
         0..=MAX_HOST_THREADS,
         "worker threads (0: one per core)",
     )
+}
+
+/// `OXCCL_DEVICE`: a registered backend kind.
+fn device_kind(value: &str) -> Result<String, ConfigError> {
+    let kind = value.trim();
+    let known = oxccl_platform::registry::kinds();
+    if known.contains(&kind) {
+        return Ok(kind.to_string());
+    }
+    let hint = match kind {
+        "cuda" => " (this build has no cuda backend: build with `--features cuda`)",
+        _ => "",
+    };
+    Err(ConfigError::new(
+        "OXCCL_DEVICE",
+        value,
+        &format!("one of {}{hint}", known.join(", ")),
+    ))
+}
+
+/// `OXCCL_CUDA_DEVICES`: comma-separated CUDA device ordinals.
+fn gpu_ordinals(value: &str) -> Result<Vec<usize>, ConfigError> {
+    let bad = || {
+        ConfigError::new(
+            "OXCCL_CUDA_DEVICES",
+            value,
+            "CUDA device ordinals separated by commas: one for every local rank, or one per \
+             local rank",
+        )
+    };
+    value
+        .split(',')
+        .map(|s| s.trim().parse::<usize>().map_err(|_| bad()))
+        .collect()
 }
 
 /// The `OXCCL_LOG` filter, checked with the parser that will apply it; blank means off.
@@ -215,6 +255,12 @@ impl Config {
         }
         if let Some(v) = get("OXCCL_TRANSPORT") {
             config.transport = v.parse()?;
+        }
+        if let Some(v) = get("OXCCL_DEVICE") {
+            config.device = device_kind(&v)?;
+        }
+        if let Some(v) = get("OXCCL_CUDA_DEVICES") {
+            config.gpus = gpu_ordinals(&v)?;
         }
         if let Some(v) = get("OXCCL_LOG") {
             config.log_filter = log_filter(&v)?;

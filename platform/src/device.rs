@@ -91,6 +91,10 @@ pub struct DeviceConfig {
     /// one process): to tell whether a peer's process is alive, and to name it when it
     /// is lost.
     pub processes: Vec<RankProcess>,
+    /// The cuda backend's placement: the CUDA device ordinal of each local rank (by its
+    /// index in `local_ranks`), or one ordinal for all; empty: round-robin over the
+    /// machine's GPUs. Other backends ignore it.
+    pub gpus: Vec<usize>,
 }
 
 /// The process a rank runs in.
@@ -152,6 +156,7 @@ impl DeviceConfig {
             shm: None,
             tcp: None,
             processes: Vec::new(),
+            gpus: Vec::new(),
         }
     }
 
@@ -272,12 +277,32 @@ pub enum UserBuffers<'a> {
     },
     /// One buffer that is both the input and the output.
     InPlace(&'a mut [u8]),
+    /// Accelerator memory by address (the cuda backend; the adapter's `DeviceBuffer`).
+    /// Whoever builds it keeps both spans allocated, and leaves them alone, until the
+    /// submission's completion reported its outcome. `in_place`: one buffer, both spans
+    /// equal. A backend whose ranks use host memory refuses it.
+    Device {
+        input: DeviceSpan,
+        output: DeviceSpan,
+        in_place: bool,
+    },
+}
+
+/// A span of accelerator memory: its device address and length in bytes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct DeviceSpan {
+    pub addr: u64,
+    pub len: usize,
 }
 
 impl UserBuffers<'_> {
     /// True for in-place bindings.
     pub fn is_in_place(&self) -> bool {
-        matches!(self, UserBuffers::InPlace(_))
+        match self {
+            UserBuffers::InPlace(_) => true,
+            UserBuffers::OutOfPlace { .. } => false,
+            UserBuffers::Device { in_place, .. } => *in_place,
+        }
     }
 
     /// Bytes of (Input, Output).
@@ -285,7 +310,13 @@ impl UserBuffers<'_> {
         match self {
             UserBuffers::OutOfPlace { input, output } => (input.len(), output.len()),
             UserBuffers::InPlace(buf) => (buf.len(), buf.len()),
+            UserBuffers::Device { input, output, .. } => (input.len, output.len),
         }
+    }
+
+    /// Whether the buffers are accelerator memory.
+    pub fn is_device(&self) -> bool {
+        matches!(self, UserBuffers::Device { .. })
     }
 }
 
@@ -352,6 +383,10 @@ impl Compiled {
         let ptrs = match user {
             UserBuffers::OutOfPlace { input, output } => (input.as_ptr(), output.as_ptr()),
             UserBuffers::InPlace(buf) => (buf.as_ptr(), buf.as_ptr()),
+            UserBuffers::Device { input, output, .. } => (
+                input.addr as usize as *const u8,
+                output.addr as usize as *const u8,
+            ),
         };
         for (buf, len, needed, ptr, align) in [
             (

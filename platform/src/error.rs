@@ -158,6 +158,11 @@ pub enum ConfigFault {
          rank reached here; every rank of the job must run the same build"
     )]
     PeerBell { rank: Rank, bell_rank: usize },
+    #[error(
+        "the {kind} device runs on host memory and was given device memory: pass slices, \
+         or create the communicator on the cuda device (OXCCL_DEVICE=cuda)"
+    )]
+    DeviceMemory { kind: &'static str },
     #[error("the {what} is too large to lay out")]
     TooLarge { what: &'static str },
 }
@@ -177,6 +182,8 @@ pub enum AllocFault {
     Layout(#[from] std::alloc::LayoutError),
     #[error("out of memory")]
     OutOfMemory,
+    #[error("the GPU refused: {0}")]
+    Device(String),
 }
 
 /// Why a launch was aborted although it did nothing wrong itself.
@@ -310,6 +317,8 @@ pub enum DeviceError {
     Shm(#[source] crate::transport::shm::ShmError),
     #[error("the TCP transport failed")]
     Tcp(#[source] crate::transport::tcp::TcpError),
+    #[error("the CUDA backend failed: {0}")]
+    Cuda(#[source] crate::cuda::CudaError),
 }
 
 impl From<ConfigFault> for DeviceError {

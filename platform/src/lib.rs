@@ -41,8 +41,8 @@ pub mod transport;
 pub use inventory;
 
 pub use device::{
-    Capabilities, CompileRequest, Compiled, Completion, Device, DeviceConfig, MemoryKind,
-    RankProcess, Resource, ResourceHandle, ScratchId, ShmJob, Submission, UserBuffers,
+    Capabilities, CompileRequest, Compiled, Completion, Device, DeviceConfig, DeviceSpan,
+    MemoryKind, RankProcess, Resource, ResourceHandle, ScratchId, ShmJob, Submission, UserBuffers,
 };
 pub use dtype::{DataType, Element, ReduceOp};
 pub use error::{

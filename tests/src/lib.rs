@@ -96,6 +96,7 @@ impl Setup {
             zero_copy: self.zero_copy,
             topology: Some(self.topology.clone()),
             exec_timeout: std::time::Duration::from_secs(30),
+            device: test_device(),
             ..Config::default()
         };
         if let Some(algo) = self.algo {
@@ -103,6 +104,13 @@ impl Setup {
         }
         config
     }
+}
+
+/// The backend the executor tests run on: `OXCCL_TEST_DEVICE` (`cuda` runs every
+/// executor test on the GPU, as virtual ranks of GPU 0 unless `OXCCL_CUDA_DEVICES` places
+/// them), else the host device.
+pub fn test_device() -> String {
+    std::env::var("OXCCL_TEST_DEVICE").unwrap_or_else(|_| "host".into())
 }
 
 /// A byte buffer aligned for every element type.

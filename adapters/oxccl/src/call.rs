@@ -303,9 +303,9 @@ impl<'a> OpCall<'a> {
 
 impl std::fmt::Debug for OpCall<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (input, output) = match &self.user {
-            UserBuffers::OutOfPlace { input, output } => (Some(input.len()), output.len()),
-            UserBuffers::InPlace(buf) => (None, buf.len()),
+        let (input, output) = match self.user.lens() {
+            (_, output) if self.user.is_in_place() => (None, output),
+            (input, output) => (Some(input), output),
         };
         f.debug_struct("OpCall")
             .field("param", &self.param)

@@ -167,6 +167,7 @@ fn create_device_for(
         shm: reach.shm,
         tcp: reach.tcp,
         processes: reach.processes,
+        gpus: config.gpus.clone(),
     };
     Ok(oxccl_platform::registry::create(&config.device, dc)?)
 }
@@ -583,9 +584,9 @@ impl Communicator {
         if let Some(cause) = self.group.failure.lock().clone() {
             return Err(Error::Aborted { cause });
         }
-        let (input_len, output_len) = match &user {
-            UserBuffers::OutOfPlace { input, output } => (Some(input.len()), output.len()),
-            UserBuffers::InPlace(buf) => (None, buf.len()),
+        let (input_len, output_len) = match user.lens() {
+            (_, output) if user.is_in_place() => (None, output),
+            (input, output) => (Some(input), output),
         };
         op.validate(self.rank, self.size(), input_len, output_len)?;
         if !op.has_work() {

@@ -40,6 +40,16 @@ pub enum CudaError {
         count: usize,
     },
     #[error(
+        "OXCCL_CUDA_DEVICES lists {given} devices for {local} local ranks: give one ordinal \
+         for all of them, or one per local rank"
+    )]
+    Placement { given: usize, local: usize },
+    #[error(
+        "a Reduce over {sources} sources writes only into sources past the first {max}: the \
+         cuda backend folds wide reductions into a destination no later source reads"
+    )]
+    ReduceTooWide { sources: usize, max: usize },
+    #[error(
         "CUDA device {ordinal} ({name}) lacks {feature}, which the cuda backend needs (a GPU \
          of compute capability 7.0 or newer with a driver of CUDA 12 or newer has it)"
     )]
@@ -74,6 +84,14 @@ pub enum CudaError {
     TooManyLocalNotifies {
         rank: Rank,
         needed: usize,
+        capacity: usize,
+    },
+    #[error(
+        "rank {rank}'s program has {streams} streams; the cuda backend runs at most {capacity}"
+    )]
+    TooManyStreams {
+        rank: Rank,
+        streams: usize,
         capacity: usize,
     },
     #[error(

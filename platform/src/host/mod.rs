@@ -16,7 +16,7 @@
 //! `fence` (per-rank `done_epoch`), `exec` (Copy/Reduce), `pool` (workers). The signal
 //! banks are [`crate::signal`]'s.
 
-mod compile;
+pub(crate) mod compile;
 mod exec;
 mod fence;
 mod launch;
@@ -164,6 +164,9 @@ impl HostDevice {
             .clone()
             .downcast()
             .map_err(|_| DeviceError::from(ConfigFault::ForeignProgram))?;
+        if s.user.is_device() {
+            return Err(ConfigFault::DeviceMemory { kind: "host" }.into());
+        }
         compiled.check_binding(&s.user)?;
         let rank = compiled.rank;
         let slot = program.slot;
@@ -262,6 +265,7 @@ fn user_regions(user: UserBuffers<'_>, epoch: u64) -> UserRegions {
                 epoch,
             }
         }
+        UserBuffers::Device { .. } => unreachable!("refused by start"),
     }
 }
 

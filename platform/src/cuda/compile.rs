@@ -1,0 +1,320 @@
+//! Compile on the cuda backend: a rank's program with every slice resolved to a device
+//! address (or an offset into the rank's own user buffer, bound at submit) and every
+//! notify to a signal word, checked once, as the host device checks them.
+//!
+//! Peers' user buffers are out of reach: the backend stages through the CCL buffers
+//! (capability `peer_user_buffers` is false), because a peer's user buffer of an epoch is
+//! only known when that peer submits, after this rank's work is already queued on its
+//! streams. Zero-copy needs buffers registered ahead of time (NCCL's user-buffer
+//! registration), which this backend does not offer yet.
+
+use super::memory::{LOCAL_NOTIFIES, MAX_STREAMS};
+use super::{CudaError, Shared};
+use crate::device::{CompileRequest, Compiled};
+use crate::dtype::{DataType, ReduceOp};
+use crate::error::{DeviceError, SliceFault, TaskFault, TaskLocation};
+use crate::host::compile::{check_overlaps, HasSlice};
+use crate::ir::{Buf, NotifyId, Slice, Task};
+use cudarc::driver::sys::CUdeviceptr;
+use std::sync::Arc;
+
+/// Where an operand's bytes are.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Addr {
+    /// Device memory of a local rank (CCL buffers, scratch), bounds checked.
+    Fixed(CUdeviceptr),
+    /// The rank's own Input or Output, `offset` bytes in: within the extent that submit
+    /// checks against the binding.
+    Own { buf: Buf, offset: usize },
+}
+
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Operand {
+    pub addr: Addr,
+    pub slice: Slice,
+}
+
+impl HasSlice for Operand {
+    fn slice(&self) -> Slice {
+        self.slice
+    }
+}
+
+/// One task, compiled.
+#[derive(Debug)]
+pub(crate) enum Op {
+    Copy {
+        src: Addr,
+        dsts: Vec<Addr>,
+        len: usize,
+    },
+    Reduce {
+        srcs: Vec<Addr>,
+        dsts: Vec<Addr>,
+        count: usize,
+        dtype: DataType,
+        op: ReduceOp,
+    },
+    /// Set the word at `addr` (a local rank's signal) to 1.
+    Post { addr: CUdeviceptr },
+    /// Wait until the word at `addr` is 1, then clear it.
+    Wait { addr: CUdeviceptr, notify: NotifyId },
+}
+
+/// The cuda backend's part of a [`Compiled`].
+#[derive(Debug)]
+pub(crate) struct CudaProgram {
+    pub slot: usize,
+    pub streams: Vec<Vec<Op>>,
+    /// Local slots of the fence peers.
+    pub peer_slots: Vec<usize>,
+}
+
+/// Compile `request` for the device behind `shared`.
+pub(crate) fn compile(
+    shared: &Arc<Shared>,
+    request: CompileRequest,
+) -> Result<Arc<Compiled>, DeviceError> {
+    let program = &request.program;
+    let rank = program.rank;
+    let slot = shared.slot(rank)?;
+    if program.streams.len() > MAX_STREAMS {
+        return Err(CudaError::TooManyStreams {
+            rank,
+            streams: program.streams.len(),
+            capacity: MAX_STREAMS,
+        }
+        .into());
+    }
+    if request.local_notifies > LOCAL_NOTIFIES {
+        return Err(CudaError::TooManyLocalNotifies {
+            rank,
+            needed: request.local_notifies,
+            capacity: LOCAL_NOTIFIES,
+        }
+        .into());
+    }
+    let peer_slots = request
+        .peers
+        .iter()
+        .map(|&p| shared.slot(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    shared.ensure_streams(slot, program.streams.len())?;
+    let mut c = Compiler {
+        shared,
+        request: &request,
+        extent: (0, 0),
+        align: (1, 1),
+    };
+    let mut streams = Vec::with_capacity(program.streams.len());
+    let mut tasks = 0;
+    for (s, stream) in program.streams.iter().enumerate() {
+        let mut ops = Vec::with_capacity(stream.tasks.len());
+        for (t, task) in stream.tasks.iter().enumerate() {
+            let at = TaskLocation {
+                rank,
+                stream: s,
+                task: t,
+            };
+            ops.push(c.task(task, at)?);
+            tasks += 1;
+        }
+        streams.push(ops);
+    }
+    Ok(Arc::new(Compiled {
+        rank,
+        peers: request.peers.clone(),
+        in_place: request.in_place,
+        exit_fence: request.exit_fence,
+        user_extent: c.extent,
+        user_align: c.align,
+        tasks,
+        device_id: shared.id,
+        backend: Arc::new(CudaProgram {
+            slot,
+            streams,
+            peer_slots,
+        }),
+    }))
+}
+
+struct Compiler<'a> {
+    shared: &'a Arc<Shared>,
+    request: &'a CompileRequest,
+    /// Bytes of (Input, Output) of the own rank the program reaches.
+    extent: (usize, usize),
+    /// Alignment its reductions need of (Input, Output).
+    align: (usize, usize),
+}
+
+impl Compiler<'_> {
+    fn task(&mut self, task: &Task, at: TaskLocation) -> Result<Op, DeviceError> {
+        let shared = self.shared;
+        let table_len = shared.layout.table_len(self.request.local_notifies);
+        let no_notify = |notify: NotifyId| DeviceError::InvalidTask {
+            at,
+            fault: TaskFault::NoSuchNotify {
+                notify,
+                rank: notify.rank,
+                len: table_len.max(shared.layout.table_len(LOCAL_NOTIFIES)),
+            },
+        };
+        match *task {
+            Task::Post { notify } => {
+                let index = notify.index as usize;
+                if index >= shared.layout.table_len(LOCAL_NOTIFIES) {
+                    return Err(no_notify(notify));
+                }
+                let target = shared.slot(notify.rank)?;
+                Ok(Op::Post {
+                    addr: shared.ranks[target].signal(index),
+                })
+            }
+            Task::Wait { notify } => {
+                if notify.rank != at.rank {
+                    return Err(DeviceError::InvalidTask {
+                        at,
+                        fault: TaskFault::RemoteWait { notify },
+                    });
+                }
+                if notify.index as usize >= table_len {
+                    return Err(no_notify(notify));
+                }
+                let slot = shared.slot(at.rank)?;
+                Ok(Op::Wait {
+                    addr: shared.ranks[slot].signal(notify.index as usize),
+                    notify,
+                })
+            }
+            Task::Copy { .. } | Task::Reduce { .. } => self.data(task, at),
+        }
+    }
+
+    fn data(&mut self, task: &Task, at: TaskLocation) -> Result<Op, DeviceError> {
+        let (reduce, reads, writes) = match task {
+            Task::Copy { src, dsts } => (None, std::slice::from_ref(src), dsts.as_slice()),
+            Task::Reduce {
+                srcs,
+                dsts,
+                dtype,
+                op,
+            } => (Some((*dtype, *op)), srcs.as_slice(), dsts.as_slice()),
+            Task::Post { .. } | Task::Wait { .. } => unreachable!("not a data task"),
+        };
+        if reads.is_empty() || writes.is_empty() {
+            return Err(DeviceError::InvalidTask {
+                at,
+                fault: TaskFault::NoOperands,
+            });
+        }
+        let len = writes[0].len;
+        let dtype = reduce.map(|(d, _)| d);
+        let srcs = reads
+            .iter()
+            .map(|s| self.operand(*s, len, dtype, false, at))
+            .collect::<Result<Vec<_>, _>>()?;
+        let dsts = writes
+            .iter()
+            .map(|s| self.operand(*s, len, dtype, true, at))
+            .collect::<Result<Vec<_>, _>>()?;
+        let in_place = self.request.in_place;
+        let key = |o: &Operand| match o.addr {
+            Addr::Fixed(p) => (0, p as usize),
+            Addr::Own { offset, .. } if in_place => (1, offset),
+            Addr::Own { buf, offset } => (1 + buf as usize, offset),
+        };
+        check_overlaps(&srcs, &dsts, len, reduce.is_some(), key)
+            .map_err(|(slice, fault)| DeviceError::InvalidSlice { at, slice, fault })?;
+        let addrs = |v: Vec<Operand>| v.into_iter().map(|o| o.addr).collect::<Vec<_>>();
+        Ok(match reduce {
+            None => Op::Copy {
+                src: srcs[0].addr,
+                dsts: addrs(dsts),
+                len,
+            },
+            Some((dtype, op)) => Op::Reduce {
+                srcs: addrs(srcs),
+                dsts: addrs(dsts),
+                count: len / dtype.size(),
+                dtype,
+                op,
+            },
+        })
+    }
+
+    fn operand(
+        &mut self,
+        slice: Slice,
+        len: usize,
+        elem: Option<DataType>,
+        write: bool,
+        at: TaskLocation,
+    ) -> Result<Operand, DeviceError> {
+        let invalid = |fault| DeviceError::InvalidSlice { at, slice, fault };
+        let shared = self.shared;
+        if slice.rank >= shared.config.ranks {
+            return Err(invalid(SliceFault::NoSuchRank {
+                rank: slice.rank,
+                ranks: shared.config.ranks,
+            }));
+        }
+        if slice.len != len {
+            return Err(invalid(SliceFault::LengthMismatch {
+                len: slice.len,
+                task_len: len,
+            }));
+        }
+        if write && slice.buf == Buf::Input {
+            return Err(invalid(SliceFault::WritesInput));
+        }
+        if let Some(dtype) = elem {
+            if !slice.len.is_multiple_of(dtype.size()) {
+                return Err(invalid(SliceFault::PartialElement { dtype }));
+            }
+            if !slice.offset.is_multiple_of(dtype.size()) {
+                return Err(invalid(SliceFault::Misaligned { dtype }));
+            }
+        }
+        let addr = match slice.buf {
+            Buf::Input | Buf::Output if slice.rank == self.request.program.rank => {
+                let end = slice.offset.checked_add(slice.len).ok_or(invalid(
+                    SliceFault::OutOfBounds {
+                        buffer_len: usize::MAX,
+                    },
+                ))?;
+                let need = elem.map_or(1, DataType::size);
+                let (extent, align) = match slice.buf {
+                    Buf::Input => (&mut self.extent.0, &mut self.align.0),
+                    _ => (&mut self.extent.1, &mut self.align.1),
+                };
+                *extent = (*extent).max(end);
+                *align = (*align).max(need);
+                Addr::Own {
+                    buf: slice.buf,
+                    offset: slice.offset,
+                }
+            }
+            Buf::Input | Buf::Output => {
+                shared.slot(slice.rank)?;
+                return Err(invalid(SliceFault::UserBufferOutOfReach {
+                    rank: slice.rank,
+                }));
+            }
+            buf => {
+                let slot = shared.slot(slice.rank)?;
+                let (base, buffer_len) = shared
+                    .region(slot, buf, self.request.scratch)
+                    .map_err(invalid)?;
+                let inside = slice
+                    .offset
+                    .checked_add(slice.len)
+                    .is_some_and(|end| end <= buffer_len);
+                if !inside {
+                    return Err(invalid(SliceFault::OutOfBounds { buffer_len }));
+                }
+                Addr::Fixed(base + slice.offset as u64)
+            }
+        };
+        Ok(Operand { addr, slice })
+    }
+}

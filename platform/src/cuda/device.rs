@@ -1,0 +1,442 @@
+//! The device: its GPUs, per-rank memory and streams, and the [`Device`] implementation.
+
+use super::driver::{self, cu, Gpu};
+use super::launch::{CudaCompletion, Launch};
+use super::memory::{DevAlloc, Mapped, RankMemory, MAX_STREAMS};
+use super::CudaError;
+use crate::device::{
+    Capabilities, CompileRequest, Compiled, Completion, Device, DeviceConfig, MemoryKind, Resource,
+    ResourceHandle, ScratchId, Submission,
+};
+use crate::error::{AbortCause, DeviceError, SliceFault};
+use crate::ir::{Buf, Rank};
+use crate::notify::NotifyLayout;
+use cudarc::driver::sys::{self, CUevent, CUstream};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+crate::register_backend!(
+    "cuda",
+    "NVIDIA GPUs through the CUDA driver (one or several ranks per GPU)",
+    crate::registry::Memory::PerRank,
+    |config| Ok(Arc::new(CudaDevice::new(config)?))
+);
+
+/// CUDA devices on this machine (an error when there is no driver).
+pub fn gpu_count() -> Result<usize, CudaError> {
+    driver::init()
+}
+
+/// One rank's streams and the events that fork, join and complete its submissions.
+pub(crate) struct RankStreams {
+    pub streams: Vec<CUstream>,
+    pub fork: CUevent,
+    /// One per stream: recorded at its end, waited by stream 0.
+    pub joins: Vec<CUevent>,
+    pub done: CUevent,
+}
+
+/// The device's state, shared with its launches.
+pub(crate) struct Shared {
+    pub config: DeviceConfig,
+    pub layout: NotifyLayout,
+    pub slots: Vec<Option<usize>>,
+    /// Per local slot.
+    pub ranks: Vec<RankMemory>,
+    pub streams: Vec<Mutex<RankStreams>>,
+    /// Per scratch id, per local slot.
+    pub scratch: Mutex<Vec<Vec<DevAlloc>>>,
+    /// Per local slot: its epoch word, then a progress word per stream.
+    pub mapped: Mapped,
+    /// Per local slot: the last epoch it finished, as the host saw it.
+    pub done: Vec<AtomicU64>,
+    /// Per local slot: the fence peers of its previous submission.
+    pub prev_peers: Vec<Mutex<Vec<usize>>>,
+    /// Per local slot: a submission is in flight.
+    pub busy: Vec<AtomicBool>,
+    /// Set once the device stopped: every later submission is refused with it.
+    pub failure: Mutex<Option<AbortCause>>,
+    /// One stream per GPU for the abort flood.
+    pub abort_streams: Vec<(Arc<Gpu>, CUstream)>,
+    pub id: usize,
+}
+
+// SAFETY: the driver handles in `Shared` (streams, events) may be used from any thread
+// with their context current; their mutable parts are behind locks.
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+/// Words per local slot in the mapped block: the epoch, then progress per stream.
+const MAPPED_PER_RANK: usize = 1 + MAX_STREAMS;
+
+impl Shared {
+    pub fn slot(&self, rank: Rank) -> Result<usize, DeviceError> {
+        self.slots
+            .get(rank)
+            .copied()
+            .flatten()
+            .ok_or_else(|| self.config.not_served(rank))
+    }
+
+    /// The mapped index of `slot`'s epoch word.
+    pub fn epoch_word(&self, slot: usize) -> usize {
+        slot * MAPPED_PER_RANK
+    }
+
+    /// The mapped index of `slot`'s progress word for stream `s`.
+    pub fn progress_word(&self, slot: usize, s: usize) -> usize {
+        slot * MAPPED_PER_RANK + 1 + s
+    }
+
+    /// Device address and length of a local rank's CCL buffer or scratch.
+    pub fn region(
+        &self,
+        slot: usize,
+        buf: Buf,
+        scratch: Option<ScratchId>,
+    ) -> Result<(sys::CUdeviceptr, usize), SliceFault> {
+        let memory = &self.ranks[slot];
+        match buf {
+            Buf::CclIn => Ok((memory.ccl_in.ptr, memory.ccl_in.len)),
+            Buf::CclOut => Ok((memory.ccl_out.ptr, memory.ccl_out.len)),
+            Buf::Scratch => {
+                let id = scratch.ok_or(SliceFault::NoScratch)?.0;
+                let all = self.scratch.lock();
+                let a = all
+                    .get(id)
+                    .and_then(|per_slot| per_slot.get(slot))
+                    .ok_or(SliceFault::NoSuchScratch { id })?;
+                Ok((a.ptr, a.len))
+            }
+            Buf::Input | Buf::Output => unreachable!("user buffers are bound at submit"),
+        }
+    }
+
+    /// `slot` has at least `n` streams (with their join events).
+    pub fn ensure_streams(&self, slot: usize, n: usize) -> Result<(), DeviceError> {
+        let mut rs = self.streams[slot].lock();
+        if rs.streams.len() >= n {
+            return Ok(());
+        }
+        self.ranks[slot].gpu.bind()?;
+        while rs.streams.len() < n {
+            let mut stream = std::ptr::null_mut();
+            let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+            cu!(cuStreamCreate(&mut stream, flags))?;
+            rs.streams.push(stream);
+            rs.joins.push(new_event()?);
+        }
+        Ok(())
+    }
+
+    /// Stop the device for `cause` (the first cause stays): every later submission is
+    /// refused, and the launches in flight are drained by their waiters' floods.
+    pub fn stop(&self, cause: AbortCause) {
+        self.failure.lock().get_or_insert(cause);
+        self.flood();
+    }
+
+    pub fn stopped(&self) -> Option<AbortCause> {
+        self.failure.lock().clone()
+    }
+
+    /// Release every wait of every stream of the device: every signal word set, every
+    /// epoch word far ahead. Programs then run to their end on meaningless data, which is
+    /// what an abort leaves in the buffers (as NCCL's does); their waiters report the
+    /// abort.
+    pub fn flood(&self) {
+        let ahead = self
+            .done
+            .iter()
+            .map(|d| d.load(Ordering::Acquire))
+            .max()
+            .unwrap_or(0)
+            .wrapping_add(1 << 20) as u32;
+        for slot in 0..self.ranks.len() {
+            self.mapped.store(self.epoch_word(slot), ahead);
+        }
+        for (gpu, stream) in &self.abort_streams {
+            if gpu.bind().is_err() {
+                continue;
+            }
+            for memory in self.ranks.iter().filter(|m| Arc::ptr_eq(&m.gpu, gpu)) {
+                let words = memory.signals.len / 4;
+                let _ = cu!(cuMemsetD32Async(memory.signals.ptr, 1, words, *stream));
+            }
+        }
+    }
+}
+
+pub(crate) fn new_event() -> Result<CUevent, CudaError> {
+    let mut event = std::ptr::null_mut();
+    let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+    cu!(cuEventCreate(&mut event, flags))?;
+    Ok(event)
+}
+
+/// NVIDIA GPUs as a device.
+pub struct CudaDevice {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for CudaDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let gpus: Vec<_> = self.shared.ranks.iter().map(|m| m.gpu.ordinal).collect();
+        f.debug_struct("CudaDevice")
+            .field("ranks", &self.shared.config.ranks)
+            .field("gpus", &gpus)
+            .finish()
+    }
+}
+
+/// The ordinal of each local rank: `config.gpus`, or round-robin over `count` GPUs.
+fn placement(config: &DeviceConfig, count: usize) -> Result<Vec<usize>, CudaError> {
+    let local = config.local_ranks.len();
+    let ordinals: Vec<usize> = match config.gpus.as_slice() {
+        [] => (0..local).map(|i| i % count.max(1)).collect(),
+        [one] => vec![*one; local],
+        many if many.len() == local => many.to_vec(),
+        many => {
+            return Err(CudaError::Placement {
+                given: many.len(),
+                local,
+            })
+        }
+    };
+    for (i, &ordinal) in ordinals.iter().enumerate() {
+        if ordinal >= count {
+            return Err(CudaError::NoDevice {
+                rank: config.local_ranks.get(i).copied().unwrap_or(i),
+                ordinal,
+                count,
+            });
+        }
+    }
+    Ok(ordinals)
+}
+
+impl CudaDevice {
+    /// Open the GPUs the local ranks are placed on and allocate every rank's memory.
+    pub fn new(config: DeviceConfig) -> Result<Self, DeviceError> {
+        let slots = config.local_slots()?;
+        if config.shm.is_some() || config.tcp.is_some() {
+            return Err(CudaError::NoTransport.into());
+        }
+        let count = driver::init()?;
+        let ordinals = placement(&config, count)?;
+        let mut gpus: Vec<Arc<Gpu>> = Vec::new();
+        for &ordinal in &ordinals {
+            if !gpus.iter().any(|g| g.ordinal == ordinal) {
+                gpus.push(Arc::new(Gpu::open(ordinal)?));
+            }
+        }
+        for a in &gpus {
+            for b in &gpus {
+                a.reach(b)?;
+            }
+        }
+        let gpu_of = |o: usize| {
+            gpus.iter()
+                .find(|g| g.ordinal == o)
+                .cloned()
+                .expect("opened")
+        };
+        let layout = config.layout();
+        let link_words = layout.local_base() as usize;
+        let ranks = ordinals
+            .iter()
+            .map(|&o| RankMemory::new(&gpu_of(o), config.ccl_bytes, link_words))
+            .collect::<Result<Vec<_>, _>>()?;
+        let local = ranks.len();
+        let mapped = Mapped::new(&gpus[0], local * MAPPED_PER_RANK)?;
+        let mut streams = Vec::with_capacity(local);
+        for memory in &ranks {
+            memory.gpu.bind()?;
+            streams.push(Mutex::new(RankStreams {
+                streams: Vec::new(),
+                fork: new_event()?,
+                joins: Vec::new(),
+                done: new_event()?,
+            }));
+        }
+        let mut abort_streams = Vec::new();
+        for gpu in &gpus {
+            gpu.bind()?;
+            let mut stream = std::ptr::null_mut();
+            let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+            cu!(cuStreamCreate(&mut stream, flags))?;
+            abort_streams.push((gpu.clone(), stream));
+        }
+        let shared = Arc::new(Shared {
+            layout,
+            slots,
+            done: (0..local).map(|_| AtomicU64::new(0)).collect(),
+            prev_peers: (0..local).map(|_| Mutex::new(Vec::new())).collect(),
+            busy: (0..local).map(|_| AtomicBool::new(false)).collect(),
+            ranks,
+            streams,
+            scratch: Mutex::new(Vec::new()),
+            mapped,
+            failure: Mutex::new(None),
+            abort_streams,
+            config,
+            id: crate::device::next_device_id(),
+        });
+        Ok(CudaDevice { shared })
+    }
+
+    /// The CUDA device ordinal local rank `rank` runs on.
+    pub fn ordinal_of(&self, rank: Rank) -> Result<usize, DeviceError> {
+        let slot = self.shared.slot(rank)?;
+        Ok(self.shared.ranks[slot].gpu.ordinal)
+    }
+
+    fn start_group(&self, group: Vec<Submission<'_>>) -> Vec<Result<CudaCompletion, DeviceError>> {
+        let mut results = Vec::with_capacity(group.len());
+        for s in group {
+            let rank = s.compiled.rank;
+            let started = Launch::start(&self.shared, s);
+            if let Err(err) = &started {
+                if !matches!(
+                    err,
+                    DeviceError::Aborted { .. } | DeviceError::Refused { .. }
+                ) {
+                    // Its peers would wait for it: stop the device, which releases them.
+                    self.shared.stop(AbortCause::PeerFailed {
+                        rank,
+                        error: Arc::new(err.clone()),
+                    });
+                }
+            }
+            results.push(started);
+        }
+        results
+    }
+}
+
+impl Device for CudaDevice {
+    fn kind(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn config(&self) -> &DeviceConfig {
+        &self.shared.config
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            // A peer's user buffer is known only when it submits (see `compile`).
+            peer_user_buffers: false,
+            executes: true,
+            graph_capture: false,
+            memory: MemoryKind::Device,
+        }
+    }
+
+    fn alloc_scratch(&self, bytes_per_rank: usize) -> Result<ScratchId, DeviceError> {
+        let per_slot = self
+            .shared
+            .ranks
+            .iter()
+            .map(|m| DevAlloc::zeroed(&m.gpu, bytes_per_rank, "scratch"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut all = self.shared.scratch.lock();
+        all.push(per_slot);
+        Ok(ScratchId(all.len() - 1))
+    }
+
+    fn resource(&self, rank: Rank, resource: Resource) -> Result<ResourceHandle, DeviceError> {
+        let slot = self.shared.slot(rank)?;
+        let memory = &self.shared.ranks[slot];
+        let (addr, len) = match resource {
+            Resource::CclIn => (memory.ccl_in.ptr, memory.ccl_in.len),
+            Resource::CclOut => (memory.ccl_out.ptr, memory.ccl_out.len),
+            Resource::Scratch(id) => {
+                self.shared
+                    .region(slot, Buf::Scratch, Some(id))
+                    .map_err(|fault| DeviceError::InvalidSlice {
+                        at: crate::error::TaskLocation {
+                            rank,
+                            stream: 0,
+                            task: 0,
+                        },
+                        slice: crate::ir::Slice::new(rank, Buf::Scratch, 0, 0),
+                        fault,
+                    })?
+            }
+            Resource::Signals => (
+                memory.signals.ptr,
+                self.shared.layout.local_base() as usize * 4,
+            ),
+        };
+        Ok(ResourceHandle {
+            rank,
+            resource,
+            memory: MemoryKind::Device,
+            addr: addr as usize,
+            len,
+        })
+    }
+
+    fn compile(&self, request: CompileRequest) -> Result<Arc<Compiled>, DeviceError> {
+        super::compile::compile(&self.shared, request)
+    }
+
+    unsafe fn submit(
+        &self,
+        group: Vec<Submission<'_>>,
+    ) -> Vec<Result<Box<dyn Completion + '_>, DeviceError>> {
+        self.start_group(group)
+            .into_iter()
+            .map(|c| c.map(|c| Box::new(c) as Box<dyn Completion>))
+            .collect()
+    }
+
+    fn retire(&self, rank: Rank, epoch: u64) -> Result<(), DeviceError> {
+        let slot = self.shared.slot(rank)?;
+        self.shared.done[slot].fetch_max(epoch, Ordering::AcqRel);
+        self.shared
+            .mapped
+            .store(self.shared.epoch_word(slot), epoch as u32);
+        Ok(())
+    }
+
+    fn done_epoch(&self, rank: Rank) -> Result<u64, DeviceError> {
+        let slot = self.shared.slot(rank)?;
+        Ok(self.shared.done[slot].load(Ordering::Acquire))
+    }
+
+    fn abort(&self, rank: Rank) {
+        self.shared.stop(AbortCause::UserAbort { rank });
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        for (memory, rs) in self.ranks.iter().zip(&self.streams) {
+            if memory.gpu.bind().is_err() {
+                continue;
+            }
+            let rs = rs.lock();
+            for &s in &rs.streams {
+                let _ = cu!(cuStreamSynchronize(s));
+                let _ = cu!(cuStreamDestroy_v2(s));
+            }
+            for &e in rs.joins.iter().chain([&rs.fork, &rs.done]) {
+                let _ = cu!(cuEventDestroy_v2(e));
+            }
+        }
+        for (gpu, stream) in &self.abort_streams {
+            if gpu.bind().is_ok() {
+                let _ = cu!(cuStreamSynchronize(*stream));
+                let _ = cu!(cuStreamDestroy_v2(*stream));
+            }
+        }
+    }
+}
+
+/// How long a waiter sleeps between polls of an event, at most.
+pub(crate) const MAX_POLL_SLEEP: Duration = Duration::from_millis(1);

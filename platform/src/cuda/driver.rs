@@ -1,0 +1,226 @@
+//! The driver API as the backend uses it: loading checked before any call, every call's
+//! result turned into a [`CudaError`] naming the call, and one [`Gpu`] per CUDA device
+//! (its primary context, its properties and the reduce kernels loaded into it).
+
+use super::kernels;
+use super::CudaError;
+use crate::dtype::{DataType, ReduceOp};
+use cudarc::driver::sys;
+use std::ffi::CString;
+use std::sync::OnceLock;
+
+/// Run a driver call; a result other than success is a [`CudaError::Driver`] naming it.
+macro_rules! cu {
+    ($call:ident ( $($arg:expr),* $(,)? )) => {{
+        #[allow(unused_unsafe)]
+        // SAFETY: the caller of `cu!` upholds the driver call's contract (valid handles and
+        // pointers, the GPU's context current on this thread).
+        let result = unsafe { cudarc::driver::sys::$call($($arg),*) };
+        $crate::cuda::driver::check(stringify!($call), result)
+    }};
+}
+pub(crate) use cu;
+
+/// `Ok` for `CUDA_SUCCESS`, else the error named after `call`.
+pub(crate) fn check(call: &'static str, result: sys::CUresult) -> Result<(), CudaError> {
+    if result == sys::CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    let name = cudarc::driver::result::DriverError(result)
+        .error_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| format!("{result:?}"));
+    Err(CudaError::Driver {
+        call,
+        code: result as i32,
+        name,
+    })
+}
+
+/// Load the driver and initialise it, once per process; the number of CUDA devices.
+pub(crate) fn init() -> Result<usize, CudaError> {
+    static INIT: OnceLock<Result<usize, CudaError>> = OnceLock::new();
+    INIT.get_or_init(|| {
+        // SAFETY: only tries to open the library; no driver call is made without it.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(CudaError::NoDriver);
+        }
+        cu!(cuInit(0))?;
+        let mut count = 0;
+        cu!(cuDeviceGetCount(&mut count))?;
+        Ok(usize::try_from(count).unwrap_or(0))
+    })
+    .clone()
+}
+
+/// One CUDA device: its primary context, properties, and the kernels loaded into it.
+pub(crate) struct Gpu {
+    pub ordinal: usize,
+    pub device: sys::CUdevice,
+    pub context: sys::CUcontext,
+    pub name: String,
+    /// Streaming multiprocessors, which size the reduce kernels' grids.
+    pub sms: u32,
+    /// Where allocations are made and freed (stream-ordered, from the device's pool):
+    /// `cuMemFree` would wait for every stream of the device, including those of ranks
+    /// waiting for the very thread that frees, so nothing here ever calls it.
+    pub alloc_stream: sys::CUstream,
+    module: sys::CUmodule,
+    /// By `kernel_index(dtype, op)`.
+    kernels: Vec<sys::CUfunction>,
+}
+
+// SAFETY: driver handles may be used from any thread once the context is made current on
+// it ([`Gpu::bind`]); `Gpu` is read-only after `open`.
+unsafe impl Send for Gpu {}
+// SAFETY: as above.
+unsafe impl Sync for Gpu {}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cuda:{} ({})", self.ordinal, self.name)
+    }
+}
+
+fn kernel_index(dtype: DataType, op: ReduceOp) -> usize {
+    let d = DataType::ALL.iter().position(|&x| x == dtype).unwrap_or(0);
+    let o = ReduceOp::ALL.iter().position(|&x| x == op).unwrap_or(0);
+    d * ReduceOp::ALL.len() + o
+}
+
+impl Gpu {
+    /// Retain device `ordinal`'s primary context and load the kernels for its
+    /// architecture (compiled by NVRTC on the first use in the process).
+    pub fn open(ordinal: usize) -> Result<Gpu, CudaError> {
+        let mut device = 0;
+        cu!(cuDeviceGet(&mut device, ordinal as i32))?;
+        let name = device_name(device);
+        let attr = |a| -> Result<i32, CudaError> {
+            let mut v = 0;
+            cu!(cuDeviceGetAttribute(&mut v, a, device))?;
+            Ok(v)
+        };
+        use sys::CUdevice_attribute as A;
+        let major = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let sms = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let lacks = |feature| CudaError::Lacks {
+            ordinal,
+            name: name.clone(),
+            feature,
+        };
+        if major < 7 {
+            return Err(lacks("compute capability 7.0"));
+        }
+        if attr(A::CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY)? == 0 {
+            return Err(lacks("mapped host memory"));
+        }
+        let mut context = std::ptr::null_mut();
+        cu!(cuDevicePrimaryCtxRetain(&mut context, device))?;
+        let mut gpu = Gpu {
+            ordinal,
+            device,
+            context,
+            name,
+            sms: sms.max(1) as u32,
+            alloc_stream: std::ptr::null_mut(),
+            module: std::ptr::null_mut(),
+            kernels: Vec::new(),
+        };
+        gpu.bind()?;
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        cu!(cuStreamCreate(&mut gpu.alloc_stream, flags))?;
+        gpu.load_kernels(&format!("sm_{major}{minor}"))?;
+        Ok(gpu)
+    }
+
+    /// Make this GPU's context current on the calling thread.
+    pub fn bind(&self) -> Result<(), CudaError> {
+        cu!(cuCtxSetCurrent(self.context))
+    }
+
+    fn load_kernels(&mut self, arch: &str) -> Result<(), CudaError> {
+        let ptx = kernels::compile_ptx(arch)?;
+        let image = CString::new(ptx.as_bytes()).map_err(|_| CudaError::Compile {
+            arch: arch.to_string(),
+            log: "NVRTC returned PTX with a NUL byte".into(),
+        })?;
+        cu!(cuModuleLoadData(&mut self.module, image.as_ptr().cast()))?;
+        for dtype in DataType::ALL {
+            for op in ReduceOp::ALL {
+                let name = CString::new(kernels::kernel_name(dtype, op)).expect("no NUL");
+                let mut f = std::ptr::null_mut();
+                cu!(cuModuleGetFunction(&mut f, self.module, name.as_ptr()))?;
+                self.kernels.push(f);
+            }
+        }
+        Ok(())
+    }
+
+    /// The reduce kernel for `(dtype, op)`.
+    pub fn kernel(&self, dtype: DataType, op: ReduceOp) -> sys::CUfunction {
+        self.kernels[kernel_index(dtype, op)]
+    }
+
+    /// Let this GPU's streams reach `other`'s memory (a no-op for the same device).
+    pub fn reach(&self, other: &Gpu) -> Result<(), CudaError> {
+        if self.device == other.device {
+            return Ok(());
+        }
+        let mut can = 0;
+        cu!(cuDeviceCanAccessPeer(&mut can, self.device, other.device))?;
+        if can == 0 {
+            return Err(CudaError::NoPeerAccess {
+                a: self.ordinal,
+                b: other.ordinal,
+            });
+        }
+        self.bind()?;
+        // Pool allocations (every buffer here) are reachable from another device only
+        // when the pool says so.
+        let mut pool = std::ptr::null_mut();
+        cu!(cuDeviceGetDefaultMemPool(&mut pool, other.device))?;
+        let access = sys::CUmemAccessDesc {
+            location: sys::CUmemLocation {
+                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                id: self.ordinal as i32,
+            },
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        cu!(cuMemPoolSetAccess(pool, &access, 1))?;
+        match cu!(cuCtxEnablePeerAccess(other.context, 0)) {
+            Err(CudaError::Driver { code, .. })
+                if code == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED as i32 =>
+            {
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        if self.bind().is_ok() {
+            if !self.alloc_stream.is_null() {
+                let _ = cu!(cuStreamSynchronize(self.alloc_stream));
+                let _ = cu!(cuStreamDestroy_v2(self.alloc_stream));
+            }
+            if !self.module.is_null() {
+                let _ = cu!(cuModuleUnload(self.module));
+            }
+        }
+        let _ = cu!(cuDevicePrimaryCtxRelease_v2(self.device));
+    }
+}
+
+fn device_name(device: sys::CUdevice) -> String {
+    let mut buf = [0 as std::ffi::c_char; 128];
+    if cu!(cuDeviceGetName(buf.as_mut_ptr(), buf.len() as i32, device)).is_err() {
+        return "unknown".into();
+    }
+    // SAFETY: the driver wrote a NUL-terminated name into `buf`.
+    unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
+}
