@@ -146,7 +146,7 @@ fn device_kind(value: &str) -> Result<String, ConfigError> {
     Err(ConfigError::new(
         "OXCCL_DEVICE",
         value,
-        &format!("one of {}{hint}", known.join(", ")),
+        format!("one of {}{hint}", known.join(", ")),
     ))
 }
 
@@ -332,6 +332,9 @@ mod tests {
             ("OXCCL_TOPO_FILE", "99999999999x99999999999", "at most 4096"),
             ("OXCCL_TUNE_FILE", "/no/such/tune.txt", "cannot read"),
             ("OXCCL_TUNE_FILE", " ", "unset"),
+            ("OXCCL_DEVICE", "tpu", "one of host, sim"),
+            ("OXCCL_CUDA_DEVICES", "0,x", "ordinals separated by commas"),
+            ("OXCCL_CUDA_DEVICES", "", "ordinals separated by commas"),
         ] {
             let err = Config::from_lookup(env(&[(var, value)])).unwrap_err();
             assert_eq!(err.var, var);
@@ -339,6 +342,16 @@ mod tests {
             assert!(message.starts_with(var), "{message}");
             assert!(message.contains(valid), "{valid:?} not in {message}");
         }
+    }
+
+    #[test]
+    fn device_and_placement_come_from_the_environment() {
+        let c = Config::from_lookup(env(&[
+            ("OXCCL_DEVICE", " sim "),
+            ("OXCCL_CUDA_DEVICES", "0, 0,1"),
+        ]))
+        .unwrap();
+        assert_eq!((c.device.as_str(), c.gpus), ("sim", vec![0, 0, 1]));
     }
 
     #[test]

@@ -98,3 +98,84 @@ fn a_rank_that_never_calls_is_named_and_every_rank_returns() {
         .unwrap_err();
     assert!(again.to_string().contains("abort"), "{again}");
 }
+
+/// Every registered executor of the collectives the harness checks, forced on 2, 4 and 8
+/// virtual ranks of GPU 0 (one server, and two servers of half the ranks for the
+/// executors made for several), against the scalar reference: every dtype at boundary
+/// counts and one past the CCL buffer (each matrix thinned as on the host). An executor
+/// that cannot run on a shape (it says so when forced) is checked on the other.
+#[test]
+fn every_executor_on_2_4_and_8_virtual_ranks_of_one_gpu() {
+    use oxccl::platform::LinkAccess;
+    use oxccl::OpKind;
+    use oxccl_tests::{blocks, rooted, Setup};
+    let Some(_) = gpus() else { return };
+    // The harness's runners build their communicators on OXCCL_TEST_DEVICE.
+    std::env::set_var("OXCCL_TEST_DEVICE", "cuda");
+    let ccl = oxccl_tests::SMALL_CCL_BYTES;
+    let kinds = [
+        OpKind::AllReduce,
+        OpKind::AllGather,
+        OpKind::ReduceScatter,
+        OpKind::Broadcast,
+        OpKind::Reduce,
+        OpKind::Gather,
+        OpKind::Scatter,
+        OpKind::AlltoAll,
+        OpKind::Barrier,
+    ];
+    let registry = oxccl::registry().expect("registry");
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for kind in kinds {
+        for exec in registry.executors_for(kind) {
+            for n in [2usize, 4, 8] {
+                let shapes = [
+                    Topology::single_server(n),
+                    Topology::servers(vec![n / 2, n / 2])
+                        .expect("shape")
+                        .with_fabric_access(LinkAccess::LoadStore, LinkAccess::LoadStore),
+                ];
+                let mut outcomes = Vec::new();
+                for topology in shapes {
+                    let setup = Setup {
+                        algo: Some(exec.name),
+                        topology,
+                        zero_copy: false,
+                        ccl_bytes: ccl,
+                    };
+                    let run = match kind {
+                        OpKind::AllReduce => {
+                            oxccl_tests::run_all_reduce(&setup, &oxccl_tests::full_matrix(n, ccl))
+                        }
+                        OpKind::AllGather | OpKind::ReduceScatter => {
+                            blocks::run_blocks(kind, &setup, &blocks::block_matrix(kind, n, ccl))
+                        }
+                        OpKind::AlltoAll => {
+                            oxccl_tests::all_to_all::run_all_to_all(&setup, |i, j| (i + j) % 3 == 0)
+                        }
+                        OpKind::Barrier => oxccl_tests::barrier::run_barriers(&setup),
+                        _ => rooted::run_rooted(kind, &setup, &rooted::rooted_matrix(kind, n, ccl)),
+                    };
+                    outcomes.push(run);
+                }
+                let cannot = |e: &String| e.contains("cannot run");
+                let ran = outcomes.iter().filter(|o| o.is_ok()).count();
+                for e in outcomes.iter().filter_map(|o| o.as_ref().err()) {
+                    if !cannot(e) {
+                        failures.push(format!("{kind} {} on {n}: {e}", exec.name));
+                    }
+                }
+                if ran == 0 && outcomes.iter().all(|o| o.as_ref().is_err_and(cannot)) {
+                    eprintln!(
+                        "{kind} {} cannot run on {n} ranks of either shape",
+                        exec.name
+                    );
+                }
+                checked += ran;
+            }
+        }
+    }
+    eprintln!("{checked} (executor, shape) pairs exact on the GPU");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -71,12 +71,6 @@ impl Launch {
         shared: &Arc<Shared>,
         s: Submission<'_>,
     ) -> Result<CudaCompletion, DeviceError> {
-        trace(&format!(
-            "start rank {} epoch {} gate {}",
-            s.compiled.rank,
-            s.epoch,
-            s.gate.is_some()
-        ));
         let compiled = s.compiled;
         if compiled.device_id != shared.id {
             return Err(ConfigFault::ForeignProgram.into());
@@ -173,13 +167,6 @@ impl Launch {
     /// Put the whole program on the rank's streams: entry fence, fork, tasks, join,
     /// epoch, exit fence, done event.
     fn queue(&self) -> Result<(), DeviceError> {
-        trace(&format!(
-            "queue rank {} epoch {} entry {:?} streams {}",
-            self.rank(),
-            self.epoch,
-            self.entry_slots,
-            self.program.streams.len()
-        ));
         let shared = &self.shared;
         let slot = self.program.slot;
         let memory = &shared.ranks[slot];
@@ -223,7 +210,6 @@ impl Launch {
             }
         }
         cu!(cuEventRecord(rs.done, s0))?;
-        trace(&format!("queued rank {} epoch {}", self.rank(), self.epoch));
         Ok(())
     }
 
@@ -320,11 +306,6 @@ impl Launch {
         };
         *state = State::Collected;
         drop(state);
-        trace(&format!(
-            "collected rank {} epoch {}: {outcome:?}",
-            self.rank(),
-            self.epoch
-        ));
         Some(self.finish(outcome))
     }
 
@@ -441,13 +422,6 @@ impl Launch {
         }
         shared.busy[slot].store(false, Ordering::Release);
         outcome
-    }
-}
-
-fn trace(what: &str) {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *ON.get_or_init(|| std::env::var_os("OXCCL_CUDA_TRACE").is_some()) {
-        eprintln!("[cuda] {what}");
     }
 }
 
