@@ -35,6 +35,7 @@ pub mod reduce;
 pub mod registry;
 pub mod signal;
 pub mod sim;
+mod slice_checks;
 pub mod transport;
 
 #[doc(hidden)]

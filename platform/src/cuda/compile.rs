@@ -8,13 +8,14 @@
 //! streams. Zero-copy needs buffers registered ahead of time (NCCL's user-buffer
 //! registration), which this backend does not offer yet.
 
+use super::kernels::MAX_SRCS;
 use super::memory::{LOCAL_NOTIFIES, MAX_STREAMS};
 use super::{CudaError, Shared};
 use crate::device::{CompileRequest, Compiled};
 use crate::dtype::{DataType, ReduceOp};
 use crate::error::{DeviceError, SliceFault, TaskFault, TaskLocation};
-use crate::host::compile::{check_overlaps, HasSlice};
 use crate::ir::{Buf, NotifyId, Slice, Task};
+use crate::slice_checks::{check_overlaps, check_slice, within, HasSlice, UserReach};
 use cudarc::driver::sys::CUdeviceptr;
 use std::sync::Arc;
 
@@ -103,8 +104,7 @@ pub(crate) fn compile(
     let mut c = Compiler {
         shared,
         request: &request,
-        extent: (0, 0),
-        align: (1, 1),
+        user: UserReach::default(),
     };
     let mut streams = Vec::with_capacity(program.streams.len());
     let mut tasks = 0;
@@ -126,8 +126,8 @@ pub(crate) fn compile(
         peers: request.peers.clone(),
         in_place: request.in_place,
         exit_fence: request.exit_fence,
-        user_extent: c.extent,
-        user_align: c.align,
+        user_extent: c.user.extent,
+        user_align: c.user.align,
         tasks,
         device_id: shared.id,
         backend: Arc::new(CudaProgram {
@@ -141,29 +141,30 @@ pub(crate) fn compile(
 struct Compiler<'a> {
     shared: &'a Arc<Shared>,
     request: &'a CompileRequest,
-    /// Bytes of (Input, Output) of the own rank the program reaches.
-    extent: (usize, usize),
-    /// Alignment its reductions need of (Input, Output).
-    align: (usize, usize),
+    /// How far the program reaches into its rank's own user buffers.
+    user: UserReach,
 }
 
 impl Compiler<'_> {
     fn task(&mut self, task: &Task, at: TaskLocation) -> Result<Op, DeviceError> {
         let shared = self.shared;
+        // A Wait names a notify of this program's table; a Post may reach any word a
+        // rank has (the words are fixed, see `LOCAL_NOTIFIES`).
         let table_len = shared.layout.table_len(self.request.local_notifies);
-        let no_notify = |notify: NotifyId| DeviceError::InvalidTask {
+        let words = shared.layout.table_len(LOCAL_NOTIFIES);
+        let no_notify = |notify: NotifyId, len| DeviceError::InvalidTask {
             at,
             fault: TaskFault::NoSuchNotify {
                 notify,
                 rank: notify.rank,
-                len: table_len.max(shared.layout.table_len(LOCAL_NOTIFIES)),
+                len,
             },
         };
         match *task {
             Task::Post { notify } => {
                 let index = notify.index as usize;
-                if index >= shared.layout.table_len(LOCAL_NOTIFIES) {
-                    return Err(no_notify(notify));
+                if index >= words {
+                    return Err(no_notify(notify, words));
                 }
                 let target = shared.slot(notify.rank)?;
                 Ok(Op::Post {
@@ -178,7 +179,7 @@ impl Compiler<'_> {
                     });
                 }
                 if notify.index as usize >= table_len {
-                    return Err(no_notify(notify));
+                    return Err(no_notify(notify, table_len));
                 }
                 let slot = shared.slot(at.rank)?;
                 Ok(Op::Wait {
@@ -225,6 +226,16 @@ impl Compiler<'_> {
         };
         check_overlaps(&srcs, &dsts, len, reduce.is_some(), key)
             .map_err(|(slice, fault)| DeviceError::InvalidSlice { at, slice, fault })?;
+        // A reduction wider than one launch folds into a destination that no source
+        // after the first launch's reads (see `exec`).
+        let wide = srcs.get(MAX_SRCS..).unwrap_or_default();
+        if !wide.is_empty() && dsts.iter().all(|d| wide.iter().any(|s| s.addr == d.addr)) {
+            return Err(CudaError::ReduceTooWide {
+                sources: srcs.len(),
+                max: MAX_SRCS,
+            }
+            .into());
+        }
         let addrs = |v: Vec<Operand>| v.into_iter().map(|o| o.addr).collect::<Vec<_>>();
         Ok(match reduce {
             None => Op::Copy {
@@ -252,43 +263,10 @@ impl Compiler<'_> {
     ) -> Result<Operand, DeviceError> {
         let invalid = |fault| DeviceError::InvalidSlice { at, slice, fault };
         let shared = self.shared;
-        if slice.rank >= shared.config.ranks {
-            return Err(invalid(SliceFault::NoSuchRank {
-                rank: slice.rank,
-                ranks: shared.config.ranks,
-            }));
-        }
-        if slice.len != len {
-            return Err(invalid(SliceFault::LengthMismatch {
-                len: slice.len,
-                task_len: len,
-            }));
-        }
-        if write && slice.buf == Buf::Input {
-            return Err(invalid(SliceFault::WritesInput));
-        }
-        if let Some(dtype) = elem {
-            if !slice.len.is_multiple_of(dtype.size()) {
-                return Err(invalid(SliceFault::PartialElement { dtype }));
-            }
-            if !slice.offset.is_multiple_of(dtype.size()) {
-                return Err(invalid(SliceFault::Misaligned { dtype }));
-            }
-        }
+        check_slice(slice, shared.config.ranks, len, elem, write).map_err(invalid)?;
         let addr = match slice.buf {
             Buf::Input | Buf::Output if slice.rank == self.request.program.rank => {
-                let end = slice.offset.checked_add(slice.len).ok_or(invalid(
-                    SliceFault::OutOfBounds {
-                        buffer_len: usize::MAX,
-                    },
-                ))?;
-                let need = elem.map_or(1, DataType::size);
-                let (extent, align) = match slice.buf {
-                    Buf::Input => (&mut self.extent.0, &mut self.align.0),
-                    _ => (&mut self.extent.1, &mut self.align.1),
-                };
-                *extent = (*extent).max(end);
-                *align = (*align).max(need);
+                self.user.note(slice, elem).map_err(invalid)?;
                 Addr::Own {
                     buf: slice.buf,
                     offset: slice.offset,
@@ -305,12 +283,13 @@ impl Compiler<'_> {
                 let (base, buffer_len) = shared
                     .region(slot, buf, self.request.scratch)
                     .map_err(invalid)?;
-                let inside = slice
-                    .offset
-                    .checked_add(slice.len)
-                    .is_some_and(|end| end <= buffer_len);
-                if !inside {
-                    return Err(invalid(SliceFault::OutOfBounds { buffer_len }));
+                within(slice, buffer_len).map_err(invalid)?;
+                // Device buffers start 256-byte aligned: a whole-element offset is an
+                // aligned address.
+                if let Some(dtype) = elem {
+                    if !slice.offset.is_multiple_of(dtype.size()) {
+                        return Err(invalid(SliceFault::Misaligned { dtype }));
+                    }
                 }
                 Addr::Fixed(base + slice.offset as u64)
             }

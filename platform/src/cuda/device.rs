@@ -251,7 +251,13 @@ impl CudaDevice {
             .map(|&o| RankMemory::new(&gpu_of(o), config.ccl_bytes, link_words))
             .collect::<Result<Vec<_>, _>>()?;
         let local = ranks.len();
-        let mapped = Mapped::new(&gpus[0], local * MAPPED_PER_RANK)?;
+        let words =
+            local
+                .checked_mul(MAPPED_PER_RANK)
+                .ok_or(crate::error::ConfigFault::TooLarge {
+                    what: "epoch and progress words",
+                })?;
+        let mapped = Mapped::new(&gpus[0], words)?;
         let mut streams = Vec::with_capacity(local);
         for memory in &ranks {
             memory.gpu.bind()?;

@@ -127,14 +127,15 @@ fn reduce(
         return Ok(());
     }
     // A wide reduction accumulates in a destination no later source reads (compile
-    // refused the task when there is none).
-    let acc = match srcs.len() > MAX_SRCS {
-        true => *dsts
-            .iter()
-            .find(|d| !srcs[MAX_SRCS..].contains(d))
-            .expect("checked at compile"),
-        false => dsts[0],
-    };
+    // refuses the task when there is none).
+    let wide = srcs.get(MAX_SRCS..).unwrap_or_default();
+    let acc = *dsts
+        .iter()
+        .find(|d| !wide.contains(d))
+        .ok_or(CudaError::ReduceTooWide {
+            sources: srcs.len(),
+            max: MAX_SRCS,
+        })?;
     let mut first = 0;
     while first < srcs.len() {
         let fold_in = usize::from(first > 0);

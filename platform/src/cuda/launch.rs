@@ -40,8 +40,9 @@ enum State {
     /// Over before its work finished on the GPU (refused, failed to queue, timed out at
     /// the gate): the outcome.
     Ended(Result<(), DeviceError>),
-    /// The outcome was handed to the waiter.
-    Collected,
+    /// Over and recorded for the rank ([`Launch::finish`]): the outcome handed to the
+    /// waiter.
+    Done(Result<(), DeviceError>),
 }
 
 pub(crate) struct Launch {
@@ -194,7 +195,8 @@ impl Launch {
             let stream = rs.streams[s];
             for (t, op) in ops.iter().enumerate() {
                 if let Op::Wait { .. } = op {
-                    exec::write_word(stream, word(shared.progress_word(slot, s)), t as u32 + 1)?;
+                    let reached = u32::try_from(t + 1).unwrap_or(u32::MAX);
+                    exec::write_word(stream, word(shared.progress_word(slot, s)), reached)?;
                 }
                 exec::enqueue(gpu, stream, op, &bases)?;
             }
@@ -287,7 +289,7 @@ impl Launch {
     fn poll(&self) -> Option<Result<(), DeviceError>> {
         let mut state = self.state.lock();
         let outcome = match &mut *state {
-            State::Collected => return Some(Err(ConfigFault::ForeignProgram.into())),
+            State::Done(outcome) => return Some(outcome.clone()),
             State::Ended(outcome) => outcome.clone(),
             State::Gated => {
                 if let Some(cause) = self.shared.stopped() {
@@ -304,9 +306,9 @@ impl Launch {
             }
             State::Queued => self.poll_queued()?,
         };
-        *state = State::Collected;
-        drop(state);
-        Some(self.finish(outcome))
+        let outcome = self.finish(outcome);
+        *state = State::Done(outcome.clone());
+        Some(outcome)
     }
 
     /// A queued launch: done when its done event fired (after a stop, once its streams
@@ -541,7 +543,7 @@ impl Drop for CudaCompletion {
     /// A completion dropped before its outcome was read still waits for it: the GPU may
     /// touch the user's buffers until then.
     fn drop(&mut self) {
-        let collected = matches!(*self.launch.state.lock(), State::Collected);
+        let collected = matches!(*self.launch.state.lock(), State::Done(_));
         if !collected {
             let timeout = self.launch.shared.config.exec_timeout;
             while self.wait(timeout).is_none() {}

@@ -28,46 +28,44 @@ impl DevAlloc {
     /// `len` zeroed bytes on `gpu` (at least one byte, so every buffer has an address),
     /// allocated in stream order on the GPU's allocation stream: no other stream waits.
     pub fn zeroed(gpu: &Arc<Gpu>, len: usize, what: &'static str) -> Result<Self, DeviceError> {
-        gpu.bind()?;
-        let mut ptr = 0;
-        let stream = gpu.alloc_stream;
-        cu!(cuMemAllocAsync(&mut ptr, len.max(1), stream)).map_err(|e| DeviceError::Alloc {
-            what,
-            bytes: len,
-            fault: AllocFault::Device(e.to_string()),
-        })?;
-        let alloc = DevAlloc {
-            gpu: gpu.clone(),
-            ptr,
-            len,
-            ordered: true,
-        };
-        cu!(cuMemsetD8Async(ptr, 0, len.max(1), stream))?;
-        cu!(cuStreamSynchronize(stream))?;
-        Ok(alloc)
+        Self::new(gpu, len, what, true)
     }
-}
 
-impl DevAlloc {
     /// `len` zeroed bytes from `cuMemAlloc`, for the words stream memory operations
     /// use (they refuse pool memory). Only at device creation: its free, at the device's
     /// end, waits for the whole GPU.
     pub fn fixed(gpu: &Arc<Gpu>, len: usize, what: &'static str) -> Result<Self, DeviceError> {
+        Self::new(gpu, len, what, false)
+    }
+
+    fn new(
+        gpu: &Arc<Gpu>,
+        len: usize,
+        what: &'static str,
+        ordered: bool,
+    ) -> Result<Self, DeviceError> {
         gpu.bind()?;
         let mut ptr = 0;
-        cu!(cuMemAlloc_v2(&mut ptr, len.max(1))).map_err(|e| DeviceError::Alloc {
+        let stream = gpu.alloc_stream;
+        let bytes = len.max(1);
+        match ordered {
+            true => cu!(cuMemAllocAsync(&mut ptr, bytes, stream)),
+            false => cu!(cuMemAlloc_v2(&mut ptr, bytes)),
+        }
+        .map_err(|e| DeviceError::Alloc {
             what,
             bytes: len,
             fault: AllocFault::Device(e.to_string()),
         })?;
+        // Owned from here: an error below frees it.
         let alloc = DevAlloc {
             gpu: gpu.clone(),
             ptr,
             len,
-            ordered: false,
+            ordered,
         };
-        cu!(cuMemsetD8Async(ptr, 0, len.max(1), gpu.alloc_stream))?;
-        cu!(cuStreamSynchronize(gpu.alloc_stream))?;
+        cu!(cuMemsetD8Async(ptr, 0, bytes, stream))?;
+        cu!(cuStreamSynchronize(stream))?;
         Ok(alloc)
     }
 }
@@ -103,7 +101,12 @@ impl Mapped {
     /// `words` zeroed words, mapped into every context (portable).
     pub fn new(gpu: &Arc<Gpu>, words: usize) -> Result<Self, DeviceError> {
         gpu.bind()?;
-        let bytes = words.max(1) * 4;
+        let bytes = words
+            .max(1)
+            .checked_mul(4)
+            .ok_or(crate::error::ConfigFault::TooLarge {
+                what: "mapped host words",
+            })?;
         let mut host = std::ptr::null_mut();
         let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
         cu!(cuMemHostAlloc(&mut host, bytes, flags)).map_err(|e| DeviceError::Alloc {

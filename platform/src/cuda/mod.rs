@@ -6,7 +6,7 @@
 //! ## Ranks and GPUs
 //!
 //! A device serves the local ranks of its process, each placed on a CUDA device
-//! ([`DeviceConfig::gpus`]: one ordinal per local rank; empty spreads them round-robin
+//! ([`DeviceConfig::gpus`](crate::DeviceConfig::gpus): one ordinal per local rank; empty spreads them round-robin
 //! over the GPUs, so 8 ranks on 8 GPUs get one each and 8 ranks on one GPU are 8
 //! *virtual ranks* of it). Every rank has its own streams, CCL buffers, scratch and
 //! signal words on its GPU; ranks on different GPUs need peer access between them.
@@ -28,16 +28,16 @@
 //! entry-fence peer's word reaches `epoch - 1`, then forks the other streams with an
 //! event; at the end it joins them, writes `epoch` to the rank's word, and for an exit
 //! fence waits for the peers' words to reach `epoch`. The host reads the words for
-//! [`Device::done_epoch`] and writes them for [`Device::retire`] (calls that run
+//! [`Device::done_epoch`](crate::Device::done_epoch) and writes them for [`Device::retire`](crate::Device::retire) (calls that run
 //! nothing), as the host device does with its fences.
 //!
 //! ## Buffers
 //!
-//! User buffers are device memory ([`UserBuffers::Device`], the adapter's
+//! User buffers are device memory ([`UserBuffers::Device`](crate::UserBuffers::Device), the adapter's
 //! `DeviceBuffer`), used in place; host slices are accepted too and staged through
 //! device buffers of the rank (copied in before the program, out after it), so every
 //! test and tool that works on the host device works here. Peers' user buffers are
-//! out of reach (see [`compile`]): the framework runs the staged (CCL buffer) mode.
+//! out of reach (see `compile`): the framework runs the staged (CCL buffer) mode.
 //!
 //! ## Gates, timeouts and aborts
 //!
@@ -46,7 +46,7 @@
 //! reads the progress word each stream writes before every Wait, reports the rank,
 //! stream and task that never completed, and stops the device: every signal and epoch
 //! word is then flooded until every rank's streams drain, so the others return
-//! [`DeviceError::Aborted`] promptly and nothing runs on a buffer after its call
+//! [`DeviceError::Aborted`](crate::DeviceError::Aborted) promptly and nothing runs on a buffer after its call
 //! returned.
 //!
 //! Files: `driver` (loading, contexts, kernels), `memory`, `compile`, `exec` (tasks as
@@ -75,8 +75,3 @@ mod memory;
 pub(crate) use device::Shared;
 #[cfg(feature = "cuda")]
 pub use device::{gpu_count, CudaDevice};
-
-#[allow(unused_imports)]
-use crate::device::{Device, DeviceConfig, UserBuffers};
-#[allow(unused_imports)]
-use crate::error::DeviceError;

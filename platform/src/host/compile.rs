@@ -25,6 +25,7 @@ use crate::device::{CompileRequest, Compiled};
 use crate::dtype::{DataType, ReduceOp};
 use crate::error::{DeviceError, SliceFault, TaskFault, TaskLocation};
 use crate::ir::{Buf, NotifyId, Rank, Slice, Task};
+use crate::slice_checks::{check_overlaps, check_slice, within, HasSlice, UserReach};
 use crate::transport::tcp::wire::Target;
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -152,8 +153,7 @@ pub(crate) fn compile(
         shared,
         slot,
         request: &request,
-        extent: (0, 0),
-        align: (1, 1),
+        user: UserReach::default(),
     };
     let mut streams = Vec::with_capacity(program.streams.len());
     let mut tasks = 0;
@@ -236,7 +236,7 @@ pub(crate) fn compile(
         fuse_puts(&mut ops);
         streams.push(ops);
     }
-    let (extent, align) = (c.extent, c.align);
+    let UserReach { extent, align } = c.user;
     Ok(Arc::new(Compiled {
         rank,
         peers: request.peers.clone(),
@@ -253,19 +253,6 @@ pub(crate) fn compile(
             small: moved <= INLINE_BYTES,
         }),
     }))
-}
-
-/// `slice` lies within a buffer of `buffer_len` bytes: its end, computed without
-/// wrapping (not trusting `Slice::end`), is at most `buffer_len`.
-fn within(slice: Slice, buffer_len: usize) -> Result<(), SliceFault> {
-    let inside = slice
-        .offset
-        .checked_add(slice.len)
-        .is_some_and(|end| end <= buffer_len);
-    match inside {
-        true => Ok(()),
-        false => Err(SliceFault::OutOfBounds { buffer_len }),
-    }
 }
 
 /// Connect local slot `slot` to `rank` if it is reached over TCP and not yet connected.
@@ -299,10 +286,8 @@ struct Compiler<'a> {
     /// The program's rank's local slot.
     slot: usize,
     request: &'a CompileRequest,
-    /// Bytes of (Input, Output) of the own rank the program reaches.
-    extent: (usize, usize),
-    /// Alignment its reductions need of (Input, Output).
-    align: (usize, usize),
+    /// How far the program reaches into its rank's own user buffers.
+    user: UserReach,
 }
 
 impl Compiler<'_> {
@@ -376,46 +361,15 @@ impl Compiler<'_> {
     ) -> Result<Operand, DeviceError> {
         let invalid = |fault| DeviceError::InvalidSlice { at, slice, fault };
         let shared = self.shared;
-        if slice.rank >= shared.config.ranks {
-            return Err(invalid(SliceFault::NoSuchRank {
-                rank: slice.rank,
-                ranks: shared.config.ranks,
-            }));
-        }
-        let reach = shared.reach(slice.rank);
-        if slice.len != len {
-            return Err(invalid(SliceFault::LengthMismatch {
-                len: slice.len,
-                task_len: len,
-            }));
-        }
-        if write && slice.buf == Buf::Input {
-            return Err(invalid(SliceFault::WritesInput));
-        }
         let elem = match kind {
-            Kind::Reduce(dtype, _) => {
-                if !slice.len.is_multiple_of(dtype.size()) {
-                    return Err(invalid(SliceFault::PartialElement { dtype }));
-                }
-                Some(dtype)
-            }
+            Kind::Reduce(dtype, _) => Some(dtype),
             Kind::Copy => None,
         };
+        check_slice(slice, shared.config.ranks, len, elem, write).map_err(invalid)?;
+        let reach = shared.reach(slice.rank);
         let place = match slice.buf {
             Buf::Input | Buf::Output if slice.rank == self.request.program.rank => {
-                if let Some(dtype) = elem {
-                    if !slice.offset.is_multiple_of(dtype.size()) {
-                        return Err(invalid(SliceFault::Misaligned { dtype }));
-                    }
-                }
-                let end = slice.offset.saturating_add(slice.len);
-                let need = elem.map_or(1, DataType::size);
-                let (extent, align) = match slice.buf {
-                    Buf::Input => (&mut self.extent.0, &mut self.align.0),
-                    _ => (&mut self.extent.1, &mut self.align.1),
-                };
-                *extent = (*extent).max(end);
-                *align = (*align).max(need);
+                self.user.note(slice, elem).map_err(invalid)?;
                 Place::Own
             }
             Buf::Input | Buf::Output => match reach {
@@ -518,42 +472,6 @@ impl Compiler<'_> {
             Buf::Input | Buf::Output => unreachable!("user buffers are not device regions"),
         }
     }
-}
-
-/// Destinations must not overlap each other or any source, except that a Reduce may list a
-/// destination among its sources exactly (accumulate in place). `key` places an operand:
-/// (address space, start); operands of different spaces never overlap.
-pub(crate) fn check_overlaps<T: Copy + HasSlice>(
-    srcs: &[T],
-    dsts: &[T],
-    len: usize,
-    reduce: bool,
-    key: impl Fn(&T) -> (usize, usize),
-) -> Result<(), (Slice, SliceFault)> {
-    let overlap = |a: (usize, usize), b: (usize, usize)| {
-        // Saturating keeps the check sound even for ranges at the top of the space.
-        a.0 == b.0 && len > 0 && a.1 < b.1.saturating_add(len) && b.1 < a.1.saturating_add(len)
-    };
-    for (i, d) in dsts.iter().enumerate() {
-        let dk = key(d);
-        for o in &dsts[i + 1..] {
-            if overlap(dk, key(o)) {
-                return Err((d.slice(), SliceFault::Overlaps { other: o.slice() }));
-            }
-        }
-        for s in srcs {
-            let sk = key(s);
-            if overlap(dk, sk) && !(reduce && dk == sk) {
-                return Err((d.slice(), SliceFault::Overlaps { other: s.slice() }));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Something that came from a slice of the program, for error messages.
-pub(crate) trait HasSlice {
-    fn slice(&self) -> Slice;
 }
 
 impl HasSlice for Operand {

@@ -18,12 +18,13 @@
 //! Tasks of at least [`SPLIT_BYTES`] are cut into 64-byte aligned chunks that idle workers
 //! pick up; the worker that finishes the last chunk resumes the stream.
 
-use super::compile::{check_overlaps, DataOp, HasSlice, Kind, Operand, Place};
+use super::compile::{DataOp, Kind, Operand, Place};
 use super::launch::{Launch, Step};
 use super::memory::UserRegions;
 use crate::error::{DeviceError, SliceFault, TaskLocation};
 use crate::ir::{Buf, Slice};
 use crate::reduce::reduce_raw;
+use crate::slice_checks::{check_overlaps, HasSlice};
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

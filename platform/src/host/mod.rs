@@ -16,7 +16,7 @@
 //! `fence` (per-rank `done_epoch`), `exec` (Copy/Reduce), `pool` (workers). The signal
 //! banks are [`crate::signal`]'s.
 
-pub(crate) mod compile;
+mod compile;
 mod exec;
 mod fence;
 mod launch;
