@@ -258,6 +258,21 @@ pub enum Error {
         field: &'static str,
         detail: String,
     },
+    #[error(
+        "call #{call} was not run: executor {executor} requested {bytes} bytes of scratch on \
+         rank {rank}, whose program touches rank {peer}'s scratch, and {peer_bytes} bytes on \
+         rank {peer}. Scratch is symmetric (a device allocates each request on every rank, \
+         so the two ranks would use different memory): the executor must request the same \
+         scratch size on every rank; `oxccl check --algo {executor}` shows the tasks"
+    )]
+    AsymmetricScratch {
+        call: u64,
+        executor: &'static str,
+        rank: Rank,
+        bytes: usize,
+        peer: Rank,
+        peer_bytes: usize,
+    },
     #[error("call #{call} was refused on rank {rank}, so no rank ran it: {reason}")]
     PeerRefused {
         call: u64,
@@ -284,6 +299,13 @@ pub enum Error {
     Busy { rank: Rank },
     #[error(transparent)]
     Device(#[from] DeviceError),
+    #[error("rank {rank}'s call failed first")]
+    RankFailed {
+        rank: Rank,
+        /// Its error; also this error's `source()`.
+        #[source]
+        cause: Arc<Error>,
+    },
     #[error(
         "the communicator was aborted by an earlier failure (the cause below) and cannot run \
          collectives. Create a new communicator"

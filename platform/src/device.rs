@@ -53,7 +53,7 @@
 //! The trait is object safe: the framework holds an `Arc<dyn Device>` created through the
 //! [`crate::registry`] of backend kinds.
 
-use crate::error::{ConfigFault, DeviceError};
+use crate::error::{AbortCause, ConfigFault, DeviceError};
 use crate::gate::Gate;
 use crate::ir::{Buf, Rank, RankProgram};
 use crate::notify::NotifyLayout;
@@ -478,11 +478,13 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// The last epoch `rank` finished.
     fn done_epoch(&self, rank: Rank) -> Result<u64, DeviceError>;
 
-    /// Stop the device for its user (NCCL's `ncclCommAbort`), from any thread: every
-    /// submission in flight ends at once with [`DeviceError::Aborted`], every later one
+    /// Stop the device (NCCL's `ncclCommAbort`), from any thread: every submission in
+    /// flight ends at once with [`DeviceError::Aborted`] carrying `cause`, every later one
     /// is refused, and peers reached through a transport are told, so their waits on
-    /// this device's ranks end too. `rank` is the local rank whose user asked.
-    fn abort(&self, rank: Rank);
+    /// this device's ranks end too. `cause` names the local rank it comes from: its user
+    /// asked ([`AbortCause::UserAbort`]), or its call failed before the device ran it
+    /// ([`AbortCause::CallFailed`]).
+    fn abort(&self, cause: AbortCause);
 
     /// Submit and wait for every submission: the safe way to run.
     fn run(&self, group: Vec<Submission<'_>>) -> Vec<Result<(), DeviceError>> {

@@ -205,6 +205,10 @@ pub enum AbortCause {
     },
     #[error("the communicator of rank {rank} was aborted by its user")]
     UserAbort { rank: Rank },
+    /// A rank's call failed before its device ran it (planning, compiling, binding the
+    /// buffers): its peers' launches wait for tasks that will never run.
+    #[error("rank {rank} failed its call before running it: {reason}")]
+    CallFailed { rank: Rank, reason: String },
 }
 
 /// `; it ran on host H`, or nothing for an unknown host.

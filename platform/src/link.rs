@@ -135,12 +135,10 @@ impl Link {
     /// Write local slices into the peer's buffers, then signal the peer.
     /// Each pair is `(destination on the peer, local source)`.
     pub fn tx_async(&self, stream: &mut StreamProgram, writes: &[(Slice, Slice)]) {
+        // A destination off the peer or a source off this rank is not refused here (never
+        // a panic): the analyzer proves every byte's order, and the signal below orders
+        // only the peer's.
         for &(dst, src) in writes {
-            debug_assert_eq!(
-                dst.rank, self.remote,
-                "tx_async destination must be the peer"
-            );
-            debug_assert_eq!(src.rank, self.local, "tx_async source must be local");
             stream.copy(src, dst);
         }
         self.tx_data_signal(stream);

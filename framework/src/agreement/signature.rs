@@ -1,6 +1,7 @@
 //! What ranks compare about one call, and the comparison.
 
 use super::Deposit;
+use crate::communicator::ScratchUse;
 use crate::error::Error;
 use crate::op::{OpKind, OpParam, P2pItem, VLayout};
 use oxccl_platform::{DataType, Rank, ReduceOp};
@@ -22,6 +23,9 @@ pub struct Signature {
     pub layout: Option<Arc<VLayout>>,
     /// The executor this rank's `select_alg` chose; `None` for a call with no work.
     pub executor: Option<&'static str>,
+    /// This rank's scratch request and the peers whose scratch it touches (empty for a
+    /// call with no work): compared pair by pair, since scratch is symmetric.
+    pub scratch: ScratchUse,
 }
 
 impl Signature {
@@ -36,7 +40,13 @@ impl Signature {
             count: op.count,
             layout: op.layout.clone(),
             executor,
+            scratch: ScratchUse::default(),
         }
+    }
+
+    /// The signature with this rank's use of scratch.
+    pub fn with_scratch(self, scratch: ScratchUse) -> Self {
+        Signature { scratch, ..self }
     }
 
     /// Whether `other` agrees with this signature on every field but the layout (which
@@ -115,14 +125,42 @@ pub(super) fn verdict(call: u64, deposits: &[Option<Deposit>]) -> Result<(), Err
     if !sigs.windows(2).all(|w| w[0].same_call(w[1])) {
         return Err(first_difference(call, &sigs));
     }
-    match layouts_differ(&sigs) {
-        Some(detail) => Err(Error::Mismatch {
+    if let Some(detail) = layouts_differ(&sigs) {
+        return Err(Error::Mismatch {
             call,
             field: "layout",
             detail,
-        }),
-        None => Ok(()),
+        });
     }
+    asymmetric_scratch(call, &sigs)
+}
+
+/// The first rank that touches a peer's scratch while the two requested different sizes
+/// (see [`ScratchUse`]): a fault of the executor, not of the callers.
+fn asymmetric_scratch(call: u64, sigs: &[&Signature]) -> Result<(), Error> {
+    let bytes = |rank: Rank| {
+        sigs.iter()
+            .find(|s| s.rank == rank)
+            .map(|s| s.scratch.bytes)
+    };
+    for sig in sigs {
+        for &peer in sig.scratch.peers.iter() {
+            match bytes(peer) {
+                Some(theirs) if theirs != sig.scratch.bytes => {
+                    return Err(Error::AsymmetricScratch {
+                        call,
+                        executor: sig.executor.unwrap_or("none"),
+                        rank: sig.rank,
+                        bytes: sig.scratch.bytes,
+                        peer,
+                        peer_bytes: theirs,
+                    })
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The mismatch of signatures that are not all [`Signature::same_call`]: the first

@@ -33,6 +33,7 @@ fn slices_in_buffers(idx: &Index<'_>, id: TaskId, task: &Task, out: &mut Collect
         if s.rank >= rec.rank_count() {
             continue; // the link check reports slices on ranks that do not exist
         }
+        asymmetric_scratch(idx, id, s, out);
         let len = rec.buffer_len(s.rank, s.buf);
         if s.offset.checked_add(s.len).is_none_or(|end| end > len) {
             out.at(Check::Bounds, Some(idx.loc(id)), || {
@@ -54,6 +55,36 @@ fn slices_in_buffers(idx: &Index<'_>, id: TaskId, task: &Task, out: &mut Collect
                 "{} writes {}, the user's read-only Input",
                 idx.describe(id),
                 show(s)
+            )
+        });
+    }
+}
+
+/// Report a slice of another rank's Scratch when the two ranks requested different
+/// scratch sizes. Scratch is symmetric: a device allocates each request on every rank
+/// of the operation (one allocation per executor and size), so a task of rank `a`
+/// addresses rank `b`'s copy of `a`'s allocation. When `b` asked for another size, `b`'s
+/// own tasks use another allocation: what `a` writes there, `b` never reads (wrong
+/// results with no error), and `a`'s bounds are its own size, not `b`'s.
+fn asymmetric_scratch(idx: &Index<'_>, id: TaskId, s: &Slice, out: &mut Collector) {
+    let me = idx.loc(id).rank;
+    if s.buf != oxccl_platform::Buf::Scratch || s.rank == me {
+        return;
+    }
+    let rec = idx.recs[idx.op_of(id)];
+    let bytes = |r: usize| rec.ranks[r].request.scratch_bytes;
+    let (mine, theirs) = (bytes(me), bytes(s.rank));
+    if mine != theirs {
+        out.at(Check::Bounds, Some(idx.loc(id)), || {
+            format!(
+                "{} touches {}, but rank {me} requested {mine} bytes of scratch and rank {} \
+                 {theirs}: scratch is symmetric (the device allocates each request on every \
+                 rank, so this task reaches a copy of rank {me}'s scratch that rank {}'s own \
+                 tasks never use); request the same scratch size on every rank",
+                idx.describe(id),
+                show(s),
+                s.rank,
+                s.rank
             )
         });
     }

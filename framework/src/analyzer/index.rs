@@ -207,10 +207,15 @@ impl<'r> Index<'r> {
         self.rec.rank_count() * self.slots_per_rank()
     }
 
-    /// True when every slice of the task names an existing rank (the data-flow passes skip
-    /// the others, which the link check reports).
+    /// True when every slice of the task names an existing rank, ends before `usize::MAX`,
+    /// and has the length of the others: the data-flow passes skip the other tasks, which
+    /// the link and bounds checks report (and would overflow their arithmetic).
     pub fn addressable(&self, task: &Task) -> bool {
         let n = self.rec.rank_count();
-        task.reads().iter().chain(task.writes()).all(|s| s.rank < n)
+        let len = task.writes().first().map(|s| s.len);
+        task.reads()
+            .iter()
+            .chain(task.writes())
+            .all(|s| s.rank < n && s.offset.checked_add(s.len).is_some() && Some(s.len) == len)
     }
 }

@@ -14,7 +14,7 @@ use super::{Communicator, Ready, Shared};
 use crate::agreement::{Deposit, Signature};
 use crate::error::{with_causes, ConfigError, Error};
 use crate::op::OpParam;
-use oxccl_platform::{DeviceError, Submission, UserBuffers};
+use oxccl_platform::{AbortCause, DeviceError, Submission, UserBuffers};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -118,20 +118,22 @@ impl Communicator {
         if self.group.config.check_calls {
             let deposit = match &run {
                 Ok(prepared) => {
-                    let executor = prepared.as_ref().map(|(_, name)| *name);
-                    Deposit::Call(Signature::new(self.rank, op, executor))
+                    let executor = prepared.as_ref().map(|(_, name, _)| *name);
+                    let scratch = prepared.as_ref().map(|(_, _, scratch)| scratch.clone());
+                    let sig = Signature::new(self.rank, op, executor);
+                    Deposit::Call(sig.with_scratch(scratch.unwrap_or_default()))
                 }
                 Err(err) => Deposit::Refused(with_causes(err)),
             };
             let gate = self.group.board.deposit(call, self.rank, deposit);
-            if let Ok(Some((ready, _))) = &mut run {
+            if let Ok(Some((ready, _, _))) = &mut run {
                 ready.gate = Some(gate);
             }
         }
         Announced {
             comm: self,
             call,
-            run: run.map(|prepared| prepared.map(|(e, _)| e)),
+            run: run.map(|prepared| prepared.map(|(e, _, _)| e)),
         }
     }
 
@@ -166,7 +168,7 @@ impl Communicator {
             }
             Err(err) => Error::Device(err),
         };
-        self.group.fail(&err);
+        self.group.fail_on(self.rank, &err);
         Err(err)
     }
 
@@ -179,7 +181,7 @@ impl Communicator {
         let timeout = self.group.config.exec_timeout;
         let verdict = self.group.board.verdict(call, self.rank, timeout);
         if let Err(err @ Error::CallTimeout { .. }) = &verdict {
-            self.group.fail(err);
+            self.group.fail_on(self.rank, err);
         }
         verdict
     }
@@ -218,7 +220,17 @@ fn run_announced(
         // Nothing runs on this rank for this call: its epoch is over.
         let retired = group.device.retire(a.comm.rank, epoch);
         match (run, retired) {
-            (Err(err), _) => results[slot] = Err(err),
+            (Err(err), _) => {
+                // Without the agreement no peer learns of the refusal, and peers'
+                // launches may already wait for this rank's tasks: stop them now.
+                if !group.config.check_calls {
+                    a.comm.stop_everywhere(AbortCause::CallFailed {
+                        rank: a.comm.rank,
+                        reason: with_causes(&err),
+                    });
+                }
+                results[slot] = Err(err)
+            }
             (Ok(()), Err(err)) => results[slot] = Err(err.into()),
             (Ok(()), Ok(())) => idle.push((slot, a.comm, a.call)),
         }

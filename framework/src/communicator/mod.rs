@@ -21,7 +21,8 @@ use crate::topology::Topology;
 use crate::transport::{self, PeerTransport, TransportChoice};
 use oxccl_platform::transport::tcp::TcpJob;
 use oxccl_platform::{
-    CompileRequest, Compiled, Device, DeviceConfig, Rank, RankProgram, ScratchId, UserBuffers,
+    AbortCause, Buf, CompileRequest, Compiled, Device, DeviceConfig, Rank, RankProgram, ScratchId,
+    UserBuffers,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -80,6 +81,15 @@ impl Shared {
         Ok(Some(id))
     }
 
+    /// Mark the communicator failed with `rank`'s own error, named as that rank's, and
+    /// release every rank waiting for an agreement.
+    fn fail_on(&self, rank: Rank, err: &Error) {
+        self.fail(&Error::RankFailed {
+            rank,
+            cause: Arc::new(err.clone()),
+        });
+    }
+
     /// Mark the communicator failed and release every rank waiting for an agreement.
     fn fail(&self, err: &Error) {
         let cause = self
@@ -109,6 +119,45 @@ pub struct Prepared {
     pub compiled: Arc<Compiled>,
     pub scratch: Option<ScratchId>,
     pub mode: Mode,
+    /// This rank's scratch request and the peers whose scratch its program touches: what
+    /// the call agreement compares, since scratch is symmetric (see [`ScratchUse`]).
+    pub scratch_use: ScratchUse,
+}
+
+/// One rank's use of scratch in a call: the bytes it requested and the peers whose
+/// Scratch its program reads or writes.
+///
+/// Scratch is symmetric. A device allocates each request on every rank of the operation
+/// (one allocation per executor and size), so a task of rank `a` on rank `b`'s Scratch
+/// reaches `b`'s copy of `a`'s allocation; when `b` requested another size, `b`'s own
+/// tasks use another allocation and the two never meet (wrong results with no error).
+/// The analyzer refuses such a program (its bounds check); the call agreement refuses it
+/// at run time ([`Error::AsymmetricScratch`]), before any task runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScratchUse {
+    pub bytes: usize,
+    /// Sorted, without this rank.
+    pub peers: Arc<[Rank]>,
+}
+
+impl ScratchUse {
+    /// `program`'s use of scratch on rank `me`, which requested `bytes`.
+    fn of(program: &RankProgram, me: Rank, bytes: usize) -> Self {
+        let mut peers: Vec<Rank> = program
+            .streams
+            .iter()
+            .flat_map(|s| &s.tasks)
+            .flat_map(|t| t.reads().iter().chain(t.writes()))
+            .filter(|s| s.buf == Buf::Scratch && s.rank != me)
+            .map(|s| s.rank)
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        ScratchUse {
+            bytes,
+            peers: peers.into(),
+        }
+    }
 }
 
 /// One rank of a communicator.
@@ -401,13 +450,20 @@ impl Communicator {
     /// (their calls end naming this rank), rather than waiting out `OXCCL_EXEC_TIMEOUT`.
     /// The communicator cannot be used again; create a new one.
     pub fn abort(&self) {
-        let cause = oxccl_platform::AbortCause::UserAbort { rank: self.rank };
+        self.stop_everywhere(AbortCause::UserAbort { rank: self.rank });
+    }
+
+    /// Fail the communicator and stop its device with `cause`: every call in flight on
+    /// a rank of the device, or on a peer it reaches through a transport, ends at once
+    /// naming this rank, instead of waiting out `OXCCL_EXEC_TIMEOUT` for tasks that
+    /// will never run.
+    pub(crate) fn stop_everywhere(&self, cause: AbortCause) {
         let err = Error::from(oxccl_platform::DeviceError::Aborted {
             rank: self.rank,
-            cause,
+            cause: cause.clone(),
         });
         self.group.fail(&err);
-        self.group.device.abort(self.rank);
+        self.group.device.abort(cause);
     }
 
     /// This rank's index.
@@ -546,6 +602,7 @@ impl Communicator {
             "algorithm selected"
         );
         let scratch = g.scratch_for(&selection.tag, request.scratch_bytes)?;
+        let scratch_use = ScratchUse::of(&program, self.rank, request.scratch_bytes);
         let program = Arc::new(program);
         // The fence set: the peers granted to the request (see the platform's epoch fence).
         let peers = request.peers.expand(self.rank, self.size());
@@ -564,6 +621,7 @@ impl Communicator {
             compiled,
             scratch,
             mode: plan.mode,
+            scratch_use,
         })
     }
 
@@ -580,7 +638,7 @@ impl Communicator {
         &self,
         op: &OpParam,
         user: UserBuffers<'a>,
-    ) -> Result<Option<(Ready<'a>, &'static str)>, Error> {
+    ) -> Result<Option<(Ready<'a>, &'static str, ScratchUse)>, Error> {
         if let Some(cause) = self.group.failure.lock().clone() {
             return Err(Error::Aborted { cause });
         }
@@ -598,7 +656,7 @@ impl Communicator {
             user,
             gate: None,
         };
-        Ok(Some((ready, p.selection.executor.name)))
+        Ok(Some((ready, p.selection.executor.name, p.scratch_use)))
     }
 
     /// Check that a send and a receive buffer have the same number of elements.

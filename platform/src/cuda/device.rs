@@ -415,8 +415,8 @@ impl Device for CudaDevice {
         Ok(self.shared.done[slot].load(Ordering::Acquire))
     }
 
-    fn abort(&self, rank: Rank) {
-        self.shared.stop(AbortCause::UserAbort { rank });
+    fn abort(&self, cause: AbortCause) {
+        self.shared.stop(cause);
     }
 }
 

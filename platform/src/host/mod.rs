@@ -6,9 +6,9 @@
 //! Reduce tasks are split across idle workers. User buffers are registered for the
 //! duration of each submission, so peers can read and write them directly (zero-copy).
 //!
-//! Small launches (at most [`compile::INLINE_BYTES`] moved) never wake a worker: the
+//! Small launches (at most `compile::INLINE_BYTES` moved) never wake a worker: the
 //! submitting thread queues their streams quietly and runs them itself while it waits
-//! (see [`pool`]). On a machine with fewer cores than ranks, a futex wake and a context
+//! (see `pool`). On a machine with fewer cores than ranks, a futex wake and a context
 //! switch cost more than a 1 KiB collective's whole work.
 //!
 //! Files: `memory` (buffers and user-buffer registry), `compile` (programs resolved and
@@ -460,8 +460,8 @@ impl Device for HostDevice {
         Ok(self.shared.fences[slot].done())
     }
 
-    fn abort(&self, rank: Rank) {
-        self.shared.stop(AbortCause::UserAbort { rank }, None);
+    fn abort(&self, cause: AbortCause) {
+        self.shared.stop(cause, None);
     }
 }
 

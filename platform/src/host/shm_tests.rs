@@ -226,7 +226,7 @@ fn an_abort_on_one_device_releases_the_ranks_of_another_that_wait_on_it() {
     let r0 = std::thread::scope(|s| {
         s.spawn(|| {
             std::thread::sleep(Duration::from_millis(100));
-            b.abort(2);
+            b.abort(crate::error::AbortCause::UserAbort { rank: 2 });
         });
         let mut out = [vec![0u8; 8]];
         run_ranks(&a, vec![(p0, vec![2])], &[vec![0u8; 8]], &mut out, 1).pop()

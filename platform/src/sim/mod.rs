@@ -199,5 +199,5 @@ impl Device for SimDevice {
     }
 
     /// Nothing runs on `sim`: nothing to stop.
-    fn abort(&self, _rank: Rank) {}
+    fn abort(&self, _cause: crate::error::AbortCause) {}
 }

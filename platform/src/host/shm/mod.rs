@@ -295,9 +295,9 @@ impl ShmLinks {
             AbortCause::PeerProcess {
                 rank, pid, loss, ..
             } => (*rank, *pid, *loss),
-            AbortCause::PeerFailed { rank, .. } | AbortCause::UserAbort { rank } => {
-                (*rank, std::process::id(), PeerLoss::Failed)
-            }
+            AbortCause::PeerFailed { rank, .. }
+            | AbortCause::UserAbort { rank }
+            | AbortCause::CallFailed { rank, .. } => (*rank, std::process::id(), PeerLoss::Failed),
         };
         for block in &self.own {
             let c = block.control();

@@ -437,9 +437,9 @@ impl TcpLinks {
             AbortCause::PeerProcess {
                 rank, pid, loss, ..
             } => (*rank, *pid, *loss == PeerLoss::Died),
-            AbortCause::PeerFailed { rank, .. } | AbortCause::UserAbort { rank } => {
-                (*rank, std::process::id(), false)
-            }
+            AbortCause::PeerFailed { rank, .. }
+            | AbortCause::UserAbort { rank }
+            | AbortCause::CallFailed { rank, .. } => (*rank, std::process::id(), false),
         };
         let frame = Frame::Failed {
             origin: origin as u64,

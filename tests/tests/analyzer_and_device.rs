@@ -1,0 +1,230 @@
+//! Where the analyzer and the host device could disagree, each closed: a program the
+//! analyzer accepts runs correctly on the device, and one the device would run wrongly is
+//! refused by both.
+//!
+//! Scratch: a device allocates each scratch request on every rank (one allocation per
+//! executor and size), so a task of rank `a` on rank `b`'s Scratch reaches `b`'s copy of
+//! `a`'s allocation. The analyzer used to size each rank's Scratch from that rank's own
+//! request, so an executor whose ranks request different sizes passed it, then on the
+//! device returned wrong results with no error (or failed its first call).
+
+use oxccl::framework::analyzer::{analyze, Check, Recording};
+use oxccl::platform::{Buf, Slice};
+use oxccl::{
+    Communicator, Config, Constraints, DataType, Error, Executor, KernelArgs, KernelCtx, OpKind,
+    OpParam, Peers, PlanCtx, ReduceOp, ResourceRequest, Topology,
+};
+
+/// A two-rank AllReduce by puts: each rank puts its input into its partner's Scratch at
+/// `offset(bytes)`, waits for the partner's put, and reduces. Rank `r` requests
+/// `(r + 1) * scale(bytes)` bytes of scratch: asymmetric.
+struct Asymmetric {
+    offset: fn(usize) -> usize,
+}
+
+impl Executor for Asymmetric {
+    fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        let bytes = ctx.op.count * ctx.op.dtype.size();
+        Ok(ResourceRequest {
+            scratch_bytes: (ctx.rank + 1) * ((self.offset)(bytes) + bytes),
+            ..ResourceRequest::with_peers(Peers::All)
+        })
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        let bytes = args.op.count * args.op.dtype.size();
+        let (me, partner) = (ctx.rank, ctx.rank ^ 1);
+        let at = |rank| Slice {
+            rank,
+            buf: Buf::Scratch,
+            offset: (self.offset)(bytes),
+            len: bytes,
+        };
+        let link = ctx.link(partner, 0)?;
+        let s = ctx.stream(0);
+        if args.iteration > 0 {
+            link.tx_ack(s);
+            link.rx_ack(s);
+        }
+        let mine = args.input.at(me, 0, bytes);
+        link.tx_async(s, &[(at(partner), mine)]);
+        link.rx_async(s);
+        link.rx_wait_done(s);
+        link.tx_wait_done(s);
+        let srcs = match me < partner {
+            true => vec![mine, at(me)],
+            false => vec![at(me), mine],
+        };
+        s.reduce(
+            srcs,
+            args.output.at(me, 0, bytes),
+            args.op.dtype,
+            args.op.op,
+        );
+        Ok(())
+    }
+}
+
+// Rank 0 writes a copy of its own scratch that rank 1 never reads: wrong results, no error.
+oxccl::register_executor! {
+    name: "asymmetric-scratch",
+    op: OpKind::AllReduce,
+    description: "ranks request different scratch sizes (analyzer/device test)",
+    constraints: Constraints::ANY,
+    preference: -100,
+    make: || Box::new(Asymmetric { offset: |_| 0 }),
+}
+
+// Rank 0 writes past the end of its own request, inside rank 1's.
+oxccl::register_executor! {
+    name: "asymmetric-scratch-past",
+    op: OpKind::AllReduce,
+    description: "ranks request different scratch sizes, written past the smaller (analyzer/device test)",
+    constraints: Constraints::ANY,
+    preference: -100,
+    make: || Box::new(Asymmetric { offset: |bytes| bytes }),
+}
+
+fn config(algo: &str) -> Config {
+    let mut config = Config {
+        topology: Some(Topology::single_server(2)),
+        ..Config::default()
+    };
+    config.algo.set(Some(OpKind::AllReduce), algo);
+    config
+}
+
+fn op(count: usize) -> OpParam {
+    OpParam::all_reduce(count, DataType::I32, ReduceOp::Sum)
+}
+
+#[test]
+fn the_analyzer_refuses_a_peer_scratch_access_of_another_size() {
+    for (algo, bytes) in [("asymmetric-scratch", 20), ("asymmetric-scratch-past", 40)] {
+        let rec = Recording::record(&op(5), false, config(algo)).expect("recorded");
+        let report = analyze(&rec);
+        let found = report
+            .failures
+            .iter()
+            .find(|f| f.check == Check::Bounds && f.message.contains("scratch is symmetric"));
+        let found = found.unwrap_or_else(|| panic!("{algo}: not caught: {report:?}"));
+        assert_eq!(found.rank, Some(0), "{algo}: {found}");
+        assert!(
+            found.message.contains(&format!(
+                "rank 0 requested {bytes} bytes of scratch and rank 1 {}",
+                2 * bytes
+            )),
+            "{algo}: {found}"
+        );
+    }
+}
+
+#[test]
+fn the_device_refuses_it_on_every_rank_before_any_task_runs() {
+    let comms = Communicator::init_all(2, config("asymmetric-scratch")).expect("init");
+    let results = std::thread::scope(|s| {
+        let runs: Vec<_> = comms
+            .iter()
+            .map(|comm| {
+                s.spawn(move || {
+                    let input = vec![comm.rank() as i32 + 1; 5];
+                    let mut output = vec![0i32; 5];
+                    comm.all_reduce(&input, &mut output, ReduceOp::Sum)
+                        .map(|()| output)
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|r| r.join().expect("no panic"))
+            .collect::<Vec<_>>()
+    });
+    for (rank, result) in results.iter().enumerate() {
+        match result {
+            Err(Error::AsymmetricScratch {
+                rank: 0,
+                bytes: 20,
+                peer: 1,
+                peer_bytes: 40,
+                ..
+            }) => {}
+            other => panic!("rank {rank}: expected AsymmetricScratch, got {other:?}"),
+        }
+    }
+    // Refused before any task ran: the communicator still works with a real executor.
+    let config = config("ring");
+    drop(comms);
+    let comms = Communicator::init_all(2, config).expect("init");
+    std::thread::scope(|s| {
+        for comm in &comms {
+            s.spawn(move || {
+                let input = vec![comm.rank() as i32 + 1; 5];
+                let mut output = vec![0i32; 5];
+                comm.all_reduce(&input, &mut output, ReduceOp::Sum)
+                    .expect("a symmetric executor runs");
+                assert_eq!(output, vec![3; 5]);
+            });
+        }
+    });
+}
+
+/// A slice past its range and a copy of unequal lengths: built without a panic in any
+/// build (this test runs in the debug profile), refused by the analyzer and the device.
+struct BadSlices;
+
+impl Executor for BadSlices {
+    fn resources(&self, _: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        Ok(ResourceRequest::with_peers(Peers::All))
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        let me = ctx.rank;
+        let past = args.output.at(me, usize::MAX - 2, 8);
+        ctx.main().copy(args.input.at(me, 0, 8), past);
+        let short = args.output.at(me, 0, 4);
+        ctx.main().copy(args.input.at(me, 0, 8), short);
+        Ok(())
+    }
+}
+
+oxccl::register_executor! {
+    name: "bad-slices",
+    op: OpKind::AllReduce,
+    description: "a slice past its range, a copy of unequal lengths (analyzer/device test)",
+    constraints: Constraints::ANY,
+    preference: -100,
+    make: || Box::new(BadSlices),
+}
+
+#[test]
+fn bad_slices_are_refused_not_panics() {
+    let rec = Recording::record(&op(5), false, config("bad-slices")).expect("recorded");
+    let report = analyze(&rec);
+    let bounds: Vec<_> = report
+        .failures
+        .iter()
+        .filter(|f| f.check == Check::Bounds)
+        .map(|f| f.message.as_str())
+        .collect();
+    assert!(
+        bounds.iter().any(|m| m.contains("past the end")),
+        "{bounds:?}"
+    );
+    assert!(
+        bounds.iter().any(|m| m.contains("unequal length")),
+        "{bounds:?}"
+    );
+    let comms = Communicator::init_all(2, config("bad-slices")).expect("init");
+    std::thread::scope(|s| {
+        for comm in &comms {
+            s.spawn(move || {
+                let input = [1i32; 5];
+                let mut output = [0i32; 5];
+                let err = comm
+                    .all_reduce(&input, &mut output, ReduceOp::Sum)
+                    .expect_err("refused");
+                let text = oxccl::framework::error::with_causes(&err);
+                assert!(text.contains("rank"), "{text}");
+            });
+        }
+    });
+}
