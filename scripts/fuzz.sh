@@ -11,7 +11,7 @@ export PROPTEST_CASES="${1:-5000}"
 echo "# fuzzing with PROPTEST_CASES=$PROPTEST_CASES"
 cargo test -p oxccl-framework --test fuzz_inputs -- --nocapture --test-threads=2 2>&1 \
     | grep -E '^fuzz |^test result|panicked|minimal failing'
-cargo test -p oxccl-cli --bin oxccl fuzz_ -- --nocapture --test-threads=2 2>&1 \
+cargo test -p oxccl-cli --lib fuzz_ -- --nocapture --test-threads=2 2>&1 \
     | grep -E '^fuzz |^test result|panicked|minimal failing'
 cargo test -p oxccl-tests --test fuzz_api -- --nocapture --test-threads=2 2>&1 \
     | grep -E '^fuzz |^test result|panicked|minimal failing'

@@ -2,7 +2,7 @@
 //!
 //! `println!` panics when stdout is a closed pipe (`oxccl algs | head -1`): Rust ignores
 //! SIGPIPE, so the write fails with `BrokenPipe`. Every report line goes through
-//! [`write`] instead (with the [`outln!`](crate::outln) and [`out!`](crate::out) macros): a
+//! [`write()`] instead (with the `outln!` and `out!` macros): a
 //! reader that stopped reading ends the command quietly with status 0, as `head` expects;
 //! any other write error ends it with status 2 and the error on stderr.
 
@@ -33,7 +33,7 @@ pub fn write(text: std::fmt::Arguments<'_>) {
     }
 }
 
-/// `println!` through [`write`].
+/// `println!` through [`write()`].
 macro_rules! outln {
     () => {
         $crate::output::write(format_args!("\n"))
@@ -43,7 +43,7 @@ macro_rules! outln {
     };
 }
 
-/// `print!` through [`write`].
+/// `print!` through [`write()`].
 macro_rules! out {
     ($($arg:tt)*) => {
         $crate::output::write(format_args!($($arg)*))

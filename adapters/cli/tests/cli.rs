@@ -1,6 +1,6 @@
 //! The `oxccl` binary end to end: exit status and the lines a user reads.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 fn oxccl(args: &[&str]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_oxccl"))
@@ -274,4 +274,130 @@ fn check_sequence_proves_back_to_back_calls_and_refuses_then_alone() {
     assert!(!ok && text.contains("--then needs --sequence"), "{text}");
     let (ok, text) = oxccl(&["check", "all-reduce", "--sequence", "--then-algo", "ring"]);
     assert!(!ok && text.contains("--then-algo needs --then"), "{text}");
+}
+
+#[test]
+fn a_reader_that_stops_after_one_line_ends_check_quietly() {
+    use std::io::{BufRead, BufReader};
+    // A report of some 180 KB, far more than a pipe holds: after the reader goes away the
+    // command is still writing, whatever the timing.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_oxccl"))
+        .args(["check", "all-reduce", "--ranks", "4", "-b", "1", "-e", "1G"])
+        .args(["-f", "2", "--explain", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
+    let mut first = String::new();
+    stdout.read_line(&mut first).expect("one line");
+    assert_eq!(first, "{\n");
+    drop(stdout);
+    let out = child.wait_with_output().expect("ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}
+
+/// What the command wrote to stderr, and its exit code.
+fn refusal(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_oxccl"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn check_refuses_ranks_that_disagree_with_the_topology_as_perf_does() {
+    let sizes = ["-b", "1K", "-e", "1K"];
+    let check = [
+        &["check", "all-reduce", "--topo", "mesh8", "--ranks", "4"][..],
+        &sizes,
+    ]
+    .concat();
+    let perf = [
+        &["perf", "all-reduce", "--topo", "mesh8", "--ranks", "4"][..],
+        &sizes,
+    ]
+    .concat();
+    let (code, check_err) = refusal(&check);
+    assert_eq!(code, Some(2), "{check_err}");
+    assert!(
+        check_err.contains("--ranks=\"4\" is invalid: disagrees with --topo mesh8"),
+        "{check_err}"
+    );
+    assert_eq!(refusal(&perf), (Some(2), check_err));
+    let (ok, text) = oxccl(&[
+        "check",
+        "all-reduce",
+        "--topo",
+        "mesh8",
+        "--ranks",
+        "8",
+        "-b",
+        "1K",
+        "-e",
+        "1K",
+    ]);
+    assert!(ok && text.contains("on 8 ranks"), "{text}");
+}
+
+/// The line of `command --help` that documents `flag`.
+fn help_line(command: &str, flag: &str) -> String {
+    let (ok, text) = oxccl(&[command, "--help"]);
+    assert!(ok, "{text}");
+    text.lines()
+        .find(|l| l.trim_start().starts_with(flag))
+        .unwrap_or_else(|| panic!("`{command} --help` documents {flag}: {text}"))
+        .to_string()
+}
+
+#[test]
+fn every_command_lists_the_same_topology_presets() {
+    let presets = |line: &str| {
+        let start = line.find("a preset (").expect("the preset list");
+        line[start..line[start..].find(')').unwrap() + start].to_string()
+    };
+    let check = presets(&help_line("check", "--topo"));
+    assert!(
+        check.contains("mesh8-cut") && check.contains("tcp8"),
+        "{check}"
+    );
+    for command in ["perf", "tune"] {
+        assert_eq!(presets(&help_line(command, "--topo")), check, "{command}");
+    }
+}
+
+#[test]
+fn algs_columns_stay_aligned_past_long_names_and_constraints() {
+    let (ok, text) = oxccl(&["algs"]);
+    assert!(ok, "{text}");
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("operator"));
+    let header = lines.next().expect("the executors' header");
+    let rows: Vec<&str> = lines.take_while(|l| !l.is_empty()).collect();
+    for long in [
+        "relay-mesh-single",
+        "hier-pipelined",
+        "relay-reduce-scatter-gather",
+    ] {
+        assert!(rows.iter().any(|r| r.contains(long)), "{long}: {text}");
+    }
+    // Every left-aligned column starts where its header does (pref is right-aligned).
+    let starts: Vec<usize> = ["crate", "links", "constraints", "description"]
+        .iter()
+        .map(|h| header.find(h).expect("a column header"))
+        .collect();
+    for row in &rows {
+        for &at in &starts {
+            let (before, cell) = (row.as_bytes()[at - 1], row.as_bytes()[at]);
+            assert!(
+                before == b' ' && cell != b' ',
+                "column at {at}:\n{header}\n{row}"
+            );
+        }
+    }
 }

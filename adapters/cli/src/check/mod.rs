@@ -17,6 +17,7 @@ mod single;
 
 use crate::calls::calls;
 use crate::sizes::{count_flag, count_for_size, size_sweep};
+use crate::topo_args::topo_help;
 use crate::validate::{self, refused, NOT_A_NAME};
 use clap::Args;
 use oxccl::platform::dtype::ParseNameError;
@@ -30,11 +31,11 @@ pub struct CheckArgs {
     /// Check every registered executor over the conformance matrix.
     #[arg(long)]
     pub all: bool,
-    /// Ranks of a single server (the `1xN` shape), 1 to 4096; ignored with --topo.
-    #[arg(long, default_value_t = 8)]
-    pub ranks: usize,
-    /// Topology: a preset (mesh8, ring8, 2x8, 1xN, MxN) or a TOML file.
+    /// Ranks of a single server (the `1xN` shape), 1 to 4096 (default 8, or the
+    /// topology's; must agree with --topo).
     #[arg(long)]
+    pub ranks: Option<usize>,
+    #[arg(long, help = topo_help("one server of --ranks"))]
     pub topo: Option<String>,
     /// A broken link, `A-B` (repeatable).
     #[arg(long = "broken", value_name = "A-B")]
@@ -158,7 +159,7 @@ impl CheckPlan {
 
 /// Check the flags of `oxccl check <collective>` and say what would be checked.
 pub fn plan(args: &CheckArgs, kind: OpKind) -> Result<CheckPlan, Error> {
-    validate::rank_count(args.ranks)?;
+    args.ranks.map(validate::rank_count).transpose()?;
     let topology = crate::topo_args::topology(args.ranks, args.topo.as_deref(), &args.broken)?;
     topology.check_connected()?;
     let ranks = topology.ranks();

@@ -44,9 +44,7 @@ pub struct TuneArgs {
     /// Number of ranks, 1 to 4096 (default 8, or the topology's; must agree with --topo).
     #[arg(long)]
     pub ranks: Option<usize>,
-    /// Topology: a preset (mesh8, mesh8-cut, ring8, 2x8, 1xN, MxN) or a TOML file
-    /// (default: OXCCL_TOPO_FILE, else one server of --ranks).
-    #[arg(long)]
+    #[arg(long, help = crate::topo_args::topo_help("OXCCL_TOPO_FILE, else one server of --ranks"))]
     pub topo: Option<String>,
     /// A broken link, `A-B` (repeatable).
     #[arg(long = "broken", value_name = "A-B")]

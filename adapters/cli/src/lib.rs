@@ -1,0 +1,114 @@
+//! `oxccl-cli`: the oxccl toolbox, as a library any binary can run.
+//!
+//! - `perf <collective>`: an nccl-tests-style benchmark on the host device, with
+//!   correctness checked by default;
+//! - `check <collective>`: the analyzer and the cost model on a topology;
+//! - `tune <collective>`: measure every candidate executor and write a tuning table
+//!   that `OXCCL_TUNE_FILE` makes select_alg follow;
+//! - `algs`: every registered executor and template, with its crate of origin.
+//!
+//! Executors register at link time, so the toolbox sees exactly the plugins its binary
+//! links. The `oxccl` binary of this crate links the bundled example plugin; a vendor's
+//! binary links its own and gets every command for its executors:
+//!
+//! ```ignore
+//! use my_plugin as _;
+//!
+//! fn main() -> std::process::ExitCode {
+//!     oxccl_cli::main()
+//! }
+//! ```
+//!
+//! `perf --procs N` starts N copies of the running executable, so it works the same from
+//! a vendor's binary. `plugins/template` in the oxccl repository is such a crate.
+
+#[macro_use]
+mod output;
+
+mod algs;
+mod calls;
+mod check;
+mod columns;
+#[cfg(test)]
+mod fuzz_args;
+mod perf;
+mod sizes;
+mod topo_args;
+mod tune;
+mod validate;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "oxccl",
+    version,
+    about = "oxccl: collective communication with plugin algorithms"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Benchmark a collective (nccl-tests style) on the host device.
+    Perf(perf::PerfArgs),
+    /// Prove a collective's programs correct and model their speed on a topology.
+    Check(check::CheckArgs),
+    /// Measure every candidate executor of a collective and write a tuning table.
+    Tune(tune::TuneArgs),
+    /// List registered executors, templates and plugin selectors.
+    Algs,
+}
+
+/// Parse `argv` (program name first) and check every flag and the environment as the
+/// command would before running, recording or measuring anything; `Err` carries the
+/// message a user would read. The fuzzer calls it on arbitrary command lines.
+#[cfg(test)]
+fn plan(argv: &[String]) -> Result<(), String> {
+    let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+    let planned = match &cli.command {
+        Command::Perf(args) => perf::plan(args, None).map(drop),
+        Command::Check(args) => check::plan_command(args).map(drop),
+        Command::Tune(args) => tune::plan(args).map(drop),
+        Command::Algs => Ok(()),
+    };
+    planned.map_err(|e| report(&e))
+}
+
+/// `err` as the user reads it: its message, then one `caused by:` line per error in its
+/// source chain (the `io::Error` of a file that cannot be read, the TOML error of one that
+/// cannot be parsed, the first failure of an aborted communicator).
+fn report(err: &oxccl::Error) -> String {
+    let mut chain = oxccl::framework::error::chain(err);
+    let mut text = format!(
+        "error: {}",
+        chain.next().map_or(String::new(), |e| e.to_string())
+    );
+    for cause in chain {
+        text.push_str(&format!("\n  caused by: {cause}"));
+    }
+    text
+}
+
+/// Run the command line of this process (`perf`, `check`, `tune` or `algs`) and return
+/// its exit status: 0 on success, 1 when a check found wrong results, 2 when the command
+/// was refused or failed, with the error and its causes on stderr.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Perf(args) => perf::run(&args),
+        Command::Check(args) => check::run(&args),
+        Command::Tune(args) => tune::run(&args),
+        Command::Algs => algs::run(),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("oxccl: {}", report(&err));
+            ExitCode::from(2)
+        }
+    }
+}

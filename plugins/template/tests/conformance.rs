@@ -1,0 +1,19 @@
+//! The executor over the analyzer's conformance matrix: every shape its constraints
+//! allow, every type and count, in place and not, zero-copy and staged.
+
+use oxccl::framework::analyzer::conformance::{check_conformance, shapes};
+use oxccl::OpKind;
+use oxccl_plugin_template::NAME;
+
+#[test]
+fn one_stream_mesh_passes_the_conformance_matrix() {
+    let outcome = check_conformance(OpKind::AllGather, NAME).unwrap_or_else(|e| panic!("{e}"));
+    // It declares a full mesh of load/store links: the shapes with put-only or broken
+    // links are skipped, the single servers are checked.
+    let all = shapes().len();
+    assert!(
+        outcome.skipped_shapes > 0 && outcome.skipped_shapes < all,
+        "{outcome:?}"
+    );
+    assert!(outcome.cases > 0, "{outcome:?}");
+}
