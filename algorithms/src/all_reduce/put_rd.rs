@@ -10,7 +10,7 @@
 //! below a few KiB that is the whole cost. The price is bandwidth: every step moves the
 //! whole vector, so the cost model picks it only for small messages.
 //!
-//! Non-powers of two fold pairwise first ([`RhdShape`]): the odd position of each of the
+//! Non-powers of two fold pairwise first (`RhdShape`): the odd position of each of the
 //! first `r = n - m` pairs puts its input into the even one's fold slot, which reduces it
 //! and joins the doubling; at the end the even one puts the result into the odd one's
 //! fold slot, which copies it into place (a put may not write a user buffer).

@@ -2,7 +2,7 @@
 //! receiver's CclIn.
 //!
 //! The put-based twin of [`super::p2p`], with the same items, phases, byte streams and
-//! slot size ([`p2p_slot_bytes`]); only the direction of the copy across the link
+//! slot size ([`super::p2p_slot_bytes`]); only the direction of the copy across the link
 //! changes. The receiver's CclIn holds one slot per *source* rank at `source * slot`; in
 //! each round of a phase a rank
 //!

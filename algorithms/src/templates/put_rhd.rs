@@ -70,7 +70,7 @@ impl<'a> PutRhd<'a> {
 
 /// Where a put RHD group's chunk tables stop running on, in position order: the step
 /// tasks merge chunks into runs, and finding them chunk by chunk would cost O(group) per
-/// step ([`Breaks`]).
+/// step (`Breaks`).
 #[derive(Debug)]
 pub struct PutRhdRuns {
     chunks: Breaks,

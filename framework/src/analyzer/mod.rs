@@ -31,7 +31,7 @@
 //! tasks, not with the bytes moved: a task moving 1 GiB costs what one moving 1 KiB does.
 //! The task count still grows with the bytes through the loop, one iteration per CCL
 //! buffer-full: a 1 GiB put-rhd AllReduce on 1024 ranks with 32 MiB CCL buffers is 32
-//! iterations, 3.7 million tasks. When the iterations repeat, [`fold`] proves a window of
+//! iterations, 3.7 million tasks. When the iterations repeat, `fold` proves a window of
 //! a few of them for all (the argument is in its doc). Failures are capped per check
 //! ([`KEPT_PER_CHECK`]) but all counted ([`Report::failure_count`]).
 
@@ -64,7 +64,7 @@ pub use sequence::{analyze_sequence, analyze_sequence_with, FenceModel, Sequence
 
 /// Run every check on `rec`.
 ///
-/// A long loop whose iterations repeat is proved on a window of them ([`fold`]); a window
+/// A long loop whose iterations repeat is proved on a window of them (`fold`); a window
 /// that fails is analysed again whole, so every failure reported is the whole program's.
 pub fn analyze(rec: &Recording) -> Report {
     if let Some(fold) = fold::fold(rec) {

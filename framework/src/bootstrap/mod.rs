@@ -1,7 +1,7 @@
 //! Bootstrap: how the ranks of a job of many processes, on many hosts, find each other.
 //!
 //! NCCL's shape. One process creates the job's [`UniqueId`] ([`UniqueId::new`]), which
-//! starts the job's **root** in that process ([`root`]); the launcher or the application
+//! starts the job's **root** in that process (`root`); the launcher or the application
 //! hands the id to every rank (an environment variable, a file, MPI: see [`launcher`]);
 //! every rank calls [`join`] with the id, the rank count and its own rank. The root
 //! gathers each rank's [`RankInfo`] — its host ([`HostId`]: hostname and boot id), its
