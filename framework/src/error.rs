@@ -232,6 +232,19 @@ pub enum Error {
         /// The task, the peer's slice and whether it is read or written.
         access: crate::link_access::PutOnlyAccess,
     },
+    #[error(
+        "executor `{executor}` ({op}) failed {failures} of {cases} conformance cases; the first: \
+         {first}"
+    )]
+    Nonconforming {
+        executor: String,
+        op: crate::op::OpKind,
+        failures: usize,
+        cases: usize,
+        /// The case (shape, type, count, reduce op, mode), the rank, stream and task at
+        /// fault when known, and what is wrong.
+        first: String,
+    },
     #[error("executor `{executor}` built an invalid program for rank {rank}: {reason}")]
     BadProgram {
         executor: String,
@@ -299,6 +312,18 @@ pub enum Error {
     Busy { rank: Rank },
     #[error(transparent)]
     Device(#[from] DeviceError),
+    #[error(
+        "call #{call} was agreed by every rank (same collective, arguments and executor), \
+         yet a wait in it was never posted (the cause below names it): executor `{executor}` \
+         deadlocks, its programs never post what they wait for. Run `oxccl check --algo \
+         {executor}` on this shape"
+    )]
+    ExecutorStuck {
+        call: u64,
+        executor: &'static str,
+        #[source]
+        cause: DeviceError,
+    },
     #[error("rank {rank}'s call failed first")]
     RankFailed {
         rank: Rank,

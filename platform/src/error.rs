@@ -241,8 +241,9 @@ impl std::fmt::Display for PeerLoss {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum DeviceError {
     #[error(
-        "{at}: Wait on {notify_desc} timed out after {waited:?}; nobody posted it. \
-         Check that every rank of the communicator called the same collective, or raise \
+        "{at}: Wait on {notify_desc} timed out after {waited:?}; nobody posted it. Either \
+         a rank did not make the same call (OXCCL_CHECK_CALLS=1 checks every call), or the \
+         executor never posts it (`oxccl check` proves it); if the peer is only slow, raise \
          OXCCL_EXEC_TIMEOUT"
     )]
     WaitTimeout {

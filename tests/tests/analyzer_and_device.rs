@@ -228,3 +228,46 @@ fn bad_slices_are_refused_not_panics() {
         }
     });
 }
+
+/// Wrong on rank 2 only: a copy past the end of its Output (and no AllReduce anywhere).
+struct BadOnRankTwo;
+
+impl Executor for BadOnRankTwo {
+    fn resources(&self, _: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        Ok(ResourceRequest::with_peers(Peers::All))
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        args.copy_input_to_output(ctx);
+        if ctx.rank == 2 {
+            let past = args.output.at(2, args.output.len, 4);
+            ctx.main().copy(args.input.at(2, 0, 4), past);
+        }
+        Ok(())
+    }
+}
+
+oxccl::register_executor! {
+    name: "bad-on-rank-two",
+    op: OpKind::AllReduce,
+    description: "a copy past the end on rank 2 (conformance report test)",
+    constraints: Constraints { min_ranks: 3, ..Constraints::ANY },
+    preference: -100,
+    make: || Box::new(BadOnRankTwo),
+}
+
+#[test]
+fn a_conformance_failure_names_the_executor_the_case_and_the_rank() {
+    use oxccl::framework::analyzer::conformance::check_conformance;
+    let err = check_conformance(OpKind::AllReduce, "bad-on-rank-two").expect_err("refused");
+    let text = err.to_string();
+    for part in [
+        "bad-on-rank-two",
+        "conformance cases",
+        "[3] ",
+        "count 1 ",
+        "rank 2 stream 0 task 1: [Bounds]",
+    ] {
+        assert!(text.contains(part), "`{part}` not in: {text}");
+    }
+}

@@ -178,3 +178,63 @@ fn a_broken_link_refusal_reaches_every_rank() {
 fn a_lost_wakeup_reaches_every_rank() {
     reaches_every_rank("fails-lost-wakeup", "a lost wakeup");
 }
+
+/// Rank 0 waits for a signal that rank 1's program never posts.
+struct Deadlocks;
+
+impl Executor for Deadlocks {
+    fn resources(&self, _: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        Ok(ResourceRequest::with_peers(Peers::All))
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, _: &KernelArgs) -> Result<(), Error> {
+        if ctx.rank == 0 {
+            ctx.link(1, 0)?.rx_data_signal(ctx.main());
+        }
+        Ok(())
+    }
+}
+
+oxccl::register_executor! {
+    name: "deadlocks",
+    op: OpKind::AllReduce,
+    description: "test only: rank 0 waits for a post rank 1 never makes",
+    constraints: Constraints::ANY,
+    preference: -100,
+    make: || Box::new(Deadlocks),
+}
+
+/// With the call agreement, a wait that times out in an agreed call is the executor's
+/// deadlock, and the error says so (naming it and the wait) instead of asking to check
+/// that every rank made the same call.
+#[test]
+fn a_wait_never_posted_in_an_agreed_call_blames_the_executor() {
+    let mut config = Config {
+        exec_timeout: Duration::from_millis(300),
+        ..Config::default()
+    };
+    config.algo.set(Some(OpKind::AllReduce), "deadlocks");
+    let comms = Communicator::init_all(2, config).expect("init");
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .iter()
+            .map(|c| s.spawn(move || c.all_reduce(&[1u64; 4], &mut [0u64; 4], ReduceOp::Sum)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("no panic"))
+            .collect()
+    });
+    let err = results[0].as_ref().expect_err("rank 0 waits forever");
+    let Error::ExecutorStuck {
+        call: 0,
+        executor: "deadlocks",
+        cause,
+    } = err
+    else {
+        panic!("{err:?}")
+    };
+    assert!(cause.to_string().contains("from rank 1"), "{cause}");
+    let text = oxccl::framework::error::with_causes(err);
+    assert!(text.contains("oxccl check --algo deadlocks"), "{text}");
+}

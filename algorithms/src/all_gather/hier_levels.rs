@@ -38,6 +38,7 @@ oxccl_framework::register_executor! {
     op: OpKind::AllGather,
     description: "level-1 ring all-gather across servers, then level-0 mesh all-gather in each server",
     constraints: Constraints {
+        full_mesh: true,
         min_servers: 2,
         ..Constraints::ANY
     },
@@ -49,7 +50,7 @@ oxccl_framework::register_executor! {
     name: "hier-rhd",
     op: OpKind::AllGather,
     description: "level-1 recursive-doubling all-gather across servers, then level-0 mesh all-gather in each server",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 5,
     make: || Box::new(HierAllGather(Level1::Rhd)),
 }
@@ -58,7 +59,7 @@ oxccl_framework::register_executor! {
     name: "hier-nhr",
     op: OpKind::AllGather,
     description: "level-1 NHR all-gather across servers, then level-0 mesh all-gather in each server",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 5,
     make: || Box::new(HierAllGather(Level1::Nhr)),
 }

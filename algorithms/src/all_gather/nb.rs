@@ -24,7 +24,7 @@ oxccl_framework::register_executor! {
     name: "nb",
     op: OpKind::AllGather,
     description: "Bruck: ceil(log2 n) steps, the peer of step k 2^k away, any rank count",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 6,
     make: || Box::new(NbAllGather),
 }

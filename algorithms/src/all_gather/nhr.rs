@@ -25,7 +25,7 @@ oxccl_framework::register_executor! {
     name: "nhr",
     op: OpKind::AllGather,
     description: "ceil(log2 n) ring steps of doubling size (distances n/2, n/4, ... rounded up), any rank count",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 7,
     make: || Box::new(NhrAllGather),
 }

@@ -27,7 +27,7 @@ oxccl_framework::register_executor! {
     name: "rhd",
     op: OpKind::AllGather,
     description: "recursive doubling between ranks 2^k apart; non-powers of two fold pairwise",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 8,
     make: || Box::new(RhdAllGather),
 }

@@ -41,6 +41,7 @@ oxccl_framework::register_executor! {
     op: OpKind::AllReduce,
     description: "level-0 mesh reduce-scatter in each server, level-1 ring AllReduce across servers, level-0 mesh all-gather",
     constraints: Constraints {
+        full_mesh: true,
         min_servers: 2,
         ..Constraints::ANY
     },
@@ -52,7 +53,7 @@ oxccl_framework::register_executor! {
     name: "hier-rhd",
     op: OpKind::AllReduce,
     description: "level-0 mesh reduce-scatter in each server, level-1 recursive halving-doubling AllReduce across servers, level-0 mesh all-gather",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 5,
     make: || Box::new(HierAllReduce(Level1::Rhd)),
 }
@@ -61,7 +62,7 @@ oxccl_framework::register_executor! {
     name: "hier-nhr",
     op: OpKind::AllReduce,
     description: "level-0 mesh reduce-scatter in each server, level-1 NHR AllReduce across servers, level-0 mesh all-gather",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 5,
     make: || Box::new(HierAllReduce(Level1::Nhr)),
 }

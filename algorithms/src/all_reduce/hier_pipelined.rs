@@ -46,6 +46,7 @@ oxccl_framework::register_executor! {
     op: OpKind::AllReduce,
     description: "hierarchical AllReduce over segments, level 1 of one segment on a slave stream while level 0 of the next runs",
     constraints: Constraints {
+        full_mesh: true,
         min_servers: 2,
         min_bytes: Some(64 << 20),
         ..Constraints::ANY

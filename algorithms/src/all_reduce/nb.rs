@@ -23,7 +23,7 @@ oxccl_framework::register_executor! {
     name: "nb",
     op: OpKind::AllReduce,
     description: "NB reduce-scatter then all-gather: 2 ceil(log2 n) steps, the peer of step k 2^k away",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 6,
     make: || Box::new(NbAllReduce),
 }

@@ -25,7 +25,7 @@ oxccl_framework::register_executor! {
     name: "nhr",
     op: OpKind::AllReduce,
     description: "NHR reduce-scatter then all-gather: 2 ceil(log2 n) ring steps of halving size, any rank count",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 7,
     make: || Box::new(NhrAllReduce),
 }

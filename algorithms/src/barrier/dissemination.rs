@@ -28,7 +28,7 @@ oxccl_framework::register_executor! {
     op: OpKind::Barrier,
     description: "ceil(log2 n) rounds, round k signals rank r+2^k and waits for rank r-2^k",
     // Signals only: no data crosses a link, so put-only links (TCP, RDMA) serve it.
-    constraints: Constraints { links: LinkNeed::Put, ..Constraints::ANY },
+    constraints: Constraints { full_mesh: true, links: LinkNeed::Put, ..Constraints::ANY },
     preference: 10,
     make: || Box::new(DisseminationBarrier),
 }

@@ -42,6 +42,7 @@ oxccl_framework::register_executor! {
     op: OpKind::Broadcast,
     description: "scatter in the root's server, level-1 scatter + ring all-gather of each chunk across servers, level-0 all-gather",
     constraints: Constraints {
+        full_mesh: true,
         min_servers: 2,
         ..Constraints::ANY
     },
@@ -53,7 +54,7 @@ oxccl_framework::register_executor! {
     name: "hier-rhd",
     op: OpKind::Broadcast,
     description: "scatter in the root's server, level-1 scatter + recursive-doubling all-gather of each chunk across servers, level-0 all-gather",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 5,
     make: || Box::new(HierBroadcast(Level1::Rhd)),
 }
@@ -62,7 +63,7 @@ oxccl_framework::register_executor! {
     name: "hier-nhr",
     op: OpKind::Broadcast,
     description: "scatter in the root's server, level-1 scatter + NHR all-gather of each chunk across servers, level-0 all-gather",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 5,
     make: || Box::new(HierBroadcast(Level1::Nhr)),
 }

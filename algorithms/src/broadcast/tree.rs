@@ -25,7 +25,7 @@ oxccl_framework::register_executor! {
     name: "tree",
     op: OpKind::Broadcast,
     description: "binomial tree from the root, log2(p) rounds of whole-vector pulls",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 10,
     make: || Box::new(TreeBroadcast),
 }

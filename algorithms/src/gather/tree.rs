@@ -32,7 +32,7 @@ oxccl_framework::register_executor! {
     name: "tree",
     op: OpKind::Gather,
     description: "binomial tree towards the root, each rank collecting its subtree's blocks",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 10,
     make: || Box::new(TreeGather),
 }

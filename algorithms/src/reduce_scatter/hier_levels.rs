@@ -38,6 +38,7 @@ oxccl_framework::register_executor! {
     op: OpKind::ReduceScatter,
     description: "level-0 mesh reduce in each server, then level-1 ring reduce-scatter across servers",
     constraints: Constraints {
+        full_mesh: true,
         min_servers: 2,
         ..Constraints::ANY
     },
@@ -49,7 +50,7 @@ oxccl_framework::register_executor! {
     name: "hier-rhd",
     op: OpKind::ReduceScatter,
     description: "level-0 mesh reduce in each server, then level-1 recursive-halving reduce-scatter across servers",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 5,
     make: || Box::new(HierReduceScatter(Level1::Rhd)),
 }
@@ -58,7 +59,7 @@ oxccl_framework::register_executor! {
     name: "hier-nhr",
     op: OpKind::ReduceScatter,
     description: "level-0 mesh reduce in each server, then level-1 NHR reduce-scatter across servers",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 5,
     make: || Box::new(HierReduceScatter(Level1::Nhr)),
 }

@@ -26,7 +26,7 @@ oxccl_framework::register_executor! {
     name: "nb",
     op: OpKind::ReduceScatter,
     description: "transposed Bruck: ceil(log2 n) steps, the peer of step k 2^k away, partial sums in scratch",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 6,
     make: || Box::new(NbReduceScatter),
 }

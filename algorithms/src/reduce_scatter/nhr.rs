@@ -26,7 +26,7 @@ oxccl_framework::register_executor! {
     name: "nhr",
     op: OpKind::ReduceScatter,
     description: "ceil(log2 n) ring steps of halving size (distances n/2, n/4, ... rounded up), partial sums in scratch",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 7,
     make: || Box::new(NhrReduceScatter),
 }

@@ -30,7 +30,7 @@ oxccl_framework::register_executor! {
     name: "rhd",
     op: OpKind::ReduceScatter,
     description: "recursive halving between ranks 2^k apart, partial sums in scratch; non-powers of two fold pairwise",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 8,
     make: || Box::new(RhdReduceScatter),
 }

@@ -41,6 +41,11 @@ pub const DTYPES: [DataType; 5] = [
 /// load/store links (so executors that need load/store everywhere are still checked
 /// across servers), and `tcp8` (every link put-only). An executor whose declared link
 /// need a shape's put-only links refuse skips the shape, like any other constraint.
+///
+/// Broken-link shapes too: one server of 4 ranks with link 0-1 broken, and `mesh8-cut`
+/// (8 ranks, 0-1 broken). An executor that declares `full_mesh` skips them; any other
+/// must run on them, routing around the broken link, or be refused here rather than
+/// when a user's topology has one.
 pub fn shapes() -> Vec<Topology> {
     let mut shapes: Vec<Topology> = (1..=9).map(Topology::single_server).collect();
     for servers in [vec![4, 4], vec![8, 8], vec![8, 4]] {
@@ -51,6 +56,9 @@ pub fn shapes() -> Vec<Topology> {
         shapes.push(shape.with_fabric_access(LinkAccess::LoadStore, LinkAccess::LoadStore));
     }
     shapes.push(crate::topology::presets::preset("tcp8").expect("tcp8 is a preset"));
+    let cut4 = Topology::single_server(4).with_broken(0, 1);
+    shapes.push(cut4.expect("a valid broken link"));
+    shapes.push(crate::topology::presets::preset("mesh8-cut").expect("mesh8-cut is a preset"));
     shapes
 }
 
@@ -120,22 +128,43 @@ pub struct Outcome {
     pub first_failure: Option<String>,
 }
 
-/// The first problem of one case, if any.
+/// The first problem of one case, if any: the case, then the rank (and stream and task)
+/// at fault when the analyzer names one, then what is wrong.
 fn check_case(config: Config, topo: &Topology, ops: &[OpParam], in_place: bool) -> Option<String> {
     let what = describe(topo, &ops[0], in_place, config.zero_copy);
     match Recording::record_each(ops, in_place, config) {
-        Err(e) => Some(format!("{what}: {e}")),
+        Err(e) => Some(format!("{what}: {}", crate::error::with_causes(&e))),
         Ok(rec) => analyze(&rec)
             .failures
             .first()
-            .map(|f| format!("{what}: [{:?}] {}", f.check, f.message)),
+            .map(|f| format!("{what}: {}[{:?}] {}", at(f), f.check, f.message)),
     }
 }
 
-/// One case in words: shape, type, count, reduce op and mode.
+/// `rank R stream S task T: ` as far as `f` locates its fault, or nothing.
+fn at(f: &super::Failure) -> String {
+    let mut at = String::new();
+    if let Some(rank) = f.rank {
+        at += &format!("rank {rank}");
+        if let Some(stream) = f.stream {
+            at += &format!(" stream {stream}");
+        }
+        if let Some(task) = f.task {
+            at += &format!(" task {task}");
+        }
+        at += ": ";
+    }
+    at
+}
+
+/// One case in words: shape (with its broken links), type, count, reduce op and mode.
 fn describe(topo: &Topology, op: &OpParam, in_place: bool, zero_copy: bool) -> String {
+    let broken: String = topo
+        .broken_links()
+        .map(|(a, b)| format!(" broken {a}-{b}"))
+        .collect();
     format!(
-        "{:?} {} count {} {} {} {}",
+        "{:?}{broken} {} count {} {} {} {}",
         topo.server_sizes(),
         op.dtype,
         op.count,
@@ -200,13 +229,12 @@ pub fn check_conformance(op: OpKind, name: &str) -> Result<Outcome, Error> {
     let out = conformance(entry, &Config::default());
     match &out.first_failure {
         None => Ok(out),
-        Some(first) => Err(Error::BadProgram {
+        Some(first) => Err(Error::Nonconforming {
             executor: name.to_string(),
-            rank: 0,
-            reason: format!(
-                "{} of {} conformance cases failed; first: {first}",
-                out.failures, out.cases
-            ),
+            op,
+            failures: out.failures,
+            cases: out.cases,
+            first: first.clone(),
         }),
     }
 }

@@ -32,6 +32,8 @@ struct Announced<'c, 'a> {
     comm: &'c Communicator,
     call: u64,
     run: Result<Option<Ready<'a>>, Error>,
+    /// The executor that runs it (`None`: nothing to run, or refused).
+    executor: Option<&'static str>,
 }
 
 /// One rank's part of a group call.
@@ -115,6 +117,10 @@ impl Communicator {
     fn announce<'c, 'a>(&'c self, op: &OpParam, user: UserBuffers<'a>) -> Announced<'c, 'a> {
         let call = self.calls.fetch_add(1, Ordering::Relaxed);
         let mut run = self.checked_execution(op, user);
+        let executor = match &run {
+            Ok(Some((_, name, _))) => Some(*name),
+            _ => None,
+        };
         if self.group.config.check_calls {
             let deposit = match &run {
                 Ok(prepared) => {
@@ -134,6 +140,7 @@ impl Communicator {
             comm: self,
             call,
             run: run.map(|prepared| prepared.map(|(e, _, _)| e)),
+            executor,
         }
     }
 
@@ -148,11 +155,24 @@ impl Communicator {
             comm: self,
             call,
             run: Err(err),
+            executor: None,
         }
     }
 
-    /// This rank's result of call `call` from what the device reported.
-    fn settle(&self, call: u64, outcome: Result<(), DeviceError>) -> Result<(), Error> {
+    /// This rank's result of call `call`, run by `executor`, from what the device
+    /// reported.
+    ///
+    /// A Wait that timed out in a call every rank agreed on (same collective, arguments
+    /// and executor: the agreement checked) cannot be a missing or mismatched peer call:
+    /// the executor's programs never post what they wait for, and the error says so
+    /// ([`Error::ExecutorStuck`]). Without the agreement the device's own timeout stands,
+    /// which asks to check the calls first.
+    fn settle(
+        &self,
+        call: u64,
+        executor: Option<&'static str>,
+        outcome: Result<(), DeviceError>,
+    ) -> Result<(), Error> {
         let board = &self.group.board;
         let checked = self.group.config.check_calls;
         let err = match outcome {
@@ -166,6 +186,11 @@ impl Communicator {
             Err(DeviceError::GateTimeout { waited, .. }) if checked => {
                 board.timed_out(call, self.rank, waited)
             }
+            Err(err @ DeviceError::WaitTimeout { .. }) if checked => Error::ExecutorStuck {
+                call,
+                executor: executor.unwrap_or("none"),
+                cause: err,
+            },
             Err(err) => Error::Device(err),
         };
         self.group.fail_on(self.rank, &err);
@@ -211,7 +236,7 @@ fn run_announced(
                     epoch,
                     gate: ready.gate,
                 });
-                launched.push((slot, a.comm, a.call));
+                launched.push((slot, a.comm, a.call, a.executor));
                 continue;
             }
             Ok(None) => Ok(()),
@@ -236,8 +261,8 @@ fn run_announced(
         }
     }
     let outcomes = group.device.run(submissions);
-    for ((slot, comm, call), outcome) in launched.into_iter().zip(outcomes) {
-        results[slot] = comm.settle(call, outcome);
+    for ((slot, comm, call, executor), outcome) in launched.into_iter().zip(outcomes) {
+        results[slot] = comm.settle(call, executor, outcome);
     }
     for (slot, comm, call) in idle {
         results[slot] = comm.verdict_without_launch(call);
