@@ -209,8 +209,10 @@ oxccl::register_executor! {
 /// that every rank made the same call.
 #[test]
 fn a_wait_never_posted_in_an_agreed_call_blames_the_executor() {
+    // Staged: no exit fence, so rank 1 ends and only rank 0's own wait times out.
     let mut config = Config {
         exec_timeout: Duration::from_millis(300),
+        zero_copy: false,
         ..Config::default()
     };
     config.algo.set(Some(OpKind::AllReduce), "deadlocks");

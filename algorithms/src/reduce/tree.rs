@@ -24,7 +24,7 @@ oxccl_framework::register_executor! {
     name: "tree",
     op: OpKind::Reduce,
     description: "binomial tree towards the root, each rank reducing its children's partials",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 10,
     make: || Box::new(TreeReduce),
 }

@@ -34,7 +34,7 @@ oxccl_framework::register_executor! {
     name: "tree",
     op: OpKind::Scatter,
     description: "binomial tree from the root, each rank forwarding its subtree's blocks",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 10,
     make: || Box::new(TreeScatter),
 }

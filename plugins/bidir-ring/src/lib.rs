@@ -10,19 +10,21 @@
 //! on 8 ranks with the 0–1 link cut, `1,2,3,4,5,6,0,7` is a cycle of healthy links.
 //!
 //! The order comes from `OXCCL_BIDIR_RING_ORDER` (comma-separated ranks, a permutation of
-//! `0..n`); without it the natural order `0..n` is used. Code can also build the executor
-//! with an explicit order: [`BidirRing::with_order`].
+//! `0..n`); without it the natural order `0..n` is used when its links are healthy, else
+//! a cycle of healthy links found on the topology (so it runs on any topology that has
+//! one). Code can also build the executor with an explicit order:
+//! [`BidirRing::with_order`].
 //!
 //! Select it with `OXCCL_ALGO=all_reduce=bidir-ring` or `oxccl perf all-reduce --algo
 //! bidir-ring`. A binary or test must name this crate (`use oxccl_plugin_bidir_ring as _;`)
 //! for it to be linked.
 
 use oxccl::templates::{
-    even_chunks, ring_all_gather, ring_neighbours, ring_reduce_scatter, RingParams,
+    even_chunks, healthy_ring, ring_all_gather, ring_neighbours, ring_reduce_scatter, RingParams,
 };
 use oxccl::{
     BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx,
-    ResourceRequest,
+    ResourceRequest, Topology,
 };
 
 /// Environment variable holding the ring order.
@@ -49,6 +51,25 @@ impl BidirRing {
     /// An executor over an explicit ring order.
     pub fn with_order(order: Vec<usize>) -> Self {
         BidirRing { order: Some(order) }
+    }
+
+    /// The ring order on `topology`: the given order or `OXCCL_BIDIR_RING_ORDER` (see
+    /// [`Self::order`]), else the natural order when its links are healthy, else a cycle
+    /// of healthy links.
+    pub fn order_on(&self, topology: &Topology) -> Result<Vec<usize>, Error> {
+        let n = topology.ranks();
+        let chosen = self.order.is_some() || std::env::var_os(ORDER_VAR).is_some();
+        let natural_is_healthy =
+            (0..n).all(|r| n < 2 || topology.link_kind(r, (r + 1) % n).is_some());
+        if chosen || natural_is_healthy {
+            return self.order(n);
+        }
+        healthy_ring(topology).ok_or_else(|| Error::Unsupported {
+            executor: "bidir-ring".into(),
+            op: OpKind::AllReduce,
+            ranks: n,
+            reason: "the topology has no cycle of healthy links through every rank".into(),
+        })
     }
 
     /// The ring order for `ranks` ranks, checked to be a permutation of `0..ranks`.
@@ -94,7 +115,7 @@ fn part(r: BufRange, from: usize, len: usize) -> BufRange {
 
 impl Executor for BidirRing {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let order = self.order(ctx.ranks)?;
+        let order = self.order_on(ctx.topology)?;
         Ok(ResourceRequest {
             slave_streams: 1,
             ..ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)))
@@ -108,7 +129,7 @@ impl Executor for BidirRing {
             args.copy_input_to_output(ctx);
             return Ok(());
         }
-        let forward = self.order(ctx.ranks)?;
+        let forward = self.order_on(ctx.topology)?;
         let backward: Vec<usize> = forward.iter().rev().copied().collect();
         let first_half = op.count.div_ceil(2);
         ctx.fork(1..=1);

@@ -8,8 +8,8 @@ use oxccl_plugin_template::NAME;
 #[test]
 fn one_stream_mesh_passes_the_conformance_matrix() {
     let outcome = check_conformance(OpKind::AllGather, NAME).unwrap_or_else(|e| panic!("{e}"));
-    // It declares a full mesh of load/store links: the shapes with put-only or broken
-    // links are skipped, the single servers are checked.
+    // It declares a full mesh of load/store links: the shapes with put-only links are
+    // skipped, the single servers are checked (broken links: tests/broken_link.rs).
     let all = shapes().len();
     assert!(
         outcome.skipped_shapes > 0 && outcome.skipped_shapes < all,
