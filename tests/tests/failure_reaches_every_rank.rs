@@ -123,7 +123,13 @@ fn run(algo: &str, check_calls: bool) -> (Duration, Vec<Result<(), Error>>) {
     config.algo.set(Some(OpKind::AllReduce), algo);
     let comms = Communicator::init_all(4, config).expect("init");
     let start = Instant::now();
-    let results = std::thread::scope(|s| {
+    let results = all_reduce_on_every_rank(&comms);
+    (start.elapsed(), results)
+}
+
+/// One AllReduce on every rank of `comms`, each from its own thread: every rank's result.
+fn all_reduce_on_every_rank(comms: &[Communicator]) -> Vec<Result<(), Error>> {
+    std::thread::scope(|s| {
         let handles: Vec<_> = comms
             .iter()
             .map(|c| s.spawn(move || c.all_reduce(&[1u64; 4], &mut [0u64; 4], ReduceOp::Sum)))
@@ -132,8 +138,7 @@ fn run(algo: &str, check_calls: bool) -> (Duration, Vec<Result<(), Error>>) {
             .into_iter()
             .map(|h| h.join().expect("no panic"))
             .collect()
-    });
-    (start.elapsed(), results)
+    })
 }
 
 /// Every rank of `algo`'s call fails within [`BOUND`] with rank 1's fault in its error
@@ -217,16 +222,7 @@ fn a_wait_never_posted_in_an_agreed_call_blames_the_executor() {
     };
     config.algo.set(Some(OpKind::AllReduce), "deadlocks");
     let comms = Communicator::init_all(2, config).expect("init");
-    let results: Vec<_> = std::thread::scope(|s| {
-        let handles: Vec<_> = comms
-            .iter()
-            .map(|c| s.spawn(move || c.all_reduce(&[1u64; 4], &mut [0u64; 4], ReduceOp::Sum)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("no panic"))
-            .collect()
-    });
+    let results = all_reduce_on_every_rank(&comms);
     let err = results[0].as_ref().expect_err("rank 0 waits forever");
     let Error::ExecutorStuck {
         call: 0,
