@@ -137,12 +137,16 @@ pub(super) fn verdict(call: u64, deposits: &[Option<Deposit>]) -> Result<(), Err
 
 /// The first rank that touches a peer's scratch while the two requested different sizes
 /// (see [`ScratchUse`]): a fault of the executor, not of the callers.
+///
+/// One comparison per rank when every rank requested the same size (the common case);
+/// otherwise one lookup per (rank, peer) pair the programs name.
 fn asymmetric_scratch(call: u64, sigs: &[&Signature]) -> Result<(), Error> {
-    let bytes = |rank: Rank| {
-        sigs.iter()
-            .find(|s| s.rank == rank)
-            .map(|s| s.scratch.bytes)
-    };
+    let first = sigs.first().map(|s| s.scratch.bytes);
+    if sigs.iter().all(|s| Some(s.scratch.bytes) == first) {
+        return Ok(());
+    }
+    let by_rank: HashMap<Rank, usize> = sigs.iter().map(|s| (s.rank, s.scratch.bytes)).collect();
+    let bytes = |rank: Rank| by_rank.get(&rank).copied();
     for sig in sigs {
         for &peer in sig.scratch.peers.iter() {
             match bytes(peer) {
