@@ -43,7 +43,7 @@ pub const DTYPES: [DataType; 5] = [
 /// need a shape's put-only links refuse skips the shape, like any other constraint.
 ///
 /// No broken-link shapes yet: with one server of 4 ranks with 0-1 broken and `mesh8-cut`
-/// added, 26 built-ins that cannot route around a broken link were refused at planning;
+/// added, 27 built-ins that cannot route around a broken link were refused at planning;
 /// they now declare `full_mesh`, but put-rhd Reduce and others were still found, and the
 /// matrix gains the shapes once every executor routes around or declares.
 pub fn shapes() -> Vec<Topology> {
