@@ -10,7 +10,7 @@
 //! call that runs nothing on a rank (count 0, refused before it was described, failed
 //! validation) still retires its epoch on the device, so no peer waits for it.
 
-use super::{Communicator, Ready, Shared};
+use super::{Communicator, Ready, ScratchUse, Shared};
 use crate::agreement::{Deposit, Signature};
 use crate::error::{with_causes, ConfigError, Error};
 use crate::op::OpParam;
@@ -117,17 +117,14 @@ impl Communicator {
     fn announce<'c, 'a>(&'c self, op: &OpParam, user: UserBuffers<'a>) -> Announced<'c, 'a> {
         let call = self.calls.fetch_add(1, Ordering::Relaxed);
         let mut run = self.checked_execution(op, user);
-        let executor = match &run {
-            Ok(Some((_, name, _))) => Some(*name),
-            _ => None,
+        let (executor, scratch) = match &run {
+            Ok(Some((_, name, scratch))) => (Some(*name), scratch.clone()),
+            _ => (None, ScratchUse::default()),
         };
         if self.group.config.check_calls {
             let deposit = match &run {
-                Ok(prepared) => {
-                    let executor = prepared.as_ref().map(|(_, name, _)| *name);
-                    let scratch = prepared.as_ref().map(|(_, _, scratch)| scratch.clone());
-                    let sig = Signature::new(self.rank, op, executor);
-                    Deposit::Call(sig.with_scratch(scratch.unwrap_or_default()))
+                Ok(_) => {
+                    Deposit::Call(Signature::new(self.rank, op, executor).with_scratch(scratch))
                 }
                 Err(err) => Deposit::Refused(with_causes(err)),
             };

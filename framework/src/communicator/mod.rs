@@ -81,13 +81,21 @@ impl Shared {
         Ok(Some(id))
     }
 
-    /// Mark the communicator failed with `rank`'s own error, named as that rank's, and
-    /// release every rank waiting for an agreement.
+    /// Mark the communicator failed with `rank`'s error, and release every rank waiting
+    /// for an agreement. An error of `rank`'s own is recorded as that rank's
+    /// ([`Error::RankFailed`]); an abort `rank` only suffered already names the rank and
+    /// cause that stopped it, and is recorded as it is, so a rank released by another's
+    /// failure is never named as the one that failed first.
     fn fail_on(&self, rank: Rank, err: &Error) {
-        self.fail(&Error::RankFailed {
-            rank,
-            cause: Arc::new(err.clone()),
-        });
+        match err {
+            Error::Device(oxccl_platform::DeviceError::Aborted { .. }) | Error::Aborted { .. } => {
+                self.fail(err)
+            }
+            own => self.fail(&Error::RankFailed {
+                rank,
+                cause: Arc::new(own.clone()),
+            }),
+        }
     }
 
     /// Mark the communicator failed and release every rank waiting for an agreement.

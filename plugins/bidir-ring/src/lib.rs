@@ -115,10 +115,13 @@ fn part(r: BufRange, from: usize, len: usize) -> BufRange {
 
 impl Executor for BidirRing {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        // Found once per operation (a healthy ring may take a search): every iteration's
+        // kernel_run reads it back from the plan.
         let order = self.order_on(ctx.topology)?;
         Ok(ResourceRequest {
             slave_streams: 1,
             ..ResourceRequest::with_peers(Peers::List(ring_neighbours(&order, ctx.rank)))
+                .with_plan(order)
         })
     }
 
@@ -129,7 +132,7 @@ impl Executor for BidirRing {
             args.copy_input_to_output(ctx);
             return Ok(());
         }
-        let forward = self.order_on(ctx.topology)?;
+        let forward = ctx.plan::<Vec<usize>>()?.clone();
         let backward: Vec<usize> = forward.iter().rev().copied().collect();
         let first_half = op.count.div_ceil(2);
         ctx.fork(1..=1);
