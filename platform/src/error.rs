@@ -261,6 +261,30 @@ pub enum DeviceError {
         notify: NotifyId,
         notify_desc: String,
     },
+    #[error(
+        "rank {rank} finished operation {epoch} with {notify_desc} still set: it was posted \
+         and no wait of the operation consumed it, so the next operation's wait on it would \
+         return before its data is there. The program is wrong; run `oxccl check` on its \
+         executor"
+    )]
+    NotifyLeftSet {
+        rank: Rank,
+        epoch: u64,
+        notify: NotifyId,
+        notify_desc: String,
+    },
+    #[error(
+        "{at}: Post on {notify_desc} came after rank {owner} finished operation {epoch}: \
+         no wait of the operation is left to consume it, so it would be left set for the \
+         next one. The program is wrong; run `oxccl check` on its executor"
+    )]
+    PostAfterEnd {
+        at: TaskLocation,
+        owner: Rank,
+        epoch: u64,
+        notify: NotifyId,
+        notify_desc: String,
+    },
     #[error("{at}: invalid task: {fault}")]
     InvalidTask {
         at: TaskLocation,

@@ -20,7 +20,12 @@ pub enum LinkSignal {
     DataAck = 2,
 }
 
-const SIGNALS_PER_LINK: usize = 3;
+impl LinkSignal {
+    /// Signals per link end.
+    pub const COUNT: usize = 3;
+}
+
+const SIGNALS_PER_LINK: usize = LinkSignal::COUNT;
 
 /// The shape of every rank's notify table in one communicator.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -58,6 +63,17 @@ impl NotifyLayout {
     /// Notifies per rank needed for `local` local notifies.
     pub fn table_len(&self, local: usize) -> usize {
         self.local_base() as usize + local
+    }
+
+    /// The rank expected to post `id`: the peer of a link notify, the owner of a local
+    /// one. `None` for an index past the link region's ranks (no notify of this layout).
+    pub fn poster(&self, id: NotifyId) -> Option<Rank> {
+        let index = id.index as usize;
+        if index >= self.local_base() as usize {
+            return Some(id.rank);
+        }
+        let peer = (index / SIGNALS_PER_LINK).checked_div(self.link_channels)?;
+        (peer < self.ranks).then_some(peer)
     }
 
     /// A human description, for error messages: who is expected to post this notify.

@@ -26,6 +26,9 @@ enum Fault {
     /// Posts rank 0's data signal twice, which rank 0 never waits for (a lost wakeup the
     /// device sees at the second post), then would signal ranks 2 and 3.
     LostWakeup,
+    /// Posts rank 0's data signal once, which rank 0 never waits for, then signals ranks 2
+    /// and 3: rank 0 ends its call with the notify left set.
+    LeftSet,
 }
 
 struct FailsOnRankOne(Fault);
@@ -34,15 +37,15 @@ impl Executor for FailsOnRankOne {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let peers = match (self.0, ctx.rank) {
             (_, 1) => vec![0, 2, 3],
-            (Fault::LostWakeup, 0) => vec![1, 3],
-            (Fault::LostWakeup, 3) => vec![0, 1],
+            (Fault::LostWakeup | Fault::LeftSet, 0) => vec![1, 3],
+            (Fault::LostWakeup | Fault::LeftSet, 3) => vec![0, 1],
             _ => vec![1],
         };
         Ok(ResourceRequest::with_peers(Peers::List(peers)))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        if let (Fault::LostWakeup, 0 | 3) = (self.0, ctx.rank) {
+        if let (Fault::LostWakeup | Fault::LeftSet, 0 | 3) = (self.0, ctx.rank) {
             return chain_behind_rank_one(ctx);
         }
         if ctx.rank != 1 {
@@ -62,10 +65,12 @@ impl Executor for FailsOnRankOne {
             Fault::BrokenLink => {
                 ctx.link(2, 0)?.tx_data_signal(ctx.main());
             }
-            Fault::LostWakeup => {
+            Fault::LostWakeup | Fault::LeftSet => {
                 let link = ctx.link(0, 0)?;
                 link.tx_data_signal(ctx.main());
-                link.tx_data_signal(ctx.main());
+                if let Fault::LostWakeup = self.0 {
+                    link.tx_data_signal(ctx.main());
+                }
                 for peer in [2, 3] {
                     ctx.link(peer, 0)?.tx_data_signal(ctx.main());
                 }
@@ -103,11 +108,20 @@ failing!("fails-bounds", Fault::Bounds);
 failing!("fails-scratch", Fault::Scratch);
 failing!("fails-broken-link", Fault::BrokenLink);
 failing!("fails-lost-wakeup", Fault::LostWakeup);
+failing!("fails-left-set", Fault::LeftSet);
 
 /// The generous bound on "within a second" (the machine is shared and noisy).
 const BOUND: Duration = Duration::from_secs(5);
 
 fn run(algo: &str, check_calls: bool) -> (Duration, Vec<Result<(), Error>>) {
+    let comms = communicators(algo, check_calls);
+    let start = Instant::now();
+    let results = all_reduce_on_every_rank(&comms);
+    (start.elapsed(), results)
+}
+
+/// Four ranks on one server (rank 1-2 broken for `fails-broken-link`) that run `algo`.
+fn communicators(algo: &str, check_calls: bool) -> Vec<Communicator> {
     let topology = match algo {
         "fails-broken-link" => Topology::single_server(4)
             .with_broken(1, 2)
@@ -121,10 +135,7 @@ fn run(algo: &str, check_calls: bool) -> (Duration, Vec<Result<(), Error>>) {
         ..Config::default()
     };
     config.algo.set(Some(OpKind::AllReduce), algo);
-    let comms = Communicator::init_all(4, config).expect("init");
-    let start = Instant::now();
-    let results = all_reduce_on_every_rank(&comms);
-    (start.elapsed(), results)
+    Communicator::init_all(4, config).expect("init")
 }
 
 /// One AllReduce on every rank of `comms`, each from its own thread: every rank's result.
@@ -182,6 +193,28 @@ fn a_broken_link_refusal_reaches_every_rank() {
 #[test]
 fn a_lost_wakeup_reaches_every_rank() {
     reaches_every_rank("fails-lost-wakeup", "a lost wakeup");
+}
+
+/// A notify left set at the end of a call is reported by that call, on the rank that owns
+/// it (not by the next call, whose wait would consume the stale post), and every rank's
+/// next call is refused naming it. Rank 0 sees the post before it ends: rank 1 made it
+/// before signalling rank 3, which rank 0 waits for.
+#[test]
+fn a_notify_left_set_is_reported_by_the_call_that_left_it() {
+    for check_calls in [true, false] {
+        let comms = communicators("fails-left-set", check_calls);
+        let results = all_reduce_on_every_rank(&comms);
+        let err = results[0]
+            .as_ref()
+            .expect_err("rank 0 ends with the post left set");
+        let text = oxccl::framework::error::with_causes(err);
+        let left = "rank 0 finished operation 1 with notify 7 of rank 0 (DataSignal from rank 1";
+        assert!(text.contains(left), "check_calls {check_calls}: {text}");
+        for (rank, next) in all_reduce_on_every_rank(&comms).iter().enumerate() {
+            let next = oxccl::framework::error::with_causes(next.as_ref().unwrap_err());
+            assert!(next.contains(left), "rank {rank}'s next call: {next}");
+        }
+    }
 }
 
 /// Rank 0 waits for a signal that rank 1's program never posts.

@@ -25,6 +25,7 @@ use crate::device::{CompileRequest, Compiled};
 use crate::dtype::{DataType, ReduceOp};
 use crate::error::{DeviceError, SliceFault, TaskFault, TaskLocation};
 use crate::ir::{Buf, NotifyId, Rank, Slice, Task};
+use crate::notify::LinkSignal;
 use crate::slice_checks::{check_overlaps, check_slice, within, HasSlice, UserReach};
 use crate::transport::tcp::wire::Target;
 use smallvec::SmallVec;
@@ -109,6 +110,9 @@ pub(crate) struct HostProgram {
     pub streams: Vec<Vec<Op>>,
     /// Fence slots of the fence peers (local, or proxies of peers in other devices).
     pub peer_slots: Arc<[usize]>,
+    /// The words of its rank's bank a post of this program's operation may land on:
+    /// looked at when its streams end, for notifies left set (see `launch.rs`).
+    pub watched: Box<[usize]>,
     /// Latency-bound: its data tasks move at most [`INLINE_BYTES`] in all, so its streams
     /// run on the submitting thread rather than wake a worker (see the pool).
     pub small: bool,
@@ -237,6 +241,7 @@ pub(crate) fn compile(
         streams.push(ops);
     }
     let UserReach { extent, align } = c.user;
+    let watched = watched_words(shared, &request, &streams);
     Ok(Arc::new(Compiled {
         rank,
         peers: request.peers.clone(),
@@ -250,9 +255,31 @@ pub(crate) fn compile(
             slot,
             streams,
             peer_slots,
+            watched,
             small: moved <= INLINE_BYTES,
         }),
     }))
+}
+
+/// The words of the program's rank that a post of its operation may land on: the link
+/// words of every fence peer (a peer that posts here holds a link, so it is one), every
+/// word the program waits on, and the rank's local region. Sorted, without repeats.
+fn watched_words(shared: &Shared, request: &CompileRequest, streams: &[Vec<Op>]) -> Box<[usize]> {
+    let per_peer = shared.layout.link_channels * LinkSignal::COUNT;
+    let local_base = shared.layout.local_base() as usize;
+    let rank = request.program.rank;
+    let peers = request.peers.iter().filter(|&&p| p != rank);
+    let mut words: Vec<usize> = peers
+        .flat_map(|&p| p * per_peer..(p + 1) * per_peer)
+        .chain(streams.iter().flatten().filter_map(|op| match *op {
+            Op::Wait { word, .. } => Some(word),
+            _ => None,
+        }))
+        .chain(local_base..local_base + request.local_notifies)
+        .collect();
+    words.sort_unstable();
+    words.dedup();
+    words.into()
 }
 
 /// Connect local slot `slot` to `rank` if it is reached over TCP and not yet connected.

@@ -170,7 +170,8 @@ fn run_with_puts(launch: &Launch, task: &DataOp, p: &Prepared) -> Result<(), Dev
         let Place::Remote { rank, target } = o.place else {
             unreachable!("only remote operands are listed as remote")
         };
-        tcp.write(slot, rank, (target, o.slice.offset), bytes, task.then_post)
+        let post = (task.then_post, launch.epoch);
+        tcp.write(slot, rank, (target, o.slice.offset), bytes, post)
             .map_err(|e| launch.shared.tcp_send_failed(e))?;
     }
     Ok(())

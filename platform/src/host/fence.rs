@@ -7,6 +7,9 @@
 //! missed. A stopped device drains every waiting callback (their launches are aborted and
 //! ignore it), which also breaks the reference cycle a waiting launch forms with the
 //! device.
+//!
+//! Besides `done`, a rank marks the epochs whose streams `ended`: the end-of-call check
+//! for notifies left set (see `launch.rs`) runs between the two.
 
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +22,9 @@ pub(crate) type FenceCallback = Box<dyn FnOnce() + Send>;
 #[derive(Default)]
 pub(crate) struct RankFence {
     done: AtomicU64,
+    /// The last epoch whose streams all ended on the rank, set before the rank looks for
+    /// notifies left set and before `done` (see [`RankFence::end`]).
+    ended: AtomicU64,
     waiters: Mutex<Vec<(u64, FenceCallback)>>,
     /// Local slots of the fence peers of the rank's last launch.
     last_peers: Mutex<Arc<[usize]>>,
@@ -28,6 +34,20 @@ impl RankFence {
     /// The last epoch the rank finished.
     pub(crate) fn done(&self) -> u64 {
         self.done.load(Ordering::Acquire)
+    }
+
+    /// The last epoch whose streams all ended on the rank.
+    pub(crate) fn ended(&self) -> u64 {
+        self.ended.load(Ordering::SeqCst)
+    }
+
+    /// Every stream of `epoch` ended on the rank: from now on a post of `epoch` into its
+    /// notifies is late (nothing of the epoch is left to wait for it). The rank then looks
+    /// for notifies left set and only then advances `done`, which lets peers start the
+    /// next epoch; so a word it finds set was posted in `epoch`, and a post it does not
+    /// find is one whose poster sees this mark (both sides are SeqCst: one sees the other).
+    pub(crate) fn end(&self, epoch: u64) {
+        self.ended.fetch_max(epoch, Ordering::SeqCst);
     }
 
     /// The rank finished `epoch` (monotone: an older epoch changes nothing); run every

@@ -12,6 +12,19 @@
 //! Notifies are words of per-rank signal banks ([`crate::signal`]): a Post on a word whose
 //! waiter is parked resumes that stream directly, so a wakeup is one queue push and no
 //! lock is shared by all ranks.
+//!
+//! ## Notifies left set
+//!
+//! The IR's contract is that every post of an operation is consumed within it. A launch
+//! whose streams all ended checks it before it lets peers start the next epoch: it marks
+//! the epoch `ended` on its fence, then looks at the words its program may be posted on
+//! (the link words of its fence peers, the words it waits on, its local region); a word
+//! still set is [`DeviceError::NotifyLeftSet`], reported by this call. A post that arrives
+//! later is caught by its poster, which after posting reads the owner's `ended` mark (in
+//! this process, in the owner's shared-memory control area, or, over TCP, by the owner's
+//! receiver with the epoch the Post frame carries): [`DeviceError::PostAfterEnd`]. Both
+//! sides order their write before their read (SeqCst), so one of them always sees the
+//! other, and nothing is left for the next operation to trip over.
 
 use super::compile::{HostProgram, Op};
 use super::exec;
@@ -22,7 +35,7 @@ use crate::device::{Compiled, DeviceConfig};
 use crate::error::{AbortCause, DeviceError, TaskFault, TaskLocation};
 use crate::ir::{NotifyId, Rank};
 use crate::notify::NotifyLayout;
-use crate::signal::{Posted, PostedAfar, SignalBank, Waited};
+use crate::signal::{Posted, PostedAfar, SignalBank, Waited, SET};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -116,6 +129,15 @@ impl Shared {
 
     /// Local slot `slot` finished `epoch`: run what waits for it here, and publish it to
     /// the peers in other devices.
+    /// Every stream of `epoch` ended on local slot `slot`: mark it where posters look
+    /// (this process's fence, and the slot's shared-memory control area).
+    pub(crate) fn end(&self, slot: usize, epoch: u64) {
+        self.fences[slot].end(epoch);
+        if let Some(shm) = &self.shm {
+            shm.publish_ended(slot, epoch);
+        }
+    }
+
     pub(crate) fn advance(&self, slot: usize, epoch: u64) {
         self.fences[slot].advance(epoch);
         if let Some(shm) = &self.shm {
@@ -372,6 +394,11 @@ impl Launch {
     /// Every stream ended: this rank finished the epoch. Then wait for the exit fence
     /// (zero-copy, no error) or complete.
     fn streams_done(self: &Arc<Self>) {
+        if self.error.lock().is_none() && !self.is_aborted() {
+            if let Some(err) = self.left_set() {
+                self.abort(err);
+            }
+        }
         self.shared.advance(self.program.slot, self.epoch);
         let exit = self.compiled.exit_fence && self.error.lock().is_none();
         {
@@ -426,6 +453,49 @@ impl Launch {
             *phase = Phase::Done;
         }
         self.complete();
+    }
+
+    /// Mark the epoch ended, then look for a word of the rank still set (see the module
+    /// docs): the first one found, as an error.
+    fn left_set(&self) -> Option<DeviceError> {
+        let slot = self.program.slot;
+        self.shared.end(slot, self.epoch);
+        fence(Ordering::SeqCst);
+        let bank = &self.shared.banks[slot];
+        let set = |&&w: &&usize| bank.word(w).is_some_and(|word| word.state() == SET);
+        let &word = self.program.watched.iter().find(set)?;
+        let notify = NotifyId {
+            rank: self.rank(),
+            index: word as u32,
+        };
+        Some(DeviceError::NotifyLeftSet {
+            rank: self.rank(),
+            epoch: self.epoch,
+            notify,
+            notify_desc: self.shared.layout.describe(notify),
+        })
+    }
+
+    /// After a post that set a word of `owner` (nobody waited on it yet): an error when
+    /// `owner` already ended this epoch (`ended`, read after the post), since no wait is
+    /// left to consume it.
+    fn late_post(
+        &self,
+        ended: u64,
+        owner: Rank,
+        notify: NotifyId,
+        at: TaskLocation,
+    ) -> Result<(), DeviceError> {
+        if ended < self.epoch {
+            return Ok(());
+        }
+        Err(DeviceError::PostAfterEnd {
+            at,
+            owner,
+            epoch: self.epoch,
+            notify,
+            notify_desc: self.shared.layout.describe(notify),
+        })
     }
 
     /// The launch is over (once: a second call changes nothing).
@@ -681,7 +751,12 @@ impl Launch {
             .word(word)
             .expect("compile reserved every word a program posts");
         match word.post() {
-            Posted::Set => Ok(()),
+            Posted::Set if slot == self.program.slot => Ok(()),
+            Posted::Set => {
+                fence(Ordering::SeqCst);
+                let ended = self.shared.fences[slot].ended();
+                self.late_post(ended, notify.rank, notify, at)
+            }
             Posted::Woke((waiter, s)) => {
                 waiter.wake(s);
                 Ok(())
@@ -707,13 +782,17 @@ impl Launch {
         notify: NotifyId,
         at: TaskLocation,
     ) -> Result<(), DeviceError> {
-        let posted = self
-            .shared
-            .shm
-            .as_ref()
-            .and_then(|shm| shm.post(rank, word));
-        match posted.expect("compile resolved the peer's word") {
-            PostedAfar::Set | PostedAfar::Ring => Ok(()),
+        let shm = self.shared.shm.as_ref().expect("compile resolved the peer");
+        let posted = shm
+            .post(rank, word)
+            .expect("compile resolved the peer's word");
+        match posted {
+            PostedAfar::Set => {
+                fence(Ordering::SeqCst);
+                let ended = shm.ended(rank).unwrap_or(0);
+                self.late_post(ended, rank, notify, at)
+            }
+            PostedAfar::Ring => Ok(()),
             PostedAfar::AlreadySet => Err(self.lost_wakeup(notify, at)),
         }
     }
@@ -805,7 +884,7 @@ pub(crate) fn run_stream(launch: &Arc<Launch>, s: usize) {
                 .tcp
                 .as_ref()
                 .expect("compile made a tcp post only over tcp")
-                .post(launch.program.slot, *rank, *word)
+                .post(launch.program.slot, *rank, *word, launch.epoch)
                 .map_err(|e| launch.shared.tcp_send_failed(e))
                 .map(|()| Step::Next),
             Op::Fused => Ok(Step::Next),

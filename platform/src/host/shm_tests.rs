@@ -117,6 +117,31 @@ pub(super) fn swap_and_check(a: &HostDevice, b: &HostDevice, len: usize, epoch: 
 }
 
 #[test]
+fn a_post_through_shared_memory_after_its_owner_ended_the_operation_is_refused() {
+    let (a, b) = pair(&tag("late"), Duration::from_secs(30));
+    let layout = a.config().layout();
+    let mut out = [vec![0u8; 8]];
+    let ended = run_ranks(
+        &a,
+        vec![(RankProgram::new(0, 1), vec![])],
+        &[vec![0u8; 8]],
+        &mut out,
+        1,
+    );
+    assert!(ended[0].is_ok(), "{ended:?}");
+    // Rank 2 (device b) posts rank 0's Ack for epoch 1, which rank 0 already ended.
+    let mut late = RankProgram::new(2, 1);
+    late.streams[0].post(layout.link(0, 2, 0, LinkSignal::Ack));
+    let r2 = run_ranks(&b, vec![(late, vec![0])], &[vec![0u8; 8]], &mut out, 1).pop();
+    let Some(Err(DeviceError::PostAfterEnd {
+        owner: 0, epoch: 1, ..
+    })) = &r2
+    else {
+        panic!("{r2:?}");
+    };
+}
+
+#[test]
 fn a_failure_on_one_device_releases_the_ranks_waiting_on_it_in_another() {
     let (a, b) = pair(&tag("fail"), Duration::from_secs(30));
     let layout = a.config().layout();

@@ -351,6 +351,39 @@ fn an_out_of_bounds_write_from_a_peer_is_refused_before_a_byte_lands() {
 }
 
 #[test]
+fn a_post_for_an_operation_its_receiver_already_ended_stops_the_device() {
+    let (dev, mut rogue, _inbound) = device_with_rogue(Duration::from_secs(30));
+    let layout = dev.config().layout();
+    let mut out = [vec![0u8; 8]];
+    let nothing = RankProgram::new(0, 1);
+    let ended = run_ranks(&dev, vec![(nothing, vec![1])], &[vec![0u8; 8]], &mut out, 1);
+    assert!(ended[0].is_ok(), "{ended:?}");
+    // The rogue posts rank 0's Ack for epoch 1, which rank 0 already ended.
+    let word = layout.link(0, 1, 0, LinkSignal::Ack).index as u64;
+    send(&mut rogue, &Frame::Post { word, epoch: 1 }.encode(), &[]).unwrap();
+    let start = Instant::now();
+    let err = wait_for_rogue(&dev).unwrap_err();
+    let DeviceError::Aborted {
+        cause: AbortCause::PeerFailed { rank: 1, error },
+        ..
+    } = &err
+    else {
+        panic!("rank 0: {err}");
+    };
+    let DeviceError::Tcp(TcpError::BadFrame { from: 1, what, .. }) = &**error else {
+        panic!("not a refused post: {error}");
+    };
+    assert!(
+        what.contains("for operation 1, which rank 0 already ended"),
+        "{what}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "released, not timed out"
+    );
+}
+
+#[test]
 fn a_connection_without_the_secret_is_dropped_and_the_job_goes_on() {
     let (a, b) = pair(Duration::from_secs(20));
     let addr = a
@@ -375,7 +408,11 @@ fn a_connection_without_the_secret_is_dropped_and_the_job_goes_on() {
     hello[20] ^= 1;
     stranger.write_all(&hello).unwrap();
     // Frames after a bad hello are never read: the connection is closed instead.
-    let _ = send(&mut stranger, &Frame::Post { word: 0 }.encode(), &[]);
+    let _ = send(
+        &mut stranger,
+        &Frame::Post { word: 0, epoch: 1 }.encode(),
+        &[],
+    );
     stranger
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();

@@ -210,6 +210,66 @@ fn a_second_post_before_the_wait_is_a_lost_wakeup() {
 }
 
 #[test]
+fn a_notify_left_set_is_reported_by_the_call_that_left_it() {
+    let dev = device(2, 1, 60_000);
+    // Rank 0 posts two of rank 1's notifies; rank 1 waits for the second only, so the
+    // first is set before rank 1's streams end.
+    let mut poster = RankProgram::new(0, 1);
+    poster.streams[0].post(local(&dev, 1, 3));
+    poster.streams[0].post(local(&dev, 1, 0));
+    let mut waiter = RankProgram::new(1, 1);
+    waiter.streams[0].wait(local(&dev, 1, 0));
+    let results = run_group(
+        &dev,
+        vec![
+            ex(poster, UserBuffers::InPlace(&mut [])),
+            ex(waiter, UserBuffers::InPlace(&mut [])),
+        ],
+    );
+    let err = results[1].as_ref().unwrap_err();
+    let DeviceError::NotifyLeftSet {
+        rank: 1,
+        epoch: 1,
+        notify,
+        ..
+    } = err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(*notify, local(&dev, 1, 3));
+    assert!(err.to_string().contains("local #3"), "{err}");
+    // The device stopped: rank 0's call either finished first or was released.
+    if let Err(err) = &results[0] {
+        assert!(matches!(err, DeviceError::Aborted { .. }), "{err:?}");
+    }
+}
+
+#[test]
+fn a_post_after_its_owner_ended_the_operation_is_reported_by_the_poster() {
+    let dev = device(2, 1, 60_000);
+    // Rank 1's call of epoch 1 has nothing to wait for and ends; rank 0's then posts it.
+    run_without_buffers(&dev, RankProgram::new(1, 1)).unwrap();
+    let mut late = RankProgram::new(0, 1);
+    late.streams[0].post(local(&dev, 1, 2));
+    let err = run_without_buffers(&dev, late).unwrap_err();
+    let DeviceError::PostAfterEnd {
+        at,
+        owner: 1,
+        epoch: 1,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!((at.rank, at.stream, at.task), (0, 0, 0));
+    assert!(
+        err.to_string()
+            .contains("after rank 1 finished operation 1"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_wait_nobody_posts_times_out_with_its_location() {
     let dev = device(2, 1, 100);
     let mut p = RankProgram::new(1, 2);
@@ -433,18 +493,21 @@ fn slave_streams_fork_and_join_through_local_notifies() {
 #[test]
 fn gated_launches_start_when_the_gate_opens_and_end_untouched_when_refused() {
     let dev = device(2, 1, 60_000);
-    let exchange = |rank: usize, gate: &Arc<crate::Gate>| {
+    // Each group is the next call: epochs 1, 2 and 3.
+    let exchange = |rank: usize, gate: &Arc<crate::Gate>, epoch: u64| {
         let mut p = RankProgram::new(rank, 1);
         p.streams[0].post(local(&dev, 1 - rank, 0));
         p.streams[0].wait(local(&dev, rank, 0));
         Ex {
             gate: Some(gate.clone()),
+            epoch,
             ..ex(p, UserBuffers::InPlace(&mut []))
         }
     };
     let opened = Arc::new(crate::Gate::default());
     std::thread::scope(|s| {
-        let both = s.spawn(|| run_group(&dev, vec![exchange(0, &opened), exchange(1, &opened)]));
+        let both =
+            s.spawn(|| run_group(&dev, vec![exchange(0, &opened, 1), exchange(1, &opened, 1)]));
         std::thread::sleep(Duration::from_millis(20));
         opened.decide(Ok(()));
         let results = both.join().unwrap();
@@ -453,7 +516,10 @@ fn gated_launches_start_when_the_gate_opens_and_end_untouched_when_refused() {
     let refused = Arc::new(crate::Gate::default());
     let cause: GateRefusal = Arc::new(std::io::Error::other("rank 1 passed count 10"));
     refused.decide(Err(cause));
-    for result in run_group(&dev, vec![exchange(0, &refused), exchange(1, &refused)]) {
+    for result in run_group(
+        &dev,
+        vec![exchange(0, &refused, 2), exchange(1, &refused, 2)],
+    ) {
         let err = chain(&result.unwrap_err());
         assert!(
             err.contains("not started because its gate refused it: rank 1 passed count 10"),
@@ -463,7 +529,7 @@ fn gated_launches_start_when_the_gate_opens_and_end_untouched_when_refused() {
     // Nothing ran and nothing was left set: the device still works.
     let again = Arc::new(crate::Gate::default());
     again.decide(Ok(()));
-    let results = run_group(&dev, vec![exchange(0, &again), exchange(1, &again)]);
+    let results = run_group(&dev, vec![exchange(0, &again, 3), exchange(1, &again, 3)]);
     assert!(results.iter().all(Result::is_ok), "{results:?}");
 }
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Bytes of a block's control area.
-pub(super) const CONTROL: usize = 64;
+pub(super) const CONTROL: usize = 128;
 const _: () = assert!(std::mem::size_of::<Control>() <= CONTROL);
 /// Alignment of the CCL buffers in a block.
 pub(super) const PAGE: usize = 4096;
@@ -47,6 +47,10 @@ pub(super) struct Control {
     /// launch reads the peers' epochs after counting itself; see
     /// [`super::ShmLinks::launch_started`]).
     pub(super) in_flight: AtomicU32,
+    /// The last epoch whose streams all ended on the rank: a peer that posts one of its
+    /// words for that epoch or an earlier one posts too late (see the host's notifies
+    /// left set).
+    pub(super) ended: AtomicU64,
 }
 
 /// Where the parts of a block lie.

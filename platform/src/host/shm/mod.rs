@@ -235,6 +235,21 @@ impl ShmLinks {
         self.ring_all_but_polling(true);
     }
 
+    /// Local slot `slot` ended `epoch` (its streams): where its peers' posters look.
+    pub(crate) fn publish_ended(&self, slot: usize, epoch: u64) {
+        self.own[slot]
+            .control()
+            .ended
+            .fetch_max(epoch, Ordering::SeqCst);
+    }
+
+    /// The last epoch peer `rank` ended, as it published it; `None` when `rank` is no
+    /// peer.
+    pub(crate) fn ended(&self, rank: Rank) -> Option<u64> {
+        let peer = self.peer(rank)?;
+        Some(peer.block.control().ended.load(Ordering::SeqCst))
+    }
+
     /// Ring every peer device's doorbell (once per device), skipping the devices that
     /// poll (`quiet`; never for a failure, which must wake everyone).
     fn ring_all_but_polling(&self, quiet: bool) {

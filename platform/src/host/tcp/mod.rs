@@ -330,15 +330,15 @@ impl TcpLinks {
     }
 
     /// Write `bytes` at `offset` of `to`'s `target`, from local slot `slot`, then (with
-    /// `then_post`) post that link word of `to` in the same system call: the pair a
-    /// put-only link's data hop is made of.
+    /// `then_post`) post that link word of `to` for `epoch` in the same system call: the
+    /// pair a put-only link's data hop is made of.
     pub(crate) fn write(
         &self,
         slot: usize,
         to: Rank,
         (target, offset): (Target, usize),
         bytes: &[u8],
-        then_post: Option<usize>,
+        (then_post, epoch): (Option<usize>, u64),
     ) -> Result<(), DeviceError> {
         let write = Frame::Write {
             target,
@@ -346,7 +346,10 @@ impl TcpLinks {
             len: bytes.len() as u64,
         }
         .encode();
-        let post = then_post.map(|word| Frame::Post { word: word as u64 }.encode());
+        let post = then_post.map(|word| {
+            let word = word as u64;
+            Frame::Post { word, epoch }.encode()
+        });
         let post = post.as_ref().map_or(&[][..], |p| &p[..]);
         let mut bufs = [
             IoSlice::new(&write),
@@ -356,9 +359,16 @@ impl TcpLinks {
         self.send_bufs(slot, to, &mut bufs)
     }
 
-    /// Post link word `word` of `to`, from local slot `slot`.
-    pub(crate) fn post(&self, slot: usize, to: Rank, word: usize) -> Result<(), DeviceError> {
-        self.send(slot, to, Frame::Post { word: word as u64 }, &[])
+    /// Post link word `word` of `to` for the call of `epoch`, from local slot `slot`.
+    pub(crate) fn post(
+        &self,
+        slot: usize,
+        to: Rank,
+        word: usize,
+        epoch: u64,
+    ) -> Result<(), DeviceError> {
+        let word = word as u64;
+        self.send(slot, to, Frame::Post { word, epoch }, &[])
     }
 
     /// Tell the ranks that fence on local slot `slot` (its subscribers) that it finished

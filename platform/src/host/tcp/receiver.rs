@@ -589,22 +589,36 @@ fn apply(
                 };
             }
         }
-        Frame::Post { word } => {
+        Frame::Post { word, epoch } => {
             let w = usize::try_from(word)
                 .ok()
                 .filter(|&w| w < shared.layout.local_base() as usize)
                 .and_then(|w| shared.banks[slot].word(w))
                 .ok_or_else(|| bad(format!("a post of word {word}, not a link signal")))?;
+            let desc = || {
+                shared.layout.describe(crate::ir::NotifyId {
+                    rank: to,
+                    index: word as u32,
+                })
+            };
             match w.post() {
-                Posted::Set => {}
+                Posted::Set => {
+                    // The owner marks its epoch ended before it looks for words left
+                    // set: one of the two sees the other (see `launch.rs`).
+                    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+                    if shared.fences[slot].ended() >= epoch {
+                        return Err(bad(format!(
+                            "a post of {} for operation {epoch}, which rank {to} already \
+                             ended: nothing waits for it, so it would be left set",
+                            desc()
+                        )));
+                    }
+                }
                 Posted::Woke((launch, s)) => launch.wake_from_afar(s),
                 Posted::AlreadySet => {
-                    let desc = shared.layout.describe(crate::ir::NotifyId {
-                        rank: to,
-                        index: word as u32,
-                    });
                     return Err(bad(format!(
-                        "a post of {desc}, which was already set (a lost wakeup)"
+                        "a post of {}, which was already set (a lost wakeup)",
+                        desc()
                     )));
                 }
             }

@@ -18,7 +18,7 @@ use std::fmt;
 /// The first bytes of every connection.
 pub const MAGIC: [u8; 8] = *b"OXCCLtcp";
 /// Bumped whenever the wire format changes.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Bytes of a hello.
 pub const HELLO_LEN: usize = 8 + 4 + 16 + 4 * 3 + 8 * 2;
 /// Bytes of a frame header.
@@ -111,8 +111,10 @@ pub enum Frame {
         offset: u64,
         len: u64,
     },
-    /// Post link signal word `word` of the receiving rank.
-    Post { word: u64 },
+    /// Post link signal word `word` of the receiving rank, for the sender's call of
+    /// `epoch` (a Post for an epoch the receiver already ended is late: nothing is left to
+    /// consume it).
+    Post { word: u64, epoch: u64 },
     /// The sending rank finished every call up to `epoch` (its fence).
     Done { epoch: u64 },
     /// The sending rank allocated scratch `id` of `bytes` bytes.
@@ -161,7 +163,7 @@ impl Frame {
                 };
                 (WRITE, buf, id, offset, len)
             }
-            Frame::Post { word } => (POST, 0, word, 0, 0),
+            Frame::Post { word, epoch } => (POST, 0, word, epoch, 0),
             Frame::Done { epoch } => (DONE, 0, epoch, 0, 0),
             Frame::Scratch { id, bytes } => (SCRATCH, 0, id, bytes, 0),
             Frame::Failed { origin, pid, died } => (FAILED, 0, origin, pid, u64::from(died)),
@@ -197,7 +199,7 @@ impl Frame {
                 offset: b,
                 len: c,
             },
-            POST => Frame::Post { word: a },
+            POST if c == 0 => Frame::Post { word: a, epoch: b },
             DONE => Frame::Done { epoch: a },
             SCRATCH => Frame::Scratch { id: a, bytes: b },
             FAILED if c <= 1 => Frame::Failed {
@@ -245,7 +247,7 @@ mod tests {
                 offset: 12,
                 len: 1 << 40,
             },
-            Frame::Post { word: 5 },
+            Frame::Post { word: 5, epoch: 9 },
             Frame::Done { epoch: 1 << 50 },
             Frame::Scratch { id: 2, bytes: 9 },
             Frame::Failed {
@@ -265,7 +267,7 @@ mod tests {
         let mut h = Frame::Close.encode();
         h[0] = 99;
         assert!(Frame::decode(&h).is_err());
-        let mut h = Frame::Post { word: 1 }.encode();
+        let mut h = Frame::Post { word: 1, epoch: 1 }.encode();
         h[1] = 1;
         assert!(Frame::decode(&h).is_err());
         let mut h = Frame::Write {
