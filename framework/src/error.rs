@@ -18,7 +18,7 @@
 //! (it is deposited as text because a rank in another process can only send text).
 
 use crate::op::OpKind;
-use oxccl_platform::{DataType, DeviceError, Rank};
+use oxccl_platform::{DataType, DeviceError, Rank, TaskLocation};
 use std::sync::Arc;
 
 /// The error behind another one, shared so that the error holding it stays `Clone`.
@@ -314,13 +314,26 @@ pub enum Error {
     Device(#[from] DeviceError),
     #[error(
         "call #{call} was agreed by every rank (same collective, arguments and executor), \
-         yet a wait in it was never posted (the cause below names it): executor `{executor}` \
-         deadlocks, its programs never post what they wait for. Run `oxccl check --algo \
-         {executor}` on this shape"
+         yet a wait in it was never posted (the cause below names it); {expected}: executor \
+         `{executor}` deadlocks, its programs never post what they wait for. Run `oxccl \
+         check --algo {executor}` on this shape"
     )]
     ExecutorStuck {
         call: u64,
         executor: &'static str,
+        /// Who should have posted, from the poster's program for the same call.
+        expected: ExpectedPost,
+        #[source]
+        cause: DeviceError,
+    },
+    #[error(
+        "call #{call}: a wait was never posted (the cause below names it); {expected}, if \
+         every rank made this same call"
+    )]
+    WaitNeverPosted {
+        call: u64,
+        /// Who should have posted, from the program the poster runs for this call.
+        expected: ExpectedPost,
         #[source]
         cause: DeviceError,
     },
@@ -371,6 +384,53 @@ fn rank_groups(groups: &[Vec<Rank>]) -> String {
             format!("ranks {} and {last}", rest.join(", "))
         }
         _ => format!("ranks {}", all.join("")),
+    }
+}
+
+/// Who should have posted the notify a timed-out wait waited for: the poster's program for
+/// the same call, planned again on the waiting rank (every rank plans a call the same way
+/// from the same inputs), searched for its Posts of that notify.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExpectedPost {
+    /// These tasks post it: the poster never ran them (it waits on something else, or is
+    /// slow), or an earlier wait took the post.
+    Tasks(Vec<TaskLocation>),
+    /// No task of `rank`'s program for the call posts it.
+    Nobody { rank: Rank },
+    /// `rank` posts it from arguments of its own (a point-to-point call), which this rank
+    /// does not know.
+    OwnArguments { rank: Rank },
+    /// The poster's program could not be planned here.
+    Unknown,
+}
+
+impl std::fmt::Display for ExpectedPost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExpectedPost::Tasks(tasks) => {
+                let names: Vec<String> = tasks.iter().map(|t| format!("{t} (Post)")).collect();
+                write!(
+                    f,
+                    "{} should have posted it and never did (it waits on something else, or \
+                     an earlier wait took its post)",
+                    names.join(", ")
+                )
+            }
+            ExpectedPost::Nobody { rank } => {
+                write!(f, "no task of rank {rank}'s program for this call posts it")
+            }
+            ExpectedPost::OwnArguments { rank } => write!(
+                f,
+                "rank {rank} should have posted it (its program follows its own \
+                 point-to-point arguments, not known here)"
+            ),
+            ExpectedPost::Unknown => {
+                write!(
+                    f,
+                    "the poster's program for this call could not be planned here"
+                )
+            }
+        }
     }
 }
 

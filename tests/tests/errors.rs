@@ -229,16 +229,28 @@ fn a_wait_that_is_never_satisfied_times_out_naming_what_it_waited_for() {
         "took {:?}",
         start.elapsed()
     );
-    let Error::Device(DeviceError::WaitTimeout { at, notify, .. }) = &err else {
+    let Error::WaitNeverPosted {
+        call: 0,
+        expected,
+        cause: DeviceError::WaitTimeout { at, notify, .. },
+    } = &err
+    else {
         panic!("{err:?}")
     };
     assert_eq!((at.rank, notify.rank), (0, 0));
-    let msg = err.to_string();
+    // The task that should have posted: rank 1's, planned again on rank 0.
+    let oxccl::framework::error::ExpectedPost::Tasks(posters) = expected else {
+        panic!("{expected:?}")
+    };
+    assert!(posters.iter().all(|t| t.rank == 1), "{posters:?}");
+    let msg = oxccl::framework::error::with_causes(&err);
     for part in [
         "rank 0 stream 0 task",
         "from rank 1",
         "timed out",
         "OXCCL_EXEC_TIMEOUT",
+        &format!("{} (Post) should have posted it", posters[0]),
+        "if every rank made this same call",
     ] {
         assert!(msg.contains(part), "{msg}");
     }
@@ -255,7 +267,7 @@ fn a_wait_that_is_never_satisfied_times_out_naming_what_it_waited_for() {
         panic!("{cause:?}")
     };
     assert!(
-        matches!(**cause, Error::Device(DeviceError::WaitTimeout { .. })),
+        matches!(**cause, Error::WaitNeverPosted { .. }),
         "{cause:?}"
     );
     let chain = oxccl::framework::error::with_causes(&err);

@@ -5,6 +5,7 @@
 //! measured here). Each case runs with the call agreement on and off, since the release
 //! must not depend on it.
 
+use oxccl::framework::error::ExpectedPost;
 use oxccl::platform::{Buf, Slice};
 use oxccl::{
     Communicator, Config, Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers,
@@ -260,12 +261,20 @@ fn a_wait_never_posted_in_an_agreed_call_blames_the_executor() {
     let Error::ExecutorStuck {
         call: 0,
         executor: "deadlocks",
+        expected,
         cause,
     } = err
     else {
         panic!("{err:?}")
     };
     assert!(cause.to_string().contains("from rank 1"), "{cause}");
+    // Rank 1's program, planned again on rank 0, has no task that posts it.
+    assert_eq!(*expected, ExpectedPost::Nobody { rank: 1 });
+    assert!(
+        err.to_string()
+            .contains("no task of rank 1's program for this call posts it"),
+        "{err}"
+    );
     let text = oxccl::framework::error::with_causes(err);
     assert!(text.contains("oxccl check --algo deadlocks"), "{text}");
 }

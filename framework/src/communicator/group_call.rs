@@ -12,7 +12,7 @@
 
 use super::{Communicator, Ready, ScratchUse, Shared};
 use crate::agreement::{Deposit, Signature};
-use crate::error::{with_causes, ConfigError, Error};
+use crate::error::{with_causes, ConfigError, Error, ExpectedPost};
 use crate::op::OpParam;
 use oxccl_platform::{AbortCause, DeviceError, Submission, UserBuffers};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +34,9 @@ struct Announced<'c, 'a> {
     run: Result<Option<Ready<'a>>, Error>,
     /// The executor that runs it (`None`: nothing to run, or refused).
     executor: Option<&'static str>,
+    /// What it runs and in which form (in place or not), to name the task that should
+    /// have posted a wait that timed out ([`Communicator::expected_post`]).
+    what: Option<(OpParam, bool)>,
 }
 
 /// One rank's part of a group call.
@@ -116,6 +119,7 @@ impl Communicator {
     /// refusal) on the agreement board; the execution waits on the call's gate.
     fn announce<'c, 'a>(&'c self, op: &OpParam, user: UserBuffers<'a>) -> Announced<'c, 'a> {
         let call = self.calls.fetch_add(1, Ordering::Relaxed);
+        let in_place = user.is_in_place();
         let mut run = self.checked_execution(op, user);
         let (executor, scratch) = match &run {
             Ok(Some((_, name, scratch))) => (Some(*name), scratch.clone()),
@@ -138,6 +142,7 @@ impl Communicator {
             call,
             run: run.map(|prepared| prepared.map(|(e, _, _)| e)),
             executor,
+            what: executor.map(|_| (op.clone(), in_place)),
         }
     }
 
@@ -153,6 +158,7 @@ impl Communicator {
             call,
             run: Err(err),
             executor: None,
+            what: None,
         }
     }
 
@@ -163,13 +169,18 @@ impl Communicator {
     /// and executor: the agreement checked) cannot be a missing or mismatched peer call:
     /// the executor's programs never post what they wait for, and the error says so
     /// ([`Error::ExecutorStuck`]). Without the agreement the device's own timeout stands,
-    /// which asks to check the calls first.
+    /// which asks to check the calls first ([`Error::WaitNeverPosted`]). Both name the
+    /// task that should have posted ([`Communicator::expected_post`]).
     fn settle(
         &self,
         call: u64,
-        executor: Option<&'static str>,
+        (executor, what): (Option<&'static str>, Option<&(OpParam, bool)>),
         outcome: Result<(), DeviceError>,
     ) -> Result<(), Error> {
+        let expected = |notify| match what {
+            Some((op, in_place)) => self.expected_post(op, *in_place, notify),
+            None => ExpectedPost::Unknown,
+        };
         let board = &self.group.board;
         let checked = self.group.config.check_calls;
         let err = match outcome {
@@ -183,9 +194,15 @@ impl Communicator {
             Err(DeviceError::GateTimeout { waited, .. }) if checked => {
                 board.timed_out(call, self.rank, waited)
             }
-            Err(err @ DeviceError::WaitTimeout { .. }) if checked => Error::ExecutorStuck {
+            Err(err @ DeviceError::WaitTimeout { notify, .. }) if checked => Error::ExecutorStuck {
                 call,
                 executor: executor.unwrap_or("none"),
+                expected: expected(notify),
+                cause: err,
+            },
+            Err(err @ DeviceError::WaitTimeout { notify, .. }) => Error::WaitNeverPosted {
+                call,
+                expected: expected(notify),
                 cause: err,
             },
             Err(err) => Error::Device(err),
@@ -233,7 +250,7 @@ fn run_announced(
                     epoch,
                     gate: ready.gate,
                 });
-                launched.push((slot, a.comm, a.call, a.executor));
+                launched.push((slot, a.comm, a.call, (a.executor, a.what)));
                 continue;
             }
             Ok(None) => Ok(()),
@@ -258,8 +275,8 @@ fn run_announced(
         }
     }
     let outcomes = group.device.run(submissions);
-    for ((slot, comm, call, executor), outcome) in launched.into_iter().zip(outcomes) {
-        results[slot] = comm.settle(call, executor, outcome);
+    for ((slot, comm, call, (executor, what)), outcome) in launched.into_iter().zip(outcomes) {
+        results[slot] = comm.settle(call, (executor, what.as_ref()), outcome);
     }
     for (slot, comm, call) in idle {
         results[slot] = comm.verdict_without_launch(call);

@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 mod group_call;
+mod stuck;
 
 pub use group_call::GroupCall;
 
