@@ -46,9 +46,9 @@ pub use oxccl_framework::bootstrap::UniqueId;
 pub use oxccl_framework::Config;
 pub use oxccl_framework::{
     self as framework, registry, select_alg, AlgoOverride, ArgError, BufRange, ConfigError,
-    Constraints, Error, Executor, ExecutorEntry, KernelArgs, KernelCtx, Mode, OpKind, OpParam,
-    Peers, PlanCtx, ResourceRequest, SelectRequest, Selection, SelectorEntry, TemplateEntry,
-    Topology,
+    Constraints, Error, Executor, ExecutorEntry, KernelArgs, KernelCtx, LinkNeed, Mode, OpKind,
+    OpParam, Peers, Plan, PlanCtx, ResourceRequest, SelectRequest, Selection, SelectorEntry,
+    TemplateEntry, Topology,
 };
 pub use oxccl_framework::{register_executor, register_selector, register_template};
 pub use oxccl_platform::{
