@@ -5,6 +5,9 @@
 //! [`put_rhd`](crate::templates::put_rhd)): straight into the partner's CclOut blocks when
 //! staged, into a Scratch receive area of one block per rank when zero-copy (copied into
 //! place by the receiver; an iteration is then capped at the CCL buffer over the ranks).
+//! Its partners are fixed by rank, so it cannot route around a broken link: it declares
+//! `full_mesh`, and a topology with a broken or missing link refuses it (`relay-mesh` and
+//! the rings run there).
 
 use super::place_own_block;
 use crate::templates::{put_rhd_all_gather, rhd_links, PutRhd, PutRhdShape};
@@ -22,7 +25,11 @@ oxccl_framework::register_executor! {
     name: NAME,
     op: OpKind::AllGather,
     description: "recursive doubling by puts into the partner's CclOut (staged) or Scratch (zero-copy); non-powers of two fold pairwise; runs over put-only links",
-    constraints: Constraints { links: LinkNeed::Put, ..Constraints::ANY },
+    constraints: Constraints {
+        full_mesh: true,
+        links: LinkNeed::Put,
+        ..Constraints::ANY
+    },
     preference: 5,
     make: || Box::new(PutRhdAllGather),
 }

@@ -17,7 +17,8 @@
 //! Staged, an Ack round with the server ends every iteration (the next one overwrites the
 //! CCL buffers at once), and the server rounds of consecutive iterations alternate link
 //! channels, as in `hier-ring`. The level-1 slot is one chunk of an iteration, capped at
-//! one CCL buffer.
+//! one CCL buffer. Level 0 is a mesh and level 1 pairs fixed owners, so it cannot route
+//! around a broken link: like the other `hier-*`, it declares `full_mesh`.
 
 use super::hier_levels::{hier_all_reduce, level1_chunks};
 use crate::templates::{
@@ -37,6 +38,7 @@ oxccl_framework::register_executor! {
     op: OpKind::AllReduce,
     description: "level-0 mesh reduce-scatter in each server (load/store), level-1 put ring AllReduce across servers, level-0 mesh all-gather; runs where only inter-server links are put-only",
     constraints: Constraints {
+        full_mesh: true,
         min_servers: 2,
         links: LinkNeed::LoadStoreWithinServer,
         ..Constraints::ANY

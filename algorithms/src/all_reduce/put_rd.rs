@@ -22,6 +22,10 @@
 //! loop on, each put waits for the receiver's Ack, which the receiver posts at the start
 //! of the step, after everything it did in the previous iteration. The reduce takes the
 //! lower participant's partial first, so every rank computes the same bits.
+//!
+//! Its partners are fixed by rank, so it cannot route around a broken link: it declares
+//! `full_mesh`, and a topology with a broken or missing link refuses it (`relay-mesh` and
+//! the rings run there).
 
 use crate::templates::rhd::RhdShape;
 use crate::templates::rhd_links;
@@ -41,7 +45,11 @@ oxccl_framework::register_executor! {
     name: NAME,
     op: OpKind::AllReduce,
     description: "recursive doubling of the whole vector by puts into the partner's Scratch slot per step, reduced locally; non-powers of two fold pairwise; runs over put-only links (few messages, for small sizes)",
-    constraints: Constraints { links: LinkNeed::Put, ..Constraints::ANY },
+    constraints: Constraints {
+        full_mesh: true,
+        links: LinkNeed::Put,
+        ..Constraints::ANY
+    },
     preference: 4,
     make: || Box::new(PutRdAllReduce),
 }

@@ -5,6 +5,9 @@
 //! copy (see [`put_rhd`](crate::templates::put_rhd)); the doubling puts straight into the
 //! partner's CclOut when staged. `2log2(p)` steps on a power of two, two more otherwise.
 //! The receive area holds one iteration (capped at one CCL buffer, the staged loop's cap).
+//! Its partners are fixed by rank, so it cannot route around a broken link: it declares
+//! `full_mesh`, and a topology with a broken or missing link refuses it (`relay-mesh` and
+//! the rings run there).
 
 use crate::templates::{put_rhd_all_reduce, rhd_links, PutRhd, PutRhdShape};
 use oxccl_framework::{
@@ -21,7 +24,11 @@ oxccl_framework::register_executor! {
     name: NAME,
     op: OpKind::AllReduce,
     description: "recursive halving then doubling by puts into the partner's Scratch, reduced locally; non-powers of two fold pairwise; runs over put-only links",
-    constraints: Constraints { links: LinkNeed::Put, ..Constraints::ANY },
+    constraints: Constraints {
+        full_mesh: true,
+        links: LinkNeed::Put,
+        ..Constraints::ANY
+    },
     preference: 5,
     make: || Box::new(PutRhdAllReduce),
 }

@@ -11,7 +11,9 @@
 //! opens its output to every rank (Ack), each puts its chunk where it belongs and
 //! signals, and the root waits for all (see [`crate::templates::put`](mod@crate::templates::put)).
 //! The root receives `(n - 1)/n` of the vector once; an iteration holds a whole CCL
-//! buffer. Links: the RHD partners and the root.
+//! buffer. Links: the RHD partners and the root. It cannot route around a broken one: it
+//! declares `full_mesh`, and a topology with a broken or missing link refuses it
+//! (`relay-mesh` and `ring` run there).
 
 use crate::broadcast::root_of;
 use crate::templates::{
@@ -32,7 +34,11 @@ oxccl_framework::register_executor! {
     name: NAME,
     op: OpKind::Reduce,
     description: "put RHD reduce-scatter, then every rank puts its reduced chunk into the root's output; runs over put-only links",
-    constraints: Constraints { links: LinkNeed::Put, ..Constraints::ANY },
+    constraints: Constraints {
+        full_mesh: true,
+        links: LinkNeed::Put,
+        ..Constraints::ANY
+    },
     preference: 5,
     make: || Box::new(PutRhdReduce),
 }

@@ -5,6 +5,9 @@
 //! partner's half into its Scratch receive area followed by a local reduce (see
 //! [`put_rhd`](crate::templates::put_rhd)). Scratch holds a receive area and the partial
 //! sums, one block per rank each; an iteration is capped at the CCL buffer over the ranks.
+//! Its partners are fixed by rank, so it cannot route around a broken link: it declares
+//! `full_mesh`, and a topology with a broken or missing link refuses it (`relay-mesh` and
+//! the rings run there).
 
 use crate::templates::{put_rhd_reduce_scatter, rhd_links, PutRhd, PutRhdShape, RingTargets};
 use oxccl_framework::platform::Buf;
@@ -22,7 +25,11 @@ oxccl_framework::register_executor! {
     name: NAME,
     op: OpKind::ReduceScatter,
     description: "recursive halving by puts into the partner's Scratch, reduced locally; non-powers of two fold pairwise; runs over put-only links",
-    constraints: Constraints { links: LinkNeed::Put, ..Constraints::ANY },
+    constraints: Constraints {
+        full_mesh: true,
+        links: LinkNeed::Put,
+        ..Constraints::ANY
+    },
     preference: 5,
     make: || Box::new(PutRhdReduceScatter),
 }

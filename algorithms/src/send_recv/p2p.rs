@@ -9,7 +9,11 @@
 //! so nothing but signals travels besides the data, in zero-copy and staged mode alike
 //! (neither end knows the other's offsets, so nobody can read the other's user buffer).
 //! Cost per pair with `m` bytes and slots of `s` bytes: `⌈m/s⌉·2α + 2mβ` (two copies).
-//! Needs a link to every peer it exchanges with.
+//! Needs a link to every peer it exchanges with, and relays nothing. Constraints judge a
+//! topology, not a call, so it declares `full_mesh`: a topology with a broken or missing
+//! link refuses it even for a call between linked ranks, and `relay-p2p` (which sends the
+//! linked pairs the same way) runs there. Selection already passed it over on such a
+//! topology, as it screens the point-to-point operators with every pair exchanging.
 
 use super::{direct_p2p_resources, direct_p2p_run};
 use crate::templates::p2p_exchange;
@@ -24,7 +28,7 @@ oxccl_framework::register_executor! {
     name: "p2p",
     op: OpKind::SendRecv,
     description: "every pair at once, staged through per-destination CclIn slots",
-    constraints: Constraints::ANY,
+    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
     preference: 10,
     make: || Box::new(P2pSendRecv),
 }

@@ -6,7 +6,8 @@
 //! the receiver copies it out locally (see [`p2p_put_exchange`]), so no rank ever reads a
 //! peer's memory. A rank links only to the peers it has non-empty items with. Cost per
 //! pair with `m` bytes and slots of `s` bytes: `⌈m/s⌉·3α + 2mβ` (two copies; the extra
-//! α is the Ack that opens a slot before it is written).
+//! α is the Ack that opens a slot before it is written). Like `p2p` it relays nothing and
+//! declares `full_mesh` (see there).
 
 use super::{direct_p2p_resources, direct_p2p_run};
 use crate::templates::p2p_put_exchange;
@@ -21,7 +22,11 @@ oxccl_framework::register_executor! {
     name: "put-p2p",
     op: OpKind::SendRecv,
     description: "every pair at once, the sender writing into the receiver's CclIn slots (put-only links)",
-    constraints: Constraints { links: LinkNeed::Put, ..Constraints::ANY },
+    constraints: Constraints {
+        full_mesh: true,
+        links: LinkNeed::Put,
+        ..Constraints::ANY
+    },
     preference: 5,
     make: || Box::new(PutP2pSendRecv),
 }
