@@ -116,8 +116,17 @@ fn broken_links_are_explained_and_the_fastest_feasible_executor_wins() {
     assert_eq!(e.candidates.len(), registered, "{e}");
     let rejected: Vec<(&str, Rejection)> = e.rejected().map(|(c, k)| (c.name, k)).collect();
     assert!(rejected.contains(&("mesh", Rejection::Constraint)), "{e}");
-    // rhd cannot route around the broken link and declares it (full_mesh).
+    // rhd cannot route around the broken link and declares it (full_mesh), as does every
+    // built-in that cannot: none is left to be refused at planning (infeasible).
     assert!(rejected.contains(&("rhd", Rejection::Constraint)), "{e}");
+    assert!(
+        rejected.contains(&("put-rhd", Rejection::Constraint)),
+        "{e}"
+    );
+    assert!(
+        rejected.iter().all(|&(_, k)| k == Rejection::Constraint),
+        "{e}"
+    );
     let best = e
         .candidates
         .iter()

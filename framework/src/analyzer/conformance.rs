@@ -1,12 +1,15 @@
 //! Conformance: one executor over the analyzer's matrix of shapes, types, ops and counts.
 //!
 //! The matrix follows HCCL's analyzer suite and goes further: shapes 1x1..1x9, 4+4, 8+8
-//! and the asymmetric 8+4 (put-only across servers), 4+4 and 8+4 load/store throughout, and
-//! `tcp8` (every link put-only); int8, int32, f16, bf16 and f32; every reduce op of reducing
-//! operators; counts 0, 1, odd, not divisible by the ranks, a few thousand, and larger
-//! than the CCL buffer; in place and out of place; zero-copy and staged through the CCL
-//! buffers. A shape excluded by the executor's declared constraints is skipped; anything
-//! else that fails to record or to pass the analyzer is a failure.
+//! and the asymmetric 8+4 (put-only across servers), 4+4 and 8+4 load/store throughout,
+//! `tcp8` (every link put-only), and two broken meshes (4 ranks with 0-1 broken, and
+//! `mesh8-cut`); int8, int32, f16, bf16 and f32; every reduce op of reducing operators;
+//! counts 0, 1, odd, not divisible by the ranks, a few thousand, and larger than the CCL
+//! buffer; in place and out of place; zero-copy and staged through the CCL buffers. A
+//! shape excluded by the executor's declared constraints is skipped (the broken meshes for
+//! one that declares `full_mesh`, the put-only shapes for one that needs load/store);
+//! anything else that fails to record or to pass the analyzer is a failure, so an executor
+//! that does not declare `full_mesh` must route around a broken link.
 //!
 //! [`sequence_conformance`] proves pairs of executors of one operator back to back (see
 //! [`super::sequence`]) on a smaller matrix.
@@ -39,13 +42,14 @@ pub const DTYPES: [DataType; 5] = [
 /// The rank shapes of the matrix: one server of 1 to 9 ranks (load/store links), servers
 /// joined by put-only RoCE links (4+4, 8+8 = `2x8`, 8+4), 4+4 and 8+4 joined by
 /// load/store links (so executors that need load/store everywhere are still checked
-/// across servers), and `tcp8` (every link put-only). An executor whose declared link
-/// need a shape's put-only links refuse skips the shape, like any other constraint.
-///
-/// No broken-link shapes yet: with one server of 4 ranks with 0-1 broken and `mesh8-cut`
-/// added, 27 built-ins that cannot route around a broken link were refused at planning;
-/// they now declare `full_mesh`, but put-rhd Reduce and others were still found, and the
-/// matrix gains the shapes once every executor routes around or declares.
+/// across servers), `tcp8` (every link put-only), and two broken meshes: one server of 4
+/// ranks with the 0-1 link broken (ranks 0 and 1 keep two common neighbours, so what goes
+/// around the link is squeezed through few relays) and `mesh8-cut` (8 ranks, 0-1 broken,
+/// six common neighbours). An executor whose declared link need a shape's
+/// put-only links refuse skips the shape, like any other constraint; one that declares
+/// `full_mesh` skips the broken meshes. Any other must run on them, routing around the
+/// broken link (a ring of healthy links, relays), or it is refused here rather than when
+/// a user's topology has one.
 pub fn shapes() -> Vec<Topology> {
     let mut shapes: Vec<Topology> = (1..=9).map(Topology::single_server).collect();
     for servers in [vec![4, 4], vec![8, 8], vec![8, 4]] {
@@ -56,6 +60,9 @@ pub fn shapes() -> Vec<Topology> {
         shapes.push(shape.with_fabric_access(LinkAccess::LoadStore, LinkAccess::LoadStore));
     }
     shapes.push(crate::topology::presets::preset("tcp8").expect("tcp8 is a preset"));
+    let cut4 = Topology::single_server(4).with_broken(0, 1);
+    shapes.push(cut4.expect("a valid broken link"));
+    shapes.push(crate::topology::presets::preset("mesh8-cut").expect("mesh8-cut is a preset"));
     shapes
 }
 
