@@ -4,8 +4,9 @@
 //! In step `k` every rank pulls from the rank `2^k` ahead the run of (up to `2^k`) blocks
 //! that follows the ones it holds, so the held blocks double each step and the last step
 //! takes what is left: no fold and no extra volume on any rank count. See
-//! [`nb`](crate::templates::nb). It needs links between the ranks `2^k` apart; a broken
-//! one is reported as [`Error::NoLink`].
+//! [`nb`](crate::templates::nb). It needs links between the ranks `2^k` apart; it cannot
+//! route around a broken one, so it declares `full_mesh` and a topology with a broken or
+//! missing link refuses it.
 //! HCCL cost: `⌈log2 p⌉α + (p−1)/p·nβ`.
 //!
 //! Every step ends with the reader's Ack ("done reading your output"), so when an

@@ -6,7 +6,8 @@
 //! from the top (`⌈p/2⌉, ⌈p/4⌉, ...`), so the last step moves about half of all blocks,
 //! with no fold and no extra volume on any rank count. See
 //! [`nhr`](crate::templates::nhr). It needs links between the ranks at those distances;
-//! a broken one is reported as [`Error::NoLink`].
+//! it cannot route around a broken one, so it declares `full_mesh` and a topology with a
+//! broken or missing link refuses it.
 //! HCCL cost: `⌈log2 p⌉α + (p−1)/p·nβ`.
 //!
 //! Every step ends with the reader's Ack ("done reading your output"), so when an

@@ -6,8 +6,9 @@
 //! two. Any other rank count folds first, the HCCL way: of the first `2(p − 2^k)` ranks,
 //! each even one pulls its odd neighbour's block and takes part for both, and the odd one
 //! pulls every other block at the end (two more steps). See
-//! [`rhd`](crate::templates::rhd). It needs links between the ranks at those distances,
-//! not a full mesh; a broken one is reported as [`Error::NoLink`].
+//! [`rhd`](crate::templates::rhd). It needs links between the ranks at those distances;
+//! it cannot route around a broken one, so it declares `full_mesh` and a topology with a
+//! broken or missing link refuses it.
 //! HCCL cost: `log2(p)α + (p−1)/p·nβ` on a power of two; otherwise two more steps, the
 //! last moving `(p−1)/p·n`.
 //!

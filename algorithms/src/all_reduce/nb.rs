@@ -3,7 +3,8 @@
 //!
 //! `2⌈log2 p⌉` steps for any rank count, the peer of step `k` `2^k` away, with no fold
 //! and no extra volume. See [`nb`](crate::templates::nb). It needs links between the
-//! ranks `2^k` apart; a broken one is reported as [`Error::NoLink`].
+//! ranks `2^k` apart; it cannot route around a broken one, so it declares `full_mesh` and
+//! a topology with a broken or missing link refuses it.
 //! HCCL cost: `2⌈log2 p⌉α + 2(p−1)/p·nβ + (p−1)/p·nγ`.
 //!
 //! Every step ends with the reader's Ack ("done reading your buffers"), so when an

@@ -5,7 +5,8 @@
 //! reduce-scatter's steps move about half, a quarter, ... of the vector between ranks
 //! `⌈p/2⌉, ⌈p/4⌉, ...` apart, the all-gather the same in reverse. See
 //! [`nhr`](crate::templates::nhr). It needs links between the ranks at those distances;
-//! a broken one is reported as [`Error::NoLink`].
+//! it cannot route around a broken one, so it declares `full_mesh` and a topology with a
+//! broken or missing link refuses it.
 //! HCCL cost: `2⌈log2 p⌉α + 2(p−1)/p·nβ + (p−1)/p·nγ`.
 //!
 //! Every step ends with the reader's Ack ("done reading your buffers"), so when an

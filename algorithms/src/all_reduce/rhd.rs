@@ -7,8 +7,8 @@
 //! first `2(p − 2^k)` ranks pair up, the odd one of each pair hands its input to the even
 //! one, which takes part for both and hands the result back at the end (two more steps,
 //! each moving the whole vector). See [`rhd`](crate::templates::rhd).
-//! It needs links between the ranks at those distances, not a full mesh; a broken one is
-//! reported as [`Error::NoLink`].
+//! It needs links between the ranks at those distances; it cannot route around a broken
+//! one, so it declares `full_mesh` and a topology with a broken or missing link refuses it.
 //! HCCL cost: `2log2(p)α + 2(p−1)/p·nβ + (p−1)/p·nγ` on a power of two; otherwise
 //! `(2⌊log2 p⌋ + 2)α + (2(p'−1)/p' + 2)·nβ + ((p'−1)/p' + 1)·nγ` with `p' = 2^⌊log2 p⌋`.
 //!

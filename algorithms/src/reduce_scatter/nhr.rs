@@ -7,8 +7,9 @@
 //! [`nhr`](crate::templates::nhr). Partial sums need one block per rank of room, which
 //! the output (one block) lacks, so they go to scratch (one CCL buffer, which caps a
 //! zero-copy iteration at the CCL buffer over the rank count), and the last step writes
-//! straight into the output. It needs links between the ranks at those distances; a
-//! broken one is reported as [`Error::NoLink`].
+//! straight into the output. It needs links between the ranks at those distances; it
+//! cannot route around a broken one, so it declares `full_mesh` and a topology with a
+//! broken or missing link refuses it.
 //! HCCL cost: `⌈log2 p⌉α + (p−1)/p·nβ + (p−1)/p·nγ`.
 //!
 //! Every step ends with the reader's Ack ("done reading your buffers"), so when an
