@@ -22,9 +22,11 @@
 //! still set is [`DeviceError::NotifyLeftSet`], reported by this call. A post that arrives
 //! later is caught by its poster, which after posting reads the owner's `ended` mark (in
 //! this process, in the owner's shared-memory control area, or, over TCP, by the owner's
-//! receiver with the epoch the Post frame carries): [`DeviceError::PostAfterEnd`]. Both
-//! sides order their write before their read (SeqCst), so one of them always sees the
-//! other, and nothing is left for the next operation to trip over.
+//! receiver with the epoch the Post frame carries) and, when the owner ended the epoch,
+//! the word again: still set is [`DeviceError::PostAfterEnd`]; clear means a wait of the
+//! epoch took the post before the owner ended, which is right. Both sides order their
+//! write before their read (SeqCst), so one of them always sees the other, and nothing is
+//! left for the next operation to trip over.
 
 use super::compile::{HostProgram, Op};
 use super::exec;
@@ -477,16 +479,19 @@ impl Launch {
     }
 
     /// After a post that set a word of `owner` (nobody waited on it yet): an error when
-    /// `owner` already ended this epoch (`ended`, read after the post), since no wait is
-    /// left to consume it.
+    /// `owner` already ended this epoch (`ended`, read after the post) and the word is
+    /// still set (`still_set`, read after `ended`), since no wait is left to consume it.
+    /// A word found clear was consumed by a wait of the epoch between the post and the
+    /// look at `ended`: the owner ended after it, which is right. Only this rank's stream
+    /// posts this word in this epoch, so a set word is this post.
     fn late_post(
         &self,
         ended: u64,
-        owner: Rank,
-        notify: NotifyId,
+        still_set: impl FnOnce() -> bool,
+        (owner, notify): (Rank, NotifyId),
         at: TaskLocation,
     ) -> Result<(), DeviceError> {
-        if ended < self.epoch {
+        if ended < self.epoch || !still_set() {
             return Ok(());
         }
         Err(DeviceError::PostAfterEnd {
@@ -755,7 +760,8 @@ impl Launch {
             Posted::Set => {
                 fence(Ordering::SeqCst);
                 let ended = self.shared.fences[slot].ended();
-                self.late_post(ended, notify.rank, notify, at)
+                let still_set = || word.state() == SET;
+                self.late_post(ended, still_set, (notify.rank, notify), at)
             }
             Posted::Woke((waiter, s)) => {
                 waiter.wake(s);
@@ -790,7 +796,8 @@ impl Launch {
             PostedAfar::Set => {
                 fence(Ordering::SeqCst);
                 let ended = shm.ended(rank).unwrap_or(0);
-                self.late_post(ended, rank, notify, at)
+                let still_set = || shm.state(rank, word) == Some(SET);
+                self.late_post(ended, still_set, (rank, notify), at)
             }
             PostedAfar::Ring => Ok(()),
             PostedAfar::AlreadySet => Err(self.lost_wakeup(notify, at)),

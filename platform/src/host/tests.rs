@@ -269,6 +269,52 @@ fn a_post_after_its_owner_ended_the_operation_is_reported_by_the_poster() {
     );
 }
 
+/// Rank 1 waits for rank 0's post and then ends at once, on another thread: its end often
+/// falls between rank 0's post and rank 0's look at rank 1's ended mark. The post was
+/// taken, so it is no late post. The window is a few instructions wide, so this finds a
+/// check that forgets to look at the word again only now and then (the executor suites
+/// found it under load); it never fails a right one.
+#[test]
+fn a_post_taken_just_before_its_owner_ends_is_no_late_post() {
+    let dev = device(2, 1, 60_000);
+    let notify = local(&dev, 1, 0);
+    let compiled: Vec<_> = (0..2)
+        .map(|rank| {
+            let mut p = RankProgram::new(rank, 1);
+            match rank {
+                0 => p.streams[0].post(notify),
+                _ => p.streams[0].wait(notify),
+            }
+            dev.compile(CompileRequest {
+                program: Arc::new(p),
+                scratch: None,
+                peers: vec![1 - rank],
+                local_notifies: 1,
+                in_place: true,
+                exit_fence: false,
+            })
+            .unwrap()
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for compiled in &compiled {
+            let dev = &dev;
+            s.spawn(move || {
+                for epoch in 1..=20_000u64 {
+                    let submission = Submission {
+                        compiled: compiled.clone(),
+                        user: UserBuffers::InPlace(&mut []),
+                        epoch,
+                        gate: None,
+                    };
+                    let result = dev.run(vec![submission]).pop().unwrap();
+                    assert!(result.is_ok(), "epoch {epoch}: {result:?}");
+                }
+            });
+        }
+    });
+}
+
 #[test]
 fn a_wait_nobody_posts_times_out_with_its_location() {
     let dev = device(2, 1, 100);

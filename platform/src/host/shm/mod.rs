@@ -250,6 +250,12 @@ impl ShmLinks {
         Some(peer.block.control().ended.load(Ordering::SeqCst))
     }
 
+    /// The state of word `word` of peer `rank` (`None`: no peer, or no such word).
+    pub(crate) fn state(&self, rank: Rank, word: usize) -> Option<u32> {
+        let state = self.peer(rank)?.block.state(word)?;
+        Some(state.load(Ordering::SeqCst))
+    }
+
     /// Ring every peer device's doorbell (once per device), skipping the devices that
     /// poll (`quiet`; never for a failure, which must wake everyone).
     fn ring_all_but_polling(&self, quiet: bool) {

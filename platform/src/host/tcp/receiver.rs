@@ -22,7 +22,7 @@ use super::{setup, TcpLinks, ACCEPTED, WRONG_SHAPE};
 use crate::error::{AbortCause, DeviceError, PeerLoss};
 use crate::host::launch::Shared;
 use crate::ir::{Buf, Rank};
-use crate::signal::Posted;
+use crate::signal::{Posted, SET};
 use crate::transport::tcp::wire::{Frame, Hello, Target, HEADER_LEN, HELLO_LEN};
 use crate::transport::tcp::TcpError;
 use polling::Events;
@@ -605,8 +605,10 @@ fn apply(
                 Posted::Set => {
                     // The owner marks its epoch ended before it looks for words left
                     // set: one of the two sees the other (see `launch.rs`).
+                    // A word found clear again was taken by a wait of the epoch before
+                    // the owner ended it.
                     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-                    if shared.fences[slot].ended() >= epoch {
+                    if shared.fences[slot].ended() >= epoch && w.state() == SET {
                         return Err(bad(format!(
                             "a post of {} for operation {epoch}, which rank {to} already \
                              ended: nothing waits for it, so it would be left set",
