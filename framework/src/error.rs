@@ -321,8 +321,9 @@ pub enum Error {
     ExecutorStuck {
         call: u64,
         executor: &'static str,
-        /// Who should have posted, from the poster's program for the same call.
-        expected: ExpectedPost,
+        /// Who should have posted, from the poster's program for the same call (boxed:
+        /// it keeps `Error` small on every `Result` path).
+        expected: Box<ExpectedPost>,
         #[source]
         cause: DeviceError,
     },
@@ -333,7 +334,7 @@ pub enum Error {
     WaitNeverPosted {
         call: u64,
         /// Who should have posted, from the program the poster runs for this call.
-        expected: ExpectedPost,
+        expected: Box<ExpectedPost>,
         #[source]
         cause: DeviceError,
     },

@@ -239,7 +239,7 @@ fn a_wait_that_is_never_satisfied_times_out_naming_what_it_waited_for() {
     };
     assert_eq!((at.rank, notify.rank), (0, 0));
     // The task that should have posted: rank 1's, planned again on rank 0.
-    let oxccl::framework::error::ExpectedPost::Tasks(posters) = expected else {
+    let oxccl::framework::error::ExpectedPost::Tasks(posters) = &**expected else {
         panic!("{expected:?}")
     };
     assert!(posters.iter().all(|t| t.rank == 1), "{posters:?}");

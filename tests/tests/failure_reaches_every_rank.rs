@@ -269,7 +269,7 @@ fn a_wait_never_posted_in_an_agreed_call_blames_the_executor() {
     };
     assert!(cause.to_string().contains("from rank 1"), "{cause}");
     // Rank 1's program, planned again on rank 0, has no task that posts it.
-    assert_eq!(*expected, ExpectedPost::Nobody { rank: 1 });
+    assert_eq!(**expected, ExpectedPost::Nobody { rank: 1 });
     assert!(
         err.to_string()
             .contains("no task of rank 1's program for this call posts it"),

@@ -177,9 +177,11 @@ impl Communicator {
         (executor, what): (Option<&'static str>, Option<&(OpParam, bool)>),
         outcome: Result<(), DeviceError>,
     ) -> Result<(), Error> {
-        let expected = |notify| match what {
-            Some((op, in_place)) => self.expected_post(op, *in_place, notify),
-            None => ExpectedPost::Unknown,
+        let expected = |notify| {
+            Box::new(match what {
+                Some((op, in_place)) => self.expected_post(op, *in_place, notify),
+                None => ExpectedPost::Unknown,
+            })
         };
         let board = &self.group.board;
         let checked = self.group.config.check_calls;
