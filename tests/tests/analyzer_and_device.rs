@@ -7,6 +7,13 @@
 //! `a`'s allocation. The analyzer used to size each rank's Scratch from that rank's own
 //! request, so an executor whose ranks request different sizes passed it, then on the
 //! device returned wrong results with no error (or failed its first call).
+//!
+//! A peer's user buffers: in zero-copy mode a task may read a peer's Input (or read and
+//! write its Output), but the device binds those buffers only once the peer has submitted
+//! its call for the same epoch. The analyzer used to treat every rank's Input as present
+//! from the start, so an executor that read its peer's Input with no "my data is ready"
+//! signal passed it, then on the device failed with `Unbound` or `OtherEpoch`, or ran,
+//! depending on when the peer called.
 
 use oxccl::framework::analyzer::{analyze, Check, Recording};
 use oxccl::platform::{Buf, Slice};
@@ -270,4 +277,146 @@ fn a_conformance_failure_names_the_executor_the_case_and_the_rank() {
     ] {
         assert!(text.contains(part), "`{part}` not in: {text}");
     }
+}
+
+/// A two-rank AllReduce that reduces its own and its partner's Input straight into its
+/// Output. Without `ready`, nothing tells a rank that its partner has entered the call, so
+/// in zero-copy mode the partner's Input may not be bound yet; with it, an Ack round first,
+/// as every built-in does.
+struct PeerInputReader {
+    ready: bool,
+}
+
+impl Executor for PeerInputReader {
+    fn resources(&self, _: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        Ok(ResourceRequest::with_peers(Peers::All))
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        let bytes = args.op.count * args.op.dtype.size();
+        let (me, partner) = (ctx.rank, ctx.rank ^ 1);
+        let link = ctx.link(partner, 0)?;
+        let s = ctx.stream(0);
+        if self.ready {
+            link.tx_ack(s);
+            link.rx_ack(s);
+        }
+        let (mine, theirs) = (
+            args.input.at(me, 0, bytes),
+            args.input.at(partner, 0, bytes),
+        );
+        let srcs = match me < partner {
+            true => vec![mine, theirs],
+            false => vec![theirs, mine],
+        };
+        s.reduce(
+            srcs,
+            args.output.at(me, 0, bytes),
+            args.op.dtype,
+            args.op.op,
+        );
+        Ok(())
+    }
+}
+
+oxccl::register_executor! {
+    name: "peer-input-unsignalled",
+    op: OpKind::AllReduce,
+    description: "reads the partner's Input with no ready signal (analyzer/device test)",
+    constraints: Constraints { min_ranks: 2, max_ranks: 2, ..Constraints::ANY },
+    preference: -100,
+    make: || Box::new(PeerInputReader { ready: false }),
+}
+
+oxccl::register_executor! {
+    name: "peer-input-after-ack",
+    op: OpKind::AllReduce,
+    description: "reads the partner's Input after an Ack round (analyzer/device test)",
+    constraints: Constraints { min_ranks: 2, max_ranks: 2, ..Constraints::ANY },
+    preference: -100,
+    make: || Box::new(PeerInputReader { ready: true }),
+}
+
+fn zero_copy(algo: &str) -> Config {
+    Config {
+        zero_copy: true,
+        ..config(algo)
+    }
+}
+
+#[test]
+fn the_analyzer_refuses_a_peer_input_read_before_the_peer_signalled() {
+    let rec =
+        Recording::record(&op(5), false, zero_copy("peer-input-unsignalled")).expect("recorded");
+    let report = analyze(&rec);
+    let found: Vec<_> = report.of(Check::PeerReady).collect();
+    assert_eq!(found.len(), 2, "one per rank: {report}");
+    for (f, (me, peer)) in found.iter().zip([(0, 1), (1, 0)]) {
+        assert_eq!((f.rank, f.stream), (Some(me), Some(0)), "{f}");
+        for part in [
+            format!("rank {me} stream 0 task {} (Reduce) reads rank {peer} Input[0..20], a user buffer of rank {peer}, before rank {peer} has entered the operation", f.task.unwrap()),
+            format!("signal from rank {peer} that its buffers are ready before touching them, e.g. tx_ack/rx_ack or a DataSignal round"),
+        ] {
+            assert!(f.message.contains(&part), "`{part}` not in: {f}");
+        }
+    }
+    // The same reads after an Ack round pass every check.
+    let rec =
+        Recording::record(&op(5), false, zero_copy("peer-input-after-ack")).expect("recorded");
+    let report = analyze(&rec);
+    assert!(report.passed(), "{report}");
+}
+
+/// What each of the two ranks' calls returned.
+type Results = (Result<Vec<i32>, Error>, Result<Vec<i32>, Error>);
+
+/// Run `algo` on two ranks with the call agreement off (so nothing but the program waits
+/// for the peer), rank 1 calling after rank 0: once rank 0's call has returned, or, when
+/// `rank_zero_waits`, while it runs (for a program that waits for rank 1).
+fn rank_one_late(algo: &str, rank_zero_waits: bool) -> Results {
+    let config = Config {
+        check_calls: false,
+        exec_timeout: std::time::Duration::from_secs(10),
+        ..zero_copy(algo)
+    };
+    let comms = Communicator::init_all(2, config).expect("init");
+    let call = |comm: &Communicator| {
+        let input = vec![comm.rank() as i32 + 1; 5];
+        let mut output = vec![0i32; 5];
+        comm.all_reduce(&input, &mut output, ReduceOp::Sum)
+            .map(|()| output)
+    };
+    std::thread::scope(|s| {
+        let zero = s.spawn(|| call(&comms[0]));
+        if !rank_zero_waits {
+            // Rank 0 cannot wait for rank 1 here: its call returns before rank 1 calls.
+            let zero = zero.join().expect("no panic");
+            return (zero, call(&comms[1]));
+        }
+        let one = call(&comms[1]);
+        (zero.join().expect("no panic"), one)
+    })
+}
+
+#[test]
+fn on_the_device_the_unsignalled_read_finds_the_peer_unbound() {
+    // The task the analyzer names is the one the device refuses.
+    let rec =
+        Recording::record(&op(5), false, zero_copy("peer-input-unsignalled")).expect("recorded");
+    let report = analyze(&rec);
+    let found = report.of(Check::PeerReady).find(|f| f.rank == Some(0));
+    let task = found.and_then(|f| f.task).expect("caught on rank 0");
+    // Deterministic: rank 1 has not called when rank 0's read runs.
+    let (zero, _) = rank_one_late("peer-input-unsignalled", false);
+    let err = zero.expect_err("rank 0 read a buffer that was not bound");
+    let text = oxccl::framework::error::with_causes(&err);
+    let want = format!(
+        "rank 0 stream 0 task {task}: slice rank 1 Input[0..20] is invalid: rank 1 has no \
+         collective in flight, so its Input is unbound"
+    );
+    assert!(text.contains(&want), "`{want}` not in: {text}");
+    // With the Ack round, rank 0 waits for rank 1 however late it calls.
+    let (zero, one) = rank_one_late("peer-input-after-ack", true);
+    assert_eq!(zero.expect("rank 0"), vec![3; 5]);
+    assert_eq!(one.expect("rank 1"), vec![3; 5]);
 }

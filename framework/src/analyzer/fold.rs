@@ -45,6 +45,8 @@
 //!   `b` writes, the same through `b`'s copy in `S_{j-1}`. Against `F` or `L`, the path
 //!   the window proves from `S_1` (or to `S_2`) moves along the `S_k` and leaves or
 //!   enters them by stream order, which holds from any `S_k`.
+//! - *peer ready*: an access to a peer's user buffer in `S_k` comes after its copy in
+//!   `S_2` on the same stream, which the window orders after a task of the peer.
 //! - *semantics*: with no race, a read of a CCL byte sees the last write before it, in its
 //!   own part or the one before (every `S_k` writes the same bytes), so the values `S_k`
 //!   computes are `S_2`'s moved to its elements, and `L` sees what it sees after `S_2`.

@@ -14,6 +14,9 @@
 //!   and waits as the canonical one does, with no post on a notify still set; that proof
 //!   is what lets the remaining checks reason about one execution and conclude for all.
 //! - `fork_join` checks that slave streams fork from and join the main stream.
+//! - `peer_ready` checks, in zero-copy mode, that a task touches a peer's Input or Output
+//!   only after a task of that peer (which has then entered the operation, so its user
+//!   buffers exist on the device).
 //! - `memory` finds tasks that touch the same bytes without HB order, FastTrack-style:
 //!   along the canonical run, each access is checked against the last write and the reads
 //!   since, per byte interval.
@@ -48,6 +51,7 @@ pub mod layouts;
 mod links;
 mod lost_wakeup;
 mod memory;
+mod peer_ready;
 pub mod recording;
 pub mod report;
 mod schedule;
@@ -108,6 +112,7 @@ fn analyze_part(rec: &Recording, covered: Option<&[(usize, usize)]>) -> Report {
         let mut hb = hb::Hb::new(&ex);
         lost_wakeup::check(&idx, &ex, &mut hb, &mut out);
         fork_join::check(&idx, &ex, &mut hb, &mut out);
+        peer_ready::check(&idx, &ex, &mut out);
         memory::check(&idx, &ex, &mut hb, &mut out);
         flow.join()
     });

@@ -26,6 +26,9 @@ pub enum Check {
     LostWakeup,
     /// Slave streams fork from and join the main stream.
     ForkJoin,
+    /// In zero-copy mode, a peer's Input or Output touched before a task of that peer (it
+    /// has not entered the operation, so its user buffers may not exist yet).
+    PeerReady,
     /// Two unordered tasks touching the same bytes, at least one writing.
     MemoryConflict,
     /// The outputs do not hold what the operator defines.
@@ -34,13 +37,14 @@ pub enum Check {
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 8] = [
+    pub const ALL: [Check; 9] = [
         Check::Bounds,
         Check::Link,
         Check::Grant,
         Check::Deadlock,
         Check::LostWakeup,
         Check::ForkJoin,
+        Check::PeerReady,
         Check::MemoryConflict,
         Check::Semantics,
     ];

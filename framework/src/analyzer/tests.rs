@@ -210,9 +210,15 @@ fn unordered_writes_and_reads_conflict() {
 #[test]
 fn missing_duplicated_and_misplaced_contributions_are_named() {
     let variant = |srcs: fn(usize) -> Vec<Slice>| {
-        record(sum(4), Topology::single_server(3), 0, move |r, p, _| {
-            p.streams[0].reduce(srcs(r), out(r, 0, 16), DataType::F32, ReduceOp::Sum);
-        })
+        record(
+            sum(4),
+            Topology::single_server(3),
+            0,
+            move |r, p, layout| {
+                ready_round(r, 3, &mut p.streams[0], layout);
+                p.streams[0].reduce(srcs(r), out(r, 0, 16), DataType::F32, ReduceOp::Sum);
+            },
+        )
     };
     let missing = variant(|_| vec![in_(0, 0, 16), in_(1, 0, 16)]);
     assert_reports(
@@ -386,6 +392,113 @@ fn slave_that_never_joins_is_reported() {
     );
 }
 
+#[test]
+fn a_peer_user_buffer_touched_before_the_peer_entered_is_reported() {
+    let both = |r: usize, p: &mut RankProgram| {
+        p.streams[0].reduce(
+            vec![in_(0, 0, 16), in_(1, 0, 16)],
+            out(r, 0, 16),
+            DataType::F32,
+            ReduceOp::Sum,
+        );
+    };
+    // No signal at all: both ranks read the other's Input before it may exist.
+    let mut rec = record(sum(4), Topology::single_server(2), 0, |r, p, _| both(r, p));
+    let report = analyze(&rec);
+    let msgs = of(&report, Check::PeerReady);
+    assert_eq!(msgs.len(), 2, "{report}");
+    assert_reports(
+        &report,
+        Check::PeerReady,
+        "rank 0 stream 0 task 0 (Reduce) reads rank 1 Input[0..16], a user buffer of rank 1, \
+         before rank 1 has entered the operation: no task of rank 1 in this operation happens \
+         before it",
+    );
+    assert_reports(&report, Check::PeerReady, "tx_ack/rx_ack");
+    // Staged: the link check refuses the peer's user buffer, this check says nothing more.
+    rec.mode = Mode::Staged;
+    let report = analyze(&rec);
+    assert!(of(&report, Check::PeerReady).is_empty(), "{report}");
+    assert!(!of(&report, Check::Link).is_empty(), "{report}");
+    // One-way: rank 1 signals after its own read, so rank 0's read is ordered and rank 1's
+    // is not.
+    let rec = record(sum(4), Topology::single_server(2), 0, |r, p, layout| {
+        let l = link(r, 1 - r, layout);
+        if r == 0 {
+            l.rx_ack(&mut p.streams[0]);
+            both(r, p);
+        } else {
+            both(r, p);
+            l.tx_ack(&mut p.streams[0]);
+        }
+    });
+    let report = analyze(&rec);
+    let found: Vec<_> = report.of(Check::PeerReady).collect();
+    assert_eq!(found.len(), 1, "{report}");
+    assert_eq!(
+        (found[0].rank, found[0].task),
+        (Some(1), Some(0)),
+        "{report}"
+    );
+    assert!(found[0].message.contains("reads rank 0 Input[0..16]"));
+    // Through a third rank: rank 2 signals rank 1, which then signals rank 0, so rank 0's
+    // read of rank 2's Input comes after a task of rank 2.
+    let relayed = |direct_from_one: bool| {
+        record(
+            sum(4),
+            Topology::single_server(3),
+            0,
+            move |r, p, layout| {
+                let s = &mut p.streams[0];
+                match r {
+                    2 => link(2, 1, layout).tx_ack(s),
+                    1 => {
+                        if !direct_from_one {
+                            link(1, 2, layout).rx_ack(s);
+                        }
+                        link(1, 0, layout).tx_ack(s);
+                        if direct_from_one {
+                            link(1, 2, layout).rx_ack(s);
+                        }
+                    }
+                    _ => {
+                        link(0, 1, layout).rx_ack(s);
+                        s.copy(in_(2, 0, 16), out(0, 0, 16));
+                    }
+                }
+            },
+        )
+    };
+    let report = analyze(&relayed(false));
+    assert!(of(&report, Check::PeerReady).is_empty(), "{report}");
+    // Rank 1 signals before it heard from rank 2: the read is unordered.
+    let report = analyze(&relayed(true));
+    assert_reports(
+        &report,
+        Check::PeerReady,
+        "rank 0 stream 0 task 1 (Copy) reads rank 2 Input[0..16]",
+    );
+    // A rank with no task: its peer reads and writes its buffers.
+    let rec = record(sum(4), Topology::single_server(2), 0, |r, p, _| {
+        if r == 0 {
+            p.streams[0].reduce_to(
+                vec![in_(0, 0, 16), in_(1, 0, 16)],
+                vec![out(0, 0, 16), out(1, 0, 16)],
+                DataType::F32,
+                ReduceOp::Sum,
+            );
+        }
+    });
+    let report = analyze(&rec);
+    assert_reports(
+        &report,
+        Check::PeerReady,
+        "writes rank 1 Output[0..16], a user buffer of rank 1, before rank 1 has entered the \
+         operation: rank 1 runs no task in this operation",
+    );
+    assert_reports(&report, Check::PeerReady, "reads rank 1 Input[0..16]");
+}
+
 /// A correct pull program for every operator but AllReduce, on `n` ranks with root 1.
 fn operator_programs(n: usize, b: usize) -> Vec<(OpKind, Body)> {
     vec![
@@ -451,7 +564,8 @@ fn every_operator_has_a_correct_hand_written_program() {
     };
     let cases = operator_programs(n, b);
     for (kind, body) in &cases {
-        let rec = record(op(*kind), Topology::single_server(n), 0, |r, p, _| {
+        let rec = record(op(*kind), Topology::single_server(n), 0, |r, p, layout| {
+            ready_round(r, n, &mut p.streams[0], layout);
             body(r, &mut p.streams[0])
         });
         let report = analyze(&rec);
@@ -490,7 +604,8 @@ fn in_place_gathers_and_scatters_use_the_own_block() {
     let b = count * ES;
     let op = |kind| OpParam { kind, ..sum(count) };
     let in_place = |kind, body: &dyn Fn(usize, &mut StreamProgram)| {
-        let mut rec = record(op(kind), Topology::single_server(n), 0, |r, p, _| {
+        let mut rec = record(op(kind), Topology::single_server(n), 0, |r, p, layout| {
+            ready_round(r, n, &mut p.streams[0], layout);
             body(r, &mut p.streams[0])
         });
         rec.in_place = true;

@@ -31,8 +31,8 @@
 //! `fences`), and runs the existing machinery on the whole: the canonical execution and its
 //! deadlock check, the lost-wakeup proof, the memory-conflict check, plus two checks of
 //! its own: the **grant rule** (`grants`) and waits that consume an earlier operation's
-//! post (`stale`). Bounds, links, fork/join and semantics are properties of one operation:
-//! [`super::analyze`] proves them per recording.
+//! post (`stale`). Bounds, links, fork/join, peer-ready and semantics are properties of
+//! one operation: [`super::analyze`] proves them per recording.
 //!
 //! # Why per-operation checks plus the fence cover any sequence
 //!
