@@ -58,18 +58,25 @@ impl Executor for Asymmetric {
         link.rx_async(s);
         link.rx_wait_done(s);
         link.tx_wait_done(s);
-        let srcs = match me < partner {
-            true => vec![mine, at(me)],
-            false => vec![at(me), mine],
-        };
-        s.reduce(
-            srcs,
-            args.output.at(me, 0, bytes),
-            args.op.dtype,
-            args.op.op,
-        );
+        reduce_pair(s, args, (me, mine), at(me));
         Ok(())
     }
+}
+
+/// Reduce rank `me`'s block `mine` with its partner's `theirs` into `me`'s Output, lower
+/// rank first (so both ranks of a pair sum in the same order and agree bit for bit).
+fn reduce_pair(
+    s: &mut oxccl::platform::StreamProgram,
+    args: &KernelArgs,
+    (me, mine): (usize, Slice),
+    theirs: Slice,
+) {
+    let srcs = match me < (me ^ 1) {
+        true => vec![mine, theirs],
+        false => vec![theirs, mine],
+    };
+    let out = args.output.at(me, 0, mine.len);
+    s.reduce(srcs, out, args.op.dtype, args.op.op);
 }
 
 // Rank 0 writes a copy of its own scratch that rank 1 never reads: wrong results, no error.
@@ -305,16 +312,7 @@ impl Executor for PeerInputReader {
             args.input.at(me, 0, bytes),
             args.input.at(partner, 0, bytes),
         );
-        let srcs = match me < partner {
-            true => vec![mine, theirs],
-            false => vec![theirs, mine],
-        };
-        s.reduce(
-            srcs,
-            args.output.at(me, 0, bytes),
-            args.op.dtype,
-            args.op.op,
-        );
+        reduce_pair(s, args, (me, mine), theirs);
         Ok(())
     }
 }

@@ -95,7 +95,7 @@ impl Communicator {
                 }
             }
             let a = match call {
-                GroupCall::Run(_, op, user) => comm.announce(&op, user),
+                GroupCall::Run(_, op, user) => comm.announce(op, user),
                 GroupCall::Refused(_, err) => comm.announce_refused(err),
             };
             announced.push((results.len(), a));
@@ -117,10 +117,11 @@ impl Communicator {
 
     /// Number the call, validate and prepare it, and deposit its signature (or its
     /// refusal) on the agreement board; the execution waits on the call's gate.
-    fn announce<'c, 'a>(&'c self, op: &OpParam, user: UserBuffers<'a>) -> Announced<'c, 'a> {
+    /// `op` is kept (moved, not copied) for a timeout's diagnosis.
+    fn announce<'c, 'a>(&'c self, op: OpParam, user: UserBuffers<'a>) -> Announced<'c, 'a> {
         let call = self.calls.fetch_add(1, Ordering::Relaxed);
         let in_place = user.is_in_place();
-        let mut run = self.checked_execution(op, user);
+        let mut run = self.checked_execution(&op, user);
         let (executor, scratch) = match &run {
             Ok(Some((_, name, scratch))) => (Some(*name), scratch.clone()),
             _ => (None, ScratchUse::default()),
@@ -128,7 +129,7 @@ impl Communicator {
         if self.group.config.check_calls {
             let deposit = match &run {
                 Ok(_) => {
-                    Deposit::Call(Signature::new(self.rank, op, executor).with_scratch(scratch))
+                    Deposit::Call(Signature::new(self.rank, &op, executor).with_scratch(scratch))
                 }
                 Err(err) => Deposit::Refused(with_causes(err)),
             };
@@ -142,7 +143,7 @@ impl Communicator {
             call,
             run: run.map(|prepared| prepared.map(|(e, _, _)| e)),
             executor,
-            what: executor.map(|_| (op.clone(), in_place)),
+            what: executor.map(|_| (op, in_place)),
         }
     }
 
