@@ -295,6 +295,19 @@ pub struct DeviceSpan {
     pub len: usize,
 }
 
+impl DeviceSpan {
+    /// The `len` bytes at `offset` of this span, or `None` when they do not lie inside it
+    /// (a receive buffer between guard bytes, a block of a larger buffer).
+    pub fn slice(&self, offset: usize, len: usize) -> Option<DeviceSpan> {
+        let end = offset.checked_add(len)?;
+        if end > self.len {
+            return None;
+        }
+        let addr = self.addr.checked_add(u64::try_from(offset).ok()?)?;
+        Some(DeviceSpan { addr, len })
+    }
+}
+
 impl UserBuffers<'_> {
     /// True for in-place bindings.
     pub fn is_in_place(&self) -> bool {
@@ -435,7 +448,12 @@ pub trait Completion: Send {
 }
 
 /// A backend.
-pub trait Device: Send + Sync + std::fmt::Debug {
+///
+/// `Any` is a supertrait so that a caller holding `Arc<dyn Device>` can reach the
+/// backend's own API when it knows the kind (`device.downcast_ref::<CudaDevice>()`, for the
+/// cuda backend's user allocations); every backend is a `'static` type, so it costs
+/// implementors nothing.
+pub trait Device: Any + Send + Sync + std::fmt::Debug {
     /// Short backend name (`host`, `sim`, ...), as registered.
     fn kind(&self) -> &'static str;
 
@@ -499,11 +517,54 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     }
 }
 
+impl dyn Device {
+    /// The backend as its concrete type `T`, or `None` when it is another kind: the way
+    /// to a backend's own API from the framework's `Arc<dyn Device>`
+    /// (`comm.device().downcast_ref::<CudaDevice>()`).
+    pub fn downcast_ref<T: Device>(&self) -> Option<&T> {
+        (self as &dyn Any).downcast_ref::<T>()
+    }
+}
+
 /// Wait for `completion` until it reports its outcome, `timeout` at a time.
 pub fn wait_out(completion: &mut dyn Completion, timeout: Duration) -> Result<(), DeviceError> {
     loop {
         if let Some(outcome) = completion.wait(timeout) {
             return outcome;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_span_slice_stays_inside_the_span() {
+        let span = DeviceSpan {
+            addr: 0x1000,
+            len: 256,
+        };
+        let inner = DeviceSpan {
+            addr: 0x1040,
+            len: 128,
+        };
+        assert_eq!(span.slice(64, 128), Some(inner));
+        assert_eq!(span.slice(0, 256), Some(span));
+        assert_eq!(span.slice(256, 0).map(|s| s.len), Some(0));
+        assert_eq!(span.slice(200, 57), None);
+        assert_eq!(span.slice(usize::MAX, 2), None);
+        let top = DeviceSpan {
+            addr: u64::MAX - 1,
+            len: usize::MAX,
+        };
+        assert_eq!(top.slice(8, 1), None, "the address would wrap");
+    }
+
+    #[test]
+    fn a_device_downcasts_to_its_own_kind_only() {
+        let device = crate::registry::create("sim", DeviceConfig::all_local(2)).unwrap();
+        assert!(device.downcast_ref::<crate::sim::SimDevice>().is_some());
+        assert!(device.downcast_ref::<crate::host::HostDevice>().is_none());
     }
 }

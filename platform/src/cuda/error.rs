@@ -104,6 +104,17 @@ pub enum CudaError {
         ordinal: usize,
         found: Option<usize>,
     },
+    #[error("there is no CUDA device {ordinal}: this machine has {count}")]
+    NoOrdinal { ordinal: usize, count: usize },
+    #[error(
+        "{what}: the source has {source_len} bytes and the destination {destination_len}; a \
+         copy between a device buffer and a slice or another buffer needs equal lengths"
+    )]
+    CopyLength {
+        what: &'static str,
+        source_len: usize,
+        destination_len: usize,
+    },
     #[error(
         "rank {rank}: stream {stream} did not finish within {waited:?}; its last task \
          reached was {task}. The device was stopped so that every other rank returns too"

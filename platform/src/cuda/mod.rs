@@ -70,8 +70,12 @@ mod exec;
 mod launch;
 #[cfg(feature = "cuda")]
 mod memory;
+#[cfg(feature = "cuda")]
+mod user;
 
 #[cfg(feature = "cuda")]
 pub(crate) use device::Shared;
 #[cfg(feature = "cuda")]
 pub use device::{gpu_count, CudaDevice};
+#[cfg(feature = "cuda")]
+pub use user::{copy_bandwidth, CopyBandwidth, DeviceBytes};
