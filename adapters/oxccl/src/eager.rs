@@ -307,7 +307,7 @@ impl Communicator {
 
     /// Run this rank's one call. A call refused by its constructor runs too, as refused:
     /// the other ranks learn why at once, and this rank gets its own refusal.
-    fn run(&self, call: Result<OpCall<'_>, Error>) -> Result<(), Error> {
+    pub(crate) fn run(&self, call: Result<OpCall<'_>, Error>) -> Result<(), Error> {
         let refused = call.as_ref().err().cloned();
         let ran = Inner::execute_calls(vec![OpCall::for_rank(call, &self.inner)])
             .pop()

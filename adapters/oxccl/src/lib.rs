@@ -29,13 +29,21 @@
 //! rules of an operator are written in one place for every way of calling it.
 //! Linking this crate links the built-in executors ([`algorithms`]); a plugin crate is
 //! linked only when the final binary names it (`use my_plugin as _;`).
+//!
+//! With the feature `cuda`, `DeviceBuffer` holds a rank's data on its GPU, and the eager
+//! calls with a `_device` suffix run on such buffers in place (see the `device_buffer`
+//! module's docs).
 
 mod call;
+#[cfg(feature = "cuda")]
+mod device_buffer;
 mod eager;
 mod group;
 mod logging;
 
 pub use call::OpCall;
+#[cfg(feature = "cuda")]
+pub use device_buffer::DeviceBuffer;
 pub use eager::Communicator;
 pub use group::Group;
 /// Half-precision element types.
@@ -52,7 +60,8 @@ pub use oxccl_framework::{
 };
 pub use oxccl_framework::{register_executor, register_selector, register_template};
 pub use oxccl_platform::{
-    self as platform, Buf, DataType, DeviceError, Element, Rank, ReduceOp, Slice, UserBuffers,
+    self as platform, Buf, DataType, DeviceError, DeviceSpan, Element, Rank, ReduceOp, Slice,
+    UserBuffers,
 };
 
 /// Result of oxccl calls.
