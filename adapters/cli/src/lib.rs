@@ -1,7 +1,8 @@
 //! `oxccl-cli`: the oxccl toolbox, as a library any binary can run.
 //!
-//! - `perf <collective>`: an nccl-tests-style benchmark on the host device, with
-//!   correctness checked by default;
+//! - `perf <collective>`: an nccl-tests-style benchmark on the host device or on GPUs
+//!   (`--device cuda`, beside the device-to-device copy bound), with correctness checked
+//!   by default;
 //! - `check <collective>`: the analyzer and the cost model on a topology;
 //! - `tune <collective>`: measure every candidate executor and write a tuning table
 //!   that `OXCCL_TUNE_FILE` makes select_alg follow;
@@ -53,7 +54,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Benchmark a collective (nccl-tests style) on the host device.
+    /// Benchmark a collective (nccl-tests style) on the host device or GPUs.
     Perf(perf::PerfArgs),
     /// Prove a collective's programs correct and model their speed on a topology.
     Check(check::CheckArgs),

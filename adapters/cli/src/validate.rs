@@ -31,6 +31,31 @@ pub fn refused(
         .into()
 }
 
+/// The help of `--device` (`oxccl perf` and `oxccl tune`).
+pub const DEVICE_HELP: &str = "The backend: `host` (threads of this process) or `cuda` (NVIDIA \
+     GPUs, user buffers on the GPU; a build with the `cuda` feature). Default: OXCCL_DEVICE, \
+     else host";
+
+/// `--device`: a registered backend kind. `cuda` in a build without the backend is refused
+/// with [`CudaError::NotBuilt`](oxccl::platform::cuda::CudaError::NotBuilt) as the cause,
+/// which says to rebuild with the feature.
+pub fn device(kind: &str) -> Result<String, Error> {
+    let known = oxccl::platform::registry::kinds();
+    if known.contains(&kind) {
+        return Ok(kind.to_string());
+    }
+    let reason = format!("use one of {}", known.join(", "));
+    if kind == "cuda" {
+        return Err(refused(
+            "--device",
+            kind,
+            reason,
+            oxccl::platform::cuda::CudaError::NotBuilt,
+        ));
+    }
+    Err(bad_flag("--device", kind, reason))
+}
+
 /// `--ranks`: from 1 to [`MAX_RANKS`].
 pub fn rank_count(ranks: usize) -> Result<usize, Error> {
     if (1..=MAX_RANKS).contains(&ranks) {

@@ -1,4 +1,5 @@
-//! `oxccl perf`: an nccl-tests-style benchmark of one collective on the host device.
+//! `oxccl perf`: an nccl-tests-style benchmark of one collective on the host device, or
+//! on GPUs (`--device cuda`).
 //!
 //! `-t` threads drive the ranks, each with group calls over its share (one thread for all
 //! ranks by default, as in nccl-tests). For each size the threads run the warmup
@@ -17,8 +18,14 @@
 //! links to treat as broken): the communicator then refuses broken links, and select_alg
 //! runs the executors that avoid them. `oxccl tune` measures with this module's
 //! [`measure`].
+//!
+//! `--device` (default `OXCCL_DEVICE`, else `host`) picks the backend. On `cuda` the user
+//! buffers live on the GPUs and every row also shows the copy bound of its size and busbw
+//! as a fraction of it ([`gpu`]); a build without the `cuda` feature refuses
+//! `--device cuda`, saying to rebuild with it.
 
 mod data;
+mod gpu;
 mod procs;
 mod report;
 mod run;
@@ -88,6 +95,8 @@ pub struct PerfArgs {
     /// started by this command; the same as `mpirun -np N oxccl perf ...`.
     #[arg(long, value_name = "N")]
     pub procs: Option<usize>,
+    #[arg(long, value_name = "KIND", help = crate::validate::DEVICE_HELP)]
+    pub device: Option<String>,
 }
 
 fn parse_all<T: std::str::FromStr + Copy>(
@@ -150,8 +159,13 @@ pub fn plan(args: &PerfArgs, launched: Option<usize>) -> Result<PerfPlan, Error>
         _ => size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor)?,
     };
     let forced = args.algo.as_deref().map(|name| (kind, name));
-    let (mut config, topology, given) =
-        run_config(ranks, args.topo.as_deref(), &args.broken, forced)?;
+    let (mut config, topology, given) = run_config(
+        ranks,
+        args.topo.as_deref(),
+        &args.broken,
+        forced,
+        args.device.as_deref(),
+    )?;
     // A job of processes takes its hosts as the topology unless one is given.
     if launched.is_some() && !given {
         config.topology = None;
@@ -178,16 +192,21 @@ pub fn plan(args: &PerfArgs, launched: Option<usize>) -> Result<PerfPlan, Error>
     })
 }
 
-/// The communicator's configuration: the environment's, with `--topo`/`--broken`/`--ranks`
-/// applied and `forced` = (operator, executor) set when given; and whether a topology
-/// was given at all (`--topo`, `--broken` or `OXCCL_TOPO_FILE`) rather than defaulted.
+/// The communicator's configuration: the environment's, with `--device` (`device`) and
+/// `--topo`/`--broken`/`--ranks` applied and `forced` = (operator, executor) set when
+/// given; and whether a topology was given at all (`--topo`, `--broken` or
+/// `OXCCL_TOPO_FILE`) rather than defaulted.
 pub(crate) fn run_config(
     ranks: Option<usize>,
     topo: Option<&str>,
     broken: &[String],
     forced: Option<(OpKind, &str)>,
+    device: Option<&str>,
 ) -> Result<(Config, Topology, bool), Error> {
     let mut config = Config::from_env()?;
+    if let Some(kind) = device {
+        config.device = validate::device(kind)?;
+    }
     let given = topo.is_some() || !broken.is_empty() || config.topology.is_some();
     let topology = crate::topo_args::run_topology(
         ranks,
@@ -226,7 +245,9 @@ pub fn run(args: &PerfArgs) -> Result<ExitCode, Error> {
             for &size in &plan.sweep {
                 let count = count_for_size(plan.kind, size, dtype, ranks);
                 let ops = calls(plan.kind, count, dtype, redop, plan.root, ranks);
-                report.row(measure(&comms, &ops, &plan.settings)?);
+                let bytes = report::row_size(&ops[0], ranks);
+                let copy = gpu::copy_bound(&comms, bytes, plan.settings.iters)?;
+                report.row(measure(&comms, &ops, &plan.settings)?, copy);
             }
         }
     }

@@ -1,8 +1,11 @@
-//! The nccl-tests table (or one JSON document) for `oxccl perf`.
+//! The nccl-tests table (or one JSON document) for `oxccl perf`. On GPUs each row also
+//! carries the copy bound of its size and busbw over it ([`super::gpu`]); the host's table
+//! and document are nccl-tests' alone.
 
+use super::gpu::{self, CopyBound};
 use super::run::{Measured, Timing};
 use super::PerfArgs;
-use oxccl::{Communicator, OpKind, Topology};
+use oxccl::{Communicator, OpKind, OpParam, Topology};
 use serde::Serialize;
 use std::process::ExitCode;
 
@@ -25,6 +28,15 @@ struct JsonRow {
     out_of_place: Option<JsonTiming>,
     in_place: Option<JsonTiming>,
     skipped: Option<String>,
+    /// On GPUs: GB/s of one of the concurrent copies of this size (the copy bound).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    copy_gbps: Option<f64>,
+    /// On GPUs: the out-of-place busbw over the copy bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    busbw_over_copy: Option<f64>,
+    /// On GPUs: the concurrent copies of the bound (the ranks sharing rank 0's GPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    concurrent_copies: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -43,6 +55,8 @@ pub struct Report {
     json: Option<JsonReport>,
     kind: OpKind,
     ranks: usize,
+    /// The ranks run on GPUs: the table has the copy-bound columns.
+    on_gpu: bool,
     busbw_sum: f64,
     busbw_rows: usize,
     wrong: usize,
@@ -55,15 +69,26 @@ fn bandwidth(kind: OpKind, ranks: usize, bytes: usize, seconds: f64) -> (f64, f6
     (algbw, algbw * kind.busbw_factor(ranks))
 }
 
-/// nccl-tests' "size": per-rank bytes for AllReduce/Broadcast/Reduce, total otherwise.
-fn size_of(m: &Measured, ranks: usize) -> usize {
-    let (i, o) = m.op.buffer_bytes(0, ranks);
+/// nccl-tests' "size" of `op`'s row: per-rank bytes for AllReduce/Broadcast/Reduce, total
+/// otherwise.
+pub fn row_size(op: &OpParam, ranks: usize) -> usize {
+    let (i, o) = op.buffer_bytes(0, ranks);
     i.max(o)
+}
+
+/// The copy-bound columns' cells, empty for a host table.
+fn copy_cells(on_gpu: bool, copy: Option<CopyBound>, ratio: Option<f64>) -> String {
+    match (on_gpu, copy, ratio) {
+        (false, _, _) => String::new(),
+        (true, Some(c), Some(r)) => format!("{:>8.2} {:>10.3}  ", c.gbps, r),
+        (true, _, _) => format!("{:>8} {:>10}  ", "N/A", "N/A"),
+    }
 }
 
 impl Report {
     pub fn new(kind: OpKind, comms: &[Communicator], topology: &Topology, args: &PerfArgs) -> Self {
         let ranks = comms[0].size();
+        let on_gpu = gpu::runs_on_gpu(&comms[0]);
         let device = format!("{:?}", comms[0].framework().device());
         let json = args.json.then(|| JsonReport {
             collective: kind.name().into(),
@@ -94,30 +119,41 @@ impl Report {
                     table.entries.len()
                 );
             }
+            if on_gpu {
+                outln!(
+                    "# user buffers on the GPUs; copy: GB/s of each of R concurrent \
+                     device-to-device copies of the size on rank 0's GPU (R = its ranks), \
+                     busbw/copy: out-of-place busbw over it"
+                );
+            }
             outln!("#");
             outln!(
-                "# {:>10} {:>12} {:>8} {:>6} {:>5}   {:^34}   {:^34}",
+                "# {:>10} {:>12} {:>8} {:>6} {:>5}   {:^34}   {:^34}{}",
                 "",
                 "",
                 "",
                 "",
                 "",
                 "out-of-place",
-                "in-place"
+                "in-place",
+                if on_gpu { "  copy bound" } else { "" }
             );
             outln!(
-                "# {:>10} {:>12} {:>8} {:>6} {:>5}   {:>9} {:>7} {:>7} {:>7}   {:>9} {:>7} {:>7} {:>7}  executor",
-                "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"
+                "# {:>10} {:>12} {:>8} {:>6} {:>5}   {:>9} {:>7} {:>7} {:>7}   {:>9} {:>7} {:>7} {:>7}  {}executor",
+                "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong",
+                if on_gpu { format!("{:>8} {:>10}  ", "copy", "busbw/copy") } else { String::new() }
             );
             outln!(
-                "# {:>10} {:>12} {:>8} {:>6} {:>5}   {:>9} {:>7} {:>7} {:>7}   {:>9} {:>7} {:>7} {:>7}",
-                "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""
+                "# {:>10} {:>12} {:>8} {:>6} {:>5}   {:>9} {:>7} {:>7} {:>7}   {:>9} {:>7} {:>7} {:>7}{}",
+                "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "",
+                if on_gpu { format!("  {:>8}", "(GB/s)") } else { String::new() }
             );
         }
         Report {
             json,
             kind,
             ranks,
+            on_gpu,
             busbw_sum: 0.0,
             busbw_rows: 0,
             wrong: 0,
@@ -149,8 +185,9 @@ impl Report {
         )
     }
 
-    pub fn row(&mut self, m: Measured) {
-        let size = size_of(&m, self.ranks);
+    /// Report `m`, with the copy bound of its size on GPUs.
+    pub fn row(&mut self, m: Measured, copy: Option<CopyBound>) {
+        let size = row_size(&m.op, self.ranks);
         let root = m.op.root.map_or(-1, |r| r as i64);
         let (redop, dtype) = (
             if self.kind.reduces() {
@@ -168,14 +205,19 @@ impl Report {
             ),
         };
         self.out_of_bounds += m.out_of_bounds;
+        let ratio = match (&oop, copy) {
+            (Some((t, _)), Some(c)) if c.gbps > 0.0 => Some(t.busbw_gbps / c.gbps),
+            _ => None,
+        };
         match &mut self.json {
             None => match (&oop, &ip, &m.skipped) {
                 (Some((_, o)), ip, None) => {
                     let i = ip
                         .as_ref()
                         .map_or(format!("{:>34}", "no in-place form"), |x| x.1.clone());
+                    let c = copy_cells(self.on_gpu, copy, ratio);
                     outln!(
-                        "  {size:>10} {:>12} {dtype:>8} {redop:>6} {root:>5}   {o}   {i}  {}",
+                        "  {size:>10} {:>12} {dtype:>8} {redop:>6} {root:>5}   {o}   {i}  {c}{}",
                         m.op.count,
                         m.executor
                     )
@@ -194,6 +236,9 @@ impl Report {
                 out_of_place: oop.map(|x| x.0),
                 in_place: ip.map(|x| x.0),
                 skipped: m.skipped,
+                copy_gbps: copy.map(|c| c.gbps),
+                busbw_over_copy: ratio,
+                concurrent_copies: copy.map(|c| c.copies),
             }),
         }
     }

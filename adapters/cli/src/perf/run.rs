@@ -1,6 +1,11 @@
 //! Measuring one row: every rank on its own thread, timed between two barriers.
+//!
+//! On GPUs the ranks' buffers are device copies of the host's ([`GpuCopy`]): the host
+//! fills and checks, the calls bind the device copies, and the receive buffers are read
+//! back after each form's timed loop.
 
 use super::data::{fill_input, Aligned, Expected};
+use super::gpu::GpuCopy;
 use oxccl::{Communicator, Error, Group, OpParam, UserBuffers};
 use std::sync::Barrier;
 use std::time::Instant;
@@ -60,7 +65,33 @@ struct RankState<'c> {
     comm: &'c Communicator,
     op: &'c OpParam,
     input: Aligned,
+    /// The receive buffer between its guards.
     output: Aligned,
+    /// The device copies of `input` and `output` the calls bind, on GPUs.
+    gpu: Option<GpuCopy>,
+}
+
+impl RankState<'_> {
+    /// Read the receive buffer back from the GPU (nothing to do on the host).
+    fn download(&mut self) -> Result<(), Error> {
+        match &self.gpu {
+            Some(gpu) => gpu.download_output(self.output.bytes_mut()),
+            None => Ok(()),
+        }
+    }
+
+    /// Send the host's receive buffer to the GPU, after the host wrote into it.
+    fn upload(&mut self) -> Result<(), Error> {
+        match &mut self.gpu {
+            Some(gpu) => gpu.upload_output(self.output.bytes()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Every receive buffer of `states` as the last calls left it, on the host.
+fn download(states: &mut [RankState<'_>]) -> Result<(), Error> {
+    states.iter_mut().try_for_each(RankState::download)
 }
 
 fn available_memory() -> Option<usize> {
@@ -239,13 +270,13 @@ fn recv(o: &mut Aligned, len: usize) -> &mut [u8] {
 fn group_call(states: &mut [RankState<'_>], len: usize, in_place: bool) -> Result<(), Error> {
     let mut group = Group::new();
     for st in states.iter_mut() {
-        let user = if in_place {
-            UserBuffers::InPlace(recv(&mut st.output, len))
-        } else {
-            UserBuffers::OutOfPlace {
+        let user = match &mut st.gpu {
+            Some(gpu) => gpu.user(GUARD, len, in_place)?,
+            None if in_place => UserBuffers::InPlace(recv(&mut st.output, len)),
+            None => UserBuffers::OutOfPlace {
                 input: st.input.bytes(),
                 output: recv(&mut st.output, len),
-            }
+            },
         };
         group.execute(st.comm, st.op.clone(), user);
     }
@@ -271,14 +302,16 @@ fn run_thread<'c>(
             fill_input(op, comm.rank(), input.bytes_mut());
             let mut output = Aligned::zeroed(one_bytes + 2 * GUARD);
             output.bytes_mut().fill(GUARD_BYTE);
-            RankState {
+            let gpu = GpuCopy::for_rank(comm, input.bytes(), output.bytes())?;
+            Ok(RankState {
                 comm,
                 op: &ops[comm.rank()],
                 input,
                 output,
-            }
+                gpu,
+            })
         })
-        .collect();
+        .collect::<Result<_, Error>>()?;
     let check = |states: &mut [RankState<'_>], in_place: bool, len: usize| -> Vec<usize> {
         states
             .iter_mut()
@@ -297,6 +330,7 @@ fn run_thread<'c>(
         || group_call(&mut states, out_bytes, false),
         || job_barrier(&comms),
     )?;
+    download(&mut states)?;
     let oop_wrong = check(&mut states, false, out_bytes);
     let oop_oob: Vec<usize> = states
         .iter()
@@ -322,10 +356,14 @@ fn run_thread<'c>(
         for st in states.iter_mut() {
             let (at, _) = op.in_place_offsets(st.comm.rank());
             recv(&mut st.output, one_bytes)[at..at + in_bytes].copy_from_slice(st.input.bytes());
+            st.upload()?;
         }
         barrier.wait();
         group_call(&mut states, one_bytes, true)?;
+        download(&mut states)?;
         ip_wrong = check(&mut states, true, one_bytes);
+    } else {
+        download(&mut states)?;
     }
     Ok(results(
         &states,

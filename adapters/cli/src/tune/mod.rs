@@ -79,6 +79,8 @@ pub struct TuneArgs {
     /// The tuning table to write (merged into it when it exists).
     #[arg(short = 'o', long = "output", default_value = "oxccl-tune.txt")]
     pub output: std::path::PathBuf,
+    #[arg(long, value_name = "KIND", help = crate::validate::DEVICE_HELP)]
+    pub device: Option<String>,
 }
 
 impl TuneArgs {
@@ -120,7 +122,13 @@ pub fn plan(args: &TuneArgs) -> Result<TunePlan, Error> {
         .map_err(|e: ParseNameError| refused("-d/--datatype", &args.datatype, NOT_A_NAME, e))?;
     args.ranks.map(validate::rank_count).transpose()?;
     let sizes = size_sweep(&args.minbytes, &args.maxbytes, args.stepfactor)?;
-    let (config, topology, _) = run_config(args.ranks, args.topo.as_deref(), &args.broken, None)?;
+    let (config, topology, _) = run_config(
+        args.ranks,
+        args.topo.as_deref(),
+        &args.broken,
+        None,
+        args.device.as_deref(),
+    )?;
     let ranks = topology.ranks();
     let largest = sizes.last().copied().unwrap_or(0);
     validate::buffers_fit(ranks, largest, GUARD_BYTES, validate::physical_memory())?;
