@@ -8,8 +8,8 @@
 //! streams. Zero-copy needs buffers registered ahead of time (NCCL's user-buffer
 //! registration), which this backend does not offer yet.
 
-use super::kernels::MAX_SRCS;
-use super::memory::{LOCAL_NOTIFIES, MAX_STREAMS};
+use super::memory::{DevAlloc, LOCAL_NOTIFIES, MAX_STREAMS};
+use super::program::{self, Encoded};
 use super::{CudaError, Shared};
 use crate::device::{CompileRequest, Compiled};
 use crate::dtype::{DataType, ReduceOp};
@@ -57,7 +57,7 @@ pub(crate) enum Op {
         op: ReduceOp,
     },
     /// Set the word at `addr` (a local rank's signal) to 1.
-    Post { addr: CUdeviceptr },
+    Post { addr: CUdeviceptr, notify: NotifyId },
     /// Wait until the word at `addr` is 1, then clear it.
     Wait { addr: CUdeviceptr, notify: NotifyId },
 }
@@ -69,6 +69,12 @@ pub(crate) struct CudaProgram {
     pub streams: Vec<Vec<Op>>,
     /// Local slots of the fence peers.
     pub peer_slots: Vec<usize>,
+    /// Every stream's encoded tasks ([`program`]), one after the other, on the rank's GPU.
+    tasks: DevAlloc,
+    /// Each stream's first task: its byte offset in `tasks`.
+    starts: Vec<u64>,
+    /// Bytes of the largest data task: how many blocks a stream is worth.
+    pub largest: usize,
 }
 
 /// Compile `request` for the device behind `shared`.
@@ -100,7 +106,6 @@ pub(crate) fn compile(
         .iter()
         .map(|&p| shared.slot(p))
         .collect::<Result<Vec<_>, _>>()?;
-    shared.ensure_streams(slot, program.streams.len())?;
     let mut c = Compiler {
         shared,
         request: &request,
@@ -121,6 +126,7 @@ pub(crate) fn compile(
         }
         streams.push(ops);
     }
+    let (tasks_alloc, starts, largest) = upload(shared, slot, &streams)?;
     Ok(Arc::new(Compiled {
         rank,
         peers: request.peers.clone(),
@@ -134,8 +140,40 @@ pub(crate) fn compile(
             slot,
             streams,
             peer_slots,
+            tasks: tasks_alloc,
+            starts,
+            largest,
         }),
     }))
+}
+
+impl CudaProgram {
+    /// The device address of stream `s`'s first task.
+    pub fn start(&self, s: usize) -> CUdeviceptr {
+        self.tasks.ptr + self.starts[s]
+    }
+}
+
+/// Encode every stream and upload the words to the rank's GPU.
+fn upload(
+    shared: &Shared,
+    slot: usize,
+    streams: &[Vec<Op>],
+) -> Result<(DevAlloc, Vec<u64>, usize), DeviceError> {
+    let encoded = streams
+        .iter()
+        .map(|ops| program::encode(ops))
+        .collect::<Result<Vec<Encoded>, _>>()?;
+    let largest = encoded.iter().map(|e| e.largest).max().unwrap_or(0);
+    let mut words = Vec::new();
+    let mut offsets = Vec::with_capacity(encoded.len());
+    for e in &encoded {
+        offsets.push(words.len() as u64 * 8);
+        words.extend_from_slice(&e.words);
+    }
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let alloc = DevAlloc::upload(&shared.ranks[slot].gpu, &bytes, "encoded program")?;
+    Ok((alloc, offsets, largest))
 }
 
 struct Compiler<'a> {
@@ -169,6 +207,7 @@ impl Compiler<'_> {
                 let target = shared.slot(notify.rank)?;
                 Ok(Op::Post {
                     addr: shared.ranks[target].signal(index),
+                    notify,
                 })
             }
             Task::Wait { notify } => {
@@ -226,16 +265,6 @@ impl Compiler<'_> {
         };
         check_overlaps(&srcs, &dsts, len, reduce.is_some(), key)
             .map_err(|(slice, fault)| DeviceError::InvalidSlice { at, slice, fault })?;
-        // A reduction wider than one launch folds into a destination that no source
-        // after the first launch's reads (see `exec`).
-        let wide = srcs.get(MAX_SRCS..).unwrap_or_default();
-        if !wide.is_empty() && dsts.iter().all(|d| wide.iter().any(|s| s.addr == d.addr)) {
-            return Err(CudaError::ReduceTooWide {
-                sources: srcs.len(),
-                max: MAX_SRCS,
-            }
-            .into());
-        }
         let addrs = |v: Vec<Operand>| v.into_iter().map(|o| o.addr).collect::<Vec<_>>();
         Ok(match reduce {
             None => Op::Copy {

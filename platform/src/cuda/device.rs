@@ -1,6 +1,7 @@
 //! The device: its GPUs, per-rank memory and streams, and the [`Device`] implementation.
 
 use super::driver::{self, cu, Gpu};
+use super::group::{Arrival, GpuGroup};
 use super::launch::{CudaCompletion, Launch};
 use super::memory::{DevAlloc, Mapped, RankMemory, MAX_STREAMS};
 use super::CudaError;
@@ -29,15 +30,6 @@ pub fn gpu_count() -> Result<usize, CudaError> {
     driver::init()
 }
 
-/// One rank's streams and the events that fork, join and complete its submissions.
-pub(crate) struct RankStreams {
-    pub streams: Vec<CUstream>,
-    pub fork: CUevent,
-    /// One per stream: recorded at its end, waited by stream 0.
-    pub joins: Vec<CUevent>,
-    pub done: CUevent,
-}
-
 /// The device's state, shared with its launches.
 pub(crate) struct Shared {
     pub config: DeviceConfig,
@@ -45,10 +37,16 @@ pub(crate) struct Shared {
     pub slots: Vec<Option<usize>>,
     /// Per local slot.
     pub ranks: Vec<RankMemory>,
-    pub streams: Vec<Mutex<RankStreams>>,
+    /// Per GPU: its ranks and launches.
+    pub groups: Vec<GpuGroup>,
+    /// Per local slot: its index in `groups`.
+    pub group_index: Vec<usize>,
+    /// Per local slot: the stream that copies a host binding's output back.
+    pub stage_streams: Vec<CUstream>,
     /// Per scratch id, per local slot.
     pub scratch: Mutex<Vec<Vec<DevAlloc>>>,
-    /// Per local slot: its epoch word, then a progress word per stream.
+    /// Per local slot: its epoch word, its fault word, then a progress word per stream;
+    /// after them the abort word.
     pub mapped: Mapped,
     /// Per local slot: the last epoch it finished, as the host saw it.
     pub done: Vec<AtomicU64>,
@@ -58,8 +56,6 @@ pub(crate) struct Shared {
     pub busy: Vec<AtomicBool>,
     /// Set once the device stopped: every later submission is refused with it.
     pub failure: Mutex<Option<AbortCause>>,
-    /// One stream per GPU for the abort flood.
-    pub abort_streams: Vec<(Arc<Gpu>, CUstream)>,
     pub id: usize,
 }
 
@@ -69,8 +65,9 @@ unsafe impl Send for Shared {}
 // SAFETY: as above.
 unsafe impl Sync for Shared {}
 
-/// Words per local slot in the mapped block: the epoch, then progress per stream.
-const MAPPED_PER_RANK: usize = 1 + MAX_STREAMS;
+/// Words per local slot in the mapped block: the epoch, the fault, then progress per
+/// stream.
+const MAPPED_PER_RANK: usize = 2 + MAX_STREAMS;
 
 impl Shared {
     pub fn slot(&self, rank: Rank) -> Result<usize, DeviceError> {
@@ -86,9 +83,25 @@ impl Shared {
         slot * MAPPED_PER_RANK
     }
 
+    /// The mapped index of `slot`'s fault word: a Post that found its word set writes
+    /// `stream << 24 | task + 1` there.
+    pub fn fault_word(&self, slot: usize) -> usize {
+        slot * MAPPED_PER_RANK + 1
+    }
+
     /// The mapped index of `slot`'s progress word for stream `s`.
     pub fn progress_word(&self, slot: usize, s: usize) -> usize {
-        slot * MAPPED_PER_RANK + 1 + s
+        slot * MAPPED_PER_RANK + 2 + s
+    }
+
+    /// The mapped index of the abort word (nonzero once the device stopped).
+    pub fn abort_word(&self) -> usize {
+        self.ranks.len() * MAPPED_PER_RANK
+    }
+
+    /// The group of `slot`'s GPU.
+    pub fn group_of(&self, slot: usize) -> &GpuGroup {
+        &self.groups[self.group_index[slot]]
     }
 
     /// Device address and length of a local rank's CCL buffer or scratch.
@@ -115,58 +128,17 @@ impl Shared {
         }
     }
 
-    /// `slot` has at least `n` streams (with their join events).
-    pub fn ensure_streams(&self, slot: usize, n: usize) -> Result<(), DeviceError> {
-        let mut rs = self.streams[slot].lock();
-        if rs.streams.len() >= n {
-            return Ok(());
-        }
-        self.ranks[slot].gpu.bind()?;
-        while rs.streams.len() < n {
-            let mut stream = std::ptr::null_mut();
-            let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
-            cu!(cuStreamCreate(&mut stream, flags))?;
-            rs.streams.push(stream);
-            rs.joins.push(new_event()?);
-        }
-        Ok(())
-    }
-
     /// Stop the device for `cause` (the first cause stays): every later submission is
-    /// refused, and the launches in flight are drained by their waiters' floods.
+    /// refused, and the abort word releases every wait of the kernels running, so their
+    /// waiters report the abort. What the kernels leave in the buffers is meaningless, as
+    /// an aborted NCCL call's is.
     pub fn stop(&self, cause: AbortCause) {
         self.failure.lock().get_or_insert(cause);
-        self.flood();
+        self.mapped.store(self.abort_word(), 1);
     }
 
     pub fn stopped(&self) -> Option<AbortCause> {
         self.failure.lock().clone()
-    }
-
-    /// Release every wait of every stream of the device: every signal word set, every
-    /// epoch word far ahead. Programs then run to their end on meaningless data, which is
-    /// what an abort leaves in the buffers (as NCCL's does); their waiters report the
-    /// abort.
-    pub fn flood(&self) {
-        let ahead = self
-            .done
-            .iter()
-            .map(|d| d.load(Ordering::Acquire))
-            .max()
-            .unwrap_or(0)
-            .wrapping_add(1 << 20) as u32;
-        for slot in 0..self.ranks.len() {
-            self.mapped.store(self.epoch_word(slot), ahead);
-        }
-        for (gpu, stream) in &self.abort_streams {
-            if gpu.bind().is_err() {
-                continue;
-            }
-            for memory in self.ranks.iter().filter(|m| Arc::ptr_eq(&m.gpu, gpu)) {
-                let words = memory.signals.len / 4;
-                let _ = cu!(cuMemsetD32Async(memory.signals.ptr, 1, words, *stream));
-            }
-        }
     }
 }
 
@@ -251,30 +223,29 @@ impl CudaDevice {
             .map(|&o| RankMemory::new(&gpu_of(o), config.ccl_bytes, link_words))
             .collect::<Result<Vec<_>, _>>()?;
         let local = ranks.len();
-        let words =
-            local
-                .checked_mul(MAPPED_PER_RANK)
-                .ok_or(crate::error::ConfigFault::TooLarge {
-                    what: "epoch and progress words",
-                })?;
+        let words = local
+            .checked_mul(MAPPED_PER_RANK)
+            .and_then(|w| w.checked_add(1))
+            .ok_or(crate::error::ConfigFault::TooLarge {
+                what: "epoch and progress words",
+            })?;
         let mapped = Mapped::new(&gpus[0], words)?;
-        let mut streams = Vec::with_capacity(local);
+        let mut groups = Vec::with_capacity(gpus.len());
+        let mut group_index = vec![0; local];
+        for (g, gpu) in gpus.iter().enumerate() {
+            let slots: Vec<usize> = (0..local).filter(|&s| ordinals[s] == gpu.ordinal).collect();
+            for &slot in &slots {
+                group_index[slot] = g;
+            }
+            groups.push(GpuGroup::new(gpu.clone(), slots)?);
+        }
+        let mut stage_streams = Vec::with_capacity(local);
         for memory in &ranks {
             memory.gpu.bind()?;
-            streams.push(Mutex::new(RankStreams {
-                streams: Vec::new(),
-                fork: new_event()?,
-                joins: Vec::new(),
-                done: new_event()?,
-            }));
-        }
-        let mut abort_streams = Vec::new();
-        for gpu in &gpus {
-            gpu.bind()?;
             let mut stream = std::ptr::null_mut();
             let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
             cu!(cuStreamCreate(&mut stream, flags))?;
-            abort_streams.push((gpu.clone(), stream));
+            stage_streams.push(stream);
         }
         let shared = Arc::new(Shared {
             layout,
@@ -283,11 +254,12 @@ impl CudaDevice {
             prev_peers: (0..local).map(|_| Mutex::new(Vec::new())).collect(),
             busy: (0..local).map(|_| AtomicBool::new(false)).collect(),
             ranks,
-            streams,
+            groups,
+            group_index,
+            stage_streams,
             scratch: Mutex::new(Vec::new()),
             mapped,
             failure: Mutex::new(None),
-            abort_streams,
             config,
             id: crate::device::next_device_id(),
         });
@@ -402,11 +374,14 @@ impl Device for CudaDevice {
     }
 
     fn retire(&self, rank: Rank, epoch: u64) -> Result<(), DeviceError> {
-        let slot = self.shared.slot(rank)?;
-        self.shared.done[slot].fetch_max(epoch, Ordering::AcqRel);
-        self.shared
-            .mapped
-            .store(self.shared.epoch_word(slot), epoch as u32);
+        let shared = &self.shared;
+        let slot = shared.slot(rank)?;
+        shared.done[slot].fetch_max(epoch, Ordering::AcqRel);
+        shared.mapped.store(shared.epoch_word(slot), epoch as u32);
+        // The other ranks of the GPU may be waiting for this one to launch the call.
+        shared
+            .group_of(slot)
+            .arrive(shared, slot, epoch, Arrival::Nothing);
         Ok(())
     }
 
@@ -422,23 +397,10 @@ impl Device for CudaDevice {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        for (memory, rs) in self.ranks.iter().zip(&self.streams) {
-            if memory.gpu.bind().is_err() {
-                continue;
-            }
-            let rs = rs.lock();
-            for &s in &rs.streams {
-                let _ = cu!(cuStreamSynchronize(s));
-                let _ = cu!(cuStreamDestroy_v2(s));
-            }
-            for &e in rs.joins.iter().chain([&rs.fork, &rs.done]) {
-                let _ = cu!(cuEventDestroy_v2(e));
-            }
-        }
-        for (gpu, stream) in &self.abort_streams {
-            if gpu.bind().is_ok() {
-                let _ = cu!(cuStreamSynchronize(*stream));
-                let _ = cu!(cuStreamDestroy_v2(*stream));
+        for (memory, &stream) in self.ranks.iter().zip(&self.stage_streams) {
+            if memory.gpu.bind().is_ok() {
+                let _ = cu!(cuStreamSynchronize(stream));
+                let _ = cu!(cuStreamDestroy_v2(stream));
             }
         }
     }

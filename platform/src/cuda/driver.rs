@@ -4,7 +4,6 @@
 
 use super::kernels;
 use super::CudaError;
-use crate::dtype::{DataType, ReduceOp};
 use cudarc::driver::sys;
 use std::ffi::CString;
 use std::sync::OnceLock;
@@ -53,21 +52,28 @@ pub(crate) fn init() -> Result<usize, CudaError> {
     .clone()
 }
 
+/// Threads per block of the program kernel, tried in order: the largest whose grid fits
+/// the GPU at once (many ranks of many streams on one GPU get smaller blocks).
+pub(crate) const BLOCK_SIZES: [u32; 4] = [kernels::THREADS, 256, 128, 64];
+
 /// One CUDA device: its primary context, properties, and the kernels loaded into it.
 pub(crate) struct Gpu {
     pub ordinal: usize,
     pub device: sys::CUdevice,
     pub context: sys::CUcontext,
     pub name: String,
-    /// Streaming multiprocessors, which size the reduce kernels' grids.
+    /// Streaming multiprocessors, which size the program kernel's grids.
     pub sms: u32,
+    /// Blocks of the program kernel the GPU holds at once (a cooperative launch's most),
+    /// per block size in [`BLOCK_SIZES`] order.
+    pub resident_blocks: Vec<u32>,
+    /// The program kernel ([`kernels::PROGRAM_KERNEL`]).
+    pub program: sys::CUfunction,
     /// Where allocations are made and freed (stream-ordered, from the device's pool):
     /// `cuMemFree` would wait for every stream of the device, including those of ranks
     /// waiting for the very thread that frees, so nothing here ever calls it.
     pub alloc_stream: sys::CUstream,
     module: sys::CUmodule,
-    /// By `kernel_index(dtype, op)`.
-    kernels: Vec<sys::CUfunction>,
 }
 
 // SAFETY: driver handles may be used from any thread once the context is made current on
@@ -80,12 +86,6 @@ impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "cuda:{} ({})", self.ordinal, self.name)
     }
-}
-
-fn kernel_index(dtype: DataType, op: ReduceOp) -> usize {
-    let d = DataType::ALL.iter().position(|&x| x == dtype).unwrap_or(0);
-    let o = ReduceOp::ALL.iter().position(|&x| x == op).unwrap_or(0);
-    d * ReduceOp::ALL.len() + o
 }
 
 impl Gpu {
@@ -115,6 +115,9 @@ impl Gpu {
         if attr(A::CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY)? == 0 {
             return Err(lacks("mapped host memory"));
         }
+        if attr(A::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)? == 0 {
+            return Err(lacks("cooperative launches"));
+        }
         let mut context = std::ptr::null_mut();
         cu!(cuDevicePrimaryCtxRetain(&mut context, device))?;
         let mut gpu = Gpu {
@@ -123,9 +126,10 @@ impl Gpu {
             context,
             name,
             sms: sms.max(1) as u32,
+            resident_blocks: Vec::new(),
+            program: std::ptr::null_mut(),
             alloc_stream: std::ptr::null_mut(),
             module: std::ptr::null_mut(),
-            kernels: Vec::new(),
         };
         gpu.bind()?;
         let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
@@ -146,20 +150,30 @@ impl Gpu {
             log: "NVRTC returned PTX with a NUL byte".into(),
         })?;
         cu!(cuModuleLoadData(&mut self.module, image.as_ptr().cast()))?;
-        for dtype in DataType::ALL {
-            for op in ReduceOp::ALL {
-                let name = CString::new(kernels::kernel_name(dtype, op)).expect("no NUL");
-                let mut f = std::ptr::null_mut();
-                cu!(cuModuleGetFunction(&mut f, self.module, name.as_ptr()))?;
-                self.kernels.push(f);
-            }
+        let name = CString::new(kernels::PROGRAM_KERNEL).expect("no NUL");
+        cu!(cuModuleGetFunction(&mut self.program, self.module, name.as_ptr()))?;
+        for threads in BLOCK_SIZES {
+            let mut per_sm = 0;
+            cu!(cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                &mut per_sm,
+                self.program,
+                threads as i32,
+                0
+            ))?;
+            let resident = (per_sm.max(0) as u32).saturating_mul(self.sms);
+            self.resident_blocks.push(resident);
         }
         Ok(())
     }
 
-    /// The reduce kernel for `(dtype, op)`.
-    pub fn kernel(&self, dtype: DataType, op: ReduceOp) -> sys::CUfunction {
-        self.kernels[kernel_index(dtype, op)]
+    /// The largest block size of which `blocks` fit on the GPU at once, with how many
+    /// fit; `None` if not even the smallest does.
+    pub fn block_size_for(&self, blocks: usize) -> Option<(u32, usize)> {
+        BLOCK_SIZES
+            .iter()
+            .zip(&self.resident_blocks)
+            .map(|(&t, &r)| (t, r as usize))
+            .find(|&(_, resident)| resident >= blocks)
     }
 
     /// Let this GPU's streams reach `other`'s memory (a no-op for the same device).

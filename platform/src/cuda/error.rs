@@ -45,10 +45,35 @@ pub enum CudaError {
     )]
     Placement { given: usize, local: usize },
     #[error(
-        "a Reduce over {sources} sources writes only into sources past the first {max}: the \
-         cuda backend folds wide reductions into a destination no later source reads"
+        "a task with {operands} sources and destinations: the cuda backend runs at most {max} \
+         per task"
     )]
-    ReduceTooWide { sources: usize, max: usize },
+    TooManyOperands { operands: usize, max: usize },
+    #[error("a stream of {tasks} tasks: the cuda backend runs at most {max} per stream")]
+    TooManyTasks { tasks: usize, max: usize },
+    #[error("an offset of {offset} bytes into a user buffer is past what the cuda backend encodes")]
+    OffsetTooLarge { offset: usize },
+    #[error(
+        "a call on CUDA device {ordinal} needs {needed} thread blocks at once (one per stream \
+         of every rank on it), but the GPU holds {capacity}: use fewer ranks per GPU or \
+         executors with fewer streams"
+    )]
+    TooManyBlocks {
+        ordinal: usize,
+        needed: usize,
+        capacity: usize,
+    },
+    #[error(
+        "rank {rank}: call epoch {epoch} waited {waited:?} for ranks {missing:?} on the same \
+         GPU to make the call (a GPU runs its ranks' programs of a call in one launch); \
+         check that every rank makes the same calls, or raise OXCCL_EXEC_TIMEOUT"
+    )]
+    NeverCalled {
+        rank: Rank,
+        epoch: u64,
+        missing: Vec<Rank>,
+        waited: Duration,
+    },
     #[error(
         "CUDA device {ordinal} ({name}) lacks {feature}, which the cuda backend needs (a GPU \
          of compute capability 7.0 or newer with a driver of CUDA 12 or newer has it)"
@@ -69,7 +94,7 @@ pub enum CudaError {
          CUDA_HOME to the toolkit"
     )]
     NoHeaders { tried: Vec<String> },
-    #[error("NVRTC could not compile the reduce kernels for {arch}:\n{log}")]
+    #[error("NVRTC could not compile the program kernel for {arch}:\n{log}")]
     Compile { arch: String, log: String },
     #[error(
         "the cuda backend reaches ranks of other processes through neither shared memory nor \

@@ -1,10 +1,10 @@
-//! The reduce kernels: CUDA C written here, compiled by NVRTC once per process and
-//! architecture, and cached.
+//! The program kernel's CUDA C: `program.cu` (the interpreter of a rank's tasks, see
+//! [`super::program`]) after a prelude generated here, compiled by NVRTC once per process
+//! and architecture, and cached.
 //!
-//! One translation unit holds a kernel per (data type, reduce op): 12 x 4 = 48 entry
-//! points named [`kernel_name`]. Each takes one argument by value, [`Args`]: up to
-//! [`MAX_SRCS`] source and [`MAX_DSTS`] destination pointers and an element count, and
-//! computes `dst[i] = op(src0[i], src1[i], ...)` for every destination, folding left to
+//! The prelude holds one reduce op per (data type, reduce op), 12 x 4 = 48, and
+//! `reduce_dispatch`, which runs a block's slice of `dst[i] = op(src0[i], src1[i], ...)`
+//! for every destination with the op of a pair index ([`pair_index`]), folding left to
 //! right with every step rounded to the element type: the host kernels' semantics
 //! ([`crate::reduce`]), bit for bit, so a collective gives the same bytes on every device.
 //!
@@ -17,27 +17,27 @@
 //!
 //! Every element is read from every source before any destination is written, by the
 //! same thread, so a destination may be one of the sources (accumulate in place).
-//! Threads move 16 bytes at a time when every pointer is 16-byte aligned, one element
-//! at a time otherwise and for the tail; a grid-stride loop covers any count with the
-//! grid the launch chose.
+//! Threads move 16 bytes at a time (four vectors in flight each) when every operand is
+//! 16-byte aligned, one element at a time otherwise and for the tail; a stride over the
+//! K blocks of the task's stream covers any count. A Copy is the byte "reduction" of one
+//! source ([`COPY_PAIR`]).
 
 use crate::dtype::{DataType, ReduceOp};
 
-/// Sources per launch; a reduction over more is folded over several launches.
-pub const MAX_SRCS: usize = 32;
-/// Destinations per launch; further destinations are copied from the first.
-pub const MAX_DSTS: usize = 8;
+/// Threads per block of the program kernel (its `__launch_bounds__`).
+pub const THREADS: u32 = 512;
+/// Sources and destinations of one task at most (they are staged in shared memory).
+pub const MAX_OPERANDS: usize = 256;
+/// The dispatch index of a Copy (after the 48 reduce pairs).
+pub const COPY_PAIR: usize = DataType::ALL.len() * ReduceOp::ALL.len();
+/// The program kernel's entry point.
+pub const PROGRAM_KERNEL: &str = "oxccl_program";
 
-/// The kernels' one argument, laid out as the C `Args` struct.
-#[repr(C)]
-#[derive(Copy, Clone, Debug)]
-pub struct Args {
-    pub src: [u64; MAX_SRCS],
-    pub dst: [u64; MAX_DSTS],
-    /// Elements.
-    pub n: u64,
-    pub nsrc: i32,
-    pub ndst: i32,
+/// The dispatch index of `(dtype, op)`.
+pub fn pair_index(dtype: DataType, op: ReduceOp) -> usize {
+    let d = DataType::ALL.iter().position(|&x| x == dtype).unwrap_or(0);
+    let o = ReduceOp::ALL.iter().position(|&x| x == op).unwrap_or(0);
+    d * ReduceOp::ALL.len() + o
 }
 
 /// The C name of a data type.
@@ -58,15 +58,15 @@ fn c_type(dtype: DataType) -> &'static str {
     }
 }
 
-/// The entry point of the kernel for `(dtype, op)`.
-pub fn kernel_name(dtype: DataType, op: ReduceOp) -> String {
+/// The C name of the reduce op for `(dtype, op)`.
+pub fn op_name(dtype: DataType, op: ReduceOp) -> String {
     let op = match op {
         ReduceOp::Sum => "sum",
         ReduceOp::Prod => "prod",
         ReduceOp::Max => "max",
         ReduceOp::Min => "min",
     };
-    format!("oxccl_reduce_{}_{op}", dtype.name())
+    format!("Op_{}_{op}", dtype.name())
 }
 
 /// The C expression combining `a` and `b` of `dtype` with `op`.
@@ -117,64 +117,96 @@ fn float_step(widen: &str, narrow: &str, op: ReduceOp) -> String {
 const PRELUDE: &str = r#"#include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
-template <typename T> struct Args {
-  const T* src[MAX_SRCS];
-  T* dst[MAX_DSTS];
-  unsigned long long n;
-  int nsrc;
-  int ndst;
-};
-
-// dst[i] = fold(op, src[..][i]) for every destination; F::apply is the op.
-template <typename T, typename F>
-__device__ __forceinline__ void reduce(const Args<T>& a) {
-  const unsigned long long n = a.n;
-  const unsigned long long first = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+// A block's slice (block j of k) of dst[..][i] = fold(op, src[..][i]); F::apply is the op.
+template <typename T, typename F, bool IS_COPY>
+__device__ __noinline__ void reduce_slice(const unsigned long long* src, unsigned nsrc,
+                                             const unsigned long long* dst, unsigned ndst,
+                                             unsigned long long n, unsigned j, unsigned k) {
+  typedef unsigned long long u64;
+  const u64 first = (u64)j * blockDim.x + threadIdx.x;
+  const u64 stride = (u64)k * blockDim.x;
   constexpr int V = 16 / sizeof(T);
-  unsigned long long misaligned = 0;
-  for (int s = 0; s < a.nsrc; ++s) misaligned |= (unsigned long long)a.src[s];
-  for (int d = 0; d < a.ndst; ++d) misaligned |= (unsigned long long)a.dst[d];
-  unsigned long long done = 0;
+  // Vectors in flight per thread: four for copies, two for reductions of wide types
+  // (each of the 48 is compiled: unrolling them all as far multiplies NVRTC's time).
+  constexpr int U = IS_COPY ? 4 : (sizeof(T) >= 4 ? 2 : 1);
+  u64 misaligned = 0;
+  for (unsigned s = 0; s < nsrc; ++s) misaligned |= src[s];
+  for (unsigned d = 0; d < ndst; ++d) misaligned |= dst[d];
+  u64 done = 0;
   if ((misaligned & 15) == 0) {
-    const unsigned long long vectors = n / V;
-    for (unsigned long long v = first; v < vectors; v += stride) {
-      uint4 acc_bits = ((const uint4*)a.src[0])[v];
-      T* acc = (T*)&acc_bits;
-      for (int s = 1; s < a.nsrc; ++s) {
-        uint4 in_bits = ((const uint4*)a.src[s])[v];
-        const T* in = (const T*)&in_bits;
+    const u64 vectors = n / V;
+    for (u64 base = first; base < vectors; base += stride * U) {
+      uint4 acc[U];
 #pragma unroll
-        for (int k = 0; k < V; ++k) acc[k] = F::apply(acc[k], in[k]);
+      for (int u = 0; u < U; ++u) {
+        const u64 v = base + u * stride;
+        if (v < vectors) acc[u] = ((const uint4*)src[0])[v];
       }
-      for (int d = 0; d < a.ndst; ++d) ((uint4*)a.dst[d])[v] = acc_bits;
+      for (unsigned s = 1; s < nsrc; ++s) {
+        uint4 in[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const u64 v = base + u * stride;
+          if (v < vectors) in[u] = ((const uint4*)src[s])[v];
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          T* a = (T*)&acc[u];
+          const T* b = (const T*)&in[u];
+#pragma unroll
+          for (int x = 0; x < V; ++x) a[x] = F::apply(a[x], b[x]);
+        }
+      }
+      for (unsigned d = 0; d < ndst; ++d) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const u64 v = base + u * stride;
+          if (v < vectors) ((uint4*)dst[d])[v] = acc[u];
+        }
+      }
     }
     done = vectors * V;
   }
-  for (unsigned long long i = done + first; i < n; i += stride) {
-    T acc = a.src[0][i];
-    for (int s = 1; s < a.nsrc; ++s) acc = F::apply(acc, a.src[s][i]);
-    for (int d = 0; d < a.ndst; ++d) a.dst[d][i] = acc;
+  for (u64 i = done + first; i < n; i += stride) {
+    T acc = ((const T*)src[0])[i];
+    for (unsigned s = 1; s < nsrc; ++s) acc = F::apply(acc, ((const T*)src[s])[i]);
+    for (unsigned d = 0; d < ndst; ++d) ((T*)dst[d])[i] = acc;
   }
 }
 "#;
 
-/// The whole translation unit: the prelude and the 48 kernels.
+/// The whole translation unit: the prelude, the 48 ops and their dispatch, then
+/// `program.cu`.
 pub fn source() -> String {
-    let mut src = format!("#define MAX_SRCS {MAX_SRCS}\n#define MAX_DSTS {MAX_DSTS}\n{PRELUDE}");
+    let mut src = format!(
+        "#define THREADS {THREADS}\n#define MAX_OPERANDS {MAX_OPERANDS}\n\
+         #define COPY_PAIR {COPY_PAIR}\n{PRELUDE}"
+    );
+    let mut cases = String::new();
     for dtype in DataType::ALL {
         for op in ReduceOp::ALL {
-            let name = kernel_name(dtype, op);
+            let name = op_name(dtype, op);
             let t = c_type(dtype);
             src.push_str(&format!(
-                "\nstruct Op_{name} {{ static __device__ __forceinline__ {t} apply({t} a, {t} b) \
-                 {{ return {}; }} }};\n\
-                 extern \"C\" __global__ void __launch_bounds__(512) {name}(Args<{t}> a) \
-                 {{ reduce<{t}, Op_{name}>(a); }}\n",
+                "struct {name} {{ static __device__ __forceinline__ {t} apply({t} a, {t} b) \
+                 {{ return {}; }} }};\n",
                 combine(dtype, op)
+            ));
+            cases.push_str(&format!(
+                "    case {}: reduce_slice<{t}, {name}, false>(src, nsrc, dst, ndst, n, j, k); break;\n",
+                pair_index(dtype, op)
             ));
         }
     }
+    let copy = op_name(DataType::U8, ReduceOp::Sum);
+    src.push_str(&format!(
+        "\n__device__ __noinline__ void reduce_dispatch(unsigned pair, \
+         const unsigned long long* src, unsigned nsrc, const unsigned long long* dst, \
+         unsigned ndst, unsigned long long n, unsigned j, unsigned k) {{\n  switch (pair) {{\n\
+         {cases}    case COPY_PAIR: reduce_slice<unsigned char, {copy}, true>(src, 1, dst, ndst, n, j, k); break;\n\
+         \x20   default: break;\n  }}\n}}\n\n"
+    ));
+    src.push_str(include_str!("program.cu"));
     src
 }
 
@@ -270,28 +302,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn args_match_the_c_layout() {
-        assert_eq!(std::mem::size_of::<Args>(), 8 * (MAX_SRCS + MAX_DSTS) + 16);
-    }
-
-    #[test]
-    fn every_dtype_and_op_has_one_kernel() {
+    fn every_dtype_and_op_has_one_case_and_copy_has_its_own() {
         let src = source();
+        let mut seen = std::collections::HashSet::new();
         for dtype in DataType::ALL {
             for op in ReduceOp::ALL {
-                let entry = format!("void __launch_bounds__(512) {}(", kernel_name(dtype, op));
-                assert_eq!(src.matches(&entry).count(), 1, "{entry}");
+                let case = format!(
+                    "case {}: reduce_slice<{}, {}, false>",
+                    pair_index(dtype, op),
+                    c_type(dtype),
+                    op_name(dtype, op)
+                );
+                assert_eq!(src.matches(&case).count(), 1, "{case}");
+                assert!(seen.insert(pair_index(dtype, op)));
             }
         }
+        assert!(!seen.contains(&COPY_PAIR));
+        assert_eq!(src.matches("case COPY_PAIR:").count(), 1);
+        let entry = format!("__launch_bounds__(THREADS) {PROGRAM_KERNEL}(");
+        assert_eq!(src.matches(&entry).count(), 1);
     }
 
-    /// The kernels compile to PTX for sm_80 and sm_90 with the NVRTC found at run time (CI
-    /// installs the PyPI wheel: scripts/install-cuda-ci.sh); skipped, saying why, without
-    /// NVRTC or the headers, unless `OXCCL_REQUIRE_NVRTC` is set (as in CI, where a skip
-    /// would hide a broken install).
+    /// The kernel compiles to PTX for sm_80 and sm_90 with the NVRTC found at run time (CI
+    /// installs the PyPI wheel: scripts/install-cuda-ci.sh), every (type, op) case with
+    /// it; skipped, saying why, without NVRTC or the headers, unless `OXCCL_REQUIRE_NVRTC`
+    /// is set (as in CI, where a skip would hide a broken install).
     #[cfg(feature = "cuda")]
     #[test]
-    fn every_kernel_compiles_to_ptx_for_sm80_and_sm90() {
+    fn the_program_kernel_compiles_to_ptx_for_sm80_and_sm90() {
         let required = std::env::var_os("OXCCL_REQUIRE_NVRTC").is_some();
         let missing = match (nvrtc_present(), find_headers()) {
             (false, _) => Some(super::super::CudaError::NoNvrtc.to_string()),
@@ -307,12 +345,10 @@ mod tests {
             let ptx = compile_ptx(arch).unwrap_or_else(|e| panic!("{e}"));
             let target = format!(".target {arch}");
             assert!(ptx.contains(&target), "no {target} in the PTX");
-            for dtype in DataType::ALL {
-                for op in ReduceOp::ALL {
-                    let entry = format!(".entry {}(", kernel_name(dtype, op));
-                    assert!(ptx.contains(&entry), "{arch}: no {entry}");
-                }
-            }
+            let entry = format!(".entry {PROGRAM_KERNEL}(");
+            assert!(ptx.contains(&entry), "{arch}: no {entry}");
+            // One instantiation of reduce_slice per (type, op), and the copy's.
+            assert!(ptx.contains("reduce_dispatch"), "{arch}: no dispatch");
         }
     }
 }

@@ -1,11 +1,12 @@
-//! One rank's submission on the cuda backend: queued on its streams (at once, or by the
-//! thread that opens its gate), then polled to its end by the waiter, which is also the
-//! watchdog (see the module docs of [`super`]).
+//! One rank's submission on the cuda backend: checked, then brought to its GPU's group
+//! (at once, or by the thread that opens its gate), launched with the other ranks of the
+//! GPU by the last of them ([`super::group`]), then polled to its end by its waiter, which
+//! is also the watchdog (see the module docs of [`super`]).
 
 use super::compile::{CudaProgram, Op};
 use super::device::{Shared, MAX_POLL_SLEEP};
 use super::driver::cu;
-use super::exec::{self, Bases};
+use super::group::{Arrival, GpuGroup};
 use super::memory::staging;
 use super::CudaError;
 use crate::device::{Compiled, Completion, Submission, UserBuffers};
@@ -15,6 +16,13 @@ use parking_lot::Mutex;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Where the rank's own Input and Output are for one launch.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Bases {
+    pub input: CUdeviceptr,
+    pub output: CUdeviceptr,
+}
 
 /// The user's buffers of one submission.
 #[derive(Copy, Clone, Debug)]
@@ -35,10 +43,12 @@ enum Binding {
 enum State {
     /// Waiting for its gate.
     Gated,
-    /// On the streams; the done event is recorded.
+    /// At its GPU's group, waiting for the other ranks of the GPU to make the call.
+    Gathering,
+    /// Launched; the group's done event is recorded.
     Queued,
-    /// Over before its work finished on the GPU (refused, failed to queue, timed out at
-    /// the gate): the outcome.
+    /// Over before its work ran on the GPU (refused, failed to launch, timed out while
+    /// gathering): the outcome.
     Ended(Result<(), DeviceError>),
     /// Over and recorded for the rank ([`Launch::finish`]): the outcome handed to the
     /// waiter.
@@ -55,9 +65,8 @@ pub(crate) struct Launch {
     entry_slots: Vec<usize>,
     started: Instant,
     state: Mutex<State>,
-    /// The watchdog's verdict on this launch, reported once its streams drained.
+    /// The watchdog's verdict on this launch, reported once the kernel exited.
     hung: Mutex<Option<DeviceError>>,
-    last_flood: Mutex<Option<Instant>>,
 }
 
 // SAFETY: the raw pointers of `Binding` are the user's buffers, which `submit`'s contract
@@ -109,116 +118,96 @@ impl Launch {
             started: Instant::now(),
             state: Mutex::new(State::Gated),
             hung: Mutex::new(None),
-            last_flood: Mutex::new(None),
         });
         match s.gate {
             Some(gate) => {
                 let gated = launch.clone();
                 gate.when_decided(Box::new(move |outcome| gated.decided(outcome)));
             }
-            None => launch.queue_or_fail(),
+            None => launch.arrive(),
         }
         Ok(CudaCompletion { launch })
     }
 
-    fn rank(&self) -> usize {
+    pub(crate) fn program(&self) -> &CudaProgram {
+        &self.program
+    }
+
+    fn group(&self) -> &GpuGroup {
+        self.shared.group_of(self.program.slot)
+    }
+
+    /// Bring the program to the GPU's group (which may launch the call at once).
+    fn arrive(self: &Arc<Self>) {
+        *self.state.lock() = State::Gathering;
+        let slot = self.program.slot;
+        let run = Arrival::Run(self.clone());
+        self.group().arrive(&self.shared, slot, self.epoch, run);
+    }
+
+    /// The group launched the call (`Ok`) or could not (the device's stop cause).
+    pub(crate) fn launched(&self, outcome: Result<(), AbortCause>) {
+        let mut state = self.state.lock();
+        if !matches!(*state, State::Gathering) {
+            return;
+        }
+        *state = match outcome {
+            Ok(()) => State::Queued,
+            Err(cause) => State::Ended(Err(DeviceError::Aborted {
+                rank: self.rank(),
+                cause,
+            })),
+        };
+    }
+
+    /// The epoch words of the entry fence's and the exit fence's peers on other GPUs (the
+    /// ranks of this GPU are ordered by its stream, see [`super::group`]).
+    pub(crate) fn fence_words(&self) -> (Vec<u64>, Vec<u64>) {
+        let shared = &self.shared;
+        let gpu = self.group().gpu.ordinal;
+        let elsewhere = |slots: &[usize]| -> Vec<u64> {
+            slots
+                .iter()
+                .filter(|&&p| shared.ranks[p].gpu.ordinal != gpu)
+                .map(|&p| shared.mapped.dev_addr(shared.epoch_word(p)))
+                .collect()
+        };
+        let exit = match self.compiled.exit_fence {
+            true => elsewhere(&self.program.peer_slots),
+            false => Vec::new(),
+        };
+        (elsewhere(&self.entry_slots), exit)
+    }
+
+    pub(crate) fn rank(&self) -> usize {
         self.compiled.rank
     }
 
     fn decided(self: &Arc<Self>, outcome: Result<(), GateRefusal>) {
         match outcome {
-            Ok(()) => self.queue_or_fail(),
+            Ok(()) => self.arrive(),
             Err(cause) => {
-                let mut state = self.state.lock();
-                if matches!(*state, State::Gated) {
+                {
+                    let mut state = self.state.lock();
+                    if !matches!(*state, State::Gated) {
+                        return;
+                    }
                     *state = State::Ended(Err(DeviceError::Refused {
                         rank: self.rank(),
                         cause,
                     }));
                 }
+                let slot = self.program.slot;
+                self.group()
+                    .arrive(&self.shared, slot, self.epoch, Arrival::Nothing);
             }
         }
-    }
-
-    /// Queue the work unless the launch already ended; a failure stops the device (the
-    /// peers would wait for this rank's posts).
-    fn queue_or_fail(self: &Arc<Self>) {
-        let mut state = self.state.lock();
-        if !matches!(*state, State::Gated) {
-            return;
-        }
-        if let Some(cause) = self.shared.stopped() {
-            let rank = self.rank();
-            *state = State::Ended(Err(DeviceError::Aborted { rank, cause }));
-            return;
-        }
-        match self.queue() {
-            Ok(()) => *state = State::Queued,
-            Err(error) => {
-                *state = State::Ended(Err(error.clone()));
-                drop(state);
-                self.shared.stop(AbortCause::PeerFailed {
-                    rank: self.rank(),
-                    error: Arc::new(error),
-                });
-            }
-        }
-    }
-
-    /// Put the whole program on the rank's streams: entry fence, fork, tasks, join,
-    /// epoch, exit fence, done event.
-    fn queue(&self) -> Result<(), DeviceError> {
-        let shared = &self.shared;
-        let slot = self.program.slot;
-        let memory = &shared.ranks[slot];
-        let gpu = &memory.gpu;
-        gpu.bind()?;
-        let rs = shared.streams[slot].lock();
-        let n = self.program.streams.len();
-        let s0 = rs.streams[0];
-        let bases = self.stage_in(s0)?;
-        let word = |i: usize| shared.mapped.dev_addr(i);
-        for s in 0..n {
-            shared.mapped.store(shared.progress_word(slot, s), 0);
-        }
-        let needed = self.epoch.wrapping_sub(1) as u32;
-        for &peer in &self.entry_slots {
-            exec::wait_at_least(s0, word(shared.epoch_word(peer)), needed)?;
-        }
-        if n > 1 {
-            cu!(cuEventRecord(rs.fork, s0))?;
-            for &stream in &rs.streams[1..n] {
-                cu!(cuStreamWaitEvent(stream, rs.fork, 0))?;
-            }
-        }
-        for (s, ops) in self.program.streams.iter().enumerate() {
-            let stream = rs.streams[s];
-            for (t, op) in ops.iter().enumerate() {
-                if let Op::Wait { .. } = op {
-                    let reached = u32::try_from(t + 1).unwrap_or(u32::MAX);
-                    exec::write_word(stream, word(shared.progress_word(slot, s)), reached)?;
-                }
-                exec::enqueue(gpu, stream, op, &bases)?;
-            }
-        }
-        for s in 1..n {
-            cu!(cuEventRecord(rs.joins[s], rs.streams[s]))?;
-            cu!(cuStreamWaitEvent(s0, rs.joins[s], 0))?;
-        }
-        exec::write_word(s0, word(shared.epoch_word(slot)), self.epoch as u32)?;
-        if self.compiled.exit_fence {
-            for &peer in &self.program.peer_slots {
-                exec::wait_at_least(s0, word(shared.epoch_word(peer)), self.epoch as u32)?;
-            }
-        }
-        cu!(cuEventRecord(rs.done, s0))?;
-        Ok(())
     }
 
     /// The device addresses of the user's buffers, host slices copied into the staging
     /// buffers first (the output too: bytes the program does not write must come back
     /// as they were).
-    fn stage_in(&self, s0: sys::CUstream) -> Result<Bases, DeviceError> {
+    pub(crate) fn stage_in(&self, s0: sys::CUstream) -> Result<Bases, DeviceError> {
         let (input, output, in_place) = match self.binding {
             Binding::Device { input, output } => return Ok(Bases { input, output }),
             Binding::Host {
@@ -277,11 +266,11 @@ impl Launch {
         memory.gpu.bind()?;
         let st = memory.staging.lock();
         let dev = st.1.as_ref().map_or(0, |a| a.ptr);
-        // On the rank's own stream 0, which is idle now: a synchronous copy would order
-        // itself after the legacy stream instead.
-        let s0 = self.shared.streams[slot].lock().streams[0];
-        cu!(cuMemcpyDtoHAsync_v2(output.cast(), dev, len, s0))?;
-        cu!(cuStreamSynchronize(s0))?;
+        // On the rank's own stream: a synchronous copy would order itself after the
+        // legacy stream instead.
+        let stream = self.shared.stage_streams[slot];
+        cu!(cuMemcpyDtoHAsync_v2(output.cast(), dev, len, stream))?;
+        cu!(cuStreamSynchronize(stream))?;
         Ok(())
     }
 
@@ -291,19 +280,8 @@ impl Launch {
         let outcome = match &mut *state {
             State::Done(outcome) => return Some(outcome.clone()),
             State::Ended(outcome) => outcome.clone(),
-            State::Gated => {
-                if let Some(cause) = self.shared.stopped() {
-                    let rank = self.rank();
-                    Err(DeviceError::Aborted { rank, cause })
-                } else if self.started.elapsed() > self.shared.config.exec_timeout {
-                    Err(DeviceError::GateTimeout {
-                        rank: self.rank(),
-                        waited: self.started.elapsed(),
-                    })
-                } else {
-                    return None;
-                }
-            }
+            State::Gated => self.poll_gated()?,
+            State::Gathering => self.poll_gathering()?,
             State::Queued => self.poll_queued()?,
         };
         let outcome = self.finish(outcome);
@@ -311,23 +289,65 @@ impl Launch {
         Some(outcome)
     }
 
-    /// A queued launch: done when its done event fired (after a stop, once its streams
-    /// drained under the flood).
-    fn poll_queued(&self) -> Option<Result<(), DeviceError>> {
+    fn poll_gated(&self) -> Option<Result<(), DeviceError>> {
+        let rank = self.rank();
+        if let Some(cause) = self.shared.stopped() {
+            return Some(Err(DeviceError::Aborted { rank, cause }));
+        }
+        let waited = self.started.elapsed();
+        if waited > self.shared.config.exec_timeout {
+            return Some(Err(DeviceError::GateTimeout { rank, waited }));
+        }
+        None
+    }
+
+    /// Still gathering: over if the device stopped or the other ranks of the GPU never
+    /// came, but only once the call is withdrawn from the group (else it is being
+    /// launched, and the kernel will touch the buffers).
+    fn poll_gathering(&self) -> Option<Result<(), DeviceError>> {
         let shared = &self.shared;
-        let slot = self.program.slot;
-        if shared.ranks[slot].gpu.bind().is_err() {
+        let rank = self.rank();
+        let stopped = shared.stopped();
+        let waited = self.started.elapsed();
+        if stopped.is_none() && waited <= shared.config.exec_timeout {
             return None;
         }
-        let done = shared.streams[slot].lock().done;
-        // SAFETY: `done` is a live event of this rank.
-        let ready = unsafe { sys::cuEventQuery(done) };
+        let group = self.group();
+        let missing = group.missing(shared, self.epoch);
+        if !group.withdraw(self.program.slot, self.epoch) {
+            return None;
+        }
+        if let Some(cause) = stopped {
+            return Some(Err(DeviceError::Aborted { rank, cause }));
+        }
+        let error = DeviceError::from(CudaError::NeverCalled {
+            rank,
+            epoch: self.epoch,
+            missing,
+            waited,
+        });
+        shared.stop(AbortCause::PeerFailed {
+            rank,
+            error: Arc::new(error.clone()),
+        });
+        Some(Err(error))
+    }
+
+    /// Launched: done when the group's done event fired (after a stop, once the kernel
+    /// saw the abort word).
+    fn poll_queued(&self) -> Option<Result<(), DeviceError>> {
+        let shared = &self.shared;
+        let group = self.group();
+        if group.gpu.bind().is_err() {
+            return None;
+        }
+        // SAFETY: `done` is a live event of the group.
+        let ready = unsafe { sys::cuEventQuery(group.done) };
         match ready {
             sys::CUresult::CUDA_SUCCESS => {}
             sys::CUresult::CUDA_ERROR_NOT_READY => {
-                if shared.stopped().is_some() {
-                    self.flood_now_and_then();
-                } else if self.started.elapsed() > shared.config.exec_timeout {
+                if shared.stopped().is_none() && self.started.elapsed() > shared.config.exec_timeout
+                {
                     let error = self.watchdog();
                     *self.hung.lock() = Some(error.clone());
                     shared.stop(AbortCause::PeerFailed {
@@ -356,33 +376,62 @@ impl Launch {
                 cause,
             }));
         }
+        if let Some(error) = self.lost_wakeup() {
+            shared.stop(AbortCause::PeerFailed {
+                rank: self.rank(),
+                error: Arc::new(error.clone()),
+            });
+            return Some(Err(error));
+        }
         Some(self.stage_out())
     }
 
-    fn flood_now_and_then(&self) {
-        let mut last = self.last_flood.lock();
-        if last.is_none_or(|t| t.elapsed() >= Duration::from_millis(1)) {
-            self.shared.flood();
-            *last = Some(Instant::now());
+    /// A Post of this rank that found its word set, as the kernel recorded it.
+    fn lost_wakeup(&self) -> Option<DeviceError> {
+        let shared = &self.shared;
+        let word = shared.fault_word(self.program.slot);
+        let fault = shared.mapped.load(word);
+        if fault == 0 {
+            return None;
         }
+        shared.mapped.store(word, 0);
+        let (stream, task) = ((fault >> 24) as usize, (fault & 0xff_ffff) as usize - 1);
+        let at = TaskLocation {
+            rank: self.rank(),
+            stream,
+            task,
+        };
+        let notify = match self.program.streams.get(stream)?.get(task)? {
+            Op::Post { notify, .. } => *notify,
+            _ => return None,
+        };
+        Some(DeviceError::LostWakeup {
+            at,
+            notify,
+            notify_desc: shared.layout.describe(notify),
+        })
     }
 
     /// Which stream of the rank never finished, and where it was: the last Wait its
-    /// progress word names (every stream writes it before each Wait).
+    /// progress word names (the kernel writes it before each Wait, and a mark at the end).
     fn watchdog(&self) -> DeviceError {
         let shared = &self.shared;
         let slot = self.program.slot;
         let rank = self.rank();
         let waited = self.started.elapsed();
-        let rs = shared.streams[slot].lock();
         let n = self.program.streams.len();
-        let unfinished = |s: usize| {
-            // SAFETY: a live event of this rank.
-            s == 0 || unsafe { sys::cuEventQuery(rs.joins[s]) } != sys::CUresult::CUDA_SUCCESS
+        let progress = |s: usize| shared.mapped.load(shared.progress_word(slot, s));
+        let Some(s) = (0..n).find(|&s| progress(s) != PROGRESS_DONE) else {
+            return CudaError::Hung {
+                rank,
+                stream: 0,
+                task: "the exit fence (peers on other GPUs finishing the call)".into(),
+                waited,
+            }
+            .into();
         };
-        let s = (1..n).find(|&s| unfinished(s)).unwrap_or(0);
-        let progress = shared.mapped.load(shared.progress_word(slot, s)) as usize;
-        if let Some(Op::Wait { notify, .. }) = progress
+        let reached = progress(s) as usize;
+        if let Some(Op::Wait { notify, .. }) = reached
             .checked_sub(1)
             .and_then(|t| self.program.streams[s].get(t))
         {
@@ -390,16 +439,15 @@ impl Launch {
                 at: TaskLocation {
                     rank,
                     stream: s,
-                    task: progress - 1,
+                    task: reached - 1,
                 },
                 notify: *notify,
                 notify_desc: shared.layout.describe(*notify),
                 waited,
             };
         }
-        let task = match progress {
-            0 if s == 0 => "the entry fence (peers finishing their previous call)".to_string(),
-            0 => "the fork from stream 0".to_string(),
+        let task = match reached {
+            0 => "the start (the entry fence, or other ranks of the GPU starting)".to_string(),
             t => format!("a task after task {}", t - 1),
         };
         CudaError::Hung {
@@ -512,6 +560,12 @@ fn ordinal_of(addr: CUdeviceptr) -> Option<usize> {
     usize::try_from(ordinal).ok()
 }
 
+/// How long a waiter polls without sleeping.
+const SPIN_FOR: Duration = Duration::from_micros(200);
+
+/// The progress word of a stream that ran to its end (`program.cu`).
+const PROGRESS_DONE: u32 = u32::MAX;
+
 /// A cuda submission in flight.
 pub(crate) struct CudaCompletion {
     launch: Arc<Launch>,
@@ -519,8 +573,9 @@ pub(crate) struct CudaCompletion {
 
 impl Completion for CudaCompletion {
     fn wait(&mut self, timeout: Duration) -> Option<Result<(), DeviceError>> {
-        let deadline = Instant::now() + timeout;
-        let mut sleep = Duration::from_micros(1);
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let mut sleep = Duration::from_micros(20);
         loop {
             if let Some(outcome) = self.launch.poll() {
                 return Some(outcome);
@@ -529,12 +584,13 @@ impl Completion for CudaCompletion {
             if now >= deadline {
                 return None;
             }
-            if sleep <= Duration::from_micros(8) {
+            // A short call ends within a spin; a long one is polled less and less often.
+            if now - start < SPIN_FOR {
                 std::thread::yield_now();
             } else {
                 std::thread::sleep(sleep.min(deadline - now));
+                sleep = (sleep * 2).min(MAX_POLL_SLEEP);
             }
-            sleep = (sleep * 2).min(MAX_POLL_SLEEP);
         }
     }
 }

@@ -31,11 +31,21 @@ impl DevAlloc {
         Self::new(gpu, len, what, true)
     }
 
-    /// `len` zeroed bytes from `cuMemAlloc`, for the words stream memory operations
-    /// use (they refuse pool memory). Only at device creation: its free, at the device's
-    /// end, waits for the whole GPU.
+    /// `len` zeroed bytes from `cuMemAlloc`, outside the pool (the signal words). Only at
+    /// device creation: its free, at the device's end, waits for the whole GPU.
     pub fn fixed(gpu: &Arc<Gpu>, len: usize, what: &'static str) -> Result<Self, DeviceError> {
         Self::new(gpu, len, what, false)
+    }
+
+    /// `bytes` copied into a new stream-ordered allocation on `gpu`.
+    pub fn upload(gpu: &Arc<Gpu>, bytes: &[u8], what: &'static str) -> Result<Self, DeviceError> {
+        let alloc = Self::new(gpu, bytes.len(), what, true)?;
+        if !bytes.is_empty() {
+            let stream = gpu.alloc_stream;
+            cu!(cuMemcpyHtoDAsync_v2(alloc.ptr, bytes.as_ptr().cast(), bytes.len(), stream))?;
+            cu!(cuStreamSynchronize(stream))?;
+        }
+        Ok(alloc)
     }
 
     fn new(
@@ -84,7 +94,7 @@ impl Drop for DevAlloc {
 }
 
 /// Host memory the GPUs map: 32-bit words the host reads and writes as atomics and the
-/// GPUs' stream memory operations read and write through `dev`.
+/// program kernel reads and writes (volatile) through `dev`.
 pub(crate) struct Mapped {
     host: *mut AtomicU32,
     pub dev: sys::CUdeviceptr,

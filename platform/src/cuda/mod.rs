@@ -65,13 +65,15 @@ mod device;
 #[cfg(feature = "cuda")]
 mod driver;
 #[cfg(feature = "cuda")]
-mod exec;
+mod group;
 #[cfg(feature = "cuda")]
 mod launch;
 #[cfg(feature = "cuda")]
 mod memory;
 #[cfg(feature = "cuda")]
 mod user;
+#[cfg(feature = "cuda")]
+mod program;
 
 #[cfg(feature = "cuda")]
 pub(crate) use device::Shared;
