@@ -65,7 +65,7 @@ struct RankState<'c> {
     comm: &'c Communicator,
     op: &'c OpParam,
     input: Aligned,
-    /// The receive buffer between its guards.
+    /// The receive buffer, with guard bytes on both sides.
     output: Aligned,
     /// The device copies of `input` and `output` the calls bind, on GPUs.
     gpu: Option<GpuCopy>,
