@@ -151,7 +151,11 @@ impl Gpu {
         })?;
         cu!(cuModuleLoadData(&mut self.module, image.as_ptr().cast()))?;
         let name = CString::new(kernels::PROGRAM_KERNEL).expect("no NUL");
-        cu!(cuModuleGetFunction(&mut self.program, self.module, name.as_ptr()))?;
+        cu!(cuModuleGetFunction(
+            &mut self.program,
+            self.module,
+            name.as_ptr()
+        ))?;
         for threads in BLOCK_SIZES {
             let mut per_sm = 0;
             cu!(cuOccupancyMaxActiveBlocksPerMultiprocessor(

@@ -51,7 +51,9 @@ pub enum CudaError {
     TooManyOperands { operands: usize, max: usize },
     #[error("a stream of {tasks} tasks: the cuda backend runs at most {max} per stream")]
     TooManyTasks { tasks: usize, max: usize },
-    #[error("an offset of {offset} bytes into a user buffer is past what the cuda backend encodes")]
+    #[error(
+        "an offset of {offset} bytes into a user buffer is past what the cuda backend encodes"
+    )]
     OffsetTooLarge { offset: usize },
     #[error(
         "a call on CUDA device {ordinal} needs {needed} thread blocks at once (one per stream \

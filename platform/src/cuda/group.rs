@@ -1,7 +1,7 @@
 //! One GPU's ranks of a device and their launches: every local rank on the GPU makes each
 //! call (runs a program, or nothing: a retired call, a refused gate), and the last to
 //! arrive at a call launches the program kernel once for all of them (see
-//! [`super::program`] for why one launch).
+//! `program.rs` for why one launch).
 //!
 //! Launches of one GPU follow each other on its one stream. The call after a launched one
 //! can only gather once every rank of that launch saw it end (a rank arrives at a call
@@ -170,11 +170,19 @@ impl GpuGroup {
         let counters_len = entries + runs.len();
         let fences: Vec<_> = runs.iter().map(|r| r.fence_words()).collect();
         let desc_len = entries * ENTRY_WORDS
-            + fences.iter().map(|(a, b)| 2 + a.len() + b.len()).sum::<usize>();
+            + fences
+                .iter()
+                .map(|(a, b)| 2 + a.len() + b.len())
+                .sum::<usize>();
         let desc_bytes = desc_len * 8;
         let mut memory = self.memory.lock();
         grow(&self.gpu, &mut memory.0, desc_bytes, "launch descriptor")?;
-        grow(&self.gpu, &mut memory.1, counters_len * 4, "barrier counters")?;
+        grow(
+            &self.gpu,
+            &mut memory.1,
+            counters_len * 4,
+            "barrier counters",
+        )?;
         let counters = memory.1.as_ref().map_or(0, |a| a.ptr);
         let desc_words = describe(shared, runs, (&bases, &fences), k, counters);
         debug_assert_eq!(desc_words.len(), desc_len);

@@ -1,5 +1,5 @@
 //! The program kernel's CUDA C: `program.cu` (the interpreter of a rank's tasks, see
-//! [`super::program`]) after a prelude generated here, compiled by NVRTC once per process
+//! `program.rs`) after a prelude generated here, compiled by NVRTC once per process
 //! and architecture, and cached.
 //!
 //! The prelude holds one reduce op per (data type, reduce op), 12 x 4 = 48, and
@@ -128,7 +128,7 @@ __device__ __noinline__ void reduce_slice(const unsigned long long* src, unsigne
   constexpr int V = 16 / sizeof(T);
   // Vectors in flight per thread: four for copies, two for reductions of wide types
   // (each of the 48 is compiled: unrolling them all as far multiplies NVRTC's time).
-  constexpr int U = IS_COPY ? 4 : (sizeof(T) >= 4 ? 2 : 1);
+  constexpr int U = IS_COPY ? 4 : 1;
   u64 misaligned = 0;
   for (unsigned s = 0; s < nsrc; ++s) misaligned |= src[s];
   for (unsigned d = 0; d < ndst; ++d) misaligned |= dst[d];

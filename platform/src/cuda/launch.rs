@@ -395,7 +395,8 @@ impl Launch {
             return None;
         }
         shared.mapped.store(word, 0);
-        let (stream, task) = ((fault >> 24) as usize, (fault & 0xff_ffff) as usize - 1);
+        let stream = (fault >> 24) as usize;
+        let task = ((fault & 0xff_ffff) as usize).checked_sub(1)?;
         let at = TaskLocation {
             rank: self.rank(),
             stream,
@@ -575,7 +576,6 @@ impl Completion for CudaCompletion {
     fn wait(&mut self, timeout: Duration) -> Option<Result<(), DeviceError>> {
         let start = Instant::now();
         let deadline = start + timeout;
-        let mut sleep = Duration::from_micros(20);
         loop {
             if let Some(outcome) = self.launch.poll() {
                 return Some(outcome);
@@ -584,12 +584,14 @@ impl Completion for CudaCompletion {
             if now >= deadline {
                 return None;
             }
-            // A short call ends within a spin; a long one is polled less and less often.
-            if now - start < SPIN_FOR {
+            // A short call ends within a spin; a long one is polled less often, by a
+            // sixteenth of the time it has taken, so its end is seen at most that late.
+            let waited = now - start;
+            if waited < SPIN_FOR {
                 std::thread::yield_now();
             } else {
+                let sleep = (waited / 16).min(MAX_POLL_SLEEP);
                 std::thread::sleep(sleep.min(deadline - now));
-                sleep = (sleep * 2).min(MAX_POLL_SLEEP);
             }
         }
     }

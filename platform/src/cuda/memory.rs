@@ -42,7 +42,12 @@ impl DevAlloc {
         let alloc = Self::new(gpu, bytes.len(), what, true)?;
         if !bytes.is_empty() {
             let stream = gpu.alloc_stream;
-            cu!(cuMemcpyHtoDAsync_v2(alloc.ptr, bytes.as_ptr().cast(), bytes.len(), stream))?;
+            cu!(cuMemcpyHtoDAsync_v2(
+                alloc.ptr,
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                stream
+            ))?;
             cu!(cuStreamSynchronize(stream))?;
         }
         Ok(alloc)

@@ -11,47 +11,53 @@
 //! *virtual ranks* of it). Every rank has its own streams, CCL buffers, scratch and
 //! signal words on its GPU; ranks on different GPUs need peer access between them.
 //!
-//! ## The IR on streams
+//! ## The IR in one kernel per GPU and call
 //!
-//! Stream `s` of a rank's program is a CUDA stream of that rank (non-blocking, created
-//! once). A Copy is `cuMemcpyDtoDAsync`, a Reduce the NVRTC kernel of its type and op
-//! ([`kernels`]), a Post `cuStreamWriteValue32(word, 1)` and a Wait
-//! `cuStreamWaitValue32(word == 1)` then a write of 0: the IR's binary notifies as
-//! stream memory operations on signal words in device memory, so the GPU synchronises
-//! its ranks without a host thread in the data path. (A post that finds its word set, a
-//! lost wakeup, is not detected on the GPU: the analyzer proves no program does that.)
+//! Every local rank of a GPU makes each call: it brings its compiled program, or
+//! nothing (a call that runs nothing on it, a refused gate). The last to arrive launches
+//! the program kernel once for all of them (`group`), cooperatively, so all its blocks
+//! are resident at once. The kernel's blocks interpret the ranks' streams, encoded at
+//! compile as lists of words (`program`, `program.cu`): each stream gets K blocks, a
+//! Copy or Reduce is split over them (the NVRTC kernels of [`kernels`]), and between
+//! barriers of the K a Post sets its signal word to 1 and a Wait spins until it is set,
+//! then clears it: the IR's binary notifies, with no host thread and no stream wait in
+//! the data path. A Post that finds its word set (a lost wakeup, which the analyzer
+//! proves absent) is recorded in the rank's fault word and reported.
 //!
-//! ## The epoch fence on the GPU
+//! ## The epoch fence
 //!
-//! Each rank has an epoch word in mapped host memory. A submission's stream 0 first waits
-//! (`cuStreamWaitValue32`, `GEQ`, a cyclic compare, so 32-bit words may wrap) until every
-//! entry-fence peer's word reaches `epoch - 1`, then forks the other streams with an
-//! event; at the end it joins them, writes `epoch` to the rank's word, and for an exit
-//! fence waits for the peers' words to reach `epoch`. The host reads the words for
-//! [`Device::done_epoch`](crate::Device::done_epoch) and writes them for [`Device::retire`](crate::Device::retire) (calls that run
-//! nothing), as the host device does with its fences.
+//! Launches of one GPU follow each other on its stream, so its ranks need no fence among
+//! themselves. For peers on other GPUs, the kernel waits (cyclic compare, so 32-bit words
+//! may wrap) until each entry-fence peer's epoch word, in mapped host memory, reaches
+//! `epoch - 1`; at its end it writes `epoch` to the rank's word and, for an exit fence,
+//! waits for the peers' words to reach `epoch`. The host reads the words for
+//! [`Device::done_epoch`](crate::Device::done_epoch) and writes them for
+//! [`Device::retire`](crate::Device::retire) (calls that run nothing), as the host device
+//! does with its fences.
 //!
 //! ## Buffers
 //!
 //! User buffers are device memory ([`UserBuffers::Device`](crate::UserBuffers::Device), the adapter's
 //! `DeviceBuffer`), used in place; host slices are accepted too and staged through
-//! device buffers of the rank (copied in before the program, out after it), so every
+//! device buffers of the rank (copied in before the launch, out after it), so every
 //! test and tool that works on the host device works here. Peers' user buffers are
 //! out of reach (see `compile`): the framework runs the staged (CCL buffer) mode.
 //!
 //! ## Gates, timeouts and aborts
 //!
-//! A gated submission is queued by the thread that opens its gate. Waiting for a
-//! completion polls its event; past `exec_timeout` the waiting thread (the watchdog)
+//! A gated submission arrives at its group when its gate opens. Waiting for a completion
+//! polls the group's done event; past `exec_timeout` the waiting thread (the watchdog)
 //! reads the progress word each stream writes before every Wait, reports the rank,
-//! stream and task that never completed, and stops the device: every signal and epoch
-//! word is then flooded until every rank's streams drain, so the others return
-//! [`DeviceError::Aborted`](crate::DeviceError::Aborted) promptly and nothing runs on a buffer after its call
-//! returned.
+//! stream and task that never completed (or, for a call still gathering, the ranks of the
+//! GPU that never made it), and stops the device: the abort word, which every spin of the
+//! kernel watches, releases every block, so the others return
+//! [`DeviceError::Aborted`](crate::DeviceError::Aborted) promptly and nothing runs on a
+//! buffer after its call returned.
 //!
-//! Files: `driver` (loading, contexts, kernels), `memory`, `compile`, `exec` (tasks as
-//! stream work), `launch` (a submission and its completion), `kernels` (CUDA C and
-//! NVRTC).
+//! Files: `driver` (loading, contexts, the kernel), `memory`, `compile`, `program`
+//! (the encoding and the kernel's argument), `group` (a GPU's ranks and launches),
+//! `launch` (a submission and its completion), `kernels` (CUDA C and NVRTC), `user`
+//! (memory the user owns on a GPU).
 
 mod error;
 pub mod kernels;
@@ -71,9 +77,9 @@ mod launch;
 #[cfg(feature = "cuda")]
 mod memory;
 #[cfg(feature = "cuda")]
-mod user;
-#[cfg(feature = "cuda")]
 mod program;
+#[cfg(feature = "cuda")]
+mod user;
 
 #[cfg(feature = "cuda")]
 pub(crate) use device::Shared;

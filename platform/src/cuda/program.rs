@@ -117,7 +117,13 @@ fn encode_data(words: &mut Vec<u64>, op: &Op, head: u64) -> Result<(), CudaError
             count,
             dtype,
             op,
-        } => (KIND_REDUCE, pair_index(*dtype, *op), &srcs[..], dsts, *count),
+        } => (
+            KIND_REDUCE,
+            pair_index(*dtype, *op),
+            &srcs[..],
+            dsts,
+            *count,
+        ),
         Op::Post { .. } | Op::Wait { .. } => unreachable!("not a data task"),
     };
     let operands = srcs.len() + dsts.len();
@@ -143,7 +149,9 @@ fn operand(a: Addr) -> Result<u64, CudaError> {
         Addr::Own { buf, offset } => {
             let offset = offset as u64;
             if offset >= OFFSET_LIMIT {
-                return Err(CudaError::OffsetTooLarge { offset: offset as usize });
+                return Err(CudaError::OffsetTooLarge {
+                    offset: offset as usize,
+                });
             }
             let output = if buf == Buf::Output { OUTPUT_BIT } else { 0 };
             OWN_BIT | output | offset
@@ -335,8 +343,14 @@ mod tests {
         assert_eq!(e.words[2], OWN_BIT | 64);
         assert_eq!(e.words[4], OWN_BIT | OUTPUT_BIT);
         let h = heads(&e);
-        assert_eq!((h[0] >> 8) & 0xff, pair_index(DataType::F32, ReduceOp::Max) as u64);
-        assert!(h[1] & SYNC_BIT != 0, "Output [0, 64) and Input [32, 40) may overlap");
+        assert_eq!(
+            (h[0] >> 8) & 0xff,
+            pair_index(DataType::F32, ReduceOp::Max) as u64
+        );
+        assert!(
+            h[1] & SYNC_BIT != 0,
+            "Output [0, 64) and Input [32, 40) may overlap"
+        );
         assert_eq!(e.largest, 64);
     }
 
@@ -344,7 +358,9 @@ mod tests {
     fn too_many_operands_is_an_error() {
         let op = Op::Copy {
             src: Addr::Fixed(0x1000),
-            dsts: (0..MAX_OPERANDS as u64).map(|i| Addr::Fixed(0x10000 * i)).collect(),
+            dsts: (0..MAX_OPERANDS as u64)
+                .map(|i| Addr::Fixed(0x10000 * i))
+                .collect(),
             len: 4,
         };
         assert!(matches!(
