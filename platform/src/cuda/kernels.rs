@@ -1,6 +1,6 @@
 //! The program kernel's CUDA C: `program.cu` (the interpreter of a rank's tasks, see
-//! `program.rs`) after a prelude generated here, compiled by NVRTC once per process
-//! and architecture, and cached.
+//! `program.rs`) after a prelude generated here, compiled by NVRTC once per architecture
+//! and kept in the process and on disk (`ptx_cache`).
 //!
 //! The prelude holds one reduce op per (data type, reduce op), 12 x 4 = 48, and
 //! `reduce_dispatch`, which runs a block's slice of `dst[i] = op(src0[i], src1[i], ...)`
@@ -240,6 +240,7 @@ pub fn find_headers() -> Result<std::path::PathBuf, super::CudaError> {
 
 #[cfg(feature = "cuda")]
 mod nvrtc {
+    use super::super::ptx_cache;
     use super::super::CudaError;
     use parking_lot::Mutex;
     use std::collections::HashMap;
@@ -259,25 +260,69 @@ mod nvrtc {
         if let Some(ptx) = cache.lock().get(arch) {
             return Ok(ptx.clone());
         }
-        let ptx: Arc<str> = compile_uncached(arch)?.into();
+        let ptx: Arc<str> = compile_or_load(arch)?.into();
         cache.lock().insert(arch.to_string(), ptx.clone());
         Ok(ptx)
     }
 
-    fn compile_uncached(arch: &str) -> Result<String, CudaError> {
+    /// The PTX from the disk cache ([`super::super::ptx_cache`]), else compiled and stored.
+    fn compile_or_load(arch: &str) -> Result<String, CudaError> {
         if !present() {
             return Err(CudaError::NoNvrtc);
         }
         let include = super::find_headers()?;
+        let folder = ptx_cache::dir(|k| std::env::var(k).ok());
+        let source = super::source();
+        let version = nvrtc_version();
+        let include_text = include.display().to_string();
+        let key = ptx_cache::key(&[
+            &source,
+            arch,
+            &version,
+            &options(arch, &include).join(" "),
+            &include_text,
+        ]);
+        if let Some(ptx) = folder.as_deref().and_then(|d| ptx_cache::load(d, &key)) {
+            return Ok(ptx);
+        }
+        let ptx = compile_uncached(arch, &include)?;
+        if let Some(d) = folder.as_deref() {
+            ptx_cache::store(d, &key, &ptx);
+        }
+        Ok(ptx)
+    }
+
+    /// NVRTC's version, as `major.minor` (part of the cache key).
+    fn nvrtc_version() -> String {
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: NVRTC is present (checked by the caller); the call writes two ints.
+        unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+        format!("{major}.{minor}")
+    }
+
+    fn options(arch: &str, include: &std::path::Path) -> Vec<String> {
+        vec![
+            format!("--gpu-architecture={arch}"),
+            format!("--include-path={}", include.display()),
+            "--std=c++17".into(),
+            "--fmad=false".into(),
+            "-default-device".into(),
+        ]
+    }
+
+    /// PTX of [`super::source`] for `arch`, compiled now (no cache read or written): what
+    /// the CI test uses, so that a cached file cannot hide a broken NVRTC.
+    pub fn compile_ptx_now(arch: &str) -> Result<String, CudaError> {
+        if !present() {
+            return Err(CudaError::NoNvrtc);
+        }
+        compile_uncached(arch, &super::find_headers()?)
+    }
+
+    fn compile_uncached(arch: &str, include: &std::path::Path) -> Result<String, CudaError> {
         let options = cudarc::nvrtc::CompileOptions {
             arch: None,
-            options: vec![
-                format!("--gpu-architecture={arch}"),
-                format!("--include-path={}", include.display()),
-                "--std=c++17".into(),
-                "--fmad=false".into(),
-                "-default-device".into(),
-            ],
+            options: options(arch, include),
             ..Default::default()
         };
         match cudarc::nvrtc::compile_ptx_with_opts(super::source(), options) {
@@ -295,7 +340,7 @@ mod nvrtc {
 }
 
 #[cfg(feature = "cuda")]
-pub use nvrtc::{compile_ptx, present as nvrtc_present};
+pub use nvrtc::{compile_ptx, compile_ptx_now, present as nvrtc_present};
 
 #[cfg(test)]
 mod tests {
@@ -342,7 +387,7 @@ mod tests {
             return;
         }
         for arch in ["sm_80", "sm_90"] {
-            let ptx = compile_ptx(arch).unwrap_or_else(|e| panic!("{e}"));
+            let ptx = compile_ptx_now(arch).unwrap_or_else(|e| panic!("{e}"));
             let target = format!(".target {arch}");
             assert!(ptx.contains(&target), "no {target} in the PTX");
             let entry = format!(".entry {PROGRAM_KERNEL}(");

@@ -56,8 +56,8 @@
 //!
 //! Files: `driver` (loading, contexts, the kernel), `memory`, `compile`, `program`
 //! (the encoding and the kernel's argument), `group` (a GPU's ranks and launches),
-//! `launch` (a submission and its completion), `kernels` (CUDA C and NVRTC), `user`
-//! (memory the user owns on a GPU).
+//! `launch` (a submission and its completion), `kernels` (CUDA C and NVRTC), `ptx_cache`
+//! (NVRTC's output kept on disk), `user` (memory the user owns on a GPU).
 
 mod error;
 pub mod kernels;
@@ -78,6 +78,8 @@ mod launch;
 mod memory;
 #[cfg(feature = "cuda")]
 mod program;
+#[cfg(feature = "cuda")]
+mod ptx_cache;
 #[cfg(feature = "cuda")]
 mod user;
 
