@@ -186,6 +186,14 @@ impl GpuGroup {
         let counters = memory.1.as_ref().map_or(0, |a| a.ptr);
         let desc_words = describe(shared, runs, (&bases, &fences), k, counters);
         debug_assert_eq!(desc_words.len(), desc_len);
+        // Progress from the start: a kernel still queued is not mistaken for one that
+        // ran its streams to the end (the kernel writes 0 itself when it starts too).
+        for run in runs {
+            let slot = run.program().slot;
+            for s in 0..run.program().streams.len() {
+                shared.mapped.store(shared.progress_word(slot, s), 0);
+            }
+        }
         let desc = memory.0.as_ref().map_or(0, |a| a.ptr);
         cu!(cuMemcpyHtoDAsync_v2(
             desc,
