@@ -12,7 +12,7 @@ use crate::device::{
 use crate::error::{AbortCause, DeviceError, SliceFault};
 use crate::ir::{Buf, Rank};
 use crate::notify::NotifyLayout;
-use cudarc::driver::sys::{self, CUevent, CUstream};
+use cudarc::driver::sys::{self, CUstream};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -142,13 +142,6 @@ impl Shared {
     }
 }
 
-pub(crate) fn new_event() -> Result<CUevent, CudaError> {
-    let mut event = std::ptr::null_mut();
-    let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
-    cu!(cuEventCreate(&mut event, flags))?;
-    Ok(event)
-}
-
 /// NVIDIA GPUs as a device.
 pub struct CudaDevice {
     shared: Arc<Shared>,
@@ -242,10 +235,7 @@ impl CudaDevice {
         let mut stage_streams = Vec::with_capacity(local);
         for memory in &ranks {
             memory.gpu.bind()?;
-            let mut stream = std::ptr::null_mut();
-            let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
-            cu!(cuStreamCreate(&mut stream, flags))?;
-            stage_streams.push(stream);
+            stage_streams.push(driver::new_stream()?);
         }
         let shared = Arc::new(Shared {
             layout,

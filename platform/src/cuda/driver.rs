@@ -36,6 +36,27 @@ pub(crate) fn check(call: &'static str, result: sys::CUresult) -> Result<(), Cud
     })
 }
 
+/// A non-blocking stream in the current context (no implicit order with the legacy
+/// stream).
+pub(crate) fn new_stream() -> Result<sys::CUstream, CudaError> {
+    let mut stream = std::ptr::null_mut();
+    let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+    cu!(cuStreamCreate(&mut stream, flags))?;
+    Ok(stream)
+}
+
+/// An event in the current context; `timing`: one that records time (else the cheaper
+/// kind that only orders and completes).
+pub(crate) fn new_event(timing: bool) -> Result<sys::CUevent, CudaError> {
+    let mut event = std::ptr::null_mut();
+    let flags = match timing {
+        true => sys::CUevent_flags::CU_EVENT_DEFAULT,
+        false => sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+    } as u32;
+    cu!(cuEventCreate(&mut event, flags))?;
+    Ok(event)
+}
+
 /// Load the driver and initialise it, once per process; the number of CUDA devices.
 pub(crate) fn init() -> Result<usize, CudaError> {
     static INIT: OnceLock<Result<usize, CudaError>> = OnceLock::new();
@@ -132,8 +153,7 @@ impl Gpu {
             module: std::ptr::null_mut(),
         };
         gpu.bind()?;
-        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
-        cu!(cuStreamCreate(&mut gpu.alloc_stream, flags))?;
+        gpu.alloc_stream = new_stream()?;
         gpu.load_kernels(&format!("sm_{major}{minor}"))?;
         Ok(gpu)
     }

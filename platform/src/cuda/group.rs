@@ -15,7 +15,7 @@ use super::memory::DevAlloc;
 use super::program::{Params, ENTRY_WORDS};
 use super::{CudaError, Shared};
 use crate::error::DeviceError;
-use cudarc::driver::sys::{self, CUevent, CUstream};
+use cudarc::driver::sys::{CUevent, CUstream};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -57,10 +57,8 @@ unsafe impl Sync for GpuGroup {}
 impl GpuGroup {
     pub fn new(gpu: Arc<Gpu>, slots: Vec<usize>) -> Result<Self, DeviceError> {
         gpu.bind()?;
-        let mut stream = std::ptr::null_mut();
-        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
-        cu!(cuStreamCreate(&mut stream, flags))?;
-        let done = super::device::new_event()?;
+        let stream = super::driver::new_stream()?;
+        let done = super::driver::new_event(false)?;
         Ok(GpuGroup {
             gpu,
             slots,
@@ -187,7 +185,7 @@ impl GpuGroup {
         let desc_words = describe(shared, runs, (&bases, &fences), k, counters);
         debug_assert_eq!(desc_words.len(), desc_len);
         // Progress from the start: a kernel still queued is not mistaken for one that
-        // ran its streams to the end (the kernel writes 0 itself when it starts too).
+        // ran its streams to the end.
         for run in runs {
             let slot = run.program().slot;
             for s in 0..run.program().streams.len() {
@@ -207,7 +205,6 @@ impl GpuGroup {
             epoch,
             abort: shared.mapped.dev_addr(shared.abort_word()),
             k: k as u32,
-            entries: entries as u32,
         };
         let mut args = [(&mut params as *mut Params).cast::<std::ffi::c_void>()];
         cu!(cuLaunchCooperativeKernel(

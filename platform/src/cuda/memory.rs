@@ -9,13 +9,11 @@ use cudarc::driver::sys;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-/// A device allocation, freed on drop.
+/// A device allocation from the GPU's stream-ordered pool, freed on drop.
 pub(crate) struct DevAlloc {
     gpu: Arc<Gpu>,
     pub ptr: sys::CUdeviceptr,
     pub len: usize,
-    /// From the stream-ordered pool (freed without waiting), else `cuMemAlloc`.
-    ordered: bool,
 }
 
 impl std::fmt::Debug for DevAlloc {
@@ -28,73 +26,54 @@ impl DevAlloc {
     /// `len` zeroed bytes on `gpu` (at least one byte, so every buffer has an address),
     /// allocated in stream order on the GPU's allocation stream: no other stream waits.
     pub fn zeroed(gpu: &Arc<Gpu>, len: usize, what: &'static str) -> Result<Self, DeviceError> {
-        Self::new(gpu, len, what, true)
+        let alloc = Self::new(gpu, len, what)?;
+        cu!(cuMemsetD8Async(alloc.ptr, 0, len.max(1), gpu.alloc_stream))?;
+        cu!(cuStreamSynchronize(gpu.alloc_stream))?;
+        Ok(alloc)
     }
 
-    /// `len` zeroed bytes from `cuMemAlloc`, outside the pool (the signal words). Only at
-    /// device creation: its free, at the device's end, waits for the whole GPU.
-    pub fn fixed(gpu: &Arc<Gpu>, len: usize, what: &'static str) -> Result<Self, DeviceError> {
-        Self::new(gpu, len, what, false)
-    }
-
-    /// `bytes` copied into a new stream-ordered allocation on `gpu`.
+    /// `bytes` copied into a new allocation on `gpu`.
     pub fn upload(gpu: &Arc<Gpu>, bytes: &[u8], what: &'static str) -> Result<Self, DeviceError> {
-        let alloc = Self::new(gpu, bytes.len(), what, true)?;
+        let alloc = Self::new(gpu, bytes.len(), what)?;
+        let stream = gpu.alloc_stream;
         if !bytes.is_empty() {
-            let stream = gpu.alloc_stream;
             cu!(cuMemcpyHtoDAsync_v2(
                 alloc.ptr,
                 bytes.as_ptr().cast(),
                 bytes.len(),
                 stream
             ))?;
-            cu!(cuStreamSynchronize(stream))?;
         }
+        cu!(cuStreamSynchronize(stream))?;
         Ok(alloc)
     }
 
-    fn new(
-        gpu: &Arc<Gpu>,
-        len: usize,
-        what: &'static str,
-        ordered: bool,
-    ) -> Result<Self, DeviceError> {
+    /// `len` bytes (at least one), not yet written.
+    fn new(gpu: &Arc<Gpu>, len: usize, what: &'static str) -> Result<Self, DeviceError> {
         gpu.bind()?;
         let mut ptr = 0;
-        let stream = gpu.alloc_stream;
-        let bytes = len.max(1);
-        match ordered {
-            true => cu!(cuMemAllocAsync(&mut ptr, bytes, stream)),
-            false => cu!(cuMemAlloc_v2(&mut ptr, bytes)),
-        }
-        .map_err(|e| DeviceError::Alloc {
-            what,
-            bytes: len,
-            fault: AllocFault::Device(e.to_string()),
+        cu!(cuMemAllocAsync(&mut ptr, len.max(1), gpu.alloc_stream)).map_err(|e| {
+            DeviceError::Alloc {
+                what,
+                bytes: len,
+                fault: AllocFault::Device(e.to_string()),
+            }
         })?;
-        // Owned from here: an error below frees it.
-        let alloc = DevAlloc {
+        Ok(DevAlloc {
             gpu: gpu.clone(),
             ptr,
             len,
-            ordered,
-        };
-        cu!(cuMemsetD8Async(ptr, 0, bytes, stream))?;
-        cu!(cuStreamSynchronize(stream))?;
-        Ok(alloc)
+        })
     }
 }
 
 impl Drop for DevAlloc {
     fn drop(&mut self) {
-        if self.gpu.bind().is_err() {
-            return;
+        if self.gpu.bind().is_ok() {
+            // Stream-ordered: the free never waits for the device (see
+            // `Gpu::alloc_stream`).
+            let _ = cu!(cuMemFreeAsync(self.ptr, self.gpu.alloc_stream));
         }
-        // Stream-ordered: such a free never waits for the device (see `Gpu::alloc_stream`).
-        let _ = match self.ordered {
-            true => cu!(cuMemFreeAsync(self.ptr, self.gpu.alloc_stream)),
-            false => cu!(cuMemFree_v2(self.ptr)),
-        };
     }
 }
 
@@ -201,7 +180,7 @@ impl RankMemory {
             gpu: gpu.clone(),
             ccl_in: DevAlloc::zeroed(gpu, ccl_bytes, "CclIn")?,
             ccl_out: DevAlloc::zeroed(gpu, ccl_bytes, "CclOut")?,
-            signals: DevAlloc::fixed(gpu, words, "signal words")?,
+            signals: DevAlloc::zeroed(gpu, words, "signal words")?,
             staging: parking_lot::Mutex::new((None, None)),
         })
     }

@@ -38,7 +38,6 @@ struct Params {
   u64 epoch;          // this call's epoch (32-bit words compare cyclically)
   const volatile u32* abort;  // nonzero: the device stopped
   u32 k;              // blocks per entry
-  u32 entries;
 };
 
 // Spin until `done()` or the device stops; true when it stopped. Thread 0 only.
@@ -102,7 +101,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) oxccl_program(Params p) {
   u32 entry_passed = 0, rank_passed = 0;
   if (threadIdx.x == 0) {
     stopped = 0;
-    if (j == 0) vstore(progress, 0);
     // Entry fence: peers on other GPUs finished the previous call.
     if (leader) {
       const u64 n = fences[0];

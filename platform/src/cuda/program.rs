@@ -61,7 +61,6 @@ pub(crate) struct Params {
     pub epoch: u64,
     pub abort: u64,
     pub k: u32,
-    pub entries: u32,
 }
 
 /// One stream's words and the bytes of its largest data task.

@@ -11,8 +11,10 @@
 
 use std::path::{Path, PathBuf};
 
-/// The entry point every cached PTX must have (a damaged or foreign file has not).
-const ENTRY: &str = ".entry oxccl_program(";
+/// Whether `ptx` has the program kernel's entry point (a damaged or foreign file has not).
+fn whole(ptx: &str) -> bool {
+    ptx.contains(&format!(".entry {}(", super::kernels::PROGRAM_KERNEL))
+}
 
 /// The cache folder, from the environment as `var` reads it; `None`: no disk cache.
 pub fn dir(var: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
@@ -53,7 +55,7 @@ fn file(dir: &Path, key: &str) -> PathBuf {
 /// The PTX stored under `key`, if there is a whole one.
 pub fn load(dir: &Path, key: &str) -> Option<String> {
     let ptx = std::fs::read_to_string(file(dir, key)).ok()?;
-    ptx.contains(ENTRY).then_some(ptx)
+    whole(&ptx).then_some(ptx)
 }
 
 /// Store `ptx` under `key` (best effort: a cache).
@@ -108,7 +110,10 @@ mod tests {
     #[test]
     fn stored_ptx_loads_back_and_a_damaged_file_does_not() {
         let dir = std::env::temp_dir().join(format!("oxccl-ptx-test-{}", std::process::id()));
-        let ptx = format!("// test\n{ENTRY}\n");
+        let ptx = format!(
+            "// test\n.entry {}(\n",
+            super::super::kernels::PROGRAM_KERNEL
+        );
         store(&dir, "k1", &ptx);
         assert_eq!(load(&dir, "k1").as_deref(), Some(ptx.as_str()));
         assert_eq!(load(&dir, "k2"), None);

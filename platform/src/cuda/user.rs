@@ -106,9 +106,7 @@ impl DeviceBytes {
     pub fn zeroed(ordinal: usize, len: usize) -> Result<Self, DeviceError> {
         let context = PrimaryContext::retain(ordinal)?;
         context.bind()?;
-        let mut stream = std::ptr::null_mut();
-        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
-        cu!(cuStreamCreate(&mut stream, flags))?;
+        let stream = driver::new_stream()?;
         // Owned from here: an error below destroys the stream (and frees the memory).
         let mut bytes = DeviceBytes {
             ptr: 0,
@@ -275,10 +273,7 @@ impl TimingEvents {
     fn new(n: usize) -> Result<Self, CudaError> {
         let mut events = TimingEvents(Vec::with_capacity(n));
         for _ in 0..n {
-            let mut event = std::ptr::null_mut();
-            let flags = sys::CUevent_flags::CU_EVENT_DEFAULT as u32;
-            cu!(cuEventCreate(&mut event, flags))?;
-            events.0.push(event);
+            events.0.push(driver::new_event(true)?);
         }
         Ok(events)
     }
