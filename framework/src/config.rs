@@ -13,6 +13,7 @@
 //! | `OXCCL_TRANSPORT` | how ranks in other processes are reached (see [`crate::transport`]): `auto` (shared memory on a host, TCP between hosts), `shm` or `tcp` (every peer over TCP, also on one host) | auto |
 //! | `OXCCL_DEVICE` | the backend: `host` (threads of this process), `cuda` (NVIDIA GPUs; a build with the `cuda` feature), `sim` (records programs) | host |
 //! | `OXCCL_CUDA_DEVICES` | the cuda backend's placement: one CUDA device ordinal for every local rank (`0`: all on GPU 0, as virtual ranks), or one per local rank (`0,0,1,1`) | round-robin over the GPUs (one rank per GPU when there are enough) |
+//! | `OXCCL_ALGO_FILES` | MSCCL-IR algorithm files imported as executors (see [`crate::msccl`]): files or folders (their `*.xml`), `:`-separated; read when the registry is first built | none |
 //! | `OXCCL_LOG` | `tracing` filter (`info`, `oxccl=debug`, ...); one that does not parse is an error | off |
 //!
 //! Every error names its variable, the value found and what would be valid.
@@ -267,6 +268,32 @@ impl Config {
         }
         Ok(config)
     }
+}
+
+/// The algorithm files `OXCCL_ALGO_FILES` names (`:`-separated files or folders; empty
+/// parts are skipped), read by the registry when it is first built ([`crate::msccl`]).
+pub fn algo_files_from_env() -> Result<Vec<std::path::PathBuf>, ConfigError> {
+    algo_files(std::env::var_os("OXCCL_ALGO_FILES"))
+}
+
+fn algo_files(value: Option<std::ffi::OsString>) -> Result<Vec<std::path::PathBuf>, ConfigError> {
+    let Some(value) = value else {
+        return Ok(Vec::new());
+    };
+    let paths: Vec<std::path::PathBuf> = std::env::split_paths(&value)
+        .filter(|p| !p.as_os_str().is_empty())
+        .collect();
+    if let Some(missing) = paths.iter().find(|p| !p.exists()) {
+        return Err(ConfigError::new(
+            "OXCCL_ALGO_FILES",
+            value.to_string_lossy(),
+            format!(
+                "{} does not exist; give MSCCL-IR files or folders of them, separated by `:`",
+                missing.display()
+            ),
+        ));
+    }
+    Ok(paths)
 }
 
 #[cfg(test)]

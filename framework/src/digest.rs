@@ -4,7 +4,7 @@
 //! Every rank, in any process, must reach the same selection for the same call, or their
 //! programs do not meet. Selection is a pure function of shared inputs (see
 //! [`crate::select`]): the **registry** (every executor entry: operator, name, crate,
-//! constraints, preference) and the plugin selectors (name, priority); the **tuning
+//! constraints, preference, and an imported one's file content) and the plugin selectors (name, priority); the **tuning
 //! table**; the **topology** (servers, both fabrics with their link specs and wiring, the
 //! NIC, per-pair overrides, broken links); and the **planning configuration** (CCL buffer
 //! bytes, link channels, mode, the `OXCCL_ALGO` override). [`selection_digest`] folds all
@@ -24,7 +24,7 @@ use crate::topology::{Fabric, LinkSpec, Topology};
 use crate::tune::TuneTable;
 
 /// Version of the encoding: bumped whenever what is fed, or how, changes.
-const ENCODING: u64 = 1;
+const ENCODING: u64 = 2;
 
 /// A 64-bit FNV-1a hasher with a fixed, documented encoding of the values it is fed.
 #[derive(Clone, Debug)]
@@ -198,6 +198,11 @@ fn executors(d: &mut Digest, entries: &[&'static ExecutorEntry]) {
         d.str(e.op.name()).str(e.name).str(e.crate_name);
         d.u64(e.preference as i64 as u64);
         constraints(d, &e.constraints);
+        // An imported executor is what its file says: two ranks whose files of one name
+        // differ would build different programs.
+        d.option(e.file.map(|f| f.content), |d, content| {
+            d.u64(content);
+        });
     }
 }
 

@@ -187,6 +187,9 @@ pub enum Error {
     },
     #[error("executor registry is inconsistent: {0}")]
     Registry(String),
+    /// An MSCCL-IR algorithm file that cannot be imported ([`crate::msccl`]).
+    #[error("algorithm file {0}")]
+    AlgoFile(#[from] crate::msccl::FileError),
     #[error(
         "the topology is disconnected: {} have no path of healthy links between them; \
          repair a link or drop a broken one (--broken, or `broken` in the topology file)",

@@ -43,6 +43,8 @@ pub struct PlanCtx<'a> {
     pub mode: Mode,
     /// Bytes of each CCL buffer.
     pub ccl_bytes: usize,
+    /// Notify channels per link ([`KernelCtx::link`] refuses a channel past them).
+    pub link_channels: usize,
     /// The user called the in-place form (input and output are one buffer).
     pub in_place: bool,
 }
@@ -606,7 +608,44 @@ pub struct ExecutorEntry {
     /// Breaks ties between equal modelled times, and decides alone where the model cannot
     /// (zero bytes, point-to-point operators): higher wins.
     pub preference: i32,
-    pub make: fn() -> Box<dyn Executor>,
+    /// Builds the executor ([`ExecutorEntry::instantiate`]).
+    pub make: Make,
+    /// The algorithm file it was read from, for executors imported at run time
+    /// ([`crate::msccl`]); `None` for one a crate registered.
+    pub file: Option<&'static AlgoFile>,
+}
+
+/// How a registry entry builds its executor.
+#[derive(Copy, Clone)]
+pub enum Make {
+    /// A constructor a crate registered at link time.
+    Static(fn() -> Box<dyn Executor>),
+    /// An executor built at run time from data (an imported algorithm file): one shared
+    /// value behind every instance.
+    Shared(&'static (dyn Fn() -> Box<dyn Executor> + Send + Sync)),
+}
+
+/// Where an imported executor came from: shown by `oxccl algs`, and fed to the selection
+/// digest by content (never by path: ranks on different hosts keep their files in
+/// different places, and must agree on what the files say).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlgoFile {
+    /// The path it was read from, as given.
+    pub path: String,
+    /// The `name` attribute of the file's algorithm, before it was made unique.
+    pub name: String,
+    /// A digest of the file's bytes (FNV-1a, [`crate::digest::Digest`]).
+    pub content: u64,
+}
+
+impl ExecutorEntry {
+    /// A new instance of the executor.
+    pub fn instantiate(&self) -> Box<dyn Executor> {
+        match self.make {
+            Make::Static(make) => make(),
+            Make::Shared(make) => make(),
+        }
+    }
 }
 
 impl std::fmt::Debug for ExecutorEntry {
@@ -657,7 +696,8 @@ macro_rules! register_executor {
                 crate_name: env!("CARGO_PKG_NAME"),
                 constraints: $constraints,
                 preference: $pref,
-                make: $make,
+                make: $crate::executor::Make::Static($make),
+                file: None,
             }
         }
     };

@@ -55,6 +55,7 @@ pub mod error;
 pub mod executor;
 pub mod limits;
 pub mod link_access;
+pub mod msccl;
 pub mod op;
 pub mod planner;
 pub mod registry;

@@ -23,23 +23,28 @@ fn key(name: &str) -> String {
 }
 
 impl Registry {
-    fn build() -> Result<Self, String> {
+    fn build() -> Result<Self, Error> {
         let mut executors = BTreeMap::new();
         for e in inventory::iter::<ExecutorEntry> {
             if let Some(prev) = executors.insert((e.op, key(e.name)), e) {
-                return Err(format!(
+                return Err(Error::Registry(format!(
                     "executor `{}` for {} is registered twice: by crate `{}` and by crate `{}`",
                     e.name, e.op, prev.crate_name, e.crate_name
-                ));
+                )));
             }
+        }
+        // Imported algorithm files, named around the executors crates registered.
+        let taken = |op, name: &str| executors.contains_key(&(op, name.to_string()));
+        for e in crate::msccl::entries(&taken)? {
+            executors.insert((e.op, key(e.name)), e);
         }
         let mut templates = BTreeMap::new();
         for t in inventory::iter::<TemplateEntry> {
             if let Some(prev) = templates.insert(key(t.name), t) {
-                return Err(format!(
+                return Err(Error::Registry(format!(
                     "template `{}` is registered twice: by crate `{}` and by crate `{}`",
                     t.name, prev.crate_name, t.crate_name
-                ));
+                )));
             }
         }
         Ok(Registry {
@@ -86,11 +91,18 @@ impl Registry {
     }
 }
 
-/// The process-wide registry.
+static REGISTRY: OnceLock<Result<Registry, Error>> = OnceLock::new();
+
+/// The process-wide registry: the executors crates registered at link time, and those
+/// imported from algorithm files ([`crate::msccl`]), built on first use.
 pub fn registry() -> Result<&'static Registry, Error> {
-    static REGISTRY: OnceLock<Result<Registry, String>> = OnceLock::new();
     REGISTRY
         .get_or_init(Registry::build)
         .as_ref()
-        .map_err(|e| Error::Registry(e.clone()))
+        .map_err(Clone::clone)
+}
+
+/// Whether the registry has been built (files added later could not be seen).
+pub(crate) fn is_built() -> bool {
+    REGISTRY.get().is_some()
 }

@@ -47,7 +47,7 @@ impl Recording {
         };
         let selection = agreed_selection(ops, &setting, &config)?;
         let entry = selection.executor;
-        let executor = (entry.make)();
+        let executor = entry.instantiate();
         crate::planner::record_every_rank(
             entry.name,
             executor.as_ref(),

@@ -589,7 +589,7 @@ impl Communicator {
         let setting = self.setting(in_place);
         let selection = self.select_with(op, &setting)?;
         let entry = selection.executor;
-        let executor = (entry.make)();
+        let executor = entry.instantiate();
         let plan = setting.ctx(self.rank, op);
         // Planning checks the request against the limits, so the device reserves only
         // for a program that exists.

@@ -36,7 +36,7 @@ impl Communicator {
             return ExpectedPost::OwnArguments { rank: poster };
         }
         let entry = prepared.selection.executor;
-        let executor = (entry.make)();
+        let executor = entry.instantiate();
         let setting = self.setting(in_place);
         let ctx = setting.ctx(poster, op);
         match planner::plan(entry.name, executor.as_ref(), &ctx, layout) {

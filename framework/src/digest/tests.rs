@@ -14,7 +14,8 @@ fn entry(name: &'static str, preference: i32) -> &'static ExecutorEntry {
         crate_name: "test",
         constraints: Constraints::ANY,
         preference,
-        make,
+        make: crate::executor::Make::Static(make),
+        file: None,
     }))
 }
 

@@ -76,6 +76,7 @@ impl<'a> Setting<'a> {
             topology: self.topology,
             mode: self.mode,
             ccl_bytes: self.ccl_bytes,
+            link_channels: self.link_channels,
             in_place: self.in_place,
         }
     }

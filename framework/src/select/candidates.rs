@@ -64,7 +64,7 @@ pub(super) fn infeasible_each(
     req: &SelectRequest<'_>,
     op_of: &dyn Fn(usize) -> OpParam,
 ) -> Option<String> {
-    let executor = (entry.make)();
+    let executor = entry.instantiate();
     // Every link exists on a full mesh: asking each rank for `Peers::All` needs no check
     // of n - 1 links (n² lookups on a cluster).
     let full_mesh = req.topology.is_full_mesh();
@@ -77,6 +77,7 @@ pub(super) fn infeasible_each(
             topology: req.topology,
             mode: req.mode,
             ccl_bytes: req.ccl_bytes,
+            link_channels: req.link_channels,
             in_place: req.in_place,
         };
         match executor.resources(&plan) {

@@ -112,7 +112,7 @@ fn sample(
     }
     let setting = req.setting();
     let layout = setting.layout();
-    let executor = (entry.make)();
+    let executor = entry.instantiate();
     let programs = sampled
         .iter()
         .map(|&rank| {
@@ -236,7 +236,8 @@ mod tests {
             crate_name: "test",
             constraints: Constraints::ANY,
             preference,
-            make,
+            make: crate::executor::Make::Static(make),
+            file: None,
         }))
     }
 

@@ -1,0 +1,509 @@
+//! An imported algorithm as an executor: threadblocks become streams, messages become
+//! puts into the receiver's scratch with the signals they need, dependencies become
+//! waits.
+//!
+//! # Translation
+//!
+//! - **Streams.** Threadblock `t` of a gpu (file order) runs on stream `t` of its rank:
+//!   the first on the main stream, the others on slave streams forked at the start of
+//!   each loop iteration and joined at its end.
+//! - **Messages.** Every connection (channel, sender, receiver) gets `D` landing slots in
+//!   the receiver's scratch, each the size of its largest message. Message `k` goes
+//!   through slot `k mod D` on link channel `chan * D + k mod D`: the sender writes the
+//!   data into the slot (a put: only the receiver's scratch is written, so the executor
+//!   runs over put-only links, TCP included) and posts the receiver's DataSignal; the
+//!   receiver waits for it, consumes the slot (copy it out, reduce it with local chunks,
+//!   pass it on) and posts the sender's Ack as a credit. The sender waits for the credit
+//!   of message `k - D` before it writes message `k`, and for the last `D` credits before
+//!   its threadblock ends, so every signal is consumed within the iteration: the next
+//!   iteration (or call) starts with every slot free. `D` is the link channels over the
+//!   file's channels (two slots per connection with the default two link channels and
+//!   one MSCCL channel), which is MSCCL's FIFO with fewer steps.
+//! - **Step types.** `s` copies its source into the slot; `r` copies the slot to its
+//!   destination; `rcs` copies the slot to its destination and to the next receiver's slot
+//!   in one task; `rrs`, `rrc` and `rrcs` reduce the slot with the source into the next
+//!   slot, the destination, or both; `cpy` and `re` are local copies and reductions
+//!   (`dst = dst op src`); `nop` only carries its dependency.
+//! - **Dependencies.** A step with `depid`/`deps` on another threadblock waits on a private
+//!   notify that the step it names posts when it completes; one notify per edge, since a
+//!   notify is binary. A dependency on an earlier step of its own threadblock is stream
+//!   order already.
+//! - **Chunks.** One chunk is `count x multiplier / nchunksperloop` elements of the loop
+//!   iteration (multiplier: 1 for AllReduce, Broadcast and Reduce; the rank count for the
+//!   others). Chunk `c` of a side with one block per rank lies in block
+//!   `c / (nchunksperloop / ranks)`, at the block stride the orchestration gives; the
+//!   scratch holds the file's `s_chunks`, then the landing slots.
+//! - **Loop.** Each iteration takes a multiple of the size unit (the smallest count whose
+//!   chunks are whole) that fits the CCL buffers, and scratch of at most twice a CCL
+//!   buffer.
+
+use super::model::{Algorithm, BufName, StepKind};
+use super::validate::buffer_chunks;
+use super::wiring::{End, Wiring};
+use crate::error::Error;
+use crate::executor::{Executor, KernelArgs, KernelCtx, Mode, Peers, PlanCtx, ResourceRequest};
+use oxccl_platform::{Buf, Rank, Slice, Task};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A file's algorithm with what is derived from it once.
+#[derive(Debug)]
+pub struct Imported {
+    /// The registered (unique) name.
+    pub name: &'static str,
+    pub algo: Algorithm,
+    pub wiring: Wiring,
+}
+
+/// The executor of one imported algorithm.
+pub struct FileExecutor(pub Arc<Imported>);
+
+/// What `resources` decides for every iteration.
+struct SlotPlan {
+    /// Landing slots per connection.
+    slots: usize,
+    /// Per connection: the chunk of the receiver's scratch where its slot 0 begins.
+    landing: Vec<usize>,
+}
+
+impl Imported {
+    fn unsupported(&self, ctx: &PlanCtx<'_>, reason: String) -> Error {
+        Error::Unsupported {
+            executor: self.name.to_string(),
+            op: ctx.op.kind,
+            ranks: ctx.ranks,
+            reason,
+        }
+    }
+
+    /// The rank count's multiple of `count` the chunks divide (MSCCL's size multiplier).
+    fn multiplier(&self) -> usize {
+        let (i, o) = self.algo.coll.buffer_counts(1, self.algo.ngpus);
+        i.max(o).max(1)
+    }
+
+    /// The smallest element count whose chunks are whole: counts must be multiples of it.
+    fn unit(&self) -> usize {
+        let (n, m) = (self.algo.nchunksperloop, self.multiplier());
+        n / gcd(n, m)
+    }
+
+    /// Why this file cannot run `ctx`, as select_alg's explanation shows it.
+    fn refusal(&self, ctx: &PlanCtx<'_>) -> Option<String> {
+        let a = &self.algo;
+        if ctx.ranks != a.ngpus {
+            return Some(format!("the file is for ngpus={} ranks", a.ngpus));
+        }
+        if ctx.op.kind != a.coll {
+            return Some(format!("the file's collective is {}", a.coll));
+        }
+        if a.coll.has_root() && ctx.op.root != Some(a.root) {
+            return Some(format!("the file is for root {}", a.root));
+        }
+        if ctx.in_place && !a.inplace {
+            return Some("the file does not run in place (inplace=\"0\")".into());
+        }
+        if !ctx.in_place && !a.outofplace {
+            return Some("the file runs in place only (outofplace=\"0\")".into());
+        }
+        let bytes = ctx
+            .op
+            .count
+            .saturating_mul(ctx.op.dtype.size())
+            .saturating_mul(self.multiplier());
+        if bytes < a.min_bytes || a.max_bytes.is_some_and(|max| bytes > max) {
+            let max = a
+                .max_bytes
+                .map_or("unbounded".to_string(), |m| m.to_string());
+            return Some(format!(
+                "{bytes} bytes (count x type size x multiplier) is outside the file's range \
+                 minBytes={} maxBytes={max}",
+                a.min_bytes
+            ));
+        }
+        let (unit, m) = (self.unit(), self.multiplier());
+        if !ctx.op.count.is_multiple_of(unit) {
+            return Some(format!(
+                "count {} x multiplier {m} is not divisible by nchunksperloop={} (counts must \
+                 be multiples of {unit})",
+                ctx.op.count, a.nchunksperloop
+            ));
+        }
+        if ctx.link_channels < a.nchannels {
+            return Some(format!(
+                "the file uses {} channels per peer and the communicator has {} link channels",
+                a.nchannels, ctx.link_channels
+            ));
+        }
+        None
+    }
+
+    /// Landing slots of every connection, and the scratch chunks the busiest rank needs.
+    fn slot_plan(&self, slots: usize) -> (SlotPlan, usize) {
+        let mut next: Vec<usize> = self.algo.gpus.iter().map(|g| g.s_chunks).collect();
+        let mut landing = Vec::with_capacity(self.wiring.connections.len());
+        for c in &self.wiring.connections {
+            landing.push(next[c.to]);
+            next[c.to] = next[c.to].saturating_add(slots.saturating_mul(c.max_cnt));
+        }
+        let most = next.iter().copied().max().unwrap_or(0);
+        (SlotPlan { slots, landing }, most)
+    }
+
+    /// Elements per loop iteration: a multiple of the unit that fits the CCL buffers and
+    /// keeps scratch within twice a CCL buffer; `None` when not even one unit does.
+    fn per_loop(&self, ctx: &PlanCtx<'_>, scratch_chunks: usize) -> Option<usize> {
+        let es = ctx.op.dtype.size();
+        let (m, n) = (self.multiplier(), self.algo.nchunksperloop);
+        let buffer_cap = match ctx.mode {
+            Mode::Staged if m > 1 => (ctx.ccl_bytes / ctx.ranks / 128 * 128).max(1) / es,
+            Mode::Staged => ctx.ccl_bytes / es,
+            Mode::Direct => usize::MAX,
+        };
+        // scratch bytes = scratch_chunks * (count * m / n) * es <= 2 * ccl_bytes
+        let per_chunk_count = scratch_chunks.saturating_mul(m).saturating_mul(es).max(1);
+        let scratch_cap = ctx.ccl_bytes.saturating_mul(2).saturating_mul(n) / per_chunk_count;
+        let unit = self.unit();
+        let cap = buffer_cap.min(scratch_cap).min(ctx.op.count.max(unit));
+        let per_loop = cap / unit * unit;
+        (per_loop > 0).then_some(per_loop)
+    }
+
+    fn peers(&self, rank: Rank) -> Vec<Rank> {
+        let mut peers: Vec<Rank> = self
+            .wiring
+            .connections
+            .iter()
+            .filter_map(|c| match (c.from == rank, c.to == rank) {
+                (true, _) => Some(c.to),
+                (_, true) => Some(c.from),
+                _ => None,
+            })
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        peers
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a.max(1)
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+impl Executor for FileExecutor {
+    fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        let imp = &self.0;
+        if let Some(why) = imp.refusal(ctx) {
+            return Err(imp.unsupported(ctx, why));
+        }
+        let slots = ctx.link_channels / imp.algo.nchannels;
+        let (plan, scratch_chunks) = imp.slot_plan(slots);
+        let per_loop = imp.per_loop(ctx, scratch_chunks).ok_or_else(|| {
+            imp.unsupported(
+                ctx,
+                format!(
+                    "a CCL buffer of {} bytes holds less than one loop of the file ({} \
+                     elements)",
+                    ctx.ccl_bytes,
+                    imp.unit()
+                ),
+            )
+        })?;
+        let chunk_bytes = per_loop.min(ctx.op.count) * imp.multiplier() / imp.algo.nchunksperloop
+            * ctx.op.dtype.size();
+        let gpu = &imp.algo.gpus[ctx.rank];
+        Ok(ResourceRequest {
+            slave_streams: gpu.tbs.len().saturating_sub(1),
+            local_notifies: imp.wiring.edges(ctx.rank).len(),
+            scratch_bytes: scratch_chunks.saturating_mul(chunk_bytes),
+            peers: Peers::List(imp.peers(ctx.rank)),
+            max_count_per_loop: Some(per_loop),
+            plan: Default::default(),
+        }
+        .with_plan(plan))
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        let imp = &*self.0;
+        let plan: &SlotPlan = ctx.plan()?;
+        let count = args.op.count;
+        let (m, n) = (imp.multiplier(), imp.algo.nchunksperloop);
+        if count == 0 {
+            return Ok(());
+        }
+        if !(count * m).is_multiple_of(n) {
+            return Err(Error::BadProgram {
+                executor: imp.name.into(),
+                rank: ctx.rank,
+                reason: format!("an iteration of {count} elements is not whole chunks"),
+            });
+        }
+        let (in_chunks, out_chunks) = buffer_chunks(&imp.algo);
+        let geometry = Geometry {
+            rank: ctx.rank,
+            args,
+            chunk_bytes: count * m / n * args.op.dtype.size(),
+            in_block: None,
+            out_block: None,
+        }
+        .blocks(imp, in_chunks, out_chunks);
+        let tbs = imp.algo.gpus[ctx.rank].tbs.len();
+        if tbs > 1 {
+            ctx.fork(1..=tbs - 1);
+        }
+        let edges = imp.wiring.edges(ctx.rank);
+        let mut waits = BTreeMap::new();
+        let mut posts: BTreeMap<(usize, usize), Vec<usize>> = BTreeMap::new();
+        for (e, (producer, consumer)) in edges.iter().enumerate() {
+            waits.insert(*consumer, e);
+            posts.entry(*producer).or_default().push(e);
+        }
+        let lower = Lower {
+            imp,
+            plan,
+            geometry: &geometry,
+            waits: &waits,
+            posts: &posts,
+        };
+        for t in 0..tbs {
+            for s in 0..imp.algo.gpus[ctx.rank].tbs[t].steps.len() {
+                lower.step(ctx, t, s)?;
+            }
+            lower.drain(ctx, t)?;
+        }
+        if tbs > 1 {
+            ctx.join(1..=tbs - 1);
+        }
+        Ok(())
+    }
+}
+
+/// Where a file's chunks lie in one iteration's buffers.
+struct Geometry<'a> {
+    rank: Rank,
+    args: &'a KernelArgs,
+    chunk_bytes: usize,
+    /// Chunks per block of the input and output, for the sides with one block per rank.
+    in_block: Option<usize>,
+    out_block: Option<usize>,
+}
+
+/// A run of chunks in some rank's buffer.
+#[derive(Copy, Clone, Debug)]
+enum Loc {
+    Local(BufName, usize),
+    /// Chunk of `rank`'s scratch (landing slots).
+    Scratch(Rank, usize),
+}
+
+impl Geometry<'_> {
+    fn blocks(self, imp: &Imported, in_chunks: usize, out_chunks: usize) -> Self {
+        let n = imp.algo.nchunksperloop;
+        let per_block = n / imp.algo.ngpus;
+        Geometry {
+            in_block: (imp.multiplier() > 1 && in_chunks == n).then_some(per_block),
+            out_block: (imp.multiplier() > 1 && out_chunks == n).then_some(per_block),
+            ..self
+        }
+    }
+
+    /// Chunks per block of `loc`'s buffer, if it has blocks.
+    fn block(&self, loc: Loc) -> Option<usize> {
+        match loc {
+            Loc::Local(BufName::Input, _) => self.in_block,
+            Loc::Local(BufName::Output, _) => self.out_block,
+            _ => None,
+        }
+    }
+
+    /// Whether chunk `k` of `loc` starts a new block (a run must not cross it).
+    fn breaks_at(&self, loc: Loc, k: usize) -> bool {
+        let first = match loc {
+            Loc::Local(_, c) | Loc::Scratch(_, c) => c,
+        };
+        self.block(loc)
+            .is_some_and(|b| (first + k).is_multiple_of(b))
+    }
+
+    /// Chunks `[k, k + len)` of `loc` as one slice (no block boundary inside).
+    fn slice(&self, loc: Loc, k: usize, len: usize) -> Slice {
+        let bytes = len * self.chunk_bytes;
+        match loc {
+            Loc::Scratch(rank, c) => {
+                Slice::new(rank, Buf::Scratch, (c + k) * self.chunk_bytes, bytes)
+            }
+            Loc::Local(BufName::Scratch, c) => {
+                Slice::new(self.rank, Buf::Scratch, (c + k) * self.chunk_bytes, bytes)
+            }
+            Loc::Local(side, c) => {
+                let range = match side {
+                    BufName::Input => self.args.input,
+                    _ => self.args.output,
+                };
+                let chunk = c + k;
+                let offset = match self.block(loc) {
+                    Some(b) => {
+                        (chunk / b) * self.args.block_stride + (chunk % b) * self.chunk_bytes
+                    }
+                    None => chunk * self.chunk_bytes,
+                };
+                range.at(self.rank, offset, bytes)
+            }
+        }
+    }
+
+    /// `cnt` chunks of every location in `locs`, cut into runs that no block boundary
+    /// crosses: for each run, one slice per location.
+    fn runs(&self, locs: &[Loc], cnt: usize) -> Vec<Vec<Slice>> {
+        let mut cuts = vec![0];
+        cuts.extend((1..cnt).filter(|&k| locs.iter().any(|&l| self.breaks_at(l, k))));
+        cuts.push(cnt);
+        cuts.windows(2)
+            .map(|w| {
+                locs.iter()
+                    .map(|&l| self.slice(l, w[0], w[1] - w[0]))
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+/// Lowering one rank's steps.
+struct Lower<'a> {
+    imp: &'a Imported,
+    plan: &'a SlotPlan,
+    geometry: &'a Geometry<'a>,
+    /// Per consumer (tb, step): the edge notify it waits on.
+    waits: &'a BTreeMap<(usize, usize), usize>,
+    /// Per producer (tb, step): the edge notifies it posts.
+    posts: &'a BTreeMap<(usize, usize), Vec<usize>>,
+}
+
+impl Lower<'_> {
+    /// Link channel and landing slot (a scratch chunk on the receiver) of message `end`.
+    fn slot(&self, end: End) -> (usize, usize) {
+        let c = &self.imp.wiring.connections[end.conn];
+        let j = end.k % self.plan.slots;
+        (
+            c.chan * self.plan.slots + j,
+            self.plan.landing[end.conn] + j * c.max_cnt,
+        )
+    }
+
+    fn step(&self, ctx: &mut KernelCtx<'_>, t: usize, s: usize) -> Result<(), Error> {
+        let rank = ctx.rank;
+        let step = self.imp.algo.gpus[rank].tbs[t].steps[s].clone();
+        if let Some(&e) = self.waits.get(&(t, s)) {
+            let notify = ctx.notify(e);
+            ctx.stream(t).wait(notify);
+        }
+        let wiring = &self.imp.wiring;
+        let recv = wiring.recvs.get(&(rank, t, s)).copied();
+        let send = wiring.sends.get(&(rank, t, s)).copied();
+        let mut landing = None;
+        let mut from_link = None;
+        if let Some(end) = recv {
+            let (channel, chunk) = self.slot(end);
+            let link = ctx.link(wiring.connections[end.conn].from, channel)?;
+            link.rx_data_signal(ctx.stream(t));
+            landing = Some(Loc::Scratch(rank, chunk));
+            from_link = Some(link);
+        }
+        let mut remote = None;
+        let mut to_link = None;
+        if let Some(end) = send {
+            let c = &wiring.connections[end.conn];
+            let (channel, chunk) = self.slot(end);
+            let link = ctx.link(c.to, channel)?;
+            if end.k >= self.plan.slots {
+                link.rx_ack(ctx.stream(t));
+            }
+            remote = Some(Loc::Scratch(c.to, chunk));
+            to_link = Some(link);
+        }
+        self.data(ctx, t, &step, landing, remote);
+        if let Some(link) = from_link {
+            link.tx_ack(ctx.stream(t));
+        }
+        if let Some(link) = to_link {
+            link.tx_data_signal(ctx.stream(t));
+        }
+        for &e in self.posts.get(&(t, s)).into_iter().flatten() {
+            let notify = ctx.notify(e);
+            ctx.stream(t).post(notify);
+        }
+        Ok(())
+    }
+
+    /// The step's copy or reduction, from and to the locations it names.
+    fn data(
+        &self,
+        ctx: &mut KernelCtx<'_>,
+        t: usize,
+        step: &super::model::Step,
+        landing: Option<Loc>,
+        remote: Option<Loc>,
+    ) {
+        let src = Loc::Local(step.src.buf, step.src.off);
+        let dst = Loc::Local(step.dst.buf, step.dst.off);
+        // (sources, destinations); a reduction has two sources.
+        let (srcs, dsts): (Vec<Loc>, Vec<Loc>) = match step.kind {
+            StepKind::Nop => return,
+            StepKind::Send => (vec![src], remote.into_iter().collect()),
+            StepKind::Recv => (landing.into_iter().collect(), vec![dst]),
+            StepKind::RecvCopySend => (
+                landing.into_iter().collect(),
+                std::iter::once(dst).chain(remote).collect(),
+            ),
+            StepKind::RecvReduceSend => (
+                landing.into_iter().chain([src]).collect(),
+                remote.into_iter().collect(),
+            ),
+            StepKind::RecvReduceCopy => (landing.into_iter().chain([src]).collect(), vec![dst]),
+            StepKind::RecvReduceCopySend => (
+                landing.into_iter().chain([src]).collect(),
+                std::iter::once(dst).chain(remote).collect(),
+            ),
+            StepKind::Copy => (vec![src], vec![dst]),
+            StepKind::Reduce => (vec![dst, src], vec![dst]),
+        };
+        let locs: Vec<Loc> = srcs.iter().chain(&dsts).copied().collect();
+        let (dtype, op) = (self.geometry.args.op.dtype, self.geometry.args.op.op);
+        for run in self.geometry.runs(&locs, step.cnt) {
+            let (from, to) = run.split_at(srcs.len());
+            let task = match from {
+                [one] => Task::Copy {
+                    src: *one,
+                    dsts: to.to_vec(),
+                },
+                _ => Task::Reduce {
+                    srcs: from.to_vec(),
+                    dsts: to.to_vec(),
+                    dtype,
+                    op,
+                },
+            };
+            ctx.stream(t).tasks.push(task);
+        }
+    }
+
+    /// The credits still owed to threadblock `t`'s sends: waited before it ends.
+    fn drain(&self, ctx: &mut KernelCtx<'_>, t: usize) -> Result<(), Error> {
+        for (conn, c) in self.imp.wiring.connections.iter().enumerate() {
+            if c.from != ctx.rank || c.send_tb != t {
+                continue;
+            }
+            let total = c.messages.len();
+            for k in total.saturating_sub(self.plan.slots)..total {
+                let (channel, _) = self.slot(End { conn, k });
+                let link = ctx.link(c.to, channel)?;
+                link.rx_ack(ctx.stream(t));
+            }
+        }
+        Ok(())
+    }
+}
