@@ -13,6 +13,7 @@
 //! | `OXCCL_TRANSPORT` | how ranks in other processes are reached (see [`crate::transport`]): `auto` (shared memory on a host, TCP between hosts), `shm` or `tcp` (every peer over TCP, also on one host) | auto |
 //! | `OXCCL_DEVICE` | the backend: `host` (threads of this process), `cuda` (NVIDIA GPUs; a build with the `cuda` feature), `sim` (records programs) | host |
 //! | `OXCCL_CUDA_DEVICES` | the cuda backend's placement: one CUDA device ordinal for every local rank (`0`: all on GPU 0, as virtual ranks), or one per local rank (`0,0,1,1`) | round-robin over the GPUs (one rank per GPU when there are enough) |
+//! | `OXCCL_LINK_CHANNELS` | notify channels per link, 1 to 64: how many handshakes two ranks may have in flight at once (an imported MSCCL-IR file needs at least its `nchannels`, and pipelines deeper with more) | 2 |
 //! | `OXCCL_ALGO_FILES` | MSCCL-IR algorithm files imported as executors (see [`crate::msccl`]): files or folders (their `*.xml`), `:`-separated; read when the registry is first built | none |
 //! | `OXCCL_LOG` | `tracing` filter (`info`, `oxccl=debug`, ...); one that does not parse is an error | off |
 //!
@@ -253,6 +254,14 @@ impl Config {
         }
         if let Some(v) = get("OXCCL_TUNE_FILE") {
             config.tune = Some(std::sync::Arc::new(load_tune_file(&v)?));
+        }
+        if let Some(v) = get("OXCCL_LINK_CHANNELS") {
+            config.link_channels = parse_in_range(
+                "OXCCL_LINK_CHANNELS",
+                &v,
+                1..=crate::limits::MAX_LINK_CHANNELS,
+                "notify channels per link",
+            )?;
         }
         if let Some(v) = get("OXCCL_TRANSPORT") {
             config.transport = v.parse()?;

@@ -29,6 +29,11 @@
 //!   resource request may ask for on one rank (every rank's notify table grows with it),
 //!   and [`MAX_BUFFER_BYTES`] of scratch.
 //!
+//! - [`MAX_LINK_CHANNELS`] = 64: notify channels per link (`OXCCL_LINK_CHANNELS`).
+//! - [`MAX_ALGO_FILE_BYTES`] = 256 MiB: one MSCCL-IR algorithm file, and
+//!   [`MAX_CHUNKS_PER_LOOP`] = 1 Mi: its `nchunksperloop` (a 16-rank file with 24
+//!   threadblocks per gpu is about 1.4 MB).
+//!
 //! Input files are read through [`read_bounded`], each format with its own bound, so that
 //! a path such as `/dev/zero` is refused rather than read without end.
 
@@ -52,6 +57,15 @@ pub const MAX_SLAVE_STREAMS: usize = 1024;
 
 /// Most executor-private local notifies one executor may request per rank.
 pub const MAX_LOCAL_NOTIFIES: usize = 64 << 10;
+
+/// Most notify channels per link.
+pub const MAX_LINK_CHANNELS: usize = 64;
+
+/// Most bytes of one MSCCL-IR algorithm file.
+pub const MAX_ALGO_FILE_BYTES: usize = 256 << 20;
+
+/// Most chunks per loop an MSCCL-IR algorithm may cut its buffers into.
+pub const MAX_CHUNKS_PER_LOOP: usize = 1 << 20;
 
 /// The text of `path`, refused (`InvalidData`) past `max_bytes`.
 pub fn read_bounded(path: &std::path::Path, max_bytes: usize) -> std::io::Result<String> {

@@ -131,8 +131,9 @@ impl Imported {
         }
         if ctx.link_channels < a.nchannels {
             return Some(format!(
-                "the file uses {} channels per peer and the communicator has {} link channels",
-                a.nchannels, ctx.link_channels
+                "the file uses {} channels per peer and the communicator has {} link \
+                 channels; set OXCCL_LINK_CHANNELS to at least {}",
+                a.nchannels, ctx.link_channels, a.nchannels
             ));
         }
         None
@@ -213,8 +214,12 @@ impl Executor for FileExecutor {
                 ),
             )
         })?;
-        let chunk_bytes = per_loop.min(ctx.op.count) * imp.multiplier() / imp.algo.nchunksperloop
-            * ctx.op.dtype.size();
+        // per_loop keeps the scratch within twice a CCL buffer, so this cannot wrap.
+        let chunk_bytes = per_loop
+            .min(ctx.op.count)
+            .saturating_mul(imp.multiplier())
+            .saturating_mul(ctx.op.dtype.size())
+            / imp.algo.nchunksperloop;
         let gpu = &imp.algo.gpus[ctx.rank];
         Ok(ResourceRequest {
             slave_streams: gpu.tbs.len().saturating_sub(1),
@@ -235,18 +240,18 @@ impl Executor for FileExecutor {
         if count == 0 {
             return Ok(());
         }
-        if !(count * m).is_multiple_of(n) {
+        let Some(total) = count.checked_mul(m).filter(|t| t.is_multiple_of(n)) else {
             return Err(Error::BadProgram {
                 executor: imp.name.into(),
                 rank: ctx.rank,
                 reason: format!("an iteration of {count} elements is not whole chunks"),
             });
-        }
+        };
         let (in_chunks, out_chunks) = buffer_chunks(&imp.algo);
         let geometry = Geometry {
             rank: ctx.rank,
             args,
-            chunk_bytes: count * m / n * args.op.dtype.size(),
+            chunk_bytes: (total / n).saturating_mul(args.op.dtype.size()),
             in_block: None,
             out_block: None,
         }

@@ -223,3 +223,6 @@ fn entry(file: Checked, name: String) -> &'static ExecutorEntry {
         file: Some(origin),
     }))
 }
+
+#[cfg(test)]
+mod tests;

@@ -53,6 +53,30 @@ impl Validator<'_> {
     fn header(&self) -> Result<(), FileError> {
         let a = self.algo;
         let at = Place::line(a.line);
+        use crate::limits::{MAX_CHUNKS_PER_LOOP, MAX_LINK_CHANNELS, MAX_RANKS, MAX_SLAVE_STREAMS};
+        let bounds = [
+            ("nchunksperloop", a.nchunksperloop, MAX_CHUNKS_PER_LOOP),
+            ("nchannels", a.nchannels, MAX_LINK_CHANNELS),
+            ("ngpus", a.ngpus, MAX_RANKS),
+        ];
+        for (what, v, most) in bounds {
+            if v == 0 || v > most {
+                return Err(self.error(
+                    at.clone(),
+                    format!("{what}=\"{v}\": it must be 1 to {most}"),
+                ));
+            }
+        }
+        if let Some(g) = a.gpus.iter().find(|g| g.tbs.len() > MAX_SLAVE_STREAMS + 1) {
+            return Err(self.error(
+                Place::gpu(g.line, g.id),
+                format!(
+                    "{} threadblocks: a rank runs at most {} streams",
+                    g.tbs.len(),
+                    MAX_SLAVE_STREAMS + 1
+                ),
+            ));
+        }
         if a.gpus.len() != a.ngpus {
             return Err(self.error(
                 at,
@@ -71,14 +95,6 @@ impl Validator<'_> {
                     g.id, a.ngpus, a.ngpus
                 ),
             ));
-        }
-        for (what, v) in [
-            ("nchunksperloop", a.nchunksperloop),
-            ("nchannels", a.nchannels),
-        ] {
-            if v == 0 {
-                return Err(self.error(at.clone(), format!("{what}=\"0\": it must be at least 1")));
-            }
         }
         let (i, o) = a.coll.buffer_counts(1, a.ngpus);
         if i.max(o) > 1 && !a.nchunksperloop.is_multiple_of(a.ngpus) {
