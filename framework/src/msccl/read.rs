@@ -17,18 +17,29 @@ pub fn read(file: &str, text: &str) -> Result<Algorithm, FileError> {
         let pos = e.pos();
         FileError::new(file, Place::line(pos.row), format!("malformed XML: {e}"))
     })?;
-    let reader = Reader { file, doc: &doc };
+    let newlines: Vec<usize> = text
+        .bytes()
+        .enumerate()
+        .filter_map(|(i, b)| (b == b'\n').then_some(i))
+        .collect();
+    let reader = Reader {
+        file,
+        newlines: &newlines,
+    };
     reader.algo(doc.root_element())
 }
 
-struct Reader<'a, 'input> {
+struct Reader<'a> {
     file: &'a str,
-    doc: &'a Document<'input>,
+    /// Byte offsets of the text's newlines: a node's line by binary search
+    /// (roxmltree's `text_pos_at` scans from the start, quadratic over a large file).
+    newlines: &'a [usize],
 }
 
-impl Reader<'_, '_> {
+impl Reader<'_> {
     fn line(&self, node: Node<'_, '_>) -> u32 {
-        self.doc.text_pos_at(node.range().start).row
+        let before = self.newlines.partition_point(|&n| n < node.range().start);
+        u32::try_from(before + 1).unwrap_or(u32::MAX)
     }
 
     fn error(&self, place: Place, reason: impl Into<String>) -> FileError {
@@ -217,13 +228,13 @@ impl Reader<'_, '_> {
 }
 
 /// The attributes of one element, read with errors that say where.
-struct Attrs<'r, 'a, 'input, 'n, 'i> {
-    r: &'r Reader<'a, 'input>,
+struct Attrs<'r, 'a, 'n, 'i> {
+    r: &'r Reader<'a>,
     node: Node<'n, 'i>,
     place: Place,
 }
 
-impl Attrs<'_, '_, '_, '_, '_> {
+impl Attrs<'_, '_, '_, '_> {
     fn error(&self, reason: String) -> FileError {
         self.r.error(self.place.clone(), reason)
     }

@@ -68,7 +68,10 @@ fn both_dialects_are_read() {
         .replace("inplace=\"1\"", "inplace=\"0\"");
     let algo = super::read::read("r.xml", &rccl).unwrap();
     assert_eq!(algo.coll, OpKind::ReduceScatter);
-    assert!(!algo.inplace && algo.outofplace, "RCCL's one flag: out of place");
+    assert!(
+        !algo.inplace && algo.outofplace,
+        "RCCL's one flag: out of place"
+    );
     let ms = ring(4)
         .replace("coll=\"allreduce\"", "coll=\"reduce_scatter\"")
         .replace("maxBytes=\"0\"", "maxBytes=\"65536\"")
@@ -83,20 +86,42 @@ fn every_rule_is_an_error_naming_file_line_gpu_tb_and_step() {
     let good = ring(4);
     let cases: Vec<(String, &str)> = vec![
         (good.replace("</algo>", ""), "malformed XML"),
-        (good.replacen("type=\"rrs\"", "type=\"xyz\"", 1), "unknown step type `xyz`"),
         (
-            good.replacen("chan=\"0\">", "chan=\"0\">\n</tb><tb id=\"1\" send=\"1\" recv=\"-1\" chan=\"0\">", 1),
+            good.replacen("type=\"rrs\"", "type=\"xyz\"", 1),
+            "unknown step type `xyz`",
+        ),
+        (
+            good.replacen(
+                "chan=\"0\">",
+                "chan=\"0\">\n</tb><tb id=\"1\" send=\"1\" recv=\"-1\" chan=\"0\">",
+                1,
+            ),
             "owned by two threadblocks",
         ),
-        (good.replacen("type=\"r\" ", "type=\"cpy\" ", 1), "do not balance"),
+        (
+            good.replacen("type=\"r\" ", "type=\"cpy\" ", 1),
+            "do not balance",
+        ),
         (
             good.replacen("depid=\"-1\" deps=\"-1\"", "depid=\"0\" deps=\"1\"", 1),
             "does not say hasdep",
         ),
-        (good.replacen("srcoff=\"0\"", "srcoff=\"4\"", 1), "lie outside the buffer"),
-        (good.replacen("ngpus=\"4\"", "ngpus=\"8\"", 1), "ngpus=\"8\" but the file has 4"),
-        (good.replacen("i_chunks=\"4\"", "i_chunks=\"5\"", 1), "lie outside the buffer"),
-        (good.replacen("send=\"1\"", "send=\"0\"", 1), "is not another gpu"),
+        (
+            good.replacen("srcoff=\"0\"", "srcoff=\"4\"", 1),
+            "lie outside the buffer",
+        ),
+        (
+            good.replacen("ngpus=\"4\"", "ngpus=\"8\"", 1),
+            "ngpus=\"8\" but the file has 4",
+        ),
+        (
+            good.replacen("i_chunks=\"4\"", "i_chunks=\"5\"", 1),
+            "lie outside the buffer",
+        ),
+        (
+            good.replacen("send=\"1\"", "send=\"0\"", 1),
+            "is not another gpu",
+        ),
     ];
     for (text, want) in cases {
         let e = error_of(&text);
@@ -122,7 +147,10 @@ fn a_dependency_cycle_is_named_step_by_step() {
         <gpu id=\"1\" i_chunks=\"2\" o_chunks=\"2\" s_chunks=\"0\"/>\n</algo>";
     let e = error_of(text);
     assert!(e.contains("dependency cycle"), "{e}");
-    assert!(e.contains("gpu 0 tb 0 step 0") && e.contains("gpu 0 tb 1 step 0"), "{e}");
+    assert!(
+        e.contains("gpu 0 tb 0 step 0") && e.contains("gpu 0 tb 1 step 0"),
+        "{e}"
+    );
 }
 
 #[test]
