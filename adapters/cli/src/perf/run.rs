@@ -6,7 +6,7 @@
 
 use super::data::{fill_input, Aligned, Expected};
 use super::gpu::GpuCopy;
-use oxccl::{Communicator, Error, Group, OpParam, UserBuffers};
+use oxccl::{Communicator, DataType, Error, Group, OpKind, OpParam, ReduceOp, UserBuffers};
 use std::sync::Barrier;
 use std::time::Instant;
 
@@ -120,7 +120,7 @@ fn prepare_all(comms: &[Communicator], ops: &[OpParam], in_place: bool) -> Resul
 /// Measure one row: `ops[r]` is rank `r`'s call (the same on every rank except for
 /// send/recv, whose peers differ). `comms` are the ranks of this process: all of the
 /// communicator's, or (a job of processes) some; then every process measures its own and
-/// the times and counts are summed over the job with an AllReduce.
+/// the times and counts are summed over the job ([`job_totals`]).
 pub fn measure(
     comms: &[Communicator],
     ops: &[OpParam],
@@ -174,7 +174,7 @@ pub fn measure(
         .into_iter()
         .flatten()
         .collect();
-    let totals = job_totals(comms, &results)?;
+    let totals = job_totals(comms, &results, op.kind)?;
     let wrong = |w: f64| expected.as_ref().map(|_| w as usize);
     row.out_of_place = Timing {
         seconds: totals[0] / n as f64,
@@ -190,8 +190,18 @@ pub fn measure(
 
 /// Sums over every rank of the job of (out-of-place seconds, in-place seconds, wrong
 /// values out of place, in place, out-of-bounds bytes): this process's sums, added over
-/// the processes with an AllReduce when the job has ranks elsewhere.
-fn job_totals(comms: &[Communicator], results: &[RankResult]) -> Result<[f64; 5], Error> {
+/// the processes with a collective when the job has ranks elsewhere.
+///
+/// The sums travel by an operator other than the `measured` one: `--algo` forces an
+/// executor for the measured operator only, and a forced executor may refuse the sums'
+/// five elements (an imported MSCCL-IR algorithm runs only counts its chunks divide,
+/// within its file's byte range). An AllReduce is measured, so they are gathered and
+/// added here; anything else is measured, so an AllReduce adds them.
+fn job_totals(
+    comms: &[Communicator],
+    results: &[RankResult],
+    measured: OpKind,
+) -> Result<[f64; 5], Error> {
     let mut mine = [0.0f64; 5];
     for r in results {
         let add = [r.oop.0, r.ip.0, r.oop.1 as f64, r.ip.1 as f64, r.oob as f64];
@@ -202,24 +212,36 @@ fn job_totals(comms: &[Communicator], results: &[RankResult]) -> Result<[f64; 5]
     if !spans_processes(comms[0].framework()) {
         return Ok(mine);
     }
+    let gather = measured == OpKind::AllReduce;
+    let (op, out_len) = if gather {
+        (OpParam::all_gather(5, DataType::F64), 5 * comms[0].size())
+    } else {
+        (OpParam::all_reduce(5, DataType::F64, ReduceOp::Sum), 5)
+    };
     // Every local rank takes part; the first brings this process's sums.
-    let mut sums = vec![[0.0f64; 5]; comms.len()];
+    let mut outs = vec![vec![0.0f64; out_len]; comms.len()];
     let sends: Vec<[f64; 5]> = (0..comms.len())
         .map(|i| if i == 0 { mine } else { [0.0; 5] })
         .collect();
     let mut group = Group::new();
-    for ((comm, send), recv) in comms.iter().zip(&sends).zip(sums.iter_mut()) {
+    for ((comm, send), out) in comms.iter().zip(&sends).zip(outs.iter_mut()) {
         group.execute(
             comm,
-            OpParam::all_reduce(5, oxccl::DataType::F64, oxccl::ReduceOp::Sum),
+            op.clone(),
             UserBuffers::OutOfPlace {
                 input: bytemuck::cast_slice(send),
-                output: bytemuck::cast_slice_mut(recv),
+                output: bytemuck::cast_slice_mut(out),
             },
         );
     }
     group.run()?;
-    Ok(sums[0])
+    let mut totals = [0.0f64; 5];
+    for block in outs[0].chunks(5) {
+        for (t, v) in totals.iter_mut().zip(block) {
+            *t += v;
+        }
+    }
+    Ok(totals)
 }
 
 /// Time `iters` calls after `warmup` untimed ones; all threads start together.
