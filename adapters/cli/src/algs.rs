@@ -1,8 +1,26 @@
-//! `oxccl algs`: what is registered, and by which crate.
+//! `oxccl algs`: what is registered, and where it came from: the crate that registered
+//! it, or the MSCCL-IR file it was imported from (`--algo-file`, `OXCCL_ALGO_FILES`).
 
 use crate::columns::{lines, Align, Align::Left, Align::Right};
-use oxccl::{registry, Error};
+use clap::Args;
+use oxccl::{registry, Error, ExecutorEntry};
 use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct AlgsArgs {
+    #[command(flatten)]
+    pub files: crate::algo_files::AlgoFiles,
+}
+
+/// Where an executor came from: its crate, or for an imported one its file (and the name
+/// the file gives it, when that was taken and the executor was renamed).
+fn source(e: &ExecutorEntry) -> String {
+    match e.file {
+        None => e.crate_name.to_string(),
+        Some(file) if file.name.eq_ignore_ascii_case(e.name) => file.path.clone(),
+        Some(file) => format!("{} (named \"{}\" there)", file.path, file.name),
+    }
+}
 
 pub fn run() -> Result<ExitCode, Error> {
     let reg = registry()?;
@@ -10,7 +28,7 @@ pub fn run() -> Result<ExitCode, Error> {
     let mut rows = vec![cells([
         "operator",
         "name",
-        "crate",
+        "source",
         "pref",
         "links",
         "constraints",
@@ -20,7 +38,7 @@ pub fn run() -> Result<ExitCode, Error> {
         cells([
             e.op.name(),
             e.name,
-            e.crate_name,
+            &source(e),
             &e.preference.to_string(),
             e.constraints.links.name(),
             &e.constraints.describe(),

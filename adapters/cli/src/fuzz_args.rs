@@ -51,6 +51,7 @@ const FLAGS: &[&str] = &[
     "--in-place",
     "--staged",
     "--explain",
+    "--algo-file",
 ];
 
 /// Numbers at and around every bound the commands check, and a few nonsense ones.
@@ -155,6 +156,13 @@ fn value(flag: &'static str) -> BoxedStrategy<Option<String>> {
         "--all" | "--json" | "--in-place" | "--staged" | "--explain" => Just(None).boxed(),
         "-b" | "-e" => size().prop_map(Some).boxed(),
         "--topo" => topo().prop_map(Some).boxed(),
+        "--algo-file" => prop_oneof![
+            prop::sample::select(vec!["/no/such/algo.xml", ".", "", "/", "/dev/null"])
+                .prop_map(String::from),
+            text(),
+        ]
+        .prop_map(Some)
+        .boxed(),
         "-d" | "-o" | "--algo" | "--broken" => text().prop_map(Some).boxed(),
         _ => prop_oneof![4 => number(), 1 => text()]
             .prop_map(Some)

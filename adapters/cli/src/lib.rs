@@ -6,7 +6,11 @@
 //! - `check <collective>`: the analyzer and the cost model on a topology;
 //! - `tune <collective>`: measure every candidate executor and write a tuning table
 //!   that `OXCCL_TUNE_FILE` makes select_alg follow;
-//! - `algs`: every registered executor and template, with its crate of origin.
+//! - `algs`: every registered executor and template, with its crate of origin (or the
+//!   file it was imported from).
+//!
+//! `--algo-file PATH` on every command imports MSCCL-IR algorithm files as executors
+//! ([`algo_files`]), as `OXCCL_ALGO_FILES` does.
 //!
 //! Executors register at link time, so the toolbox sees exactly the plugins its binary
 //! links. The `oxccl` binary of this crate links the bundled example plugin; a vendor's
@@ -26,6 +30,7 @@
 #[macro_use]
 mod output;
 
+mod algo_files;
 mod algs;
 mod calls;
 mod check;
@@ -61,7 +66,19 @@ enum Command {
     /// Measure every candidate executor of a collective and write a tuning table.
     Tune(tune::TuneArgs),
     /// List registered executors, templates and plugin selectors.
-    Algs,
+    Algs(algs::AlgsArgs),
+}
+
+impl Command {
+    /// The command's `--algo-file`s.
+    fn algo_files(&self) -> &algo_files::AlgoFiles {
+        match self {
+            Command::Perf(args) => &args.files,
+            Command::Check(args) => &args.files,
+            Command::Tune(args) => &args.files,
+            Command::Algs(args) => &args.files,
+        }
+    }
 }
 
 /// Parse `argv` (program name first) and check every flag and the environment as the
@@ -70,18 +87,20 @@ enum Command {
 #[cfg(test)]
 fn plan(argv: &[String]) -> Result<(), String> {
     let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+    cli.command.algo_files().check().map_err(|e| report(&e))?;
     let planned = match &cli.command {
         Command::Perf(args) => perf::plan(args, None).map(drop),
         Command::Check(args) => check::plan_command(args).map(drop),
         Command::Tune(args) => tune::plan(args).map(drop),
-        Command::Algs => Ok(()),
+        Command::Algs(_) => Ok(()),
     };
     planned.map_err(|e| report(&e))
 }
 
 /// `err` as the user reads it: its message, then one `caused by:` line per error in its
 /// source chain (the `io::Error` of a file that cannot be read, the TOML error of one that
-/// cannot be parsed, the first failure of an aborted communicator).
+/// cannot be parsed, the first failure of an aborted communicator) that the message does
+/// not already say.
 fn report(err: &oxccl::Error) -> String {
     let mut chain = oxccl::framework::error::chain(err);
     let mut text = format!(
@@ -89,7 +108,12 @@ fn report(err: &oxccl::Error) -> String {
         chain.next().map_or(String::new(), |e| e.to_string())
     );
     for cause in chain {
-        text.push_str(&format!("\n  caused by: {cause}"));
+        // An error that shows its cause in its own message (an algorithm file's place
+        // and rule) says it once.
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(&format!("\n  caused by: {cause}"));
+        }
     }
     text
 }
@@ -99,12 +123,17 @@ fn report(err: &oxccl::Error) -> String {
 /// was refused or failed, with the error and its causes on stderr.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Perf(args) => perf::run(&args),
-        Command::Check(args) => check::run(&args),
-        Command::Tune(args) => tune::run(&args),
-        Command::Algs => algs::run(),
-    };
+    // Before anything builds the registry, which reads the imported files once.
+    let result = cli
+        .command
+        .algo_files()
+        .load()
+        .and_then(|()| match cli.command {
+            Command::Perf(args) => perf::run(&args),
+            Command::Check(args) => check::run(&args),
+            Command::Tune(args) => tune::run(&args),
+            Command::Algs(_) => algs::run(),
+        });
     match result {
         Ok(code) => code,
         Err(err) => {

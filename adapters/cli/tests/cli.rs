@@ -391,7 +391,7 @@ fn algs_columns_stay_aligned_past_long_names_and_constraints() {
         assert!(rows.iter().any(|r| r.contains(long)), "{long}: {text}");
     }
     // Every left-aligned column starts where its header does (pref is right-aligned).
-    let starts: Vec<usize> = ["crate", "links", "constraints", "description"]
+    let starts: Vec<usize> = ["source", "links", "constraints", "description"]
         .iter()
         .map(|h| header.find(h).expect("a column header"))
         .collect();

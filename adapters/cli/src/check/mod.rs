@@ -92,6 +92,8 @@ pub struct CheckArgs {
     /// Executor of the --then collective (default: what select_alg picks).
     #[arg(long, value_name = "EXECUTOR")]
     pub then_algo: Option<String>,
+    #[command(flatten)]
+    pub files: crate::algo_files::AlgoFiles,
 }
 
 pub fn run(args: &CheckArgs) -> Result<ExitCode, Error> {

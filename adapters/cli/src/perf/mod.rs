@@ -97,6 +97,8 @@ pub struct PerfArgs {
     pub procs: Option<usize>,
     #[arg(long, value_name = "KIND", help = crate::validate::DEVICE_HELP)]
     pub device: Option<String>,
+    #[command(flatten)]
+    pub files: crate::algo_files::AlgoFiles,
 }
 
 fn parse_all<T: std::str::FromStr + Copy>(

@@ -4,7 +4,9 @@
 //! starts N copies of itself with the same arguments but `--procs`, each told its rank
 //! through `OXCCL_RANK`, `OXCCL_SIZE`, `OXCCL_LOCAL_RANK` and `OXCCL_COMM_ID` (what
 //! [`oxccl::Communicator::init_launched`] reads), and waits for them. Rank 0 prints the
-//! table; the exit status is the first failing process's, or success.
+//! table; the exit status is the first failing process's, or success. The processes
+//! inherit the environment and keep every other argument, so they import the same
+//! algorithm files (`OXCCL_ALGO_FILES`, `--algo-file`; this process has checked them).
 
 use oxccl::{ConfigError, Error, UniqueId};
 use std::ffi::OsString;

@@ -81,6 +81,8 @@ pub struct TuneArgs {
     pub output: std::path::PathBuf,
     #[arg(long, value_name = "KIND", help = crate::validate::DEVICE_HELP)]
     pub device: Option<String>,
+    #[command(flatten)]
+    pub files: crate::algo_files::AlgoFiles,
 }
 
 impl TuneArgs {
