@@ -215,7 +215,11 @@ fn constraints(d: &mut Digest, c: &Constraints) {
     d.option(c.min_bytes, |d, b| {
         d.usize(b);
     });
-    d.usize(c.min_servers);
+    d.usize(c.min_servers).usize(c.count_unit);
+    d.usize(c.fixed_links.len());
+    for &(a, b) in c.fixed_links {
+        d.usize(a).usize(b);
+    }
     d.bytes(&[match c.links {
         LinkNeed::LoadStore => 0,
         LinkNeed::LoadStoreWithinServer => 1,

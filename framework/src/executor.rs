@@ -471,6 +471,16 @@ pub struct Constraints {
     /// What the executor does over its links: whether it needs load/store links (it reads
     /// peers' buffers or writes their user buffers) or only puts. Selection screens on it.
     pub links: LinkNeed,
+    /// It runs element counts that are multiples of this (1: any count). An algorithm that
+    /// cuts its buffers into a fixed number of whole chunks (an imported MSCCL-IR file)
+    /// refuses other counts from `resources`; the conformance matrix checks it on
+    /// multiples of the unit, and checks that it refuses the rest.
+    pub count_unit: usize,
+    /// Rank pairs it always talks over, whatever the topology (an imported MSCCL-IR file
+    /// names its links and cannot route around a broken one): a topology on which one of
+    /// them is broken or missing excludes it. Empty for executors that plan their links
+    /// from the topology.
+    pub fixed_links: &'static [(usize, usize)],
 }
 
 /// What an executor needs of the links it uses (see [`oxccl_platform::LinkAccess`]).
@@ -529,6 +539,8 @@ impl Constraints {
         min_bytes: None,
         min_servers: 1,
         links: LinkNeed::LoadStore,
+        count_unit: 1,
+        fixed_links: &[],
     };
 
     /// Why the preference fallback should not pick it for `bytes` per rank on `topology`
@@ -563,6 +575,15 @@ impl Constraints {
         if self.full_mesh && !topology.is_full_mesh() {
             return Some("needs a full mesh, and the topology has broken or missing links".into());
         }
+        let missing = self
+            .fixed_links
+            .iter()
+            .find(|&&(a, b)| topology.link_kind(a, b).is_none());
+        if let Some((a, b)) = missing {
+            return Some(format!(
+                "talks over the link {a}-{b}, which is broken or missing on this topology"
+            ));
+        }
         self.links.refusal(topology)
     }
 
@@ -579,6 +600,9 @@ impl Constraints {
         }
         if self.full_mesh {
             parts.push("full mesh".into());
+        }
+        if self.count_unit > 1 {
+            parts.push(format!("counts multiple of {}", self.count_unit));
         }
         if let Some(b) = self.max_bytes {
             parts.push(format!("auto-selected up to {b} B"));

@@ -70,6 +70,15 @@ fn counts(ranks: usize, ccl_bytes: usize, dtype: DataType) -> [usize; 6] {
     [0, 1, 7, 3 * ranks + 1, 4099, ccl_bytes / dtype.size() + 37]
 }
 
+/// The counts of an executor that runs multiples of `unit` only (see
+/// [`crate::executor::Constraints::count_unit`]): 0, one unit, an odd number of units, the
+/// first multiple past the CCL buffer, and one count that is not a multiple, which it must
+/// refuse.
+fn unit_counts(unit: usize, ccl_bytes: usize, dtype: DataType) -> Vec<usize> {
+    let past_buffer = (ccl_bytes / dtype.size()).div_ceil(unit) + 1;
+    vec![0, unit, 7 * unit, past_buffer * unit, unit + 1]
+}
+
 /// One case of the matrix: every rank's parameters (equal except for the point-to-point
 /// vector operators), in place or not, zero-copy or staged.
 #[derive(Clone, Debug)]
@@ -83,6 +92,11 @@ pub struct Case {
 /// ([`super::layouts::vector_ops`]); operators that refuse in place get no in-place cases; a
 /// barrier gets one case per mode.
 pub fn cases(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<Case> {
+    unit_cases(kind, ranks, ccl_bytes, 1)
+}
+
+/// [`cases`] for an executor that runs multiples of `unit` elements only.
+pub fn unit_cases(kind: OpKind, ranks: usize, ccl_bytes: usize, unit: usize) -> Vec<Case> {
     let reduce_ops: &[ReduceOp] = if kind.reduces() {
         &ReduceOp::ALL
     } else {
@@ -98,6 +112,7 @@ pub fn cases(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<Case> {
         for &op in reduce_ops {
             let counts = match kind {
                 OpKind::Barrier => vec![0],
+                _ if unit > 1 => unit_counts(unit, ccl_bytes, dtype),
                 _ => counts(ranks, ccl_bytes, dtype).to_vec(),
             };
             for count in counts {
@@ -129,20 +144,32 @@ pub struct Outcome {
     pub failures: usize,
     /// Shapes its declared constraints exclude.
     pub skipped_shapes: usize,
+    /// Cases it refused with [`Error::Unsupported`] (a count off its unit, an in-place
+    /// call to an algorithm that runs out of place only): refused is not wrong.
+    pub refused: usize,
     pub first_failure: Option<String>,
 }
 
 /// The first problem of one case, if any: the case, then the rank (and stream and task)
 /// at fault when the analyzer names one, then what is wrong.
-fn check_case(config: Config, topo: &Topology, ops: &[OpParam], in_place: bool) -> Option<String> {
+fn check_case(config: Config, topo: &Topology, ops: &[OpParam], in_place: bool) -> Verdict {
     let what = describe(topo, &ops[0], in_place, config.zero_copy);
     match Recording::record_each(ops, in_place, config) {
-        Err(e) => Some(format!("{what}: {}", crate::error::with_causes(&e))),
-        Ok(rec) => analyze(&rec)
-            .failures
-            .first()
-            .map(|f| format!("{what}: {}[{:?}] {}", at(f), f.check, f.message)),
+        Err(Error::Unsupported { .. }) => Verdict::Refused,
+        Err(e) => Verdict::Failed(format!("{what}: {}", crate::error::with_causes(&e))),
+        Ok(rec) => match analyze(&rec).failures.first() {
+            Some(f) => Verdict::Failed(format!("{what}: {}[{:?}] {}", at(f), f.check, f.message)),
+            None => Verdict::Passed,
+        },
     }
+}
+
+/// What became of one case.
+enum Verdict {
+    Passed,
+    /// The executor refused it, saying why ([`Error::Unsupported`]).
+    Refused,
+    Failed(String),
 }
 
 /// `rank R stream S task T: ` as far as `f` locates its fault, or nothing.
@@ -183,7 +210,9 @@ fn describe(topo: &Topology, op: &OpParam, in_place: bool, zero_copy: bool) -> S
 pub fn conformance(entry: &ExecutorEntry, base: &Config) -> Outcome {
     let mut base = base.clone();
     base.algo.set(Some(entry.op), entry.name);
-    over_matrix(&shapes(), &[entry], &base, cases, |config, topo, case| {
+    let unit = entry.constraints.count_unit;
+    let cases = move |kind, ranks, ccl| unit_cases(kind, ranks, ccl, unit);
+    over_matrix(&shapes(), &[entry], &base, &cases, |config, topo, case| {
         let config = Config {
             zero_copy: case.zero_copy,
             ..config.clone()
@@ -199,8 +228,8 @@ fn over_matrix(
     shapes: &[Topology],
     entries: &[&ExecutorEntry],
     base: &Config,
-    cases: fn(OpKind, usize, usize) -> Vec<Case>,
-    mut check: impl FnMut(&Config, &Topology, &Case) -> Option<String>,
+    cases: &dyn Fn(OpKind, usize, usize) -> Vec<Case>,
+    mut check: impl FnMut(&Config, &Topology, &Case) -> Verdict,
 ) -> Outcome {
     let mut out = Outcome::default();
     for topo in shapes {
@@ -217,9 +246,13 @@ fn over_matrix(
         };
         for case in cases(entries[0].op, topo.ranks(), config.ccl_buffer_bytes) {
             out.cases += 1;
-            if let Some(problem) = check(&config, topo, &case) {
-                out.failures += 1;
-                out.first_failure.get_or_insert(problem);
+            match check(&config, topo, &case) {
+                Verdict::Passed => {}
+                Verdict::Refused => out.refused += 1,
+                Verdict::Failed(problem) => {
+                    out.failures += 1;
+                    out.first_failure.get_or_insert(problem);
+                }
             }
         }
     }
@@ -230,7 +263,15 @@ fn over_matrix(
 /// configuration; `Err` carries the first failure.
 pub fn check_conformance(op: OpKind, name: &str) -> Result<Outcome, Error> {
     let entry = registry()?.executor(op, name)?;
-    let out = conformance(entry, &Config::default());
+    let mut out = conformance(entry, &Config::default());
+    if out.failures == 0 && out.cases > 0 && out.refused == out.cases {
+        // Refusing is not wrong, but an executor that ran nothing proved nothing.
+        out.failures = out.cases;
+        out.first_failure = Some(format!(
+            "it refused every one of the {} cases it was given",
+            out.cases
+        ));
+    }
     match &out.first_failure {
         None => Ok(out),
         Some(first) => Err(Error::Nonconforming {
@@ -287,7 +328,7 @@ fn check_pair(
     entries: [&ExecutorEntry; 2],
     case: &Case,
     model: FenceModel,
-) -> Option<String> {
+) -> Verdict {
     let what = format!(
         "{} then {} on {}",
         entries[0].name,
@@ -303,17 +344,18 @@ fn check_pair(
         config.algo.set(Some(entry.op), entry.name);
         match Recording::record_each(&case.ops, case.in_place, config) {
             Ok(rec) => recs.push(rec),
-            Err(e) => return Some(format!("{what}: recording {}: {e}", entry.name)),
+            Err(Error::Unsupported { .. }) => return Verdict::Refused,
+            Err(e) => return Verdict::Failed(format!("{what}: recording {}: {e}", entry.name)),
         }
     }
     let (a, b) = (&recs[0], &recs[1]);
     for seq in [vec![a, b], vec![a, b, a]] {
         let report = match analyze_sequence_with(&seq, model) {
             Ok(report) => report,
-            Err(e) => return Some(format!("{what}: {e}")),
+            Err(e) => return Verdict::Failed(format!("{what}: {e}")),
         };
         if let Some(f) = report.failures.first() {
-            return Some(format!(
+            return Verdict::Failed(format!(
                 "{what}, {} operations: [{:?}] {}",
                 seq.len(),
                 f.check,
@@ -321,7 +363,7 @@ fn check_pair(
             ));
         }
     }
-    None
+    Verdict::Passed
 }
 
 /// Run `first` followed by `second` (both of one operator) over the sequence matrix on
@@ -340,7 +382,7 @@ pub fn sequence_conformance(
         shapes,
         &entries,
         base,
-        sequence_cases,
+        &sequence_cases,
         |config, topo, case| check_pair(config, topo, entries, case, model),
     )
 }

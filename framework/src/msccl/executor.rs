@@ -83,7 +83,7 @@ impl Imported {
     }
 
     /// The smallest element count whose chunks are whole: counts must be multiples of it.
-    fn unit(&self) -> usize {
+    pub fn unit(&self) -> usize {
         let (n, m) = (self.algo.nchunksperloop, self.multiplier());
         n / gcd(n, m)
     }
@@ -168,6 +168,19 @@ impl Imported {
         let cap = buffer_cap.min(scratch_cap).min(ctx.op.count.max(unit));
         let per_loop = cap / unit * unit;
         (per_loop > 0).then_some(per_loop)
+    }
+
+    /// Every rank pair a message passes between, as (lower, higher), sorted.
+    pub fn links(&self) -> Vec<(Rank, Rank)> {
+        let mut links: Vec<(Rank, Rank)> = self
+            .wiring
+            .connections
+            .iter()
+            .map(|c| (c.from.min(c.to), c.from.max(c.to)))
+            .collect();
+        links.sort_unstable();
+        links.dedup();
+        links
     }
 
     fn peers(&self, rank: Rank) -> Vec<Rank> {

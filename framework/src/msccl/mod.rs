@@ -206,6 +206,8 @@ fn entry(file: Checked, name: String) -> &'static ExecutorEntry {
         min_ranks: imported.algo.ngpus,
         max_ranks: imported.algo.ngpus,
         links: LinkNeed::Put,
+        count_unit: imported.unit(),
+        fixed_links: Box::leak(imported.links().into_boxed_slice()),
         ..Constraints::ANY
     };
     let make: &'static (dyn Fn() -> Box<dyn crate::executor::Executor> + Send + Sync) =
