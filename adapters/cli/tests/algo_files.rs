@@ -551,3 +551,204 @@ fn tune_measures_an_imported_executor() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn perf_leaves_out_the_in_place_form_a_file_does_not_run() {
+    let dir = temp_dir("out-of-place");
+    let text = ring("oop-ring", 4).replacen(r#"inplace="1""#, r#"inplace="0""#, 1);
+    let file = write(&dir, "ring4.xml", &text);
+    let (code, text) = oxccl(&[
+        "perf",
+        "all-reduce",
+        "--ranks",
+        "4",
+        "--algo-file",
+        &file,
+        "--algo",
+        "oop-ring",
+        "-b",
+        "1K",
+        "-e",
+        "64K",
+        "-f",
+        "64",
+        "-n",
+        "2",
+        "-w",
+        "1",
+    ]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains(
+            r#"# in place not run: oop-ring refuses it: the file does not run in place (inplace="0")"#
+        ),
+        "{text}"
+    );
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with(char::is_numeric))
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    for row in rows {
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells[8], "0", "#wrong out of place: {row}");
+        assert!(row.contains("refused by the executor"), "{row}");
+        assert_eq!(cells.last(), Some(&"oop-ring"), "{row}");
+    }
+    // Without --algo the in-place calls simply select another executor.
+    let (code, text) = oxccl(&[
+        "perf",
+        "all-reduce",
+        "--ranks",
+        "4",
+        "--algo-file",
+        &file,
+        "-b",
+        "64K",
+        "-e",
+        "64K",
+        "-n",
+        "2",
+        "-w",
+        "1",
+    ]);
+    assert_eq!(code, Some(0), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One line of `tests/msccl/index.tsv`: a checked-in file and what it must do.
+struct Indexed {
+    file: PathBuf,
+    collective: String,
+    ranks: String,
+    verdict: String,
+    stage: String,
+}
+
+/// The checked-in MSCCL-IR files of `tests/msccl/` with their index, when the folder
+/// exists.
+fn checked_in() -> Option<Vec<Indexed>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/msccl");
+    let index = std::fs::read_to_string(dir.join("index.tsv")).ok()?;
+    let mut lines = index.lines();
+    let header: Vec<&str> = lines.next()?.split('\t').collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("index.tsv has no `{name}` column: {header:?}"))
+    };
+    let (file, op, ranks, verdict, stage) = (
+        col("file"),
+        col("operator"),
+        col("ranks"),
+        col("verdict"),
+        col("stage"),
+    );
+    Some(
+        lines
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                let cells: Vec<&str> = l.split('\t').collect();
+                Indexed {
+                    file: dir.join(cells[file]),
+                    collective: cells[op].to_string(),
+                    ranks: cells[ranks].to_string(),
+                    verdict: cells[verdict].to_string(),
+                    stage: cells[stage].to_string(),
+                }
+            })
+            .collect(),
+    )
+}
+
+/// The `name` attribute of a file's `<algo>`.
+fn algo_name(text: &str) -> String {
+    let at = text.find(" name=\"").expect("a name attribute") + 7;
+    text[at..at + text[at..].find('"').expect("its end")].to_string()
+}
+
+#[test]
+fn checked_in_files_do_what_their_index_says() {
+    let Some(files) = checked_in() else {
+        println!("skipped: no tests/msccl/index.tsv here");
+        return;
+    };
+    println!("{} indexed files in tests/msccl", files.len());
+    for f in files {
+        let path = f.file.to_str().expect("a UTF-8 path");
+        let name = algo_name(&std::fs::read_to_string(&f.file).expect("the indexed file"));
+        let base = [
+            "check",
+            &f.collective,
+            "--ranks",
+            &f.ranks,
+            "--algo-file",
+            path,
+            "-b",
+            "1K",
+            "-e",
+            "1M",
+            "-f",
+            "1024",
+        ];
+        let forced = [&base[..], &["--algo", &name]].concat();
+        match (f.stage.as_str(), f.verdict.as_str()) {
+            ("import", rule) => {
+                let (code, out) = oxccl(&base);
+                assert_eq!(code, Some(2), "{path}: {out}");
+                let named = format!("oxccl: error: algorithm file {path}:");
+                let at = out
+                    .find(&named)
+                    .unwrap_or_else(|| panic!("{path}: not named in {out}"));
+                assert!(
+                    out[at + named.len()..].starts_with(|c: char| c.is_ascii_digit()),
+                    "{path}: no line: {out}"
+                );
+                assert!(out.contains(rule), "{path}: {rule:?} not in {out}");
+            }
+            ("analyze", verdict) => {
+                let (code, out) = oxccl(&forced);
+                assert_eq!(code, Some(1), "{path}: {out}");
+                let finding = match verdict {
+                    "wrong result" => "[Semantics]",
+                    "race" => "[MemoryConflict]",
+                    "double-counted" => "duplicated contributions",
+                    _ => "FAIL at",
+                };
+                assert!(out.contains(finding), "{path}: {finding:?} not in {out}");
+            }
+            (_, "pass") => {
+                let (code, out) = oxccl(&forced);
+                assert_eq!(code, Some(0), "{path}: {out}");
+                assert!(rows(&out).iter().all(|r| r[3] == "PASS"), "{path}: {out}");
+                let perf = [
+                    "perf",
+                    &f.collective,
+                    "--ranks",
+                    &f.ranks,
+                    "--algo-file",
+                    path,
+                    "--algo",
+                    &name,
+                    "-b",
+                    "1K",
+                    "-e",
+                    "1M",
+                    "-f",
+                    "32",
+                    "-n",
+                    "2",
+                    "-w",
+                    "1",
+                ];
+                let (code, out) = oxccl(&perf);
+                assert_eq!(code, Some(0), "{path}: {out}");
+                let rows = rows(&out);
+                assert_eq!(rows.len(), 3, "{path}: {out}");
+                assert!(rows.iter().all(|r| r[8] == "0"), "{path}: {out}");
+            }
+            other => panic!("{path}: an index line this test does not know: {other:?}"),
+        }
+    }
+}

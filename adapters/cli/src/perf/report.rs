@@ -27,6 +27,9 @@ struct JsonRow {
     executor: String,
     out_of_place: Option<JsonTiming>,
     in_place: Option<JsonTiming>,
+    /// Why the executor refused the in-place form (it was not run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    in_place_refused: Option<String>,
     skipped: Option<String>,
     /// On GPUs: GB/s of one of the concurrent copies of this size (the copy bound).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -61,6 +64,8 @@ pub struct Report {
     busbw_rows: usize,
     wrong: usize,
     out_of_bounds: usize,
+    /// The table has said why an executor refused the in-place form.
+    refusal_shown: bool,
 }
 
 /// algbw and busbw in GB/s for `bytes` in `seconds`.
@@ -158,6 +163,7 @@ impl Report {
             busbw_rows: 0,
             wrong: 0,
             out_of_bounds: 0,
+            refusal_shown: false,
         }
     }
 
@@ -212,9 +218,15 @@ impl Report {
         match &mut self.json {
             None => match (&oop, &ip, &m.skipped) {
                 (Some((_, o)), ip, None) => {
-                    let i = ip
-                        .as_ref()
-                        .map_or(format!("{:>34}", "no in-place form"), |x| x.1.clone());
+                    if let (Some(why), false) = (&m.in_place_refused, self.refusal_shown) {
+                        self.refusal_shown = true;
+                        outln!("# in place not run: {} refuses it: {why}", m.executor);
+                    }
+                    let none = match m.in_place_refused {
+                        Some(_) => "refused by the executor",
+                        None => "no in-place form",
+                    };
+                    let i = ip.as_ref().map_or(format!("{none:>34}"), |x| x.1.clone());
                     let c = copy_cells(self.on_gpu, copy, ratio);
                     outln!(
                         "  {size:>10} {:>12} {dtype:>8} {redop:>6} {root:>5}   {o}   {i}  {c}{}",
@@ -235,6 +247,7 @@ impl Report {
                 executor: m.executor,
                 out_of_place: oop.map(|x| x.0),
                 in_place: ip.map(|x| x.0),
+                in_place_refused: m.in_place_refused,
                 skipped: m.skipped,
                 copy_gbps: copy.map(|c| c.gbps),
                 busbw_over_copy: ratio,

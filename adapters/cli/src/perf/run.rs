@@ -45,8 +45,11 @@ pub struct Timing {
 pub struct Measured {
     pub op: OpParam,
     pub out_of_place: Timing,
-    /// `None` for operators without an in-place form (AlltoAll(V), send/recv).
+    /// `None` for operators without an in-place form (AlltoAll(V), send/recv), and where
+    /// the executor refuses it.
     pub in_place: Option<Timing>,
+    /// Why the executor refused the in-place form, when it did.
+    pub in_place_refused: Option<String>,
     /// Bytes written outside receive buffers.
     pub out_of_bounds: usize,
     pub executor: String,
@@ -103,18 +106,30 @@ fn available_memory() -> Option<usize> {
 
 /// The executor every rank runs `ops` with, after building every rank's programs (both
 /// forms when `in_place`): an executor that cannot run here fails before anything runs,
-/// with the error of the first rank it fails on.
-fn prepare_all(comms: &[Communicator], ops: &[OpParam], in_place: bool) -> Result<String, Error> {
+/// with the error of the first rank it fails on. An executor that runs the operation out
+/// of place but refuses the in-place form (`Error::Unsupported`: an imported MSCCL-IR file
+/// with `inplace="0"`, forced by `--algo`) leaves the in-place form out, with the reason.
+fn prepare_all(
+    comms: &[Communicator],
+    ops: &[OpParam],
+    in_place: bool,
+) -> Result<(String, Option<String>), Error> {
     let mut name = String::new();
     for comm in comms {
-        let op = &ops[comm.rank()];
-        let forms: &[bool] = if in_place { &[false, true] } else { &[false] };
-        for &form in forms {
-            let prepared = comm.framework().prepare(op, form)?;
-            name = prepared.selection.executor.name.to_string();
+        let prepared = comm.framework().prepare(&ops[comm.rank()], false)?;
+        name = prepared.selection.executor.name.to_string();
+    }
+    if !in_place {
+        return Ok((name, None));
+    }
+    for comm in comms {
+        match comm.framework().prepare(&ops[comm.rank()], true) {
+            Ok(prepared) => name = prepared.selection.executor.name.to_string(),
+            Err(Error::Unsupported { reason, .. }) => return Ok((name, Some(reason))),
+            Err(e) => return Err(e),
         }
     }
-    Ok(name)
+    Ok((name, None))
 }
 
 /// Measure one row: `ops[r]` is rank `r`'s call (the same on every rank except for
@@ -129,12 +144,18 @@ pub fn measure(
     let n = comms[0].size();
     let op = &ops[0];
     let (in_bytes, out_bytes) = op.buffer_bytes(0, n);
-    let in_place = settings.in_place && op.in_place_allowed();
-    let executor = prepare_all(comms, ops, in_place)?;
+    let (executor, in_place_refused) =
+        prepare_all(comms, ops, settings.in_place && op.in_place_allowed())?;
+    let in_place = settings.in_place && op.in_place_allowed() && in_place_refused.is_none();
+    let settings = &Settings {
+        in_place,
+        ..*settings
+    };
     let mut row = Measured {
         op: op.clone(),
         out_of_place: Timing::default(),
         in_place: None,
+        in_place_refused,
         out_of_bounds: 0,
         executor,
         skipped: None,
