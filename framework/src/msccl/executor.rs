@@ -18,7 +18,9 @@
 //!   its threadblock ends, so every signal is consumed within the iteration: the next
 //!   iteration (or call) starts with every slot free. `D` is the link channels over the
 //!   file's channels (two slots per connection with the default two link channels and
-//!   one MSCCL channel), which is MSCCL's FIFO with fewer steps.
+//!   one MSCCL channel), which is MSCCL's FIFO with fewer steps; a file whose schedule
+//!   needs deeper FIFOs ([`super::depth`]) is refused until `OXCCL_LINK_CHANNELS` gives
+//!   them.
 //! - **Step types.** `s` copies its source into the slot; `r` copies the slot to its
 //!   destination; `rcs` copies the slot to its destination and to the next receiver's slot
 //!   in one task; `rrs`, `rrc` and `rrcs` reduce the slot with the source into the next
@@ -53,6 +55,9 @@ pub struct Imported {
     pub name: &'static str,
     pub algo: Algorithm,
     pub wiring: Wiring,
+    /// The least message slots per connection its schedule needs
+    /// ([`super::depth::fifo_depth`]).
+    pub depth: usize,
 }
 
 /// The executor of one imported algorithm.
@@ -129,11 +134,13 @@ impl Imported {
                 ctx.op.count, a.nchunksperloop
             ));
         }
-        if ctx.link_channels < a.nchannels {
+        if ctx.link_channels / a.nchannels < self.depth {
+            let need = a.nchannels * self.depth;
             return Some(format!(
-                "the file uses {} channels per peer and the communicator has {} link \
-                 channels; set OXCCL_LINK_CHANNELS to at least {}",
-                a.nchannels, ctx.link_channels, a.nchannels
+                "the file needs {} message slots on each of its {} channels per peer, one \
+                 link channel each, and the communicator has {} link channels; set \
+                 OXCCL_LINK_CHANNELS to at least {need}",
+                self.depth, a.nchannels, ctx.link_channels
             ));
         }
         None
@@ -214,7 +221,9 @@ impl Executor for FileExecutor {
         if let Some(why) = imp.refusal(ctx) {
             return Err(imp.unsupported(ctx, why));
         }
-        let slots = ctx.link_channels / imp.algo.nchannels;
+        // Every link channel the file's channels leave free deepens its FIFOs (more
+        // messages in flight), up to the most the depth search tries.
+        let slots = (ctx.link_channels / imp.algo.nchannels).min(super::depth::MAX_DEPTH);
         let (plan, scratch_chunks) = imp.slot_plan(slots);
         let per_loop = imp.per_loop(ctx, scratch_chunks).ok_or_else(|| {
             imp.unsupported(

@@ -26,6 +26,7 @@
 //! Every process of a job must load the same files: the selection digest includes each
 //! imported executor's file content, so a rank whose files differ is refused at init.
 
+pub mod depth;
 pub mod error;
 pub mod executor;
 pub mod model;
@@ -49,15 +50,38 @@ use std::sync::Arc;
 pub struct Checked {
     pub path: String,
     pub algo: Algorithm,
+    pub wiring: wiring::Wiring,
+    /// The least message slots per connection its schedule needs ([`depth`]).
+    pub depth: usize,
     /// FNV-1a of the file's bytes.
     pub content: u64,
 }
 
-/// Read and check the algorithm in `text`, from `file` (named in errors).
-pub fn import(file: &str, text: &str) -> Result<Algorithm, FileError> {
+/// Read and check the algorithm in `text`, from `file` (named in errors), and derive its
+/// wiring and the FIFO depth its schedule needs.
+pub fn import(file: &str, text: &str) -> Result<Checked, FileError> {
     let algo = read::read(file, text)?;
     validate::validate(file, &algo)?;
-    Ok(algo)
+    let wiring = wiring::wire(&algo);
+    let depth = depth::fifo_depth(&algo, &wiring).ok_or_else(|| {
+        FileError::new(
+            file,
+            error::Place::line(algo.line),
+            format!(
+                "its schedule does not complete with {} message slots per connection: a \
+                 sender runs further ahead of its receiver than any FIFO holds (MSCCL's \
+                 holds 8), and would wait for room forever",
+                depth::MAX_DEPTH
+            ),
+        )
+    })?;
+    Ok(Checked {
+        path: file.to_string(),
+        content: Digest::new().bytes(text.as_bytes()).finish(),
+        algo,
+        wiring,
+        depth,
+    })
 }
 
 /// Read and check the file at `path`.
@@ -72,12 +96,7 @@ pub fn import_file(path: &Path) -> Result<Checked, FileError> {
             format!("malformed: not UTF-8 ({e})"),
         )
     })?;
-    let algo = import(&name, &text)?;
-    Ok(Checked {
-        content: Digest::new().bytes(text.as_bytes()).finish(),
-        path: name,
-        algo,
-    })
+    import(&name, &text)
 }
 
 /// The files `paths` name: files as given, folders by their `*.xml` files in name order.
@@ -199,7 +218,8 @@ fn entry(file: Checked, name: String) -> &'static ExecutorEntry {
     let op = algo.coll;
     let imported = Arc::new(Imported {
         name,
-        wiring: wiring::wire(&algo),
+        wiring: file.wiring,
+        depth: file.depth,
         algo,
     });
     let constraints = Constraints {

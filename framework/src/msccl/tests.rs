@@ -1,7 +1,7 @@
 //! The reader, the format's rules and the wiring, on small files written here.
 
+use super::import;
 use super::model::StepKind;
-use super::{import, wiring};
 use crate::op::OpKind;
 
 /// A 4-rank ring AllReduce in microsoft/msccl's dialect (one chunk per rank).
@@ -43,12 +43,17 @@ fn error_of(text: &str) -> String {
 
 #[test]
 fn a_ring_reads_and_wires_one_connection_per_neighbour() {
-    let algo = import("ring.xml", &ring(4)).unwrap();
+    let checked = import("ring.xml", &ring(4)).unwrap();
+    assert_eq!(
+        checked.depth, 2,
+        "a ring's receive-and-send steps need two slots"
+    );
+    let algo = checked.algo;
     assert_eq!(algo.coll, OpKind::AllReduce);
     assert!(algo.inplace && algo.outofplace);
     assert_eq!(algo.max_bytes, None);
     assert_eq!(algo.gpus[0].tbs[0].steps[1].kind, StepKind::RecvReduceSend);
-    let w = wiring::wire(&algo);
+    let w = checked.wiring;
     assert_eq!(w.connections.len(), 4);
     for c in &w.connections {
         assert_eq!(c.to, (c.from + 1) % 4);

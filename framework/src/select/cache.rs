@@ -44,6 +44,41 @@ pub(super) struct Key {
     pub in_place: bool,
     pub ccl_bytes: usize,
     pub link_channels: usize,
+    /// Each count unit above 1 that the operator's executors declare
+    /// ([`crate::executor::Constraints::count_unit`]), sorted, with whether the call's count
+    /// is a multiple of it: calls of one bucket whose counts differ there have different
+    /// candidates.
+    pub unit_fits: Vec<(usize, bool)>,
+}
+
+/// The distinct count units above 1 of `kind`'s executors, each with whether `count` is a
+/// multiple of it.
+fn unit_fits(kind: OpKind, count: usize) -> Vec<(usize, bool)> {
+    let Ok(reg) = crate::registry::registry() else {
+        return Vec::new();
+    };
+    let mut units: Vec<usize> = reg
+        .executors_for(kind)
+        .map(|e| e.constraints.count_unit)
+        .filter(|&u| u > 1)
+        .collect();
+    units.sort_unstable();
+    units.dedup();
+    units
+        .into_iter()
+        .map(|u| (u, count.is_multiple_of(u)))
+        .collect()
+}
+
+/// The least common multiple, `None` past `usize`.
+fn lcm(a: usize, b: usize) -> Option<usize> {
+    let gcd = |mut a: usize, mut b: usize| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a.max(1)
+    };
+    (a / gcd(a, b)).checked_mul(b)
 }
 
 /// The power of two at or above `bytes` (0 stays 0).
@@ -73,7 +108,13 @@ impl Key {
             in_place: req.in_place,
             ccl_bytes: req.ccl_bytes,
             link_channels: req.link_channels,
+            unit_fits: unit_fits(op.kind, op.count),
         }
+    }
+
+    /// Whether an executor of count unit `unit` can take the calls of this key.
+    pub fn fits(&self, unit: usize) -> bool {
+        unit <= 1 || self.unit_fits.iter().any(|&(u, fits)| u == unit && fits)
     }
 
     /// The operation the choice is made for: `bucket` bytes per rank of input (as
@@ -86,7 +127,18 @@ impl Key {
             OpKind::AllGatherV => 1,
             kind => kind.buffer_counts(1, self.ranks).0.max(1),
         };
-        let count = (self.bucket / es).div_ceil(blocks_per_input);
+        // A multiple of every unit the calls of this key fit, so that the executors that
+        // take them can plan it.
+        let fitting = self
+            .unit_fits
+            .iter()
+            .filter(|(_, fits)| *fits)
+            .map(|&(u, _)| u);
+        let step = fitting.fold(1usize, |l, u| lcm(l, u).unwrap_or(l));
+        let count = (self.bucket / es)
+            .div_ceil(blocks_per_input)
+            .div_ceil(step)
+            .saturating_mul(step);
         match self.kind {
             OpKind::Barrier => OpParam::barrier(),
             OpKind::AllGatherV | OpKind::ReduceScatterV => OpParam::vector(
@@ -167,7 +219,18 @@ mod tests {
             in_place: false,
             ccl_bytes: 1 << 20,
             link_channels: 2,
+            unit_fits: Vec::new(),
         }
+    }
+
+    #[test]
+    fn the_representative_count_is_a_multiple_of_every_unit_the_calls_fit() {
+        let mut k = key(OpKind::AllReduce, 4096, 3);
+        k.unit_fits = vec![(3, true), (4, false), (384, false)];
+        assert_eq!(k.representative().count, 1026, "1024 elements rounded up to 3s");
+        assert!(k.fits(1) && k.fits(3) && !k.fits(4) && !k.fits(5));
+        k.unit_fits = vec![(3, true), (4, true)];
+        assert_eq!(k.representative().count, 1032);
     }
 
     #[test]

@@ -57,7 +57,12 @@ pub(super) fn decide(key: &Key, req: &SelectRequest<'_>) -> Result<Decision, Err
     let sampled = representative_ranks(req.topology, req.op);
     let screened: Vec<(&'static ExecutorEntry, Result<Sampled, Outcome>)> = registry()?
         .executors_for(key.kind)
-        .map(|entry| (entry, sample(entry, req, &sampled)))
+        .map(|entry| {
+            (
+                entry,
+                fitting(entry, key).and_then(|()| sample(entry, req, &sampled)),
+            )
+        })
         .collect();
     let simulate = screened.iter().all(|(_, s)| {
         s.as_ref().map_or(true, |s| {
@@ -89,6 +94,19 @@ pub(super) fn decide(key: &Key, req: &SelectRequest<'_>) -> Result<Decision, Err
         reason: &|winner| reason(winner, key.bucket, &candidates),
     }
     .decision(key.kind)
+}
+
+/// Refuse `entry` when the key's calls are not multiples of its count unit (the
+/// representative operation is: see [`Key::representative`]).
+fn fitting(entry: &'static ExecutorEntry, key: &Key) -> Result<(), Outcome> {
+    let unit = entry.constraints.count_unit;
+    match key.fits(unit) {
+        true => Ok(()),
+        false => Err(Outcome::Rejected(
+            Rejection::Infeasible,
+            format!("it runs counts that are multiples of {unit}, and this call's is not"),
+        )),
+    }
 }
 
 /// A candidate that passed screening, with its representative ranks planned.
