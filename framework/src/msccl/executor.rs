@@ -69,6 +69,10 @@ struct SlotPlan {
     slots: usize,
     /// Per connection: the chunk of the receiver's scratch where its slot 0 begins.
     landing: Vec<usize>,
+    /// Bytes of a chunk of the largest iteration: scratch positions are counted in these,
+    /// so a slot lies at the same bytes in every iteration (a last, shorter iteration
+    /// must not write where another connection's slot of the previous one is still read).
+    stride: usize,
 }
 
 impl Imported {
@@ -155,7 +159,12 @@ impl Imported {
             next[c.to] = next[c.to].saturating_add(slots.saturating_mul(c.max_cnt));
         }
         let most = next.iter().copied().max().unwrap_or(0);
-        (SlotPlan { slots, landing }, most)
+        let plan = SlotPlan {
+            slots,
+            landing,
+            stride: 0,
+        };
+        (plan, most)
     }
 
     /// Elements per loop iteration: a multiple of the unit that fits the CCL buffers and
@@ -242,6 +251,10 @@ impl Executor for FileExecutor {
             .saturating_mul(imp.multiplier())
             .saturating_mul(ctx.op.dtype.size())
             / imp.algo.nchunksperloop;
+        let plan = SlotPlan {
+            stride: chunk_bytes,
+            ..plan
+        };
         let gpu = &imp.algo.gpus[ctx.rank];
         Ok(ResourceRequest {
             slave_streams: gpu.tbs.len().saturating_sub(1),
@@ -274,6 +287,7 @@ impl Executor for FileExecutor {
             rank: ctx.rank,
             args,
             chunk_bytes: (total / n).saturating_mul(args.op.dtype.size()),
+            stride: plan.stride,
             in_block: None,
             out_block: None,
         }
@@ -314,6 +328,8 @@ struct Geometry<'a> {
     rank: Rank,
     args: &'a KernelArgs,
     chunk_bytes: usize,
+    /// Bytes per scratch chunk position ([`SlotPlan::stride`]).
+    stride: usize,
     /// Chunks per block of the input and output, for the sides with one block per rank.
     in_block: Option<usize>,
     out_block: Option<usize>,
@@ -360,9 +376,11 @@ impl Geometry<'_> {
     fn slice(&self, loc: Loc, k: usize, len: usize) -> Slice {
         let bytes = len * self.chunk_bytes;
         match loc {
-            Loc::Scratch(rank, c) => {
-                Slice::new(rank, Buf::Scratch, (c + k) * self.chunk_bytes, bytes)
-            }
+            // A landing slot is read and written whole (or cut at the same chunks by both
+            // ends): its chunks are packed after its position.
+            Loc::Scratch(rank, c) => Slice::new(rank, Buf::Scratch, self.scratch_at(c, k), bytes),
+            // The file's own scratch is this rank's alone, and the iteration's streams join
+            // before the next: packed at this iteration's chunk size.
             Loc::Local(BufName::Scratch, c) => {
                 Slice::new(self.rank, Buf::Scratch, (c + k) * self.chunk_bytes, bytes)
             }
@@ -381,6 +399,14 @@ impl Geometry<'_> {
                 range.at(self.rank, offset, bytes)
             }
         }
+    }
+
+    /// Byte offset of chunk `k` of the landing slot at scratch position `c`. Positions
+    /// are `stride` bytes apart (the file's own `s_chunks` come first, each at most
+    /// `stride` bytes in any iteration), so a slot lies at the same bytes in every
+    /// iteration; a slot's chunks are packed after its position.
+    fn scratch_at(&self, c: usize, k: usize) -> usize {
+        c * self.stride + k * self.chunk_bytes
     }
 
     /// `cnt` chunks of every location in `locs`, cut into runs that no block boundary
