@@ -8,7 +8,7 @@
 #   scripts/msccl-table.sh            (about 16 MiB in the larger buffer per rank)
 #   MIB=1 scripts/msccl-table.sh
 #
-# Files that need more link channels than the default get them (OXCCL_LINK_CHANNELS=16).
+# Files that need more link channels than the default get them (OXCCL_LINK_CHANNELS=32: the 12-channel 16-rank file needs 24).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mib=${MIB:-16}
@@ -18,7 +18,7 @@ bin=./target/debug/oxccl
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 ./target/debug/msccl_files "$dir" >/dev/null
-export OXCCL_LINK_CHANNELS=16
+export OXCCL_LINK_CHANNELS=32
 topo_for() { case $1 in 8) echo mesh8 ;; *) echo "1x$1" ;; esac; }
 coll_arg() {
   case $1 in

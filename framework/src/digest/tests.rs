@@ -128,6 +128,40 @@ fn every_input_changes_the_digest() {
             ..ExecutorEntry { ..*e }
         }));
     });
+    push("imported file content", &|o| {
+        let e = entry("mesh", 20);
+        let file = |content| {
+            &*Box::leak(Box::new(crate::executor::AlgoFile {
+                path: "a.xml".into(),
+                name: "mesh".into(),
+                content,
+            }))
+        };
+        o.executors[1] = Box::leak(Box::new(ExecutorEntry {
+            file: Some(file(7)),
+            ..ExecutorEntry { ..*e }
+        }));
+    });
+    push("count unit", &|o| {
+        let e = entry("mesh", 20);
+        o.executors[1] = Box::leak(Box::new(ExecutorEntry {
+            constraints: Constraints {
+                count_unit: 4,
+                ..Constraints::ANY
+            },
+            ..ExecutorEntry { ..*e }
+        }));
+    });
+    push("fixed links", &|o| {
+        let e = entry("mesh", 20);
+        o.executors[1] = Box::leak(Box::new(ExecutorEntry {
+            constraints: Constraints {
+                fixed_links: &[(0, 1)],
+                ..Constraints::ANY
+            },
+            ..ExecutorEntry { ..*e }
+        }));
+    });
     push("selector", &|o| o.selectors[0] = selector("vendor", 6));
     push("no tuning table", &|o| o.tune = None);
     push("tuning time", &|o| {
@@ -161,4 +195,27 @@ fn every_input_changes_the_digest() {
     for (what, o) in cases {
         assert_ne!(o.digest(), base, "{what} left the digest unchanged");
     }
+}
+
+#[test]
+fn an_imported_file_is_digested_by_its_content_not_its_path() {
+    let with = |path: &str, content: u64| {
+        let mut o = Owned::base();
+        let e = entry("mesh", 20);
+        let file = Box::leak(Box::new(crate::executor::AlgoFile {
+            path: path.into(),
+            name: "mesh".into(),
+            content,
+        }));
+        o.executors[1] = Box::leak(Box::new(ExecutorEntry {
+            file: Some(file),
+            ..ExecutorEntry { ..*e }
+        }));
+        o.digest()
+    };
+    assert_eq!(with("/host-a/algos/x.xml", 7), with("/host-b/y.xml", 7));
+    assert_ne!(
+        with("/host-a/algos/x.xml", 7),
+        with("/host-a/algos/x.xml", 8)
+    );
 }

@@ -227,7 +227,11 @@ mod tests {
     fn the_representative_count_is_a_multiple_of_every_unit_the_calls_fit() {
         let mut k = key(OpKind::AllReduce, 4096, 3);
         k.unit_fits = vec![(3, true), (4, false), (384, false)];
-        assert_eq!(k.representative().count, 1026, "1024 elements rounded up to 3s");
+        assert_eq!(
+            k.representative().count,
+            1026,
+            "1024 elements rounded up to 3s"
+        );
         assert!(k.fits(1) && k.fits(3) && !k.fits(4) && !k.fits(5));
         k.unit_fits = vec![(3, true), (4, true)];
         assert_eq!(k.representative().count, 1032);
