@@ -101,8 +101,3 @@ pub fn registry() -> Result<&'static Registry, Error> {
         .as_ref()
         .map_err(Clone::clone)
 }
-
-/// Whether the registry has been built (files added later could not be seen).
-pub(crate) fn is_built() -> bool {
-    REGISTRY.get().is_some()
-}

@@ -125,8 +125,9 @@ pub fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, FileError> {
     Ok(files)
 }
 
-/// Files named by [`add_algo_files`], read and checked, waiting for the registry.
-static ADDED: Mutex<Vec<Checked>> = Mutex::new(Vec::new());
+/// Files named by [`add_algo_files`], read and checked, waiting for the registry; and
+/// whether the registry has taken them (no file added later would be seen).
+static ADDED: Mutex<(Vec<Checked>, bool)> = Mutex::new((Vec::new(), false));
 
 /// Import the algorithm files (or folders of them) at `paths`, to be registered with the
 /// executors when the registry is built. Every file is read and checked now; the first
@@ -134,18 +135,27 @@ static ADDED: Mutex<Vec<Checked>> = Mutex::new(Vec::new());
 /// exists (after the first collective or registry lookup): a selection already made
 /// could not see them.
 pub fn add_algo_files(paths: &[PathBuf]) -> Result<(), Error> {
-    if crate::registry::is_built() {
-        return Err(Error::Registry(
+    let too_late = || {
+        Error::Registry(
             "algorithm files must be added before the registry is first used (before the \
              first communicator or registry lookup); add them at the start of the program"
                 .into(),
-        ));
+        )
+    };
+    if ADDED.lock().1 {
+        return Err(too_late());
     }
     let checked = expand(paths)?
         .iter()
         .map(|p| import_file(p))
         .collect::<Result<Vec<_>, _>>()?;
-    ADDED.lock().extend(checked);
+    let mut added = ADDED.lock();
+    // Checked again under the lock the registry takes the files with: a registry built
+    // while these were read did not see them.
+    if added.1 {
+        return Err(too_late());
+    }
+    added.0.extend(checked);
     Ok(())
 }
 
@@ -154,7 +164,11 @@ pub fn add_algo_files(paths: &[PathBuf]) -> Result<(), Error> {
 pub(crate) fn entries(
     taken: &dyn Fn(crate::op::OpKind, &str) -> bool,
 ) -> Result<Vec<&'static ExecutorEntry>, Error> {
-    let mut files = ADDED.lock().clone();
+    let mut files = {
+        let mut added = ADDED.lock();
+        added.1 = true;
+        added.0.clone()
+    };
     let from_env = crate::config::algo_files_from_env()?;
     for p in expand(&from_env)? {
         files.push(import_file(&p)?);
@@ -172,7 +186,7 @@ pub(crate) fn entries(
     let mut used: Vec<(crate::op::OpKind, String)> = Vec::new();
     let mut out = Vec::new();
     for file in files {
-        let base = file.algo.name.clone();
+        let base = executor_name(&file.algo.name);
         let name = (1..)
             .map(|i| {
                 if i == 1 {
@@ -193,6 +207,23 @@ pub(crate) fn entries(
         out.push(entry(file, name));
     }
     Ok(out)
+}
+
+/// A file's `name` as an executor name: what `OXCCL_ALGO` and `--algo` can spell
+/// (letters, digits, `.`, `_`, `-`; anything else becomes `-`), `msccl` when empty.
+fn executor_name(name: &str) -> String {
+    let clean: String = name
+        .trim()
+        .chars()
+        .map(|c| match c.is_ascii_alphanumeric() || "._-".contains(c) {
+            true => c,
+            false => '-',
+        })
+        .collect();
+    match clean.is_empty() {
+        true => "msccl".into(),
+        false => clean,
+    }
 }
 
 /// The registry entry of one checked file, leaked: entries live as long as the process.

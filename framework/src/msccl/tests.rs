@@ -169,3 +169,13 @@ fn a_cycle_through_messages_is_found_too() {
     let e = error_of(&swapped);
     assert!(e.contains("dependency cycle"), "{e}");
 }
+
+#[test]
+fn names_are_made_spellable_in_an_override() {
+    assert_eq!(super::executor_name("ring; all=x"), "ring--all-x");
+    assert_eq!(super::executor_name("  "), "msccl");
+    assert_eq!(
+        super::executor_name("allreduce_ring.v2-8"),
+        "allreduce_ring.v2-8"
+    );
+}
