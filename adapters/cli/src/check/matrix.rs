@@ -27,12 +27,13 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode, Error> {
         all_passed &= print_row(
             &out,
             format_args!(
-                "{:<16} {:<12} {:<26} {:>6} cases, {:>4} failed, {} shapes skipped by constraints, {:.1} s",
+                "{:<16} {:<12} {:<26} {:>6} cases, {:>4} failed, {}{} shapes skipped by constraints, {:.1} s",
                 entry.op.name(),
                 entry.name,
                 entry.crate_name,
                 out.cases,
                 out.failures,
+                refused(&out),
                 out.skipped_shapes,
                 start.elapsed().as_secs_f64()
             ),
@@ -54,4 +55,13 @@ pub(super) fn print_row(out: &Outcome, row: fmt::Arguments<'_>) -> bool {
         outln!("      first failure: {first}");
     }
     passed
+}
+
+/// `N refused, ` when the executor refused cases (a count off its unit, a form it does not
+/// run), else nothing.
+fn refused(out: &Outcome) -> String {
+    match out.refused {
+        0 => String::new(),
+        n => format!("{n} refused, "),
+    }
 }
