@@ -179,3 +179,99 @@ fn names_are_made_spellable_in_an_override() {
         "allreduce_ring.v2-8"
     );
 }
+
+mod fuzz {
+    //! Whatever numbers a file holds, reading, checking and translating it ends in a
+    //! result or a typed error: never a panic, never an unbounded allocation.
+    use super::super::executor::FileExecutor;
+    use super::super::import;
+    use super::ring;
+    use crate::executor::{Executor, Mode, PlanCtx};
+    use crate::op::{OpKind, OpParam};
+    use crate::planner::plan;
+    use crate::topology::Topology;
+    use oxccl_platform::{DataType, NotifyLayout, ReduceOp};
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    /// Attributes whose values the fuzzer replaces, one occurrence at a time.
+    const ATTRS: [&str; 14] = [
+        "nchunksperloop",
+        "ngpus",
+        "nchannels",
+        "i_chunks",
+        "o_chunks",
+        "s_chunks",
+        "send",
+        "recv",
+        "chan",
+        "srcoff",
+        "dstoff",
+        "cnt",
+        "depid",
+        "deps",
+    ];
+    const VALUES: [&str; 8] = [
+        "0",
+        "1",
+        "3",
+        "-1",
+        "7",
+        "65536",
+        "18446744073709551615",
+        "99999999999999999999",
+    ];
+
+    fn mutate(text: &str, edits: &[(usize, usize, usize)]) -> String {
+        let mut text = text.to_string();
+        for &(a, occurrence, v) in edits {
+            let key = format!(" {}=\"", ATTRS[a % ATTRS.len()]);
+            let Some((at, _)) = text.match_indices(&key).nth(occurrence % 32) else {
+                continue;
+            };
+            let start = at + key.len();
+            let end = start + text[start..].find('"').unwrap_or(0);
+            text.replace_range(start..end, VALUES[v % VALUES.len()]);
+        }
+        text
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn mutated_files_are_refused_or_planned_without_panicking(
+            edits in prop::collection::vec((0usize..14, 0usize..32, 0usize..8), 1..4),
+            count in prop::sample::select(vec![0usize, 4, 12, 4096, 1 << 20]),
+            staged in any::<bool>(),
+        ) {
+            let text = mutate(&ring(4), &edits);
+            let Ok(checked) = import("fuzz.xml", &text) else { return Ok(()); };
+            let imported = Arc::new(super::super::executor::Imported {
+                name: "fuzz",
+                algo: checked.algo,
+                wiring: checked.wiring,
+                depth: checked.depth,
+            });
+            let exec = FileExecutor(imported.clone());
+            let ranks = imported.algo.ngpus;
+            let topo = Topology::single_server(ranks);
+            let op = OpParam::new(OpKind::AllReduce, count, DataType::F32, ReduceOp::Sum);
+            let layout = NotifyLayout { ranks, link_channels: 8 };
+            for rank in 0..ranks {
+                let ctx = PlanCtx {
+                    rank,
+                    ranks,
+                    op: &op,
+                    topology: &topo,
+                    mode: if staged { Mode::Staged } else { Mode::Direct },
+                    ccl_bytes: 1 << 16,
+                    link_channels: 8,
+                    in_place: false,
+                };
+                if exec.resources(&ctx).is_ok() {
+                    let _ = plan("fuzz", &exec, &ctx, layout);
+                }
+            }
+        }
+    }
+}

@@ -134,6 +134,16 @@ impl Validator<'_> {
                 ));
             }
         }
+        let most = crate::limits::MAX_CHUNKS_PER_LOOP;
+        if gpu.s_chunks > most {
+            return Err(self.error(
+                Place::gpu(gpu.line, g),
+                format!(
+                    "s_chunks=\"{}\": a scratch of at most {most} chunks",
+                    gpu.s_chunks
+                ),
+            ));
+        }
         Ok(())
     }
 
