@@ -199,6 +199,33 @@ impl Imported {
         links
     }
 
+    /// The one-buffer view of an algorithm that runs in place only, for `rank`.
+    fn alias(&self, rank: Rank) -> Option<Alias> {
+        let a = &self.algo;
+        if !a.inplace || a.outofplace {
+            return None;
+        }
+        let (i, o) = a.coll.buffer_counts(1, a.ngpus);
+        let block = a.nchunksperloop / a.ngpus;
+        Some(match (i, o) {
+            (i, o) if i == o => Alias {
+                from: BufName::Input,
+                to: BufName::Output,
+                base: 0,
+            },
+            (i, o) if i < o => Alias {
+                from: BufName::Input,
+                to: BufName::Output,
+                base: rank * block,
+            },
+            _ => Alias {
+                from: BufName::Output,
+                to: BufName::Input,
+                base: rank * block,
+            },
+        })
+    }
+
     fn peers(&self, rank: Rank) -> Vec<Rank> {
         let mut peers: Vec<Rank> = self
             .wiring
@@ -288,11 +315,28 @@ impl Executor for FileExecutor {
             args,
             chunk_bytes: (total / n).saturating_mul(args.op.dtype.size()),
             stride: plan.stride,
+            alias: None,
             in_block: None,
             out_block: None,
         }
         .blocks(imp, in_chunks, out_chunks);
+        let geometry = Geometry {
+            alias: imp.alias(ctx.rank),
+            ..geometry
+        };
         let tbs = imp.algo.gpus[ctx.rank].tbs.len();
+        let main = 0;
+        if let Some(alias) = geometry.remap().filter(|a| a.to == BufName::Output) {
+            // In place, the input is part of the one buffer: put it there first.
+            let from = Loc::Local(BufName::Input, 0);
+            geometry.copy(
+                ctx,
+                main,
+                from,
+                Loc::Local(BufName::Output, alias.base),
+                in_chunks,
+            );
+        }
         if tbs > 1 {
             ctx.fork(1..=tbs - 1);
         }
@@ -319,8 +363,29 @@ impl Executor for FileExecutor {
         if tbs > 1 {
             ctx.join(1..=tbs - 1);
         }
+        if let Some(alias) = geometry.remap().filter(|a| a.to == BufName::Input) {
+            // In place, the output is part of the one buffer: take it from there.
+            let from = Loc::Local(BufName::Input, alias.base);
+            geometry.copy(ctx, main, from, Loc::Local(BufName::Output, 0), out_chunks);
+        }
         Ok(())
     }
+}
+
+/// How an algorithm that runs in place only sees the one buffer: its references to
+/// `from` are chunks `base..` of `to` (the larger side: AllGather's input is block `rank`
+/// of the output, ReduceScatter's output block `rank` of the input, AllReduce's input is
+/// the output). msccl-tools writes in-place programs either way (chunks of the input, or
+/// the same chunks of the output): read through this, both meet in one buffer. It
+/// applies when the buffers bound are not one (staged through the CCL buffers): the input
+/// is copied into place first, or the output out of it last. Bound in place, they are one
+/// already, and a file that writes the input there is refused by the analyzer (the user's
+/// input is read-only).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct Alias {
+    from: BufName,
+    to: BufName,
+    base: usize,
 }
 
 /// Where a file's chunks lie in one iteration's buffers.
@@ -330,6 +395,8 @@ struct Geometry<'a> {
     chunk_bytes: usize,
     /// Bytes per scratch chunk position ([`SlotPlan::stride`]).
     stride: usize,
+    /// The one-buffer view of an in-place-only algorithm.
+    alias: Option<Alias>,
     /// Chunks per block of the input and output, for the sides with one block per rank.
     in_block: Option<usize>,
     out_block: Option<usize>,
@@ -351,6 +418,39 @@ impl Geometry<'_> {
             in_block: (imp.multiplier() > 1 && in_chunks == n).then_some(per_block),
             out_block: (imp.multiplier() > 1 && out_chunks == n).then_some(per_block),
             ..self
+        }
+    }
+
+    /// The one-buffer view, where references must be moved through it: the buffers
+    /// bound are not one. Bound in place (zero-copy), input and output are one memory
+    /// already, with the user's input read-only: references stand as they are.
+    fn remap(&self) -> Option<Alias> {
+        self.alias.filter(|_| !self.args.aliased)
+    }
+
+    /// Where a step's chunk reference lies (through the one-buffer view when remapped).
+    fn local(&self, chunk: super::model::ChunkRef) -> Loc {
+        match self.remap() {
+            Some(a) if a.from == chunk.buf => Loc::Local(a.to, a.base + chunk.off),
+            _ => Loc::Local(chunk.buf, chunk.off),
+        }
+    }
+
+    /// Whether `a` and `b` are the same chunks of the one buffer of an in-place-only
+    /// algorithm (a copy between them moves nothing).
+    fn same(&self, a: Loc, b: Loc) -> bool {
+        let one = |l: Loc| match (self.alias, l) {
+            (Some(al), Loc::Local(buf, c)) if al.from == buf => Loc::Local(al.to, al.base + c),
+            _ => l,
+        };
+        matches!((one(a), one(b)), (Loc::Local(x, i), Loc::Local(y, j)) if x == y && i == j)
+    }
+
+    /// Copy `cnt` chunks from `from` to `to` on stream `s`, in runs no block boundary
+    /// crosses.
+    fn copy(&self, ctx: &mut KernelCtx<'_>, s: usize, from: Loc, to: Loc, cnt: usize) {
+        for run in self.runs(&[from, to], cnt) {
+            ctx.stream(s).copy(run[0], run[1]);
         }
     }
 
@@ -501,8 +601,8 @@ impl Lower<'_> {
         landing: Option<Loc>,
         remote: Option<Loc>,
     ) {
-        let src = Loc::Local(step.src.buf, step.src.off);
-        let dst = Loc::Local(step.dst.buf, step.dst.off);
+        let src = self.geometry.local(step.src);
+        let dst = self.geometry.local(step.dst);
         // (sources, destinations); a reduction has two sources.
         let (srcs, dsts): (Vec<Loc>, Vec<Loc>) = match step.kind {
             StepKind::Nop => return,
@@ -524,6 +624,18 @@ impl Lower<'_> {
             StepKind::Copy => (vec![src], vec![dst]),
             StepKind::Reduce => (vec![dst, src], vec![dst]),
         };
+        // Copying chunks onto themselves (an in-place file's `cpy` of its input into its
+        // place in the output, when they are one buffer) moves nothing.
+        let dsts: Vec<Loc> = match srcs[..] {
+            [one] => dsts
+                .into_iter()
+                .filter(|&d| !self.geometry.same(one, d))
+                .collect(),
+            _ => dsts,
+        };
+        if dsts.is_empty() {
+            return;
+        }
         let locs: Vec<Loc> = srcs.iter().chain(&dsts).copied().collect();
         let (dtype, op) = (self.geometry.args.op.dtype, self.geometry.args.op.op);
         for run in self.geometry.runs(&locs, step.cnt) {

@@ -275,3 +275,50 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn an_in_place_only_file_sees_one_buffer() {
+    use super::executor::FileExecutor;
+    use crate::executor::{Mode, PlanCtx};
+    use crate::op::OpParam;
+    use crate::planner::plan;
+    use crate::topology::Topology;
+    use oxccl_platform::{Buf, DataType, NotifyLayout, ReduceOp, Task};
+    use std::sync::Arc;
+    // msccl-tools' in-place form: the ring reads its own chunks from the output.
+    let text = ring(4)
+        .replace("srcbuf=\"i\"", "srcbuf=\"o\"")
+        .replace("outofplace=\"1\"", "outofplace=\"0\"");
+    let checked = import("o.xml", &text).unwrap();
+    let exec = FileExecutor(Arc::new(super::executor::Imported {
+        name: "o",
+        algo: checked.algo,
+        wiring: checked.wiring,
+        depth: checked.depth,
+    }));
+    let topo = Topology::single_server(4);
+    let op = OpParam::new(OpKind::AllReduce, 16, DataType::F32, ReduceOp::Sum);
+    let ctx = |in_place| PlanCtx {
+        rank: 1,
+        ranks: 4,
+        op: &op,
+        topology: &topo,
+        mode: Mode::Staged,
+        ccl_bytes: 1 << 16,
+        link_channels: 2,
+        in_place,
+    };
+    let layout = NotifyLayout {
+        ranks: 4,
+        link_channels: 2,
+    };
+    // Out of place it is refused; in place, staged, the input is copied into the one
+    // buffer (CclOut) before the ring reads it from there.
+    let refused = crate::executor::Executor::resources(&exec, &ctx(false)).unwrap_err();
+    assert!(refused.to_string().contains("in place only"), "{refused}");
+    let planned = plan("o", &exec, &ctx(true), layout).unwrap();
+    let into_out = planned.program.streams[0].tasks.iter().any(|t| {
+        matches!(t, Task::Copy { src, dsts } if src.buf == Buf::CclIn && dsts[0].buf == Buf::CclOut)
+    });
+    assert!(into_out, "{:?}", planned.program.streams[0].tasks);
+}
