@@ -2,7 +2,7 @@
 //! input, compared byte for byte, for every dtype at boundary counts and one count whose
 //! `n` blocks exceed the CCL buffer.
 
-use crate::{boundary_counts, data, run_on_every_rank, RankData, Setup, SMALL_CCL_BYTES};
+use crate::{boundary_counts, data, run_on_every_rank, Case, RankData, Setup, SMALL_CCL_BYTES};
 use oxccl::{Communicator, DataType, OpKind, OpParam, ReduceOp};
 
 fn run_case(
@@ -55,6 +55,18 @@ pub fn all_to_all_on(
             run_case(comms, dtype, count, (i * 16 + j) as u64)
                 .map_err(|e| format!("{dtype} count {count}: {e}"))?;
         }
+    }
+    Ok(())
+}
+
+/// AlltoAll `cases` in order on the ranks `comms`, each with its dtype and count (its op
+/// and in-place flag are not used: AlltoAll has neither), for algorithms that run some
+/// counts only (an imported MSCCL-IR file runs multiples of its unit); the first failure,
+/// with its case.
+pub fn all_to_all_cases_on(comms: &[Communicator], cases: &[Case]) -> Result<(), String> {
+    for (i, case) in cases.iter().enumerate() {
+        run_case(comms, case.dtype, case.count, i as u64)
+            .map_err(|e| format!("{} count {}: {e}", case.dtype, case.count))?;
     }
     Ok(())
 }

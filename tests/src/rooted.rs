@@ -192,8 +192,31 @@ pub fn run_rooted(kind: OpKind, setup: &Setup, cases: &[Case]) -> Result<(), Str
 /// failure, with its root and case.
 pub fn rooted_on(kind: OpKind, comms: &[Communicator], cases: &[Case]) -> Result<(), String> {
     let n = comms[0].size();
+    rooted_with(kind, comms, cases, |i| roots(n)[i % 3])
+}
+
+/// Run `cases` of the rooted operator `kind` in order on the ranks `comms`, every case
+/// with root `root` (for an algorithm made for one root, as an imported MSCCL-IR file
+/// is); the first failure, with its root and case.
+pub fn rooted_at(
+    kind: OpKind,
+    comms: &[Communicator],
+    root: usize,
+    cases: &[Case],
+) -> Result<(), String> {
+    rooted_with(kind, comms, cases, |_| root)
+}
+
+/// Run `cases` in order, case `i` with root `root_of(i)`.
+fn rooted_with(
+    kind: OpKind,
+    comms: &[Communicator],
+    cases: &[Case],
+    root_of: impl Fn(usize) -> usize,
+) -> Result<(), String> {
+    let n = comms[0].size();
     for (i, case) in cases.iter().enumerate() {
-        let root = roots(n)[i % 3];
+        let root = root_of(i);
         let data = prepare(kind, n, root, case, i as u64);
         let param = OpParam::rooted(kind, case.count, case.dtype, case.op, root);
         run_on_every_rank(comms, &param, case.in_place, &data)
