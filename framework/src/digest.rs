@@ -220,6 +220,9 @@ fn constraints(d: &mut Digest, c: &Constraints) {
     for &(a, b) in c.fixed_links {
         d.usize(a).usize(b);
     }
+    d.option(c.root, |d, r| {
+        d.usize(r);
+    });
     d.bytes(&[match c.links {
         LinkNeed::LoadStore => 0,
         LinkNeed::LoadStoreWithinServer => 1,

@@ -481,6 +481,10 @@ pub struct Constraints {
     /// them is broken or missing excludes it. Empty for executors that plan their links
     /// from the topology.
     pub fixed_links: &'static [(usize, usize)],
+    /// The one root a rooted operator's executor runs (an imported file is written for
+    /// one), `None` for any root. It refuses the others from `resources`; the conformance
+    /// matrix gives it this root.
+    pub root: Option<usize>,
 }
 
 /// What an executor needs of the links it uses (see [`oxccl_platform::LinkAccess`]).
@@ -541,6 +545,7 @@ impl Constraints {
         links: LinkNeed::LoadStore,
         count_unit: 1,
         fixed_links: &[],
+        root: None,
     };
 
     /// Why the preference fallback should not pick it for `bytes` per rank on `topology`
@@ -603,6 +608,9 @@ impl Constraints {
         }
         if self.count_unit > 1 {
             parts.push(format!("counts multiple of {}", self.count_unit));
+        }
+        if let Some(root) = self.root {
+            parts.push(format!("root {root}"));
         }
         if let Some(b) = self.max_bytes {
             parts.push(format!("auto-selected up to {b} B"));

@@ -210,8 +210,15 @@ fn describe(topo: &Topology, op: &OpParam, in_place: bool, zero_copy: bool) -> S
 pub fn conformance(entry: &ExecutorEntry, base: &Config) -> Outcome {
     let mut base = base.clone();
     base.algo.set(Some(entry.op), entry.name);
-    let unit = entry.constraints.count_unit;
-    let cases = move |kind, ranks, ccl| unit_cases(kind, ranks, ccl, unit);
+    let (unit, root) = (entry.constraints.count_unit, entry.constraints.root);
+    let cases = move |kind, ranks, ccl| {
+        let mut cases = unit_cases(kind, ranks, ccl, unit);
+        // An executor of one root is checked at it.
+        for op in cases.iter_mut().flat_map(|c| c.ops.iter_mut()) {
+            op.root = op.root.and(root).or(op.root);
+        }
+        cases
+    };
     let mut out = over_matrix(&shapes(), &[entry], &base, &cases, |config, topo, case| {
         let config = Config {
             zero_copy: case.zero_copy,

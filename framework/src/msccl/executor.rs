@@ -199,10 +199,10 @@ impl Imported {
         links
     }
 
-    /// The one-buffer view of an algorithm that runs in place only, for `rank`.
+    /// The one-buffer view of an algorithm that runs in place, for `rank`.
     fn alias(&self, rank: Rank) -> Option<Alias> {
         let a = &self.algo;
-        if !a.inplace || a.outofplace {
+        if !a.inplace {
             return None;
         }
         let (i, o) = a.coll.buffer_counts(1, a.ngpus);
@@ -316,6 +316,7 @@ impl Executor for FileExecutor {
             chunk_bytes: (total / n).saturating_mul(args.op.dtype.size()),
             stride: plan.stride,
             alias: None,
+            outofplace: imp.algo.outofplace,
             in_block: None,
             out_block: None,
         }
@@ -372,15 +373,21 @@ impl Executor for FileExecutor {
     }
 }
 
-/// How an algorithm that runs in place only sees the one buffer: its references to
+/// How an algorithm that runs in place sees the one buffer: its references to
 /// `from` are chunks `base..` of `to` (the larger side: AllGather's input is block `rank`
 /// of the output, ReduceScatter's output block `rank` of the input, AllReduce's input is
 /// the output). msccl-tools writes in-place programs either way (chunks of the input, or
-/// the same chunks of the output): read through this, both meet in one buffer. It
-/// applies when the buffers bound are not one (staged through the CCL buffers): the input
-/// is copied into place first, or the output out of it last. Bound in place, they are one
-/// already, and a file that writes the input there is refused by the analyzer (the user's
-/// input is read-only).
+/// the same chunks of the output): read through this, both meet in one buffer.
+///
+/// - A file that runs in place only is remapped through it when the buffers bound are not
+///   one (staged through the CCL buffers): the input is copied into place first, or the
+///   output out of it last.
+/// - Bound in place (zero-copy), input and output are one memory already, with the user's
+///   input read-only: references stand, and a `cpy` of chunks onto themselves (a rank's
+///   own block into its place) is dropped; a file that writes the input there is refused
+///   by the analyzer.
+/// - A file that also runs out of place names two buffers whenever the call does not bind
+///   them as one: nothing is remapped or dropped then.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 struct Alias {
     from: BufName,
@@ -395,8 +402,11 @@ struct Geometry<'a> {
     chunk_bytes: usize,
     /// Bytes per scratch chunk position ([`SlotPlan::stride`]).
     stride: usize,
-    /// The one-buffer view of an in-place-only algorithm.
+    /// The one-buffer view of an algorithm that runs in place.
     alias: Option<Alias>,
+    /// The algorithm also runs out of place (its input and output references name two
+    /// buffers unless the call binds them as one).
+    outofplace: bool,
     /// Chunks per block of the input and output, for the sides with one block per rank.
     in_block: Option<usize>,
     out_block: Option<usize>,
@@ -425,7 +435,14 @@ impl Geometry<'_> {
     /// bound are not one. Bound in place (zero-copy), input and output are one memory
     /// already, with the user's input read-only: references stand as they are.
     fn remap(&self) -> Option<Alias> {
-        self.alias.filter(|_| !self.args.aliased)
+        self.alias
+            .filter(|_| !self.args.aliased && !self.outofplace)
+    }
+
+    /// Whether input and output are one buffer in this iteration: bound in place, or
+    /// seen as one ([`Geometry::remap`]).
+    fn one_buffer(&self) -> bool {
+        self.alias.is_some() && (self.args.aliased || self.remap().is_some())
     }
 
     /// Where a step's chunk reference lies (through the one-buffer view when remapped).
@@ -436,10 +453,11 @@ impl Geometry<'_> {
         }
     }
 
-    /// Whether `a` and `b` are the same chunks of the one buffer of an in-place-only
-    /// algorithm (a copy between them moves nothing).
+    /// Whether `a` and `b` are the same chunks (of the one buffer, when input and output
+    /// are one): a copy between them moves nothing.
     fn same(&self, a: Loc, b: Loc) -> bool {
-        let one = |l: Loc| match (self.alias, l) {
+        let view = self.alias.filter(|_| self.one_buffer());
+        let one = |l: Loc| match (view, l) {
             (Some(al), Loc::Local(buf, c)) if al.from == buf => Loc::Local(al.to, al.base + c),
             _ => l,
         };

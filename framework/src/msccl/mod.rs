@@ -259,6 +259,7 @@ fn entry(file: Checked, name: String) -> &'static ExecutorEntry {
         links: LinkNeed::Put,
         count_unit: imported.unit(),
         fixed_links: Box::leak(imported.links().into_boxed_slice()),
+        root: op.has_root().then_some(imported.algo.root),
         ..Constraints::ANY
     };
     let make: &'static (dyn Fn() -> Box<dyn crate::executor::Executor> + Send + Sync) =
