@@ -307,9 +307,9 @@ fn registered(
 
 /// The analyzer's matrix ([`unit_cases`] on every shape of [`shapes`] with the file's
 /// rank count that its links admit), the cases `keep` accepts, every rooted case at
-/// `root`, recorded by `record`: what [`conformance`] does, for an executor made for one
-/// root (conformance gives rooted operators root `ranks / 2`, which a file with another
-/// root refuses), for a subset of the cases, or for an executor that is not registered.
+/// `root`, recorded by `record`: what [`conformance`] does (at an executor's declared
+/// root, `Constraints::root`), for a subset of the cases, or for an executor that is not
+/// registered.
 fn matrix(
     file: &Imported,
     root: Option<usize>,
@@ -709,14 +709,10 @@ fn in_place_variants_run_in_place() {
 
 /// The in-place variants whose schedule copies a rank's own block to where the one buffer
 /// already holds it (the rings and hierarchical files of AllGather, the rings of
-/// Broadcast, Gather and Scatter: they say `outofplace="1"` too, so the importer keeps
-/// two views of the one buffer). MSCCL runs such a copy as a no-op; the importer emits
-/// it as a Copy whose source and destination are the same bytes, which the analyzer
-/// (Bounds: "a source and a destination overlap") and the host device ("slice ... is
-/// invalid: overlaps ...") refuse in zero-copy mode.
+/// Broadcast, Gather and Scatter; they say `outofplace="1"` too). MSCCL runs such a copy
+/// as a no-op, and so does the importer when the call binds input and output as one: the
+/// device is never handed a copy whose source and destination are the same bytes.
 #[test]
-#[ignore = "fails: the importer emits a self-overlapping Copy for a file that copies a block \
-            onto itself in place (see the doc comment)"]
 fn in_place_self_copies() {
     loaded();
     let (_, files) = in_place_variants_split();
