@@ -13,7 +13,7 @@
 //! | `OXCCL_TRANSPORT` | how ranks in other processes are reached (see [`crate::transport`]): `auto` (shared memory on a host, TCP between hosts), `shm` or `tcp` (every peer over TCP, also on one host) | auto |
 //! | `OXCCL_DEVICE` | the backend: `host` (threads of this process), `cuda` (NVIDIA GPUs; a build with the `cuda` feature), `sim` (records programs) | host |
 //! | `OXCCL_CUDA_DEVICES` | the cuda backend's placement: one CUDA device ordinal for every local rank (`0`: all on GPU 0, as virtual ranks), or one per local rank (`0,0,1,1`) | round-robin over the GPUs (one rank per GPU when there are enough) |
-//! | `OXCCL_LINK_CHANNELS` | notify channels per link, 1 to 64: how many handshakes two ranks may have in flight at once (an imported MSCCL-IR file needs at least its `nchannels`, and pipelines deeper with more) | 2 |
+//! | `OXCCL_LINK_CHANNELS` | notify channels per link, 1 to 64: how many handshakes two ranks may have in flight at once (an imported MSCCL-IR file needs one per message slot of each of its channels, and pipelines deeper with more) | 2, or what the imported files need when more |
 //! | `OXCCL_ALGO_FILES` | MSCCL-IR algorithm files imported as executors (see [`crate::msccl`]): files or folders (their `*.xml`), `:`-separated; read when the registry is first built | none |
 //! | `OXCCL_LOG` | `tracing` filter (`info`, `oxccl=debug`, ...); one that does not parse is an error | off |
 //!
@@ -255,13 +255,16 @@ impl Config {
         if let Some(v) = get("OXCCL_TUNE_FILE") {
             config.tune = Some(std::sync::Arc::new(load_tune_file(&v)?));
         }
-        if let Some(v) = get("OXCCL_LINK_CHANNELS") {
-            config.link_channels = parse_in_range(
-                "OXCCL_LINK_CHANNELS",
-                &v,
-                1..=crate::limits::MAX_LINK_CHANNELS,
-                "notify channels per link",
-            )?;
+        match get("OXCCL_LINK_CHANNELS") {
+            Some(v) => {
+                config.link_channels = parse_in_range(
+                    "OXCCL_LINK_CHANNELS",
+                    &v,
+                    1..=crate::limits::MAX_LINK_CHANNELS,
+                    "notify channels per link",
+                )?
+            }
+            None => config.link_channels = config.link_channels.max(executors_need()),
         }
         if let Some(v) = get("OXCCL_TRANSPORT") {
             config.transport = v.parse()?;
@@ -277,6 +280,21 @@ impl Config {
         }
         Ok(config)
     }
+}
+
+/// The most link channels a registered executor needs (an imported MSCCL-IR file: one per
+/// message slot of each of its channels), at most [`crate::limits::MAX_LINK_CHANNELS`]; 1
+/// when the registry cannot be built (its error surfaces at the first collective).
+///
+/// This builds the registry: algorithm files must be added before the configuration is
+/// read from the environment.
+fn executors_need() -> usize {
+    crate::registry::registry()
+        .map(|r| r.executors().map(|e| e.constraints.link_channels).max())
+        .ok()
+        .flatten()
+        .unwrap_or(1)
+        .clamp(1, crate::limits::MAX_LINK_CHANNELS)
 }
 
 /// The algorithm files `OXCCL_ALGO_FILES` names (`:`-separated files or folders; empty

@@ -223,6 +223,7 @@ fn constraints(d: &mut Digest, c: &Constraints) {
     d.option(c.root, |d, r| {
         d.usize(r);
     });
+    d.usize(c.link_channels);
     d.bytes(&[match c.links {
         LinkNeed::LoadStore => 0,
         LinkNeed::LoadStoreWithinServer => 1,

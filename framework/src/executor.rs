@@ -485,6 +485,10 @@ pub struct Constraints {
     /// one), `None` for any root. It refuses the others from `resources`; the conformance
     /// matrix gives it this root.
     pub root: Option<usize>,
+    /// Link channels it needs at the least (1: any communicator). An imported file needs
+    /// one per message slot of each of its channels; `Config::from_env` raises its default
+    /// to what the registered executors need.
+    pub link_channels: usize,
 }
 
 /// What an executor needs of the links it uses (see [`oxccl_platform::LinkAccess`]).
@@ -546,6 +550,7 @@ impl Constraints {
         count_unit: 1,
         fixed_links: &[],
         root: None,
+        link_channels: 1,
     };
 
     /// Why the preference fallback should not pick it for `bytes` per rank on `topology`
@@ -611,6 +616,9 @@ impl Constraints {
         }
         if let Some(root) = self.root {
             parts.push(format!("root {root}"));
+        }
+        if self.link_channels > 1 {
+            parts.push(format!("{} link channels", self.link_channels));
         }
         if let Some(b) = self.max_bytes {
             parts.push(format!("auto-selected up to {b} B"));

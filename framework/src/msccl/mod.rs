@@ -260,6 +260,7 @@ fn entry(file: Checked, name: String) -> &'static ExecutorEntry {
         count_unit: imported.unit(),
         fixed_links: Box::leak(imported.links().into_boxed_slice()),
         root: op.has_root().then_some(imported.algo.root),
+        link_channels: imported.algo.nchannels.saturating_mul(imported.depth),
         ..Constraints::ANY
     };
     let make: &'static (dyn Fn() -> Box<dyn crate::executor::Executor> + Send + Sync) =
