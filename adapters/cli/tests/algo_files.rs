@@ -4,8 +4,11 @@
 //! format stops the command naming the file, the line and the rule; a well-formed file
 //! that computes the wrong thing fails the analyzer's semantics check.
 
+mod common;
+
+use common::{output_text, rows};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 /// The command's exit code and its stdout and stderr together.
 fn oxccl(args: &[&str]) -> (Option<i32>, String) {
@@ -28,10 +31,6 @@ fn command() -> Command {
         cmd.env_remove(var);
     }
     cmd
-}
-
-fn output_text(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
 }
 
 /// A fresh folder of this test process for `name`.
@@ -112,14 +111,6 @@ fn step_line(text: &str, g: usize, s: usize) -> usize {
             &text.lines().skip(gpu + 1).collect::<Vec<_>>().join("\n"),
             &format!(r#"<step s="{s}" "#),
         )
-}
-
-/// The data rows of a table (lines that start with a number), split into cells.
-fn rows(text: &str) -> Vec<Vec<&str>> {
-    text.lines()
-        .filter(|l| l.trim_start().starts_with(char::is_numeric))
-        .map(|l| l.split_whitespace().collect())
-        .collect()
 }
 
 #[test]

@@ -1,5 +1,8 @@
 //! The `oxccl` binary end to end: exit status and the lines a user reads.
 
+mod common;
+
+use common::output_text;
 use std::process::{Command, Stdio};
 
 fn oxccl(args: &[&str]) -> (bool, String) {
@@ -7,8 +10,7 @@ fn oxccl(args: &[&str]) -> (bool, String) {
         .args(args)
         .output()
         .expect("runs");
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text = output_text(&out);
     (out.status.success(), text)
 }
 

@@ -4,6 +4,9 @@
 //! GPU (a build with the feature) the table has the copy bound. The GPU run skips with a
 //! printed reason elsewhere.
 
+mod common;
+
+use common::{output_text, rows};
 use std::process::Command;
 
 /// Run `oxccl args` with `env` set: (exit code, stdout and stderr).
@@ -13,17 +16,8 @@ fn oxccl(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
         .envs(env.iter().copied())
         .output()
         .expect("runs");
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text = output_text(&out);
     (out.status.code(), text)
-}
-
-/// The data rows of a table (lines that start with a number).
-fn rows(text: &str) -> Vec<Vec<&str>> {
-    text.lines()
-        .filter(|l| l.trim_start().starts_with(char::is_numeric))
-        .map(|l| l.split_whitespace().collect())
-        .collect()
 }
 
 const SMALL: [&str; 12] = [

@@ -1,5 +1,8 @@
 //! `oxccl tune`, `OXCCL_TUNE_FILE` and `oxccl perf --topo/--broken`, end to end.
 
+mod common;
+
+use common::{output_text, rows};
 use oxccl::framework::tune::TuneTable;
 use oxccl::OpKind;
 use std::path::PathBuf;
@@ -12,22 +15,13 @@ fn oxccl(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
         cmd.env(k, v);
     }
     let out = cmd.output().expect("runs");
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text = output_text(&out);
     (out.status.success(), text)
 }
 
 /// A path in the temporary directory unique to this test process and `name`.
 fn temp_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("oxccl-cli-{}-{name}", std::process::id()))
-}
-
-/// The data rows of a table (lines that start with a number).
-fn rows(text: &str) -> Vec<Vec<&str>> {
-    text.lines()
-        .filter(|l| l.trim_start().starts_with(char::is_numeric))
-        .map(|l| l.split_whitespace().collect())
-        .collect()
 }
 
 #[test]

@@ -14,7 +14,7 @@
 //! - Broadcast: the root sends everything to every peer. Reduce: the root receives every
 //!   peer's input into scratch and reduces it with `re`, each waiting for its receive.
 
-use super::layout::Layout;
+use super::layout::{start, Layout};
 use super::xml::{i, o, s, Program, StepRef};
 use super::{Coll, Params};
 
@@ -23,14 +23,9 @@ fn peers(n: usize, r: usize) -> Vec<usize> {
     (1..n).map(|d| (r + d) % n).collect()
 }
 
-pub fn all_reduce(p: &Params) -> String {
-    all_reduce_program(p).to_xml()
-}
-
 pub fn all_reduce_program(p: &Params) -> Program {
     let n = p.ranks;
-    let lay = Layout::new(n, p.channels, p.factor);
-    let mut prog = Program::new(Coll::AllReduce, "all_pairs", p, lay.chunks());
+    let (lay, mut prog) = start(Coll::AllReduce, "all_pairs", p, p.channels);
     let f = p.factor;
     for ch in 0..p.channels {
         for r in 0..n {
@@ -72,14 +67,9 @@ pub fn all_reduce_program(p: &Params) -> Program {
     prog
 }
 
-pub fn reduce_scatter(p: &Params) -> String {
-    reduce_scatter_program(p).to_xml()
-}
-
 pub fn reduce_scatter_program(p: &Params) -> Program {
     let n = p.ranks;
-    let lay = Layout::new(n, p.channels, p.factor);
-    let mut prog = Program::new(Coll::ReduceScatter, "all_pairs", p, lay.chunks());
+    let (lay, mut prog) = start(Coll::ReduceScatter, "all_pairs", p, p.channels);
     let f = p.factor;
     for ch in 0..p.channels {
         for r in 0..n {
@@ -103,62 +93,39 @@ pub fn reduce_scatter_program(p: &Params) -> Program {
     prog
 }
 
-pub fn all_gather(p: &Params) -> String {
-    all_gather_program(p).to_xml()
-}
-
 pub fn all_gather_program(p: &Params) -> Program {
-    let n = p.ranks;
-    let lay = Layout::new(n, p.channels, p.factor);
-    let mut prog = Program::new(Coll::AllGather, "all_pairs", p, lay.chunks());
-    let f = p.factor;
-    for ch in 0..p.channels {
-        for r in 0..n {
-            for (k, q) in peers(n, r).into_iter().enumerate() {
-                let tb = prog.tb(r, Some(q), Some(q), ch);
-                if k == 0 {
-                    prog.cpy(r, tb, i(lay.small(ch)), o(lay.part(r, ch)), f, None);
-                }
-                prog.send(r, tb, i(lay.small(ch)), f, None);
-                prog.recv(r, tb, o(lay.part(q, ch)), f, None);
-            }
-        }
-    }
-    prog
-}
-
-pub fn all_to_all(p: &Params) -> String {
-    all_to_all_program(p).to_xml()
+    exchange(Coll::AllGather, p, |lay, _, ch| lay.small(ch))
 }
 
 pub fn all_to_all_program(p: &Params) -> Program {
+    exchange(Coll::AllToAll, p, |lay, q, ch| lay.part(q, ch))
+}
+
+/// AllGather and AlltoAll: on the threadblock of each peer q, every rank sends
+/// `input(q)`'s piece of its input and receives q's into q's block of the output, having
+/// copied `input(itself)` to its own block first.
+fn exchange(coll: Coll, p: &Params, input: impl Fn(&Layout, usize, usize) -> usize) -> Program {
     let n = p.ranks;
-    let lay = Layout::new(n, p.channels, p.factor);
-    let mut prog = Program::new(Coll::AllToAll, "all_pairs", p, lay.chunks());
+    let (lay, mut prog) = start(coll, "all_pairs", p, p.channels);
     let f = p.factor;
     for ch in 0..p.channels {
         for r in 0..n {
             for (k, q) in peers(n, r).into_iter().enumerate() {
                 let tb = prog.tb(r, Some(q), Some(q), ch);
                 if k == 0 {
-                    prog.cpy(r, tb, i(lay.part(r, ch)), o(lay.part(r, ch)), f, None);
+                    prog.cpy(r, tb, i(input(&lay, r, ch)), o(lay.part(r, ch)), f, None);
                 }
-                prog.send(r, tb, i(lay.part(q, ch)), f, None);
+                prog.send(r, tb, i(input(&lay, q, ch)), f, None);
                 prog.recv(r, tb, o(lay.part(q, ch)), f, None);
             }
         }
     }
     prog
-}
-
-pub fn broadcast(p: &Params) -> String {
-    broadcast_program(p).to_xml()
 }
 
 pub fn broadcast_program(p: &Params) -> Program {
     let n = p.ranks;
-    let lay = Layout::new(n, p.channels, p.factor);
-    let mut prog = Program::new(Coll::Broadcast, "all_pairs", p, lay.chunks());
+    let (lay, mut prog) = start(Coll::Broadcast, "all_pairs", p, p.channels);
     let root = p.root;
     for ch in 0..p.channels {
         let ranges = lay.lane_ranges(ch);
@@ -181,14 +148,9 @@ pub fn broadcast_program(p: &Params) -> Program {
     prog
 }
 
-pub fn reduce(p: &Params) -> String {
-    reduce_program(p).to_xml()
-}
-
 pub fn reduce_program(p: &Params) -> Program {
     let n = p.ranks;
-    let lay = Layout::new(n, p.channels, p.factor);
-    let mut prog = Program::new(Coll::Reduce, "all_pairs", p, lay.chunks());
+    let (lay, mut prog) = start(Coll::Reduce, "all_pairs", p, p.channels);
     let root = p.root;
     for ch in 0..p.channels {
         let ranges = lay.lane_ranges(ch);
@@ -215,14 +177,9 @@ pub fn reduce_program(p: &Params) -> Program {
     prog
 }
 
-pub fn gather(p: &Params) -> String {
-    gather_program(p).to_xml()
-}
-
 pub fn gather_program(p: &Params) -> Program {
     let n = p.ranks;
-    let lay = Layout::new(n, p.channels, p.factor);
-    let mut prog = Program::new(Coll::Gather, "all_pairs", p, lay.chunks());
+    let (lay, mut prog) = start(Coll::Gather, "all_pairs", p, p.channels);
     let f = p.factor;
     let root = p.root;
     for ch in 0..p.channels {
@@ -239,14 +196,9 @@ pub fn gather_program(p: &Params) -> Program {
     prog
 }
 
-pub fn scatter(p: &Params) -> String {
-    scatter_program(p).to_xml()
-}
-
 pub fn scatter_program(p: &Params) -> Program {
     let n = p.ranks;
-    let lay = Layout::new(n, p.channels, p.factor);
-    let mut prog = Program::new(Coll::Scatter, "all_pairs", p, lay.chunks());
+    let (lay, mut prog) = start(Coll::Scatter, "all_pairs", p, p.channels);
     let f = p.factor;
     let root = p.root;
     for ch in 0..p.channels {

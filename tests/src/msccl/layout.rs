@@ -7,6 +7,9 @@
 //! factor` of a full-size buffer, and lane l's piece of a one-block buffer (AllGather's
 //! input, ReduceScatter's output) at `l * factor`.
 
+use super::xml::Program;
+use super::{Coll, Params};
+
 /// The pieces of one loop.
 #[derive(Copy, Clone, Debug)]
 pub struct Layout {
@@ -56,6 +59,14 @@ impl Layout {
     }
 }
 
+/// The layout of a loop of `p` with `lanes` lanes, and an empty [`Program`] of `coll` in
+/// `form` on it.
+pub fn start(coll: Coll, form: &str, p: &Params, lanes: usize) -> (Layout, Program) {
+    let lay = Layout::new(p.ranks, lanes, p.factor);
+    let prog = Program::new(coll, form, p, lay.chunks());
+    (lay, prog)
+}
+
 /// `cnt` chunks from `off`: one step's worth, or one step per chunk when `pipeline`.
 pub fn pieces(off: usize, cnt: usize, pipeline: bool) -> Vec<(usize, usize)> {
     if pipeline {
@@ -77,6 +88,17 @@ pub fn ring_order(ranks: usize, first: usize, forward: bool) -> Vec<usize> {
             }
         })
         .collect()
+}
+
+/// Lane (or channel) `lane`'s rings run forward when it is even, backward when odd.
+pub fn forward(lane: usize) -> bool {
+    lane.is_multiple_of(2)
+}
+
+/// Rank at `pos + shift` (mod n) of `order`, for a signed shift.
+pub fn at(order: &[usize], pos: usize, shift: isize) -> usize {
+    let n = order.len() as isize;
+    order[(pos as isize + shift).rem_euclid(n) as usize]
 }
 
 #[cfg(test)]

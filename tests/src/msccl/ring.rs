@@ -9,19 +9,92 @@
 //! round to the root. Ranks that only forward what is not theirs (AlltoAll, Gather,
 //! Scatter) receive it into scratch with `r` and send it on with `s`.
 
-use super::layout::{pieces, ring_order, Layout};
-use super::xml::{i, o, s, Program};
+use super::layout::{at, forward, pieces, ring_order, start, Layout};
+use super::xml::{i, o, s, Loc, Program, Ty};
 use super::{Coll, Params};
 use std::collections::VecDeque;
 
-fn forward(lane: usize) -> bool {
-    lane.is_multiple_of(2)
+/// The threadblock of the rank at `pos` of the closed ring `order`: it sends to the next
+/// rank and receives from the one before.
+fn ring_tb(prog: &mut Program, order: &[usize], pos: usize, chan: usize) -> usize {
+    prog.tb(
+        order[pos],
+        Some(at(order, pos, 1)),
+        Some(at(order, pos, -1)),
+        chan,
+    )
 }
 
-/// Rank at `pos + shift` (mod n) of `order`, for a signed shift.
-fn at(order: &[usize], pos: usize, shift: isize) -> usize {
-    let n = order.len() as isize;
-    order[(pos as isize + shift).rem_euclid(n) as usize]
+/// The threadblock of the rank at `pos` of the open chain that runs along `order` from
+/// position `first` round to the one before it: the chain's end sends to no one, its
+/// start receives from no one.
+fn chain_tb(prog: &mut Program, order: &[usize], pos: usize, first: usize, chan: usize) -> usize {
+    let n = order.len();
+    let send = (pos != (first + n - 1) % n).then(|| at(order, pos, 1));
+    let recv = (pos != first).then(|| at(order, pos, -1));
+    prog.tb(order[pos], send, recv, chan)
+}
+
+/// [`pieces`] of the chunks from `off` of the buffer `buf` makes locations in.
+fn pieces_in(buf: fn(usize) -> Loc, off: usize, cnt: usize, pipeline: bool) -> Vec<(Loc, usize)> {
+    pieces(off, cnt, pipeline)
+        .into_iter()
+        .map(|(off, cnt)| (buf(off), cnt))
+        .collect()
+}
+
+/// Rounds 1 to `rounds - 1` of a reduce-scatter along a ring, on threadblock `tb` of `r`
+/// (round 0, the sends, is the caller's): the pieces (source, count) of `round(t)` are
+/// received, reduced with the source and sent on (`rrs`); in the last round they are
+/// stored at `store(source)` by `last` instead (`rrc`, or `rrcs` to send them on too).
+pub(super) fn reduce_rounds(
+    prog: &mut Program,
+    r: usize,
+    tb: usize,
+    rounds: usize,
+    last: Ty,
+    round: impl Fn(usize) -> Vec<(Loc, usize)>,
+    store: impl Fn(Loc) -> Loc,
+) {
+    for t in 1..rounds {
+        for (src, cnt) in round(t) {
+            if t < rounds - 1 {
+                prog.rrs(r, tb, src, cnt, None);
+            } else {
+                prog.step(r, tb, last, src, Some(store(src)), cnt, None);
+            }
+        }
+    }
+}
+
+/// Rounds 1 to `rounds - 1` of an all-gather along a ring, on threadblock `tb` of `r`:
+/// the pieces (destination, count) of `round(a)` are received, stored and sent on
+/// (`rcs`), those of the last round only received and stored (`r`).
+pub(super) fn gather_rounds(
+    prog: &mut Program,
+    r: usize,
+    tb: usize,
+    rounds: usize,
+    round: impl Fn(usize) -> Vec<(Loc, usize)>,
+) {
+    for a in 1..rounds {
+        for (dst, cnt) in round(a) {
+            if a < rounds - 1 {
+                prog.rcs(r, tb, dst, cnt, None);
+            } else {
+                prog.recv(r, tb, dst, cnt, None);
+            }
+        }
+    }
+}
+
+/// `times` times, receive `cnt` chunks into a new scratch slot of `r` and send them on.
+fn relay(prog: &mut Program, r: usize, tb: usize, cnt: usize, times: usize) {
+    for _ in 0..times {
+        let slot = s(prog.scratch(r, cnt));
+        prog.recv(r, tb, slot, cnt, None);
+        prog.send(r, tb, slot, cnt, None);
+    }
 }
 
 /// Ring AllReduce: reduce-scatter with `s`, `rrs`..., and `rrcs` (which stores the
@@ -33,44 +106,29 @@ pub fn all_reduce(p: &Params) -> String {
 pub fn all_reduce_program(p: &Params) -> Program {
     let n = p.ranks;
     let per = if p.bidirectional { 2 } else { 1 };
-    let lay = Layout::new(n, p.channels * per, p.factor);
     let form = if p.bidirectional {
         "ring_bidir"
     } else {
         "ring"
     };
-    let mut prog = Program::new(Coll::AllReduce, form, p, lay.chunks());
+    let (lay, mut prog) = start(Coll::AllReduce, form, p, p.channels * per);
     let f = p.factor;
     for lane in 0..lay.lanes {
-        let chan = lane / per;
         let order = ring_order(n, 0, forward(lane));
         for pos in 0..n {
             let r = order[pos];
-            let tb = prog.tb(r, Some(at(&order, pos, 1)), Some(at(&order, pos, -1)), chan);
+            let tb = ring_tb(&mut prog, &order, pos, lane / per);
             // The group travelling at ring step t is that of the rank t places back.
-            let group = |shift: isize| lay.part(at(&order, pos, shift), lane);
-            for (off, cnt) in pieces(group(0), f, p.pipeline) {
-                prog.send(r, tb, i(off), cnt, None);
+            let group = |shift: isize, buf: fn(usize) -> Loc| {
+                pieces_in(buf, lay.part(at(&order, pos, shift), lane), f, p.pipeline)
+            };
+            for (src, cnt) in group(0, i) {
+                prog.send(r, tb, src, cnt, None);
             }
-            for t in 1..n {
-                for (off, cnt) in pieces(group(-(t as isize)), f, p.pipeline) {
-                    if t < n - 1 {
-                        prog.rrs(r, tb, i(off), cnt, None);
-                    } else {
-                        prog.rrcs(r, tb, i(off), o(off), cnt, None);
-                    }
-                }
-            }
+            let back = |t: usize| group(-(t as isize), i);
+            reduce_rounds(&mut prog, r, tb, n, Ty::Rrcs, back, |src| o(src.off));
             // This rank now holds group pos+1 reduced; it receives the others in turn.
-            for a in 1..n {
-                for (off, cnt) in pieces(group(1 - a as isize), f, p.pipeline) {
-                    if a < n - 1 {
-                        prog.rcs(r, tb, o(off), cnt, None);
-                    } else {
-                        prog.recv(r, tb, o(off), cnt, None);
-                    }
-                }
-            }
+            gather_rounds(&mut prog, r, tb, n, |a| group(1 - a as isize, o));
         }
     }
     prog
@@ -78,34 +136,23 @@ pub fn all_reduce_program(p: &Params) -> Program {
 
 /// Ring AllGather: copy the input to its block, send it, then `rcs` the blocks of the
 /// ranks behind and `r` the last.
-pub fn all_gather(p: &Params) -> String {
-    all_gather_program(p).to_xml()
-}
-
 pub fn all_gather_program(p: &Params) -> Program {
     let n = p.ranks;
-    let lay = Layout::new(n, p.channels, p.factor);
-    let mut prog = Program::new(Coll::AllGather, "ring", p, lay.chunks());
+    let (lay, mut prog) = start(Coll::AllGather, "ring", p, p.channels);
     let f = p.factor;
     for lane in 0..p.channels {
         let order = ring_order(n, 0, forward(lane));
         for pos in 0..n {
             let r = order[pos];
-            let tb = prog.tb(r, Some(at(&order, pos, 1)), Some(at(&order, pos, -1)), lane);
+            let tb = ring_tb(&mut prog, &order, pos, lane);
             prog.cpy(r, tb, i(lay.small(lane)), o(lay.part(r, lane)), f, None);
-            for (off, cnt) in pieces(lay.small(lane), f, p.pipeline) {
-                prog.send(r, tb, i(off), cnt, None);
+            for (src, cnt) in pieces_in(i, lay.small(lane), f, p.pipeline) {
+                prog.send(r, tb, src, cnt, None);
             }
-            for a in 1..n {
+            gather_rounds(&mut prog, r, tb, n, |a| {
                 let block = at(&order, pos, -(a as isize));
-                for (off, cnt) in pieces(lay.part(block, lane), f, p.pipeline) {
-                    if a < n - 1 {
-                        prog.rcs(r, tb, o(off), cnt, None);
-                    } else {
-                        prog.recv(r, tb, o(off), cnt, None);
-                    }
-                }
-            }
+                pieces_in(o, lay.part(block, lane), f, p.pipeline)
+            });
         }
     }
     prog
@@ -113,26 +160,27 @@ pub fn all_gather_program(p: &Params) -> Program {
 
 /// Ring ReduceScatter: block b starts at the rank after b and ends, with `rrc` into the
 /// output, at b.
-pub fn reduce_scatter(p: &Params) -> String {
-    reduce_scatter_program(p).to_xml()
-}
-
 pub fn reduce_scatter_program(p: &Params) -> Program {
     let n = p.ranks;
-    let lay = Layout::new(n, p.channels, p.factor);
-    let mut prog = Program::new(Coll::ReduceScatter, "ring", p, lay.chunks());
+    let (lay, mut prog) = start(Coll::ReduceScatter, "ring", p, p.channels);
     let f = p.factor;
     for lane in 0..p.channels {
         let order = ring_order(n, 0, forward(lane));
         for pos in 0..n {
             let r = order[pos];
-            let tb = prog.tb(r, Some(at(&order, pos, 1)), Some(at(&order, pos, -1)), lane);
-            let block = |t: usize| lay.part(at(&order, pos, -1 - t as isize), lane);
-            prog.send(r, tb, i(block(0)), f, None);
-            for t in 1..n - 1 {
-                prog.rrs(r, tb, i(block(t)), f, None);
-            }
-            prog.rrc(r, tb, i(block(n - 1)), o(lay.small(lane)), f, None);
+            let tb = ring_tb(&mut prog, &order, pos, lane);
+            let block = |t: usize| i(lay.part(at(&order, pos, -1 - t as isize), lane));
+            prog.send(r, tb, block(0), f, None);
+            let out = o(lay.small(lane));
+            reduce_rounds(
+                &mut prog,
+                r,
+                tb,
+                n,
+                Ty::Rrc,
+                |t| vec![(block(t), f)],
+                |_| out,
+            );
         }
     }
     prog
@@ -142,14 +190,9 @@ pub fn reduce_scatter_program(p: &Params) -> Program {
 /// it holds (its own first, nearest destination first) and receives one; a message for
 /// another rank goes to scratch and joins the queue. Every round is one `s` and one `r`
 /// per rank, so one FIFO slot is enough.
-pub fn all_to_all(p: &Params) -> String {
-    all_to_all_program(p).to_xml()
-}
-
 pub fn all_to_all_program(p: &Params) -> Program {
     let n = p.ranks;
-    let lay = Layout::new(n, p.channels, p.factor);
-    let mut prog = Program::new(Coll::AllToAll, "ring", p, lay.chunks());
+    let (lay, mut prog) = start(Coll::AllToAll, "ring", p, p.channels);
     let f = p.factor;
     #[derive(Clone, Copy)]
     struct Msg {
@@ -163,7 +206,7 @@ pub fn all_to_all_program(p: &Params) -> Program {
         let mut tbs = vec![0; n];
         for pos in 0..n {
             let r = order[pos];
-            let tb = prog.tb(r, Some(at(&order, pos, 1)), Some(at(&order, pos, -1)), lane);
+            let tb = ring_tb(&mut prog, &order, pos, lane);
             tbs[pos] = tb;
             prog.cpy(r, tb, i(lay.part(r, lane)), o(lay.part(r, lane)), f, None);
             for d in 1..n {
@@ -199,157 +242,139 @@ pub fn all_to_all_program(p: &Params) -> Program {
     prog
 }
 
-/// Ring Broadcast from the root: the root sends every piece (and copies it to its own
-/// output), the ranks between `rcs`, the last rank `r`.
-pub fn broadcast(p: &Params) -> String {
-    broadcast_program(p).to_xml()
+/// The rank at `pos` of a lane's ring `order` from the root, and its threadblock.
+#[derive(Clone, Copy)]
+struct Hop<'a> {
+    order: &'a [usize],
+    pos: usize,
+    r: usize,
+    tb: usize,
+    lane: usize,
 }
 
-pub fn broadcast_program(p: &Params) -> Program {
+/// A rooted collective along the ring that starts at the root, on every lane: each rank
+/// gets a threadblock on the chain from position `first` (see [`chain_tb`]), then
+/// `steps` adds its steps.
+fn along_chain(
+    coll: Coll,
+    p: &Params,
+    first: usize,
+    mut steps: impl FnMut(&mut Program, &Layout, &Hop),
+) -> Program {
     let n = p.ranks;
-    let lay = Layout::new(n, p.channels, p.factor);
-    let mut prog = Program::new(Coll::Broadcast, "ring", p, lay.chunks());
-    let f = p.factor;
+    let (lay, mut prog) = start(coll, "ring", p, p.channels);
     for lane in 0..p.channels {
         let order = ring_order(n, p.root, forward(lane));
         for pos in 0..n {
-            let r = order[pos];
-            let send = (pos + 1 < n).then(|| order[pos + 1]);
-            let recv = (pos > 0).then(|| order[pos - 1]);
-            let tb = prog.tb(r, send, recv, lane);
-            for b in 0..n {
-                let off = lay.part(b, lane);
-                match pos {
-                    0 => {
-                        prog.send(r, tb, i(off), f, None);
-                    }
-                    _ if pos + 1 < n => {
-                        prog.rcs(r, tb, o(off), f, None);
-                    }
-                    _ => {
-                        prog.recv(r, tb, o(off), f, None);
-                    }
-                }
-            }
-            if pos == 0 {
-                for b in 0..n {
-                    let off = lay.part(b, lane);
-                    prog.cpy(r, tb, i(off), o(off), f, None);
-                }
-            }
+            let tb = chain_tb(&mut prog, &order, pos, first, lane);
+            let hop = Hop {
+                order: &order,
+                pos,
+                r: order[pos],
+                tb,
+                lane,
+            };
+            steps(&mut prog, &lay, &hop);
         }
     }
     prog
+}
+
+/// Ring Broadcast from the root: the root sends every piece (and copies it to its own
+/// output), the ranks between `rcs`, the last rank `r`.
+pub fn broadcast_program(p: &Params) -> Program {
+    let (n, f) = (p.ranks, p.factor);
+    along_chain(Coll::Broadcast, p, 0, |prog, lay, hop| {
+        let Hop {
+            pos, r, tb, lane, ..
+        } = *hop;
+        for b in 0..n {
+            let off = lay.part(b, lane);
+            match pos {
+                0 => {
+                    prog.send(r, tb, i(off), f, None);
+                }
+                _ if pos + 1 < n => {
+                    prog.rcs(r, tb, o(off), f, None);
+                }
+                _ => {
+                    prog.recv(r, tb, o(off), f, None);
+                }
+            }
+        }
+        if pos == 0 {
+            for b in 0..n {
+                let off = lay.part(b, lane);
+                prog.cpy(r, tb, i(off), o(off), f, None);
+            }
+        }
+    })
 }
 
 /// Ring Reduce to the root: the rank after the root sends every piece, the ranks between
 /// `rrs`, and the root `rrc`s into its output.
-pub fn reduce(p: &Params) -> String {
-    reduce_program(p).to_xml()
-}
-
 pub fn reduce_program(p: &Params) -> Program {
-    let n = p.ranks;
-    let lay = Layout::new(n, p.channels, p.factor);
-    let mut prog = Program::new(Coll::Reduce, "ring", p, lay.chunks());
-    let f = p.factor;
-    for lane in 0..p.channels {
-        let order = ring_order(n, p.root, forward(lane));
-        for pos in 0..n {
-            let r = order[pos];
-            // The chain runs 1, 2, ..., n-1, then the root (position 0).
-            let send = (pos != 0).then(|| order[(pos + 1) % n]);
-            let recv = (pos != 1).then(|| at(&order, pos, -1));
-            let tb = prog.tb(r, send, recv, lane);
-            for b in 0..n {
-                let off = lay.part(b, lane);
-                match pos {
-                    1 => {
-                        prog.send(r, tb, i(off), f, None);
-                    }
-                    0 => {
-                        prog.rrc(r, tb, i(off), o(off), f, None);
-                    }
-                    _ => {
-                        prog.rrs(r, tb, i(off), f, None);
-                    }
+    let (n, f) = (p.ranks, p.factor);
+    // The chain runs 1, 2, ..., n-1, then the root (position 0).
+    along_chain(Coll::Reduce, p, 1, |prog, lay, hop| {
+        let Hop {
+            pos, r, tb, lane, ..
+        } = *hop;
+        for b in 0..n {
+            let off = lay.part(b, lane);
+            match pos {
+                1 => {
+                    prog.send(r, tb, i(off), f, None);
+                }
+                0 => {
+                    prog.rrc(r, tb, i(off), o(off), f, None);
+                }
+                _ => {
+                    prog.rrs(r, tb, i(off), f, None);
                 }
             }
         }
-    }
-    prog
+    })
 }
 
 /// Ring Gather to the root: every rank sends its input on towards the root, then
 /// forwards through scratch what the ranks before it sent.
-pub fn gather(p: &Params) -> String {
-    gather_program(p).to_xml()
-}
-
 pub fn gather_program(p: &Params) -> Program {
-    let n = p.ranks;
-    let lay = Layout::new(n, p.channels, p.factor);
-    let mut prog = Program::new(Coll::Gather, "ring", p, lay.chunks());
-    let f = p.factor;
-    for lane in 0..p.channels {
-        let order = ring_order(n, p.root, forward(lane));
-        for pos in 0..n {
-            let r = order[pos];
-            let send = (pos != 0).then(|| order[(pos + 1) % n]);
-            let recv = (pos != 1).then(|| at(&order, pos, -1));
-            let tb = prog.tb(r, send, recv, lane);
-            if pos == 0 {
-                prog.cpy(r, tb, i(lay.small(lane)), o(lay.part(r, lane)), f, None);
-                // From the last rank: its own input, then those of n-2, ..., 1.
-                for q in (1..n).rev() {
-                    prog.recv(r, tb, o(lay.part(order[q], lane)), f, None);
-                }
-            } else {
-                prog.send(r, tb, i(lay.small(lane)), f, None);
-                for _ in 1..pos {
-                    let slot = s(prog.scratch(r, f));
-                    prog.recv(r, tb, slot, f, None);
-                    prog.send(r, tb, slot, f, None);
-                }
+    let (n, f) = (p.ranks, p.factor);
+    along_chain(Coll::Gather, p, 1, |prog, lay, hop| {
+        let Hop {
+            pos, r, tb, lane, ..
+        } = *hop;
+        if pos == 0 {
+            prog.cpy(r, tb, i(lay.small(lane)), o(lay.part(r, lane)), f, None);
+            // From the last rank: its own input, then those of n-2, ..., 1.
+            for q in (1..n).rev() {
+                prog.recv(r, tb, o(lay.part(hop.order[q], lane)), f, None);
             }
+        } else {
+            prog.send(r, tb, i(lay.small(lane)), f, None);
+            relay(prog, r, tb, f, pos - 1);
         }
-    }
-    prog
+    })
 }
 
 /// Ring Scatter from the root: the root sends the block of the farthest rank first;
 /// every rank forwards through scratch the blocks of the ranks after it, then receives
 /// its own into its output.
-pub fn scatter(p: &Params) -> String {
-    scatter_program(p).to_xml()
-}
-
 pub fn scatter_program(p: &Params) -> Program {
-    let n = p.ranks;
-    let lay = Layout::new(n, p.channels, p.factor);
-    let mut prog = Program::new(Coll::Scatter, "ring", p, lay.chunks());
-    let f = p.factor;
-    for lane in 0..p.channels {
-        let order = ring_order(n, p.root, forward(lane));
-        for pos in 0..n {
-            let r = order[pos];
-            let send = (pos + 1 < n).then(|| order[pos + 1]);
-            let recv = (pos > 0).then(|| order[pos - 1]);
-            let tb = prog.tb(r, send, recv, lane);
-            if pos == 0 {
-                for q in (1..n).rev() {
-                    prog.send(r, tb, i(lay.part(order[q], lane)), f, None);
-                }
-                prog.cpy(r, tb, i(lay.part(r, lane)), o(lay.small(lane)), f, None);
-            } else {
-                for _ in pos + 1..n {
-                    let slot = s(prog.scratch(r, f));
-                    prog.recv(r, tb, slot, f, None);
-                    prog.send(r, tb, slot, f, None);
-                }
-                prog.recv(r, tb, o(lay.small(lane)), f, None);
+    let (n, f) = (p.ranks, p.factor);
+    along_chain(Coll::Scatter, p, 0, |prog, lay, hop| {
+        let Hop {
+            pos, r, tb, lane, ..
+        } = *hop;
+        if pos == 0 {
+            for q in (1..n).rev() {
+                prog.send(r, tb, i(lay.part(hop.order[q], lane)), f, None);
             }
+            prog.cpy(r, tb, i(lay.part(r, lane)), o(lay.small(lane)), f, None);
+        } else {
+            relay(prog, r, tb, f, n - 1 - pos);
+            prog.recv(r, tb, o(lay.small(lane)), f, None);
         }
-    }
-    prog
+    })
 }

@@ -854,14 +854,13 @@ impl Run<'_> {
         clock <= self.clocks[node * self.net.threads + thread]
     }
 
+    /// Whether fewer than eight errors of `kind` are reported yet (more would only repeat).
+    fn room(&self, kind: ErrorKind) -> bool {
+        self.errors.iter().filter(|e| e.kind == kind).count() < 8
+    }
+
     fn race(&mut self, node: usize, other: usize, what: &str, g: usize, buf: Buf, off: usize) {
-        if self
-            .errors
-            .iter()
-            .filter(|e| e.kind == ErrorKind::Race)
-            .count()
-            < 8
-        {
+        if self.room(ErrorKind::Race) {
             let a = place(self.algo, self.net.nodes[other]);
             let b = place(self.algo, self.net.nodes[node]);
             self.errors.push(error(
@@ -905,14 +904,7 @@ impl Run<'_> {
             sh.reads.retain(|r| r.0 != thread);
             sh.reads.push((thread, clock, node));
             let v = self.mem[g][slot(buf)][c].clone();
-            if v.is_none()
-                && self
-                    .errors
-                    .iter()
-                    .filter(|e| e.kind == ErrorKind::Undefined)
-                    .count()
-                    < 8
-            {
+            if v.is_none() && self.room(ErrorKind::Undefined) {
                 self.errors.push(error(
                     ErrorKind::Undefined,
                     format!(
@@ -971,13 +963,7 @@ impl Run<'_> {
                 both.extend_from_slice(&y);
                 both.sort_unstable();
                 if let Some(w) = both.windows(2).find(|w| w[0] == w[1]) {
-                    if self
-                        .errors
-                        .iter()
-                        .filter(|e| e.kind == ErrorKind::DoubleCounted)
-                        .count()
-                        < 8
-                    {
+                    if self.room(ErrorKind::DoubleCounted) {
                         self.errors.push(error(
                             ErrorKind::DoubleCounted,
                             format!(

@@ -190,6 +190,28 @@ pub struct Program {
     pub gpus: Vec<Gpu>,
 }
 
+/// Methods of [`Program`] that append one step of a type, `name(rank, tb, locations...,
+/// cnt, dep)`, each only saying which of its locations are the step's source and
+/// destination.
+macro_rules! simple_steps {
+    ($($(#[$doc:meta])* $name:ident: $ty:ident($($loc:ident),+) => ($src:expr, $dst:expr);)*) => {
+        $(
+            $(#[$doc])*
+            #[allow(clippy::too_many_arguments)]
+            pub fn $name(
+                &mut self,
+                rank: usize,
+                tb: usize,
+                $($loc: Loc,)+
+                cnt: usize,
+                dep: Option<StepRef>,
+            ) -> StepRef {
+                self.step(rank, tb, Ty::$ty, $src, $dst, cnt, dep)
+            }
+        )*
+    };
+}
+
 impl Program {
     /// An empty program named `<coll>-<form>-<ranks>` for `p`, with `chunks` chunks a
     /// loop and the collective's buffer sizes on every gpu (no scratch yet).
@@ -280,108 +302,23 @@ impl Program {
         }
     }
 
-    /// `s`: send `src` (the destination is the matching receive's).
-    pub fn send(
-        &mut self,
-        rank: usize,
-        tb: usize,
-        src: Loc,
-        cnt: usize,
-        dep: Option<StepRef>,
-    ) -> StepRef {
-        self.step(rank, tb, Ty::S, src, None, cnt, dep)
-    }
-
-    /// `r`: receive into `dst`.
-    pub fn recv(
-        &mut self,
-        rank: usize,
-        tb: usize,
-        dst: Loc,
-        cnt: usize,
-        dep: Option<StepRef>,
-    ) -> StepRef {
-        self.step(rank, tb, Ty::R, dst, Some(dst), cnt, dep)
-    }
-
-    /// `rcs`: receive into `dst` and send on.
-    pub fn rcs(
-        &mut self,
-        rank: usize,
-        tb: usize,
-        dst: Loc,
-        cnt: usize,
-        dep: Option<StepRef>,
-    ) -> StepRef {
-        self.step(rank, tb, Ty::Rcs, dst, Some(dst), cnt, dep)
-    }
-
-    /// `rrs`: receive, reduce with `src`, send on.
-    pub fn rrs(
-        &mut self,
-        rank: usize,
-        tb: usize,
-        src: Loc,
-        cnt: usize,
-        dep: Option<StepRef>,
-    ) -> StepRef {
-        self.step(rank, tb, Ty::Rrs, src, None, cnt, dep)
-    }
-
-    /// `rrc`: receive, reduce with `src`, store into `dst`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn rrc(
-        &mut self,
-        rank: usize,
-        tb: usize,
-        src: Loc,
-        dst: Loc,
-        cnt: usize,
-        dep: Option<StepRef>,
-    ) -> StepRef {
-        self.step(rank, tb, Ty::Rrc, src, Some(dst), cnt, dep)
-    }
-
-    /// `rrcs`: receive, reduce with `src`, store into `dst` and send on.
-    #[allow(clippy::too_many_arguments)]
-    pub fn rrcs(
-        &mut self,
-        rank: usize,
-        tb: usize,
-        src: Loc,
-        dst: Loc,
-        cnt: usize,
-        dep: Option<StepRef>,
-    ) -> StepRef {
-        self.step(rank, tb, Ty::Rrcs, src, Some(dst), cnt, dep)
-    }
-
-    /// `cpy`: copy `src` to `dst`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn cpy(
-        &mut self,
-        rank: usize,
-        tb: usize,
-        src: Loc,
-        dst: Loc,
-        cnt: usize,
-        dep: Option<StepRef>,
-    ) -> StepRef {
-        self.step(rank, tb, Ty::Cpy, src, Some(dst), cnt, dep)
-    }
-
-    /// `re`: `dst = dst (op) src`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn re(
-        &mut self,
-        rank: usize,
-        tb: usize,
-        src: Loc,
-        dst: Loc,
-        cnt: usize,
-        dep: Option<StepRef>,
-    ) -> StepRef {
-        self.step(rank, tb, Ty::Re, src, Some(dst), cnt, dep)
+    simple_steps! {
+        /// `s`: send `src` (the destination is the matching receive's).
+        send: S(src) => (src, None);
+        /// `r`: receive into `dst`.
+        recv: R(dst) => (dst, Some(dst));
+        /// `rcs`: receive into `dst` and send on.
+        rcs: Rcs(dst) => (dst, Some(dst));
+        /// `rrs`: receive, reduce with `src`, send on.
+        rrs: Rrs(src) => (src, None);
+        /// `rrc`: receive, reduce with `src`, store into `dst`.
+        rrc: Rrc(src, dst) => (src, Some(dst));
+        /// `rrcs`: receive, reduce with `src`, store into `dst` and send on.
+        rrcs: Rrcs(src, dst) => (src, Some(dst));
+        /// `cpy`: copy `src` to `dst`.
+        cpy: Cpy(src, dst) => (src, Some(dst));
+        /// `re`: `dst = dst (op) src`.
+        re: Re(src, dst) => (src, Some(dst));
     }
 
     /// `nop`: wait for `dep`.
