@@ -408,7 +408,7 @@ fn explain_gives_the_size_rule_for_a_count_the_chunks_do_not_divide() {
         .unwrap_or_else(|| panic!("no candidate line for the file:\n{text}"));
     assert!(
         line.contains("rejected (infeasible)")
-            && line.contains("count 2 x multiplier 1 is not divisible by nchunksperloop=4"),
+            && line.contains("it runs counts that are multiples of 4, and this call's is not"),
         "{line}"
     );
     // Forced, the same count is refused with the same reason.
