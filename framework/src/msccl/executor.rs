@@ -39,12 +39,14 @@
 //!   chunks are whole) that fits the CCL buffers, and scratch of at most twice a CCL
 //!   buffer.
 
-use super::model::{Algorithm, BufName, StepKind};
+use super::geometry::{Alias, Geometry, Loc};
+use super::lower::Lower;
+use super::model::{Algorithm, BufName};
 use super::validate::buffer_chunks;
-use super::wiring::{End, Wiring};
+use super::wiring::Wiring;
 use crate::error::Error;
 use crate::executor::{Executor, KernelArgs, KernelCtx, Mode, Peers, PlanCtx, ResourceRequest};
-use oxccl_platform::{Buf, Rank, Slice, Task};
+use oxccl_platform::Rank;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -64,15 +66,15 @@ pub struct Imported {
 pub struct FileExecutor(pub Arc<Imported>);
 
 /// What `resources` decides for every iteration.
-struct SlotPlan {
+pub(super) struct SlotPlan {
     /// Landing slots per connection.
-    slots: usize,
+    pub(super) slots: usize,
     /// Per connection: the chunk of the receiver's scratch where its slot 0 begins.
-    landing: Vec<usize>,
+    pub(super) landing: Vec<usize>,
     /// Bytes of a chunk of the largest iteration: scratch positions are counted in these,
     /// so a slot lies at the same bytes in every iteration (a last, shorter iteration
     /// must not write where another connection's slot of the previous one is still read).
-    stride: usize,
+    pub(super) stride: usize,
 }
 
 impl Imported {
@@ -86,7 +88,7 @@ impl Imported {
     }
 
     /// The rank count's multiple of `count` the chunks divide (MSCCL's size multiplier).
-    fn multiplier(&self) -> usize {
+    pub(super) fn multiplier(&self) -> usize {
         let (i, o) = self.algo.coll.buffer_counts(1, self.algo.ngpus);
         i.max(o).max(1)
     }
@@ -368,324 +370,6 @@ impl Executor for FileExecutor {
             // In place, the output is part of the one buffer: take it from there.
             let from = Loc::Local(BufName::Input, alias.base);
             geometry.copy(ctx, main, from, Loc::Local(BufName::Output, 0), out_chunks);
-        }
-        Ok(())
-    }
-}
-
-/// How an algorithm that runs in place sees the one buffer: its references to
-/// `from` are chunks `base..` of `to` (the larger side: AllGather's input is block `rank`
-/// of the output, ReduceScatter's output block `rank` of the input, AllReduce's input is
-/// the output). msccl-tools writes in-place programs either way (chunks of the input, or
-/// the same chunks of the output): read through this, both meet in one buffer.
-///
-/// - A file that runs in place only is remapped through it when the buffers bound are not
-///   one (staged through the CCL buffers): the input is copied into place first, or the
-///   output out of it last.
-/// - Bound in place (zero-copy), input and output are one memory already, with the user's
-///   input read-only: references stand, and a `cpy` of chunks onto themselves (a rank's
-///   own block into its place) is dropped; a file that writes the input there is refused
-///   by the analyzer.
-/// - A file that also runs out of place names two buffers whenever the call does not bind
-///   them as one: nothing is remapped or dropped then.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-struct Alias {
-    from: BufName,
-    to: BufName,
-    base: usize,
-}
-
-/// Where a file's chunks lie in one iteration's buffers.
-struct Geometry<'a> {
-    rank: Rank,
-    args: &'a KernelArgs,
-    chunk_bytes: usize,
-    /// Bytes per scratch chunk position ([`SlotPlan::stride`]).
-    stride: usize,
-    /// The one-buffer view of an algorithm that runs in place.
-    alias: Option<Alias>,
-    /// The algorithm also runs out of place (its input and output references name two
-    /// buffers unless the call binds them as one).
-    outofplace: bool,
-    /// Chunks per block of the input and output, for the sides with one block per rank.
-    in_block: Option<usize>,
-    out_block: Option<usize>,
-}
-
-/// A run of chunks in some rank's buffer.
-#[derive(Copy, Clone, Debug)]
-enum Loc {
-    Local(BufName, usize),
-    /// Chunk of `rank`'s scratch (landing slots).
-    Scratch(Rank, usize),
-}
-
-impl Geometry<'_> {
-    fn blocks(self, imp: &Imported, in_chunks: usize, out_chunks: usize) -> Self {
-        let n = imp.algo.nchunksperloop;
-        let per_block = n / imp.algo.ngpus;
-        Geometry {
-            in_block: (imp.multiplier() > 1 && in_chunks == n).then_some(per_block),
-            out_block: (imp.multiplier() > 1 && out_chunks == n).then_some(per_block),
-            ..self
-        }
-    }
-
-    /// The one-buffer view, where references must be moved through it: the buffers
-    /// bound are not one. Bound in place (zero-copy), input and output are one memory
-    /// already, with the user's input read-only: references stand as they are.
-    fn remap(&self) -> Option<Alias> {
-        self.alias
-            .filter(|_| !self.args.aliased && !self.outofplace)
-    }
-
-    /// Whether input and output are one buffer in this iteration: bound in place, or
-    /// seen as one ([`Geometry::remap`]).
-    fn one_buffer(&self) -> bool {
-        self.alias.is_some() && (self.args.aliased || self.remap().is_some())
-    }
-
-    /// Where a step's chunk reference lies (through the one-buffer view when remapped).
-    fn local(&self, chunk: super::model::ChunkRef) -> Loc {
-        match self.remap() {
-            Some(a) if a.from == chunk.buf => Loc::Local(a.to, a.base + chunk.off),
-            _ => Loc::Local(chunk.buf, chunk.off),
-        }
-    }
-
-    /// Whether `a` and `b` are the same chunks (of the one buffer, when input and output
-    /// are one): a copy between them moves nothing.
-    fn same(&self, a: Loc, b: Loc) -> bool {
-        let view = self.alias.filter(|_| self.one_buffer());
-        let one = |l: Loc| match (view, l) {
-            (Some(al), Loc::Local(buf, c)) if al.from == buf => Loc::Local(al.to, al.base + c),
-            _ => l,
-        };
-        matches!((one(a), one(b)), (Loc::Local(x, i), Loc::Local(y, j)) if x == y && i == j)
-    }
-
-    /// Copy `cnt` chunks from `from` to `to` on stream `s`, in runs no block boundary
-    /// crosses.
-    fn copy(&self, ctx: &mut KernelCtx<'_>, s: usize, from: Loc, to: Loc, cnt: usize) {
-        for run in self.runs(&[from, to], cnt) {
-            ctx.stream(s).copy(run[0], run[1]);
-        }
-    }
-
-    /// Chunks per block of `loc`'s buffer, if it has blocks.
-    fn block(&self, loc: Loc) -> Option<usize> {
-        match loc {
-            Loc::Local(BufName::Input, _) => self.in_block,
-            Loc::Local(BufName::Output, _) => self.out_block,
-            _ => None,
-        }
-    }
-
-    /// Whether chunk `k` of `loc` starts a new block (a run must not cross it).
-    fn breaks_at(&self, loc: Loc, k: usize) -> bool {
-        let first = match loc {
-            Loc::Local(_, c) | Loc::Scratch(_, c) => c,
-        };
-        self.block(loc)
-            .is_some_and(|b| (first + k).is_multiple_of(b))
-    }
-
-    /// Chunks `[k, k + len)` of `loc` as one slice (no block boundary inside).
-    fn slice(&self, loc: Loc, k: usize, len: usize) -> Slice {
-        let bytes = len * self.chunk_bytes;
-        match loc {
-            // A landing slot is read and written whole (or cut at the same chunks by both
-            // ends): its chunks are packed after its position.
-            Loc::Scratch(rank, c) => Slice::new(rank, Buf::Scratch, self.scratch_at(c, k), bytes),
-            // The file's own scratch is this rank's alone, and the iteration's streams join
-            // before the next: packed at this iteration's chunk size.
-            Loc::Local(BufName::Scratch, c) => {
-                Slice::new(self.rank, Buf::Scratch, (c + k) * self.chunk_bytes, bytes)
-            }
-            Loc::Local(side, c) => {
-                let range = match side {
-                    BufName::Input => self.args.input,
-                    _ => self.args.output,
-                };
-                let chunk = c + k;
-                let offset = match self.block(loc) {
-                    Some(b) => {
-                        (chunk / b) * self.args.block_stride + (chunk % b) * self.chunk_bytes
-                    }
-                    None => chunk * self.chunk_bytes,
-                };
-                range.at(self.rank, offset, bytes)
-            }
-        }
-    }
-
-    /// Byte offset of chunk `k` of the landing slot at scratch position `c`. Positions
-    /// are `stride` bytes apart (the file's own `s_chunks` come first, each at most
-    /// `stride` bytes in any iteration), so a slot lies at the same bytes in every
-    /// iteration; a slot's chunks are packed after its position.
-    fn scratch_at(&self, c: usize, k: usize) -> usize {
-        c * self.stride + k * self.chunk_bytes
-    }
-
-    /// `cnt` chunks of every location in `locs`, cut into runs that no block boundary
-    /// crosses: for each run, one slice per location.
-    fn runs(&self, locs: &[Loc], cnt: usize) -> Vec<Vec<Slice>> {
-        let mut cuts = vec![0];
-        cuts.extend((1..cnt).filter(|&k| locs.iter().any(|&l| self.breaks_at(l, k))));
-        cuts.push(cnt);
-        cuts.windows(2)
-            .map(|w| {
-                locs.iter()
-                    .map(|&l| self.slice(l, w[0], w[1] - w[0]))
-                    .collect()
-            })
-            .collect()
-    }
-}
-
-/// Lowering one rank's steps.
-struct Lower<'a> {
-    imp: &'a Imported,
-    plan: &'a SlotPlan,
-    geometry: &'a Geometry<'a>,
-    /// Per consumer (tb, step): the edge notify it waits on.
-    waits: &'a BTreeMap<(usize, usize), usize>,
-    /// Per producer (tb, step): the edge notifies it posts.
-    posts: &'a BTreeMap<(usize, usize), Vec<usize>>,
-}
-
-impl Lower<'_> {
-    /// Link channel and landing slot (a scratch chunk on the receiver) of message `end`.
-    fn slot(&self, end: End) -> (usize, usize) {
-        let c = &self.imp.wiring.connections[end.conn];
-        let j = end.k % self.plan.slots;
-        (
-            c.chan * self.plan.slots + j,
-            self.plan.landing[end.conn] + j * c.max_cnt,
-        )
-    }
-
-    fn step(&self, ctx: &mut KernelCtx<'_>, t: usize, s: usize) -> Result<(), Error> {
-        let rank = ctx.rank;
-        let step = self.imp.algo.gpus[rank].tbs[t].steps[s].clone();
-        if let Some(&e) = self.waits.get(&(t, s)) {
-            let notify = ctx.notify(e);
-            ctx.stream(t).wait(notify);
-        }
-        let wiring = &self.imp.wiring;
-        let recv = wiring.recvs.get(&(rank, t, s)).copied();
-        let send = wiring.sends.get(&(rank, t, s)).copied();
-        let mut landing = None;
-        let mut from_link = None;
-        if let Some(end) = recv {
-            let (channel, chunk) = self.slot(end);
-            let link = ctx.link(wiring.connections[end.conn].from, channel)?;
-            link.rx_data_signal(ctx.stream(t));
-            landing = Some(Loc::Scratch(rank, chunk));
-            from_link = Some(link);
-        }
-        let mut remote = None;
-        let mut to_link = None;
-        if let Some(end) = send {
-            let c = &wiring.connections[end.conn];
-            let (channel, chunk) = self.slot(end);
-            let link = ctx.link(c.to, channel)?;
-            if end.k >= self.plan.slots {
-                link.rx_ack(ctx.stream(t));
-            }
-            remote = Some(Loc::Scratch(c.to, chunk));
-            to_link = Some(link);
-        }
-        self.data(ctx, t, &step, landing, remote);
-        if let Some(link) = from_link {
-            link.tx_ack(ctx.stream(t));
-        }
-        if let Some(link) = to_link {
-            link.tx_data_signal(ctx.stream(t));
-        }
-        for &e in self.posts.get(&(t, s)).into_iter().flatten() {
-            let notify = ctx.notify(e);
-            ctx.stream(t).post(notify);
-        }
-        Ok(())
-    }
-
-    /// The step's copy or reduction, from and to the locations it names.
-    fn data(
-        &self,
-        ctx: &mut KernelCtx<'_>,
-        t: usize,
-        step: &super::model::Step,
-        landing: Option<Loc>,
-        remote: Option<Loc>,
-    ) {
-        let src = self.geometry.local(step.src);
-        let dst = self.geometry.local(step.dst);
-        // (sources, destinations); a reduction has two sources.
-        let (srcs, dsts): (Vec<Loc>, Vec<Loc>) = match step.kind {
-            StepKind::Nop => return,
-            StepKind::Send => (vec![src], remote.into_iter().collect()),
-            StepKind::Recv => (landing.into_iter().collect(), vec![dst]),
-            StepKind::RecvCopySend => (
-                landing.into_iter().collect(),
-                std::iter::once(dst).chain(remote).collect(),
-            ),
-            StepKind::RecvReduceSend => (
-                landing.into_iter().chain([src]).collect(),
-                remote.into_iter().collect(),
-            ),
-            StepKind::RecvReduceCopy => (landing.into_iter().chain([src]).collect(), vec![dst]),
-            StepKind::RecvReduceCopySend => (
-                landing.into_iter().chain([src]).collect(),
-                std::iter::once(dst).chain(remote).collect(),
-            ),
-            StepKind::Copy => (vec![src], vec![dst]),
-            StepKind::Reduce => (vec![dst, src], vec![dst]),
-        };
-        // Copying chunks onto themselves (an in-place file's `cpy` of its input into its
-        // place in the output, when they are one buffer) moves nothing.
-        let dsts: Vec<Loc> = match srcs[..] {
-            [one] => dsts
-                .into_iter()
-                .filter(|&d| !self.geometry.same(one, d))
-                .collect(),
-            _ => dsts,
-        };
-        if dsts.is_empty() {
-            return;
-        }
-        let locs: Vec<Loc> = srcs.iter().chain(&dsts).copied().collect();
-        let (dtype, op) = (self.geometry.args.op.dtype, self.geometry.args.op.op);
-        for run in self.geometry.runs(&locs, step.cnt) {
-            let (from, to) = run.split_at(srcs.len());
-            let task = match from {
-                [one] => Task::Copy {
-                    src: *one,
-                    dsts: to.to_vec(),
-                },
-                _ => Task::Reduce {
-                    srcs: from.to_vec(),
-                    dsts: to.to_vec(),
-                    dtype,
-                    op,
-                },
-            };
-            ctx.stream(t).tasks.push(task);
-        }
-    }
-
-    /// The credits still owed to threadblock `t`'s sends: waited before it ends.
-    fn drain(&self, ctx: &mut KernelCtx<'_>, t: usize) -> Result<(), Error> {
-        for (conn, c) in self.imp.wiring.connections.iter().enumerate() {
-            if c.from != ctx.rank || c.send_tb != t {
-                continue;
-            }
-            let total = c.messages.len();
-            for k in total.saturating_sub(self.plan.slots)..total {
-                let (channel, _) = self.slot(End { conn, k });
-                let link = ctx.link(c.to, channel)?;
-                link.rx_ack(ctx.stream(t));
-            }
         }
         Ok(())
     }

@@ -29,6 +29,8 @@
 pub mod depth;
 pub mod error;
 pub mod executor;
+mod geometry;
+mod lower;
 pub mod model;
 pub mod read;
 pub mod validate;
