@@ -22,7 +22,9 @@ use std::path::PathBuf;
 #[derive(Args, Debug, Default, Clone)]
 pub struct AlgoFiles {
     /// An MSCCL-IR algorithm file (XML), or a folder of them (its *.xml files), to import as
-    /// an executor (repeatable; added to OXCCL_ALGO_FILES).
+    /// an executor (repeatable; added to OXCCL_ALGO_FILES). Without --algo, check and perf
+    /// run the executor the files bring for the collective when they bring one (check
+    /// --explain lets select_alg choose).
     #[arg(long = "algo-file", value_name = "PATH")]
     pub paths: Vec<PathBuf>,
 }
@@ -35,6 +37,28 @@ impl AlgoFiles {
         }
         self.folders_hold_files()?;
         msccl::add_algo_files(&self.paths)
+    }
+
+    /// The executor to run when `--algo` is not given: the one the `--algo-file`s bring
+    /// for `collective`, if they bring exactly one (what the user came to check or
+    /// measure); `None` otherwise, and select_alg decides. Called after
+    /// [`AlgoFiles::load`].
+    pub fn default_algo(&self, collective: Option<&str>) -> Result<Option<String>, Error> {
+        let (Some(collective), false) = (collective, self.paths.is_empty()) else {
+            return Ok(None);
+        };
+        let kind: oxccl::OpKind = collective.parse()?;
+        let paths: Vec<String> = msccl::expand(&self.paths)?
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        let mut brought = oxccl::registry()?
+            .executors_for(kind)
+            .filter(|e| e.file.is_some_and(|f| paths.contains(&f.path)));
+        Ok(match (brought.next(), brought.next()) {
+            (Some(only), None) => Some(only.name.to_string()),
+            _ => None,
+        })
     }
 
     /// Read and check every file as [`AlgoFiles::load`] does, importing none of them.

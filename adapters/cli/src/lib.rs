@@ -70,6 +70,24 @@ enum Command {
 }
 
 impl Command {
+    /// `check` (of one collective) and `perf` without `--algo` run the executor the
+    /// `--algo-file`s bring for the collective, when they bring exactly one. `check
+    /// --explain` is about selection: it lets select_alg choose among every candidate,
+    /// the file's included.
+    fn default_algo(&mut self) -> Result<(), oxccl::Error> {
+        let (algo, files, collective) = match self {
+            Command::Check(a) if !a.all && !a.explain => {
+                (&mut a.algo, &a.files, a.collective.as_deref())
+            }
+            Command::Perf(a) => (&mut a.algo, &a.files, Some(a.collective.as_str())),
+            _ => return Ok(()),
+        };
+        if algo.is_none() {
+            *algo = files.default_algo(collective)?;
+        }
+        Ok(())
+    }
+
     /// The command's `--algo-file`s.
     fn algo_files(&self) -> &algo_files::AlgoFiles {
         match self {
@@ -122,12 +140,13 @@ fn report(err: &oxccl::Error) -> String {
 /// its exit status: 0 on success, 1 when a check found wrong results, 2 when the command
 /// was refused or failed, with the error and its causes on stderr.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     // Before anything builds the registry, which reads the imported files once.
     let result = cli
         .command
         .algo_files()
         .load()
+        .and_then(|()| cli.command.default_algo())
         .and_then(|()| match cli.command {
             Command::Perf(args) => perf::run(&args),
             Command::Check(args) => check::run(&args),

@@ -142,7 +142,8 @@ fn check_proves_a_ring_file_on_4_and_8_ranks() {
         for row in rows {
             assert_eq!((row[2], row[3]), (name.as_str(), "PASS"), "{row:?}\n{text}");
         }
-        // In place too, and chosen by select_alg among the built-ins without --algo.
+        // In place too, and without --algo: the one executor the file brings for the
+        // collective is what is checked.
         let (code, text) = oxccl(&[
             "check",
             "all-reduce",
@@ -157,6 +158,13 @@ fn check_proves_a_ring_file_on_4_and_8_ranks() {
             "64K",
         ]);
         assert_eq!(code, Some(0), "{text}");
+        let checked = common::rows(&text);
+        assert_eq!(checked.len(), 1, "{text}");
+        assert_eq!(
+            (checked[0][2], checked[0][3]),
+            (name.as_str(), "PASS"),
+            "{text}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -134,13 +134,16 @@ static ADDED: Mutex<(Vec<Checked>, bool)> = Mutex::new((Vec::new(), false));
 /// Import the algorithm files (or folders of them) at `paths`, to be registered with the
 /// executors when the registry is built. Every file is read and checked now; the first
 /// that fails is the error, and none of `paths` is added then. Refused once the registry
-/// exists (after the first collective or registry lookup): a selection already made
-/// could not see them.
+/// exists (after the first communicator, registry lookup or [`Config::from_env`], which
+/// reads the link channels the files need): a selection already made could not see them.
+///
+/// [`Config::from_env`]: crate::config::Config::from_env
 pub fn add_algo_files(paths: &[PathBuf]) -> Result<(), Error> {
     let too_late = || {
         Error::Registry(
             "algorithm files must be added before the registry is first used (before the \
-             first communicator or registry lookup); add them at the start of the program"
+             first communicator, registry lookup or Config::from_env); add them at the start \
+             of the program"
                 .into(),
         )
     };
