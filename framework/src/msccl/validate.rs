@@ -413,8 +413,8 @@ impl Validator<'_> {
         Err(self.error(
             Place::step(tb.steps[s].line, g, tb.id, s),
             format!(
-                "dependency cycle: {} -> {} (each waits for the next, through threadblock \
-                 order, depid/deps or a message)",
+                "dependency cycle: {} -> {} (each must finish before the next can start, by \
+                 threadblock order, depid/deps or a message)",
                 path.join(" -> "),
                 path[0]
             ),
