@@ -46,6 +46,7 @@
 
 pub mod agreement;
 pub mod analyzer;
+pub mod arith;
 pub mod bootstrap;
 pub mod communicator;
 pub mod config;

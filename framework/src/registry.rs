@@ -15,6 +15,9 @@ use std::sync::OnceLock;
 pub struct Registry {
     executors: BTreeMap<(OpKind, String), &'static ExecutorEntry>,
     templates: BTreeMap<String, &'static TemplateEntry>,
+    /// Per operator, the distinct count units above 1 its executors declare, sorted
+    /// (selection keys its cache on them on every call).
+    count_units: BTreeMap<OpKind, Vec<usize>>,
 }
 
 /// Names compare case-insensitively.
@@ -47,10 +50,28 @@ impl Registry {
                 )));
             }
         }
+        let mut count_units: BTreeMap<OpKind, Vec<usize>> = BTreeMap::new();
+        for e in executors.values().filter(|e| e.constraints.count_unit > 1) {
+            count_units
+                .entry(e.op)
+                .or_default()
+                .push(e.constraints.count_unit);
+        }
+        for units in count_units.values_mut() {
+            units.sort_unstable();
+            units.dedup();
+        }
         Ok(Registry {
             executors,
             templates,
+            count_units,
         })
+    }
+
+    /// The distinct count units above 1 that `op`'s executors declare
+    /// ([`crate::executor::Constraints::count_unit`]), sorted.
+    pub fn count_units(&self, op: OpKind) -> &[usize] {
+        self.count_units.get(&op).map_or(&[], Vec::as_slice)
     }
 
     /// Executors, sorted by operator then name.

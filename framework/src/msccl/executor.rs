@@ -75,6 +75,17 @@ pub(super) struct SlotPlan {
     /// so a slot lies at the same bytes in every iteration (a last, shorter iteration
     /// must not write where another connection's slot of the previous one is still read).
     pub(super) stride: usize,
+    /// This rank's dependency edges.
+    pub(super) edges: Edges,
+}
+
+/// One rank's dependency edges between threadblocks, one private notify each, found once
+/// per plan: per consumer (tb, step) the notify it waits on, per producer the notifies it
+/// posts.
+#[derive(Default)]
+pub(super) struct Edges {
+    pub(super) waits: BTreeMap<(usize, usize), usize>,
+    pub(super) posts: BTreeMap<(usize, usize), Vec<usize>>,
 }
 
 impl Imported {
@@ -96,7 +107,7 @@ impl Imported {
     /// The smallest element count whose chunks are whole: counts must be multiples of it.
     pub fn unit(&self) -> usize {
         let (n, m) = (self.algo.nchunksperloop, self.multiplier());
-        n / gcd(n, m)
+        n / crate::arith::gcd(n, m)
     }
 
     /// Why this file cannot run `ctx`, as select_alg's explanation shows it.
@@ -152,21 +163,26 @@ impl Imported {
         None
     }
 
-    /// Landing slots of every connection, and the scratch chunks the busiest rank needs.
-    fn slot_plan(&self, slots: usize) -> (SlotPlan, usize) {
+    /// Per connection, the scratch position of its first of `slots` landing slots on
+    /// the receiver; and the scratch positions the busiest rank needs.
+    fn landing(&self, slots: usize) -> (Vec<usize>, usize) {
         let mut next: Vec<usize> = self.algo.gpus.iter().map(|g| g.s_chunks).collect();
         let mut landing = Vec::with_capacity(self.wiring.connections.len());
         for c in &self.wiring.connections {
             landing.push(next[c.to]);
             next[c.to] = next[c.to].saturating_add(slots.saturating_mul(c.max_cnt));
         }
-        let most = next.iter().copied().max().unwrap_or(0);
-        let plan = SlotPlan {
-            slots,
-            landing,
-            stride: 0,
-        };
-        (plan, most)
+        (landing, next.iter().copied().max().unwrap_or(0))
+    }
+
+    /// `rank`'s dependency edges.
+    fn edges(&self, rank: Rank) -> Edges {
+        let mut edges = Edges::default();
+        for (e, (producer, consumer)) in self.wiring.edges(rank).into_iter().enumerate() {
+            edges.waits.insert(consumer, e);
+            edges.posts.entry(producer).or_default().push(e);
+        }
+        edges
     }
 
     /// Elements per loop iteration: a multiple of the unit that fits the CCL buffers and
@@ -202,7 +218,7 @@ impl Imported {
     }
 
     /// The one-buffer view of an algorithm that runs in place, for `rank`.
-    fn alias(&self, rank: Rank) -> Option<Alias> {
+    pub(super) fn alias(&self, rank: Rank) -> Option<Alias> {
         let a = &self.algo;
         if !a.inplace {
             return None;
@@ -245,14 +261,6 @@ impl Imported {
     }
 }
 
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 {
-        a.max(1)
-    } else {
-        gcd(b, a % b)
-    }
-}
-
 impl Executor for FileExecutor {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let imp = &self.0;
@@ -262,7 +270,7 @@ impl Executor for FileExecutor {
         // Every link channel the file's channels leave free deepens its FIFOs (more
         // messages in flight), up to the most the depth search tries.
         let slots = (ctx.link_channels / imp.algo.nchannels).min(super::depth::MAX_DEPTH);
-        let (plan, scratch_chunks) = imp.slot_plan(slots);
+        let (landing, scratch_chunks) = imp.landing(slots);
         let per_loop = imp.per_loop(ctx, scratch_chunks).ok_or_else(|| {
             imp.unsupported(
                 ctx,
@@ -280,14 +288,18 @@ impl Executor for FileExecutor {
             .saturating_mul(imp.multiplier())
             .saturating_mul(ctx.op.dtype.size())
             / imp.algo.nchunksperloop;
-        let plan = SlotPlan {
-            stride: chunk_bytes,
-            ..plan
-        };
+        let edges = imp.edges(ctx.rank);
         let gpu = &imp.algo.gpus[ctx.rank];
+        let local_notifies = edges.waits.len();
+        let plan = SlotPlan {
+            slots,
+            landing,
+            stride: chunk_bytes,
+            edges,
+        };
         Ok(ResourceRequest {
             slave_streams: gpu.tbs.len().saturating_sub(1),
-            local_notifies: imp.wiring.edges(ctx.rank).len(),
+            local_notifies,
             scratch_bytes: scratch_chunks.saturating_mul(chunk_bytes),
             peers: Peers::List(imp.peers(ctx.rank)),
             max_count_per_loop: Some(per_loop),
@@ -312,21 +324,8 @@ impl Executor for FileExecutor {
             });
         };
         let (in_chunks, out_chunks) = buffer_chunks(&imp.algo);
-        let geometry = Geometry {
-            rank: ctx.rank,
-            args,
-            chunk_bytes: (total / n).saturating_mul(args.op.dtype.size()),
-            stride: plan.stride,
-            alias: None,
-            outofplace: imp.algo.outofplace,
-            in_block: None,
-            out_block: None,
-        }
-        .blocks(imp, in_chunks, out_chunks);
-        let geometry = Geometry {
-            alias: imp.alias(ctx.rank),
-            ..geometry
-        };
+        let chunk_bytes = (total / n).saturating_mul(args.op.dtype.size());
+        let geometry = Geometry::new(imp, ctx.rank, args, chunk_bytes, plan.stride);
         let tbs = imp.algo.gpus[ctx.rank].tbs.len();
         let main = 0;
         if let Some(alias) = geometry.remap().filter(|a| a.to == BufName::Output) {
@@ -343,19 +342,10 @@ impl Executor for FileExecutor {
         if tbs > 1 {
             ctx.fork(1..=tbs - 1);
         }
-        let edges = imp.wiring.edges(ctx.rank);
-        let mut waits = BTreeMap::new();
-        let mut posts: BTreeMap<(usize, usize), Vec<usize>> = BTreeMap::new();
-        for (e, (producer, consumer)) in edges.iter().enumerate() {
-            waits.insert(*consumer, e);
-            posts.entry(*producer).or_default().push(e);
-        }
         let lower = Lower {
             imp,
             plan,
             geometry: &geometry,
-            waits: &waits,
-            posts: &posts,
         };
         for t in 0..tbs {
             for s in 0..imp.algo.gpus[ctx.rank].tbs[t].steps.len() {

@@ -4,6 +4,7 @@
 
 use super::executor::Imported;
 use super::model::{BufName, ChunkRef};
+use super::validate::buffer_chunks;
 use crate::executor::{KernelArgs, KernelCtx};
 use oxccl_platform::{Buf, Rank, Slice};
 
@@ -54,14 +55,28 @@ pub(super) enum Loc {
     Scratch(Rank, usize),
 }
 
-impl Geometry<'_> {
-    pub(super) fn blocks(self, imp: &Imported, in_chunks: usize, out_chunks: usize) -> Self {
+impl<'a> Geometry<'a> {
+    /// The geometry of `imp` on `rank` for the iteration `args`, chunks of `chunk_bytes`,
+    /// scratch positions `stride` bytes apart.
+    pub(super) fn new(
+        imp: &Imported,
+        rank: Rank,
+        args: &'a KernelArgs,
+        chunk_bytes: usize,
+        stride: usize,
+    ) -> Self {
         let n = imp.algo.nchunksperloop;
-        let per_block = n / imp.algo.ngpus;
+        let (in_chunks, out_chunks) = buffer_chunks(&imp.algo);
+        let blocked = |chunks| (imp.multiplier() > 1 && chunks == n).then_some(n / imp.algo.ngpus);
         Geometry {
-            in_block: (imp.multiplier() > 1 && in_chunks == n).then_some(per_block),
-            out_block: (imp.multiplier() > 1 && out_chunks == n).then_some(per_block),
-            ..self
+            rank,
+            args,
+            chunk_bytes,
+            stride,
+            alias: imp.alias(rank),
+            outofplace: imp.algo.outofplace,
+            in_block: blocked(in_chunks),
+            out_block: blocked(out_chunks),
         }
     }
 
@@ -126,27 +141,32 @@ impl Geometry<'_> {
 
     /// Chunks `[k, k + len)` of `loc` as one slice (no block boundary inside).
     pub(super) fn slice(&self, loc: Loc, k: usize, len: usize) -> Slice {
-        let bytes = len * self.chunk_bytes;
+        // Saturating: a position past a buffer stays past it, and the slice checks of the
+        // analyzer and the devices refuse it naming the task.
+        let bytes = len.saturating_mul(self.chunk_bytes);
+        let at = |chunk: usize, size: usize| chunk.saturating_mul(size);
         match loc {
             // A landing slot is read and written whole (or cut at the same chunks by both
             // ends): its chunks are packed after its position.
             Loc::Scratch(rank, c) => Slice::new(rank, Buf::Scratch, self.scratch_at(c, k), bytes),
             // The file's own scratch is this rank's alone, and the iteration's streams join
             // before the next: packed at this iteration's chunk size.
-            Loc::Local(BufName::Scratch, c) => {
-                Slice::new(self.rank, Buf::Scratch, (c + k) * self.chunk_bytes, bytes)
-            }
+            Loc::Local(BufName::Scratch, c) => Slice::new(
+                self.rank,
+                Buf::Scratch,
+                at(c.saturating_add(k), self.chunk_bytes),
+                bytes,
+            ),
             Loc::Local(side, c) => {
                 let range = match side {
                     BufName::Input => self.args.input,
                     _ => self.args.output,
                 };
-                let chunk = c + k;
+                let chunk = c.saturating_add(k);
                 let offset = match self.block(loc) {
-                    Some(b) => {
-                        (chunk / b) * self.args.block_stride + (chunk % b) * self.chunk_bytes
-                    }
-                    None => chunk * self.chunk_bytes,
+                    Some(b) => at(chunk / b, self.args.block_stride)
+                        .saturating_add(at(chunk % b, self.chunk_bytes)),
+                    None => at(chunk, self.chunk_bytes),
                 };
                 range.at(self.rank, offset, bytes)
             }
@@ -158,7 +178,8 @@ impl Geometry<'_> {
     /// `stride` bytes in any iteration), so a slot lies at the same bytes in every
     /// iteration; a slot's chunks are packed after its position.
     pub(super) fn scratch_at(&self, c: usize, k: usize) -> usize {
-        c * self.stride + k * self.chunk_bytes
+        c.saturating_mul(self.stride)
+            .saturating_add(k.saturating_mul(self.chunk_bytes))
     }
 
     /// `cnt` chunks of every location in `locs`, cut into runs that no block boundary

@@ -9,17 +9,12 @@ use super::wiring::End;
 use crate::error::Error;
 use crate::executor::KernelCtx;
 use oxccl_platform::Task;
-use std::collections::BTreeMap;
 
 /// Lowering one rank's steps.
 pub(super) struct Lower<'a> {
     pub(super) imp: &'a Imported,
     pub(super) plan: &'a SlotPlan,
     pub(super) geometry: &'a Geometry<'a>,
-    /// Per consumer (tb, step): the edge notify it waits on.
-    pub(super) waits: &'a BTreeMap<(usize, usize), usize>,
-    /// Per producer (tb, step): the edge notifies it posts.
-    pub(super) posts: &'a BTreeMap<(usize, usize), Vec<usize>>,
 }
 
 impl Lower<'_> {
@@ -27,16 +22,17 @@ impl Lower<'_> {
     fn slot(&self, end: End) -> (usize, usize) {
         let c = &self.imp.wiring.connections[end.conn];
         let j = end.k % self.plan.slots;
+        // Both below the file's bounds (channels, link channels, scratch positions).
         (
             c.chan * self.plan.slots + j,
-            self.plan.landing[end.conn] + j * c.max_cnt,
+            self.plan.landing[end.conn].saturating_add(j * c.max_cnt),
         )
     }
 
     pub(super) fn step(&self, ctx: &mut KernelCtx<'_>, t: usize, s: usize) -> Result<(), Error> {
         let rank = ctx.rank;
-        let step = self.imp.algo.gpus[rank].tbs[t].steps[s].clone();
-        if let Some(&e) = self.waits.get(&(t, s)) {
+        let step = &self.imp.algo.gpus[rank].tbs[t].steps[s];
+        if let Some(&e) = self.plan.edges.waits.get(&(t, s)) {
             let notify = ctx.notify(e);
             ctx.stream(t).wait(notify);
         }
@@ -64,14 +60,14 @@ impl Lower<'_> {
             remote = Some(Loc::Scratch(c.to, chunk));
             to_link = Some(link);
         }
-        self.data(ctx, t, &step, landing, remote);
+        self.data(ctx, t, step, landing, remote);
         if let Some(link) = from_link {
             link.tx_ack(ctx.stream(t));
         }
         if let Some(link) = to_link {
             link.tx_data_signal(ctx.stream(t));
         }
-        for &e in self.posts.get(&(t, s)).into_iter().flatten() {
+        for &e in self.plan.edges.posts.get(&(t, s)).into_iter().flatten() {
             let notify = ctx.notify(e);
             ctx.stream(t).post(notify);
         }

@@ -63,8 +63,7 @@ pub struct Checked {
 /// wiring and the FIFO depth its schedule needs.
 pub fn import(file: &str, text: &str) -> Result<Checked, FileError> {
     let algo = read::read(file, text)?;
-    validate::validate(file, &algo)?;
-    let wiring = wiring::wire(&algo);
+    let wiring = validate::validate(file, &algo)?;
     let depth = depth::fifo_depth(&algo, &wiring).ok_or_else(|| {
         FileError::new(
             file,

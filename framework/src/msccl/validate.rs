@@ -8,11 +8,11 @@
 
 use super::error::{FileError, Place};
 use super::model::{Algorithm, BufName, Step, Threadblock};
-use super::wiring::{sides, tb_index};
+use super::wiring::{sides, tb_index, Wiring};
 use std::collections::{BTreeMap, VecDeque};
 
-/// Check `algo` (read from `file`).
-pub fn validate(file: &str, algo: &Algorithm) -> Result<(), FileError> {
+/// Check `algo` (read from `file`); its wiring (the messages paired) when it passes.
+pub fn validate(file: &str, algo: &Algorithm) -> Result<Wiring, FileError> {
     let v = Validator { file, algo };
     v.header()?;
     for (g, gpu) in algo.gpus.iter().enumerate() {
@@ -25,7 +25,10 @@ pub fn validate(file: &str, algo: &Algorithm) -> Result<(), FileError> {
         }
     }
     v.balance()?;
-    v.acyclic()
+    // Sends and receives balance: the messages can be paired.
+    let wiring = super::wiring::wire(algo);
+    v.acyclic(&wiring)?;
+    Ok(wiring)
 }
 
 /// Chunks of the input and output a rank holds for the file's collective: the vector
@@ -343,7 +346,7 @@ impl Validator<'_> {
     }
 
     /// No step waits, through threadblock order, dependencies and messages, for itself.
-    fn acyclic(&self) -> Result<(), FileError> {
+    fn acyclic(&self, wiring: &Wiring) -> Result<(), FileError> {
         let algo = self.algo;
         let mut index = BTreeMap::new();
         let mut nodes = Vec::new();
@@ -361,7 +364,6 @@ impl Validator<'_> {
                 succ[x].push(y);
             }
         };
-        let wiring = super::wiring::wire(algo);
         for (g, gpu) in algo.gpus.iter().enumerate() {
             for (t, tb) in gpu.tbs.iter().enumerate() {
                 for (s, step) in tb.steps.iter().enumerate() {

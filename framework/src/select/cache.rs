@@ -51,34 +51,16 @@ pub(super) struct Key {
     pub unit_fits: Vec<(usize, bool)>,
 }
 
-/// The distinct count units above 1 of `kind`'s executors, each with whether `count` is a
-/// multiple of it.
+/// Each count unit above 1 of `kind`'s executors (read once, when the registry is built),
+/// with whether `count` is a multiple of it: nothing is allocated when there is none.
 fn unit_fits(kind: OpKind, count: usize) -> Vec<(usize, bool)> {
     let Ok(reg) = crate::registry::registry() else {
         return Vec::new();
     };
-    let mut units: Vec<usize> = reg
-        .executors_for(kind)
-        .map(|e| e.constraints.count_unit)
-        .filter(|&u| u > 1)
-        .collect();
-    units.sort_unstable();
-    units.dedup();
-    units
-        .into_iter()
-        .map(|u| (u, count.is_multiple_of(u)))
+    reg.count_units(kind)
+        .iter()
+        .map(|&u| (u, count.is_multiple_of(u)))
         .collect()
-}
-
-/// The least common multiple, `None` past `usize`.
-fn lcm(a: usize, b: usize) -> Option<usize> {
-    let gcd = |mut a: usize, mut b: usize| {
-        while b != 0 {
-            (a, b) = (b, a % b);
-        }
-        a.max(1)
-    };
-    (a / gcd(a, b)).checked_mul(b)
 }
 
 /// The power of two at or above `bytes` (0 stays 0).
@@ -134,7 +116,7 @@ impl Key {
             .iter()
             .filter(|(_, fits)| *fits)
             .map(|&(u, _)| u);
-        let step = fitting.fold(1usize, |l, u| lcm(l, u).unwrap_or(l));
+        let step = fitting.fold(1usize, |l, u| crate::arith::lcm(l, u).unwrap_or(l));
         let count = (self.bucket / es)
             .div_ceil(blocks_per_input)
             .div_ceil(step)
