@@ -56,6 +56,11 @@ pub enum CudaError {
     )]
     OffsetTooLarge { offset: usize },
     #[error(
+        "device address {addr:#x} has one of its two top bits set, which the cuda backend's \
+         program encoding uses to tag user-buffer operands"
+    )]
+    AddressTooHigh { addr: u64 },
+    #[error(
         "a call on CUDA device {ordinal} needs {needed} thread blocks at once (one per stream \
          of every rank on it), but the GPU holds {capacity}: use fewer ranks per GPU or \
          executors with fewer streams"

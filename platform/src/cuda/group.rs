@@ -209,6 +209,7 @@ impl GpuGroup {
         let mut args = [(&mut params as *mut Params).cast::<std::ffi::c_void>()];
         cu!(cuLaunchCooperativeKernel(
             self.gpu.program,
+            // k <= resident / entries, and the device reports `resident` as a u32.
             (entries * k) as u32,
             1,
             1,

@@ -50,6 +50,10 @@ pub(crate) const OUTPUT_BIT: u64 = 1 << 62;
 /// Offsets into a user buffer below this fit the operand word.
 const OFFSET_LIMIT: u64 = 1 << 62;
 
+// The kernel's fault word (`program.cu`) holds the stream from bit 24 and the task + 1
+// below it: every task index of a stream must fit there.
+const _: () = assert!(MAX_TASKS < 1 << 24);
+
 /// Words of one entry (one stream of one rank) of a launch's descriptor.
 pub(crate) const ENTRY_WORDS: usize = 10;
 
@@ -144,6 +148,10 @@ fn encode_data(words: &mut Vec<u64>, op: &Op, head: u64) -> Result<(), CudaError
 
 fn operand(a: Addr) -> Result<u64, CudaError> {
     Ok(match a {
+        // A device address with the tag bits set would be read as a user-buffer offset.
+        Addr::Fixed(p) if p & (OWN_BIT | OUTPUT_BIT) != 0 => {
+            return Err(CudaError::AddressTooHigh { addr: p })
+        }
         Addr::Fixed(p) => p,
         Addr::Own { buf, offset } => {
             let offset = offset as u64;
@@ -279,6 +287,15 @@ mod tests {
         // but the blocks met before the third, so only the third's ranges count.
         assert_eq!(sync, [false, false, true, false]);
         assert_eq!(e.largest, 256);
+    }
+
+    #[test]
+    fn a_device_address_with_a_tag_bit_is_refused() {
+        let err = encode(&[copy(0x1000, 1 << 62, 8)]).unwrap_err();
+        assert!(
+            matches!(err, CudaError::AddressTooHigh { addr } if addr == 1 << 62),
+            "{err}"
+        );
     }
 
     #[test]
