@@ -27,9 +27,11 @@
 //! its streams end (refused by its gate included), and a call that runs no program (count
 //! 0, refused by validation) calls [`Device::retire`]. So no peer ever waits for a hole.
 //!
-//! - *Entry fence*: a submission of epoch `e` on rank A starts its tasks only after every
-//!   peer in its **fence set** (the peers granted to A's resource request, given to
-//!   `compile`) and in the fence set of A's previous submission has `done_epoch >= e - 1`.
+//! - *Entry fence*: a submission of epoch `e` on rank A starts its tasks only after A
+//!   itself and every peer in its **fence set** (the peers granted to A's resource
+//!   request, given to `compile`) and in the fence set of A's previous submission have
+//!   `done_epoch >= e - 1`. (A's own previous epoch matters when A's submissions are
+//!   queued: [`Capabilities::queued_submissions`].)
 //!   The previous set matters when the calls grant different peers: after a staged mesh,
 //!   a ring's rank must not overwrite its CCL buffers while a rank that is no ring
 //!   neighbour still reads them for the mesh (the analyzer's sequence check finds exactly
@@ -213,8 +215,11 @@ pub struct Capabilities {
     pub peer_user_buffers: bool,
     /// Programs really run (false for a device that only records them, like `sim`).
     pub executes: bool,
-    /// Compiled programs can be captured once and replayed as a graph.
-    pub graph_capture: bool,
+    /// One [`Device::submit`] may carry several submissions of one rank (with increasing
+    /// epochs): each starts after the rank's previous epoch finished, as if submitted one
+    /// call at a time, without the caller's thread in between. Graph mode hands a whole
+    /// sequence of calls to such a device at once; on others it submits step by step.
+    pub queued_submissions: bool,
     /// Where the CCL buffers, scratch and signal banks live.
     pub memory: MemoryKind,
 }

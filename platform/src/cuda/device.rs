@@ -299,7 +299,7 @@ impl Device for CudaDevice {
             // A peer's user buffer is known only when it submits (see `compile`).
             peer_user_buffers: false,
             executes: true,
-            graph_capture: false,
+            queued_submissions: false,
             memory: MemoryKind::Device,
         }
     }

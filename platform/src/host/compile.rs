@@ -110,6 +110,9 @@ pub(crate) struct HostProgram {
     pub streams: Vec<Vec<Op>>,
     /// Fence slots of the fence peers (local, or proxies of peers in other devices).
     pub peer_slots: Arc<[usize]>,
+    /// What the entry fence waits for: the rank's own slot first (its previous epoch, when
+    /// its submissions are queued), then `peer_slots`.
+    pub entry_slots: Arc<[usize]>,
     /// The words of its rank's bank a post of this program's operation may land on:
     /// looked at when its streams end, for notifies left set (see `launch.rs`).
     pub watched: Box<[usize]>,
@@ -254,6 +257,9 @@ pub(crate) fn compile(
         backend: Arc::new(HostProgram {
             slot,
             streams,
+            entry_slots: std::iter::once(slot)
+                .chain(peer_slots.iter().copied().filter(|&p| p != slot))
+                .collect(),
             peer_slots,
             watched,
             small: moved <= INLINE_BYTES,

@@ -261,8 +261,10 @@ pub(crate) struct Launch {
     pub shared: Arc<Shared>,
     pub compiled: Arc<Compiled>,
     pub program: Arc<HostProgram>,
-    /// Local slots of the peers the entry fence waits for: this program's fence peers and
-    /// those of the rank's previous launch ([`RankFence::entry_peers`]).
+    /// Fence slots the entry fence waits for: the rank itself (its previous epoch: a rank
+    /// may have several submissions queued, which run one after the other), this
+    /// program's fence peers and those of the rank's previous launch
+    /// ([`RankFence::entry_peers`]).
     entry_peers: Arc<[usize]>,
     pub epoch: u64,
     /// The rank's own user buffers (a copy: the launch's own tasks are over before it
@@ -289,7 +291,7 @@ impl Launch {
         gated: bool,
     ) -> Arc<Self> {
         let streams = program.streams.len();
-        let entry_peers = shared.fences[program.slot].entry_peers(&program.peer_slots);
+        let entry_peers = shared.fences[program.slot].entry_peers(&program.entry_slots);
         let phase = match gated {
             true => Phase::Gated(Instant::now()),
             false => Phase::Fenced {

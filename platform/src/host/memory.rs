@@ -11,6 +11,7 @@
 use crate::error::{AllocFault, DeviceError, SliceFault};
 use crate::ir::{Buf, Rank};
 use parking_lot::{Mutex, RwLock};
+use smallvec::SmallVec;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -120,7 +121,10 @@ pub(crate) struct Memory {
     pub ccl_in: Vec<HostBuffer>,
     pub ccl_out: Vec<HostBuffer>,
     scratch: RwLock<Vec<Arc<Vec<HostBuffer>>>>,
-    user: Vec<Mutex<Option<Arc<UserRegions>>>>,
+    /// Per local slot, the user buffers of its submissions in flight, one per epoch
+    /// (several when a rank's submissions are queued: graph mode hands a sequence of
+    /// calls to the device at once; each runs after the previous one on its rank).
+    user: Vec<Mutex<SmallVec<[Arc<UserRegions>; 2]>>>,
 }
 
 impl Memory {
@@ -134,7 +138,7 @@ impl Memory {
             ccl_in: buffers("CclIn")?,
             ccl_out: buffers("CclOut")?,
             scratch: RwLock::new(Vec::new()),
-            user: (0..local).map(|_| Mutex::new(None)).collect(),
+            user: (0..local).map(|_| Mutex::new(SmallVec::new())).collect(),
         })
     }
 
@@ -151,7 +155,7 @@ impl Memory {
                 .map(|b| HostBuffer::in_shared(b.ccl_out(), keep(b)))
                 .collect(),
             scratch: RwLock::new(Vec::new()),
-            user: blocks.iter().map(|_| Mutex::new(None)).collect(),
+            user: blocks.iter().map(|_| Mutex::new(SmallVec::new())).collect(),
         }
     }
 
@@ -208,8 +212,9 @@ impl Memory {
         }
     }
 
-    /// Publish `slot`'s user buffers; returns the registration to pass to `unregister`, or
-    /// an error if the rank already has a collective in flight.
+    /// Publish `slot`'s user buffers for the submission of `regions.epoch`; returns the
+    /// registration to pass to `unregister`, or an error if the rank already has a
+    /// submission of that epoch in flight.
     pub(crate) fn register(
         &self,
         slot: usize,
@@ -217,17 +222,18 @@ impl Memory {
         regions: UserRegions,
     ) -> Result<Arc<UserRegions>, DeviceError> {
         let mut entry = self.user[slot].lock();
-        if entry.is_some() {
+        if entry.iter().any(|r| r.epoch == regions.epoch) {
             return Err(DeviceError::Busy { rank });
         }
         let reg = Arc::new(regions);
-        *entry = Some(reg.clone());
+        entry.push(reg.clone());
         Ok(reg)
     }
 
-    /// Withdraw `slot`'s user buffers and wait until no task still holds them.
+    /// Withdraw the user buffers `reg` registered and wait until no task still holds
+    /// them.
     pub(crate) fn unregister(&self, slot: usize, reg: Arc<UserRegions>) {
-        self.user[slot].lock().take();
+        self.user[slot].lock().retain(|r| !Arc::ptr_eq(r, &reg));
         let mut spins = 0u32;
         while Arc::strong_count(&reg) > 1 {
             spins += 1;
@@ -248,17 +254,20 @@ impl Memory {
         buf: Buf,
         epoch: u64,
     ) -> Result<(Region, Arc<UserRegions>), SliceFault> {
-        let reg = self.user[slot]
-            .lock()
-            .clone()
-            .ok_or(SliceFault::Unbound { rank, buf })?;
-        if reg.epoch != epoch {
-            return Err(SliceFault::OtherEpoch {
-                rank,
-                bound: reg.epoch,
-                running: epoch,
-            });
-        }
+        let reg = {
+            let regs = self.user[slot].lock();
+            match regs.iter().find(|r| r.epoch == epoch) {
+                Some(reg) => reg.clone(),
+                None => {
+                    let bound = regs.first().ok_or(SliceFault::Unbound { rank, buf })?;
+                    return Err(SliceFault::OtherEpoch {
+                        rank,
+                        bound: bound.epoch,
+                        running: epoch,
+                    });
+                }
+            }
+        };
         let region = if buf == Buf::Input {
             reg.input
         } else {

@@ -330,7 +330,7 @@ impl Device for HostDevice {
             // Ranks in other processes cannot reach this process's user buffers.
             peer_user_buffers: !shared_memory && self.shared.tcp.is_none(),
             executes: true,
-            graph_capture: false,
+            queued_submissions: true,
             memory: match shared_memory {
                 true => MemoryKind::SharedSegment,
                 false => MemoryKind::ProcessHeap,

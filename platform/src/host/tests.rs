@@ -579,6 +579,51 @@ fn gated_launches_start_when_the_gate_opens_and_end_untouched_when_refused() {
     assert!(results.iter().all(Result::is_ok), "{results:?}");
 }
 
+#[test]
+fn a_rank_s_queued_submissions_run_in_epoch_order() {
+    let dev = device(2, 1, 60_000);
+    // Epochs 1, 2 and 3 of both ranks in one group: a ping-pong per epoch, each copying
+    // its input to its output. Epoch 1 waits on a gate, so epochs 2 and 3 must wait too,
+    // although no peer holds them back on rank 1 before rank 0 starts.
+    let gate = Arc::new(crate::Gate::default());
+    let step = |rank: usize, epoch: u64| {
+        let mut p = copy_through(rank, 8);
+        p.streams[0].post(local(&dev, 1 - rank, 0));
+        p.streams[0].wait(local(&dev, rank, 0));
+        (p, epoch)
+    };
+    let inputs: Vec<[u8; 8]> = (0..6u8).map(|i| [i + 1; 8]).collect();
+    let mut outputs = vec![[0u8; 8]; 6];
+    std::thread::scope(|s| {
+        let group: Vec<Ex<'_>> = outputs
+            .iter_mut()
+            .zip(&inputs)
+            .enumerate()
+            .map(|(i, (output, input))| {
+                let (p, epoch) = step(i % 2, 1 + i as u64 / 2);
+                Ex {
+                    gate: (epoch == 1).then(|| gate.clone()),
+                    epoch,
+                    peers: vec![1 - i % 2],
+                    ..ex(p, UserBuffers::OutOfPlace { input, output })
+                }
+            })
+            .collect();
+        let all = s.spawn(|| run_group(&dev, group));
+        std::thread::sleep(Duration::from_millis(50));
+        for rank in 0..2 {
+            assert_eq!(dev.done_epoch(rank).unwrap(), 0, "nothing ran before epoch 1");
+        }
+        gate.decide(Ok(()));
+        let results = all.join().unwrap();
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+    });
+    assert_eq!(outputs, inputs);
+    for rank in 0..2 {
+        assert_eq!(dev.done_epoch(rank).unwrap(), 3);
+    }
+}
+
 /// Rank `rank`'s program that copies its Input to its Output.
 fn copy_through(rank: usize, len: usize) -> RankProgram {
     let mut p = RankProgram::new(rank, 1);
@@ -622,11 +667,13 @@ fn spawn_run<'s>(
 fn a_rank_starting_the_next_call_early_waits_for_its_peer() {
     let dev = device(2, 2, 60_000);
     std::thread::scope(|s| {
-        // Rank 0 starts epoch 2 while rank 1 has not finished epoch 1.
+        // Rank 0 starts epoch 2 (its epoch 1 ran nothing) while rank 1 has not finished
+        // epoch 1.
+        dev.retire(0, 1).unwrap();
         let early = spawn_run(s, &dev, copy_through(0, 8), 2, vec![1], false);
         std::thread::sleep(Duration::from_millis(100));
         assert!(!early.is_finished(), "the entry fence holds rank 0 back");
-        assert_eq!(dev.done_epoch(0).unwrap(), 0);
+        assert_eq!(dev.done_epoch(0).unwrap(), 1);
         dev.retire(1, 1).unwrap();
         let (result, output) = early.join().unwrap();
         result.unwrap();
@@ -652,6 +699,8 @@ fn the_exit_fence_holds_a_zero_copy_call_until_its_peers_finish() {
 #[test]
 fn a_fence_timeout_names_the_rank_the_epoch_and_the_peer() {
     let dev = device(3, 1, 100);
+    // Rank 0's epochs 1 and 2 ran nothing; rank 1 finished epoch 2, rank 2 did not.
+    dev.retire(0, 2).unwrap();
     dev.retire(1, 2).unwrap();
     let (input, mut output) = ([1u8; 8], [0u8; 8]);
     let e = Ex {

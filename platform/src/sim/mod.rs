@@ -87,7 +87,7 @@ impl Device for SimDevice {
         Capabilities {
             peer_user_buffers: self.config.zero_copy,
             executes: false,
-            graph_capture: false,
+            queued_submissions: false,
             memory: MemoryKind::None,
         }
     }
