@@ -10,6 +10,7 @@
 //! | `OXCCL_TOPO_FILE` | the communicator's topology: a preset (`mesh8`, `2x8`, `hostN`, `1xN`...) or a TOML file | the device's machine: for the host device one CPU host (`hostN`: links over one shared memory bus), else one server, full mesh |
 //! | `OXCCL_TUNE_FILE` | a tuning table written by `oxccl tune` (see [`crate::tune`]): `select_alg` runs the fastest measured executor for sizes it covers | none (the model decides) |
 //! | `OXCCL_CHECK_CALLS` | 1: ranks agree on every call (operator, type, op, root, counts, executor) before it runs, and a mismatch is an error on every rank (see [`crate::agreement`]); 0: skip the check | 1 |
+//! | `OXCCL_GRAPH_CHECK` | 1: compiling a graph (`oxccl-graph`) also proves the captured sequence with the analyzer (deadlocks, lost wakeups, memory conflicts across its operations), and a failure refuses the graph; 0: skip | 0 |
 //! | `OXCCL_TRANSPORT` | how ranks in other processes are reached (see [`crate::transport`]): `auto` (shared memory on a host, TCP between hosts), `shm` or `tcp` (every peer over TCP, also on one host) | auto |
 //! | `OXCCL_DEVICE` | the backend: `host` (threads of this process), `cuda` (NVIDIA GPUs; a build with the `cuda` feature), `sim` (records programs) | host |
 //! | `OXCCL_CUDA_DEVICES` | the cuda backend's placement: one CUDA device ordinal for every local rank (`0`: all on GPU 0, as virtual ranks), or one per local rank (`0,0,1,1`) | round-robin over the GPUs (one rank per GPU when there are enough) |
@@ -42,6 +43,9 @@ pub struct Config {
     /// Ranks agree on every call before it runs (`OXCCL_CHECK_CALLS`, see
     /// [`crate::agreement`]).
     pub check_calls: bool,
+    /// Compiling a graph also runs the analyzer over the captured sequence
+    /// (`OXCCL_GRAPH_CHECK`).
+    pub graph_check: bool,
     pub log_filter: Option<String>,
     /// The backend kind, as registered in `oxccl_platform::registry` (`host`: threads of
     /// this process; `sim`: records programs for the analyzer, zero-copy when
@@ -73,6 +77,7 @@ impl Default for Config {
             algo: AlgoOverride::default(),
             zero_copy: true,
             check_calls: true,
+            graph_check: false,
             log_filter: None,
             device: "host".to_string(),
             topology: None,
@@ -243,6 +248,9 @@ impl Config {
         if let Some(v) = get("OXCCL_CHECK_CALLS") {
             config.check_calls = parse_switch("OXCCL_CHECK_CALLS", &v)?;
         }
+        if let Some(v) = get("OXCCL_GRAPH_CHECK") {
+            config.graph_check = parse_switch("OXCCL_GRAPH_CHECK", &v)?;
+        }
         if let Some(v) = get("OXCCL_ALGO") {
             config.algo = v.parse()?;
         }
@@ -375,6 +383,7 @@ mod tests {
             ("OXCCL_HOST_THREADS", "-1", "from 0 to 1024"),
             ("OXCCL_ZERO_COPY", "maybe", "use 1"),
             ("OXCCL_CHECK_CALLS", "2", "use 1"),
+            ("OXCCL_GRAPH_CHECK", "yes", "use 1"),
             ("OXCCL_LOG", "oxccl=[", "e.g. `oxccl=debug,info`"),
             ("OXCCL_LOG", "info,=", "directives"),
             ("OXCCL_ALGO", "all_reduce=ring;all_reduce=mesh", "keep one"),

@@ -275,6 +275,27 @@ pub enum Error {
         detail: String,
     },
     #[error(
+        "the ranks captured different sequences: step {step} differs in its {field}: \
+         {detail}. Every rank must capture the same collectives in the same order with \
+         matching arguments; no graph was compiled"
+    )]
+    CaptureMismatch {
+        /// The step's index in the captured sequence.
+        step: usize,
+        field: &'static str,
+        detail: String,
+    },
+    #[error(
+        "graph launch: step {step} {reason}; a launch binds buffers of the sizes and forms \
+         captured, one call per step in capture order; nothing was run"
+    )]
+    GraphBinding { step: usize, reason: String },
+    #[error(
+        "the analyzer refused the captured sequence (OXCCL_GRAPH_CHECK=1), so no graph was \
+         compiled: {report}"
+    )]
+    GraphCheck { report: String },
+    #[error(
         "call #{call} was not run: executor {executor} requested {bytes} bytes of scratch on \
          rank {rank}, whose program touches rank {peer}'s scratch, and {peer_bytes} bytes on \
          rank {peer}. Scratch is symmetric (a device allocates each request on every rank, \

@@ -65,7 +65,7 @@ pub mod topology;
 pub mod transport;
 pub mod tune;
 
-pub use communicator::{Communicator, GroupCall};
+pub use communicator::{Communicator, GroupCall, Step};
 pub use config::Config;
 pub use error::{ArgError, ConfigError, Error};
 pub use executor::{

@@ -37,6 +37,11 @@ impl<'a> OpCall<'a> {
         &self.param
     }
 
+    /// The buffers it binds.
+    pub fn user(&self) -> &UserBuffers<'a> {
+        &self.user
+    }
+
     /// The operator and the buffers, for a submitter.
     pub fn into_parts(self) -> (OpParam, UserBuffers<'a>) {
         (self.param, self.user)

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Clears a rank's busy flag when its call ends, on every path.
-struct BusyClaim<'a>(&'a AtomicBool);
+pub(super) struct BusyClaim<'a>(&'a AtomicBool);
 
 impl Drop for BusyClaim<'_> {
     fn drop(&mut self) {
@@ -108,7 +108,7 @@ impl Communicator {
 
     /// Mark this rank busy for one call, or refuse the call (without touching the
     /// communicator) when another thread's call runs.
-    fn claim(&self) -> Result<BusyClaim<'_>, Error> {
+    pub(super) fn claim(&self) -> Result<BusyClaim<'_>, Error> {
         if self.busy.swap(true, Ordering::Acquire) {
             return Err(Error::Busy { rank: self.rank });
         }
@@ -172,7 +172,7 @@ impl Communicator {
     /// ([`Error::ExecutorStuck`]). Without the agreement the device's own timeout stands,
     /// which asks to check the calls first ([`Error::WaitNeverPosted`]). Both name the
     /// task that should have posted ([`Communicator::expected_post`]).
-    fn settle(
+    pub(super) fn settle(
         &self,
         call: u64,
         (executor, what): (Option<&'static str>, Option<&(OpParam, bool)>),
@@ -230,7 +230,7 @@ impl Communicator {
 }
 
 /// The device epoch of call number `call` (epoch 0 means "nothing done yet").
-fn epoch_of(call: u64) -> u64 {
+pub(super) fn epoch_of(call: u64) -> u64 {
     call + 1
 }
 

@@ -30,9 +30,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 mod group_call;
+mod sequence;
 mod stuck;
 
 pub use group_call::GroupCall;
+pub use sequence::Step;
 
 /// State shared by all ranks of a communicator.
 pub struct Shared {
