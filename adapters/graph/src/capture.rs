@@ -1,0 +1,91 @@
+//! Recording the shapes of a rank's calls.
+
+use crate::{agree, check, Graph};
+use oxccl::{Communicator, Error, OpCall, OpParam};
+
+/// Most steps one capture holds: the compile-time exchange sends a fixed record per step
+/// to every rank, so its size is bounded.
+pub const MAX_STEPS: usize = 1 << 16;
+
+/// One rank's captured sequence: the operator and the buffer sizes of each call, in
+/// order. It borrows nothing: buffers are bound again at every launch.
+#[derive(Clone, Debug, Default)]
+pub struct Capture {
+    steps: Vec<Shape>,
+}
+
+/// One captured call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Shape {
+    pub op: OpParam,
+    /// Byte lengths of (input, output); input `None` in place.
+    pub lens: (Option<usize>, usize),
+}
+
+impl Capture {
+    /// An empty capture.
+    pub fn new() -> Self {
+        Capture::default()
+    }
+
+    /// Append `call` (its operator, form and buffer sizes; not its buffers) as the next
+    /// step; returns the step's index. The call is checked at compile, as a call with
+    /// such buffers would be.
+    pub fn record(&mut self, call: &OpCall<'_>) -> Result<usize, Error> {
+        if self.steps.len() >= MAX_STEPS {
+            return Err(Error::GraphBinding {
+                step: self.steps.len(),
+                reason: format!(
+                    "exceeds the {MAX_STEPS} steps a capture may hold; split the sequence \
+                     into several graphs"
+                ),
+            });
+        }
+        let user = call.user();
+        let lens = match user.lens() {
+            (_, output) if user.is_in_place() => (None, output),
+            (input, output) => (Some(input), output),
+        };
+        self.steps.push(Shape {
+            op: call.param().clone(),
+            lens,
+        });
+        Ok(self.steps.len() - 1)
+    }
+
+    /// Steps captured.
+    pub fn len(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Whether nothing was captured.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// Compile the capture on `comm`: a collective call, made by every rank of the
+    /// communicator at the same point of its calls (it runs two AllGathers). Each step is
+    /// validated, selected, planned and compiled; the ranks then agree that they captured
+    /// the same sequence and chose the same executors, else every rank gets
+    /// [`Error::CaptureMismatch`] naming the first differing step (or, on the rank whose
+    /// step was refused, that step's own error). With `OXCCL_GRAPH_CHECK=1` the analyzer
+    /// then proves the sequence ([`Error::GraphCheck`] when it does not pass).
+    pub fn compile(self, comm: &Communicator) -> Result<Graph, Error> {
+        let inner = comm.framework();
+        let prepared: Vec<Result<_, Error>> = self
+            .steps
+            .iter()
+            .map(|shape| inner.prepare_step(&shape.op, shape.lens))
+            .collect();
+        agree::agree(comm, &prepared)?;
+        let steps = prepared
+            .into_iter()
+            .collect::<Result<Vec<_>, Error>>()
+            .expect("agree refuses a capture with a refused step");
+        if inner.config().graph_check {
+            check::prove(inner, &steps)?;
+        }
+        tracing::debug!(rank = comm.rank(), steps = steps.len(), "graph compiled");
+        Ok(Graph::new(steps))
+    }
+}
