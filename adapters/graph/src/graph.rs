@@ -34,49 +34,27 @@ impl Graph {
     /// step in capture order, each with the operator and buffer sizes captured; blocks
     /// until every step is done on this rank. Every rank launches its graph at the same
     /// point of its calls. A binding that differs from the capture is
-    /// [`Error::GraphBinding`], before anything runs.
+    /// [`Error::GraphBinding`] before anything runs; the launch still counts as the
+    /// graph's calls, so the ranks stay in step (see the framework's
+    /// [`run_sequences`](oxccl::framework::Communicator::run_sequences)).
     pub fn launch(&self, comm: &Communicator, calls: Vec<OpCall<'_>>) -> Result<(), Error> {
-        if calls.len() != self.steps.len() {
-            return Err(Error::GraphBinding {
-                step: calls.len().min(self.steps.len()),
-                reason: format!(
-                    "does not match: {} steps were captured and {} calls bound; bind one \
-                     call per step",
-                    self.steps.len(),
-                    calls.len()
-                ),
-            });
-        }
-        let mut users = Vec::with_capacity(calls.len());
-        for (index, (call, step)) in calls.into_iter().zip(&self.steps).enumerate() {
-            let (op, user) = call.into_parts();
-            if op != *step.op() {
-                return Err(Error::GraphBinding {
-                    step: index,
-                    reason: format!(
-                        "was captured as {} and is bound as {}",
-                        describe(step.op()),
-                        describe(&op)
-                    ),
-                });
-            }
-            users.push(user);
-        }
-        comm.framework().run_sequence(&self.steps, users)
+        let bound = calls.into_iter().map(OpCall::into_parts).collect();
+        comm.framework().run_sequence(&self.steps, bound)
     }
-}
 
-/// `all-reduce f32 Sum count 256`, or `... with a layout`.
-fn describe(op: &oxccl::OpParam) -> String {
-    let mut text = format!("{} {}", op.kind, op.dtype);
-    if op.kind.reduces() {
-        text += &format!(" {:?}", op.op);
-    }
-    if let Some(root) = op.root {
-        text += &format!(" root {root}");
-    }
-    match op.layout {
-        Some(_) => text + " with its layout",
-        None => text + &format!(" count {}", op.count),
+    /// Launch several ranks' graphs from one thread (as a [`oxccl::Group`] runs several
+    /// ranks' calls): every rank's steps go to the device together. One result per
+    /// entry, in order.
+    pub fn launch_group(
+        launches: Vec<(&Graph, &Communicator, Vec<OpCall<'_>>)>,
+    ) -> Vec<Result<(), Error>> {
+        let runs = launches
+            .into_iter()
+            .map(|(graph, comm, calls)| {
+                let bound = calls.into_iter().map(OpCall::into_parts).collect();
+                (comm.framework(), graph.steps.as_slice(), bound)
+            })
+            .collect();
+        oxccl::framework::Communicator::run_sequences(runs)
     }
 }

@@ -226,24 +226,71 @@ fn launches_that_bind_other_shapes_are_refused_before_anything_runs() {
             });
         }
     });
-    // A graph launched on another rank's communicator.
-    let a = vec![1i32; 4];
-    let mut x = vec![0i32; 4];
-    let calls = vec![OpCall::all_reduce(&a, &mut x, ReduceOp::Sum).unwrap()];
-    let err = graphs[0].launch(&comms[1], calls).unwrap_err();
-    assert!(err.to_string().contains("2 steps were captured"), "{err}");
-    let one = compile_each(&comms, |_| vec![sum(4)]);
-    let graph0 = one.into_iter().next().unwrap().unwrap();
-    let calls = vec![OpCall::all_reduce(&a, &mut x, ReduceOp::Sum).unwrap()];
-    let err = graph0.launch(&comms[1], calls).unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("was compiled for rank 0 of this communicator and is launched on rank 1"),
-        "{err}"
-    );
+    // Each rank launches the other rank's graph, then a graph of another communicator:
+    // refused on both ranks, which count the launches alike, so both communicators stay
+    // usable.
+    let one: Vec<Graph> = compile_each(&comms, |_| vec![sum(4)])
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
     let other = self::comms(2);
-    let calls = vec![OpCall::all_reduce(&a, &mut x, ReduceOp::Sum).unwrap()];
-    let err = graph0.launch(&other[0], calls).unwrap_err();
-    assert!(err.to_string().contains("of another communicator"), "{err}");
+    std::thread::scope(|s| {
+        for (rank, (comm, theirs)) in other.iter().zip(one.iter().rev()).enumerate() {
+            let mine = &one[rank];
+            let comm_here = &comms[rank];
+            s.spawn(move || {
+                let a = vec![1i32; 4];
+                let mut x = vec![0i32; 4];
+                let mut y = vec![0i32; 4];
+                let call = OpCall::all_reduce(&a, &mut x, ReduceOp::Sum).unwrap();
+                let err = theirs.launch(comm_here, vec![call]).unwrap_err();
+                let text = format!(
+                    "was compiled for rank {} of this communicator and is launched on rank {rank}",
+                    1 - rank
+                );
+                assert!(err.to_string().contains(&text), "{err}");
+                let call = OpCall::all_reduce(&a, &mut y, ReduceOp::Sum).unwrap();
+                let err = mine.launch(comm, vec![call]).unwrap_err();
+                assert!(err.to_string().contains("of another communicator"), "{err}");
+            });
+        }
+    });
+    still_usable(&other);
+    still_usable(&comms);
+}
+
+#[test]
+fn a_launch_refused_on_one_rank_releases_the_others_at_once() {
+    let comms = comms(3);
+    let graphs: Vec<Graph> = compile_each(&comms, |_| vec![sum(4), sum(6)])
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let started = std::time::Instant::now();
+    std::thread::scope(|s| {
+        for (comm, graph) in comms.iter().zip(&graphs) {
+            s.spawn(move || {
+                let (a, b) = (vec![1i32; 4], vec![1i32; 6]);
+                let (mut x, mut y) = (vec![0i32; 4], vec![0i32; 7]);
+                let y_len = if comm.rank() == 2 { 7 } else { 6 };
+                let calls = vec![
+                    OpCall::all_reduce(&a, &mut x, ReduceOp::Sum).unwrap(),
+                    OpCall::all_reduce_n(&b, &mut y[..y_len], 6, ReduceOp::Sum),
+                ];
+                let err = graph.launch(comm, calls).unwrap_err();
+                match comm.rank() {
+                    2 => assert!(
+                        matches!(err, Error::GraphBinding { step: 1, .. }),
+                        "{err:?}"
+                    ),
+                    _ => assert!(matches!(err, Error::PeerRefused { rank: 2, .. }), "{err:?}"),
+                }
+            });
+        }
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "released promptly"
+    );
     still_usable(&comms);
 }

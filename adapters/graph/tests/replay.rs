@@ -130,3 +130,82 @@ fn the_analyzer_proves_the_sequence_when_asked() {
     .unwrap();
     replay_matches_eager(&comms, true);
 }
+
+#[test]
+fn one_thread_launches_every_rank_s_graph_as_a_group() {
+    let comms = Communicator::init_all(4, config(None)).unwrap();
+    let n = comms.len();
+    let ops: Vec<_> = (0..n).map(|r| every_operator(r, n)).collect();
+    let compiled: Vec<_> = std::thread::scope(|s| {
+        let joins: Vec<_> = comms
+            .iter()
+            .map(|comm| {
+                let ops = &ops[comm.rank()];
+                s.spawn(move || {
+                    let mut capture = Capture::new();
+                    for (mut buf, op) in ops
+                        .iter()
+                        .map(|op| (Buffers::new(op, comm.rank(), n, false, 0), op))
+                    {
+                        capture.record(&buf.call(op)).unwrap();
+                    }
+                    capture.compile(comm).unwrap()
+                })
+            })
+            .collect();
+        joins.into_iter().map(|j| j.join().unwrap()).collect()
+    });
+    for launch in 0..2 {
+        let mut expected: Vec<Vec<Buffers>> = (0..n)
+            .map(|r| {
+                ops[r]
+                    .iter()
+                    .map(|op| Buffers::new(op, r, n, false, seed(launch)))
+                    .collect()
+            })
+            .collect();
+        for step in 0..ops[0].len() {
+            let mut group = oxccl::Group::new();
+            for (comm, bufs) in comms.iter().zip(expected.iter_mut()) {
+                let (param, user) = bufs[step].call(&ops[comm.rank()][step]).into_parts();
+                group.execute(comm, param, user);
+            }
+            group.run().unwrap();
+        }
+        let mut bufs: Vec<Vec<Buffers>> = (0..n)
+            .map(|r| {
+                ops[r]
+                    .iter()
+                    .map(|op| Buffers::new(op, r, n, false, seed(launch)))
+                    .collect()
+            })
+            .collect();
+        let launches = comms
+            .iter()
+            .zip(&compiled)
+            .zip(bufs.iter_mut())
+            .map(|((comm, graph), bufs)| {
+                let calls = bufs
+                    .iter_mut()
+                    .zip(&ops[comm.rank()])
+                    .map(|(b, op)| b.call(op))
+                    .collect();
+                (graph, comm, calls)
+            })
+            .collect();
+        for result in oxccl_graph::Graph::launch_group(launches) {
+            result.unwrap();
+        }
+        for r in 0..n {
+            for (step, op) in ops[r].iter().enumerate() {
+                if defined_on(op, r) {
+                    assert!(
+                        bufs[r][step].result() == expected[r][step].result(),
+                        "rank {r}, step {step} ({})",
+                        op.kind
+                    );
+                }
+            }
+        }
+    }
+}

@@ -286,7 +286,7 @@ fn run_announced(
     }
 }
 
-fn mixed_group(stranger: &Communicator) -> Error {
+pub(super) fn mixed_group(stranger: &Communicator) -> Error {
     ConfigError {
         var: "group call",
         value: format!("rank {}", stranger.rank),

@@ -34,7 +34,7 @@ mod sequence;
 mod stuck;
 
 pub use group_call::GroupCall;
-pub use sequence::Step;
+pub use sequence::{Bound, Step};
 
 /// State shared by all ranks of a communicator.
 pub struct Shared {

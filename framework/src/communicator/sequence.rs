@@ -23,6 +23,9 @@ use oxccl_platform::{Submission, UserBuffers};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
+/// One call bound to a step at launch: its operator and buffers.
+pub type Bound<'a> = (OpParam, UserBuffers<'a>);
+
 /// One call of a sequence, prepared for one rank.
 #[derive(Clone, Debug)]
 pub struct Step {
@@ -65,9 +68,25 @@ impl Step {
         self.prepared.as_ref()
     }
 
-    /// Check that `user` binds what the step was prepared for: the same form and
-    /// byte lengths. `index` names the step in the error.
-    pub fn check_binding(&self, index: usize, user: &UserBuffers<'_>) -> Result<(), Error> {
+    /// Check that `op` with `user` bound is the call the step was prepared for: the same
+    /// operator and arguments, form and byte lengths. `index` names the step in the
+    /// error.
+    pub fn check_binding(
+        &self,
+        index: usize,
+        op: &OpParam,
+        user: &UserBuffers<'_>,
+    ) -> Result<(), Error> {
+        if *op != self.op {
+            return Err(Error::GraphBinding {
+                step: index,
+                reason: format!(
+                    "was captured as {} and is bound as {}",
+                    Signature::new(self.signature.rank, &self.op, None),
+                    Signature::new(self.signature.rank, op, None)
+                ),
+            });
+        }
         let bound = match user.lens() {
             (_, output) if user.is_in_place() => (None, output),
             (input, output) => (Some(input), output),
@@ -139,65 +158,142 @@ impl Communicator {
     /// Run `steps` in order with `users` bound (one per step, each checked against its
     /// step), as consecutive calls of this rank; blocks until every step is done. Every
     /// rank of the communicator runs the same steps (see the module docs). The first
-    /// error of a step is returned; a step after a failed one ends without running when
-    /// the failure stopped the communicator.
-    pub fn run_sequence(&self, steps: &[Step], users: Vec<UserBuffers<'_>>) -> Result<(), Error> {
+    /// error of a step is returned.
+    pub fn run_sequence(&self, steps: &[Step], users: Vec<Bound<'_>>) -> Result<(), Error> {
+        Self::run_sequences(vec![(self, steps, users)])
+            .pop()
+            .expect("one result per sequence")
+    }
+
+    /// Several ranks' sequences from one thread (a group launch: the ranks' steps go to
+    /// the device together, as a group call's do). One result per entry, in order; all
+    /// communicators must come from the same `init_all` (else every entry is refused).
+    ///
+    /// A sequence whose bindings do not fit its steps is refused on its rank before
+    /// anything runs there, and still counts as its calls — one per step with work, as
+    /// every launch of it does — so the ranks stay in step: with the call agreement the
+    /// other ranks learn of the refusal at once ([`Error::PeerRefused`]); without it the
+    /// communicator is stopped, so no peer waits out the timeout for the refused rank.
+    pub fn run_sequences(
+        runs: Vec<(&Communicator, &[Step], Vec<Bound<'_>>)>,
+    ) -> Vec<Result<(), Error>> {
+        let Some(group) = runs.first().map(|r| r.0.group.clone()) else {
+            return Vec::new();
+        };
+        if let Some((stranger, ..)) = runs.iter().find(|r| !Arc::ptr_eq(&r.0.group, &group)) {
+            let err = super::group_call::mixed_group(stranger);
+            return runs.iter().map(|_| Err(err.clone())).collect();
+        }
+        let mut claims = Vec::with_capacity(runs.len());
+        let mut results: Vec<Result<(), Error>> = Vec::with_capacity(runs.len());
+        let mut queued: Vec<Queued<'_, '_>> = Vec::new();
+        for (slot, (comm, steps, users)) in runs.into_iter().enumerate() {
+            match comm.claim() {
+                Ok(claim) => claims.push(claim),
+                Err(err) => {
+                    results.push(Err(err));
+                    continue;
+                }
+            }
+            results.push(Ok(()));
+            match comm.bind_sequence(steps, users) {
+                Ok(runs) => queued.extend(comm.queue(slot, runs)),
+                Err(err) => results[slot] = Err(comm.refuse_sequence(steps, err)),
+            }
+        }
+        run_queued(&group, queued, &mut results);
+        drop(claims);
+        results
+    }
+
+    /// `users` checked against `steps`: the steps with work and their buffers.
+    fn bind_sequence<'s, 'a>(
+        &self,
+        steps: &'s [Step],
+        users: Vec<Bound<'a>>,
+    ) -> Result<Vec<(&'s Step, UserBuffers<'a>)>, Error> {
+        if let Some(cause) = self.group.failure.lock().clone() {
+            return Err(Error::Aborted { cause });
+        }
         if steps.len() != users.len() {
             return Err(Error::GraphBinding {
                 step: steps.len().min(users.len()),
                 reason: format!(
-                    "is missing: {} steps were captured and {} bound",
+                    "does not match: {} steps were captured and {} calls bound; bind one \
+                     call per step",
                     steps.len(),
                     users.len()
                 ),
             });
         }
-        for (index, (step, user)) in steps.iter().zip(&users).enumerate() {
+        for (index, (step, (op, user))) in steps.iter().zip(&users).enumerate() {
             self.check_step(index, step)?;
-            step.check_binding(index, user)?;
+            step.check_binding(index, op, user)?;
         }
-        if let Some(cause) = self.group.failure.lock().clone() {
-            return Err(Error::Aborted { cause });
-        }
-        let _claim = self.claim()?;
-        let runs: Vec<_> = steps
+        Ok(steps
             .iter()
             .zip(users)
-            .filter_map(|(step, user)| Some((step, step.prepared.as_ref()?, user)))
-            .collect();
+            .filter(|(step, _)| step.prepared.is_some())
+            .map(|(step, (_, user))| (step, user))
+            .collect())
+    }
+
+    /// Number the steps as consecutive calls and deposit their signatures; each becomes
+    /// a submission waiting on its call's gate.
+    fn queue<'c, 's, 'a>(
+        &'c self,
+        slot: usize,
+        runs: Vec<(&'s Step, UserBuffers<'a>)>,
+    ) -> Vec<Queued<'c, 'a>> {
         let first = self.calls.fetch_add(runs.len() as u64, Ordering::Relaxed);
-        let mut submissions = Vec::with_capacity(runs.len());
-        let mut settles = Vec::with_capacity(runs.len());
-        for (call, (step, prepared, user)) in (first..).zip(runs) {
-            let gate = self.group.config.check_calls.then(|| {
-                let deposit = Deposit::Call(step.signature.clone());
-                self.group.board.deposit(call, self.rank, deposit)
-            });
-            submissions.push(Submission {
-                compiled: prepared.compiled.clone(),
-                user,
-                epoch: super::group_call::epoch_of(call),
-                gate,
-            });
-            let what = (step.op.clone(), step.in_place);
-            settles.push((call, prepared.selection.executor.name, what));
-        }
-        let device = &self.group.device;
-        let outcomes = match device.capabilities().queued_submissions {
-            true => device.run(submissions),
-            false => submissions
-                .into_iter()
-                .flat_map(|s| device.run(vec![s]))
-                .collect(),
-        };
-        let mut result = Ok(());
-        for ((call, executor, what), outcome) in settles.into_iter().zip(outcomes) {
-            let settled = self.settle(call, (Some(executor), Some(&what)), outcome);
-            if result.is_ok() {
-                result = settled;
+        (first..)
+            .zip(runs)
+            .map(|(call, (step, user))| {
+                let prepared = step.prepared.as_ref().expect("steps with work");
+                let gate = self.group.config.check_calls.then(|| {
+                    let deposit = Deposit::Call(step.signature.clone());
+                    self.group.board.deposit(call, self.rank, deposit)
+                });
+                Queued {
+                    slot,
+                    comm: self,
+                    call,
+                    executor: prepared.selection.executor.name,
+                    what: (step.op.clone(), step.in_place),
+                    submission: Submission {
+                        compiled: prepared.compiled.clone(),
+                        user,
+                        epoch: super::group_call::epoch_of(call),
+                        gate,
+                    },
+                }
+            })
+            .collect()
+    }
+
+    /// A sequence refused on this rank: it still consumes one call per step with work
+    /// (see [`Communicator::run_sequences`]); returns `err`.
+    fn refuse_sequence(&self, steps: &[Step], err: Error) -> Error {
+        let calls = steps.iter().filter(|s| s.prepared.is_some()).count() as u64;
+        let first = self.calls.fetch_add(calls, Ordering::Relaxed);
+        let reason = crate::error::with_causes(&err);
+        for call in first..first + calls {
+            if self.group.config.check_calls {
+                let refusal = Deposit::Refused(reason.clone());
+                self.group.board.deposit(call, self.rank, refusal);
+            }
+            let epoch = super::group_call::epoch_of(call);
+            if let Err(retired) = self.group.device.retire(self.rank, epoch) {
+                return retired.into();
             }
         }
-        result
+        if !self.group.config.check_calls && calls > 0 {
+            self.stop_everywhere(oxccl_platform::AbortCause::CallFailed {
+                rank: self.rank,
+                reason,
+            });
+        }
+        err
     }
 
     /// `step` was prepared by this rank of this communicator.
@@ -215,5 +311,52 @@ impl Communicator {
                 step.signature.rank, self.rank
             ),
         })
+    }
+}
+
+/// One step of a sequence, numbered and ready for the device.
+struct Queued<'c, 'a> {
+    /// The sequence's entry in the group launch.
+    slot: usize,
+    comm: &'c Communicator,
+    call: u64,
+    executor: &'static str,
+    what: (OpParam, bool),
+    submission: Submission<'a>,
+}
+
+/// Hand every queued step to the device — all at once when it queues a rank's
+/// submissions, else the `k`-th step of every sequence together, step by step — and
+/// settle each; a sequence's result is its first error.
+fn run_queued(group: &Shared, queued: Vec<Queued<'_, '_>>, results: &mut [Result<(), Error>]) {
+    let device = &group.device;
+    let mut waves: Vec<Vec<Queued<'_, '_>>> = Vec::new();
+    if device.capabilities().queued_submissions {
+        waves.push(queued);
+    } else {
+        let mut position = vec![0usize; results.len()];
+        for q in queued {
+            let k = position[q.slot];
+            position[q.slot] += 1;
+            if waves.len() <= k {
+                waves.push(Vec::new());
+            }
+            waves[k].push(q);
+        }
+    }
+    for wave in waves {
+        let mut submissions = Vec::with_capacity(wave.len());
+        let mut settles = Vec::with_capacity(wave.len());
+        for q in wave {
+            submissions.push(q.submission);
+            settles.push((q.slot, q.comm, q.call, q.executor, q.what));
+        }
+        let outcomes = device.run(submissions);
+        for ((slot, comm, call, executor, what), outcome) in settles.into_iter().zip(outcomes) {
+            let settled = comm.settle(call, (Some(executor), Some(&what)), outcome);
+            if results[slot].is_ok() {
+                results[slot] = settled;
+            }
+        }
     }
 }
