@@ -240,10 +240,10 @@ impl Communicator {
 
     /// Number the steps as consecutive calls and deposit their signatures; each becomes
     /// a submission waiting on its call's gate.
-    fn queue<'c, 's, 'a>(
+    fn queue<'c, 'a>(
         &'c self,
         slot: usize,
-        runs: Vec<(&'s Step, UserBuffers<'a>)>,
+        runs: Vec<(&Step, UserBuffers<'a>)>,
     ) -> Vec<Queued<'c, 'a>> {
         let first = self.calls.fetch_add(runs.len() as u64, Ordering::Relaxed);
         (first..)
