@@ -1,0 +1,627 @@
+//! The collective functions: NCCL's arguments checked and turned into [`Step`]s.
+//!
+//! Each function checks its communicator (live, not finalized), its stream (NULL: the
+//! host device has no streams), its data type and reduce op numbers, its roots and
+//! peers, and every pointer ([`Span`]), recognises NCCL's in-place form, builds the step
+//! (which the framework's validation checks against the buffers), and hands it to the
+//! group: run now, deferred to `oxcclGroupEnd`, or recorded by a capture.
+//!
+//! A buffer NCCL leaves unused on some ranks (the send buffer of Broadcast and Scatter
+//! off the root, the receive buffer of Reduce and Gather off the root) is never read as
+//! a pointer there: oxccl binds a zeroed block of its own in its place, since the
+//! caller may pass NULL or a smaller buffer. Every rank must use the same form (all in
+//! place, or none): the form is part of what oxccl plans a call by.
+
+// NCCL's argument lists are the ABI: they are as long as NCCL made them.
+#![allow(clippy::too_many_arguments)]
+
+use crate::buffers::{byte_len, times, HostBlock, Span};
+use crate::group::{self, P2pPart, Pending};
+use crate::handles::{Comm, OxcclComm};
+use crate::result::{guard, CError, OxcclResult};
+use crate::step::{Binding, Step};
+use crate::types::{data_type, reduce_op};
+use oxccl::framework::op::VLayout;
+use oxccl::{DataType, OpKind, OpParam, Rank, ReduceOp};
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+/// The C type behind `oxcclStream_t`: never constructed, only pointed to.
+#[repr(C)]
+pub struct OxcclStream {
+    _opaque: [u8; 0],
+}
+
+/// Refuse a stream: the host device has none (NULL means blocking on the host).
+pub fn check_stream(stream: *const OxcclStream) -> Result<(), CError> {
+    if stream.is_null() {
+        return Ok(());
+    }
+    Err(CError::invalid(format!(
+        "stream {stream:p}: oxccl's host device has no streams and every call blocks; pass \
+         NULL"
+    )))
+}
+
+/// The communicator, checked stream and data type every collective starts with.
+fn begin(
+    comm: *const OxcclComm,
+    stream: *const OxcclStream,
+    datatype: c_int,
+) -> Result<(Arc<Comm>, DataType), CError> {
+    let comm = Comm::usable(comm)?;
+    check_stream(stream)?;
+    Ok((comm, data_type(datatype)?))
+}
+
+/// A rank argument (`root`, `peer`) of `comm`.
+fn rank_arg(what: &str, value: c_int, comm: &Comm) -> Result<Rank, CError> {
+    usize::try_from(value)
+        .ok()
+        .filter(|&r| r < comm.size())
+        .ok_or_else(|| {
+            CError::invalid(format!(
+                "{what} {value} is not a rank of this communicator (0 to {})",
+                comm.size() - 1
+            ))
+        })
+}
+
+/// A zeroed block of `elements` elements standing for a buffer NCCL leaves unused.
+fn unused(owned: &mut Vec<HostBlock>, elements: usize, dtype: DataType) -> Result<Span, CError> {
+    let block = HostBlock::zeroed(byte_len("the unused buffer", elements, dtype)?)?;
+    let span = block.span();
+    owned.push(block);
+    Ok(span)
+}
+
+/// Whether `ptr` is `base` plus `block` blocks of `count` elements (NCCL's in-place
+/// pointers for gathers and scatters); `base` NULL never is.
+fn at_block(
+    ptr: *const c_void,
+    base: *const c_void,
+    block: usize,
+    count: usize,
+    dtype: DataType,
+) -> bool {
+    let offset = block
+        .checked_mul(count)
+        .and_then(|e| e.checked_mul(dtype.size()));
+    !base.is_null() && offset.and_then(|o| (base as usize).checked_add(o)) == Some(ptr as usize)
+}
+
+/// `n` counts or displacements (`size_t`) at `ptr`, the argument named `what`.
+fn read_array(what: &str, ptr: *const usize, n: usize) -> Result<Vec<usize>, CError> {
+    let bytes = n
+        .checked_mul(size_of::<usize>())
+        .ok_or_else(|| CError::invalid(format!("{what}: {n} entries overflow")))?;
+    let span = Span::bytes(what, ptr.cast(), bytes, align_of::<usize>())?;
+    if span.len == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: not NULL, aligned and not wrapping (checked); `n` readable entries is the
+    // caller's promise, as in NCCL.
+    Ok(unsafe { std::slice::from_raw_parts(span.addr as *const usize, n) }.to_vec())
+}
+
+/// The end of the furthest block of `counts` at `displs` (elements), refused when one
+/// overflows.
+fn extent(what: &str, counts: &[usize], displs: &[usize]) -> Result<usize, CError> {
+    counts.iter().zip(displs).try_fold(0usize, |far, (c, d)| {
+        d.checked_add(*c).map(|end| far.max(end)).ok_or_else(|| {
+            CError::invalid(format!("{what}: displacement {d} plus count {c} overflows"))
+        })
+    })
+}
+
+/// Run `build`'s step (or refusal) as exported function `name`.
+fn collective(name: &str, build: impl FnOnce() -> Result<Step, CError>) -> OxcclResult {
+    guard(name, || group::submit(build().map(Pending::Step)))
+}
+
+/// `ncclAllReduce`.
+///
+/// # Safety
+/// NCCL's contract: the buffers hold `count` elements and stay valid during the call.
+#[no_mangle]
+pub unsafe extern "C" fn oxcclAllReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    op: c_int,
+    comm: *mut OxcclComm,
+    stream: *mut OxcclStream,
+) -> OxcclResult {
+    collective("oxcclAllReduce", || {
+        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let op = reduce_op(op)?;
+        let recv = Span::of("recvbuff", recvbuff, count, dtype)?;
+        let binding = match sendbuff == recvbuff.cast_const() {
+            true => Binding::InPlace(recv),
+            false => Binding::OutOfPlace {
+                input: Span::of("sendbuff", sendbuff, count, dtype)?,
+                output: recv,
+            },
+        };
+        Step::new(comm, OpParam::all_reduce(count, dtype, op), binding)
+    })
+}
+
+/// `ncclBroadcast`.
+///
+/// # Safety
+/// NCCL's contract: `recvbuff` (and the root's `sendbuff`) hold `count` elements.
+#[no_mangle]
+pub unsafe extern "C" fn oxcclBroadcast(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    root: c_int,
+    comm: *mut OxcclComm,
+    stream: *mut OxcclStream,
+) -> OxcclResult {
+    collective("oxcclBroadcast", || {
+        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let root = rank_arg("root", root, &comm)?;
+        let recv = Span::of("recvbuff", recvbuff, count, dtype)?;
+        let mut owned = Vec::new();
+        let binding = if sendbuff == recvbuff.cast_const() {
+            Binding::InPlace(recv)
+        } else {
+            let input = match comm.rank() == root {
+                true => Span::of("sendbuff", sendbuff, count, dtype)?,
+                false => unused(&mut owned, count, dtype)?,
+            };
+            Binding::OutOfPlace {
+                input,
+                output: recv,
+            }
+        };
+        let param = OpParam::rooted(OpKind::Broadcast, count, dtype, ReduceOp::Sum, root);
+        Step::with_owned(comm, param, binding, owned)
+    })
+}
+
+/// `ncclReduce`.
+///
+/// # Safety
+/// NCCL's contract: `sendbuff` (and the root's `recvbuff`) hold `count` elements.
+#[no_mangle]
+pub unsafe extern "C" fn oxcclReduce(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    op: c_int,
+    root: c_int,
+    comm: *mut OxcclComm,
+    stream: *mut OxcclStream,
+) -> OxcclResult {
+    collective("oxcclReduce", || {
+        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let op = reduce_op(op)?;
+        let root = rank_arg("root", root, &comm)?;
+        let send = Span::of("sendbuff", sendbuff, count, dtype)?;
+        let mut owned = Vec::new();
+        let binding = if sendbuff == recvbuff.cast_const() {
+            Binding::InPlace(send)
+        } else {
+            let output = match comm.rank() == root {
+                true => Span::of("recvbuff", recvbuff, count, dtype)?,
+                false => unused(&mut owned, count, dtype)?,
+            };
+            Binding::OutOfPlace {
+                input: send,
+                output,
+            }
+        };
+        let param = OpParam::rooted(OpKind::Reduce, count, dtype, op, root);
+        Step::with_owned(comm, param, binding, owned)
+    })
+}
+
+/// `ncclAllGather`.
+///
+/// # Safety
+/// NCCL's contract: `sendbuff` holds `sendcount` elements, `recvbuff` nranks times that.
+#[no_mangle]
+pub unsafe extern "C" fn oxcclAllGather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    sendcount: usize,
+    datatype: c_int,
+    comm: *mut OxcclComm,
+    stream: *mut OxcclStream,
+) -> OxcclResult {
+    collective("oxcclAllGather", || {
+        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let total = times("sendcount", sendcount, comm.size())?;
+        let recv = Span::of("recvbuff", recvbuff, total, dtype)?;
+        let binding = match at_block(sendbuff, recvbuff, comm.rank(), sendcount, dtype) {
+            true => Binding::InPlace(recv),
+            false => Binding::OutOfPlace {
+                input: Span::of("sendbuff", sendbuff, sendcount, dtype)?,
+                output: recv,
+            },
+        };
+        Step::new(comm, OpParam::all_gather(sendcount, dtype), binding)
+    })
+}
+
+/// `ncclReduceScatter`.
+///
+/// # Safety
+/// NCCL's contract: `recvbuff` holds `recvcount` elements, `sendbuff` nranks times that.
+#[no_mangle]
+pub unsafe extern "C" fn oxcclReduceScatter(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    recvcount: usize,
+    datatype: c_int,
+    op: c_int,
+    comm: *mut OxcclComm,
+    stream: *mut OxcclStream,
+) -> OxcclResult {
+    collective("oxcclReduceScatter", || {
+        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let op = reduce_op(op)?;
+        let total = times("recvcount", recvcount, comm.size())?;
+        let send = Span::of("sendbuff", sendbuff, total, dtype)?;
+        let in_place = at_block(recvbuff, sendbuff, comm.rank(), recvcount, dtype);
+        let binding = match in_place {
+            true => Binding::InPlace(send),
+            false => Binding::OutOfPlace {
+                input: send,
+                output: Span::of("recvbuff", recvbuff, recvcount, dtype)?,
+            },
+        };
+        Step::new(comm, OpParam::reduce_scatter(recvcount, dtype, op), binding)
+    })
+}
+
+/// `ncclAlltoAll`.
+///
+/// # Safety
+/// NCCL's contract: both buffers hold nranks times `count` elements.
+#[no_mangle]
+pub unsafe extern "C" fn oxcclAlltoAll(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    comm: *mut OxcclComm,
+    stream: *mut OxcclStream,
+) -> OxcclResult {
+    collective("oxcclAlltoAll", || {
+        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let total = times("count", count, comm.size())?;
+        let binding = Binding::OutOfPlace {
+            input: Span::of("sendbuff", sendbuff, total, dtype)?,
+            output: Span::of("recvbuff", recvbuff, total, dtype)?,
+        };
+        let param = OpParam::new(OpKind::AlltoAll, count, dtype, ReduceOp::Sum);
+        Step::new(comm, param, binding)
+    })
+}
+
+/// `ncclGather`.
+///
+/// # Safety
+/// NCCL's contract: `sendbuff` holds `count` elements, the root's `recvbuff` nranks
+/// times that (every rank's, in place).
+#[no_mangle]
+pub unsafe extern "C" fn oxcclGather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    root: c_int,
+    comm: *mut OxcclComm,
+    stream: *mut OxcclStream,
+) -> OxcclResult {
+    collective("oxcclGather", || {
+        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let root = rank_arg("root", root, &comm)?;
+        let total = times("count", count, comm.size())?;
+        let mut owned = Vec::new();
+        let binding = if at_block(sendbuff, recvbuff, comm.rank(), count, dtype) {
+            Binding::InPlace(Span::of("recvbuff", recvbuff, total, dtype)?)
+        } else {
+            let output = match comm.rank() == root {
+                true => Span::of("recvbuff", recvbuff, total, dtype)?,
+                false => unused(&mut owned, total, dtype)?,
+            };
+            Binding::OutOfPlace {
+                input: Span::of("sendbuff", sendbuff, count, dtype)?,
+                output,
+            }
+        };
+        let param = OpParam::rooted(OpKind::Gather, count, dtype, ReduceOp::Sum, root);
+        Step::with_owned(comm, param, binding, owned)
+    })
+}
+
+/// `ncclScatter`.
+///
+/// # Safety
+/// NCCL's contract: `recvbuff` holds `count` elements, the root's `sendbuff` nranks times
+/// that (every rank's, in place).
+#[no_mangle]
+pub unsafe extern "C" fn oxcclScatter(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    root: c_int,
+    comm: *mut OxcclComm,
+    stream: *mut OxcclStream,
+) -> OxcclResult {
+    collective("oxcclScatter", || {
+        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let root = rank_arg("root", root, &comm)?;
+        let total = times("count", count, comm.size())?;
+        let mut owned = Vec::new();
+        let binding = if at_block(recvbuff, sendbuff, comm.rank(), count, dtype) {
+            Binding::InPlace(Span::of("sendbuff", sendbuff, total, dtype)?)
+        } else {
+            let input = match comm.rank() == root {
+                true => Span::of("sendbuff", sendbuff, total, dtype)?,
+                false => unused(&mut owned, total, dtype)?,
+            };
+            Binding::OutOfPlace {
+                input,
+                output: Span::of("recvbuff", recvbuff, count, dtype)?,
+            }
+        };
+        let param = OpParam::rooted(OpKind::Scatter, count, dtype, ReduceOp::Sum, root);
+        Step::with_owned(comm, param, binding, owned)
+    })
+}
+
+/// The count `given` of this rank must be `counts[rank]`.
+fn own_count(
+    what: &str,
+    given: usize,
+    array: &str,
+    counts: &[usize],
+    rank: Rank,
+) -> Result<(), CError> {
+    if counts[rank] != given {
+        return Err(CError::invalid(format!(
+            "{what} {given} differs from {array}[{rank}] = {}; they must be equal",
+            counts[rank]
+        )));
+    }
+    Ok(())
+}
+
+/// AllGatherV over blocks of `recvcounts[r]` elements at `displs[r]` of `recvbuff`.
+///
+/// # Safety
+/// NCCL's contract: the arrays hold nranks entries, `sendbuff` `sendcount` elements and
+/// `recvbuff` every block.
+#[no_mangle]
+pub unsafe extern "C" fn oxcclAllGatherV(
+    sendbuff: *const c_void,
+    sendcount: usize,
+    recvbuff: *mut c_void,
+    recvcounts: *const usize,
+    displs: *const usize,
+    datatype: c_int,
+    comm: *mut OxcclComm,
+    stream: *mut OxcclStream,
+) -> OxcclResult {
+    collective("oxcclAllGatherV", || {
+        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let (n, rank) = (comm.size(), comm.rank());
+        let counts = read_array("recvcounts", recvcounts, n)?;
+        let displs = read_array("displs", displs, n)?;
+        own_count("sendcount", sendcount, "recvcounts", &counts, rank)?;
+        let recv = Span::of(
+            "recvbuff",
+            recvbuff,
+            extent("recvcounts", &counts, &displs)?,
+            dtype,
+        )?;
+        let binding = match at_block(sendbuff, recvbuff, displs[rank], 1, dtype) {
+            true => Binding::InPlace(recv),
+            false => Binding::OutOfPlace {
+                input: Span::of("sendbuff", sendbuff, sendcount, dtype)?,
+                output: recv,
+            },
+        };
+        let layout = VLayout::Blocks { counts, displs };
+        let param = OpParam::vector(OpKind::AllGatherV, layout, dtype, ReduceOp::Sum);
+        Step::new(comm, param, binding)
+    })
+}
+
+/// ReduceScatterV over blocks of `sendcounts[r]` elements at `displs[r]` of `sendbuff`.
+///
+/// # Safety
+/// NCCL's contract: the arrays hold nranks entries, `recvbuff` `recvcount` elements and
+/// `sendbuff` every block.
+#[no_mangle]
+pub unsafe extern "C" fn oxcclReduceScatterV(
+    sendbuff: *const c_void,
+    sendcounts: *const usize,
+    displs: *const usize,
+    recvbuff: *mut c_void,
+    recvcount: usize,
+    datatype: c_int,
+    op: c_int,
+    comm: *mut OxcclComm,
+    stream: *mut OxcclStream,
+) -> OxcclResult {
+    collective("oxcclReduceScatterV", || {
+        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let op = reduce_op(op)?;
+        let (n, rank) = (comm.size(), comm.rank());
+        let counts = read_array("sendcounts", sendcounts, n)?;
+        let displs = read_array("displs", displs, n)?;
+        own_count("recvcount", recvcount, "sendcounts", &counts, rank)?;
+        let send = Span::of(
+            "sendbuff",
+            sendbuff,
+            extent("sendcounts", &counts, &displs)?,
+            dtype,
+        )?;
+        let binding = match at_block(recvbuff, sendbuff, displs[rank], 1, dtype) {
+            true => Binding::InPlace(send),
+            false => Binding::OutOfPlace {
+                input: send,
+                output: Span::of("recvbuff", recvbuff, recvcount, dtype)?,
+            },
+        };
+        let layout = VLayout::Blocks { counts, displs };
+        let param = OpParam::vector(OpKind::ReduceScatterV, layout, dtype, op);
+        Step::new(comm, param, binding)
+    })
+}
+
+/// MPI_Alltoallv's shape.
+///
+/// # Safety
+/// NCCL's contract: the four arrays hold nranks entries and the buffers every block.
+#[no_mangle]
+pub unsafe extern "C" fn oxcclAlltoAllV(
+    sendbuff: *const c_void,
+    sendcounts: *const usize,
+    sdispls: *const usize,
+    recvbuff: *mut c_void,
+    recvcounts: *const usize,
+    rdispls: *const usize,
+    datatype: c_int,
+    comm: *mut OxcclComm,
+    stream: *mut OxcclStream,
+) -> OxcclResult {
+    collective("oxcclAlltoAllV", || {
+        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let n = comm.size();
+        let send_counts = read_array("sendcounts", sendcounts, n)?;
+        let send_displs = read_array("sdispls", sdispls, n)?;
+        let recv_counts = read_array("recvcounts", recvcounts, n)?;
+        let recv_displs = read_array("rdispls", rdispls, n)?;
+        let send_extent = extent("sendcounts", &send_counts, &send_displs)?;
+        let recv_extent = extent("recvcounts", &recv_counts, &recv_displs)?;
+        let binding = Binding::OutOfPlace {
+            input: Span::of("sendbuff", sendbuff, send_extent, dtype)?,
+            output: Span::of("recvbuff", recvbuff, recv_extent, dtype)?,
+        };
+        let layout = VLayout::all_to_all_v(&send_counts, &send_displs, &recv_counts, &recv_displs);
+        let param = OpParam::vector(OpKind::AlltoAllV, layout, dtype, ReduceOp::Sum);
+        Step::new(comm, param, binding)
+    })
+}
+
+/// One send or receive of `count` elements at `buff`, to or from `peer`.
+fn p2p(
+    name: &str,
+    buff: *const c_void,
+    count: usize,
+    datatype: c_int,
+    peer: c_int,
+    comm: *const OxcclComm,
+    stream: *const OxcclStream,
+    send: bool,
+) -> OxcclResult {
+    guard(name, || {
+        let part = (|| {
+            let (comm, dtype) = begin(comm, stream, datatype)?;
+            let peer = rank_arg("peer", peer, &comm)?;
+            let what = if send { "sendbuff" } else { "recvbuff" };
+            let span = Span::of(what, buff, count, dtype)?;
+            Ok(Pending::P2p(P2pPart {
+                comm,
+                span,
+                peer,
+                send,
+            }))
+        })();
+        group::submit(part)
+    })
+}
+
+/// `ncclSend`.
+///
+/// # Safety
+/// NCCL's contract: `sendbuff` holds `count` elements.
+#[no_mangle]
+pub unsafe extern "C" fn oxcclSend(
+    sendbuff: *const c_void,
+    count: usize,
+    datatype: c_int,
+    peer: c_int,
+    comm: *mut OxcclComm,
+    stream: *mut OxcclStream,
+) -> OxcclResult {
+    p2p(
+        "oxcclSend",
+        sendbuff,
+        count,
+        datatype,
+        peer,
+        comm,
+        stream,
+        true,
+    )
+}
+
+/// `ncclRecv`.
+///
+/// # Safety
+/// NCCL's contract: `recvbuff` holds `count` elements.
+#[no_mangle]
+pub unsafe extern "C" fn oxcclRecv(
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: c_int,
+    peer: c_int,
+    comm: *mut OxcclComm,
+    stream: *mut OxcclStream,
+) -> OxcclResult {
+    p2p(
+        "oxcclRecv",
+        recvbuff,
+        count,
+        datatype,
+        peer,
+        comm,
+        stream,
+        false,
+    )
+}
+
+/// A barrier: returns once every rank entered it.
+///
+/// # Safety
+/// `comm` is a handle from oxccl (checked) or NULL.
+#[no_mangle]
+pub unsafe extern "C" fn oxcclBarrier(
+    comm: *mut OxcclComm,
+    stream: *mut OxcclStream,
+) -> OxcclResult {
+    collective("oxcclBarrier", || {
+        let comm = Comm::usable(comm)?;
+        check_stream(stream)?;
+        let binding = Binding::OutOfPlace {
+            input: Span::EMPTY,
+            output: Span::EMPTY,
+        };
+        Step::new(comm, OpParam::barrier(), binding)
+    })
+}
+
+/// `ncclGroupStart`.
+#[no_mangle]
+pub extern "C" fn oxcclGroupStart() -> OxcclResult {
+    guard("oxcclGroupStart", group::start)
+}
+
+/// `ncclGroupEnd`: runs the outermost group's calls; their first error.
+#[no_mangle]
+pub extern "C" fn oxcclGroupEnd() -> OxcclResult {
+    guard("oxcclGroupEnd", group::end)
+}
