@@ -155,6 +155,20 @@ fn env_config(algo: Option<&str>) -> Result<Config, CError> {
     Ok(config)
 }
 
+/// Refuse to create communicators when no algorithm is linked in: what a static link
+/// that dropped the algorithms' registrations (objects nothing references) leaves.
+fn check_linked() -> Result<(), CError> {
+    let registry = oxccl::registry().map_err(|e| CError::from_oxccl(&e, None))?;
+    if registry.executors().next().is_none() {
+        return Err(CError::usage(
+            "no collective algorithm is linked into this program: link liboxccl_capi.a \
+             whole (-Wl,--whole-archive liboxccl_capi.a -Wl,--no-whole-archive), or link \
+             liboxccl_capi.so",
+        ));
+    }
+    Ok(())
+}
+
 /// Register `comm` and write its handle through `out`.
 fn hand_out(out: *mut *mut OxcclComm, comm: Communicator) -> Result<(), CError> {
     let handle = COMMS.insert(Arc::new(Comm::new(comm)));
@@ -213,6 +227,7 @@ fn init_rank(
         Some(c) => configured(&c)?,
         None => env_config(None)?,
     };
+    check_linked()?;
     let comm =
         Communicator::init_rank(&id, n, r, config).map_err(|e| CError::from_oxccl(&e, Some(r)))?;
     hand_out(out, comm)
@@ -320,6 +335,7 @@ pub unsafe extern "C" fn oxcclCommInitAll(
             align_of::<*mut OxcclComm>(),
         )?;
         check_devlist(devlist, n)?;
+        check_linked()?;
         let made = Communicator::init_all(n, env_config(None)?)
             .map_err(|e| CError::from_oxccl(&e, None))?;
         for (i, comm) in made.into_iter().enumerate() {

@@ -1,4 +1,6 @@
-//! The collective functions: NCCL's arguments checked and turned into [`Step`]s.
+//! The collective functions: NCCL's arguments checked and turned into [`Step`]s (the
+//! fixed-size operators here, the V operators in `vector`, send, receive, barrier and
+//! the group calls in `p2p`).
 //!
 //! Each function checks its communicator (live, not finalized), its stream (NULL: the
 //! host device has no streams), its data type and reduce op numbers, its roots and
@@ -15,13 +17,15 @@
 // NCCL's argument lists are the ABI: they are as long as NCCL made them.
 #![allow(clippy::too_many_arguments)]
 
+mod p2p;
+mod vector;
+
 use crate::buffers::{byte_len, times, HostBlock, Span};
-use crate::group::{self, P2pPart, Pending};
+use crate::group::{self, Pending};
 use crate::handles::{Comm, OxcclComm};
 use crate::result::{guard, CError, OxcclResult};
 use crate::step::{Binding, Step};
 use crate::types::{data_type, reduce_op};
-use oxccl::framework::op::VLayout;
 use oxccl::{DataType, OpKind, OpParam, Rank, ReduceOp};
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
@@ -378,250 +382,4 @@ pub unsafe extern "C" fn oxcclScatter(
         let param = OpParam::rooted(OpKind::Scatter, count, dtype, ReduceOp::Sum, root);
         Step::with_owned(comm, param, binding, owned)
     })
-}
-
-/// The count `given` of this rank must be `counts[rank]`.
-fn own_count(
-    what: &str,
-    given: usize,
-    array: &str,
-    counts: &[usize],
-    rank: Rank,
-) -> Result<(), CError> {
-    if counts[rank] != given {
-        return Err(CError::invalid(format!(
-            "{what} {given} differs from {array}[{rank}] = {}; they must be equal",
-            counts[rank]
-        )));
-    }
-    Ok(())
-}
-
-/// AllGatherV over blocks of `recvcounts[r]` elements at `displs[r]` of `recvbuff`.
-///
-/// # Safety
-/// NCCL's contract: the arrays hold nranks entries, `sendbuff` `sendcount` elements and
-/// `recvbuff` every block.
-#[no_mangle]
-pub unsafe extern "C" fn oxcclAllGatherV(
-    sendbuff: *const c_void,
-    sendcount: usize,
-    recvbuff: *mut c_void,
-    recvcounts: *const usize,
-    displs: *const usize,
-    datatype: c_int,
-    comm: *mut OxcclComm,
-    stream: *mut OxcclStream,
-) -> OxcclResult {
-    collective("oxcclAllGatherV", || {
-        let (comm, dtype) = begin(comm, stream, datatype)?;
-        let (n, rank) = (comm.size(), comm.rank());
-        let counts = read_array("recvcounts", recvcounts, n)?;
-        let displs = read_array("displs", displs, n)?;
-        own_count("sendcount", sendcount, "recvcounts", &counts, rank)?;
-        let recv = Span::of(
-            "recvbuff",
-            recvbuff,
-            extent("recvcounts", &counts, &displs)?,
-            dtype,
-        )?;
-        let binding = match at_block(sendbuff, recvbuff, displs[rank], 1, dtype) {
-            true => Binding::InPlace(recv),
-            false => Binding::OutOfPlace {
-                input: Span::of("sendbuff", sendbuff, sendcount, dtype)?,
-                output: recv,
-            },
-        };
-        let layout = VLayout::Blocks { counts, displs };
-        let param = OpParam::vector(OpKind::AllGatherV, layout, dtype, ReduceOp::Sum);
-        Step::new(comm, param, binding)
-    })
-}
-
-/// ReduceScatterV over blocks of `sendcounts[r]` elements at `displs[r]` of `sendbuff`.
-///
-/// # Safety
-/// NCCL's contract: the arrays hold nranks entries, `recvbuff` `recvcount` elements and
-/// `sendbuff` every block.
-#[no_mangle]
-pub unsafe extern "C" fn oxcclReduceScatterV(
-    sendbuff: *const c_void,
-    sendcounts: *const usize,
-    displs: *const usize,
-    recvbuff: *mut c_void,
-    recvcount: usize,
-    datatype: c_int,
-    op: c_int,
-    comm: *mut OxcclComm,
-    stream: *mut OxcclStream,
-) -> OxcclResult {
-    collective("oxcclReduceScatterV", || {
-        let (comm, dtype) = begin(comm, stream, datatype)?;
-        let op = reduce_op(op)?;
-        let (n, rank) = (comm.size(), comm.rank());
-        let counts = read_array("sendcounts", sendcounts, n)?;
-        let displs = read_array("displs", displs, n)?;
-        own_count("recvcount", recvcount, "sendcounts", &counts, rank)?;
-        let send = Span::of(
-            "sendbuff",
-            sendbuff,
-            extent("sendcounts", &counts, &displs)?,
-            dtype,
-        )?;
-        let binding = match at_block(recvbuff, sendbuff, displs[rank], 1, dtype) {
-            true => Binding::InPlace(send),
-            false => Binding::OutOfPlace {
-                input: send,
-                output: Span::of("recvbuff", recvbuff, recvcount, dtype)?,
-            },
-        };
-        let layout = VLayout::Blocks { counts, displs };
-        let param = OpParam::vector(OpKind::ReduceScatterV, layout, dtype, op);
-        Step::new(comm, param, binding)
-    })
-}
-
-/// MPI_Alltoallv's shape.
-///
-/// # Safety
-/// NCCL's contract: the four arrays hold nranks entries and the buffers every block.
-#[no_mangle]
-pub unsafe extern "C" fn oxcclAlltoAllV(
-    sendbuff: *const c_void,
-    sendcounts: *const usize,
-    sdispls: *const usize,
-    recvbuff: *mut c_void,
-    recvcounts: *const usize,
-    rdispls: *const usize,
-    datatype: c_int,
-    comm: *mut OxcclComm,
-    stream: *mut OxcclStream,
-) -> OxcclResult {
-    collective("oxcclAlltoAllV", || {
-        let (comm, dtype) = begin(comm, stream, datatype)?;
-        let n = comm.size();
-        let send_counts = read_array("sendcounts", sendcounts, n)?;
-        let send_displs = read_array("sdispls", sdispls, n)?;
-        let recv_counts = read_array("recvcounts", recvcounts, n)?;
-        let recv_displs = read_array("rdispls", rdispls, n)?;
-        let send_extent = extent("sendcounts", &send_counts, &send_displs)?;
-        let recv_extent = extent("recvcounts", &recv_counts, &recv_displs)?;
-        let binding = Binding::OutOfPlace {
-            input: Span::of("sendbuff", sendbuff, send_extent, dtype)?,
-            output: Span::of("recvbuff", recvbuff, recv_extent, dtype)?,
-        };
-        let layout = VLayout::all_to_all_v(&send_counts, &send_displs, &recv_counts, &recv_displs);
-        let param = OpParam::vector(OpKind::AlltoAllV, layout, dtype, ReduceOp::Sum);
-        Step::new(comm, param, binding)
-    })
-}
-
-/// One send or receive of `count` elements at `buff`, to or from `peer`.
-fn p2p(
-    name: &str,
-    buff: *const c_void,
-    count: usize,
-    datatype: c_int,
-    peer: c_int,
-    comm: *const OxcclComm,
-    stream: *const OxcclStream,
-    send: bool,
-) -> OxcclResult {
-    guard(name, || {
-        let part = (|| {
-            let (comm, dtype) = begin(comm, stream, datatype)?;
-            let peer = rank_arg("peer", peer, &comm)?;
-            let what = if send { "sendbuff" } else { "recvbuff" };
-            let span = Span::of(what, buff, count, dtype)?;
-            Ok(Pending::P2p(P2pPart {
-                comm,
-                span,
-                peer,
-                send,
-            }))
-        })();
-        group::submit(part)
-    })
-}
-
-/// `ncclSend`.
-///
-/// # Safety
-/// NCCL's contract: `sendbuff` holds `count` elements.
-#[no_mangle]
-pub unsafe extern "C" fn oxcclSend(
-    sendbuff: *const c_void,
-    count: usize,
-    datatype: c_int,
-    peer: c_int,
-    comm: *mut OxcclComm,
-    stream: *mut OxcclStream,
-) -> OxcclResult {
-    p2p(
-        "oxcclSend",
-        sendbuff,
-        count,
-        datatype,
-        peer,
-        comm,
-        stream,
-        true,
-    )
-}
-
-/// `ncclRecv`.
-///
-/// # Safety
-/// NCCL's contract: `recvbuff` holds `count` elements.
-#[no_mangle]
-pub unsafe extern "C" fn oxcclRecv(
-    recvbuff: *mut c_void,
-    count: usize,
-    datatype: c_int,
-    peer: c_int,
-    comm: *mut OxcclComm,
-    stream: *mut OxcclStream,
-) -> OxcclResult {
-    p2p(
-        "oxcclRecv",
-        recvbuff,
-        count,
-        datatype,
-        peer,
-        comm,
-        stream,
-        false,
-    )
-}
-
-/// A barrier: returns once every rank entered it.
-///
-/// # Safety
-/// `comm` is a handle from oxccl (checked) or NULL.
-#[no_mangle]
-pub unsafe extern "C" fn oxcclBarrier(
-    comm: *mut OxcclComm,
-    stream: *mut OxcclStream,
-) -> OxcclResult {
-    collective("oxcclBarrier", || {
-        let comm = Comm::usable(comm)?;
-        check_stream(stream)?;
-        let binding = Binding::OutOfPlace {
-            input: Span::EMPTY,
-            output: Span::EMPTY,
-        };
-        Step::new(comm, OpParam::barrier(), binding)
-    })
-}
-
-/// `ncclGroupStart`.
-#[no_mangle]
-pub extern "C" fn oxcclGroupStart() -> OxcclResult {
-    guard("oxcclGroupStart", group::start)
-}
-
-/// `ncclGroupEnd`: runs the outermost group's calls; their first error.
-#[no_mangle]
-pub extern "C" fn oxcclGroupEnd() -> OxcclResult {
-    guard("oxcclGroupEnd", group::end)
 }
