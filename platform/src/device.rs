@@ -509,6 +509,15 @@ pub trait Device: Any + Send + Sync + std::fmt::Debug {
     /// ([`AbortCause::CallFailed`]).
     fn abort(&self, cause: AbortCause);
 
+    /// [`Device::run`] for a group of prepared sequences (graph mode's launches: the same
+    /// compiled programs submitted again and again, every rank's steps at once). A backend
+    /// may link such a group once and run it by a faster path (the host device runs a
+    /// group of every local rank's small programs as one precomputed order, without
+    /// signals); the outcome is the same as [`Device::run`]'s.
+    fn run_sequence_group(&self, group: Vec<Submission<'_>>) -> Vec<Result<(), DeviceError>> {
+        self.run(group)
+    }
+
     /// Submit and wait for every submission: the safe way to run.
     fn run(&self, group: Vec<Submission<'_>>) -> Vec<Result<(), DeviceError>> {
         let timeout = self.config().exec_timeout;

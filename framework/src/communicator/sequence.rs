@@ -128,11 +128,7 @@ impl Communicator {
     /// output); input `None` in place): validated as a call with such buffers would be,
     /// then selected, planned and compiled. The step is the caller's; the program cache
     /// is neither read nor filled.
-    pub fn prepare_step(
-        &self,
-        op: &OpParam,
-        lens: (Option<usize>, usize),
-    ) -> Result<Step, Error> {
+    pub fn prepare_step(&self, op: &OpParam, lens: (Option<usize>, usize)) -> Result<Step, Error> {
         let (input, output) = lens;
         op.validate(self.rank, self.size(), input, output)?;
         let in_place = input.is_none();
@@ -351,7 +347,7 @@ fn run_queued(group: &Shared, queued: Vec<Queued<'_, '_>>, results: &mut [Result
             submissions.push(q.submission);
             settles.push((q.slot, q.comm, q.call, q.executor, q.what));
         }
-        let outcomes = device.run(submissions);
+        let outcomes = device.run_sequence_group(submissions);
         for ((slot, comm, call, executor, what), outcome) in settles.into_iter().zip(outcomes) {
             let settled = comm.settle(call, (Some(executor), Some(&what)), outcome);
             if results[slot].is_ok() {

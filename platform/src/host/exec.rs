@@ -102,14 +102,26 @@ impl Prepared {
     }
 }
 
+/// Where a zero-copy task finds its peers' user buffers.
+#[derive(Clone, Copy)]
+pub(crate) enum PeerRegions<'r> {
+    /// The device's registry: a peer may end its call and unregister at any time, so the
+    /// task keeps the peer's registration while it runs.
+    Registered,
+    /// A serial run's (see `serial`), by local slot: every launch of the run stays
+    /// registered until the run is over, so nothing needs keeping.
+    Serial(&'r [Option<UserRegions>]),
+}
+
 /// Run a Copy or Reduce task of `launch`'s stream `at.stream`.
 pub(crate) fn run_data_task(
     launch: &Arc<Launch>,
     task: &DataOp,
     at: TaskLocation,
+    peers: PeerRegions<'_>,
 ) -> Result<Step, DeviceError> {
     let mut prepared = Prepared::new(task);
-    bind(launch, task, at, &mut prepared)?;
+    bind(launch, task, at, peers, &mut prepared)?;
     if !task.remote.is_empty() {
         return run_with_puts(launch, task, &prepared).map(|()| Step::Next);
     }
@@ -232,6 +244,7 @@ fn bind(
     launch: &Launch,
     task: &DataOp,
     at: TaskLocation,
+    peers: PeerRegions<'_>,
     p: &mut Prepared,
 ) -> Result<(), DeviceError> {
     if !task.dynamic {
@@ -247,11 +260,11 @@ fn bind(
     // operand.
     let mut srcs: Ptrs<Bound> = Ptrs::new();
     for o in &task.srcs {
-        srcs.push(resolve(launch, task, o, false, &mut p.keep).map_err(invalid)?);
+        srcs.push(resolve(launch, task, o, (false, peers), &mut p.keep).map_err(invalid)?);
     }
     let mut dsts: Ptrs<Bound> = Ptrs::new();
     for o in &task.dsts {
-        dsts.push(resolve(launch, task, o, true, &mut p.keep).map_err(invalid)?);
+        dsts.push(resolve(launch, task, o, (true, peers), &mut p.keep).map_err(invalid)?);
     }
     let reduce = matches!(task.kind, Kind::Reduce(..));
     check_overlaps(&srcs, &dsts, task.len, reduce, |b| (0, b.0 as usize)).map_err(invalid)?;
@@ -266,18 +279,39 @@ fn resolve(
     launch: &Launch,
     task: &DataOp,
     o: &Operand,
-    write: bool,
+    (write, peers): (bool, PeerRegions<'_>),
     keep: &mut SmallVec<[Arc<UserRegions>; 2]>,
 ) -> Result<Bound, (Slice, SliceFault)> {
     let Place::Peer(slot) = o.place else {
         return Ok(Bound(static_ptr(launch, o), o.slice));
     };
     let slice = o.slice;
-    let (region, reg) = launch
-        .shared
-        .memory
-        .peer_user(slot, slice.rank, slice.buf, launch.epoch)
-        .map_err(|f| (slice, f))?;
+    let (region, reg) = match peers {
+        PeerRegions::Registered => {
+            let (region, reg) = launch
+                .shared
+                .memory
+                .peer_user(slot, slice.rank, slice.buf, launch.epoch)
+                .map_err(|f| (slice, f))?;
+            (region, Some(reg))
+        }
+        PeerRegions::Serial(regions) => {
+            let unbound = (
+                slice,
+                SliceFault::Unbound {
+                    rank: slice.rank,
+                    buf: slice.buf,
+                },
+            );
+            let regs = regions.get(slot).copied().flatten().ok_or(unbound)?;
+            let region = if slice.buf == Buf::Input {
+                regs.input
+            } else {
+                regs.output
+            };
+            (region, None)
+        }
+    };
     let inside = slice
         .offset
         .checked_add(slice.len)
@@ -297,7 +331,7 @@ fn resolve(
             return Err((slice, SliceFault::Misaligned { dtype }));
         }
     }
-    keep.push(reg);
+    keep.extend(reg);
     Ok(Bound(ptr, slice))
 }
 

@@ -29,7 +29,7 @@
 //! left for the next operation to trip over.
 
 use super::compile::{HostProgram, Op};
-use super::exec;
+use super::exec::{self, PeerRegions};
 use super::fence::RankFence;
 use super::memory::{Memory, UserRegions};
 use super::pool::WorkerPool;
@@ -70,6 +70,8 @@ pub(crate) struct Shared {
     pub tcp: Option<Arc<super::tcp::TcpLinks>>,
     pub pool: WorkerPool,
     pub running: Mutex<Running>,
+    /// Linked groups of sequences, run serially (see `serial`).
+    pub schedules: super::serial::Schedules,
     /// Identifies this device's compiled programs.
     pub id: usize,
 }
@@ -101,6 +103,11 @@ pub(crate) struct Running {
 }
 
 impl Shared {
+    /// Why the device stopped, once it did.
+    pub(crate) fn failure(&self) -> Option<AbortCause> {
+        self.running.lock().failure.clone()
+    }
+
     /// The local slot of `rank`, or the refusal for a rank this device does not serve.
     pub(crate) fn slot(&self, rank: Rank) -> Result<usize, DeviceError> {
         self.slots
@@ -395,15 +402,54 @@ impl Launch {
         }
     }
 
+    /// A serial run drives this launch (see `serial`): it runs from now on, its tasks
+    /// run by the submitting thread. False when it was cancelled or ended meanwhile.
+    pub(crate) fn start_serially(&self) -> bool {
+        let mut phase = self.phase.lock();
+        match *phase {
+            Phase::Gated(_) | Phase::Fenced { .. } => {
+                *phase = Phase::Running;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A serial run ran every task of `launches` (one epoch's, or stopped at a fault):
+    /// their streams end, and each launch ends as any does (notifies left set, the fence,
+    /// its outcome). Every rank finishes the epoch before any passes its exit fence, so
+    /// none waits for a peer that is next in line.
+    pub(crate) fn end_serially(launches: &[&Arc<Self>]) {
+        let running = |l: &&&Arc<Self>| matches!(*l.phase.lock(), Phase::Running);
+        let ending: Vec<&Arc<Self>> = launches.iter().filter(running).copied().collect();
+        for launch in &ending {
+            launch.remaining.store(0, Ordering::Release);
+            launch.finish_epoch();
+        }
+        for launch in ending {
+            launch.exit();
+        }
+    }
+
     /// Every stream ended: this rank finished the epoch. Then wait for the exit fence
     /// (zero-copy, no error) or complete.
     fn streams_done(self: &Arc<Self>) {
+        self.finish_epoch();
+        self.exit();
+    }
+
+    /// Look for notifies left set, then mark the epoch finished on the rank's fence.
+    fn finish_epoch(self: &Arc<Self>) {
         if self.error.lock().is_none() && !self.is_aborted() {
             if let Some(err) = self.left_set() {
                 self.abort(err);
             }
         }
         self.shared.advance(self.program.slot, self.epoch);
+    }
+
+    /// After the epoch: wait for the exit fence (zero-copy, no error) or complete.
+    fn exit(self: &Arc<Self>) {
         let exit = self.compiled.exit_fence && self.error.lock().is_none();
         {
             let mut phase = self.phase.lock();
@@ -898,7 +944,7 @@ pub(crate) fn run_stream(launch: &Arc<Launch>, s: usize) {
                 .map(|()| Step::Next),
             Op::Fused => Ok(Step::Next),
             Op::Wait { word, notify } => launch.wait(*word, *notify, at),
-            Op::Data(data) => exec::run_data_task(launch, data, at),
+            Op::Data(data) => exec::run_data_task(launch, data, at, PeerRegions::Registered),
         };
         match step {
             Ok(Step::Next) => launch.advance(s),

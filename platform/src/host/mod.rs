@@ -22,6 +22,7 @@ mod fence;
 mod launch;
 mod memory;
 mod pool;
+mod serial;
 mod shm;
 mod tcp;
 
@@ -118,6 +119,7 @@ impl HostDevice {
             tcp: tcp.clone(),
             pool,
             running: Mutex::new(Default::default()),
+            schedules: Default::default(),
             slots,
             layout,
             config,
@@ -155,6 +157,103 @@ impl HostDevice {
     /// Validate a submission, register its user buffers and start its launch (gated,
     /// fenced or at once).
     fn start(&self, s: Submission<'_>) -> Result<HostCompletion, DeviceError> {
+        let gate = s.gate.clone();
+        let completion = self.admit(s)?;
+        match gate {
+            Some(gate) => {
+                let gated = completion.launch.clone();
+                gate.when_decided(Box::new(move |outcome| gated.gate_decided(outcome)));
+            }
+            None => completion.launch.pass_entry_fence(0),
+        }
+        Ok(completion)
+    }
+
+    /// The schedule that runs `group` serially (see [`serial`]), when it can: every
+    /// submission is this device's, bound to host memory that fits, past its gate, and
+    /// every local rank finished the epoch before the group's.
+    fn linked(&self, group: &[Submission<'_>]) -> Option<Arc<serial::Schedule>> {
+        let shared = &self.shared;
+        if shared.shm.is_some() || shared.tcp.is_some() {
+            return None;
+        }
+        let first = group.iter().map(|s| s.epoch).min()?;
+        let mut parts = Vec::with_capacity(group.len());
+        for s in group {
+            let open = s
+                .gate
+                .as_ref()
+                .is_none_or(|g| matches!(g.outcome(), Some(Ok(()))));
+            let fits = s.compiled.device_id == shared.id
+                && !s.user.is_device()
+                && s.compiled.check_binding(&s.user).is_ok();
+            if !open || !fits {
+                return None;
+            }
+            let program = s.compiled.backend.downcast_ref::<HostProgram>()?;
+            parts.push((&s.compiled, program, s.epoch - first));
+        }
+        let local = shared.config.local_ranks.len();
+        let previous = first.checked_sub(1)?;
+        if shared.fences[..local].iter().any(|f| f.done() != previous) {
+            return None;
+        }
+        shared.schedules.of(&parts, local)
+    }
+
+    /// Run `group` by `schedule` on this thread (see [`serial`]).
+    fn run_linked(
+        &self,
+        group: Vec<Submission<'_>>,
+        schedule: &serial::Schedule,
+    ) -> Vec<Result<(), DeviceError>> {
+        let timeout = self.shared.config.exec_timeout;
+        let admitted: Vec<Result<HostCompletion, DeviceError>> =
+            group.into_iter().map(|s| self.admit(s)).collect();
+        if let Some(err) = admitted.iter().find_map(|a| a.as_ref().err()) {
+            // Only a stopped device refuses a submission `linked` accepted: the launches
+            // admitted end as aborted, none of their tasks having run.
+            let cause = AbortCause::PeerFailed {
+                rank: 0,
+                error: Arc::new(err.clone()),
+            };
+            self.shared.stop(cause, None);
+        } else {
+            let launches: Vec<Arc<Launch>> = admitted
+                .iter()
+                .flatten()
+                .map(|c| c.launch.clone())
+                .collect();
+            let started: Vec<bool> = launches.iter().map(|l| l.start_serially()).collect();
+            if started.iter().all(|&s| s) {
+                serial::run(schedule, &launches);
+            } else {
+                // Only a stop cancels an admitted launch: the others end aborted too,
+                // none of their tasks having run.
+                let cause = self.shared.failure();
+                let ending: Vec<&Arc<Launch>> = launches
+                    .iter()
+                    .zip(started)
+                    .filter_map(|(launch, started)| started.then_some(launch))
+                    .collect();
+                for launch in &ending {
+                    if let Some(cause) = cause.clone() {
+                        let rank = launch.rank();
+                        launch.abort(DeviceError::Aborted { rank, cause });
+                    }
+                }
+                Launch::end_serially(&ending);
+            }
+        }
+        admitted
+            .into_iter()
+            .map(|c| crate::device::wait_out(&mut c?, timeout))
+            .collect()
+    }
+
+    /// Validate a submission, register its user buffers and create its launch, not
+    /// started: waiting for its gate (when it has one) or its entry fence.
+    fn admit(&self, s: Submission<'_>) -> Result<HostCompletion, DeviceError> {
         let compiled = s.compiled;
         if compiled.device_id != self.shared.id {
             return Err(ConfigFault::ForeignProgram.into());
@@ -187,13 +286,6 @@ impl HostDevice {
             drop(launch);
             self.shared.memory.unregister(slot, registration);
             return Err(err);
-        }
-        match s.gate {
-            Some(gate) => {
-                let gated = launch.clone();
-                gate.when_decided(Box::new(move |outcome| gated.gate_decided(outcome)));
-            }
-            None => launch.pass_entry_fence(0),
         }
         Ok(HostCompletion {
             launch,
@@ -447,6 +539,13 @@ impl Device for HostDevice {
             .into_iter()
             .map(|c| crate::device::wait_out(&mut c?, timeout))
             .collect()
+    }
+
+    fn run_sequence_group(&self, group: Vec<Submission<'_>>) -> Vec<Result<(), DeviceError>> {
+        match self.linked(&group) {
+            Some(schedule) => self.run_linked(group, &schedule),
+            None => self.run(group),
+        }
     }
 
     fn retire(&self, rank: Rank, epoch: u64) -> Result<(), DeviceError> {

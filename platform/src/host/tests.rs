@@ -612,7 +612,11 @@ fn a_rank_s_queued_submissions_run_in_epoch_order() {
         let all = s.spawn(|| run_group(&dev, group));
         std::thread::sleep(Duration::from_millis(50));
         for rank in 0..2 {
-            assert_eq!(dev.done_epoch(rank).unwrap(), 0, "nothing ran before epoch 1");
+            assert_eq!(
+                dev.done_epoch(rank).unwrap(),
+                0,
+                "nothing ran before epoch 1"
+            );
         }
         gate.decide(Ok(()));
         let results = all.join().unwrap();
@@ -622,6 +626,109 @@ fn a_rank_s_queued_submissions_run_in_epoch_order() {
     for rank in 0..2 {
         assert_eq!(dev.done_epoch(rank).unwrap(), 3);
     }
+}
+
+/// Compile `group` and run it as a sequence group (graph mode's path).
+fn run_sequence_group(dev: &HostDevice, group: Vec<Ex<'_>>) -> Vec<Result<(), DeviceError>> {
+    let submissions = group
+        .into_iter()
+        .map(|e| Submission {
+            compiled: dev
+                .compile(CompileRequest {
+                    program: Arc::new(e.program),
+                    scratch: e.scratch,
+                    peers: e.peers,
+                    local_notifies: 8,
+                    in_place: e.user.is_in_place(),
+                    exit_fence: e.exit_fence,
+                })
+                .unwrap(),
+            user: e.user,
+            epoch: e.epoch,
+            gate: e.gate,
+        })
+        .collect();
+    dev.run_sequence_group(submissions)
+}
+
+/// Epochs `first..first + 3` of a two-rank ping-pong that copies input to output.
+fn ping_pong_steps<'a>(
+    dev: &HostDevice,
+    first: u64,
+    inputs: &'a [[u8; 8]],
+    outputs: &'a mut [[u8; 8]],
+    posts: usize,
+) -> Vec<Ex<'a>> {
+    outputs
+        .iter_mut()
+        .zip(inputs)
+        .enumerate()
+        .map(|(i, (output, input))| {
+            let rank = i % 2;
+            let mut p = copy_through(rank, 8);
+            for _ in 0..posts {
+                p.streams[0].post(local(dev, 1 - rank, 0));
+            }
+            p.streams[0].wait(local(dev, rank, 0));
+            Ex {
+                epoch: first + i as u64 / 2,
+                peers: vec![1 - rank],
+                ..ex(p, UserBuffers::OutOfPlace { input, output })
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_whole_group_of_sequences_runs_linked_and_again_from_the_cache() {
+    let dev = device(2, 1, 60_000);
+    let inputs: Vec<[u8; 8]> = (0..6u8).map(|i| [i + 1; 8]).collect();
+    for first in [1, 4] {
+        let mut outputs = vec![[0u8; 8]; 6];
+        let steps = ping_pong_steps(&dev, first, &inputs, &mut outputs, 1);
+        let results = run_sequence_group(&dev, steps);
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        assert_eq!(outputs, inputs);
+        assert_eq!(dev.done_epoch(1).unwrap(), first + 2);
+    }
+    // Compiled anew each time: two groups linked.
+    assert_eq!(dev.shared.schedules.linked(), 2);
+}
+
+#[test]
+fn a_group_the_play_refuses_runs_as_usual_and_reports_its_fault() {
+    let dev = device(2, 1, 60_000);
+    let inputs: Vec<[u8; 8]> = (0..6u8).map(|i| [i + 1; 8]).collect();
+    let mut outputs = vec![[0u8; 8]; 6];
+    // Two posts onto one word before its wait: a lost wakeup.
+    let steps = ping_pong_steps(&dev, 1, &inputs, &mut outputs, 2);
+    let results = run_sequence_group(&dev, steps);
+    assert!(
+        results
+            .iter()
+            .any(|r| matches!(r, Err(DeviceError::LostWakeup { .. }))),
+        "{results:?}"
+    );
+    assert_eq!(dev.shared.schedules.linked(), 0);
+}
+
+#[test]
+fn a_group_without_every_rank_is_not_linked() {
+    let dev = device(2, 1, 60_000);
+    let input = [5u8; 8];
+    let mut output = [0u8; 8];
+    dev.retire(1, 1).unwrap();
+    let alone = ex(
+        copy_through(0, 8),
+        UserBuffers::OutOfPlace {
+            input: &input,
+            output: &mut output,
+        },
+    );
+    let results = run_sequence_group(&dev, vec![alone]);
+    assert!(results[0].is_ok(), "{results:?}");
+    assert_eq!(output, input);
+    assert_eq!(dev.shared.schedules.linked(), 0);
 }
 
 /// Rank `rank`'s program that copies its Input to its Output.
