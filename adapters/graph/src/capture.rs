@@ -88,4 +88,29 @@ impl Capture {
         tracing::debug!(rank = comm.rank(), steps = steps.len(), "graph compiled");
         Ok(Graph::new(steps))
     }
+
+    /// Compile several ranks' captures from one thread (the ranks' compiles meet in
+    /// collectives, so each runs on a thread of its own here). One result per entry, in
+    /// order.
+    pub fn compile_group(captures: Vec<(Capture, &Communicator)>) -> Vec<Result<Graph, Error>> {
+        if captures.len() <= 1 {
+            return captures
+                .into_iter()
+                .map(|(capture, comm)| capture.compile(comm))
+                .collect();
+        }
+        std::thread::scope(|s| {
+            let compiles: Vec<_> = captures
+                .into_iter()
+                .map(|(capture, comm)| s.spawn(move || capture.compile(comm)))
+                .collect();
+            compiles
+                .into_iter()
+                .map(|c| {
+                    c.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        })
+    }
 }

@@ -133,9 +133,22 @@ fn the_analyzer_proves_the_sequence_when_asked() {
 
 #[test]
 fn one_thread_launches_every_rank_s_graph_as_a_group() {
-    let comms = Communicator::init_all(4, config(None)).unwrap();
-    let n = comms.len();
-    let ops: Vec<_> = (0..n).map(|r| every_operator(r, n)).collect();
+    // Every operator, with a step larger than the CCL buffer; then the small steps only,
+    // which the host device runs as one linked order.
+    let all = |r, n| every_operator(r, n);
+    let small = |r, n| {
+        let mut ops = every_operator(r, n);
+        ops.retain(|op| op.count < 1000);
+        ops
+    };
+    group_launches_match_eager(4, all);
+    group_launches_match_eager(4, small);
+    group_launches_match_eager(1, small);
+}
+
+fn group_launches_match_eager(n: usize, sequence: impl Fn(usize, usize) -> Vec<oxccl::OpParam>) {
+    let comms = Communicator::init_all(n, config(None)).unwrap();
+    let ops: Vec<_> = (0..n).map(|r| sequence(r, n)).collect();
     let compiled: Vec<_> = std::thread::scope(|s| {
         let joins: Vec<_> = comms
             .iter()
@@ -155,7 +168,7 @@ fn one_thread_launches_every_rank_s_graph_as_a_group() {
             .collect();
         joins.into_iter().map(|j| j.join().unwrap()).collect()
     });
-    for launch in 0..2 {
+    for launch in 0..3 {
         let mut expected: Vec<Vec<Buffers>> = (0..n)
             .map(|r| {
                 ops[r]

@@ -26,6 +26,7 @@
 
 mod data;
 mod gpu;
+mod graph;
 mod procs;
 mod report;
 mod run;
@@ -97,6 +98,14 @@ pub struct PerfArgs {
     pub procs: Option<usize>,
     #[arg(long, value_name = "KIND", help = crate::validate::DEVICE_HELP)]
     pub device: Option<String>,
+    /// Measure through graph mode: every rank captures the call once, compiles it, and
+    /// each iteration replays it with its buffers bound (`oxccl-graph`). Host device.
+    #[arg(long)]
+    pub graph: bool,
+    /// With --graph: calls per captured graph (1 to 1000), each with its own receive
+    /// buffer; times are reported per call.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "graph")]
+    pub graph_steps: usize,
     #[command(flatten)]
     pub files: crate::algo_files::AlgoFiles,
 }
@@ -181,7 +190,13 @@ pub fn plan(args: &PerfArgs, launched: Option<usize>) -> Result<PerfPlan, Error>
         check: args.check != 0,
         threads: validate::threads(args.threads, ranks)?,
         in_place: true,
+        graph: graph_steps(args, &config)?,
     };
+    if let Some(steps) = settings.graph.filter(|&s| s > 1) {
+        // Every step after the first has a receive buffer of its own.
+        let extra = largest.saturating_mul(steps);
+        validate::buffers_fit(ranks, extra, GUARD_BYTES, validate::physical_memory())?;
+    }
     Ok(PerfPlan {
         kind,
         dtypes,
@@ -192,6 +207,27 @@ pub fn plan(args: &PerfArgs, launched: Option<usize>) -> Result<PerfPlan, Error>
         config,
         topology,
     })
+}
+
+/// Calls per graph launch with `--graph`, checked; `None` without it.
+fn graph_steps(args: &PerfArgs, config: &Config) -> Result<Option<usize>, Error> {
+    if !args.graph {
+        return Ok(None);
+    }
+    if config.device != "host" {
+        return Err(bad_arg(format!(
+            "--graph measures graph mode on the host device; --device {} runs eager calls \
+             only here, so drop --graph or use --device host",
+            config.device
+        )));
+    }
+    if !(1..=1000).contains(&args.graph_steps) {
+        return Err(bad_arg(format!(
+            "--graph-steps {} is out of range: use 1 to 1000 calls per graph",
+            args.graph_steps
+        )));
+    }
+    Ok(Some(args.graph_steps))
 }
 
 /// The communicator's configuration: the environment's, with `--device` (`device`) and

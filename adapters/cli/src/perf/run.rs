@@ -6,6 +6,7 @@
 
 use super::data::{fill_input, Aligned, Expected};
 use super::gpu::GpuCopy;
+use super::graph::{Graphs, RankBinding};
 use oxccl::{Communicator, DataType, Error, Group, OpKind, OpParam, ReduceOp, UserBuffers};
 use std::sync::Barrier;
 use std::time::Instant;
@@ -29,6 +30,9 @@ pub struct Settings {
     pub threads: usize,
     /// Measure the in-place form too (where the operator has one).
     pub in_place: bool,
+    /// Run through graph mode, with this many calls per launch (`--graph`,
+    /// `--graph-steps`); `None`: eager calls.
+    pub graph: Option<usize>,
 }
 
 /// One direction (out-of-place or in-place) of a row.
@@ -72,6 +76,8 @@ struct RankState<'c> {
     output: Aligned,
     /// The device copies of `input` and `output` the calls bind, on GPUs.
     gpu: Option<GpuCopy>,
+    /// The receive buffers of a graph's steps after the first (`--graph-steps`).
+    extra: Vec<Aligned>,
 }
 
 impl RankState<'_> {
@@ -309,6 +315,72 @@ fn recv(o: &mut Aligned, len: usize) -> &mut [u8] {
     &mut o.bytes_mut()[GUARD..GUARD + len]
 }
 
+/// This thread's ranks as a graph launch binds them (receive buffers of `len` bytes).
+fn bindings<'b>(states: &'b mut [RankState<'_>], len: usize) -> Vec<RankBinding<'b>> {
+    states
+        .iter_mut()
+        .map(|st| RankBinding {
+            comm: st.comm,
+            op: st.op,
+            input: st.input.bytes(),
+            output: recv(&mut st.output, len),
+            extra: &mut st.extra,
+        })
+        .collect()
+}
+
+/// One call of every rank this thread drives: one launch of their graphs, or a group
+/// call.
+fn call(
+    states: &mut [RankState<'_>],
+    graphs: Option<&Graphs>,
+    len: usize,
+    in_place: bool,
+) -> Result<(), Error> {
+    match graphs {
+        Some(graphs) => graphs.launch(&mut bindings(states, len), in_place),
+        None => group_call(states, len, in_place),
+    }
+}
+
+/// The graphs of each form `args` measures (out of place, in place, and a one-step
+/// in-place graph for the check when launches have several steps), or none when calls
+/// are eager.
+struct FormGraphs {
+    oop: Graphs,
+    ip: Option<Graphs>,
+    ip_check: Option<Graphs>,
+}
+
+impl FormGraphs {
+    fn compile(
+        states: &mut [RankState<'_>],
+        args: &Settings,
+        lens: (usize, usize),
+        in_place: bool,
+    ) -> Result<Option<Self>, Error> {
+        let Some(steps) = args.graph else {
+            return Ok(None);
+        };
+        let (out_bytes, one_bytes) = lens;
+        for st in states.iter_mut() {
+            st.extra = (1..steps).map(|_| Aligned::zeroed(one_bytes)).collect();
+        }
+        let oop = Graphs::compile(&mut bindings(states, out_bytes), steps, false)?;
+        let (ip, ip_check) = match in_place {
+            false => (None, None),
+            true => {
+                let ip = Graphs::compile(&mut bindings(states, one_bytes), steps, true)?;
+                let check = (steps > 1 && args.check)
+                    .then(|| Graphs::compile(&mut bindings(states, one_bytes), 1, true))
+                    .transpose()?;
+                (Some(ip), check)
+            }
+        };
+        Ok(Some(FormGraphs { oop, ip, ip_check }))
+    }
+}
+
 /// One group call over every rank this thread drives.
 fn group_call(states: &mut [RankState<'_>], len: usize, in_place: bool) -> Result<(), Error> {
     let mut group = Group::new();
@@ -352,6 +424,7 @@ fn run_thread<'c>(
                 input,
                 output,
                 gpu,
+                extra: Vec::new(),
             })
         })
         .collect::<Result<_, Error>>()?;
@@ -367,19 +440,23 @@ fn run_thread<'c>(
             .collect()
     };
     let comms: Vec<&Communicator> = states.iter().map(|st| st.comm).collect();
+    let with_ip = args.in_place && op.in_place_allowed();
+    let graphs = FormGraphs::compile(&mut states, args, (out_bytes, one_bytes), with_ip)?;
+    let per_launch = args.graph.unwrap_or(1) as f64;
+    let oop_graph = graphs.as_ref().map(|g| &g.oop);
     let oop_time = timed(
         args,
         barrier,
-        || group_call(&mut states, out_bytes, false),
+        || call(&mut states, oop_graph, out_bytes, false),
         || job_barrier(&comms),
-    )?;
+    )? / per_launch;
     download(&mut states)?;
     let oop_wrong = check(&mut states, false, out_bytes);
     let oop_oob: Vec<usize> = states
         .iter()
         .map(|st| guard_damage(&st.output, out_bytes))
         .collect();
-    if !(args.in_place && op.in_place_allowed()) {
+    if !with_ip {
         return Ok(results(
             &states,
             (oop_time, &oop_wrong),
@@ -388,12 +465,13 @@ fn run_thread<'c>(
             one_bytes,
         ));
     }
+    let ip_graph = graphs.as_ref().and_then(|g| g.ip.as_ref());
     let ip_time = timed(
         args,
         barrier,
-        || group_call(&mut states, one_bytes, true),
+        || call(&mut states, ip_graph, one_bytes, true),
         || job_barrier(&comms),
-    )?;
+    )? / per_launch;
     let mut ip_wrong = vec![0; states.len()];
     if expected.is_some() {
         for st in states.iter_mut() {
@@ -402,7 +480,10 @@ fn run_thread<'c>(
             st.upload()?;
         }
         barrier.wait();
-        group_call(&mut states, one_bytes, true)?;
+        let check_graph = graphs
+            .as_ref()
+            .and_then(|g| g.ip_check.as_ref().or(ip_graph));
+        call(&mut states, check_graph, one_bytes, true)?;
         download(&mut states)?;
         ip_wrong = check(&mut states, true, one_bytes);
     } else {

@@ -140,6 +140,7 @@ pub fn plan(args: &TuneArgs) -> Result<TunePlan, Error> {
         check: true,
         threads: validate::threads(args.threads, ranks)?,
         in_place: false,
+        graph: None,
     };
     Ok(TunePlan {
         kinds,
