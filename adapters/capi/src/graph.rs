@@ -17,9 +17,9 @@
 //! the parts one after the other. A capture without such reuse is one part.
 //!
 //! Inside a group, capture ends and launches are deferred like calls and run at the
-//! group's end, after its collectives, one thread per rank: that is how one thread ends
-//! the captures of, or launches, the ranks of `oxcclCommInitAll`, which must all take
-//! part at once.
+//! group's end, after its collectives: each communicator's in order, the communicators
+//! side by side, one thread each. That is how one thread ends the captures of, or
+//! launches, the ranks of `oxcclCommInitAll`, which must all take part at once.
 
 use crate::buffers::write_out;
 use crate::collectives::{check_stream, OxcclStream};
@@ -88,21 +88,44 @@ pub fn record(comm: &Comm, step: Step) -> Result<(), CError> {
     })
 }
 
-/// Run deferred graph work, one thread per item when there are several.
+/// Run deferred graph work: each communicator's items in order, the communicators side by
+/// side (one thread each) when there are several.
 pub fn run_work(work: Vec<GraphWork>) -> Vec<Result<(), CError>> {
-    if work.len() <= 1 {
-        return work.into_iter().map(run_one).collect();
+    let mut by_comm: Vec<(usize, Vec<GraphWork>)> = Vec::new();
+    for item in work {
+        let key = Arc::as_ptr(item.comm()) as usize;
+        match by_comm.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, items)) => items.push(item),
+            None => by_comm.push((key, vec![item])),
+        }
+    }
+    let run = |items: Vec<GraphWork>| items.into_iter().map(run_one).collect::<Vec<_>>();
+    if by_comm.len() <= 1 {
+        return by_comm
+            .into_iter()
+            .flat_map(|(_, items)| run(items))
+            .collect();
     }
     std::thread::scope(|s| {
-        let threads: Vec<_> = work
+        let threads: Vec<_> = by_comm
             .into_iter()
-            .map(|w| s.spawn(move || run_one(w)))
+            .map(|(_, items)| s.spawn(move || run(items)))
             .collect();
         threads
             .into_iter()
-            .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .flat_map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect()
     })
+}
+
+impl GraphWork {
+    /// The communicator the work runs on.
+    fn comm(&self) -> &Arc<Comm> {
+        match self {
+            GraphWork::End { comm, .. } => comm,
+            GraphWork::Launch(graph) => &graph.comm,
+        }
+    }
 }
 
 fn run_one(work: GraphWork) -> Result<(), CError> {

@@ -174,9 +174,9 @@ impl Step {
 
 /// The bytes a set of calls that run together touch: what they write, and what they
 /// read. Calls whose slices are alive at the same time (the calls of a group's round, the
-/// steps of a graph) must not share a byte that one of them writes: the two would be a
-/// mutable slice and another slice of the same memory. Checked per span in O(log n), so a
-/// long capture stays cheap.
+/// steps of one part of a graph) must not share a byte that one of them writes: the two
+/// would be a mutable slice and another slice of the same memory. Checked per span in
+/// O(log n), so long groups and captures stay cheap.
 #[derive(Default)]
 pub struct Footprint {
     /// Written ranges, disjoint, by start.
@@ -186,24 +186,24 @@ pub struct Footprint {
 }
 
 impl Footprint {
-    /// Add every span `step` touches, or refuse the first that meets the footprint (then
-    /// nothing of `step` is added).
+    /// Add every span `step` touches, or refuse the first that meets the footprint,
+    /// which then holds part of the step (callers drop a footprint that refused). The
+    /// step's own spans are checked against each other the same way: its binding is
+    /// disjoint by construction, its staged copies (several sends and receives) are not.
     pub fn claim(&mut self, step: &Step) -> Result<(), CError> {
-        let touched = step.touched();
-        for (i, &(span, writes)) in touched.iter().enumerate() {
-            let clash = overlapping(&self.written, span)
-                .or_else(|| writes.then(|| overlapping(&self.read, span)).flatten())
-                .or_else(|| {
-                    // The step's own spans: its binding is checked at construction, its
-                    // staged copies (several sends and receives) are not.
-                    touched[..i]
-                        .iter()
-                        .find(|(other, w)| (writes || *w) && other.overlaps(&span))
-                        .map(|(other, _)| (other.addr, other.end()))
-                });
+        for (span, writes) in step.touched() {
+            if span.len == 0 {
+                continue;
+            }
+            let clash = match writes {
+                true => overlapping(&self.written, span).or_else(|| overlapping(&self.read, span)),
+                false => overlapping(&self.written, span),
+            };
             if let Some((start, end)) = clash {
                 return Err(CError::invalid(format!(
-                    "rank {}'s {} {} [{:#x}, {:#x}), which another call run with it                      touches ([{start:#x}, {end:#x})), one of them writing: calls of one                      group round, and the steps of one graph, run at once and need                      buffers of their own",
+                    "rank {}'s {} {} [{:#x}, {:#x}), which another call run with it \
+                     touches ([{start:#x}, {end:#x})), one of them writing: calls of one \
+                     group round run at once and need buffers of their own",
                     step.comm.rank(),
                     step.param.kind,
                     if writes { "writes" } else { "reads" },
@@ -211,8 +211,6 @@ impl Footprint {
                     span.end()
                 )));
             }
-        }
-        for (span, writes) in touched.into_iter().filter(|(s, _)| s.len > 0) {
             match writes {
                 true => {
                     self.written.insert(span.addr, span.end());

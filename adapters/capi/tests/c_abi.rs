@@ -1,6 +1,7 @@
 //! The C ABI from C: the header against the library's exports, the C tests
 //! (`tests/c/*.c`: every exported function and its error paths) in four processes, and
-//! the example (`examples/allreduce.c`) linked statically, in four processes.
+//! the example (`examples/allreduce.c`) linked statically, in four processes (and once
+//! linked as a plain archive, which init refuses, saying how to link).
 //!
 //! The programs are built with `cc` (or `$CC`) against `include/oxccl.h` and the
 //! libraries cargo built for this test, which lie next to the test binary
@@ -193,20 +194,16 @@ fn the_example_runs_in_four_processes_linked_statically() {
     };
     let dir = fresh_dir("example");
     let exe = dir.join("allreduce");
-    let archive = lib_dir().join("liboxccl_capi.a");
+    let archive = lib_dir().join("liboxccl_capi.a").display().to_string();
+    let system = ["-lpthread", "-ldl", "-lm"].map(String::from);
     // Whole: the algorithms register themselves from objects nothing references.
-    let link = vec![
-        "-Wl,--whole-archive".to_string(),
-        archive.display().to_string(),
-        "-Wl,--no-whole-archive".to_string(),
-        "-lpthread".to_string(),
-        "-ldl".to_string(),
-        "-lm".to_string(),
-    ];
+    let mut whole = vec!["-Wl,--whole-archive".to_string(), archive.clone()];
+    whole.push("-Wl,--no-whole-archive".to_string());
+    whole.extend(system.clone());
     build(
         &cc,
         &[crate_dir().join("examples/allreduce.c")],
-        &link,
+        &whole,
         &exe,
     );
     let id_file = dir.join("id").display().to_string();
@@ -219,6 +216,28 @@ fn the_example_runs_in_four_processes_linked_statically() {
     assert_every_rank(&ran, |rank| {
         format!("rank {rank} of {RANKS}: allreduce of 1048576 floats = 10")
     });
+
+    // Linked as a plain archive, the registrations are dropped: refused at init, saying
+    // how to link (before joining, so rank 0 alone shows it).
+    let plain = dir.join("allreduce_plain");
+    let link: Vec<String> = std::iter::once(archive).chain(system).collect();
+    build(
+        &cc,
+        &[crate_dir().join("examples/allreduce.c")],
+        &link,
+        &plain,
+    );
+    let out = Command::new(&plain)
+        .args(["4", "0"])
+        .arg(dir.join("id_plain"))
+        .output()
+        .expect("run the example");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("invalid usage") && stderr.contains("-Wl,--whole-archive"),
+        "{stderr}"
+    );
 }
 
 /// The functions `header` declares: every `oxccl…(` outside comments.

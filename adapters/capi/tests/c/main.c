@@ -97,6 +97,7 @@ static void test_init_errors(const oxcclUniqueId* id) {
   memset(&junk, 'x', sizeof junk);
   INVALID("commId is not an id", oxcclCommInitRank(&comm, g_nranks, junk, g_rank));
 
+  INVALID("nranks 0", oxcclCommInitRankConfig(&comm, 0, *id, g_rank, NULL));
   oxcclConfig_t config = OXCCL_CONFIG_INITIALIZER;
   config.size = 8;
   INVALID("config->size is 8", oxcclCommInitRankConfig(&comm, g_nranks, *id, g_rank, &config));
