@@ -187,7 +187,10 @@ impl Drop for HostBlock {
 
 /// Write `value` through the out-pointer argument `what`, after checking it (not NULL,
 /// aligned).
-pub fn write_out<T>(what: &str, ptr: *mut T, value: T) -> Result<(), CError> {
+///
+/// # Safety
+/// `ptr`, when not NULL and aligned, points at memory writable for a `T`.
+pub unsafe fn write_out<T>(what: &str, ptr: *mut T, value: T) -> Result<(), CError> {
     Span::bytes(
         what,
         ptr.cast_const().cast(),

@@ -175,11 +175,15 @@ fn end_capture(comm: &Arc<Comm>, out: usize) -> Result<(), CError> {
         parts,
         steps: Mutex::new(open.steps),
     }));
-    write_out(
-        "graph",
-        out as *mut *mut OxcclGraph,
-        handle as *mut OxcclGraph,
-    )
+    // SAFETY: `out` was checked writable when oxcclGraphCaptureEnd was called, and stays
+    // so until the group ends (that function's contract).
+    unsafe {
+        write_out(
+            "graph",
+            out as *mut *mut OxcclGraph,
+            handle as *mut OxcclGraph,
+        )
+    }
 }
 
 /// The parts every rank compiles: the ranges between the steps where any rank's steps
@@ -263,7 +267,8 @@ pub unsafe extern "C" fn oxcclGraphCaptureEnd(
     guard("oxcclGraphCaptureEnd", || {
         let work = (|| {
             let comm = Comm::usable(comm)?;
-            write_out("graph", graph, std::ptr::null_mut())?;
+            // SAFETY: `graph` is writable when valid (this function's contract).
+            unsafe { write_out("graph", graph, std::ptr::null_mut()) }?;
             if !comm.capturing() {
                 return Err(CError::usage(
                     "no graph capture is open on this communicator: call \

@@ -12,7 +12,8 @@
 //!    calls of the communicators that share a device (the ranks of `oxcclCommInitAll`)
 //!    run as one framework group call, which is how one thread drives several ranks;
 //!    communicators of different devices run side by side, one thread each;
-//! 5. graph launches and capture ends of the group run last, one thread per rank.
+//! 5. graph launches and capture ends of the group run last: each communicator's in
+//!    order, the communicators side by side, one thread each.
 //!
 //! Everything that can be checked is checked before anything runs (communicators still
 //! usable, fused buffers disjoint, no two calls of a round touching the same bytes with
@@ -131,6 +132,32 @@ enum Entry {
 
 /// Run a group's calls (see the module docs).
 fn run_all(items: Vec<Pending>) -> Result<(), CError> {
+    let (checked, graph_work) = checked(items)?;
+    let (captured, runs): (Vec<_>, Vec<_>) =
+        checked.into_iter().partition(|(comm, _)| comm.capturing());
+    let rounds = into_rounds(runs.into_iter().map(|(_, steps)| steps).collect());
+    for round in &rounds {
+        check_disjoint(&round.iter().collect::<Vec<_>>())?;
+    }
+    for (comm, steps) in captured {
+        for step in steps {
+            graph::record(&comm, step)?;
+        }
+    }
+    let mut results: Vec<Result<(), CError>> = Vec::new();
+    for round in rounds {
+        results.extend(run_round(round));
+    }
+    results.extend(graph::run_work(graph_work));
+    results.into_iter().collect()
+}
+
+/// Communicators with their calls in order.
+type Calls = Vec<(Arc<Comm>, Vec<Step>)>;
+
+/// Each communicator's calls in order, its sends and receives fused, after checking that
+/// it is still usable; and the graph work, apart.
+fn checked(items: Vec<Pending>) -> Result<(Calls, Vec<GraphWork>), CError> {
     let mut sequences: Vec<Sequence> = Vec::new();
     let mut graph_work: Vec<GraphWork> = Vec::new();
     for item in items {
@@ -142,8 +169,7 @@ fn run_all(items: Vec<Pending>) -> Result<(), CError> {
             Pending::Graph(work) => graph_work.push(work),
         }
     }
-    // Everything that can be refused is, before anything is recorded or run.
-    let mut checked: Vec<(Arc<Comm>, Vec<Step>)> = Vec::with_capacity(sequences.len());
+    let mut checked = Vec::with_capacity(sequences.len());
     for seq in sequences {
         seq.comm.check_usable()?;
         let steps = seq
@@ -156,26 +182,7 @@ fn run_all(items: Vec<Pending>) -> Result<(), CError> {
             .collect::<Result<Vec<Step>, CError>>()?;
         checked.push((seq.comm, steps));
     }
-    let mut runs: Vec<Vec<Step>> = Vec::new();
-    for (comm, steps) in checked {
-        if comm.capturing() {
-            for step in steps {
-                graph::record(&comm, step)?;
-            }
-        } else {
-            runs.push(steps);
-        }
-    }
-    let rounds = into_rounds(runs);
-    for round in &rounds {
-        check_disjoint(&round.iter().collect::<Vec<_>>())?;
-    }
-    let mut results: Vec<Result<(), CError>> = Vec::new();
-    for round in rounds {
-        results.extend(run_round(round));
-    }
-    results.extend(graph::run_work(graph_work));
-    results.into_iter().collect()
+    Ok((checked, graph_work))
 }
 
 fn sequence_of<'s>(sequences: &'s mut Vec<Sequence>, comm: &Arc<Comm>) -> &'s mut Sequence {

@@ -61,7 +61,8 @@ pub fn version_code() -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn oxcclGetVersion(version: *mut c_int) -> OxcclResult {
     guard("oxcclGetVersion", || {
-        write_out("version", version, version_code())
+        // SAFETY: `version` is writable when valid (this function's contract).
+        unsafe { write_out("version", version, version_code()) }
     })
 }
 
@@ -91,7 +92,8 @@ pub unsafe extern "C" fn oxcclGetUniqueId(unique_id: *mut OxcclUniqueId) -> Oxcc
             1,
         )?;
         let id = UniqueId::new().map_err(|e| CError::from_oxccl(&e.into(), None))?;
-        write_out("uniqueId", unique_id, id_bytes(&id)?)
+        // SAFETY: `unique_id` is writable when valid (this function's contract).
+        unsafe { write_out("uniqueId", unique_id, id_bytes(&id)?) }
     })
 }
 
@@ -170,9 +172,13 @@ fn check_linked() -> Result<(), CError> {
 }
 
 /// Register `comm` and write its handle through `out`.
-fn hand_out(out: *mut *mut OxcclComm, comm: Communicator) -> Result<(), CError> {
+///
+/// # Safety
+/// As [`write_out`]'s.
+unsafe fn hand_out(out: *mut *mut OxcclComm, comm: Communicator) -> Result<(), CError> {
     let handle = COMMS.insert(Arc::new(Comm::new(comm)));
-    write_out("comm", out, handle as *mut OxcclComm)
+    // SAFETY: this function's contract.
+    unsafe { write_out("comm", out, handle as *mut OxcclComm) }
 }
 
 /// `ncclCommInitRank`.
@@ -187,7 +193,8 @@ pub unsafe extern "C" fn oxcclCommInitRank(
     rank: c_int,
 ) -> OxcclResult {
     guard("oxcclCommInitRank", || {
-        init_rank(comm, nranks, &comm_id, rank, None)
+        // SAFETY: `comm` is writable when valid (this function's contract).
+        unsafe { init_rank(comm, nranks, &comm_id, rank, None) }
     })
 }
 
@@ -207,35 +214,49 @@ pub unsafe extern "C" fn oxcclCommInitRankConfig(
     guard("oxcclCommInitRankConfig", || {
         let config = match config.is_null() {
             true => None,
-            false => Some(read_config(config)?),
+            // SAFETY: a readable config (this function's contract).
+            false => Some(unsafe { read_config(config) }?),
         };
-        init_rank(comm, nranks, &comm_id, rank, config)
+        // SAFETY: `comm` is writable and `config->algo` a string when valid (this
+        // function's contract).
+        unsafe { init_rank(comm, nranks, &comm_id, rank, config) }
     })
 }
 
-fn init_rank(
+/// Join the job of `comm_id` and hand the communicator out through `out`.
+///
+/// # Safety
+/// `out` as [`write_out`]'s; `config.algo` NULL or a NUL-terminated string.
+unsafe fn init_rank(
     out: *mut *mut OxcclComm,
     nranks: c_int,
     comm_id: &OxcclUniqueId,
     rank: c_int,
     config: Option<OxcclConfig>,
 ) -> Result<(), CError> {
-    write_out("comm", out, std::ptr::null_mut())?;
+    // SAFETY: this function's contract.
+    unsafe { write_out("comm", out, std::ptr::null_mut()) }?;
     let (n, r) = size_and_rank(nranks, rank)?;
     let id = id_of(comm_id)?;
     let config = match config {
-        Some(c) => configured(&c)?,
+        // SAFETY: this function's contract.
+        Some(c) => unsafe { configured(&c) }?,
         None => env_config(None)?,
     };
     check_linked()?;
     let comm =
         Communicator::init_rank(&id, n, r, config).map_err(|e| CError::from_oxccl(&e, Some(r)))?;
-    hand_out(out, comm)
+    // SAFETY: this function's contract.
+    unsafe { hand_out(out, comm) }
 }
 
 /// The `oxcclConfig_t` at `ptr`, refused unless this library knows its size, magic and
 /// version.
-fn read_config(ptr: *const OxcclConfig) -> Result<OxcclConfig, CError> {
+///
+/// # Safety
+/// `ptr`, when not NULL and aligned, points at a readable `size_t`, and at a readable
+/// `oxcclConfig_t` when that says so.
+unsafe fn read_config(ptr: *const OxcclConfig) -> Result<OxcclConfig, CError> {
     Span::bytes(
         "config",
         ptr.cast(),
@@ -272,7 +293,10 @@ fn read_config(ptr: *const OxcclConfig) -> Result<OxcclConfig, CError> {
 }
 
 /// The environment's configuration with `c`'s set fields on top.
-fn configured(c: &OxcclConfig) -> Result<Config, CError> {
+///
+/// # Safety
+/// `c.algo` is NULL or a NUL-terminated string.
+unsafe fn configured(c: &OxcclConfig) -> Result<Config, CError> {
     let algo = match c.algo.is_null() {
         true => None,
         // SAFETY: a NUL-terminated string, the caller's promise (documented in oxccl.h).
@@ -334,7 +358,8 @@ pub unsafe extern "C" fn oxcclCommInitAll(
             bytes,
             align_of::<*mut OxcclComm>(),
         )?;
-        check_devlist(devlist, n)?;
+        // SAFETY: `devlist` holds `ndev` ints when valid (this function's contract).
+        unsafe { check_devlist(devlist, n) }?;
         check_linked()?;
         let made = Communicator::init_all(n, env_config(None)?)
             .map_err(|e| CError::from_oxccl(&e, None))?;
@@ -353,7 +378,10 @@ pub unsafe extern "C" fn oxcclCommInitAll(
 }
 
 /// NULL, or `n` distinct non-negative device numbers (ignored: the host device has none).
-fn check_devlist(devlist: *const c_int, n: usize) -> Result<(), CError> {
+///
+/// # Safety
+/// `devlist`, when not NULL and aligned, points at `n` readable ints.
+unsafe fn check_devlist(devlist: *const c_int, n: usize) -> Result<(), CError> {
     if devlist.is_null() {
         return Ok(());
     }
@@ -423,7 +451,8 @@ pub unsafe extern "C" fn oxcclCommGetAsyncError(
 ) -> OxcclResult {
     guard("oxcclCommGetAsyncError", || {
         let comm = Comm::lookup(comm)?;
-        write_out("asyncError", async_error, comm.async_error())
+        // SAFETY: `async_error` is writable when valid (this function's contract).
+        unsafe { write_out("asyncError", async_error, comm.async_error()) }
     })
 }
 
@@ -436,7 +465,8 @@ pub unsafe extern "C" fn oxcclCommCount(comm: *const OxcclComm, count: *mut c_in
     guard("oxcclCommCount", || {
         let comm = Comm::lookup(comm)?;
         // The size is at most MAX_RANKS (4096): it fits an int.
-        write_out("count", count, comm.size() as c_int)
+        // SAFETY: `count` is writable when valid (this function's contract).
+        unsafe { write_out("count", count, comm.size() as c_int) }
     })
 }
 
@@ -451,7 +481,8 @@ pub unsafe extern "C" fn oxcclCommUserRank(
 ) -> OxcclResult {
     guard("oxcclCommUserRank", || {
         let comm = Comm::lookup(comm)?;
-        write_out("rank", rank, comm.rank() as c_int)
+        // SAFETY: `rank` is writable when valid (this function's contract).
+        unsafe { write_out("rank", rank, comm.rank() as c_int) }
     })
 }
 

@@ -95,7 +95,10 @@ fn at_block(
 }
 
 /// `n` counts or displacements (`size_t`) at `ptr`, the argument named `what`.
-fn read_array(what: &str, ptr: *const usize, n: usize) -> Result<Vec<usize>, CError> {
+///
+/// # Safety
+/// `ptr`, when not NULL and aligned, points at `n` readable `size_t`s.
+unsafe fn read_array(what: &str, ptr: *const usize, n: usize) -> Result<Vec<usize>, CError> {
     let bytes = n
         .checked_mul(size_of::<usize>())
         .ok_or_else(|| CError::invalid(format!("{what}: {n} entries overflow")))?;

@@ -50,8 +50,13 @@ pub unsafe extern "C" fn oxcclAllGatherV(
     collective("oxcclAllGatherV", || {
         let (comm, dtype) = begin(comm, stream, datatype)?;
         let (n, rank) = (comm.size(), comm.rank());
-        let counts = read_array("recvcounts", recvcounts, n)?;
-        let displs = read_array("displs", displs, n)?;
+        // SAFETY: the arrays hold nranks entries each (this function's contract).
+        let (counts, displs) = unsafe {
+            (
+                read_array("recvcounts", recvcounts, n)?,
+                read_array("displs", displs, n)?,
+            )
+        };
         own_count("sendcount", sendcount, "recvcounts", &counts, rank)?;
         let recv = Span::of(
             "recvbuff",
@@ -93,8 +98,13 @@ pub unsafe extern "C" fn oxcclReduceScatterV(
         let (comm, dtype) = begin(comm, stream, datatype)?;
         let op = reduce_op(op)?;
         let (n, rank) = (comm.size(), comm.rank());
-        let counts = read_array("sendcounts", sendcounts, n)?;
-        let displs = read_array("displs", displs, n)?;
+        // SAFETY: the arrays hold nranks entries each (this function's contract).
+        let (counts, displs) = unsafe {
+            (
+                read_array("sendcounts", sendcounts, n)?,
+                read_array("displs", displs, n)?,
+            )
+        };
         own_count("recvcount", recvcount, "sendcounts", &counts, rank)?;
         let send = Span::of(
             "sendbuff",
@@ -134,10 +144,15 @@ pub unsafe extern "C" fn oxcclAlltoAllV(
     collective("oxcclAlltoAllV", || {
         let (comm, dtype) = begin(comm, stream, datatype)?;
         let n = comm.size();
-        let send_counts = read_array("sendcounts", sendcounts, n)?;
-        let send_displs = read_array("sdispls", sdispls, n)?;
-        let recv_counts = read_array("recvcounts", recvcounts, n)?;
-        let recv_displs = read_array("rdispls", rdispls, n)?;
+        // SAFETY: the arrays hold nranks entries each (this function's contract).
+        let [send_counts, send_displs, recv_counts, recv_displs] = unsafe {
+            [
+                read_array("sendcounts", sendcounts, n)?,
+                read_array("sdispls", sdispls, n)?,
+                read_array("recvcounts", recvcounts, n)?,
+                read_array("rdispls", rdispls, n)?,
+            ]
+        };
         let send_extent = extent("sendcounts", &send_counts, &send_displs)?;
         let recv_extent = extent("recvcounts", &recv_counts, &recv_displs)?;
         let binding = Binding::OutOfPlace {
