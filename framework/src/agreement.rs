@@ -37,6 +37,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The verdict on call `call` from every rank's deposit, in rank order (all present):
+/// what the board decides when the last rank deposits, for a caller that holds every
+/// rank's call at once.
+pub fn verdict_of(call: u64, deposits: &[Option<Deposit>]) -> Result<(), Error> {
+    signature::verdict(call, deposits)
+}
+
 /// What one rank deposits for one call.
 #[derive(Clone, Debug)]
 pub enum Deposit {

@@ -1,10 +1,15 @@
 //! The ranks agree that they captured the same sequence.
 //!
+//! In two rounds: the shapes first (before anything is built, so a rank that captured
+//! another sequence never allocates or compiles for it: resources the ranks build
+//! together, such as scratch, would otherwise differ between them), then the executors
+//! each rank's select_alg chose and whether every step could be prepared.
+//!
 //! Each step becomes a fixed [`Record`] of [`WORDS`] integers; the ranks exchange their
 //! step counts, then their records (padded to the longest capture), with two AllGathers
-//! on the communicator being compiled for — so the check is the same for ranks in one
-//! process and in many, and costs one small collective pair per compile, never per
-//! launch. Every rank compares every rank's records and reaches the same verdict.
+//! per round on the communicator being compiled for — so the check is the same for ranks
+//! in one process and in many, and costs two small collective pairs per compile, never
+//! per launch. Every rank compares every rank's records and reaches the same verdict.
 //!
 //! What is compared mirrors the eager call agreement (`oxccl::framework::agreement`):
 //! operator, data type, reduce op (of operators that reduce), root, count (the block
@@ -14,8 +19,7 @@
 
 use oxccl::framework::digest::Digest;
 use oxccl::framework::op::VLayout;
-use oxccl::framework::Step;
-use oxccl::{Communicator, DataType, Error, OpKind, ReduceOp};
+use oxccl::{Communicator, DataType, Error, OpKind, OpParam, ReduceOp};
 
 /// Integers per step record.
 const WORDS: usize = 8;
@@ -38,9 +42,17 @@ const FIELDS: [&str; WORDS] = [
 
 type Record = [u64; WORDS];
 
-/// Agree on `steps` (this rank's, each prepared or refused) with every rank of `comm`.
+/// What this rank knows of one step: its operator and form, and the executor once the
+/// step is prepared (`None` before, or when it has no work).
+pub(crate) struct Mine<'s> {
+    pub op: &'s OpParam,
+    pub in_place: bool,
+    pub executor: Option<&'static str>,
+}
+
+/// Agree on `steps` (this rank's, each described or refused) with every rank of `comm`.
 /// Returns this rank's own error of a refused step when that is the first difference.
-pub(crate) fn agree(comm: &Communicator, steps: &[Result<Step, Error>]) -> Result<(), Error> {
+pub(crate) fn agree(comm: &Communicator, steps: &[Result<Mine<'_>, Error>]) -> Result<(), Error> {
     let mine: Vec<Record> = steps.iter().map(record_of).collect();
     let mut counts = vec![0u64; comm.size()];
     comm.all_gather(&[mine.len() as u64], &mut counts)?;
@@ -71,11 +83,11 @@ pub(crate) fn agree(comm: &Communicator, steps: &[Result<Step, Error>]) -> Resul
 }
 
 /// The record of one step.
-fn record_of(step: &Result<Step, Error>) -> Record {
+fn record_of(step: &Result<Mine<'_>, Error>) -> Record {
     let Ok(step) = step else {
         return [REFUSED, 0, 0, 0, 0, 0, 0, 0];
     };
-    let op = step.op();
+    let op = step.op;
     let index = |found: Option<usize>| found.map_or(u64::MAX, |i| i as u64);
     let count = match op.layout.as_deref() {
         None => op.count as u64,
@@ -98,8 +110,8 @@ fn record_of(step: &Result<Step, Error>) -> Record {
         },
         op.root.map_or(u64::MAX, |r| r as u64),
         count,
-        u64::from(step.in_place()),
-        step.executor().map_or(0, executor_digest),
+        u64::from(step.in_place),
+        step.executor.map_or(0, executor_digest),
     ]
 }
 
@@ -112,7 +124,7 @@ fn difference(
     step: usize,
     records: &[Option<Record>],
     counts: &[u64],
-    mine: &[Result<Step, Error>],
+    mine: &[Result<Mine<'_>, Error>],
 ) -> Error {
     if records.iter().any(Option::is_none) {
         return Error::CaptureMismatch {
@@ -142,7 +154,7 @@ fn difference(
 }
 
 /// Word `word` of a record, as the user passed it.
-fn show(word: usize, value: u64, own: Option<&Step>) -> String {
+fn show(word: usize, value: u64, own: Option<&Mine<'_>>) -> String {
     let at = |len: usize| (value < len as u64).then_some(value as usize);
     match word {
         1 => at(OpKind::ALL.len()).map_or("?".into(), |i| OpKind::ALL[i].to_string()),
@@ -152,12 +164,12 @@ fn show(word: usize, value: u64, own: Option<&Step>) -> String {
             u64::MAX => "no root".into(),
             root => format!("root {root}"),
         },
-        5 => match own.and_then(|s| s.op().layout.as_ref()) {
+        5 => match own.and_then(|s| s.op.layout.as_ref()) {
             Some(_) => format!("block counts (digest {value:#x})"),
             None => format!("count {value}"),
         },
         6 => ["out of place", "in place"][usize::from(value == 1)].into(),
-        _ => match own.and_then(Step::executor) {
+        _ => match own.and_then(|s| s.executor) {
             Some(name) if executor_digest(name) == value => format!("executor {name}"),
             _ if value == 0 => "no executor (nothing to run)".into(),
             _ => format!("another executor (digest {value:#x})"),

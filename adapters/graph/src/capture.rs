@@ -1,6 +1,8 @@
 //! Recording the shapes of a rank's calls.
 
-use crate::{agree, check, Graph};
+use crate::agree::{self, Mine};
+use crate::{check, Graph};
+use oxccl::framework::Step;
 use oxccl::{Communicator, Error, OpCall, OpParam};
 
 /// Most steps one capture holds: the compile-time exchange sends a fixed record per step
@@ -64,20 +66,43 @@ impl Capture {
     }
 
     /// Compile the capture on `comm`: a collective call, made by every rank of the
-    /// communicator at the same point of its calls (it runs two AllGathers). Each step is
-    /// validated, selected, planned and compiled; the ranks then agree that they captured
-    /// the same sequence and chose the same executors, else every rank gets
+    /// communicator at the same point of its calls (it runs four AllGathers). Each step is
+    /// validated, and the ranks agree that they captured the same sequence; then each
+    /// step is selected, planned and compiled, and the ranks agree that they chose the
+    /// same executors and that every step could be prepared; else every rank gets
     /// [`Error::CaptureMismatch`] naming the first differing step (or, on the rank whose
     /// step was refused, that step's own error). With `OXCCL_GRAPH_CHECK=1` the analyzer
     /// then proves the sequence ([`Error::GraphCheck`] when it does not pass).
     pub fn compile(self, comm: &Communicator) -> Result<Graph, Error> {
         let inner = comm.framework();
-        let prepared: Vec<Result<_, Error>> = self
+        fn mine<'s>(s: &'s Shape, executor: Option<&'static str>) -> Mine<'s> {
+            Mine {
+                op: &s.op,
+                in_place: s.lens.0.is_none(),
+                executor,
+            }
+        }
+        let shapes: Vec<Result<Mine<'_>, Error>> = self
             .steps
             .iter()
-            .map(|shape| inner.prepare_step(&shape.op, shape.lens))
+            .map(|s| inner.validate_step(&s.op, s.lens).map(|()| mine(s, None)))
             .collect();
-        agree::agree(comm, &prepared)?;
+        agree::agree(comm, &shapes)?;
+        let prepared: Vec<Result<Step, Error>> = self
+            .steps
+            .iter()
+            .map(|s| inner.prepare_step(&s.op, s.lens))
+            .collect();
+        let executors: Vec<Result<Mine<'_>, Error>> = self
+            .steps
+            .iter()
+            .zip(&prepared)
+            .map(|(s, p)| match p {
+                Ok(step) => Ok(mine(s, step.executor())),
+                Err(e) => Err(e.clone()),
+            })
+            .collect();
+        agree::agree(comm, &executors)?;
         let steps = prepared
             .into_iter()
             .collect::<Result<Vec<_>, Error>>()

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{defined_on, every_operator, in_place, Buffers};
+use common::{defined_on, every_operator, replay_on, seed, Buffers};
 use oxccl::{Communicator, Config, Topology};
 use oxccl_graph::Capture;
 use oxccl_tests::SMALL_CCL_BYTES;
@@ -19,10 +19,6 @@ fn config(topology: Option<&str>) -> Config {
         topology: topology.map(|t| Topology::parse_spec(t).expect("preset")),
         ..Config::default()
     }
-}
-
-fn seed(launch: usize) -> u64 {
-    launch as u64 * 7919 + 1
 }
 
 /// Eager results, then the graph's for the same inputs, on every rank of `comms`.
@@ -38,61 +34,6 @@ fn replay_matches_eager(comms: &[Communicator], asked_in_place: bool) {
             }
         }
     });
-}
-
-fn replay_on(comm: &Communicator, asked_in_place: bool) -> Result<(), String> {
-    let (rank, n) = (comm.rank(), comm.size());
-    let ops = every_operator(rank, n);
-    let forms: Vec<bool> = ops.iter().map(|op| in_place(op, asked_in_place)).collect();
-    let fresh = |launch: usize| -> Vec<Buffers> {
-        ops.iter()
-            .zip(&forms)
-            .map(|(op, &ip)| Buffers::new(op, rank, n, ip, seed(launch)))
-            .collect()
-    };
-    let mut expected = Vec::new();
-    for launch in 0..3 {
-        let mut bufs = fresh(launch);
-        for (buf, op) in bufs.iter_mut().zip(&ops) {
-            let (param, user) = buf.call(op).into_parts();
-            comm.execute(&param, user)
-                .map_err(|e| format!("eager {}: {e}", op.kind))?;
-        }
-        expected.push(bufs);
-    }
-    let mut capture = Capture::new();
-    for (mut buf, op) in fresh(0).into_iter().zip(&ops) {
-        capture.record(&buf.call(op)).map_err(|e| e.to_string())?;
-    }
-    let graph = capture.compile(comm).map_err(|e| format!("compile: {e}"))?;
-    assert_eq!(graph.len(), ops.len());
-    for (launch, expected) in expected.iter().enumerate() {
-        let mut bufs = fresh(launch);
-        let calls = bufs
-            .iter_mut()
-            .zip(&ops)
-            .map(|(b, op)| b.call(op))
-            .collect();
-        graph
-            .launch(comm, calls)
-            .map_err(|e| format!("launch {launch}: {e}"))?;
-        for (step, op) in ops.iter().enumerate() {
-            if defined_on(op, rank) && bufs[step].result() != expected[step].result() {
-                return Err(format!(
-                    "launch {launch}, step {step} ({} {}): differs from the eager call",
-                    op.kind,
-                    if forms[step] {
-                        "in place"
-                    } else {
-                        "out of place"
-                    }
-                ));
-            }
-        }
-        // Eager calls between launches take their call numbers as usual.
-        comm.barrier().map_err(|e| format!("barrier: {e}"))?;
-    }
-    Ok(())
 }
 
 #[test]

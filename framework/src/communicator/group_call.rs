@@ -175,8 +175,23 @@ impl Communicator {
     pub(super) fn settle(
         &self,
         call: u64,
+        what: (Option<&'static str>, Option<&(OpParam, bool)>),
+        outcome: Result<(), DeviceError>,
+    ) -> Result<(), Error> {
+        let agreement = match self.group.config.check_calls {
+            true => Agreement::Board,
+            false => Agreement::None,
+        };
+        self.settle_agreed(call, what, outcome, agreement)
+    }
+
+    /// [`Communicator::settle`] for a call agreed as `agreement` says.
+    pub(super) fn settle_agreed(
+        &self,
+        call: u64,
         (executor, what): (Option<&'static str>, Option<&(OpParam, bool)>),
         outcome: Result<(), DeviceError>,
+        agreement: Agreement,
     ) -> Result<(), Error> {
         let expected = |notify| {
             Box::new(match what {
@@ -185,7 +200,8 @@ impl Communicator {
             })
         };
         let board = &self.group.board;
-        let checked = self.group.config.check_calls;
+        let checked = agreement == Agreement::Board;
+        let agreed = agreement != Agreement::None;
         let err = match outcome {
             // The gate opened: read the (favourable) verdict so the round can go.
             Ok(()) if checked => return board.verdict(call, self.rank, Default::default()),
@@ -197,7 +213,7 @@ impl Communicator {
             Err(DeviceError::GateTimeout { waited, .. }) if checked => {
                 board.timed_out(call, self.rank, waited)
             }
-            Err(err @ DeviceError::WaitTimeout { notify, .. }) if checked => Error::ExecutorStuck {
+            Err(err @ DeviceError::WaitTimeout { notify, .. }) if agreed => Error::ExecutorStuck {
                 call,
                 executor: executor.unwrap_or("none"),
                 expected: expected(notify),
@@ -227,6 +243,18 @@ impl Communicator {
         }
         verdict
     }
+}
+
+/// How the ranks agreed on a call before it ran.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) enum Agreement {
+    /// On the board: the call waited on its gate, and its verdict is read there.
+    Board,
+    /// By the caller, who held every rank's call at once (a group launch of every rank
+    /// of the communicator): nothing to read.
+    Local,
+    /// Not at all (`OXCCL_CHECK_CALLS=0`, or across processes).
+    None,
 }
 
 /// The device epoch of call number `call` (epoch 0 means "nothing done yet").

@@ -15,6 +15,7 @@
 //! A step with no work (count 0) takes no call number and reaches no device: every rank
 //! captured it alike (the capture is agreed when it is compiled), so every rank skips it.
 
+use super::group_call::Agreement;
 use super::{Communicator, Prepared, Shared};
 use crate::agreement::{Deposit, Signature};
 use crate::error::Error;
@@ -124,14 +125,22 @@ fn describe_lens((input, output): (Option<usize>, usize)) -> String {
 }
 
 impl Communicator {
+    /// Check `op` as a call with bindings of `lens` bytes ((input, output); input `None`
+    /// in place) would be checked, without preparing anything.
+    pub fn validate_step(&self, op: &OpParam, lens: (Option<usize>, usize)) -> Result<(), Error> {
+        if let Some(cause) = self.group.failure.lock().clone() {
+            return Err(Error::Aborted { cause });
+        }
+        Ok(op.validate(self.rank, self.size(), lens.0, lens.1)?)
+    }
+
     /// Prepare `op` as one step of a sequence, for bindings of `lens` bytes ((input,
     /// output); input `None` in place): validated as a call with such buffers would be,
     /// then selected, planned and compiled. The step is the caller's; the program cache
     /// is neither read nor filled.
     pub fn prepare_step(&self, op: &OpParam, lens: (Option<usize>, usize)) -> Result<Step, Error> {
-        let (input, output) = lens;
-        op.validate(self.rank, self.size(), input, output)?;
-        let in_place = input.is_none();
+        self.validate_step(op, lens)?;
+        let in_place = lens.0.is_none();
         let prepared = match op.has_work() {
             true => Some(self.build(op, in_place)?),
             false => None,
@@ -182,7 +191,7 @@ impl Communicator {
         }
         let mut claims = Vec::with_capacity(runs.len());
         let mut results: Vec<Result<(), Error>> = Vec::with_capacity(runs.len());
-        let mut queued: Vec<Queued<'_, '_>> = Vec::new();
+        let mut bound = Vec::with_capacity(runs.len());
         for (slot, (comm, steps, users)) in runs.into_iter().enumerate() {
             match comm.claim() {
                 Ok(claim) => claims.push(claim),
@@ -192,8 +201,13 @@ impl Communicator {
                 }
             }
             results.push(Ok(()));
-            match comm.bind_sequence(steps, users) {
-                Ok(runs) => queued.extend(comm.queue(slot, runs)),
+            bound.push((slot, comm, steps, comm.bind_sequence(steps, users)));
+        }
+        let agreement = agreed_here(&group, &bound);
+        let mut queued: Vec<Queued<'_, '_>> = Vec::new();
+        for (slot, comm, steps, runs) in bound {
+            match runs {
+                Ok(runs) => queued.extend(comm.queue(slot, runs, agreement)),
                 Err(err) => results[slot] = Err(comm.refuse_sequence(steps, err)),
             }
         }
@@ -240,13 +254,14 @@ impl Communicator {
         &'c self,
         slot: usize,
         runs: Vec<(&Step, UserBuffers<'a>)>,
+        agreement: Agreement,
     ) -> Vec<Queued<'c, 'a>> {
         let first = self.calls.fetch_add(runs.len() as u64, Ordering::Relaxed);
         (first..)
             .zip(runs)
             .map(|(call, (step, user))| {
                 let prepared = step.prepared.as_ref().expect("steps with work");
-                let gate = self.group.config.check_calls.then(|| {
+                let gate = (agreement == Agreement::Board).then(|| {
                     let deposit = Deposit::Call(step.signature.clone());
                     self.group.board.deposit(call, self.rank, deposit)
                 });
@@ -254,6 +269,7 @@ impl Communicator {
                     slot,
                     comm: self,
                     call,
+                    agreement,
                     executor: prepared.selection.executor.name,
                     what: (step.op.clone(), step.in_place),
                     submission: Submission {
@@ -316,6 +332,7 @@ struct Queued<'c, 'a> {
     slot: usize,
     comm: &'c Communicator,
     call: u64,
+    agreement: Agreement,
     executor: &'static str,
     what: (OpParam, bool),
     submission: Submission<'a>,
@@ -345,14 +362,71 @@ fn run_queued(group: &Shared, queued: Vec<Queued<'_, '_>>, results: &mut [Result
         let mut settles = Vec::with_capacity(wave.len());
         for q in wave {
             submissions.push(q.submission);
-            settles.push((q.slot, q.comm, q.call, q.executor, q.what));
+            settles.push((q.slot, q.comm, (q.call, q.agreement), q.executor, q.what));
         }
         let outcomes = device.run_sequence_group(submissions);
-        for ((slot, comm, call, executor, what), outcome) in settles.into_iter().zip(outcomes) {
-            let settled = comm.settle(call, (Some(executor), Some(&what)), outcome);
+        for ((slot, comm, (call, agreement), executor, what), outcome) in
+            settles.into_iter().zip(outcomes)
+        {
+            let what = (Some(executor), Some(&what));
+            let settled = comm.settle_agreed(call, what, outcome, agreement);
             if results[slot].is_ok() {
                 results[slot] = settled;
             }
         }
     }
+}
+
+/// How a group launch's calls are agreed: on the board, as every call's are; here, when
+/// the launch holds the calls of every rank of the communicator, each bound, all at the
+/// same call number, and the steps agree as the board would decide (the comparison it
+/// makes, without its lock, rounds and gates); or not at all without the agreement.
+#[allow(clippy::type_complexity)]
+fn agreed_here(
+    group: &Shared,
+    bound: &[(
+        usize,
+        &Communicator,
+        &[Step],
+        Result<Vec<(&Step, UserBuffers<'_>)>, Error>,
+    )],
+) -> Agreement {
+    if !group.config.check_calls {
+        return Agreement::None;
+    }
+    let ranks = group.topology.ranks();
+    let mut seen = vec![false; ranks];
+    let mut runs = Vec::with_capacity(bound.len());
+    for (_, comm, _, run) in bound {
+        let Ok(run) = run else {
+            return Agreement::Board;
+        };
+        if std::mem::replace(&mut seen[comm.rank], true) {
+            return Agreement::Board;
+        }
+        runs.push((comm, run));
+    }
+    if runs.len() != ranks {
+        return Agreement::Board;
+    }
+    let first = runs[0].0.calls.load(Ordering::Relaxed);
+    let steps = runs[0].1.len();
+    if runs
+        .iter()
+        .any(|(c, r)| c.calls.load(Ordering::Relaxed) != first || r.len() != steps)
+    {
+        return Agreement::Board;
+    }
+    runs.sort_by_key(|(comm, _)| comm.rank);
+    for k in 0..steps {
+        let deposits: Vec<Option<Deposit>> = runs
+            .iter()
+            .map(|(_, r)| Some(Deposit::Call(r[k].0.signature.clone())))
+            .collect();
+        if crate::agreement::verdict_of(first + k as u64, &deposits).is_err() {
+            // The board decides it again and tells every rank.
+            return Agreement::Board;
+        }
+    }
+    Agreement::Local
 }

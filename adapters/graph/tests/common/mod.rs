@@ -1,7 +1,8 @@
 //! A sequence with every operator, and its buffers, for the replay tests.
 
 use oxccl::framework::op::VLayout;
-use oxccl::{DataType, OpCall, OpKind, OpParam, ReduceOp, UserBuffers};
+use oxccl::{Communicator, DataType, OpCall, OpKind, OpParam, ReduceOp, UserBuffers};
+use oxccl_graph::Capture;
 use oxccl_tests::vector::{all_to_all_v, blocks, send_recv};
 use oxccl_tests::{Aligned, SMALL_CCL_BYTES};
 
@@ -93,4 +94,67 @@ impl Buffers {
 /// out of place in an in-place sequence).
 pub fn in_place(op: &OpParam, asked: bool) -> bool {
     asked && op.in_place_allowed() && !matches!(op.layout.as_deref(), Some(VLayout::P2p { .. }))
+}
+
+/// The inputs of launch `launch`.
+pub fn seed(launch: usize) -> u64 {
+    launch as u64 * 7919 + 1
+}
+
+/// Run every operator eagerly, then capture, compile and replay it with fresh buffers,
+/// comparing each launch's results with the eager call's on the same inputs (an eager
+/// barrier between launches): this rank's part, on `comm`.
+pub fn replay_on(comm: &Communicator, asked_in_place: bool) -> Result<(), String> {
+    let (rank, n) = (comm.rank(), comm.size());
+    let ops = every_operator(rank, n);
+    let forms: Vec<bool> = ops.iter().map(|op| in_place(op, asked_in_place)).collect();
+    let fresh = |launch: usize| -> Vec<Buffers> {
+        ops.iter()
+            .zip(&forms)
+            .map(|(op, &ip)| Buffers::new(op, rank, n, ip, seed(launch)))
+            .collect()
+    };
+    let mut expected = Vec::new();
+    for launch in 0..3 {
+        let mut bufs = fresh(launch);
+        for (buf, op) in bufs.iter_mut().zip(&ops) {
+            let (param, user) = buf.call(op).into_parts();
+            comm.execute(&param, user)
+                .map_err(|e| format!("eager {}: {e}", op.kind))?;
+        }
+        expected.push(bufs);
+    }
+    let mut capture = Capture::new();
+    for (mut buf, op) in fresh(0).into_iter().zip(&ops) {
+        capture.record(&buf.call(op)).map_err(|e| e.to_string())?;
+    }
+    let graph = capture.compile(comm).map_err(|e| format!("compile: {e}"))?;
+    assert_eq!(graph.len(), ops.len());
+    for (launch, expected) in expected.iter().enumerate() {
+        let mut bufs = fresh(launch);
+        let calls = bufs
+            .iter_mut()
+            .zip(&ops)
+            .map(|(b, op)| b.call(op))
+            .collect();
+        graph
+            .launch(comm, calls)
+            .map_err(|e| format!("launch {launch}: {e}"))?;
+        for (step, op) in ops.iter().enumerate() {
+            if defined_on(op, rank) && bufs[step].result() != expected[step].result() {
+                return Err(format!(
+                    "launch {launch}, step {step} ({} {}): differs from the eager call",
+                    op.kind,
+                    if forms[step] {
+                        "in place"
+                    } else {
+                        "out of place"
+                    }
+                ));
+            }
+        }
+        // Eager calls between launches take their call numbers as usual.
+        comm.barrier().map_err(|e| format!("barrier: {e}"))?;
+    }
+    Ok(())
 }
