@@ -509,6 +509,13 @@ pub trait Device: Any + Send + Sync + std::fmt::Debug {
     /// ([`AbortCause::CallFailed`]).
     fn abort(&self, cause: AbortCause);
 
+    /// Why the device stopped, once it did (an abort, a failed submission, or a peer in
+    /// another process that failed and told it), whether or not a call met it yet; `None`
+    /// while it runs. A backend that cannot tell answers `None`.
+    fn stopped(&self) -> Option<AbortCause> {
+        None
+    }
+
     /// [`Device::run`] for a group of prepared sequences (graph mode's launches: the same
     /// compiled programs submitted again and again, every rank's steps at once). A backend
     /// may link such a group once and run it by a faster path (the host device runs a

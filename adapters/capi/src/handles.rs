@@ -183,11 +183,14 @@ impl Comm {
 
     /// What `oxcclCommGetAsyncError` reports.
     pub fn async_error(&self) -> OxcclResult {
-        self.state
-            .lock()
-            .failure
-            .as_ref()
-            .map_or(OxcclResult::Success, |f| f.code)
+        if let Some(failure) = &self.state.lock().failure {
+            return failure.code;
+        }
+        // A failure no call of this rank met yet: a peer's, or an abort.
+        match self.inner.framework().failure() {
+            Some(err) => crate::result::code_of(&err, Some(self.inner.rank())),
+            None => OxcclResult::Success,
+        }
     }
 
     /// Run `f` on the communicator's capture slot.

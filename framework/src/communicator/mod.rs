@@ -477,6 +477,24 @@ impl Communicator {
         self.group.device.abort(cause);
     }
 
+    /// The failure that broke the communicator, if one did (NCCL's
+    /// `ncclCommGetAsyncError`): the first error a call of any rank met, or else why its
+    /// device stopped (an abort, or a peer's failure it was told of) before a call met
+    /// it. `None` while the communicator is usable.
+    pub fn failure(&self) -> Option<Error> {
+        if let Some(cause) = self.group.failure.lock().clone() {
+            return Some(Error::Aborted { cause });
+        }
+        let cause = self.group.device.stopped()?;
+        let rank = match &cause {
+            AbortCause::UserAbort { rank }
+            | AbortCause::CallFailed { rank, .. }
+            | AbortCause::PeerFailed { rank, .. }
+            | AbortCause::PeerProcess { rank, .. } => *rank,
+        };
+        Some(oxccl_platform::DeviceError::Aborted { rank, cause }.into())
+    }
+
     /// This rank's index.
     pub fn rank(&self) -> Rank {
         self.rank

@@ -548,6 +548,10 @@ impl Device for HostDevice {
         }
     }
 
+    fn stopped(&self) -> Option<AbortCause> {
+        self.shared.failure()
+    }
+
     fn retire(&self, rank: Rank, epoch: u64) -> Result<(), DeviceError> {
         let slot = self.shared.slot(rank)?;
         self.shared.advance(slot, epoch);
