@@ -175,7 +175,7 @@ impl Communicator {
     pub(super) fn settle(
         &self,
         call: u64,
-        what: (Option<&'static str>, Option<&(OpParam, bool)>),
+        what: (Option<&'static str>, Option<(&OpParam, bool)>),
         outcome: Result<(), DeviceError>,
     ) -> Result<(), Error> {
         let agreement = match self.group.config.check_calls {
@@ -189,13 +189,13 @@ impl Communicator {
     pub(super) fn settle_agreed(
         &self,
         call: u64,
-        (executor, what): (Option<&'static str>, Option<&(OpParam, bool)>),
+        (executor, what): (Option<&'static str>, Option<(&OpParam, bool)>),
         outcome: Result<(), DeviceError>,
         agreement: Agreement,
     ) -> Result<(), Error> {
         let expected = |notify| {
             Box::new(match what {
-                Some((op, in_place)) => self.expected_post(op, *in_place, notify),
+                Some((op, in_place)) => self.expected_post(op, in_place, notify),
                 None => ExpectedPost::Unknown,
             })
         };
@@ -307,7 +307,8 @@ fn run_announced(
     }
     let outcomes = group.device.run(submissions);
     for ((slot, comm, call, (executor, what)), outcome) in launched.into_iter().zip(outcomes) {
-        results[slot] = comm.settle(call, (executor, what.as_ref()), outcome);
+        let what = what.as_ref().map(|(op, in_place)| (op, *in_place));
+        results[slot] = comm.settle(call, (executor, what), outcome);
     }
     for (slot, comm, call) in idle {
         results[slot] = comm.verdict_without_launch(call);

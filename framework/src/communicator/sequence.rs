@@ -204,7 +204,7 @@ impl Communicator {
             bound.push((slot, comm, steps, comm.bind_sequence(steps, users)));
         }
         let agreement = agreed_here(&group, &bound);
-        let mut queued: Vec<Queued<'_, '_>> = Vec::new();
+        let mut queued: Vec<Queued<'_, '_, '_>> = Vec::new();
         for (slot, comm, steps, runs) in bound {
             match runs {
                 Ok(runs) => queued.extend(comm.queue(slot, runs, agreement)),
@@ -250,12 +250,12 @@ impl Communicator {
 
     /// Number the steps as consecutive calls and deposit their signatures; each becomes
     /// a submission waiting on its call's gate.
-    fn queue<'c, 'a>(
+    fn queue<'c, 's, 'a>(
         &'c self,
         slot: usize,
-        runs: Vec<(&Step, UserBuffers<'a>)>,
+        runs: Vec<(&'s Step, UserBuffers<'a>)>,
         agreement: Agreement,
-    ) -> Vec<Queued<'c, 'a>> {
+    ) -> Vec<Queued<'c, 's, 'a>> {
         let first = self.calls.fetch_add(runs.len() as u64, Ordering::Relaxed);
         (first..)
             .zip(runs)
@@ -271,7 +271,7 @@ impl Communicator {
                     call,
                     agreement,
                     executor: prepared.selection.executor.name,
-                    what: (step.op.clone(), step.in_place),
+                    step,
                     submission: Submission {
                         compiled: prepared.compiled.clone(),
                         user,
@@ -327,23 +327,23 @@ impl Communicator {
 }
 
 /// One step of a sequence, numbered and ready for the device.
-struct Queued<'c, 'a> {
+struct Queued<'c, 's, 'a> {
     /// The sequence's entry in the group launch.
     slot: usize,
     comm: &'c Communicator,
     call: u64,
     agreement: Agreement,
     executor: &'static str,
-    what: (OpParam, bool),
+    step: &'s Step,
     submission: Submission<'a>,
 }
 
 /// Hand every queued step to the device — all at once when it queues a rank's
 /// submissions, else the `k`-th step of every sequence together, step by step — and
 /// settle each; a sequence's result is its first error.
-fn run_queued(group: &Shared, queued: Vec<Queued<'_, '_>>, results: &mut [Result<(), Error>]) {
+fn run_queued(group: &Shared, queued: Vec<Queued<'_, '_, '_>>, results: &mut [Result<(), Error>]) {
     let device = &group.device;
-    let mut waves: Vec<Vec<Queued<'_, '_>>> = Vec::new();
+    let mut waves: Vec<Vec<Queued<'_, '_, '_>>> = Vec::new();
     if device.capabilities().queued_submissions {
         waves.push(queued);
     } else {
@@ -362,13 +362,13 @@ fn run_queued(group: &Shared, queued: Vec<Queued<'_, '_>>, results: &mut [Result
         let mut settles = Vec::with_capacity(wave.len());
         for q in wave {
             submissions.push(q.submission);
-            settles.push((q.slot, q.comm, (q.call, q.agreement), q.executor, q.what));
+            settles.push((q.slot, q.comm, (q.call, q.agreement), q.executor, q.step));
         }
         let outcomes = device.run_sequence_group(submissions);
-        for ((slot, comm, (call, agreement), executor, what), outcome) in
+        for ((slot, comm, (call, agreement), executor, step), outcome) in
             settles.into_iter().zip(outcomes)
         {
-            let what = (Some(executor), Some(&what));
+            let what = (Some(executor), Some((&step.op, step.in_place)));
             let settled = comm.settle_agreed(call, what, outcome, agreement);
             if results[slot].is_ok() {
                 results[slot] = settled;

@@ -113,6 +113,40 @@ pub(crate) enum PeerRegions<'r> {
     Serial(&'r [Option<UserRegions>]),
 }
 
+/// A data task bound for a serial run (see `serial`): its pointers hold while the user
+/// buffers it was bound with stay bound (the device's own buffers live as long as it).
+pub(crate) struct BoundTask(Prepared);
+
+impl BoundTask {
+    /// Bind `task` of `launch` with the serial run's `regions` (by local slot), checking
+    /// every operand as [`run_data_task`] does.
+    pub(crate) fn bind(
+        launch: &Launch,
+        task: &DataOp,
+        at: TaskLocation,
+        regions: &[Option<UserRegions>],
+    ) -> Result<Self, DeviceError> {
+        let mut prepared = Prepared::new(task);
+        bind(
+            launch,
+            task,
+            at,
+            PeerRegions::Serial(regions),
+            &mut prepared,
+        )?;
+        Ok(BoundTask(prepared))
+    }
+
+    /// Run the task inline.
+    ///
+    /// # Safety
+    /// The user buffers it was bound with are bound now, at the same addresses and
+    /// lengths, and no other thread touches the bytes it reads or writes.
+    pub(crate) unsafe fn run(&self) {
+        self.0.run_all()
+    }
+}
+
 /// Run a Copy or Reduce task of `launch`'s stream `at.stream`.
 pub(crate) fn run_data_task(
     launch: &Arc<Launch>,

@@ -424,7 +424,9 @@ impl Launch {
         let ending: Vec<&Arc<Self>> = launches.iter().filter(running).copied().collect();
         for launch in &ending {
             launch.remaining.store(0, Ordering::Release);
-            launch.finish_epoch();
+            // No signal of the run was touched: nothing can be left set.
+            launch.shared.end(launch.program.slot, launch.epoch);
+            launch.shared.advance(launch.program.slot, launch.epoch);
         }
         for launch in ending {
             launch.exit();

@@ -209,7 +209,7 @@ impl HostDevice {
     ) -> Vec<Result<(), DeviceError>> {
         let timeout = self.shared.config.exec_timeout;
         let admitted: Vec<Result<HostCompletion, DeviceError>> =
-            group.into_iter().map(|s| self.admit(s)).collect();
+            group.into_iter().map(|s| self.admit_as(s, false)).collect();
         if let Some(err) = admitted.iter().find_map(|a| a.as_ref().err()) {
             // Only a stopped device refuses a submission `linked` accepted: the launches
             // admitted end as aborted, none of their tasks having run.
@@ -245,15 +245,27 @@ impl HostDevice {
                 Launch::end_serially(&ending);
             }
         }
+        // Every launch ended on this thread (serial runs pass their exit fences at once):
+        // read the outcomes without waiting, unless one did not.
         admitted
             .into_iter()
-            .map(|c| crate::device::wait_out(&mut c?, timeout))
+            .map(|c| match c {
+                Ok(c) if c.launch.is_done() => c.launch.result(),
+                c => crate::device::wait_out(&mut c?, timeout),
+            })
             .collect()
     }
 
     /// Validate a submission, register its user buffers and create its launch, not
     /// started: waiting for its gate (when it has one) or its entry fence.
     fn admit(&self, s: Submission<'_>) -> Result<HostCompletion, DeviceError> {
+        self.admit_as(s, true)
+    }
+
+    /// [`HostDevice::admit`]; `registered`: publish the user buffers in the registry for
+    /// peers' tasks. A serial run (see [`serial`]) hands its tasks the run's buffers
+    /// itself and ends every launch before it returns, so it does not.
+    fn admit_as(&self, s: Submission<'_>, registered: bool) -> Result<HostCompletion, DeviceError> {
         let compiled = s.compiled;
         if compiled.device_id != self.shared.id {
             return Err(ConfigFault::ForeignProgram.into());
@@ -273,24 +285,29 @@ impl HostDevice {
         // The registration lives until the completion unregisters it, which waits for
         // every task (local or a peer's) still using these buffers; the caller of the
         // unsafe `submit` keeps the borrow alive until then.
-        let registration = self.shared.memory.register(slot, rank, regions)?;
+        let registration = match registered {
+            true => Some(self.shared.memory.register(slot, rank, regions)?),
+            false => None,
+        };
         let launch = Launch::new(
             self.shared.clone(),
             compiled,
             program,
             s.epoch,
-            *registration,
+            regions,
             s.gate.is_some(),
         );
         if let Err(err) = self.shared.admit(&launch) {
             drop(launch);
-            self.shared.memory.unregister(slot, registration);
+            if let Some(registration) = registration {
+                self.shared.memory.unregister(slot, registration);
+            }
             return Err(err);
         }
         Ok(HostCompletion {
             launch,
             slot,
-            registration: Some(registration),
+            registration,
         })
     }
 

@@ -23,8 +23,8 @@
 //! so the key cannot be reused by others).
 
 use super::compile::{HostProgram, Op, INLINE_BYTES};
-use super::exec::{run_data_task, PeerRegions, SPLIT_BYTES};
-use super::launch::{Launch, Step};
+use super::exec::{BoundTask, SPLIT_BYTES};
+use super::launch::Launch;
 use super::memory::UserRegions;
 use crate::device::Compiled;
 use crate::error::TaskLocation;
@@ -46,11 +46,29 @@ type GroupKey = Vec<(Arc<Compiled>, u64)>;
 
 /// The data tasks of a group, in the order to run them, with the launches of each epoch
 /// ending after its last task.
-#[derive(Debug)]
 pub(crate) struct Schedule {
     /// Per epoch of the group (ascending): the launches (indices in the group) of that
     /// epoch, and its data tasks in order.
     pub epochs: Vec<(Vec<usize>, Vec<TaskAt>)>,
+    /// Per epoch, its tasks as bound by the last run, with the user buffers they were
+    /// bound with: a run with the same buffers (a framework's usual replay) runs them
+    /// without binding and checking each operand again.
+    bound: Mutex<Vec<Option<BoundEpoch>>>,
+}
+
+/// The user buffers of an epoch's launches: each one's (input, output) as (address,
+/// length, writable).
+type Bindings = Vec<[(usize, usize, bool); 2]>;
+
+/// An epoch's tasks as bound with the buffers they were bound with.
+type BoundEpoch = (Bindings, Vec<BoundTask>);
+
+impl std::fmt::Debug for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Schedule")
+            .field("epochs", &self.epochs)
+            .finish()
+    }
 }
 
 /// The schedules of the groups seen, keyed by their programs.
@@ -110,7 +128,10 @@ fn play(group: &[(&Arc<Compiled>, &HostProgram, u64)], local_slots: usize) -> Op
     if epochs.iter().enumerate().any(|(i, &e)| e != i as u64) {
         return None;
     }
-    let mut schedule = Schedule { epochs: Vec::new() };
+    let mut schedule = Schedule {
+        epochs: Vec::new(),
+        bound: Mutex::new(Vec::new()),
+    };
     for epoch in epochs {
         let launches: Vec<usize> = (0..group.len()).filter(|&i| group[i].2 == epoch).collect();
         let mut slots: Vec<usize> = launches.iter().map(|&i| group[i].1.slot).collect();
@@ -122,6 +143,7 @@ fn play(group: &[(&Arc<Compiled>, &HostProgram, u64)], local_slots: usize) -> Op
         let order = play_epoch(group, &launches)?;
         schedule.epochs.push((launches, order));
     }
+    *schedule.bound.get_mut() = schedule.epochs.iter().map(|_| None).collect();
     Some(schedule)
 }
 
@@ -190,31 +212,69 @@ pub(crate) fn run(schedule: &Schedule, launches: &[Arc<Launch>]) {
         .map(|l| l.program.slot)
         .max()
         .map_or(0, |s| s + 1);
-    for (ending, order) in &schedule.epochs {
-        let mut regions: Vec<Option<UserRegions>> = vec![None; slots];
-        for &i in ending {
-            regions[launches[i].program.slot] = Some(launches[i].user);
-        }
-        for &(i, s, task) in order {
-            let launch = &launches[i];
-            if launch.is_aborted() {
-                break;
-            }
-            let Op::Data(data) = &launch.program.streams[s][task] else {
-                unreachable!("a schedule lists data tasks only");
-            };
-            let at = TaskLocation {
-                rank: launch.rank(),
-                stream: s,
-                task,
-            };
-            match run_data_task(launch, data, at, PeerRegions::Serial(&regions)) {
-                Ok(Step::Next) => {}
-                Ok(Step::Suspended) => unreachable!("small programs run their tasks inline"),
-                Err(err) => launch.abort(err),
+    for (e, (ending, order)) in schedule.epochs.iter().enumerate() {
+        let bindings: Bindings = ending.iter().map(|&i| bindings_of(&launches[i])).collect();
+        let kept = schedule.bound.lock().get_mut(e).and_then(Option::take);
+        let tasks = match kept {
+            Some((kept, tasks)) if kept == bindings => Some(tasks),
+            _ => bind_epoch(launches, (ending, order), slots),
+        };
+        if let Some(tasks) = &tasks {
+            for (task, &(i, ..)) in tasks.iter().zip(order) {
+                if launches[i].is_aborted() {
+                    break;
+                }
+                // SAFETY: bound with `bindings`, the buffers of this run's launches, which
+                // stay registered to this thread's run until it returns; the schedule
+                // orders every task after those it depends on, and only this thread
+                // runs the group's tasks.
+                unsafe { task.run() };
             }
         }
         let ended: Vec<&Arc<Launch>> = ending.iter().map(|&i| &launches[i]).collect();
         Launch::end_serially(&ended);
+        if let (Some(tasks), Some(slot)) = (tasks, schedule.bound.lock().get_mut(e)) {
+            *slot = Some((bindings, tasks));
+        }
     }
+}
+
+/// One launch's user buffers, as the key of its bound tasks.
+fn bindings_of(launch: &Launch) -> [(usize, usize, bool); 2] {
+    let r = |r: &super::memory::Region| (r.ptr as usize, r.len, r.writable);
+    [r(&launch.user.input), r(&launch.user.output)]
+}
+
+/// Bind every task of one epoch (`ending`'s launches, `order`) with the launches' user
+/// buffers; a task that cannot be bound aborts its launch (which stops the device) and
+/// the epoch runs nothing.
+fn bind_epoch(
+    launches: &[Arc<Launch>],
+    (ending, order): (&[usize], &[TaskAt]),
+    slots: usize,
+) -> Option<Vec<BoundTask>> {
+    let mut regions: Vec<Option<UserRegions>> = vec![None; slots];
+    for &i in ending {
+        regions[launches[i].program.slot] = Some(launches[i].user);
+    }
+    let mut tasks = Vec::with_capacity(order.len());
+    for &(i, s, task) in order {
+        let launch = &launches[i];
+        let Op::Data(data) = &launch.program.streams[s][task] else {
+            unreachable!("a schedule lists data tasks only");
+        };
+        let at = TaskLocation {
+            rank: launch.rank(),
+            stream: s,
+            task,
+        };
+        match BoundTask::bind(launch, data, at, &regions) {
+            Ok(bound) => tasks.push(bound),
+            Err(err) => {
+                launch.abort(err);
+                return None;
+            }
+        }
+    }
+    Some(tasks)
 }

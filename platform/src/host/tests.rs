@@ -696,6 +696,60 @@ fn a_whole_group_of_sequences_runs_linked_and_again_from_the_cache() {
 }
 
 #[test]
+fn a_linked_group_rebinds_when_its_buffers_change_and_reads_new_data_when_not() {
+    let dev = device(2, 1, 60_000);
+    // Compiled once, launched four times: epochs 1-2, 3-4, 5-6, 7-8.
+    let compiled: Vec<Arc<crate::Compiled>> = (0..4)
+        .map(|i| {
+            let rank = i % 2;
+            let mut p = copy_through(rank, 8);
+            p.streams[0].post(local(&dev, 1 - rank, 0));
+            p.streams[0].wait(local(&dev, rank, 0));
+            dev.compile(CompileRequest {
+                program: Arc::new(p),
+                scratch: None,
+                peers: vec![1 - rank],
+                local_notifies: 8,
+                in_place: false,
+                exit_fence: false,
+            })
+            .unwrap()
+        })
+        .collect();
+    let mut inputs = vec![[0u8; 8]; 4];
+    let mut outputs = vec![[0u8; 8]; 4];
+    let mut other = vec![[0u8; 8]; 4];
+    for launch in 0..4u8 {
+        for (i, input) in inputs.iter_mut().enumerate() {
+            *input = [launch * 10 + i as u8; 8];
+        }
+        // Launches 0 and 1 bind the same buffers, 2 others, 3 the first ones again.
+        let outs = if launch == 2 {
+            &mut other
+        } else {
+            &mut outputs
+        };
+        let group = compiled
+            .iter()
+            .zip(&inputs)
+            .zip(outs.iter_mut())
+            .enumerate()
+            .map(|(i, ((c, input), output))| Submission {
+                compiled: c.clone(),
+                user: UserBuffers::OutOfPlace { input, output },
+                epoch: 1 + 2 * launch as u64 + i as u64 / 2,
+                gate: None,
+            })
+            .collect();
+        let results = dev.run_sequence_group(group);
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        let outs = if launch == 2 { &other } else { &outputs };
+        assert_eq!(outs, &inputs, "launch {launch}");
+    }
+    assert_eq!(dev.shared.schedules.linked(), 1);
+}
+
+#[test]
 fn a_group_the_play_refuses_runs_as_usual_and_reports_its_fault() {
     let dev = device(2, 1, 60_000);
     let inputs: Vec<[u8; 8]> = (0..6u8).map(|i| [i + 1; 8]).collect();
