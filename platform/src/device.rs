@@ -323,6 +323,15 @@ impl UserBuffers<'_> {
         }
     }
 
+    /// Bytes of (input, output) as an operator's checks take them: input `None` in
+    /// place (the one buffer is the output).
+    pub fn lens_by_form(&self) -> (Option<usize>, usize) {
+        match self.lens() {
+            (_, output) if self.is_in_place() => (None, output),
+            (input, output) => (Some(input), output),
+        }
+    }
+
     /// Bytes of (Input, Output).
     pub fn lens(&self) -> (usize, usize) {
         match self {

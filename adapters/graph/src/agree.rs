@@ -17,6 +17,7 @@
 //! point-to-point operators, which legitimately differ), the form (in place or not) and
 //! the executor `select_alg` chose (by digest of its name).
 
+use crate::MAX_STEPS;
 use oxccl::framework::digest::Digest;
 use oxccl::framework::op::VLayout;
 use oxccl::{Communicator, DataType, Error, OpKind, OpParam, ReduceOp};
@@ -56,12 +57,31 @@ pub(crate) fn agree(comm: &Communicator, steps: &[Result<Mine<'_>, Error>]) -> R
     let mine: Vec<Record> = steps.iter().map(record_of).collect();
     let mut counts = vec![0u64; comm.size()];
     comm.all_gather(&[mine.len() as u64], &mut counts)?;
-    let longest = counts.iter().copied().max().unwrap_or(0) as usize;
+    // Every rank reads the same counts, so every rank refuses alike.
+    let longest = counts.iter().copied().max().unwrap_or(0);
+    let Some(longest) = usize::try_from(longest).ok().filter(|&l| l <= MAX_STEPS) else {
+        return Err(Error::CaptureMismatch {
+            step: MAX_STEPS,
+            field: "length",
+            detail: format!("a rank reports {longest} steps, more than {MAX_STEPS}"),
+        });
+    };
     let mut send = vec![0u64; longest * WORDS];
     for (slot, record) in send.chunks_exact_mut(WORDS).zip(&mine) {
         slot.copy_from_slice(record);
     }
-    let mut all = vec![0u64; comm.size() * send.len()];
+    let total = comm
+        .size()
+        .checked_mul(send.len())
+        .ok_or_else(|| Error::CaptureMismatch {
+            step: longest,
+            field: "length",
+            detail: format!(
+                "{longest} steps on {} ranks do not fit in memory",
+                comm.size()
+            ),
+        })?;
+    let mut all = vec![0u64; total];
     comm.all_gather(&send, &mut all)?;
     let record = |rank: usize, step: usize| -> Option<Record> {
         (step < counts[rank] as usize).then(|| {

@@ -43,14 +43,9 @@ impl Capture {
                 ),
             });
         }
-        let user = call.user();
-        let lens = match user.lens() {
-            (_, output) if user.is_in_place() => (None, output),
-            (input, output) => (Some(input), output),
-        };
         self.steps.push(Shape {
             op: call.param().clone(),
-            lens,
+            lens: call.user().lens_by_form(),
         });
         Ok(self.steps.len() - 1)
     }

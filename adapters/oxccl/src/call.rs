@@ -308,10 +308,7 @@ impl<'a> OpCall<'a> {
 
 impl std::fmt::Debug for OpCall<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (input, output) = match self.user.lens() {
-            (_, output) if self.user.is_in_place() => (None, output),
-            (input, output) => (Some(input), output),
-        };
+        let (input, output) = self.user.lens_by_form();
         f.debug_struct("OpCall")
             .field("param", &self.param)
             .field("input_bytes", &input)

@@ -482,8 +482,8 @@ impl Communicator {
     /// device stopped (an abort, or a peer's failure it was told of) before a call met
     /// it. `None` while the communicator is usable.
     pub fn failure(&self) -> Option<Error> {
-        if let Some(cause) = self.group.failure.lock().clone() {
-            return Some(Error::Aborted { cause });
+        if let Err(failed) = self.usable() {
+            return Some(failed);
         }
         let cause = self.group.device.stopped()?;
         let rank = match &cause {
@@ -493,6 +493,15 @@ impl Communicator {
             | AbortCause::PeerProcess { rank, .. } => *rank,
         };
         Some(oxccl_platform::DeviceError::Aborted { rank, cause }.into())
+    }
+
+    /// `Ok` unless a call of any rank met a failure that broke the communicator
+    /// ([`Error::Aborted`] with it): what every new call checks first.
+    pub(crate) fn usable(&self) -> Result<(), Error> {
+        match self.group.failure.lock().clone() {
+            Some(cause) => Err(Error::Aborted { cause }),
+            None => Ok(()),
+        }
     }
 
     /// This rank's index.
@@ -668,14 +677,7 @@ impl Communicator {
         op: &OpParam,
         user: UserBuffers<'a>,
     ) -> Result<Option<(Ready<'a>, &'static str, ScratchUse)>, Error> {
-        if let Some(cause) = self.group.failure.lock().clone() {
-            return Err(Error::Aborted { cause });
-        }
-        let (input_len, output_len) = match user.lens() {
-            (_, output) if user.is_in_place() => (None, output),
-            (input, output) => (Some(input), output),
-        };
-        op.validate(self.rank, self.size(), input_len, output_len)?;
+        self.validate_step(op, user.lens_by_form())?;
         if !op.has_work() {
             return Ok(None);
         }

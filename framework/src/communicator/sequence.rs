@@ -31,9 +31,8 @@ pub type Bound<'a> = (OpParam, UserBuffers<'a>);
 #[derive(Clone, Debug)]
 pub struct Step {
     op: OpParam,
-    in_place: bool,
     /// Bytes of the (input, output) bindings the step was prepared for (input `None`
-    /// in place).
+    /// in place, so it also says the form).
     lens: (Option<usize>, usize),
     /// `None` when the call has no work.
     prepared: Option<Prepared>,
@@ -51,7 +50,7 @@ impl Step {
 
     /// Whether the step was prepared for in-place bindings.
     pub fn in_place(&self) -> bool {
-        self.in_place
+        self.lens.0.is_none()
     }
 
     /// The byte lengths of the (input, output) it binds; input `None` in place.
@@ -88,17 +87,14 @@ impl Step {
                 ),
             });
         }
-        let bound = match user.lens() {
-            (_, output) if user.is_in_place() => (None, output),
-            (input, output) => (Some(input), output),
-        };
-        if user.is_in_place() != self.in_place {
+        let bound = user.lens_by_form();
+        if user.is_in_place() != self.in_place() {
             let form = |in_place| if in_place { "in place" } else { "out of place" };
             return Err(Error::GraphBinding {
                 step: index,
                 reason: format!(
                     "was captured {} but is bound {}",
-                    form(self.in_place),
+                    form(self.in_place()),
                     form(user.is_in_place())
                 ),
             });
@@ -128,9 +124,7 @@ impl Communicator {
     /// Check `op` as a call with bindings of `lens` bytes ((input, output); input `None`
     /// in place) would be checked, without preparing anything.
     pub fn validate_step(&self, op: &OpParam, lens: (Option<usize>, usize)) -> Result<(), Error> {
-        if let Some(cause) = self.group.failure.lock().clone() {
-            return Err(Error::Aborted { cause });
-        }
+        self.usable()?;
         Ok(op.validate(self.rank, self.size(), lens.0, lens.1)?)
     }
 
@@ -153,7 +147,6 @@ impl Communicator {
         Ok(Step {
             signature: Signature::new(self.rank, op, executor).with_scratch(scratch),
             op: op.clone(),
-            in_place,
             lens,
             prepared,
             group: Arc::downgrade(&self.group),
@@ -222,9 +215,7 @@ impl Communicator {
         steps: &'s [Step],
         users: Vec<Bound<'a>>,
     ) -> Result<Vec<(&'s Step, UserBuffers<'a>)>, Error> {
-        if let Some(cause) = self.group.failure.lock().clone() {
-            return Err(Error::Aborted { cause });
-        }
+        self.usable()?;
         if steps.len() != users.len() {
             return Err(Error::GraphBinding {
                 step: steps.len().min(users.len()),
@@ -368,7 +359,7 @@ fn run_queued(group: &Shared, queued: Vec<Queued<'_, '_, '_>>, results: &mut [Re
         for ((slot, comm, (call, agreement), executor, step), outcome) in
             settles.into_iter().zip(outcomes)
         {
-            let what = (Some(executor), Some((&step.op, step.in_place)));
+            let what = (Some(executor), Some((&step.op, step.in_place())));
             let settled = comm.settle_agreed(call, what, outcome, agreement);
             if results[slot].is_ok() {
                 results[slot] = settled;

@@ -104,7 +104,7 @@ impl Prepared {
 
 /// Where a zero-copy task finds its peers' user buffers.
 #[derive(Clone, Copy)]
-pub(crate) enum PeerRegions<'r> {
+enum PeerRegions<'r> {
     /// The device's registry: a peer may end its call and unregister at any time, so the
     /// task keeps the peer's registration while it runs.
     Registered,
@@ -152,10 +152,9 @@ pub(crate) fn run_data_task(
     launch: &Arc<Launch>,
     task: &DataOp,
     at: TaskLocation,
-    peers: PeerRegions<'_>,
 ) -> Result<Step, DeviceError> {
     let mut prepared = Prepared::new(task);
-    bind(launch, task, at, peers, &mut prepared)?;
+    bind(launch, task, at, PeerRegions::Registered, &mut prepared)?;
     if !task.remote.is_empty() {
         return run_with_puts(launch, task, &prepared).map(|()| Step::Next);
     }

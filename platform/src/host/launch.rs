@@ -29,7 +29,7 @@
 //! left for the next operation to trip over.
 
 use super::compile::{HostProgram, Op};
-use super::exec::{self, PeerRegions};
+use super::exec;
 use super::fence::RankFence;
 use super::memory::{Memory, UserRegions};
 use super::pool::WorkerPool;
@@ -946,7 +946,7 @@ pub(crate) fn run_stream(launch: &Arc<Launch>, s: usize) {
                 .map(|()| Step::Next),
             Op::Fused => Ok(Step::Next),
             Op::Wait { word, notify } => launch.wait(*word, *notify, at),
-            Op::Data(data) => exec::run_data_task(launch, data, at, PeerRegions::Registered),
+            Op::Data(data) => exec::run_data_task(launch, data, at),
         };
         match step {
             Ok(Step::Next) => launch.advance(s),

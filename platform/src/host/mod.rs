@@ -208,13 +208,18 @@ impl HostDevice {
         schedule: &serial::Schedule,
     ) -> Vec<Result<(), DeviceError>> {
         let timeout = self.shared.config.exec_timeout;
+        let ranks: Vec<Rank> = group.iter().map(|s| s.compiled.rank).collect();
         let admitted: Vec<Result<HostCompletion, DeviceError>> =
             group.into_iter().map(|s| self.admit_as(s, false)).collect();
-        if let Some(err) = admitted.iter().find_map(|a| a.as_ref().err()) {
+        let refused = ranks
+            .iter()
+            .zip(&admitted)
+            .find_map(|(&rank, a)| Some((rank, a.as_ref().err()?)));
+        if let Some((rank, err)) = refused {
             // Only a stopped device refuses a submission `linked` accepted: the launches
             // admitted end as aborted, none of their tasks having run.
             let cause = AbortCause::PeerFailed {
-                rank: 0,
+                rank,
                 error: Arc::new(err.clone()),
             };
             self.shared.stop(cause, None);

@@ -80,8 +80,8 @@ pub(crate) struct Schedules {
 
 impl Schedules {
     /// The schedule of `group` (each launch's compiled program, host part and epoch
-    /// relative to the group's first),
-    /// from the cache or played now; `None` when the group cannot be linked.
+    /// relative to the group's first), from the cache or played now; `None` when the
+    /// group cannot be linked.
     pub(crate) fn of(
         &self,
         group: &[(&Arc<Compiled>, &HostProgram, u64)],
@@ -106,9 +106,7 @@ impl Schedules {
         cache.push((key, schedule.clone()));
         schedule
     }
-}
 
-impl Schedules {
     /// Groups kept with a schedule (the others could not be linked).
     #[cfg(test)]
     pub(crate) fn linked(&self) -> usize {
@@ -125,7 +123,8 @@ fn play(group: &[(&Arc<Compiled>, &HostProgram, u64)], local_slots: usize) -> Op
     let mut epochs: Vec<u64> = group.iter().map(|g| g.2).collect();
     epochs.sort_unstable();
     epochs.dedup();
-    if epochs.iter().enumerate().any(|(i, &e)| e != i as u64) {
+    let consecutive = epochs.iter().enumerate().all(|(i, &e)| e == i as u64);
+    if !consecutive || group.iter().any(|g| !g.1.small) {
         return None;
     }
     let mut schedule = Schedule {
@@ -163,9 +162,6 @@ fn play_epoch(
         let mut remaining = false;
         for (l, &i) in launches.iter().enumerate() {
             let program = group[i].1;
-            if !program.small {
-                return None;
-            }
             for (s, ops) in program.streams.iter().enumerate() {
                 let pc = &mut pcs[l][s];
                 while let Some(op) = ops.get(*pc) {
