@@ -8,7 +8,7 @@
 //!
 //! Slices are made from spans only in [`Span::slice`] and [`Span::slice_mut`], whose
 //! callers ([`crate::step`]) make sure that a mutable slice never overlaps another slice
-//! alive at the same time.
+//! alive at the same time, and in [`read_array`], which copies a caller's array out.
 
 use crate::result::CError;
 use oxccl::DataType;
@@ -61,6 +61,15 @@ impl Span {
             )));
         }
         Ok(Span { addr, len })
+    }
+
+    /// `n` values of `T` at `ptr` (an array argument named `what`): the byte count
+    /// checked for overflow, the pointer for NULL and `T`'s alignment.
+    pub fn array<T>(what: &str, ptr: *const T, n: usize) -> Result<Span, CError> {
+        let len = n
+            .checked_mul(size_of::<T>())
+            .ok_or_else(|| CError::invalid(format!("{what}: {n} entries overflow a byte count")))?;
+        Self::bytes(what, ptr.cast(), len, align_of::<T>())
     }
 
     /// One past the last byte.
@@ -170,7 +179,10 @@ impl HostBlock {
 
     /// `len` bytes at `offset` of the block.
     pub fn part(&self, offset: usize, len: usize) -> Span {
-        assert!(offset + len <= self.len, "a part inside the block");
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len),
+            "a part inside the block"
+        );
         Span {
             addr: self.ptr.as_ptr() as usize + offset,
             len,
@@ -191,15 +203,24 @@ impl Drop for HostBlock {
 /// # Safety
 /// `ptr`, when not NULL and aligned, points at memory writable for a `T`.
 pub unsafe fn write_out<T>(what: &str, ptr: *mut T, value: T) -> Result<(), CError> {
-    Span::bytes(
-        what,
-        ptr.cast_const().cast(),
-        size_of::<T>(),
-        align_of::<T>(),
-    )?;
+    Span::array(what, ptr.cast_const(), 1)?;
     // SAFETY: not NULL and aligned (checked); writable is the caller's promise.
     unsafe { ptr.write(value) };
     Ok(())
+}
+
+/// `n` values of `T` at `ptr`, the array argument named `what`, copied out.
+///
+/// # Safety
+/// `ptr`, when not NULL and aligned, points at `n` readable `T`s.
+pub unsafe fn read_array<T: Copy>(what: &str, ptr: *const T, n: usize) -> Result<Vec<T>, CError> {
+    let span = Span::array(what, ptr, n)?;
+    if span.len == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: not NULL, aligned, `n` entries that do not wrap (checked); readable is the
+    // caller's promise, as in NCCL.
+    Ok(unsafe { std::slice::from_raw_parts(span.addr as *const T, n) }.to_vec())
 }
 
 /// Copy `len` bytes between two spans that do not overlap.

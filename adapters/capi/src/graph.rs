@@ -264,21 +264,18 @@ pub unsafe extern "C" fn oxcclGraphCaptureEnd(
     comm: *mut OxcclComm,
     graph: *mut *mut OxcclGraph,
 ) -> OxcclResult {
-    guard("oxcclGraphCaptureEnd", || {
-        let work = (|| {
-            let comm = Comm::usable(comm)?;
-            // SAFETY: `graph` is writable when valid (this function's contract).
-            unsafe { write_out("graph", graph, std::ptr::null_mut()) }?;
-            if !comm.capturing() {
-                return Err(CError::usage(
-                    "no graph capture is open on this communicator: call \
-                     oxcclGraphCaptureBegin first",
-                ));
-            }
-            let out = graph as usize;
-            Ok(Pending::Graph(GraphWork::End { comm, out }))
-        })();
-        group::submit(work)
+    group::call("oxcclGraphCaptureEnd", || {
+        let comm = Comm::usable(comm)?;
+        // SAFETY: `graph` is writable when valid (this function's contract).
+        unsafe { write_out("graph", graph, std::ptr::null_mut()) }?;
+        if !comm.capturing() {
+            return Err(CError::usage(
+                "no graph capture is open on this communicator: call \
+                 oxcclGraphCaptureBegin first",
+            ));
+        }
+        let out = graph as usize;
+        Ok(Pending::Graph(GraphWork::End { comm, out }))
     })
 }
 
@@ -291,14 +288,11 @@ pub unsafe extern "C" fn oxcclGraphLaunch(
     graph: *mut OxcclGraph,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    guard("oxcclGraphLaunch", || {
-        let work = (|| {
-            let obj = GRAPHS.get(graph as usize)?;
-            check_stream(stream)?;
-            obj.comm.check_usable()?;
-            Ok(Pending::Graph(GraphWork::Launch(obj)))
-        })();
-        group::submit(work)
+    group::call("oxcclGraphLaunch", || {
+        let obj = GRAPHS.get(graph as usize)?;
+        check_stream(stream)?;
+        obj.comm.check_usable()?;
+        Ok(Pending::Graph(GraphWork::Launch(obj)))
     })
 }
 

@@ -23,7 +23,7 @@
 use crate::buffers::{HostBlock, Span};
 use crate::graph::{self, GraphWork};
 use crate::handles::Comm;
-use crate::result::CError;
+use crate::result::{guard, CError, OxcclResult};
 use crate::step::{check_disjoint, Binding, Stage, Step};
 use oxccl::framework::op::{P2pItem, VLayout};
 use oxccl::framework::GroupCall;
@@ -91,6 +91,12 @@ pub fn end() -> Result<(), CError> {
         ));
     }
     run_all(pending)
+}
+
+/// The body of exported function `name` that builds one call: `build`'s call (or
+/// refusal) submitted, run in [`guard`].
+pub fn call(name: &str, build: impl FnOnce() -> Result<Pending, CError>) -> OxcclResult {
+    guard(name, || submit(build()))
 }
 
 /// Run the call `item` describes, or defer it when a group is open on this thread. A

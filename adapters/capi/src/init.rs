@@ -6,7 +6,7 @@
 //! `OXCCL_CONFIG_INITIALIZER`; a struct this library does not know is refused, and a
 //! field left at `OXCCL_CONFIG_UNDEF_INT` (or NULL) keeps the environment's value.
 
-use crate::buffers::{write_out, Span};
+use crate::buffers::{read_array, write_out, Span};
 use crate::handles::{Comm, OxcclComm, COMMS};
 use crate::result::{error_string, guard, last_error, CError, OxcclResult};
 use oxccl::framework::bootstrap::UNIQUE_ID_BYTES;
@@ -85,12 +85,8 @@ pub extern "C" fn oxcclGetLastError(_comm: *mut OxcclComm) -> *const c_char {
 #[no_mangle]
 pub unsafe extern "C" fn oxcclGetUniqueId(unique_id: *mut OxcclUniqueId) -> OxcclResult {
     guard("oxcclGetUniqueId", || {
-        Span::bytes(
-            "uniqueId",
-            unique_id.cast_const().cast(),
-            size_of::<OxcclUniqueId>(),
-            1,
-        )?;
+        // Checked before a root is started for an id that could not be handed out.
+        Span::array("uniqueId", unique_id.cast_const(), 1)?;
         let id = UniqueId::new().map_err(|e| CError::from_oxccl(&e.into(), None))?;
         // SAFETY: `unique_id` is writable when valid (this function's contract).
         unsafe { write_out("uniqueId", unique_id, id_bytes(&id)?) }
@@ -351,13 +347,7 @@ pub unsafe extern "C" fn oxcclCommInitAll(
     guard("oxcclCommInitAll", || {
         let (n, _) = size_and_rank(ndev, 0)
             .map_err(|_| CError::invalid(format!("ndev {ndev}: pass 1 to {MAX_RANKS}")))?;
-        let bytes = n * size_of::<*mut OxcclComm>();
-        let out = Span::bytes(
-            "comms",
-            comms.cast_const().cast(),
-            bytes,
-            align_of::<*mut OxcclComm>(),
-        )?;
+        let out = Span::array("comms", comms.cast_const(), n)?;
         // SAFETY: `devlist` holds `ndev` ints when valid (this function's contract).
         unsafe { check_devlist(devlist, n) }?;
         check_linked()?;
@@ -385,15 +375,9 @@ unsafe fn check_devlist(devlist: *const c_int, n: usize) -> Result<(), CError> {
     if devlist.is_null() {
         return Ok(());
     }
-    let span = Span::bytes(
-        "devlist",
-        devlist.cast(),
-        n * size_of::<c_int>(),
-        align_of::<c_int>(),
-    )?;
-    // SAFETY: not NULL, aligned, `n` entries (checked); readable is the caller's promise.
-    let list = unsafe { std::slice::from_raw_parts(span.addr as *const c_int, n) };
-    let mut seen: Vec<c_int> = list.to_vec();
+    // SAFETY: `n` readable ints when valid (this function's contract).
+    let list = unsafe { read_array("devlist", devlist, n) }?;
+    let mut seen = list.clone();
     seen.sort_unstable();
     if seen.first().is_some_and(|&d| d < 0) || seen.windows(2).any(|w| w[0] == w[1]) {
         return Err(CError::invalid(format!(

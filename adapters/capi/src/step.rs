@@ -27,6 +27,38 @@ pub enum Binding {
 }
 
 impl Binding {
+    /// NCCL's in-place form, where the receive buffer `output` is the one buffer, or
+    /// `input()` read into `output`.
+    pub fn onto(
+        output: Span,
+        in_place: bool,
+        input: impl FnOnce() -> Result<Span, CError>,
+    ) -> Result<Binding, CError> {
+        Ok(match in_place {
+            true => Binding::InPlace(output),
+            false => Binding::OutOfPlace {
+                input: input()?,
+                output,
+            },
+        })
+    }
+
+    /// NCCL's in-place form, where the send buffer `input` is the one buffer, or `input`
+    /// written into `output()`.
+    pub fn from(
+        input: Span,
+        in_place: bool,
+        output: impl FnOnce() -> Result<Span, CError>,
+    ) -> Result<Binding, CError> {
+        Ok(match in_place {
+            true => Binding::InPlace(input),
+            false => Binding::OutOfPlace {
+                input,
+                output: output()?,
+            },
+        })
+    }
+
     /// The spans and whether each is written.
     pub fn spans(&self) -> Vec<(Span, bool)> {
         match *self {

@@ -43,6 +43,11 @@ fn c_compiler() -> Result<String, String> {
     }
 }
 
+/// The C compiler; without one, says why the test is skipped.
+fn c_compiler_or_skip() -> Option<String> {
+    c_compiler().map_err(|why| eprintln!("skipped: {why}")).ok()
+}
+
 /// A fresh directory for one test's files.
 fn fresh_dir(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
@@ -158,9 +163,8 @@ fn assert_every_rank(ran: &[Ran], expected: impl Fn(usize) -> String) {
 
 #[test]
 fn the_c_tests_pass_in_four_processes() {
-    let cc = match c_compiler() {
-        Ok(cc) => cc,
-        Err(why) => return eprintln!("skipped: {why}"),
+    let Some(cc) = c_compiler_or_skip() else {
+        return;
     };
     let dir = fresh_dir("c_tests");
     let mut sources: Vec<PathBuf> = std::fs::read_dir(crate_dir().join("tests/c"))
@@ -188,9 +192,8 @@ fn the_c_tests_pass_in_four_processes() {
 
 #[test]
 fn the_example_runs_in_four_processes_linked_statically() {
-    let cc = match c_compiler() {
-        Ok(cc) => cc,
-        Err(why) => return eprintln!("skipped: {why}"),
+    let Some(cc) = c_compiler_or_skip() else {
+        return;
     };
     let dir = fresh_dir("example");
     let exe = dir.join("allreduce");

@@ -23,7 +23,7 @@ mod vector;
 use crate::buffers::{byte_len, times, HostBlock, Span};
 use crate::group::{self, Pending};
 use crate::handles::{Comm, OxcclComm};
-use crate::result::{guard, CError, OxcclResult};
+use crate::result::{CError, OxcclResult};
 use crate::step::{Binding, Step};
 use crate::types::{data_type, reduce_op};
 use oxccl::{DataType, OpKind, OpParam, Rank, ReduceOp};
@@ -71,8 +71,19 @@ fn rank_arg(what: &str, value: c_int, comm: &Comm) -> Result<Rank, CError> {
         })
 }
 
-/// A zeroed block of `elements` elements standing for a buffer NCCL leaves unused.
-fn unused(owned: &mut Vec<HostBlock>, elements: usize, dtype: DataType) -> Result<Span, CError> {
+/// The buffer `what` of `elements` elements at `ptr` where the call uses it; elsewhere
+/// (NCCL leaves it unused there) a zeroed block of oxccl's, kept in `owned`.
+fn used_or_zeroed(
+    owned: &mut Vec<HostBlock>,
+    used: bool,
+    what: &str,
+    ptr: *const c_void,
+    elements: usize,
+    dtype: DataType,
+) -> Result<Span, CError> {
+    if used {
+        return Span::of(what, ptr, elements, dtype);
+    }
     let block = HostBlock::zeroed(byte_len("the unused buffer", elements, dtype)?)?;
     let span = block.span();
     owned.push(block);
@@ -94,23 +105,6 @@ fn at_block(
     !base.is_null() && offset.and_then(|o| (base as usize).checked_add(o)) == Some(ptr as usize)
 }
 
-/// `n` counts or displacements (`size_t`) at `ptr`, the argument named `what`.
-///
-/// # Safety
-/// `ptr`, when not NULL and aligned, points at `n` readable `size_t`s.
-unsafe fn read_array(what: &str, ptr: *const usize, n: usize) -> Result<Vec<usize>, CError> {
-    let bytes = n
-        .checked_mul(size_of::<usize>())
-        .ok_or_else(|| CError::invalid(format!("{what}: {n} entries overflow")))?;
-    let span = Span::bytes(what, ptr.cast(), bytes, align_of::<usize>())?;
-    if span.len == 0 {
-        return Ok(Vec::new());
-    }
-    // SAFETY: not NULL, aligned and not wrapping (checked); `n` readable entries is the
-    // caller's promise, as in NCCL.
-    Ok(unsafe { std::slice::from_raw_parts(span.addr as *const usize, n) }.to_vec())
-}
-
 /// The end of the furthest block of `counts` at `displs` (elements), refused when one
 /// overflows.
 fn extent(what: &str, counts: &[usize], displs: &[usize]) -> Result<usize, CError> {
@@ -123,7 +117,7 @@ fn extent(what: &str, counts: &[usize], displs: &[usize]) -> Result<usize, CErro
 
 /// Run `build`'s step (or refusal) as exported function `name`.
 fn collective(name: &str, build: impl FnOnce() -> Result<Step, CError>) -> OxcclResult {
-    guard(name, || group::submit(build().map(Pending::Step)))
+    group::call(name, || build().map(Pending::Step))
 }
 
 /// `ncclAllReduce`.
@@ -144,13 +138,9 @@ pub unsafe extern "C" fn oxcclAllReduce(
         let (comm, dtype) = begin(comm, stream, datatype)?;
         let op = reduce_op(op)?;
         let recv = Span::of("recvbuff", recvbuff, count, dtype)?;
-        let binding = match sendbuff == recvbuff.cast_const() {
-            true => Binding::InPlace(recv),
-            false => Binding::OutOfPlace {
-                input: Span::of("sendbuff", sendbuff, count, dtype)?,
-                output: recv,
-            },
-        };
+        let binding = Binding::onto(recv, sendbuff == recvbuff.cast_const(), || {
+            Span::of("sendbuff", sendbuff, count, dtype)
+        })?;
         Step::new(comm, OpParam::all_reduce(count, dtype, op), binding)
     })
 }
@@ -174,18 +164,10 @@ pub unsafe extern "C" fn oxcclBroadcast(
         let root = rank_arg("root", root, &comm)?;
         let recv = Span::of("recvbuff", recvbuff, count, dtype)?;
         let mut owned = Vec::new();
-        let binding = if sendbuff == recvbuff.cast_const() {
-            Binding::InPlace(recv)
-        } else {
-            let input = match comm.rank() == root {
-                true => Span::of("sendbuff", sendbuff, count, dtype)?,
-                false => unused(&mut owned, count, dtype)?,
-            };
-            Binding::OutOfPlace {
-                input,
-                output: recv,
-            }
-        };
+        let binding = Binding::onto(recv, sendbuff == recvbuff.cast_const(), || {
+            let at_root = comm.rank() == root;
+            used_or_zeroed(&mut owned, at_root, "sendbuff", sendbuff, count, dtype)
+        })?;
         let param = OpParam::rooted(OpKind::Broadcast, count, dtype, ReduceOp::Sum, root);
         Step::with_owned(comm, param, binding, owned)
     })
@@ -212,18 +194,10 @@ pub unsafe extern "C" fn oxcclReduce(
         let root = rank_arg("root", root, &comm)?;
         let send = Span::of("sendbuff", sendbuff, count, dtype)?;
         let mut owned = Vec::new();
-        let binding = if sendbuff == recvbuff.cast_const() {
-            Binding::InPlace(send)
-        } else {
-            let output = match comm.rank() == root {
-                true => Span::of("recvbuff", recvbuff, count, dtype)?,
-                false => unused(&mut owned, count, dtype)?,
-            };
-            Binding::OutOfPlace {
-                input: send,
-                output,
-            }
-        };
+        let binding = Binding::from(send, sendbuff == recvbuff.cast_const(), || {
+            let at_root = comm.rank() == root;
+            used_or_zeroed(&mut owned, at_root, "recvbuff", recvbuff, count, dtype)
+        })?;
         let param = OpParam::rooted(OpKind::Reduce, count, dtype, op, root);
         Step::with_owned(comm, param, binding, owned)
     })
@@ -246,13 +220,10 @@ pub unsafe extern "C" fn oxcclAllGather(
         let (comm, dtype) = begin(comm, stream, datatype)?;
         let total = times("sendcount", sendcount, comm.size())?;
         let recv = Span::of("recvbuff", recvbuff, total, dtype)?;
-        let binding = match at_block(sendbuff, recvbuff, comm.rank(), sendcount, dtype) {
-            true => Binding::InPlace(recv),
-            false => Binding::OutOfPlace {
-                input: Span::of("sendbuff", sendbuff, sendcount, dtype)?,
-                output: recv,
-            },
-        };
+        let in_place = at_block(sendbuff, recvbuff, comm.rank(), sendcount, dtype);
+        let binding = Binding::onto(recv, in_place, || {
+            Span::of("sendbuff", sendbuff, sendcount, dtype)
+        })?;
         Step::new(comm, OpParam::all_gather(sendcount, dtype), binding)
     })
 }
@@ -277,13 +248,9 @@ pub unsafe extern "C" fn oxcclReduceScatter(
         let total = times("recvcount", recvcount, comm.size())?;
         let send = Span::of("sendbuff", sendbuff, total, dtype)?;
         let in_place = at_block(recvbuff, sendbuff, comm.rank(), recvcount, dtype);
-        let binding = match in_place {
-            true => Binding::InPlace(send),
-            false => Binding::OutOfPlace {
-                input: send,
-                output: Span::of("recvbuff", recvbuff, recvcount, dtype)?,
-            },
-        };
+        let binding = Binding::from(send, in_place, || {
+            Span::of("recvbuff", recvbuff, recvcount, dtype)
+        })?;
         Step::new(comm, OpParam::reduce_scatter(recvcount, dtype, op), binding)
     })
 }
@@ -333,18 +300,13 @@ pub unsafe extern "C" fn oxcclGather(
         let root = rank_arg("root", root, &comm)?;
         let total = times("count", count, comm.size())?;
         let mut owned = Vec::new();
-        let binding = if at_block(sendbuff, recvbuff, comm.rank(), count, dtype) {
-            Binding::InPlace(Span::of("recvbuff", recvbuff, total, dtype)?)
-        } else {
-            let output = match comm.rank() == root {
-                true => Span::of("recvbuff", recvbuff, total, dtype)?,
-                false => unused(&mut owned, total, dtype)?,
-            };
-            Binding::OutOfPlace {
-                input: Span::of("sendbuff", sendbuff, count, dtype)?,
-                output,
-            }
-        };
+        // In place, every rank's receive buffer is the one buffer.
+        let in_place = at_block(sendbuff, recvbuff, comm.rank(), count, dtype);
+        let used = in_place || comm.rank() == root;
+        let recv = used_or_zeroed(&mut owned, used, "recvbuff", recvbuff, total, dtype)?;
+        let binding = Binding::onto(recv, in_place, || {
+            Span::of("sendbuff", sendbuff, count, dtype)
+        })?;
         let param = OpParam::rooted(OpKind::Gather, count, dtype, ReduceOp::Sum, root);
         Step::with_owned(comm, param, binding, owned)
     })
@@ -370,18 +332,13 @@ pub unsafe extern "C" fn oxcclScatter(
         let root = rank_arg("root", root, &comm)?;
         let total = times("count", count, comm.size())?;
         let mut owned = Vec::new();
-        let binding = if at_block(recvbuff, sendbuff, comm.rank(), count, dtype) {
-            Binding::InPlace(Span::of("sendbuff", sendbuff, total, dtype)?)
-        } else {
-            let input = match comm.rank() == root {
-                true => Span::of("sendbuff", sendbuff, total, dtype)?,
-                false => unused(&mut owned, total, dtype)?,
-            };
-            Binding::OutOfPlace {
-                input,
-                output: Span::of("recvbuff", recvbuff, count, dtype)?,
-            }
-        };
+        // In place, every rank's send buffer is the one buffer.
+        let in_place = at_block(recvbuff, sendbuff, comm.rank(), count, dtype);
+        let used = in_place || comm.rank() == root;
+        let send = used_or_zeroed(&mut owned, used, "sendbuff", sendbuff, total, dtype)?;
+        let binding = Binding::from(send, in_place, || {
+            Span::of("recvbuff", recvbuff, count, dtype)
+        })?;
         let param = OpParam::rooted(OpKind::Scatter, count, dtype, ReduceOp::Sum, root);
         Step::with_owned(comm, param, binding, owned)
     })

@@ -27,20 +27,17 @@ fn p2p(
     stream: *const OxcclStream,
     send: bool,
 ) -> OxcclResult {
-    guard(name, || {
-        let part = (|| {
-            let (comm, dtype) = begin(comm, stream, datatype)?;
-            let peer = rank_arg("peer", peer, &comm)?;
-            let what = if send { "sendbuff" } else { "recvbuff" };
-            let span = Span::of(what, buff, count, dtype)?;
-            Ok(Pending::P2p(P2pPart {
-                comm,
-                span,
-                peer,
-                send,
-            }))
-        })();
-        group::submit(part)
+    group::call(name, || {
+        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let peer = rank_arg("peer", peer, &comm)?;
+        let what = if send { "sendbuff" } else { "recvbuff" };
+        let span = Span::of(what, buff, count, dtype)?;
+        Ok(Pending::P2p(P2pPart {
+            comm,
+            span,
+            peer,
+            send,
+        }))
     })
 }
 

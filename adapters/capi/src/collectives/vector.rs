@@ -4,31 +4,48 @@
 // NCCL's argument lists are the ABI: they are as long as NCCL made them.
 #![allow(clippy::too_many_arguments)]
 
-use super::{at_block, begin, collective, extent, read_array, OxcclStream};
-use crate::buffers::Span;
-use crate::handles::OxcclComm;
+use super::{at_block, begin, collective, extent, OxcclStream};
+use crate::buffers::{read_array, Span};
+use crate::handles::{Comm, OxcclComm};
 use crate::result::{CError, OxcclResult};
 use crate::step::{Binding, Step};
 use crate::types::reduce_op;
 use oxccl::framework::op::VLayout;
-use oxccl::{OpKind, OpParam, Rank, ReduceOp};
+use oxccl::{DataType, OpKind, OpParam, ReduceOp};
 use std::ffi::{c_int, c_void};
 
-/// The count `given` of this rank must be `counts[rank]`.
-fn own_count(
-    what: &str,
-    given: usize,
-    array: &str,
-    counts: &[usize],
-    rank: Rank,
-) -> Result<(), CError> {
-    if counts[rank] != given {
+/// The blocks of AllGatherV's receive buffer or ReduceScatterV's send buffer: the
+/// `counts` and `displs` arrays (the first named `counts_arg`), this rank's own count
+/// (`own`, named `own_arg`) checked against its entry, and the span of `buffer` (named
+/// `buffer_arg`) that holds every block.
+///
+/// # Safety
+/// The arrays, when not NULL and aligned, hold nranks entries each.
+unsafe fn blocks(
+    comm: &Comm,
+    dtype: DataType,
+    (counts_arg, counts): (&str, *const usize),
+    displs: *const usize,
+    (own_arg, own): (&str, usize),
+    (buffer_arg, buffer): (&str, *const c_void),
+) -> Result<(Vec<usize>, Vec<usize>, Span), CError> {
+    let (n, rank) = (comm.size(), comm.rank());
+    // SAFETY: the arrays hold nranks entries each (this function's contract).
+    let (counts, displs) = unsafe {
+        (
+            read_array(counts_arg, counts, n)?,
+            read_array("displs", displs, n)?,
+        )
+    };
+    if counts[rank] != own {
         return Err(CError::invalid(format!(
-            "{what} {given} differs from {array}[{rank}] = {}; they must be equal",
+            "{own_arg} {own} differs from {counts_arg}[{rank}] = {}; they must be equal",
             counts[rank]
         )));
     }
-    Ok(())
+    let extent = extent(counts_arg, &counts, &displs)?;
+    let span = Span::of(buffer_arg, buffer, extent, dtype)?;
+    Ok((counts, displs, span))
 }
 
 /// AllGatherV over blocks of `recvcounts[r]` elements at `displs[r]` of `recvbuff`.
@@ -49,28 +66,21 @@ pub unsafe extern "C" fn oxcclAllGatherV(
 ) -> OxcclResult {
     collective("oxcclAllGatherV", || {
         let (comm, dtype) = begin(comm, stream, datatype)?;
-        let (n, rank) = (comm.size(), comm.rank());
         // SAFETY: the arrays hold nranks entries each (this function's contract).
-        let (counts, displs) = unsafe {
-            (
-                read_array("recvcounts", recvcounts, n)?,
-                read_array("displs", displs, n)?,
+        let (counts, displs, recv) = unsafe {
+            blocks(
+                &comm,
+                dtype,
+                ("recvcounts", recvcounts),
+                displs,
+                ("sendcount", sendcount),
+                ("recvbuff", recvbuff),
             )
-        };
-        own_count("sendcount", sendcount, "recvcounts", &counts, rank)?;
-        let recv = Span::of(
-            "recvbuff",
-            recvbuff,
-            extent("recvcounts", &counts, &displs)?,
-            dtype,
-        )?;
-        let binding = match at_block(sendbuff, recvbuff, displs[rank], 1, dtype) {
-            true => Binding::InPlace(recv),
-            false => Binding::OutOfPlace {
-                input: Span::of("sendbuff", sendbuff, sendcount, dtype)?,
-                output: recv,
-            },
-        };
+        }?;
+        let in_place = at_block(sendbuff, recvbuff, displs[comm.rank()], 1, dtype);
+        let binding = Binding::onto(recv, in_place, || {
+            Span::of("sendbuff", sendbuff, sendcount, dtype)
+        })?;
         let layout = VLayout::Blocks { counts, displs };
         let param = OpParam::vector(OpKind::AllGatherV, layout, dtype, ReduceOp::Sum);
         Step::new(comm, param, binding)
@@ -97,28 +107,21 @@ pub unsafe extern "C" fn oxcclReduceScatterV(
     collective("oxcclReduceScatterV", || {
         let (comm, dtype) = begin(comm, stream, datatype)?;
         let op = reduce_op(op)?;
-        let (n, rank) = (comm.size(), comm.rank());
         // SAFETY: the arrays hold nranks entries each (this function's contract).
-        let (counts, displs) = unsafe {
-            (
-                read_array("sendcounts", sendcounts, n)?,
-                read_array("displs", displs, n)?,
+        let (counts, displs, send) = unsafe {
+            blocks(
+                &comm,
+                dtype,
+                ("sendcounts", sendcounts),
+                displs,
+                ("recvcount", recvcount),
+                ("sendbuff", sendbuff),
             )
-        };
-        own_count("recvcount", recvcount, "sendcounts", &counts, rank)?;
-        let send = Span::of(
-            "sendbuff",
-            sendbuff,
-            extent("sendcounts", &counts, &displs)?,
-            dtype,
-        )?;
-        let binding = match at_block(recvbuff, sendbuff, displs[rank], 1, dtype) {
-            true => Binding::InPlace(send),
-            false => Binding::OutOfPlace {
-                input: send,
-                output: Span::of("recvbuff", recvbuff, recvcount, dtype)?,
-            },
-        };
+        }?;
+        let in_place = at_block(recvbuff, sendbuff, displs[comm.rank()], 1, dtype);
+        let binding = Binding::from(send, in_place, || {
+            Span::of("recvbuff", recvbuff, recvcount, dtype)
+        })?;
         let layout = VLayout::Blocks { counts, displs };
         let param = OpParam::vector(OpKind::ReduceScatterV, layout, dtype, op);
         Step::new(comm, param, binding)
