@@ -104,86 +104,74 @@ pub fn all_reduce(p: &Params) -> String {
 }
 
 pub fn all_reduce_program(p: &Params) -> Program {
-    let n = p.ranks;
-    let per = if p.bidirectional { 2 } else { 1 };
-    let form = if p.bidirectional {
-        "ring_bidir"
+    let (n, f) = (p.ranks, p.factor);
+    let (per, form) = if p.bidirectional {
+        (2, "ring_bidir")
     } else {
-        "ring"
+        (1, "ring")
     };
-    let (lay, mut prog) = start(Coll::AllReduce, form, p, p.channels * per);
-    let f = p.factor;
-    for lane in 0..lay.lanes {
-        let order = ring_order(n, 0, forward(lane));
-        for pos in 0..n {
-            let r = order[pos];
-            let tb = ring_tb(&mut prog, &order, pos, lane / per);
-            // The group travelling at ring step t is that of the rank t places back.
-            let group = |shift: isize, buf: fn(usize) -> Loc| {
-                pieces_in(buf, lay.part(at(&order, pos, shift), lane), f, p.pipeline)
-            };
-            for (src, cnt) in group(0, i) {
-                prog.send(r, tb, src, cnt, None);
-            }
-            let back = |t: usize| group(-(t as isize), i);
-            reduce_rounds(&mut prog, r, tb, n, Ty::Rrcs, back, |src| o(src.off));
-            // This rank now holds group pos+1 reduced; it receives the others in turn.
-            gather_rounds(&mut prog, r, tb, n, |a| group(1 - a as isize, o));
+    around_rings(Coll::AllReduce, form, p, per, |prog, lay, hop| {
+        let Hop {
+            order,
+            pos,
+            r,
+            tb,
+            lane,
+        } = *hop;
+        // The group travelling at ring step t is that of the rank t places back.
+        let group = |shift: isize, buf: fn(usize) -> Loc| {
+            pieces_in(buf, lay.part(at(order, pos, shift), lane), f, p.pipeline)
+        };
+        for (src, cnt) in group(0, i) {
+            prog.send(r, tb, src, cnt, None);
         }
-    }
-    prog
+        let back = |t: usize| group(-(t as isize), i);
+        reduce_rounds(prog, r, tb, n, Ty::Rrcs, back, |src| o(src.off));
+        // This rank now holds group pos+1 reduced; it receives the others in turn.
+        gather_rounds(prog, r, tb, n, |a| group(1 - a as isize, o));
+    })
 }
 
 /// Ring AllGather: copy the input to its block, send it, then `rcs` the blocks of the
 /// ranks behind and `r` the last.
 pub fn all_gather_program(p: &Params) -> Program {
-    let n = p.ranks;
-    let (lay, mut prog) = start(Coll::AllGather, "ring", p, p.channels);
-    let f = p.factor;
-    for lane in 0..p.channels {
-        let order = ring_order(n, 0, forward(lane));
-        for pos in 0..n {
-            let r = order[pos];
-            let tb = ring_tb(&mut prog, &order, pos, lane);
-            prog.cpy(r, tb, i(lay.small(lane)), o(lay.part(r, lane)), f, None);
-            for (src, cnt) in pieces_in(i, lay.small(lane), f, p.pipeline) {
-                prog.send(r, tb, src, cnt, None);
-            }
-            gather_rounds(&mut prog, r, tb, n, |a| {
-                let block = at(&order, pos, -(a as isize));
-                pieces_in(o, lay.part(block, lane), f, p.pipeline)
-            });
+    let (n, f) = (p.ranks, p.factor);
+    around_rings(Coll::AllGather, "ring", p, 1, |prog, lay, hop| {
+        let Hop {
+            order,
+            pos,
+            r,
+            tb,
+            lane,
+        } = *hop;
+        prog.cpy(r, tb, i(lay.small(lane)), o(lay.part(r, lane)), f, None);
+        for (src, cnt) in pieces_in(i, lay.small(lane), f, p.pipeline) {
+            prog.send(r, tb, src, cnt, None);
         }
-    }
-    prog
+        gather_rounds(prog, r, tb, n, |a| {
+            let block = at(order, pos, -(a as isize));
+            pieces_in(o, lay.part(block, lane), f, p.pipeline)
+        });
+    })
 }
 
 /// Ring ReduceScatter: block b starts at the rank after b and ends, with `rrc` into the
 /// output, at b.
 pub fn reduce_scatter_program(p: &Params) -> Program {
-    let n = p.ranks;
-    let (lay, mut prog) = start(Coll::ReduceScatter, "ring", p, p.channels);
-    let f = p.factor;
-    for lane in 0..p.channels {
-        let order = ring_order(n, 0, forward(lane));
-        for pos in 0..n {
-            let r = order[pos];
-            let tb = ring_tb(&mut prog, &order, pos, lane);
-            let block = |t: usize| i(lay.part(at(&order, pos, -1 - t as isize), lane));
-            prog.send(r, tb, block(0), f, None);
-            let out = o(lay.small(lane));
-            reduce_rounds(
-                &mut prog,
-                r,
-                tb,
-                n,
-                Ty::Rrc,
-                |t| vec![(block(t), f)],
-                |_| out,
-            );
-        }
-    }
-    prog
+    let (n, f) = (p.ranks, p.factor);
+    around_rings(Coll::ReduceScatter, "ring", p, 1, |prog, lay, hop| {
+        let Hop {
+            order,
+            pos,
+            r,
+            tb,
+            lane,
+        } = *hop;
+        let block = |t: usize| i(lay.part(at(order, pos, -1 - t as isize), lane));
+        prog.send(r, tb, block(0), f, None);
+        let out = o(lay.small(lane));
+        reduce_rounds(prog, r, tb, n, Ty::Rrc, |t| vec![(block(t), f)], |_| out);
+    })
 }
 
 /// Ring AlltoAll, store and forward: in every round each rank sends the oldest message
@@ -242,7 +230,7 @@ pub fn all_to_all_program(p: &Params) -> Program {
     prog
 }
 
-/// The rank at `pos` of a lane's ring `order` from the root, and its threadblock.
+/// The rank at `pos` of a lane's ring `order`, and its threadblock.
 #[derive(Clone, Copy)]
 struct Hop<'a> {
     order: &'a [usize],
@@ -252,21 +240,24 @@ struct Hop<'a> {
     lane: usize,
 }
 
-/// A rooted collective along the ring that starts at the root, on every lane: each rank
-/// gets a threadblock on the chain from position `first` (see [`chain_tb`]), then
-/// `steps` adds its steps.
-fn along_chain(
+/// Every rank of every lane's ring, `per` lanes a channel, the ring starting at rank
+/// `first_rank`: each rank gets a threadblock from `wire(prog, order, pos, channel)`,
+/// then `steps` adds its steps.
+fn each_hop(
     coll: Coll,
+    form: &str,
     p: &Params,
-    first: usize,
+    per: usize,
+    first_rank: usize,
+    wire: impl Fn(&mut Program, &[usize], usize, usize) -> usize,
     mut steps: impl FnMut(&mut Program, &Layout, &Hop),
 ) -> Program {
     let n = p.ranks;
-    let (lay, mut prog) = start(coll, "ring", p, p.channels);
-    for lane in 0..p.channels {
-        let order = ring_order(n, p.root, forward(lane));
+    let (lay, mut prog) = start(coll, form, p, p.channels * per);
+    for lane in 0..lay.lanes {
+        let order = ring_order(n, first_rank, forward(lane));
         for pos in 0..n {
-            let tb = chain_tb(&mut prog, &order, pos, first, lane);
+            let tb = wire(&mut prog, &order, pos, lane / per);
             let hop = Hop {
                 order: &order,
                 pos,
@@ -278,6 +269,33 @@ fn along_chain(
         }
     }
     prog
+}
+
+/// A collective on closed rings from rank 0, `per` rings (lanes) a channel: each rank
+/// gets a threadblock on its lane's ring (see [`ring_tb`]), then `steps` adds its steps.
+fn around_rings(
+    coll: Coll,
+    form: &str,
+    p: &Params,
+    per: usize,
+    steps: impl FnMut(&mut Program, &Layout, &Hop),
+) -> Program {
+    each_hop(coll, form, p, per, 0, ring_tb, steps)
+}
+
+/// A rooted collective along the ring that starts at the root, on every lane: each rank
+/// gets a threadblock on the chain from position `first` (see [`chain_tb`]), then
+/// `steps` adds its steps.
+fn along_chain(
+    coll: Coll,
+    p: &Params,
+    first: usize,
+    steps: impl FnMut(&mut Program, &Layout, &Hop),
+) -> Program {
+    let wire = |prog: &mut Program, order: &[usize], pos: usize, chan: usize| {
+        chain_tb(prog, order, pos, first, chan)
+    };
+    each_hop(coll, "ring", p, 1, p.root, wire, steps)
 }
 
 /// Ring Broadcast from the root: the root sends every piece (and copies it to its own
@@ -343,13 +361,18 @@ pub fn gather_program(p: &Params) -> Program {
     let (n, f) = (p.ranks, p.factor);
     along_chain(Coll::Gather, p, 1, |prog, lay, hop| {
         let Hop {
-            pos, r, tb, lane, ..
+            order,
+            pos,
+            r,
+            tb,
+            lane,
+            ..
         } = *hop;
         if pos == 0 {
             prog.cpy(r, tb, i(lay.small(lane)), o(lay.part(r, lane)), f, None);
             // From the last rank: its own input, then those of n-2, ..., 1.
             for q in (1..n).rev() {
-                prog.recv(r, tb, o(lay.part(hop.order[q], lane)), f, None);
+                prog.recv(r, tb, o(lay.part(order[q], lane)), f, None);
             }
         } else {
             prog.send(r, tb, i(lay.small(lane)), f, None);
@@ -365,11 +388,16 @@ pub fn scatter_program(p: &Params) -> Program {
     let (n, f) = (p.ranks, p.factor);
     along_chain(Coll::Scatter, p, 0, |prog, lay, hop| {
         let Hop {
-            pos, r, tb, lane, ..
+            order,
+            pos,
+            r,
+            tb,
+            lane,
+            ..
         } = *hop;
         if pos == 0 {
             for q in (1..n).rev() {
-                prog.send(r, tb, i(lay.part(hop.order[q], lane)), f, None);
+                prog.send(r, tb, i(lay.part(order[q], lane)), f, None);
             }
             prog.cpy(r, tb, i(lay.part(r, lane)), o(lay.small(lane)), f, None);
         } else {

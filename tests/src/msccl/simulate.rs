@@ -356,6 +356,17 @@ fn validate(algo: &Algo) -> Result<Net, SimError> {
             ));
         }
     }
+    // Contributions are packed into a u32 as rank << 20 | input chunk (see
+    // `contribution`): more would wrap into another rank's bits.
+    if n > 1 << 12 || want_i > 1 << 20 {
+        return Err(error(
+            Invalid,
+            format!(
+                "{n} gpus of {want_i} input chunks: the interpreter holds at most 4096 gpus \
+                 of 2^20 input chunks"
+            ),
+        ));
+    }
     // Threadblocks: ids, channels, peers, owners.
     for (g, gpu) in algo.gpus.iter().enumerate() {
         let mut owners: HashMap<(&str, usize, i64), usize> = HashMap::new();

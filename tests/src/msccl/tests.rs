@@ -47,8 +47,7 @@ fn strict_fields(name: &str, xml: &str) {
                     assert_eq!(step.cnt, 0, "{name}");
                     continue;
                 }
-                let remote = matches!(step.ty, Ty::S | Ty::Rrs);
-                let fields = if remote {
+                let fields = if step.ty.remote_dst() {
                     vec![step.src]
                 } else {
                     vec![step.src, step.dst]

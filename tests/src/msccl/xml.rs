@@ -131,7 +131,7 @@ impl Ty {
     }
 
     /// Its destination is remote (where the receiver stores the data), not written here.
-    fn remote_dst(self) -> bool {
+    pub(super) fn remote_dst(self) -> bool {
         matches!(self, Ty::S | Ty::Rrs)
     }
 }
