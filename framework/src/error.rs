@@ -425,6 +425,12 @@ pub enum ExpectedPost {
     /// `rank` posts it from arguments of its own (a point-to-point call), which this rank
     /// does not know.
     OwnArguments { rank: Rank },
+    /// The poster's program differs by the form it called in (which this rank does not
+    /// know: ranks choose in place or not each for itself): the answer for each form.
+    ByForm {
+        in_place: Box<ExpectedPost>,
+        out_of_place: Box<ExpectedPost>,
+    },
     /// The poster's program could not be planned here.
     Unknown,
 }
@@ -448,6 +454,14 @@ impl std::fmt::Display for ExpectedPost {
                 f,
                 "rank {rank} should have posted it (its program follows its own \
                  point-to-point arguments, not known here)"
+            ),
+            ExpectedPost::ByForm {
+                in_place,
+                out_of_place,
+            } => write!(
+                f,
+                "its program depends on the form it called in (not known here): in place, {in_place}; \
+                 out of place, {out_of_place}"
             ),
             ExpectedPost::Unknown => {
                 write!(

@@ -275,6 +275,50 @@ fn a_wait_that_is_never_satisfied_times_out_naming_what_it_waited_for() {
 }
 
 #[test]
+fn a_peer_planned_for_each_form_when_its_form_moves_its_posts() {
+    // Rank 1 never joins, and rank 0 cannot know whether it would have called in place:
+    // the zero-copy AllGather ring's out-of-place program copies the rank's own block into
+    // place first, which moves its Posts, so the error names rank 1's posting tasks for
+    // each form.
+    let mut algo = oxccl::AlgoOverride::default();
+    algo.set(Some(OpKind::AllGather), "ring");
+    let config = Config {
+        exec_timeout: Duration::from_millis(200),
+        check_calls: false,
+        zero_copy: true,
+        algo,
+        ..Config::default()
+    };
+    let c = Communicator::init_all(2, config).unwrap();
+    let err = c[0]
+        .all_gather(&[1.0f32; 16], &mut [0.0f32; 32])
+        .unwrap_err();
+    let Error::WaitNeverPosted { expected, .. } = &err else {
+        panic!("{err:?}")
+    };
+    use oxccl::framework::error::ExpectedPost;
+    let ExpectedPost::ByForm {
+        in_place,
+        out_of_place,
+    } = &**expected
+    else {
+        panic!("{expected:?}")
+    };
+    let (ExpectedPost::Tasks(a), ExpectedPost::Tasks(b)) = (&**in_place, &**out_of_place) else {
+        panic!("{expected:?}")
+    };
+    assert_ne!(a, b);
+    assert!(a.iter().chain(b).all(|t| t.rank == 1), "{expected:?}");
+    let msg = oxccl::framework::error::with_causes(&err);
+    for part in [
+        format!("in place, {} (Post) should have posted it", a[0]),
+        format!("out of place, {} (Post) should have posted it", b[0]),
+    ] {
+        assert!(msg.contains(&part), "{msg}");
+    }
+}
+
+#[test]
 fn executors_that_need_a_broken_link_are_refused() {
     let topology = Topology::single_server(4).with_broken(1, 2).unwrap();
     let mut config = Config {
