@@ -20,9 +20,11 @@ fn run_case(
         .map(|r| RankData {
             input: inputs[r].clone(),
             start: vec![0xEE; n * block],
-            expected: (0..n)
-                .flat_map(|s| inputs[s][r * block..(r + 1) * block].to_vec())
-                .collect(),
+            expected: inputs
+                .iter()
+                .map(|input| &input[r * block..(r + 1) * block])
+                .collect::<Vec<_>>()
+                .concat(),
         })
         .collect();
     let param = OpParam::new(OpKind::AlltoAll, count, dtype, ReduceOp::Sum);

@@ -10,7 +10,9 @@
 //! rank with its input in block `rank`. Only the root's output is defined for Reduce and
 //! Gather, so only the root's is compared for them.
 
-use crate::{check_on_every_shape, data, oracle, Aligned, Case, Setup, SMALL_CCL_BYTES};
+use crate::{
+    check_on_every_shape, data, first_difference, oracle, Aligned, Case, Setup, SMALL_CCL_BYTES,
+};
 use oxccl::framework::analyzer::conformance::check_conformance;
 use oxccl::{Communicator, DataType, OpKind, OpParam, ReduceOp, Topology, UserBuffers};
 
@@ -115,15 +117,6 @@ fn prepare(kind: OpKind, n: usize, root: usize, case: &Case, seed: u64) -> Vec<R
             }
         })
         .collect()
-}
-
-fn first_difference(got: &[u8], want: &[u8], es: usize) -> Option<usize> {
-    if got.len() != want.len() {
-        return Some(got.len().min(want.len()) / es);
-    }
-    got.chunks(es)
-        .zip(want.chunks(es))
-        .position(|(a, b)| a != b)
 }
 
 /// Run `param` on every rank at once (one thread per rank) and compare the outputs that
