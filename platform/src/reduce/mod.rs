@@ -18,7 +18,8 @@
 //!
 //! `f16` is the one type LLVM cannot vectorise on its own: on x86-64 CPUs with F16C the
 //! conversions are done inline with those instructions, elsewhere through `half`'s slice
-//! conversions. `bf16` converts element by element with `half`'s cheap bit operations.
+//! conversions. `bf16` converts with branch-free bit operations of its own (a shift to
+//! widen, an add and a shift to round), which LLVM vectorises.
 //!
 //! # Semantics
 //!
@@ -370,13 +371,76 @@ mod f16c {
 impl Lane for bf16 {
     type Compute = f32;
 
-    /// Element by element: `half` has no vector path for `bf16`, and its scalar
-    /// conversions are cheap bit operations that inline into this loop.
+    /// Through `f32` with branch-free conversions (a shift each way, rounding by an add),
+    /// which LLVM vectorises; `half`'s own conversions branch per element and do not.
+    /// On x86-64 the loop is compiled a second time for AVX2, whose 16-bit packs the
+    /// narrowing needs (the baseline, SSE2, has none that fits, and scalarises it).
     #[inline(always)]
     fn combine<O: Op<f32>>(out: &mut [bf16], a: &[bf16], b: &[bf16]) {
-        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-            *o = bf16::from_f32(O::apply(x.to_f32(), y.to_f32()));
+        #[cfg(target_arch = "x86_64")]
+        if avx2::available() {
+            // SAFETY: the CPU has AVX2.
+            return unsafe { avx2::combine_bf16::<O>(out, a, b) };
         }
+        combine_bf16::<O>(out, a, b);
+    }
+}
+
+/// The `bf16` loop (see [`Lane::combine`] for `bf16`).
+#[inline(always)]
+fn combine_bf16<O: Op<f32>>(out: &mut [bf16], a: &[bf16], b: &[bf16]) {
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        let wide = O::apply(bf16_to_f32(x.to_bits()), bf16_to_f32(y.to_bits()));
+        *o = bf16::from_bits(f32_to_bf16(wide));
+    }
+}
+
+/// Loops compiled for AVX2, chosen at run time.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use half::bf16;
+
+    use super::Op;
+
+    /// Whether this CPU can run this module's functions.
+    pub(super) fn available() -> bool {
+        is_x86_feature_detected!("avx2")
+    }
+
+    /// [`super::combine_bf16`], vectorised with AVX2.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 ([`available`]).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn combine_bf16<O: Op<f32>>(out: &mut [bf16], a: &[bf16], b: &[bf16]) {
+        super::combine_bf16::<O>(out, a, b)
+    }
+}
+
+/// A `bf16`'s value: its bits are the upper half of an `f32`'s. Unlike
+/// `half::bf16::to_f32` this does not quiet a signalling NaN: the operators' arithmetic
+/// quiets it (and `max`/`min` ignore any NaN), and [`f32_to_bf16`] quiets every NaN it
+/// rounds, so the stored result has the same bits either way (a test compares every NaN
+/// pattern with the scalar reference), and the loop saves a select per operand.
+#[inline(always)]
+fn bf16_to_f32(bits: u16) -> f32 {
+    f32::from_bits(u32::from(bits) << 16)
+}
+
+/// The `bf16` nearest to `x`, ties to even, as `half::bf16::from_f32` rounds (the tests
+/// compare every result with it): adding `0x7FFF` plus the kept part's lowest bit carries
+/// into the kept half exactly when the dropped half is above one half, or is one half and
+/// the kept part is odd. A NaN keeps its upper bits with the quiet bit set. Both results
+/// are computed and one is selected, so the loop has no branch.
+#[inline(always)]
+fn f32_to_bf16(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let rounded = (bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) >> 16) as u16;
+    let quiet_nan = ((bits >> 16) | 0x0040) as u16;
+    if x.is_nan() {
+        quiet_nan
+    } else {
+        rounded
     }
 }
 

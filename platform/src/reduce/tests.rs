@@ -314,3 +314,65 @@ fn throughput() {
         );
     }
 }
+
+/// The branch-free `bf16` rounding agrees with `half`'s on every `f32` bit pattern of
+/// interest: every upper half with the dropped half at its rounding boundaries (zero, just
+/// below, at and just above one half, all ones), which covers ties, carries into the
+/// exponent, infinities, NaNs and subnormals.
+#[test]
+fn bf16_rounding_matches_half_on_every_boundary() {
+    for upper in 0..=u16::MAX {
+        for lower in [0u32, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF] {
+            let x = f32::from_bits((u32::from(upper) << 16) | lower);
+            assert_eq!(
+                f32_to_bf16(x),
+                bf16::from_f32(x).to_bits(),
+                "{:#010x}",
+                x.to_bits()
+            );
+        }
+        let exact = bf16::from_bits(upper).to_f32();
+        if !exact.is_nan() {
+            assert_eq!(bf16_to_f32(upper).to_bits(), exact.to_bits());
+        }
+    }
+}
+
+/// Every `bf16` NaN (quiet and signalling, both signs) against NaNs and numbers, under
+/// every operator, two and three sources: the kernel's bits equal the scalar reference's
+/// (which quiets NaNs when it widens, where the kernel leaves that to the arithmetic).
+#[test]
+fn bf16_nans_reduce_to_the_reference_bits() {
+    let nans = (0..=u16::MAX).filter(|&b| b & 0x7FFF > 0x7F80);
+    let mut values: Vec<u16> = nans.collect();
+    let numbers = [
+        0.0f32,
+        -0.0,
+        1.0,
+        -2.5,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        3.0e38,
+    ];
+    values.extend(numbers.iter().map(|&v| bf16::from_f32(v).to_bits()));
+    let all: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    for shift in [1, 7, 128] {
+        let other: Vec<u8> = values
+            .iter()
+            .cycle()
+            .skip(shift)
+            .take(values.len())
+            .flat_map(|v| v.to_ne_bytes())
+            .collect();
+        let (a, b) = (Buf::new(&all), Buf::new(&other));
+        for op in ReduceOp::ALL {
+            for srcs in [vec![&a, &b], vec![&b, &a, &b]] {
+                let mut d = Buf::new(&vec![0; all.len()]);
+                let bytes: Vec<&[u8]> = srcs.iter().map(|s| s.bytes()).collect();
+                reduce_slices(DataType::Bf16, op, &bytes, d.bytes_mut());
+                let owned: Vec<Buf> = srcs.iter().map(|s| Buf::new(s.bytes())).collect();
+                assert_eq!(d.bytes(), expected(DataType::Bf16, op, &owned), "{op:?}");
+            }
+        }
+    }
+}
