@@ -138,7 +138,8 @@ fn report(err: &oxccl::Error) -> String {
 
 /// Run the command line of this process (`perf`, `check`, `tune` or `algs`) and return
 /// its exit status: 0 on success, 1 when a check found wrong results, 2 when the command
-/// was refused or failed, with the error and its causes on stderr.
+/// was refused or failed, with the error and its causes on stderr, 3 when `perf
+/// --skip-oom` skipped sizes that did not fit in memory (everything it ran was right).
 pub fn main() -> ExitCode {
     let mut cli = Cli::parse();
     // Before anything builds the registry, which reads the imported files once.

@@ -151,3 +151,65 @@ fn an_unreadable_or_malformed_file_is_reported_with_its_causes() {
     }
     std::fs::remove_file(malformed).unwrap();
 }
+
+/// A meminfo field, in bytes.
+fn meminfo(field: &str) -> Option<usize> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with(field))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// A size that does not fit is never skipped silently: without `--skip-oom` it is an
+/// error naming the size and the way out; with it, the row says "skipped", the table
+/// counts it and the exit status is 3. The size is the machine's own: one rank whose
+/// send and receive buffers take 90% of its memory, which passes the sweep's check
+/// against the physical memory but not the row's against 80% of what is available, so
+/// nothing is allocated.
+#[test]
+fn a_size_that_does_not_fit_is_an_error_or_skipped_on_request() {
+    let (Some(total), Some(_)) = (meminfo("MemTotal:"), meminfo("MemAvailable:")) else {
+        println!("skipped: no /proc/meminfo here");
+        return;
+    };
+    let size = (total / 20 * 9 / 4 * 4).to_string();
+    let perf = |extra: &[&str]| {
+        let mut args = vec![
+            "perf",
+            "all-reduce",
+            "--ranks",
+            "1",
+            "-b",
+            &size,
+            "-e",
+            &size,
+            "-n",
+            "1",
+            "-w",
+            "0",
+        ];
+        args.extend_from_slice(extra);
+        Command::new(env!("CARGO_BIN_EXE_oxccl"))
+            .args(&args)
+            .output()
+            .expect("runs")
+    };
+    let refused = perf(&[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    for part in [size.as_str(), "MiB available", "--skip-oom"] {
+        assert!(stderr.contains(part), "{part}: {stderr}");
+    }
+    let skipped = perf(&["--skip-oom"]);
+    let stdout = String::from_utf8_lossy(&skipped.stdout);
+    assert_eq!(skipped.status.code(), Some(3), "{stdout}");
+    assert!(
+        stdout.contains(&format!("# skipped {size} B: its buffers need")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("1 sizes skipped (--skip-oom)"), "{stdout}");
+    let json = perf(&["--skip-oom", "--json"]);
+    let text = String::from_utf8_lossy(&json.stdout);
+    assert_eq!(json.status.code(), Some(3), "{text}");
+    assert!(text.contains("\"skipped_rows\": 1"), "{text}");
+}

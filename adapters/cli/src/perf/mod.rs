@@ -7,7 +7,9 @@
 //! per call; then (with `-c 1`) a fresh call is checked against the expected result, and
 //! guard bytes around every receive buffer are checked for out-of-bounds writes. The table
 //! has nccl-tests' columns and bandwidth formulas; the exit status is non-zero when any
-//! value is wrong.
+//! value is wrong. A size whose buffers do not fit in the memory available is an error,
+//! or with `--skip-oom` a row that says "skipped" and the exit status 3: never a size
+//! left out silently.
 //!
 //! Ranks in processes: under `mpirun`, `torchrun` or Slurm every process is one rank
 //! ([`oxccl::Communicator::init_launched`]), measures its own calls, and the job's times
@@ -106,6 +108,11 @@ pub struct PerfArgs {
     /// buffer; times are reported per call.
     #[arg(long, value_name = "N", default_value_t = 1, requires = "graph")]
     pub graph_steps: usize,
+    /// Skip a size whose buffers do not fit in the memory available (more than 80% of
+    /// MemAvailable, on any process of the job) instead of failing on it; the table says
+    /// so and the exit status is 3.
+    #[arg(long)]
+    pub skip_oom: bool,
     #[command(flatten)]
     pub files: crate::algo_files::AlgoFiles,
 }
@@ -191,6 +198,7 @@ pub fn plan(args: &PerfArgs, launched: Option<usize>) -> Result<PerfPlan, Error>
         threads: validate::threads(args.threads, ranks)?,
         in_place: true,
         graph: graph_steps(args, &config)?,
+        skip_oom: args.skip_oom,
     };
     if let Some(steps) = settings.graph.filter(|&s| s > 1) {
         // Every step after the first has a receive buffer of its own.

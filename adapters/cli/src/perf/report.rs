@@ -51,6 +51,8 @@ struct JsonReport {
     rows: Vec<JsonRow>,
     out_of_bounds: usize,
     wrong: usize,
+    /// Rows skipped (`--skip-oom`): their buffers did not fit in memory.
+    skipped_rows: usize,
     avg_busbw_gbps: f64,
 }
 
@@ -64,9 +66,16 @@ pub struct Report {
     busbw_rows: usize,
     wrong: usize,
     out_of_bounds: usize,
+    /// Rows skipped because their buffers did not fit (`--skip-oom`).
+    skipped_rows: usize,
     /// The table has said why an executor refused the in-place form.
     refusal_shown: bool,
 }
+
+/// The exit status of a run that measured everything it was asked to and found every
+/// value right, but skipped sizes whose buffers did not fit (`--skip-oom`): the table is
+/// incomplete, which a script must be able to tell.
+pub const EXIT_SKIPPED: u8 = 3;
 
 /// algbw and busbw in GB/s for `bytes` in `seconds`.
 fn bandwidth(kind: OpKind, ranks: usize, bytes: usize, seconds: f64) -> (f64, f64) {
@@ -103,6 +112,7 @@ impl Report {
             rows: vec![],
             out_of_bounds: 0,
             wrong: 0,
+            skipped_rows: 0,
             avg_busbw_gbps: 0.0,
         });
         if json.is_none() {
@@ -163,6 +173,7 @@ impl Report {
             busbw_rows: 0,
             wrong: 0,
             out_of_bounds: 0,
+            skipped_rows: 0,
             refusal_shown: false,
         }
     }
@@ -211,6 +222,7 @@ impl Report {
             ),
         };
         self.out_of_bounds += m.out_of_bounds;
+        self.skipped_rows += usize::from(m.skipped.is_some());
         let ratio = match (&oop, copy) {
             (Some((t, _)), Some(c)) if c.gbps > 0.0 => Some(t.busbw_gbps / c.gbps),
             _ => None,
@@ -267,6 +279,7 @@ impl Report {
             Some(mut json) => {
                 json.out_of_bounds = self.out_of_bounds;
                 json.wrong = self.wrong;
+                json.skipped_rows = self.skipped_rows;
                 json.avg_busbw_gbps = avg;
                 outln!(
                     "{}",
@@ -284,12 +297,18 @@ impl Report {
                 if self.wrong > 0 {
                     outln!("# {} wrong values: FAILED", self.wrong);
                 }
+                if self.skipped_rows > 0 {
+                    outln!(
+                        "# {} sizes skipped (--skip-oom): the table is incomplete",
+                        self.skipped_rows
+                    );
+                }
             }
         }
-        if ok {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
+        match (ok, self.skipped_rows) {
+            (false, _) => ExitCode::FAILURE,
+            (true, 0) => ExitCode::SUCCESS,
+            (true, _) => ExitCode::from(EXIT_SKIPPED),
         }
     }
 }

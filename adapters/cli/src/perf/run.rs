@@ -33,6 +33,10 @@ pub struct Settings {
     /// Run through graph mode, with this many calls per launch (`--graph`,
     /// `--graph-steps`); `None`: eager calls.
     pub graph: Option<usize>,
+    /// A size whose buffers do not fit in the memory available is skipped, with the
+    /// reason in its row (`--skip-oom`; `oxccl tune` skips and says so); without it such
+    /// a size is an error.
+    pub skip_oom: bool,
 }
 
 /// One direction (out-of-place or in-place) of a row.
@@ -166,12 +170,14 @@ pub fn measure(
         executor,
         skipped: None,
     };
-    let need = in_bytes
-        .checked_add(out_bytes.max(in_bytes))
-        .and_then(|bytes| bytes.checked_mul(n))
-        .unwrap_or(usize::MAX);
-    if available_memory().is_some_and(|avail| need > avail / 10 * 8) {
-        row.skipped = Some(format!("needs ~{} MiB", need >> 20));
+    if let Some(short) = short_of_memory(comms, (in_bytes, out_bytes), op.kind)? {
+        if !settings.skip_oom {
+            return Err(super::bad_arg(format!(
+                "{} B: {short}; lower -e/--maxbytes, or pass --skip-oom to skip such sizes",
+                super::report::row_size(op, n)
+            )));
+        }
+        row.skipped = Some(short);
         return Ok(row);
     }
     let expected = if settings.check {
@@ -215,15 +221,34 @@ pub fn measure(
     Ok(row)
 }
 
+/// Why a row's buffers (every local rank's send and receive buffers) would not fit: more
+/// than 80% of the memory available (`MemAvailable`) on this host, or on another
+/// process's of the job; `None` when they fit everywhere (or the memory cannot be read).
+/// The processes agree, so that all of them skip or refuse the same rows.
+fn short_of_memory(
+    comms: &[Communicator],
+    (in_bytes, out_bytes): (usize, usize),
+    measured: OpKind,
+) -> Result<Option<String>, Error> {
+    let need = in_bytes
+        .checked_add(out_bytes.max(in_bytes))
+        .and_then(|bytes| bytes.checked_mul(comms.len()))
+        .unwrap_or(usize::MAX);
+    let short_here = available_memory().filter(|&avail| need > avail / 10 * 8);
+    let short_anywhere = job_sums(comms, [f64::from(u8::from(short_here.is_some()))], measured)?;
+    Ok(match (short_here, short_anywhere[0] > 0.0) {
+        (Some(avail), _) => Some(format!(
+            "its buffers need ~{} MiB, more than 80% of the {} MiB available",
+            need >> 20,
+            avail >> 20
+        )),
+        (None, true) => Some("another process of the job has too little memory".into()),
+        (None, false) => None,
+    })
+}
+
 /// Sums over every rank of the job of (out-of-place seconds, in-place seconds, wrong
-/// values out of place, in place, out-of-bounds bytes): this process's sums, added over
-/// the processes with a collective when the job has ranks elsewhere.
-///
-/// The sums travel by an operator other than the `measured` one: `--algo` forces an
-/// executor for the measured operator only, and a forced executor may refuse the sums'
-/// five elements (an imported MSCCL-IR algorithm runs only counts its chunks divide,
-/// within its file's byte range). An AllReduce is measured, so they are gathered and
-/// added here; anything else is measured, so an AllReduce adds them.
+/// values out of place, in place, out-of-bounds bytes).
 fn job_totals(
     comms: &[Communicator],
     results: &[RankResult],
@@ -236,19 +261,35 @@ fn job_totals(
             *m += a;
         }
     }
+    job_sums(comms, mine, measured)
+}
+
+/// This process's sums `mine`, added over the processes with a collective when the job
+/// has ranks elsewhere.
+///
+/// The sums travel by an operator other than the `measured` one: `--algo` forces an
+/// executor for the measured operator only, and a forced executor may refuse the sums'
+/// `N` elements (an imported MSCCL-IR algorithm runs only counts its chunks divide,
+/// within its file's byte range). An AllReduce is measured, so they are gathered and
+/// added here; anything else is measured, so an AllReduce adds them.
+fn job_sums<const N: usize>(
+    comms: &[Communicator],
+    mine: [f64; N],
+    measured: OpKind,
+) -> Result<[f64; N], Error> {
     if !spans_processes(comms[0].framework()) {
         return Ok(mine);
     }
     let gather = measured == OpKind::AllReduce;
     let (op, out_len) = if gather {
-        (OpParam::all_gather(5, DataType::F64), 5 * comms[0].size())
+        (OpParam::all_gather(N, DataType::F64), N * comms[0].size())
     } else {
-        (OpParam::all_reduce(5, DataType::F64, ReduceOp::Sum), 5)
+        (OpParam::all_reduce(N, DataType::F64, ReduceOp::Sum), N)
     };
     // Every local rank takes part; the first brings this process's sums.
     let mut outs = vec![vec![0.0f64; out_len]; comms.len()];
-    let sends: Vec<[f64; 5]> = (0..comms.len())
-        .map(|i| if i == 0 { mine } else { [0.0; 5] })
+    let sends: Vec<[f64; N]> = (0..comms.len())
+        .map(|i| if i == 0 { mine } else { [0.0; N] })
         .collect();
     let mut group = Group::new();
     for ((comm, send), out) in comms.iter().zip(&sends).zip(outs.iter_mut()) {
@@ -262,8 +303,8 @@ fn job_totals(
         );
     }
     group.run()?;
-    let mut totals = [0.0f64; 5];
-    for block in outs[0].chunks(5) {
+    let mut totals = [0.0f64; N];
+    for block in outs[0].chunks(N) {
         for (t, v) in totals.iter_mut().zip(block) {
             *t += v;
         }

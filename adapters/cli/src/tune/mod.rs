@@ -141,6 +141,8 @@ pub fn plan(args: &TuneArgs) -> Result<TunePlan, Error> {
         threads: validate::threads(args.threads, ranks)?,
         in_place: false,
         graph: None,
+        // A size that does not fit is recorded as skipped and printed with the reason.
+        skip_oom: true,
     };
     Ok(TunePlan {
         kinds,
