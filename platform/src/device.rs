@@ -527,9 +527,10 @@ pub trait Device: Any + Send + Sync + std::fmt::Debug {
 
     /// [`Device::run`] for a group of prepared sequences (graph mode's launches: the same
     /// compiled programs submitted again and again, every rank's steps at once). A backend
-    /// may link such a group once and run it by a faster path (the host device runs a
-    /// group of every local rank's small programs as one precomputed order, without
-    /// signals); the outcome is the same as [`Device::run`]'s.
+    /// may link such a group once and run it by a faster path; the outcome is the same as
+    /// [`Device::run`]'s. (The host device links in `run` itself, eager group calls
+    /// included: a group of every local rank's small programs runs as one precomputed
+    /// order, without signals.)
     fn run_sequence_group(&self, group: Vec<Submission<'_>>) -> Vec<Result<(), DeviceError>> {
         self.run(group)
     }

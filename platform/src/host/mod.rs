@@ -201,6 +201,45 @@ impl HostDevice {
         shared.schedules.of(&parts, local)
     }
 
+    /// Run `group` through the scheduler: submit, then run queued jobs on this thread
+    /// until every launch of the group is done (a small group never wakes a worker), then
+    /// collect the outcomes.
+    fn run_scheduled(&self, group: Vec<Submission<'_>>) -> Vec<Result<(), DeviceError>> {
+        let timeout = self.shared.config.exec_timeout;
+        let pool = &self.shared.pool;
+        let poller = shm::Poller::start(&self.shared);
+        let started = pool.quiet(|| self.start_group(group));
+        // Launches before `first_busy` are done (or never started): each is asked once
+        // more only until it is, not once per job run.
+        let mut first_busy = 0;
+        let mut busy = || {
+            while started
+                .get(first_busy)
+                .is_some_and(|c| c.as_ref().map_or(true, |c| c.launch.is_done()))
+            {
+                first_busy += 1;
+            }
+            first_busy < started.len()
+        };
+        let small = started.iter().flatten().all(|c| c.launch.program.small);
+        pool.drain(&mut busy);
+        // Polling, this thread runs what the peers wake: quietly, as it drains (a worker
+        // woken for a stream this thread takes first is a context switch for nothing).
+        pool.quiet(|| {
+            if let Some(poller) = poller {
+                poller.poll_while(&mut busy);
+            }
+            if self.shared.tcp.is_some() {
+                tcp::receiver::poll_while(&self.shared, small, &mut busy);
+            }
+        });
+        pool.kick();
+        started
+            .into_iter()
+            .map(|c| crate::device::wait_out(&mut c?, timeout))
+            .collect()
+    }
+
     /// Run `group` by `schedule` on this thread (see [`serial`]).
     fn run_linked(
         &self,
@@ -525,48 +564,13 @@ impl Device for HostDevice {
             .collect()
     }
 
-    /// Submit, then run queued jobs on this thread until every launch of the group is done
-    /// (a small group never wakes a worker), then collect the outcomes.
+    /// A group that can be linked (every local rank's small program, bound to host
+    /// memory, past its gate: a group call or a graph launch from one thread) runs as its
+    /// precomputed order on this thread ([`serial`]); any other through the scheduler.
     fn run(&self, group: Vec<Submission<'_>>) -> Vec<Result<(), DeviceError>> {
-        let timeout = self.shared.config.exec_timeout;
-        let pool = &self.shared.pool;
-        let poller = shm::Poller::start(&self.shared);
-        let started = pool.quiet(|| self.start_group(group));
-        // Launches before `first_busy` are done (or never started): each is asked once
-        // more only until it is, not once per job run.
-        let mut first_busy = 0;
-        let mut busy = || {
-            while started
-                .get(first_busy)
-                .is_some_and(|c| c.as_ref().map_or(true, |c| c.launch.is_done()))
-            {
-                first_busy += 1;
-            }
-            first_busy < started.len()
-        };
-        let small = started.iter().flatten().all(|c| c.launch.program.small);
-        pool.drain(&mut busy);
-        // Polling, this thread runs what the peers wake: quietly, as it drains (a worker
-        // woken for a stream this thread takes first is a context switch for nothing).
-        pool.quiet(|| {
-            if let Some(poller) = poller {
-                poller.poll_while(&mut busy);
-            }
-            if self.shared.tcp.is_some() {
-                tcp::receiver::poll_while(&self.shared, small, &mut busy);
-            }
-        });
-        pool.kick();
-        started
-            .into_iter()
-            .map(|c| crate::device::wait_out(&mut c?, timeout))
-            .collect()
-    }
-
-    fn run_sequence_group(&self, group: Vec<Submission<'_>>) -> Vec<Result<(), DeviceError>> {
         match self.linked(&group) {
             Some(schedule) => self.run_linked(group, &schedule),
-            None => self.run(group),
+            None => self.run_scheduled(group),
         }
     }
 

@@ -1,8 +1,9 @@
 //! Linked sequences: one thread runs a whole group of small launches in one precomputed
 //! order, with no signals and no scheduler.
 //!
-//! When one thread submits every rank of an in-process device at once (a group launch of
-//! graph mode, [`crate::Device::run_sequence_group`]), nothing outside the group can post
+//! When one thread submits every rank of an in-process device at once (an eager group call
+//! over every rank, as `oxccl perf` and a NCCL-style group make, or a group launch of
+//! graph mode), nothing outside the group can post
 //! or wait on the group's notifies, so the only orders that matter are the ones the
 //! programs' Posts and Waits impose. A [`Schedule`] is one such order, computed once by
 //! playing the programs' signals symbolically (the way the analyzer's canonical execution

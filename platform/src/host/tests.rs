@@ -696,6 +696,20 @@ fn a_whole_group_of_sequences_runs_linked_and_again_from_the_cache() {
 }
 
 #[test]
+fn an_eager_group_of_every_rank_runs_linked() {
+    let dev = device(2, 1, 60_000);
+    let inputs: Vec<[u8; 8]> = (0..2u8).map(|i| [i + 1; 8]).collect();
+    let mut outputs = vec![[0u8; 8]; 2];
+    // One call of both ranks (epoch 1), submitted by one thread through `run`.
+    let call = ping_pong_steps(&dev, 1, &inputs, &mut outputs, 1);
+    let results = run_group(&dev, call);
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(outputs, inputs);
+    assert_eq!(dev.done_epoch(0).unwrap(), 1);
+    assert_eq!(dev.shared.schedules.linked(), 1);
+}
+
+#[test]
 fn a_linked_group_rebinds_when_its_buffers_change_and_reads_new_data_when_not() {
     let dev = device(2, 1, 60_000);
     // Compiled once, launched four times: epochs 1-2, 3-4, 5-6, 7-8.
