@@ -240,6 +240,41 @@ impl HostDevice {
             .collect()
     }
 
+    /// Replay a linked `group` by the tasks `schedule` keeps bound with these buffers
+    /// ([`serial::Schedule::replay`]); `None` when it must be bound (or the device has
+    /// stopped: the serial run reports why). A stop that arrives while it runs fails
+    /// every submission, as a serial run's launches would have been aborted.
+    fn replay(
+        &self,
+        group: &[Submission<'_>],
+        schedule: &serial::Schedule,
+    ) -> Option<Vec<Result<(), DeviceError>>> {
+        if self.shared.failure().is_some() {
+            return None;
+        }
+        let mut replayed = Vec::with_capacity(group.len());
+        for s in group {
+            let program = s.compiled.backend.downcast_ref::<HostProgram>()?;
+            let key = serial::bindings_of_user(&s.user);
+            replayed.push((program.slot, s.epoch, key));
+        }
+        if !schedule.replay(&self.shared, &replayed) {
+            return None;
+        }
+        Some(match self.shared.failure() {
+            None => group.iter().map(|_| Ok(())).collect(),
+            Some(cause) => group
+                .iter()
+                .map(|s| {
+                    Err(DeviceError::Aborted {
+                        rank: s.compiled.rank,
+                        cause: cause.clone(),
+                    })
+                })
+                .collect(),
+        })
+    }
+
     /// Run `group` by `schedule` on this thread (see [`serial`]).
     fn run_linked(
         &self,
@@ -569,7 +604,10 @@ impl Device for HostDevice {
     /// precomputed order on this thread ([`serial`]); any other through the scheduler.
     fn run(&self, group: Vec<Submission<'_>>) -> Vec<Result<(), DeviceError>> {
         match self.linked(&group) {
-            Some(schedule) => self.run_linked(group, &schedule),
+            Some(schedule) => match self.replay(&group, &schedule) {
+                Some(results) => results,
+                None => self.run_linked(group, &schedule),
+            },
             None => self.run_scheduled(group),
         }
     }

@@ -25,9 +25,9 @@
 
 use super::compile::{HostProgram, Op, INLINE_BYTES};
 use super::exec::{BoundTask, SPLIT_BYTES};
-use super::launch::Launch;
+use super::launch::{Launch, Shared};
 use super::memory::UserRegions;
-use crate::device::Compiled;
+use crate::device::{Compiled, UserBuffers};
 use crate::error::TaskLocation;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -55,6 +55,9 @@ pub(crate) struct Schedule {
     /// bound with: a run with the same buffers (a framework's usual replay) runs them
     /// without binding and checking each operand again.
     bound: Mutex<Vec<Option<BoundEpoch>>>,
+    /// Runs made by [`Schedule::replay`], for tests.
+    #[cfg(test)]
+    pub replays: std::sync::atomic::AtomicUsize,
 }
 
 /// The user buffers of an epoch's launches: each one's (input, output) as (address,
@@ -108,6 +111,16 @@ impl Schedules {
         schedule
     }
 
+    /// Replays of every group kept, for tests.
+    #[cfg(test)]
+    pub(crate) fn replays(&self) -> usize {
+        let cache = self.cache.lock();
+        let replays = cache.iter().flat_map(|(_, s)| s.as_ref());
+        replays
+            .map(|s| s.replays.load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
+    }
+
     /// Groups kept with a schedule (the others could not be linked).
     #[cfg(test)]
     pub(crate) fn linked(&self) -> usize {
@@ -131,6 +144,8 @@ fn play(group: &[(&Arc<Compiled>, &HostProgram, u64)], local_slots: usize) -> Op
     let mut schedule = Schedule {
         epochs: Vec::new(),
         bound: Mutex::new(Vec::new()),
+        #[cfg(test)]
+        replays: Default::default(),
     };
     for epoch in epochs {
         let launches: Vec<usize> = (0..group.len()).filter(|&i| group[i].2 == epoch).collect();
@@ -240,6 +255,74 @@ pub(crate) fn run(schedule: &Schedule, launches: &[Arc<Launch>]) {
 fn bindings_of(launch: &Launch) -> [(usize, usize, bool); 2] {
     let r = |r: &super::memory::Region| (r.ptr as usize, r.len, r.writable);
     [r(&launch.user.input), r(&launch.user.output)]
+}
+
+/// A submission's user buffers as [`bindings_of`] keys them once admitted, without
+/// admitting it.
+pub(crate) fn bindings_of_user(user: &UserBuffers<'_>) -> [(usize, usize, bool); 2] {
+    match user {
+        UserBuffers::OutOfPlace { input, output } => [
+            (input.as_ptr() as usize, input.len(), false),
+            (output.as_ptr() as usize, output.len(), true),
+        ],
+        UserBuffers::InPlace(buf) => {
+            let (addr, len) = (buf.as_ptr() as usize, buf.len());
+            [(addr, len, false), (addr, len, true)]
+        }
+        // Not host memory: never linked (see `HostDevice::linked`).
+        UserBuffers::Device { .. } => [(0, 0, false); 2],
+    }
+}
+
+/// One submission of a group to replay: its local slot, its epoch and its buffers' key.
+pub(crate) type Replayed = (usize, u64, [(usize, usize, bool); 2]);
+
+impl Schedule {
+    /// Replay the group `group` (in the group's order) by the tasks its every epoch was
+    /// last bound with, when each was bound with exactly these buffers — a framework's
+    /// training loop, a benchmark, a graph relaunched on the same memory: the data tasks
+    /// run in the schedule's order, then each rank's epoch ends and is done, as a serial
+    /// run ends it. No launch is created: a linked group waits on nothing (its order is
+    /// proved), touches no signal and ends on this thread, so what a launch tracks — its
+    /// phase, its fences, its registration for peers' tasks — has nothing to do. Returns
+    /// false, having run nothing, when an epoch must be bound anew (then the group runs
+    /// as a serial run, which binds it).
+    pub(crate) fn replay(&self, shared: &Shared, group: &[Replayed]) -> bool {
+        let bound = self.bound.lock();
+        let matches = self
+            .epochs
+            .iter()
+            .zip(bound.iter())
+            .all(|((ending, _), kept)| {
+                kept.as_ref().is_some_and(|(keys, _)| {
+                    keys.len() == ending.len()
+                        && ending.iter().zip(keys).all(|(&i, k)| group[i].2 == *k)
+                })
+            });
+        if !matches || bound.len() != self.epochs.len() {
+            return false;
+        }
+        for ((ending, _), kept) in self.epochs.iter().zip(bound.iter()) {
+            let Some((_, tasks)) = kept else {
+                unreachable!("every epoch was checked bound");
+            };
+            for task in tasks {
+                // SAFETY: bound with these very buffers (the keys matched), which the
+                // caller keeps borrowed until this returns; the schedule orders every task
+                // after those it depends on, and only this thread runs the group's tasks.
+                unsafe { task.run() };
+            }
+            for &i in ending {
+                let (slot, epoch, _) = group[i];
+                shared.end(slot, epoch);
+                shared.advance(slot, epoch);
+            }
+        }
+        #[cfg(test)]
+        self.replays
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        true
+    }
 }
 
 /// Bind every task of one epoch (`ending`'s launches, `order`) with the launches' user

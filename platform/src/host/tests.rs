@@ -761,6 +761,9 @@ fn a_linked_group_rebinds_when_its_buffers_change_and_reads_new_data_when_not() 
         assert_eq!(outs, &inputs, "launch {launch}");
     }
     assert_eq!(dev.shared.schedules.linked(), 1);
+    // Launch 1 found its buffers bound as launch 0 left them, and replayed; launches 2
+    // and 3 bound anew.
+    assert_eq!(dev.shared.schedules.replays(), 1);
 }
 
 #[test]
