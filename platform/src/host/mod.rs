@@ -174,7 +174,10 @@ impl HostDevice {
     /// every local rank finished the epoch before the group's.
     fn linked(&self, group: &[Submission<'_>]) -> Option<Arc<serial::Schedule>> {
         let shared = &self.shared;
-        if shared.shm.is_some() || shared.tcp.is_some() {
+        // Every local rank is in every epoch of a linked group: a smaller group (a rank's
+        // own thread's call) is not looked up, so rank threads do not meet on the cache.
+        let local = shared.config.local_ranks.len();
+        if shared.shm.is_some() || shared.tcp.is_some() || group.len() < local {
             return None;
         }
         let first = group.iter().map(|s| s.epoch).min()?;
@@ -193,7 +196,6 @@ impl HostDevice {
             let program = s.compiled.backend.downcast_ref::<HostProgram>()?;
             parts.push((&s.compiled, program, s.epoch - first));
         }
-        let local = shared.config.local_ranks.len();
         let previous = first.checked_sub(1)?;
         if shared.fences[..local].iter().any(|f| f.done() != previous) {
             return None;
