@@ -23,7 +23,7 @@ use super::launch::{Launch, Step};
 use super::memory::UserRegions;
 use crate::error::{DeviceError, SliceFault, TaskLocation};
 use crate::ir::{Buf, Slice};
-use crate::reduce::reduce_raw;
+use crate::reduce::{copy_raw, reduce_raw};
 use crate::slice_checks::{check_overlaps, HasSlice};
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -88,12 +88,8 @@ impl Prepared {
     /// submit (own user buffers) or in `bind` (peers').
     unsafe fn run_at(&self, srcs: &[*const u8], dsts: &[*mut u8], len: usize) {
         match self.kind {
-            Kind::Copy => {
-                for &dst in dsts {
-                    // SAFETY: see the function's contract (a Copy's dst overlaps no src).
-                    unsafe { std::ptr::copy_nonoverlapping(srcs[0], dst, len) }
-                }
-            }
+            // SAFETY: see the function's contract (a Copy's dst overlaps no src).
+            Kind::Copy => unsafe { copy_raw(srcs[0], dsts, len) },
             // SAFETY: see the function's contract.
             Kind::Reduce(dtype, op) => unsafe {
                 reduce_raw(dtype, op, srcs, dsts, len / dtype.size())

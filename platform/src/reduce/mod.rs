@@ -104,6 +104,40 @@ pub unsafe fn reduce_raw(
     }
 }
 
+/// Copy `len` bytes from `src` to every destination. A large copy goes block by block:
+/// each block of the source is read once, while it is in the cache, and stored to every
+/// destination with non-temporal stores (the result will not be read again before it
+/// leaves the cache); so a copy to `n` destinations makes `len` bytes of reads, not
+/// `n * len`, and no read-for-ownership of the destinations. A small one is a `memcpy`
+/// per destination.
+///
+/// # Safety
+/// `src` is valid for reads of `len` bytes and each dst for writes of `len` bytes; no dst
+/// overlaps `src` or another dst; nothing else writes those bytes during the call.
+pub unsafe fn copy_raw(src: *const u8, dsts: &[*mut u8], len: usize) {
+    if len.saturating_mul(dsts.len()) < COPY_STREAM_BYTES {
+        for &dst in dsts {
+            // SAFETY: the caller guarantees both ranges and that they do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+        }
+        return;
+    }
+    let mut start = 0;
+    while start < len {
+        let n = BLOCK_BYTES.min(len - start);
+        // SAFETY: `start + n <= len`; the caller guarantees `src` is readable there and
+        // that no destination overlaps it.
+        let block = unsafe { std::slice::from_raw_parts(src.add(start), n) };
+        for &dst in dsts {
+            // SAFETY: `dst + start` is valid for `n` bytes of writes (`start + n <= len`)
+            // and overlaps nothing in `block` (the caller's contract).
+            unsafe { store::store(dst.add(start), block, true) };
+        }
+        start += n;
+    }
+    store::fence();
+}
+
 /// Safe wrapper over byte slices, for tests and small host-side uses:
 /// `dst = op(srcs...)`.
 ///
@@ -266,6 +300,29 @@ trait Lane: bytemuck::Pod {
     /// `out[i] = O(a[i], b[i])` for every `i`, rounded to `Self`. All three have the
     /// same length.
     fn combine<O: Op<Self::Compute>>(out: &mut [Self], a: &[Self], b: &[Self]);
+
+    /// `out[i] = O(...O(O(s0[i], s1[i]), s2[i])..., sk[i])` over elements `start..` of
+    /// every source, with `spare` (as long as `out`) as scratch, in the order and
+    /// rounding of repeated [`Lane::combine`]s, which is what this default does: two
+    /// buffers ping-ponged through the cache.
+    ///
+    /// # Safety
+    /// Every source is aligned for `Self` and valid for reads of `start + out.len()`
+    /// elements, which nothing writes during the call; `srcs` is non-empty.
+    #[inline(always)]
+    unsafe fn fold<O: Op<Self::Compute>>(
+        out: &mut [Self],
+        spare: &mut [Self],
+        srcs: &[*const u8],
+        start: usize,
+    ) {
+        // SAFETY: forwarded from this function's contract.
+        let in_spare =
+            unsafe { reduce_block::<Self, O>(srcs, start, out, spare) }.as_ptr() == spare.as_ptr();
+        if in_spare {
+            out.copy_from_slice(spare);
+        }
+    }
 }
 
 macro_rules! native_lanes {
@@ -279,9 +336,53 @@ macro_rules! native_lanes {
                     *o = O::apply(x, y);
                 }
             }
+
+            /// Strip by strip, each strip's partial result held in registers while
+            /// every source is folded into it: one load per source element and one
+            /// store per result, where ping-ponging through a buffer makes three
+            /// memory operations per source element. Same order, same bits.
+            #[inline(always)]
+            unsafe fn fold<O: Op<$t>>(
+                out: &mut [$t],
+                _spare: &mut [$t],
+                srcs: &[*const u8],
+                start: usize,
+            ) {
+                const STRIP: usize = STRIP_BYTES / std::mem::size_of::<$t>();
+                let n = out.len();
+                // SAFETY (each `src_block` below): forwarded from this function's
+                // contract, for elements `start + at..start + at + len` with
+                // `at + len <= n`.
+                let (first, rest) = srcs.split_first().expect("fold: no sources");
+                let mut at = 0;
+                while at + STRIP <= n {
+                    let mut acc: [$t; STRIP] = unsafe { src_block::<$t>(*first, start + at, STRIP) }
+                        .try_into()
+                        .expect("STRIP elements");
+                    for &src in rest {
+                        let more = unsafe { src_block::<$t>(src, start + at, STRIP) };
+                        for (a, &b) in acc.iter_mut().zip(more) {
+                            *a = O::apply(*a, b);
+                        }
+                    }
+                    out[at..at + STRIP].copy_from_slice(&acc);
+                    at += STRIP;
+                }
+                let tail = &mut out[at..];
+                tail.copy_from_slice(unsafe { src_block::<$t>(*first, start + at, tail.len()) });
+                for &src in rest {
+                    let more = unsafe { src_block::<$t>(src, start + at, tail.len()) };
+                    for (a, &b) in tail.iter_mut().zip(more) {
+                        *a = O::apply(*a, b);
+                    }
+                }
+            }
         }
     )*};
 }
+
+/// Bytes of one strip of [`Lane::fold`] for the native types: eight SSE registers.
+const STRIP_BYTES: usize = 128;
 
 native_lanes!(i8, u8, i16, u16, i32, u32, i64, u64, f32, f64);
 
@@ -494,8 +595,9 @@ unsafe fn reduce_blocks<T: Lane, O: Op<T::Compute>>(
     while start < count {
         let n = front.len().min(count - start);
         // SAFETY: `start + n <= count`; the destinations are written only below, after
-        // `reduce_block` has returned and its borrows of the sources have ended.
-        let block = unsafe { reduce_block::<T, O>(srcs, start, &mut front[..n], &mut back[..n]) };
+        // `fold` has returned and its borrows of the sources have ended.
+        unsafe { T::fold::<O>(&mut front[..n], &mut back[..n], srcs, start) };
+        let block = &front[..n];
         for &dst in dsts {
             // SAFETY: `dst` is valid for writes of `count` aligned `T`s and `start + n <=
             // count`; `block` is on this stack frame, so it cannot overlap `dst`.
@@ -503,7 +605,10 @@ unsafe fn reduce_blocks<T: Lane, O: Op<T::Compute>>(
                 store::store(
                     dst.cast::<T>().add(start).cast(),
                     bytemuck::cast_slice(block),
-                    streaming,
+                    // In place, the block was just read from this very destination:
+                    // its lines are in the cache, a cached store costs no extra read,
+                    // and a streaming store would first have to evict them.
+                    streaming && !srcs.contains(&dst.cast_const()),
                 )
             };
         }
@@ -528,6 +633,12 @@ fn zeroed(words: &mut [MaybeUninit<u64>]) -> &mut [u64] {
 /// again before they leave the cache, and streaming them skips the read-for-ownership that
 /// a normal store does first, a third of the memory traffic of an out-of-place reduction.
 const STREAM_BYTES: usize = 256 << 10;
+
+/// Copies that write at least this much in all stream: a copy's source is often a block
+/// a peer has just written (staged algorithms pass data through the cache), and below the
+/// last-level cache's size a cached store is faster than a streaming one, so the bar is
+/// higher than a reduction's, whose many sources leave no room in the cache anyway.
+const COPY_STREAM_BYTES: usize = 4 << 20;
 
 /// Storing a finished block.
 mod store {
