@@ -219,6 +219,14 @@ impl StreamProgram {
         }
     }
 
+    /// Append a copy of `src` into every slice of `dsts`, in one task (devices read the
+    /// source once for all of them); empty copies and an empty `dsts` are skipped.
+    pub fn copy_to(&mut self, src: Slice, dsts: Vec<Slice>) {
+        if dsts.first().is_some_and(|d| src.len > 0 || d.len > 0) {
+            self.tasks.push(Task::Copy { src, dsts });
+        }
+    }
+
     /// Append `dsts = op(srcs...)`, one result written to several places; empty reductions
     /// are skipped.
     pub fn reduce_to(&mut self, srcs: Vec<Slice>, dsts: Vec<Slice>, dtype: DataType, op: ReduceOp) {

@@ -3,6 +3,7 @@
 //! dtype, at boundary counts (0, 1, odd, not divisible by the ranks, blocks larger than the
 //! CCL buffer), in place and out of place, zero-copy and staged.
 
+use oxccl::framework::analyzer::conformance::assert_conforms;
 use oxccl::OpKind;
 use oxccl_tests::blocks::{block_matrix, run_blocks};
 use oxccl_tests::{check_on_every_shape, SMALL_CCL_BYTES};
@@ -21,6 +22,16 @@ fn check_executor(algo: &'static str) {
 #[test]
 fn mesh() {
     check_executor("mesh");
+}
+
+#[test]
+fn mesh_push() {
+    check_executor("mesh-push");
+}
+
+#[test]
+fn mesh_push_conforms() {
+    assert_conforms(OpKind::AllGather, "mesh-push");
 }
 
 #[test]

@@ -22,6 +22,16 @@ fn mesh_conforms() {
 }
 
 #[test]
+fn mesh_push() {
+    check_rooted_executor(KIND, "mesh-push");
+}
+
+#[test]
+fn mesh_push_conforms() {
+    rooted_conforms(KIND, "mesh-push");
+}
+
+#[test]
 fn ring() {
     check_rooted_executor(KIND, "ring");
 }

@@ -10,6 +10,7 @@
 pub mod double_ring;
 pub mod hier_levels;
 pub mod mesh;
+pub mod mesh_push;
 pub mod nb;
 pub mod nhr;
 pub mod put_mesh;

@@ -8,6 +8,7 @@
 
 pub mod hier_levels;
 pub mod mesh;
+pub mod mesh_push;
 pub mod put_mesh;
 pub mod relay_mesh;
 pub mod relay_scatter_all_gather;
