@@ -6,9 +6,9 @@
 //! read once, while it is in the cache, and stored to all `n` outputs. The collective
 //! then reads `S` and writes `nS` (`S` the gathered size), its memory-traffic floor,
 //! where pulling every block (`mesh`) reads each input `n` times. One synchronisation
-//! round, every pair linked; peers' outputs must be writable, which holds for the CCL
-//! buffers and for zero-copy user buffers alike, but not for put-only links (those get
-//! `put-mesh`).
+//! round, every pair linked. It only writes peers' outputs, never reads their memory, so
+//! it runs over put-only links too (`LinkNeed::Put`: there calls are staged and the
+//! outputs are the peers' CCL buffers).
 //!
 //! Staged, a rank copies CclOut out as soon as its iteration ends, so a second round
 //! (DataSignal: "I finished writing your output") ends each iteration; zero-copy, the
@@ -16,7 +16,7 @@
 
 use crate::templates::{all_peers_round, Round};
 use oxccl_framework::{
-    Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx,
+    Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, Mode, OpKind, Peers, PlanCtx,
     ResourceRequest,
 };
 
@@ -27,7 +27,7 @@ oxccl_framework::register_executor! {
     name: "mesh-push",
     op: OpKind::AllGather,
     description: "one ready round, then each rank copies its block into every output, reading it once",
-    constraints: Constraints { full_mesh: true, ..Constraints::ANY },
+    constraints: Constraints { full_mesh: true, links: LinkNeed::Put, ..Constraints::ANY },
     preference: 25,
     make: || Box::new(MeshPushAllGather),
 }
