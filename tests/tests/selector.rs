@@ -62,14 +62,17 @@ fn modelled_us(e: &Explanation, name: &str) -> f64 {
 }
 
 #[test]
-fn the_model_picks_mesh_for_a_1mib_broadcast_where_preference_picked_ring() {
+fn the_model_picks_a_mesh_for_a_1mib_broadcast_where_preference_picked_ring() {
     let topology = Topology::parse_spec("mesh8").unwrap();
     let comms = sim(topology.clone());
     let op = OpParam::rooted(OpKind::Broadcast, 1 << 18, DataType::F32, ReduceOp::Sum, 0);
     let chosen = comms[3].select(&op, false).unwrap();
     let e = &chosen.explanation;
-    assert_eq!(chosen.executor.name, "mesh", "{e}");
+    // mesh-push (each rank pushes a chunk of the root's vector over all its links) beats
+    // the pulling mesh, which beats the ring that preference alone would pick.
+    assert_eq!(chosen.executor.name, "mesh-push", "{e}");
     assert_eq!(e.source, Source::Model);
+    assert!(modelled_us(e, "mesh-push") < modelled_us(e, "mesh"), "{e}");
     assert!(modelled_us(e, "mesh") < modelled_us(e, "ring"), "{e}");
     // The hand-set hint that made the old selector skip mesh above 64 KiB is ignored.
     let mesh = registry()
@@ -82,7 +85,7 @@ fn the_model_picks_mesh_for_a_1mib_broadcast_where_preference_picked_ring() {
         .is_some());
     let ring = e.candidates.iter().find(|c| c.name == "ring").unwrap();
     assert!(
-        matches!(&ring.verdict, Verdict::NotChosen { why, .. } if why == "slower than mesh"),
+        matches!(&ring.verdict, Verdict::NotChosen { why, .. } if why == "slower than mesh-push"),
         "{e}"
     );
 }
