@@ -85,7 +85,19 @@ fn tune_writes_a_table_that_parses_and_skips_what_needs_a_broken_link() {
     // Each size's rows are fastest first, and the printed table agrees with the file.
     let printed = rows(&text);
     assert_eq!(printed.len(), table.entries.len(), "{text}");
-    assert_eq!(printed[0].last(), Some(&"fastest"), "{text}");
+    assert_eq!(printed[0].get(4), Some(&"fastest"), "{text}");
+    // The pick check: select_alg's own choice (no table) is marked once per size and
+    // timed against the fastest.
+    let marked = printed
+        .iter()
+        .filter(|r| r.last() == Some(&"select_alg"))
+        .count();
+    assert_eq!(marked, 2, "{text}");
+    assert!(
+        text.contains("# select_alg without a table: ")
+            && text.contains("of 2 sizes within 10% of the fastest"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! What `oxccl tune` prints: per operator, every size's executors from fastest to
 //! slowest, then what was skipped and what failed.
 
-use super::sweep::{Job, Outcome, Point, Skip};
+use super::sweep::{Job, Outcome, Pick, Point, Skip};
 use std::process::ExitCode;
 
 /// Print one operator's table.
@@ -29,13 +29,17 @@ pub fn print(job: &Job, outcome: &Outcome) {
         let Some(fastest) = at.first().map(|p| p.entry.time_us) else {
             continue;
         };
+        let pick = outcome.pick_at(size);
         for p in at {
             let ratio = p.entry.time_us / fastest;
-            let mark = if p.entry.time_us == fastest {
+            let mut mark = if p.entry.time_us == fastest {
                 "fastest".to_string()
             } else {
                 format!("{ratio:.2}x")
             };
+            if pick == Some(p.entry.executor.as_str()) {
+                mark.push_str("  <- select_alg");
+            }
             outln!(
                 "  {:>10} {:>12}  {:<18} {:>10.2}  {mark}",
                 p.size,
@@ -45,11 +49,71 @@ pub fn print(job: &Job, outcome: &Outcome) {
             );
         }
     }
+    print_pick_check(&pick_check(&job.sizes, outcome));
     print_skips(&outcome.skipped);
     for failure in &outcome.failures {
         outln!("# FAILED {failure}");
     }
     outln!("#");
+}
+
+/// How `select_alg`'s pick (without a tuning table) did at one size.
+pub struct PickCheck {
+    pub size: usize,
+    pub pick: Pick,
+    /// The pick's measured time over the fastest's, when both were measured.
+    pub ratio: Option<f64>,
+}
+
+/// Picks more than this much slower than the fastest measured are called out (the
+/// host cost model's goal: within 10% everywhere).
+pub const PICK_TOLERANCE: f64 = 1.10;
+
+/// The pick check of every one of `sizes` that has measurements.
+pub fn pick_check(sizes: &[usize], outcome: &Outcome) -> Vec<PickCheck> {
+    sizes
+        .iter()
+        .filter_map(|&size| {
+            let at = || outcome.points.iter().filter(move |p| p.size == size);
+            let fastest = at().map(|p| p.entry.time_us).min_by(f64::total_cmp)?;
+            let pick = outcome.picks.iter().find(|(s, _)| *s == size)?.1.clone();
+            let ratio = pick.as_ref().ok().and_then(|name| {
+                at().find(|p| &p.entry.executor == name)
+                    .map(|p| p.entry.time_us / fastest)
+            });
+            Some(PickCheck { size, pick, ratio })
+        })
+        .collect()
+}
+
+/// One summary line, then a line per size where the pick missed.
+fn print_pick_check(checks: &[PickCheck]) {
+    let worst = checks.iter().filter_map(|c| c.ratio).max_by(f64::total_cmp);
+    let misses: Vec<&PickCheck> = checks
+        .iter()
+        .filter(|c| c.ratio.is_none_or(|r| r > PICK_TOLERANCE))
+        .collect();
+    match worst {
+        Some(worst) => outln!(
+            "# select_alg without a table: {} of {} sizes within {:.0}% of the fastest; worst {worst:.2}x",
+            checks.len() - misses.len(),
+            checks.len(),
+            (PICK_TOLERANCE - 1.0) * 100.0
+        ),
+        None => outln!("# select_alg without a table: no pick was measured"),
+    }
+    for c in misses {
+        match (&c.pick, c.ratio) {
+            (Ok(name), Some(r)) => {
+                outln!("#   at {} B it picks {name}: {r:.2}x the fastest", c.size)
+            }
+            (Ok(name), None) => outln!(
+                "#   at {} B it picks {name}, which was not measured",
+                c.size
+            ),
+            (Err(why), _) => outln!("#   at {} B it picks nothing: {why}", c.size),
+        }
+    }
 }
 
 /// One line per executor and reason, with the sizes it was skipped at.
@@ -85,4 +149,59 @@ pub fn finish(failures: &[String]) -> ExitCode {
         failures.len()
     );
     ExitCode::FAILURE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxccl::framework::tune::TuneEntry;
+    use oxccl::{DataType, OpKind};
+
+    fn point(size: usize, executor: &str, time_us: f64) -> Point {
+        Point {
+            size,
+            entry: TuneEntry {
+                op: OpKind::AllGather,
+                ranks: 4,
+                topology: "[4]".into(),
+                dtype: DataType::F32,
+                bytes: size / 4,
+                executor: executor.into(),
+                time_us,
+            },
+        }
+    }
+
+    #[test]
+    fn the_pick_is_timed_against_the_fastest_at_each_size() {
+        let outcome = Outcome {
+            points: vec![
+                point(1024, "rhd", 4.0),
+                point(1024, "mesh", 5.0),
+                point(4096, "ring", 10.0),
+                point(4096, "mesh", 10.5),
+            ],
+            picks: vec![
+                (1024, Ok("mesh".into())),
+                (4096, Ok("mesh".into())),
+                (16384, Ok("mesh".into())),
+                (65536, Err("no executor".into())),
+            ],
+            ..Outcome::default()
+        };
+        let checks = pick_check(&[1024, 4096, 16384], &outcome);
+        // 16384 has no measurement at all, so no check.
+        assert_eq!(checks.len(), 2);
+        assert_eq!(checks[0].ratio, Some(1.25));
+        assert_eq!(checks[1].ratio, Some(1.05));
+        assert!(checks[0].ratio.unwrap() > PICK_TOLERANCE);
+        assert!(checks[1].ratio.unwrap() <= PICK_TOLERANCE);
+        // A pick that was not measured has no ratio.
+        let unmeasured = Outcome {
+            points: vec![point(1024, "rhd", 4.0)],
+            picks: vec![(1024, Ok("mesh".into()))],
+            ..Outcome::default()
+        };
+        assert_eq!(pick_check(&[1024], &unmeasured)[0].ratio, None);
+    }
 }

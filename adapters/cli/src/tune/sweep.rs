@@ -45,7 +45,13 @@ pub struct Outcome {
     pub skipped: Vec<Skip>,
     /// Executors that computed wrong results or failed on the device: never recorded.
     pub failures: Vec<String>,
+    /// What `select_alg` picks at each measured size without a tuning table (the cost
+    /// model's choice), or why it picks nothing: the pick check's subject.
+    pub picks: Vec<(usize, Pick)>,
 }
+
+/// The executor `select_alg` picks, or why it picks none.
+pub type Pick = Result<String, String>;
 
 impl Outcome {
     /// Keep the faster of `point` and an earlier round's measurement of the same point.
@@ -59,6 +65,12 @@ impl Outcome {
             Some(p) => *p = point,
             None => self.points.push(point),
         }
+    }
+
+    /// What `select_alg` picks at `size` without a table, when it picks one.
+    pub fn pick_at(&self, size: usize) -> Option<&str> {
+        let (_, pick) = self.picks.iter().find(|(s, _)| *s == size)?;
+        pick.as_deref().ok()
     }
 
     /// True when `executor` was found unable to run `size` in an earlier round.
@@ -95,6 +107,7 @@ pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
         });
     }
     let sizes = measurable_sizes(job, &mut outcome);
+    outcome.picks = model_picks(job, &sizes)?;
     let mut failed: Vec<&str> = vec![];
     for round in 1..=job.rounds.max(1) {
         for entry in &found.run {
@@ -113,6 +126,28 @@ pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
         }
     }
     Ok(outcome)
+}
+
+/// What `select_alg` picks at each of `sizes` on communicators of the job's topology with
+/// no tuning table (so the cost model decides) and no executor forced.
+fn model_picks(job: &Job, sizes: &[usize]) -> Result<Vec<(usize, Pick)>, Error> {
+    let mut config = job.config.clone();
+    config.tune = None;
+    let ranks = job.topology.ranks();
+    let comms = Communicator::init_all(ranks, config)?;
+    Ok(sizes
+        .iter()
+        .map(|&size| {
+            let count = count_for_size(job.kind, size, job.dtype, ranks);
+            let ops = calls(job.kind, count, job.dtype, ReduceOp::Sum, job.root, ranks);
+            let pick = comms[0]
+                .framework()
+                .select(&ops[0], false)
+                .map(|s| s.executor.name.to_string())
+                .map_err(|e| e.to_string());
+            (size, pick)
+        })
+        .collect())
 }
 
 /// The sizes of the sweep that hold at least one element per rank (all of them for a
