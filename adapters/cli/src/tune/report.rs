@@ -154,23 +154,7 @@ pub fn finish(failures: &[String]) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oxccl::framework::tune::TuneEntry;
-    use oxccl::{DataType, OpKind};
-
-    fn point(size: usize, executor: &str, time_us: f64) -> Point {
-        Point {
-            size,
-            entry: TuneEntry {
-                op: OpKind::AllGather,
-                ranks: 4,
-                topology: "[4]".into(),
-                dtype: DataType::F32,
-                bytes: size / 4,
-                executor: executor.into(),
-                time_us,
-            },
-        }
-    }
+    use crate::tune::sweep::point;
 
     #[test]
     fn the_pick_is_timed_against_the_fastest_at_each_size() {

@@ -244,24 +244,26 @@ fn sound_entry(job: &Job, entry: &ExecutorEntry, m: &Measured) -> Result<TuneEnt
     })
 }
 
+/// A measured point for tests: an AllReduce of `size` bytes on 4 ranks.
+#[cfg(test)]
+pub(super) fn point(size: usize, executor: &str, time_us: f64) -> Point {
+    Point {
+        size,
+        entry: TuneEntry {
+            op: OpKind::AllReduce,
+            ranks: 4,
+            topology: "[4]".into(),
+            dtype: DataType::F32,
+            bytes: size,
+            executor: executor.into(),
+            time_us,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn point(size: usize, executor: &str, time_us: f64) -> Point {
-        Point {
-            size,
-            entry: TuneEntry {
-                op: OpKind::AllReduce,
-                ranks: 4,
-                topology: "[4]".into(),
-                dtype: DataType::F32,
-                bytes: size,
-                executor: executor.into(),
-                time_us,
-            },
-        }
-    }
 
     fn times(outcome: &Outcome) -> Vec<(usize, &str, f64)> {
         outcome
