@@ -116,6 +116,18 @@ pub(crate) struct UserRegions {
     pub epoch: u64,
 }
 
+/// A launch's user buffers as the key of the tasks bound with them: (address, length,
+/// writable) of its input, then of its output.
+pub(crate) type BindingKey = [(usize, usize, bool); 2];
+
+impl UserRegions {
+    /// The key of tasks bound with these buffers (see `serial`).
+    pub(crate) fn key(&self) -> BindingKey {
+        let r = |r: &Region| (r.ptr as usize, r.len, r.writable);
+        [r(&self.input), r(&self.output)]
+    }
+}
+
 /// All memory of one host device, indexed by local slot.
 pub(crate) struct Memory {
     pub ccl_in: Vec<HostBuffer>,

@@ -26,7 +26,7 @@
 use super::compile::{HostProgram, Op, INLINE_BYTES};
 use super::exec::{BoundTask, SPLIT_BYTES};
 use super::launch::{Launch, Shared};
-use super::memory::UserRegions;
+use super::memory::{BindingKey, UserRegions};
 use crate::device::{Compiled, UserBuffers};
 use crate::error::TaskLocation;
 use parking_lot::Mutex;
@@ -60,9 +60,8 @@ pub(crate) struct Schedule {
     pub replays: std::sync::atomic::AtomicUsize,
 }
 
-/// The user buffers of an epoch's launches: each one's (input, output) as (address,
-/// length, writable).
-type Bindings = Vec<[(usize, usize, bool); 2]>;
+/// The user buffers of an epoch's launches, each one's as its key.
+type Bindings = Vec<BindingKey>;
 
 /// An epoch's tasks as bound with the buffers they were bound with.
 type BoundEpoch = (Bindings, Vec<BoundTask>);
@@ -225,7 +224,7 @@ pub(crate) fn run(schedule: &Schedule, launches: &[Arc<Launch>]) {
         .max()
         .map_or(0, |s| s + 1);
     for (e, (ending, order)) in schedule.epochs.iter().enumerate() {
-        let bindings: Bindings = ending.iter().map(|&i| bindings_of(&launches[i])).collect();
+        let bindings: Bindings = ending.iter().map(|&i| launches[i].user.key()).collect();
         let kept = schedule.bound.lock().get_mut(e).and_then(Option::take);
         let tasks = match kept {
             Some((kept, tasks)) if kept == bindings => Some(tasks),
@@ -251,15 +250,10 @@ pub(crate) fn run(schedule: &Schedule, launches: &[Arc<Launch>]) {
     }
 }
 
-/// One launch's user buffers, as the key of its bound tasks.
-fn bindings_of(launch: &Launch) -> [(usize, usize, bool); 2] {
-    let r = |r: &super::memory::Region| (r.ptr as usize, r.len, r.writable);
-    [r(&launch.user.input), r(&launch.user.output)]
-}
-
-/// A submission's user buffers as [`bindings_of`] keys them once admitted, without
-/// admitting it.
-pub(crate) fn bindings_of_user(user: &UserBuffers<'_>) -> [(usize, usize, bool); 2] {
+/// A submission's user buffers keyed as [`UserRegions::key`] keys them once admitted
+/// (`user_regions` in the parent module), without admitting it; a test holds the two
+/// alike, since a replay runs tasks bound by one key when the other matches.
+pub(crate) fn bindings_of_user(user: &UserBuffers<'_>) -> BindingKey {
     match user {
         UserBuffers::OutOfPlace { input, output } => [
             (input.as_ptr() as usize, input.len(), false),
@@ -275,7 +269,7 @@ pub(crate) fn bindings_of_user(user: &UserBuffers<'_>) -> [(usize, usize, bool);
 }
 
 /// One submission of a group to replay: its local slot, its epoch and its buffers' key.
-pub(crate) type Replayed = (usize, u64, [(usize, usize, bool); 2]);
+pub(crate) type Replayed = (usize, u64, BindingKey);
 
 impl Schedule {
     /// Replay the group `group` (in the group's order) by the tasks its every epoch was
@@ -289,23 +283,25 @@ impl Schedule {
     /// as a serial run, which binds it).
     pub(crate) fn replay(&self, shared: &Shared, group: &[Replayed]) -> bool {
         let bound = self.bound.lock();
-        let matches = self
+        if bound.len() != self.epochs.len() {
+            return false;
+        }
+        // Every epoch's tasks, when each epoch was last bound with these very buffers.
+        let kept: Option<Vec<&Vec<BoundTask>>> = self
             .epochs
             .iter()
             .zip(bound.iter())
-            .all(|((ending, _), kept)| {
-                kept.as_ref().is_some_and(|(keys, _)| {
-                    keys.len() == ending.len()
-                        && ending.iter().zip(keys).all(|(&i, k)| group[i].2 == *k)
-                })
-            });
-        if !matches || bound.len() != self.epochs.len() {
+            .map(|((ending, _), kept)| {
+                let (keys, tasks) = kept.as_ref()?;
+                let same = keys.len() == ending.len()
+                    && ending.iter().zip(keys).all(|(&i, k)| group[i].2 == *k);
+                same.then_some(tasks)
+            })
+            .collect();
+        let Some(kept) = kept else {
             return false;
-        }
-        for ((ending, _), kept) in self.epochs.iter().zip(bound.iter()) {
-            let Some((_, tasks)) = kept else {
-                unreachable!("every epoch was checked bound");
-            };
+        };
+        for ((ending, _), tasks) in self.epochs.iter().zip(kept) {
             for task in tasks {
                 // SAFETY: bound with these very buffers (the keys matched), which the
                 // caller keeps borrowed until this returns; the schedule orders every task

@@ -1058,3 +1058,20 @@ fn a_device_serves_a_subset_of_ranks_and_refuses_the_others() {
     assert_ne!(handle.addr, 0);
     assert_eq!(dev.retire(0, 1).unwrap_err().to_string(), err.to_string());
 }
+
+#[test]
+fn a_submissions_replay_key_is_the_key_its_admitted_buffers_get() {
+    // A replay runs tasks bound under `UserRegions::key` when `bindings_of_user` matches
+    // it: the two must agree on every form.
+    let input = [1u8; 16];
+    let (mut output, mut both) = ([0u8; 24], [2u8; 8]);
+    let out_of_place = UserBuffers::OutOfPlace {
+        input: &input,
+        output: &mut output,
+    };
+    let key = super::serial::bindings_of_user(&out_of_place);
+    assert_eq!(key, super::user_regions(out_of_place, 1).key());
+    let in_place = UserBuffers::InPlace(&mut both);
+    let key = super::serial::bindings_of_user(&in_place);
+    assert_eq!(key, super::user_regions(in_place, 1).key());
+}
