@@ -349,36 +349,45 @@ macro_rules! native_lanes {
                 start: usize,
             ) {
                 const STRIP: usize = STRIP_BYTES / std::mem::size_of::<$t>();
-                let n = out.len();
-                // SAFETY (each `src_block` below): forwarded from this function's
-                // contract, for elements `start + at..start + at + len` with
-                // `at + len <= n`.
                 let (first, rest) = srcs.split_first().expect("fold: no sources");
-                let mut at = 0;
-                while at + STRIP <= n {
-                    let mut acc: [$t; STRIP] = unsafe { src_block::<$t>(*first, start + at, STRIP) }
-                        .try_into()
-                        .expect("STRIP elements");
-                    for &src in rest {
-                        let more = unsafe { src_block::<$t>(src, start + at, STRIP) };
-                        for (a, &b) in acc.iter_mut().zip(more) {
-                            *a = O::apply(*a, b);
-                        }
-                    }
-                    out[at..at + STRIP].copy_from_slice(&acc);
+                let mut strips = out.chunks_exact_mut(STRIP);
+                let mut at = start;
+                for strip in &mut strips {
+                    let mut acc = [<$t>::default(); STRIP];
+                    // SAFETY: forwarded from this function's contract, for elements
+                    // `at..at + STRIP`, within `start..start + out.len()`.
+                    unsafe { fold_span::<$t, O>(&mut acc, *first, rest, at) };
+                    strip.copy_from_slice(&acc);
                     at += STRIP;
                 }
-                let tail = &mut out[at..];
-                tail.copy_from_slice(unsafe { src_block::<$t>(*first, start + at, tail.len()) });
-                for &src in rest {
-                    let more = unsafe { src_block::<$t>(src, start + at, tail.len()) };
-                    for (a, &b) in tail.iter_mut().zip(more) {
-                        *a = O::apply(*a, b);
-                    }
-                }
+                // SAFETY: as above, for the elements after the last whole strip.
+                unsafe { fold_span::<$t, O>(strips.into_remainder(), *first, rest, at) };
             }
         }
     )*};
+}
+
+/// `acc[i] = O(...O(first[start + i], rest[0][start + i])..., rest[k][start + i])`.
+///
+/// # Safety
+/// Every source is aligned for `T` and valid for reads of `start + acc.len()` elements,
+/// which nothing writes during the call.
+#[inline(always)]
+unsafe fn fold_span<T: Lane, O: Op<T>>(
+    acc: &mut [T],
+    first: *const u8,
+    rest: &[*const u8],
+    start: usize,
+) {
+    // SAFETY: forwarded from this function's contract.
+    acc.copy_from_slice(unsafe { src_block::<T>(first, start, acc.len()) });
+    for &src in rest {
+        // SAFETY: forwarded from this function's contract.
+        let more = unsafe { src_block::<T>(src, start, acc.len()) };
+        for (a, &b) in acc.iter_mut().zip(more) {
+            *a = O::apply(*a, b);
+        }
+    }
 }
 
 /// Bytes of one strip of [`Lane::fold`] for the native types: eight SSE registers.
