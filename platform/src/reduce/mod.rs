@@ -44,6 +44,8 @@
 //! oxccl runs on.
 
 use std::mem::MaybeUninit;
+
+use smallvec::SmallVec;
 use std::ops::{Add, Mul};
 
 use half::slice::HalfFloatSliceExt;
@@ -122,17 +124,19 @@ pub unsafe fn copy_raw(src: *const u8, dsts: &[*mut u8], len: usize) {
         }
         return;
     }
+    let targets: SmallVec<[(*mut u8, bool); 8]> = dsts.iter().map(|&dst| (dst, true)).collect();
     let mut start = 0;
     while start < len {
         let n = BLOCK_BYTES.min(len - start);
-        // SAFETY: `start + n <= len`; the caller guarantees `src` is readable there and
-        // that no destination overlaps it.
-        let block = unsafe { std::slice::from_raw_parts(src.add(start), n) };
-        for &dst in dsts {
-            // SAFETY: `dst + start` is valid for `n` bytes of writes (`start + n <= len`)
-            // and overlaps nothing in `block` (the caller's contract).
-            unsafe { store::store(dst.add(start), block, true) };
-        }
+        // SAFETY: `start + n <= len`; the caller guarantees `src` is readable there, every
+        // destination writable there, and that no destination overlaps it.
+        unsafe {
+            store::to_all(
+                &targets,
+                start,
+                std::slice::from_raw_parts(src.add(start), n),
+            )
+        };
         start += n;
     }
     store::fence();
@@ -600,27 +604,28 @@ unsafe fn reduce_blocks<T: Lane, O: Op<T::Compute>>(
         bytemuck::cast_slice_mut(zeroed(&mut back[..used])),
     );
     let streaming = count * std::mem::size_of::<T>() >= STREAM_BYTES;
+    // Decided once per destination: in place, the block was just read from that very
+    // destination, its lines are in the cache, a cached store costs no extra read, and a
+    // streaming store would first have to evict them.
+    let targets: SmallVec<[(*mut u8, bool); 8]> = dsts
+        .iter()
+        .map(|&dst| (dst, streaming && !srcs.contains(&dst.cast_const())))
+        .collect();
     let mut start = 0;
     while start < count {
         let n = front.len().min(count - start);
         // SAFETY: `start + n <= count`; the destinations are written only below, after
         // `fold` has returned and its borrows of the sources have ended.
         unsafe { T::fold::<O>(&mut front[..n], &mut back[..n], srcs, start) };
-        let block = &front[..n];
-        for &dst in dsts {
-            // SAFETY: `dst` is valid for writes of `count` aligned `T`s and `start + n <=
-            // count`; `block` is on this stack frame, so it cannot overlap `dst`.
-            unsafe {
-                store::store(
-                    dst.cast::<T>().add(start).cast(),
-                    bytemuck::cast_slice(block),
-                    // In place, the block was just read from this very destination:
-                    // its lines are in the cache, a cached store costs no extra read,
-                    // and a streaming store would first have to evict them.
-                    streaming && !srcs.contains(&dst.cast_const()),
-                )
-            };
-        }
+        // SAFETY: every destination is valid for writes of `count` aligned `T`s and
+        // `start + n <= count`; the block is on this stack frame, so it overlaps none.
+        unsafe {
+            store::to_all(
+                &targets,
+                start * std::mem::size_of::<T>(),
+                bytemuck::cast_slice(&front[..n]),
+            )
+        };
         start += n;
     }
     if streaming {
@@ -675,6 +680,19 @@ mod store {
         let _ = streaming;
         // SAFETY: the caller guarantees `dst` is valid and does not overlap `block`.
         unsafe { std::ptr::copy_nonoverlapping(block.as_ptr(), dst, block.len()) };
+    }
+
+    /// Write `block` at byte `at` of every target, streaming to those marked so.
+    ///
+    /// # Safety
+    /// Every target is valid for writes of `at + block.len()` bytes, none overlapping
+    /// `block`.
+    #[inline]
+    pub(super) unsafe fn to_all(targets: &[(*mut u8, bool)], at: usize, block: &[u8]) {
+        for &(dst, streaming) in targets {
+            // SAFETY: forwarded from this function's contract.
+            unsafe { store(dst.add(at), block, streaming) };
+        }
     }
 
     /// Order streaming stores before everything after them.
