@@ -42,7 +42,11 @@ for coll in all-reduce all-gather reduce-scatter broadcast; do
     *) out=$((ranks + 1)); in=$ranks ;;
   esac
   for bin in ./target/release/oxccl ${OXCCL_BASELINE:-}; do
-    read -r t_out t_in exe < <(run "$bin" "$coll")
+    read -r t_out t_in exe < <(run "$bin" "$coll") || true
+    if [ -z "${exe:-}" ]; then
+      echo "bench-bound: $bin perf $coll printed no row" >&2
+      exit 1
+    fi
     awk -v c="$coll" -v b="$(basename "$bin")" -v o="$t_out" -v i="$t_in" -v e="$exe" \
         -v S="$bytes" -v fo="$out" -v fi="$in" -v bw="$copy" 'BEGIN {
       bound_out = fo * S / (2 * bw * 1e3); bound_in = fi * S / (2 * bw * 1e3)   # us
