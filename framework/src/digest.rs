@@ -264,6 +264,13 @@ fn topology(d: &mut Digest, t: &Topology) {
     d.option(t.memory_gbps(), |d, g| {
         d.f64(g);
     });
+    d.option(t.processor(), |d, p| {
+        d.usize(p.workers)
+            .f64(p.task_us)
+            .f64(p.wake_us)
+            .f64(p.thread_gbps)
+            .usize(p.inline_bytes);
+    });
     let overrides: Vec<_> = t.overrides().collect();
     d.usize(overrides.len());
     for (&(a, b), pair) in overrides {

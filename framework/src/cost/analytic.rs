@@ -20,7 +20,12 @@
 //! (across servers) the rank's NIC carried over their bandwidth: streams that share a link
 //! share its bandwidth, as in the replay. Where servers share one memory system (a CPU
 //! host), it is also at least the rank's copy bytes times its server's ranks over that
-//! memory's bandwidth. The estimate is the slowest sampled rank's time.
+//! memory's bandwidth. On a CPU host (a topology with a
+//! [`Processor`](crate::topology::Processor)) tasks cost thread time instead of dispatch
+//! and engine time, peers of the host are memory rather than links, a wait on one costs a
+//! wake-up on the threaded path, and the rank's time is at least its server's ranks'
+//! thread time over the threads that run them, as in the replay. The estimate is the
+//! slowest sampled rank's time.
 //! It is a critical-path lower bound of what the replay would give on a symmetric
 //! topology, which is what selection compares; `oxccl check --explain` says when it
 //! decided.
@@ -69,6 +74,8 @@ struct Traffic {
     nic_in: f64,
     /// Copy bytes of the rank's own server memory system ([`super::memory_bytes`]).
     memory: f64,
+    /// Thread seconds of its data tasks on a CPU host ([`super::thread_seconds`]).
+    thread: f64,
 }
 
 fn rank_time(
@@ -79,10 +86,22 @@ fn rank_time(
     params: &CostParams,
 ) -> Result<f64, CostError> {
     let me = program.rank;
+    let processor = topology.processor();
+    // On a CPU host: the inline path (one thread, no wake-ups) or the workers (a wake-up
+    // per stream and per wait on a peer), as the replay has it.
+    let inline = processor.is_some_and(|p| super::moved_bytes(program) <= p.inline_bytes);
+    let wake = match processor {
+        Some(p) if !inline => p.wake_us * 1e-6,
+        _ => 0.0,
+    };
+    let dispatch = match processor {
+        Some(_) => 0.0,
+        None => params.dispatch_s(),
+    };
     let mut traffic = Traffic::default();
     let mut longest: f64 = 0.0;
     for (s, stream) in program.streams.iter().enumerate() {
-        let mut t = 0.0;
+        let mut t = wake;
         for (range, weight) in weights(loops, s, stream.tasks.len()) {
             for i in range {
                 let task = &stream.tasks[i];
@@ -91,15 +110,25 @@ fn rank_time(
                     Task::Copy { .. } | Task::Reduce { .. } => {
                         let transfer = transfers(task, at, weight, topology, &mut traffic)?;
                         traffic.memory += super::memory_bytes(task) * weight;
-                        params.engine_seconds(task).max(transfer)
+                        match processor {
+                            Some(p) => {
+                                let thread = super::thread_seconds(p, task);
+                                traffic.thread += thread * weight;
+                                thread.max(transfer)
+                            }
+                            None => params.engine_seconds(task).max(transfer),
+                        }
                     }
                     Task::Wait { notify } => match signal_peer(notify.index, layout) {
+                        Some(peer) if processor.is_some() && shares_server(topology, peer, me) => {
+                            wake
+                        }
                         Some(peer) => topology.link(peer, me).map_or(0.0, |l| l.latency_s()),
                         None => 0.0,
                     },
                     Task::Post { .. } => 0.0,
                 };
-                t += (params.dispatch_s() + cost) * weight;
+                t += (dispatch + cost) * weight;
             }
         }
         longest = longest.max(t);
@@ -113,10 +142,15 @@ fn rank_time(
     if let Some(nic) = topology.nic_gbps() {
         bound = bound.max(traffic.nic_out.max(traffic.nic_in) / (nic * 1e9));
     }
+    // Every rank of a symmetric server does this rank's work, over one memory system and,
+    // on a CPU host, one set of threads.
+    let ranks = topology.server_ranks(topology.server_of(me)).len() as f64;
     if let Some(memory) = topology.memory_gbps() {
-        // Every rank of a symmetric server does this rank's work, over one memory system.
-        let ranks = topology.server_ranks(topology.server_of(me)).len() as f64;
         bound = bound.max(traffic.memory * ranks / (memory * 1e9));
+    }
+    if let Some(p) = processor {
+        let threads = if inline { 1.0 } else { p.workers as f64 };
+        bound = bound.max(wake + traffic.thread * ranks / threads);
     }
     Ok(bound)
 }
@@ -134,7 +168,9 @@ fn transfers(
     let reads = task.reads().iter().map(|s| (*s, true));
     let writes = task.writes().iter().map(|s| (*s, false));
     for (slice, read) in reads.chain(writes) {
-        if slice.rank == me {
+        // A peer of one CPU host is memory, not a link: the thread's time covers it.
+        let host_peer = topology.processor().is_some() && shares_server(topology, slice.rank, me);
+        if slice.rank == me || host_peer {
             continue;
         }
         let (from, to) = if read {
@@ -162,6 +198,10 @@ fn transfers(
     Ok(longest)
 }
 
+fn shares_server(topology: &Topology, a: usize, b: usize) -> bool {
+    topology.server_of(a) == topology.server_of(b)
+}
+
 /// The peer whose signal a link notify of this index carries; `None` for local notifies.
 fn signal_peer(index: u32, layout: NotifyLayout) -> Option<usize> {
     if index >= layout.local_base() || layout.ranks < 2 {
@@ -186,7 +226,10 @@ mod tests {
 
     #[test]
     fn every_rank_of_a_host_copies_over_its_one_memory_system() {
-        let host = crate::topology::presets::host(4);
+        // The memory system alone (the host's threads are in the next test).
+        let host = crate::topology::presets::host(4)
+            .with_processor(None)
+            .unwrap();
         let mut p = RankProgram::new(0, 1);
         let len = 1 << 20;
         p.streams[0].copy(
@@ -211,6 +254,51 @@ mod tests {
         )
         .unwrap();
         assert!(own < want / 10.0, "{own} vs {want}");
+    }
+
+    #[test]
+    fn a_hosts_ranks_share_its_threads_as_in_the_replay() {
+        let processor = crate::topology::Processor {
+            workers: 2,
+            task_us: 1.0,
+            wake_us: 3.0,
+            thread_gbps: 1.0,
+            inline_bytes: 4096,
+        };
+        let host = crate::topology::presets::host(4)
+            .with_processor(Some(processor))
+            .unwrap();
+        let copy = |len: usize| {
+            let mut p = RankProgram::new(0, 1);
+            p.streams[0].copy(
+                Slice::new(0, Buf::Input, 0, len),
+                Slice::new(0, Buf::Output, 0, len),
+            );
+            p
+        };
+        let work = |len: usize| 1e-6 + len as f64 / 1e9;
+        // Four ranks' 1 MiB copies over two workers, after a wake-up.
+        let big = copy(1 << 20);
+        let got = estimate(
+            &[(&big, &Loops::default())],
+            &host,
+            layout(4),
+            &CostParams::default(),
+        )
+        .unwrap();
+        let want = 3e-6 + 4.0 * work(1 << 20) / 2.0;
+        assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+        // Small ones run inline: one thread, no wake-up.
+        let small = copy(1024);
+        let got = estimate(
+            &[(&small, &Loops::default())],
+            &host,
+            layout(4),
+            &CostParams::default(),
+        )
+        .unwrap();
+        let want = 4.0 * work(1024);
+        assert!((got - want).abs() < 1e-12, "{got} vs {want}");
     }
 
     #[test]

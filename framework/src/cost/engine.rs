@@ -18,7 +18,7 @@
 
 use super::flows::{Finish, FlowId, Flows, ResourceId};
 use super::{CostError, CostParams};
-use crate::topology::Topology;
+use crate::topology::{Processor, Topology};
 use oxccl_platform::{LinkKind, NotifyId, RankProgram, Task};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -130,6 +130,8 @@ struct Engine<'a> {
     /// one).
     memory: Vec<Option<ResourceId>>,
     engines: Vec<ResourceId>,
+    /// Per server with a [`Processor`]: how its ranks' tasks run (see [`host_servers`]).
+    hosts: Vec<Option<HostServer>>,
     heap: BinaryHeap<Event>,
     seq: u64,
     finishes: Vec<Finish>,
@@ -153,7 +155,10 @@ pub(crate) fn run(
     }
     let mut engine = Engine::new(programs, topology, params);
     for s in 0..engine.streams.len() {
-        engine.schedule(params.dispatch_s(), What::Ready(s as u32));
+        let rank = engine.streams[s].rank as usize;
+        // A worker picks a host stream up as a job; the inline path runs it at once.
+        let at = engine.dispatch_s(rank) + engine.wake_s(rank);
+        engine.schedule(at, What::Ready(s as u32));
     }
     while let Some(event) = engine.heap.pop() {
         engine.handle(event, observer)?;
@@ -190,6 +195,7 @@ impl<'a> Engine<'a> {
         let engines = (0..programs.len())
             .map(|_| flows.add_resource(1.0))
             .collect();
+        let hosts = host_servers(programs, topology, &mut flows);
         Engine {
             topology,
             params,
@@ -201,6 +207,7 @@ impl<'a> Engine<'a> {
             nic: vec![None; programs.len()],
             memory: vec![None; topology.server_sizes().len()],
             engines,
+            hosts,
             heap: BinaryHeap::new(),
             seq: 0,
             finishes: Vec::new(),
@@ -232,8 +239,13 @@ impl<'a> Engine<'a> {
                 if state >= PARKED {
                     self.notifies[n as usize] = CLEAR;
                     let s = state - PARKED;
-                    // A wait issued ahead of time ends when both it and the post are there.
-                    let done = now.max(self.streams[s as usize].started);
+                    let started = self.streams[s as usize].started;
+                    // A wait issued ahead of time ends when both it and the post are
+                    // there; one that was parked when the post came must be woken.
+                    let done = match started < now {
+                        true => now + self.wake_s(self.streams[s as usize].rank as usize),
+                        false => started,
+                    };
                     self.complete(s, done, observer)?;
                 } else {
                     self.notifies[n as usize] = SET;
@@ -276,7 +288,7 @@ impl<'a> Engine<'a> {
         let task = &st.tasks[pc];
         match task {
             Task::Post { notify } => {
-                let latency = if notify.rank == rank {
+                let latency = if notify.rank == rank || self.shares_memory(rank, notify.rank) {
                     0.0
                 } else {
                     self.link(rank, notify.rank, (rank, stream, pc))?.latency_s
@@ -322,11 +334,15 @@ impl<'a> Engine<'a> {
         let me = st.rank as usize;
         let site = (me, st.stream as usize, st.pc as usize);
         self.transfers.clear();
-        for slice in task.reads().iter().filter(|r| r.rank != me) {
-            add_transfer(&mut self.transfers, slice.rank, me, slice.len);
+        for slice in task.reads() {
+            if !self.shares_memory(me, slice.rank) && slice.rank != me {
+                add_transfer(&mut self.transfers, slice.rank, me, slice.len);
+            }
         }
-        for slice in task.writes().iter().filter(|w| w.rank != me) {
-            add_transfer(&mut self.transfers, me, slice.rank, slice.len);
+        for slice in task.writes() {
+            if !self.shares_memory(me, slice.rank) && slice.rank != me {
+                add_transfer(&mut self.transfers, me, slice.rank, slice.len);
+            }
         }
         let mut tail_latency: f64 = 0.0;
         let mut started = 1;
@@ -347,10 +363,19 @@ impl<'a> Engine<'a> {
                 .start(now, bytes as f64, &resources[..used], s, &mut self.finishes);
             started += 1;
         }
-        let work = self.params.engine_seconds(task);
         let engine = self.engines[me];
-        self.flows
-            .start(now, work, &[engine], s, &mut self.finishes);
+        match self.processor_of(me) {
+            Some((processor, threads)) => {
+                let work = super::thread_seconds(processor, task);
+                self.flows
+                    .start(now, work, &[engine, threads], s, &mut self.finishes);
+            }
+            None => {
+                let work = self.params.engine_seconds(task);
+                self.flows
+                    .start(now, work, &[engine], s, &mut self.finishes);
+            }
+        }
         if let Some(memory) = self.memory(me) {
             let bytes = super::memory_bytes(task);
             self.flows
@@ -368,6 +393,7 @@ impl<'a> Engine<'a> {
     /// follows (Posts and Waits at once, see [`Engine::issue`]).
     fn complete(&mut self, s: u32, end: f64, observer: &mut dyn Observer) -> Result<(), CostError> {
         let mut end = end;
+        let dispatch = self.dispatch_s(self.streams[s as usize].rank as usize);
         loop {
             let st = &mut self.streams[s as usize];
             let index = st.pc as usize;
@@ -389,7 +415,7 @@ impl<'a> Engine<'a> {
                 self.finished_streams += 1;
                 return Ok(());
             };
-            let at = end + self.params.dispatch_s();
+            let at = end + dispatch;
             if matches!(next, Task::Copy { .. } | Task::Reduce { .. }) {
                 self.schedule(at, What::Ready(s));
                 return Ok(());
@@ -399,6 +425,43 @@ impl<'a> Engine<'a> {
                 None => return Ok(()),
             }
         }
+    }
+
+    /// Seconds before each task of `rank` is issued: the device's dispatch cost, or none
+    /// on a CPU host, whose per-task cost is thread time (see [`super::thread_seconds`]).
+    fn dispatch_s(&self, rank: usize) -> f64 {
+        match self.host_of(rank) {
+            Some(_) => 0.0,
+            None => self.params.dispatch_s(),
+        }
+    }
+
+    /// Seconds from a stream of `rank` becoming runnable to a thread running it: a
+    /// worker's wake-up on a CPU host's threaded path, nothing elsewhere.
+    fn wake_s(&self, rank: usize) -> f64 {
+        match (self.host_of(rank), self.topology.processor()) {
+            (Some(host), Some(p)) if !host.inline => p.wake_us * 1e-6,
+            _ => 0.0,
+        }
+    }
+
+    /// How `rank`'s server runs tasks, when it is a CPU host.
+    fn host_of(&self, rank: usize) -> Option<&HostServer> {
+        self.hosts[self.topology.server_of(rank)].as_ref()
+    }
+
+    /// Whether `a` and `b` are threads of one CPU host: a peer's buffer is memory the
+    /// task's own thread reads or writes (under the memory system's and the threads'
+    /// limits), and a signal is a store, with no link in between.
+    fn shares_memory(&self, a: usize, b: usize) -> bool {
+        self.topology.processor().is_some()
+            && self.topology.server_of(a) == self.topology.server_of(b)
+    }
+
+    /// The processor of `rank`'s server, with its threads' resource.
+    fn processor_of(&self, rank: usize) -> Option<(&'a Processor, ResourceId)> {
+        let processor = self.topology.processor()?;
+        Some((processor, self.host_of(rank)?.threads))
     }
 
     fn flush_finishes(&mut self) {
@@ -484,6 +547,46 @@ impl<'a> Engine<'a> {
             stuck: stuck.len(),
         }
     }
+}
+
+/// How a CPU host's server runs its ranks' tasks in one operation.
+#[derive(Copy, Clone, Debug)]
+struct HostServer {
+    /// The threads its data tasks share: a resource of as many task-seconds per second
+    /// as threads run them.
+    threads: ResourceId,
+    /// Every rank's program is small enough for the inline path: the submitting thread
+    /// runs them all, one task after the other, with no wake-ups.
+    inline: bool,
+}
+
+/// Per server, when the topology has a [`Processor`]: its threads (the workers, or the
+/// one submitting thread on the inline path) as a resource of `flows`.
+fn host_servers(
+    programs: &[&RankProgram],
+    topology: &Topology,
+    flows: &mut Flows,
+) -> Vec<Option<HostServer>> {
+    let servers = topology.server_sizes().len();
+    let Some(processor) = topology.processor() else {
+        return vec![None; servers];
+    };
+    let mut inline = vec![true; servers];
+    for (rank, program) in programs.iter().enumerate() {
+        if super::moved_bytes(program) > processor.inline_bytes {
+            inline[topology.server_of(rank)] = false;
+        }
+    }
+    inline
+        .into_iter()
+        .map(|inline| {
+            let threads = if inline { 1 } else { processor.workers };
+            Some(HostServer {
+                threads: flows.add_resource(threads as f64),
+                inline,
+            })
+        })
+        .collect()
 }
 
 /// Add `bytes` from `from` to `to`, merging with a transfer over the same direction.

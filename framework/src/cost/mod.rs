@@ -12,6 +12,13 @@
 //! private `flows` module). The result is a modelled time and nccl-tests' algbw and
 //! busbw, so algorithms can be compared on machines this one does not have.
 //!
+//! A CPU host (a topology with a [`Processor`], the host
+//! device's) has no engines and no links inside a server: every Copy and Reduce costs
+//! thread time (a fixed cost and its memory traffic at one thread's rate) on the server's
+//! worker threads, which all its ranks share, a peer's buffer is memory, a signal is a
+//! store, and a stream that becomes runnable waits for a worker's wake-up; an operation
+//! small enough for the host device's inline path runs on one thread with no wake-ups.
+//!
 //! What it leaves out, on purpose: contention inside a device's memory system beyond the
 //! copy engine, protocol overheads (packetisation, flow control), and any dependence of
 //! bandwidth on message size beyond the latency term. Its figures are for comparing
@@ -27,7 +34,7 @@ mod flows;
 pub mod trace;
 
 use crate::planner::Recording;
-use crate::topology::Topology;
+use crate::topology::{Processor, Topology};
 use oxccl_platform::{RankProgram, Task};
 use std::fmt;
 
@@ -107,6 +114,24 @@ pub(crate) fn memory_bytes(task: &Task) -> f64 {
         Task::Post { .. } | Task::Wait { .. } => 0,
     };
     len * sides as f64 / 2.0
+}
+
+/// Bytes a program's data tasks move: each one's length times its destinations (what
+/// the host device compares with its inline threshold).
+pub(crate) fn moved_bytes(program: &RankProgram) -> usize {
+    let tasks = program.streams.iter().flat_map(|s| s.tasks.iter());
+    tasks.fold(0usize, |sum, task| match task {
+        Task::Copy { dsts, .. } | Task::Reduce { dsts, .. } => {
+            sum.saturating_add(task.bytes().saturating_mul(dsts.len()))
+        }
+        Task::Post { .. } | Task::Wait { .. } => sum,
+    })
+}
+
+/// Seconds of one thread a Copy or Reduce takes on a CPU host: its fixed cost, and its
+/// memory traffic ([`memory_bytes`]) at one thread's copy rate.
+pub(crate) fn thread_seconds(processor: &Processor, task: &Task) -> f64 {
+    processor.task_us * 1e-6 + memory_bytes(task) / (processor.thread_gbps * 1e9)
 }
 
 /// The modelled cost of one operation.

@@ -5,6 +5,7 @@ use crate::analyzer::RankRecording;
 use crate::executor::{Mode, Peers, ResourceRequest};
 use crate::op::OpParam;
 use crate::topology::presets::{HCCS_GBPS, HCCS_LATENCY_US, ROCE_GBPS, ROCE_LATENCY_US};
+use crate::topology::Processor;
 use oxccl_platform::{Buf, DataType, NotifyId, NotifyLayout, ReduceOp, Slice};
 use std::sync::Arc;
 
@@ -80,7 +81,10 @@ fn two_transfers_on_one_link_take_twice_as_long() {
 
 #[test]
 fn copies_of_one_host_share_its_memory_system() {
-    let host = crate::topology::presets::host(3);
+    // The memory system alone: without the host's processor (its threads are below).
+    let host = crate::topology::presets::host(3)
+        .with_processor(None)
+        .unwrap();
     let memory = crate::topology::presets::HOST_MEMORY_GBPS * 1e9;
     let local = |rank| Task::Copy {
         src: Slice::new(rank, Buf::Input, 0, MB),
@@ -283,4 +287,107 @@ fn chrome_trace_has_a_track_per_stream_and_blocked_waits() {
     assert!((blocked * 1e-6 - want).abs() < want * 1e-9, "{blocked} us");
     assert!(events.iter().any(|e| e["name"] == "Copy from 1 (1.0 MiB)"));
     assert_eq!(json["otherData"]["bytes"], report.bytes);
+}
+
+/// Three ranks of one CPU host, each with its own processor figures.
+fn host_of_three(processor: Processor) -> Topology {
+    crate::topology::presets::host(3)
+        .with_processor(Some(processor))
+        .unwrap()
+}
+
+fn local_copy(rank: usize, bytes: usize) -> Task {
+    Task::Copy {
+        src: Slice::new(rank, Buf::Input, 0, bytes),
+        dsts: vec![Slice::new(rank, Buf::Output, 0, bytes)],
+    }
+}
+
+#[test]
+fn a_small_operation_runs_on_one_thread_one_task_after_the_other() {
+    let p = Processor {
+        workers: 4,
+        task_us: 0.5,
+        wake_us: 7.0,
+        thread_gbps: 2.0,
+        inline_bytes: 4096,
+    };
+    let one_task = p.task_us * 1e-6 + 1024.0 / (p.thread_gbps * 1e9);
+    let three = [
+        program(0, vec![vec![local_copy(0, 1024)]]),
+        program(1, vec![vec![local_copy(1, 1024)]]),
+        program(2, vec![vec![local_copy(2, 1024)]]),
+    ];
+    // Inline: one thread runs the three tasks (no wake-up, no dispatch), whatever the
+    // workers.
+    assert_close(
+        time(&three, &host_of_three(p), &CostParams::default()),
+        3.0 * one_task,
+    );
+    // A rank's program beyond the inline bytes puts the whole host on its workers: four
+    // threads run the three at once, after a wake-up each.
+    let big = Processor {
+        inline_bytes: 1000,
+        ..p
+    };
+    assert_close(
+        time(&three, &host_of_three(big), &CostParams::default()),
+        p.wake_us * 1e-6 + one_task,
+    );
+}
+
+#[test]
+fn a_host_runs_at_most_its_workers_tasks_at_once() {
+    let p = Processor {
+        workers: 2,
+        task_us: 1.0,
+        wake_us: 3.0,
+        // Slower than the memory system's share, so the threads are what binds.
+        thread_gbps: 1.0,
+        inline_bytes: 0,
+    };
+    let three = [
+        program(0, vec![vec![local_copy(0, MB)]]),
+        program(1, vec![vec![local_copy(1, MB)]]),
+        program(2, vec![vec![local_copy(2, MB)]]),
+    ];
+    let work = p.task_us * 1e-6 + MB as f64 / (p.thread_gbps * 1e9);
+    assert_close(
+        time(&three, &host_of_three(p), &CostParams::default()),
+        p.wake_us * 1e-6 + 3.0 * work / 2.0,
+    );
+}
+
+#[test]
+fn on_a_host_a_peer_is_memory_and_a_parked_wait_pays_a_wake_up() {
+    let p = Processor {
+        workers: 2,
+        task_us: 1.0,
+        wake_us: 3.0,
+        thread_gbps: 1.0,
+        inline_bytes: 0,
+    };
+    let notify = NotifyId { rank: 1, index: 0 };
+    // Rank 1 pulls from rank 0 after rank 0's copy: no link latency or bandwidth, only
+    // the threads; its wait was parked when the post came, so it is woken.
+    let programs = [
+        program(0, vec![vec![local_copy(0, MB), Task::Post { notify }]]),
+        program(1, vec![vec![Task::Wait { notify }, pull(0, 1, MB)]]),
+        program(2, vec![vec![]]),
+    ];
+    let work = p.task_us * 1e-6 + MB as f64 / (p.thread_gbps * 1e9);
+    let wake = p.wake_us * 1e-6;
+    assert_close(
+        time(&programs, &host_of_three(p), &CostParams::default()),
+        wake + work + wake + work,
+    );
+    // On the inline path the same programs cost their two tasks only.
+    let inline = Processor {
+        inline_bytes: MB,
+        ..p
+    };
+    assert_close(
+        time(&programs, &host_of_three(inline), &CostParams::default()),
+        2.0 * work,
+    );
 }

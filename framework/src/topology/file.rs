@@ -9,7 +9,7 @@
 //!
 //! Every error names the line (and column, for syntax errors) and says what to change.
 
-use super::{presets, Fabric, LinkSpec, Topology, Wiring};
+use super::{presets, Fabric, LinkSpec, Processor, Topology, Wiring};
 use crate::error::ConfigError;
 use oxccl_platform::{LinkAccess, LinkKind, Rank};
 use serde::Deserialize;
@@ -113,6 +113,31 @@ struct FabricSpec {
     shared_nic: Option<bool>,
     nic_gbps: Option<f64>,
     memory_gbps: Option<f64>,
+    workers: Option<usize>,
+    task_us: Option<f64>,
+    wake_us: Option<f64>,
+    thread_gbps: Option<f64>,
+    inline_bytes: Option<usize>,
+}
+
+impl FabricSpec {
+    /// The CPU host's processor this table describes, when it gives any of its keys (the
+    /// others take the reference figures of [`Processor::reference`]).
+    fn processor(&self) -> Option<Processor> {
+        let given = self.workers.is_some()
+            || self.task_us.is_some()
+            || self.wake_us.is_some()
+            || self.thread_gbps.is_some()
+            || self.inline_bytes.is_some();
+        let reference = Processor::reference(self.workers.unwrap_or(presets::HOST_WORKERS));
+        given.then(|| Processor {
+            workers: self.workers.unwrap_or(reference.workers),
+            task_us: self.task_us.unwrap_or(reference.task_us),
+            wake_us: self.wake_us.unwrap_or(reference.wake_us),
+            thread_gbps: self.thread_gbps.unwrap_or(reference.thread_gbps),
+            inline_bytes: self.inline_bytes.unwrap_or(reference.inline_bytes),
+        })
+    }
 }
 
 #[derive(Deserialize, Copy, Clone)]
@@ -274,6 +299,13 @@ impl Topology {
         if let Some(gbps) = self.memory_gbps {
             let _ = writeln!(out, "memory_gbps = {gbps:?}");
         }
+        if let Some(p) = &self.processor {
+            let _ = writeln!(
+                out,
+                "workers = {}\ntask_us = {:?}\nwake_us = {:?}\nthread_gbps = {:?}\ninline_bytes = {}",
+                p.workers, p.task_us, p.wake_us, p.thread_gbps, p.inline_bytes
+            );
+        }
         write_fabric(&mut out, Table::Inter, &self.inter);
         match self.nic_gbps {
             Some(gbps) => {
@@ -350,9 +382,11 @@ fn parse(src: &Source<'_>) -> Result<Topology, TopologyError> {
     let inter = fabric(src, spec.inter.as_ref(), Table::Inter)?;
     let nic = nic_gbps(src, spec.inter.as_ref(), &inter)?;
     let memory = spec.intra.as_ref().and_then(|f| f.get_ref().memory_gbps);
+    let processor = spec.intra.as_ref().and_then(|f| f.get_ref().processor());
     let mut t = Topology::from_fabrics(spec.servers.into_inner(), intra, inter, nic)
         .map_err(|e| src.error(Some(servers), format!("{}; {SERVERS_HINT}", e.reason)))?
         .with_memory_gbps(memory)
+        .and_then(|t| t.with_processor(processor))
         .map_err(|e| {
             let span = spec.intra.as_ref().map(|f| f.span());
             src.error(span, format!("[intra] {}: {}", e.value, e.reason))
@@ -442,6 +476,13 @@ fn fabric(
         return Err(src.error(
             Some(span),
             "a server's memory system belongs in [intra]; move memory_gbps there",
+        ));
+    }
+    if table == Table::Inter && f.processor().is_some() {
+        return Err(src.error(
+            Some(span),
+            "a host's processor belongs in [intra]; move workers, task_us, wake_us, \
+             thread_gbps and inline_bytes there",
         ));
     }
     let spec = LinkSpec {
@@ -732,6 +773,37 @@ mod tests {
         let (line, message) = file_error("servers = [2, 2]\n[inter]\nmemory_gbps = 9.0\n");
         assert_eq!(line, 2, "{message}");
         assert!(message.contains("belongs in [intra]"), "{message}");
+    }
+
+    #[test]
+    fn a_hosts_processor_is_read_from_intra_with_reference_figures_for_the_rest() {
+        let t =
+            Topology::from_toml("servers = [4]\n[intra]\nworkers = 16\ntask_us = 0.2\n").unwrap();
+        let p = t.processor().copied().unwrap();
+        assert_eq!((p.workers, p.task_us), (16, 0.2));
+        assert_eq!(p.thread_gbps, presets::HOST_LINK_GBPS);
+        assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
+        assert!(Topology::from_toml("servers = [4]")
+            .unwrap()
+            .processor()
+            .is_none());
+        for bad in [
+            "workers = 0",
+            "task_us = -1.0",
+            "wake_us = nan",
+            "thread_gbps = 0.0",
+        ] {
+            let (line, message) = file_error(&format!("servers = [8]\n[intra]\n{bad}\n"));
+            assert_eq!(line, 2, "{bad}: {message}");
+            let key = bad.split(' ').next().unwrap();
+            assert!(message.contains(key), "{bad}: {message}");
+        }
+        let (line, message) = file_error("servers = [2, 2]\n[inter]\nworkers = 4\n");
+        assert_eq!(line, 2, "{message}");
+        assert!(
+            message.contains("processor belongs in [intra]"),
+            "{message}"
+        );
     }
 
     #[test]

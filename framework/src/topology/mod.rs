@@ -29,6 +29,7 @@
 
 pub mod file;
 pub mod presets;
+pub mod processor;
 
 use crate::error::ConfigError;
 use crate::limits::MAX_RANKS;
@@ -38,6 +39,7 @@ use std::fmt;
 
 pub use file::{parse_broken, TopologyError};
 pub use presets::PRESETS;
+pub use processor::Processor;
 
 /// The speed of one direction of a link.
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -145,6 +147,9 @@ pub struct Topology {
     /// its ranks, GB/s of data copied; `None`: every rank has memory of its own (NPUs and
     /// GPUs). A CPU host's ranks are threads over one memory bus: [`presets::host`].
     memory_gbps: Option<f64>,
+    /// How each server runs its ranks' tasks when they are threads of a CPU host
+    /// ([`processor`]); `None`: on engines of their own (NPUs and GPUs).
+    processor: Option<Processor>,
     /// Per-pair overrides keyed by (low, high).
     overrides: BTreeMap<(Rank, Rank), PairSpec>,
     /// Broken links, stored as (low, high).
@@ -200,6 +205,7 @@ impl Topology {
             inter,
             nic_gbps,
             memory_gbps: None,
+            processor: None,
             overrides: BTreeMap::new(),
             broken: BTreeSet::new(),
         }
@@ -215,13 +221,23 @@ impl Topology {
     /// of the given sizes: CPU hosts ([`presets::host`], joined by TCP) when its ranks
     /// share a memory bus, else the generic servers of [`Topology::servers`] (also for a
     /// kind that is not registered, which is refused when the device is made).
+    ///
+    /// A CPU host's [`Processor`] gets this machine's cores as its workers: what the host
+    /// device's pool has (one thread per core), and what the processes of a job on one
+    /// host share between them. Hosts of one job with different core counts therefore
+    /// describe different topologies, and `init_rank` refuses them by their digests, as
+    /// it refuses any disagreement on what selection sees; describe such a cluster in an
+    /// `OXCCL_TOPO_FILE`.
     pub fn default_for_device(
         kind: &str,
         ranks_per_server: Vec<usize>,
     ) -> Result<Self, ConfigError> {
         use oxccl_platform::registry::{memory_of, Memory};
         match memory_of(kind) {
-            Some(Memory::SharedBus) => presets::hosts(ranks_per_server),
+            Some(Memory::SharedBus) => {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                presets::hosts(ranks_per_server)?.with_processor(Some(Processor::reference(cores)))
+            }
             Some(Memory::PerRank) | None => Topology::servers(ranks_per_server),
         }
     }
@@ -359,6 +375,22 @@ impl Topology {
             ));
         }
         self.memory_gbps = gbps;
+        Ok(self)
+    }
+
+    /// How each server runs its ranks' tasks when they are threads of a CPU host (see
+    /// [`processor`]); `None` for NPUs and GPUs.
+    pub fn processor(&self) -> Option<&Processor> {
+        self.processor.as_ref()
+    }
+
+    /// This topology with its servers' tasks run as `processor` says (`None`: on engines
+    /// of their own). Errors on figures the model cannot use.
+    pub fn with_processor(mut self, processor: Option<Processor>) -> Result<Self, ConfigError> {
+        if let Some(p) = &processor {
+            p.validate()?;
+        }
+        self.processor = processor;
         Ok(self)
     }
 
@@ -683,6 +715,13 @@ impl fmt::Display for Topology {
         )?;
         if let Some(memory) = self.memory_gbps {
             write!(f, ", one {memory} GB/s memory system per server")?;
+        }
+        if let Some(p) = &self.processor {
+            write!(
+                f,
+                ", {} worker thread(s) per server ({} us per task, {} GB/s per thread)",
+                p.workers, p.task_us, p.thread_gbps
+            )?;
         }
         if self.servers.len() > 1 {
             write!(f, "; across servers: {}", fabric(&self.inter))?;

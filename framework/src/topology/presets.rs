@@ -19,10 +19,15 @@
 //! | host memory system | 24 GB/s per server | measured: two threads' aggregate memcpy on the same machine (`memcpy_bench 2 256`: 24.2 GB/s); every copy of every rank of one host crosses it |
 //! | host link latency | 0.5 us | measured: the per-task cost fitted to 53 executors' 1 KiB times on 8 ranks of the same machine (0.45 us) |
 //! | host access | load/store | the ranks are threads (or processes mapping shared memory) of one host |
+//! | host workers | 2 | the development machine's cores, which the host device's pool has; a communicator given no topology gets its own machine's cores instead ([`Topology::default_for_device`]) |
+//! | host task cost | 0.05 us | measured: `oxccl perf all-reduce --ranks 8 -b 32 -e 32 -n 3000` on the same machine, `ring` (112 data tasks, 11.7 us) against `mesh-push` (8 data tasks, 7.5 us): 0.04 us per task on the inline path |
+//! | host wake-up | 5 us | fitted: 8-rank AllReduce from 64 KiB to 512 KiB on the same machine (`oxccl tune`), where the stepwise executors (rings, rhd) lose several microseconds per step to the workers picking up resumed streams on an oversubscribed pool |
 //!
-//! The host figures are one machine's, not calibrated per machine (a calibration at
-//! communicator creation is issue 17's): they make the model see a memory bus that every
-//! rank shares instead of a link per pair, which is what decides the host's choices.
+//! The host figures are one machine's, not calibrated per machine: they make the model
+//! see threads and a memory bus that every rank shares instead of engines and a link per
+//! pair, which is what decides the host's choices (see [`super::processor`]). A file
+//! gives another machine's figures (`[intra]` keys `workers`, `task_us`, `wake_us`,
+//! `thread_gbps`, `inline_bytes`).
 //!
 //! Generic shapes `1xN` and `MxN` (any N, M) reuse these figures: a full mesh of HCCS-class
 //! links inside each server, and every cross-server pair joined by RDMA through each rank's
@@ -30,7 +35,7 @@
 //! more than 8 devices are switched, and a switch port would be shared among peers); use a
 //! TOML file to describe such a machine precisely.
 
-use super::{Fabric, LinkSpec, Topology, Wiring};
+use super::{Fabric, LinkSpec, Processor, Topology, Wiring};
 use crate::limits::MAX_RANKS;
 use oxccl_platform::{LinkAccess, LinkKind};
 
@@ -52,6 +57,16 @@ pub const HOST_LINK_GBPS: f64 = 12.0;
 pub const HOST_MEMORY_GBPS: f64 = 24.0;
 /// A signal between threads of one host, microseconds (measured).
 pub const HOST_LATENCY_US: f64 = 0.5;
+/// A Copy or Reduce's thread time on a CPU host besides its bytes, microseconds
+/// (measured, see the module docs).
+pub const HOST_TASK_US: f64 = 0.05;
+/// A worker's pick-up of a runnable stream on a CPU host, microseconds (measured, see the
+/// module docs).
+pub const HOST_WAKE_US: f64 = 5.0;
+/// Worker threads of a host in the reference figures: the development machine's cores.
+/// In-process communicators replace it by their device's thread count (see
+/// [`crate::Communicator::init_all`]).
+pub const HOST_WORKERS: usize = 2;
 
 /// A named built-in topology, for listings (`oxccl topo`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -154,6 +169,7 @@ pub fn host_links() -> Fabric {
 pub fn host(ranks: usize) -> Topology {
     let mut t = Topology::unchecked(vec![ranks.max(1)], host_links(), roce(Wiring::None), None);
     t.memory_gbps = Some(HOST_MEMORY_GBPS);
+    t.processor = Some(Processor::reference(HOST_WORKERS));
     t
 }
 
@@ -162,6 +178,7 @@ pub fn host(ranks: usize) -> Topology {
 pub(super) fn hosts(sizes: Vec<usize>) -> Result<Topology, crate::error::ConfigError> {
     let mut t = Topology::from_fabrics(sizes, host_links(), tcp(Wiring::Mesh), Some(TCP_GBPS))?;
     t.memory_gbps = Some(HOST_MEMORY_GBPS);
+    t.processor = Some(Processor::reference(HOST_WORKERS));
     Ok(t)
 }
 

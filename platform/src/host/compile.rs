@@ -121,8 +121,9 @@ pub(crate) struct HostProgram {
     pub small: bool,
 }
 
-/// Programs whose data tasks move at most this many bytes in all are small.
-pub(crate) const INLINE_BYTES: usize = 64 << 10;
+/// Programs whose data tasks move at most this many bytes in all are small (the cost
+/// model's CPU hosts know it as `Processor::inline_bytes`).
+pub const INLINE_BYTES: usize = 64 << 10;
 
 // SAFETY: the raw pointers in `Place::Fixed` point into device-owned buffers that live as
 // long as the device (and its `Shared`, which every launch holds); they are only

@@ -17,6 +17,7 @@
 //! banks are [`crate::signal`]'s.
 
 mod compile;
+pub use compile::INLINE_BYTES;
 mod exec;
 mod fence;
 mod launch;

@@ -1,0 +1,112 @@
+//! How a CPU host runs its ranks' tasks: on worker threads, not on copy engines.
+//!
+//! On an NPU or a GPU every rank has engines of its own and a link per peer; the cost
+//! model times a task by its dispatch, its engine work and its link transfers. A CPU
+//! host's ranks are threads of one machine (the host device): every Copy and Reduce of
+//! every rank of a server runs on one pool of worker threads, reading and writing the one
+//! memory system, and a peer's buffer is just memory. What decides its times:
+//!
+//! - **threads**: a server runs at most [`Processor::workers`] tasks at once, whichever
+//!   ranks they belong to; a small operation (every rank's program moves at most
+//!   [`Processor::inline_bytes`]) runs all on the submitting thread (the host device's
+//!   inline path), one task after the other, with no wake-ups;
+//! - **the per-task cost** ([`Processor::task_us`]): binding and dispatching a task on a
+//!   thread, measured; small operations are made of it;
+//! - **a thread's copy rate** ([`Processor::thread_gbps`]), under the server's shared
+//!   [`memory_gbps`](super::Topology::memory_gbps);
+//! - signals are memory writes: free on the inline path, and cost no link latency.
+//!
+//! The cost engine applies this to the servers of a topology that has a processor (the
+//! host device's topologies, [`super::presets::host`]); NPU and GPU topologies have none.
+
+use crate::error::ConfigError;
+
+/// The figures of a CPU host's execution, per server (see the module docs).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Processor {
+    /// Worker threads that run a server's tasks (the host device's pool; at least one).
+    pub workers: usize,
+    /// Thread time a Copy or Reduce costs besides moving its bytes, microseconds.
+    pub task_us: f64,
+    /// On the threaded path, from a stream becoming runnable (its operation starting, or
+    /// a post it waits for landing) to a worker running it: a queue push and, often, a
+    /// thread's wake-up; microseconds.
+    pub wake_us: f64,
+    /// What one thread copies per second, GB/s of data copied (a Reduce of `k` sources
+    /// into `d` destinations moves `(k + d) / 2` times its length).
+    pub thread_gbps: f64,
+    /// An operation in which every rank's program moves at most this many bytes (each
+    /// data task's length times its destinations) runs on the submitting thread.
+    pub inline_bytes: usize,
+}
+
+/// Bytes under which the host device runs a rank's program inline.
+pub const HOST_INLINE_BYTES: usize = oxccl_platform::host::INLINE_BYTES;
+
+impl Processor {
+    /// The figures measured on the reference machine (see [`super::presets`]), with
+    /// `workers` threads.
+    pub fn reference(workers: usize) -> Processor {
+        Processor {
+            workers: workers.max(1),
+            task_us: super::presets::HOST_TASK_US,
+            wake_us: super::presets::HOST_WAKE_US,
+            thread_gbps: super::presets::HOST_LINK_GBPS,
+            inline_bytes: HOST_INLINE_BYTES,
+        }
+    }
+
+    /// Errors on figures the model cannot use: no worker, a cost that is negative or not
+    /// finite, a rate that is not positive.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |what: String, reason: &str| Err(ConfigError::new("topology", what, reason));
+        if self.workers == 0 {
+            return bad(
+                "workers = 0".into(),
+                "a host runs its tasks on at least one thread",
+            );
+        }
+        for (name, us) in [("task_us", self.task_us), ("wake_us", self.wake_us)] {
+            if !(us.is_finite() && us >= 0.0) {
+                return bad(
+                    format!("{name} = {us}"),
+                    "a cost must be zero or a positive number of microseconds",
+                );
+            }
+        }
+        if !(self.thread_gbps.is_finite() && self.thread_gbps > 0.0) {
+            return bad(
+                format!("thread_gbps = {}", self.thread_gbps),
+                "a thread's copy rate must be a positive number of GB/s",
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reference_figures_are_valid_and_bad_ones_are_named() {
+        assert!(Processor::reference(0).validate().is_ok());
+        assert_eq!(Processor::reference(0).workers, 1);
+        let mut p = Processor::reference(2);
+        p.task_us = -1.0;
+        assert!(p.validate().unwrap_err().to_string().contains("task_us"));
+        p = Processor::reference(2);
+        p.wake_us = f64::INFINITY;
+        assert!(p.validate().unwrap_err().to_string().contains("wake_us"));
+        p = Processor::reference(2);
+        p.thread_gbps = f64::NAN;
+        assert!(p
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("thread_gbps"));
+        p = Processor::reference(2);
+        p.workers = 0;
+        assert!(p.validate().unwrap_err().to_string().contains("workers"));
+    }
+}
