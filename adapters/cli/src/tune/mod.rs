@@ -7,7 +7,11 @@
 //! results and guard bytes checked. The whole pass over every executor runs `--rounds`
 //! times (2 by default) and each point keeps its fastest round: other processes on the
 //! machine only ever add time, and spreading one executor's samples over the run keeps a
-//! burst of such load from deciding the ranking. An executor that cannot be built here (a link it needs
+//! burst of such load from deciding the ranking. A point whose `-n` calls take less than
+//! 20 ms in all is measured again in 5 blocks of calls that take 20 ms in all (the first
+//! measurement was its warm-up), and its fastest block counts: a few calls of a few
+//! microseconds measure the machine's noise, and a burst of load inflates a block, never
+//! shortens one. An executor that cannot be built here (a link it needs
 //! is broken or missing, or it refuses the shape: `Unsupported`, `NoLink`, `NoExecutor`)
 //! is skipped with the reason printed. One that computes a wrong value, writes out of
 //! bounds or fails on the device is reported as FAILED, none of its figures are recorded,
@@ -58,7 +62,9 @@ pub struct TuneArgs {
     /// Multiplication factor between sizes.
     #[arg(short = 'f', long = "stepfactor", default_value_t = 4)]
     pub stepfactor: usize,
-    /// Timed iterations per executor, size and round (1 to 1000000).
+    /// Timed iterations per executor, size and round (1 to 1000000); a point whose calls
+    /// take less than 20 ms in all is measured again in 5 blocks of calls that take 20 ms
+    /// in all, and its fastest block counts.
     #[arg(short = 'n', long = "iters", default_value_t = 4)]
     pub iters: usize,
     /// Warmup iterations per executor, size and round (0 to 1000000).
