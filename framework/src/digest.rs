@@ -269,7 +269,8 @@ fn topology(d: &mut Digest, t: &Topology) {
             .f64(p.task_us)
             .f64(p.wake_us)
             .f64(p.thread_gbps)
-            .usize(p.inline_bytes);
+            .usize(p.inline_bytes)
+            .usize(p.split_bytes);
     });
     let overrides: Vec<_> = t.overrides().collect();
     d.usize(overrides.len());

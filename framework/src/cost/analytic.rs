@@ -114,7 +114,9 @@ fn rank_time(
                             Some(p) => {
                                 let thread = super::thread_seconds(p, task);
                                 traffic.thread += thread * weight;
-                                thread.max(transfer)
+                                let split = task.bytes() >= p.split_bytes && !inline;
+                                let threads = if split { p.workers as f64 } else { 1.0 };
+                                (thread / threads).max(transfer)
                             }
                             None => params.engine_seconds(task).max(transfer),
                         }
@@ -264,6 +266,7 @@ mod tests {
             wake_us: 3.0,
             thread_gbps: 1.0,
             inline_bytes: 4096,
+            split_bytes: usize::MAX,
         };
         let host = crate::topology::presets::host(4)
             .with_processor(Some(processor))

@@ -367,8 +367,12 @@ impl<'a> Engine<'a> {
         match self.processor_of(me) {
             Some((processor, threads)) => {
                 let work = super::thread_seconds(processor, task);
-                self.flows
-                    .start(now, work, &[engine, threads], s, &mut self.finishes);
+                // A split task is shared by every idle worker; another, by one thread.
+                let on: &[ResourceId] = match task.bytes() >= processor.split_bytes {
+                    true => &[threads],
+                    false => &[engine, threads],
+                };
+                self.flows.start(now, work, on, s, &mut self.finishes);
             }
             None => {
                 let work = self.params.engine_seconds(task);

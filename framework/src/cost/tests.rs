@@ -311,6 +311,7 @@ fn a_small_operation_runs_on_one_thread_one_task_after_the_other() {
         wake_us: 7.0,
         thread_gbps: 2.0,
         inline_bytes: 4096,
+        split_bytes: usize::MAX,
     };
     let one_task = p.task_us * 1e-6 + 1024.0 / (p.thread_gbps * 1e9);
     let three = [
@@ -345,6 +346,7 @@ fn a_host_runs_at_most_its_workers_tasks_at_once() {
         // Slower than the memory system's share, so the threads are what binds.
         thread_gbps: 1.0,
         inline_bytes: 0,
+        split_bytes: usize::MAX,
     };
     let three = [
         program(0, vec![vec![local_copy(0, MB)]]),
@@ -356,6 +358,21 @@ fn a_host_runs_at_most_its_workers_tasks_at_once() {
         time(&three, &host_of_three(p), &CostParams::default()),
         p.wake_us * 1e-6 + 3.0 * work / 2.0,
     );
+    // One task alone runs on one thread, unless it is big enough to be split among the
+    // idle workers.
+    let one = [
+        program(0, vec![vec![local_copy(0, MB)]]),
+        program(1, vec![vec![]]),
+        program(2, vec![vec![]]),
+    ];
+    let alone = time(&one, &host_of_three(p), &CostParams::default());
+    assert_close(alone, p.wake_us * 1e-6 + work);
+    let split = Processor {
+        split_bytes: MB,
+        ..p
+    };
+    let shared = time(&one, &host_of_three(split), &CostParams::default());
+    assert_close(shared, p.wake_us * 1e-6 + work / 2.0);
 }
 
 #[test]
@@ -366,6 +383,7 @@ fn on_a_host_a_peer_is_memory_and_a_parked_wait_pays_a_wake_up() {
         wake_us: 3.0,
         thread_gbps: 1.0,
         inline_bytes: 0,
+        split_bytes: usize::MAX,
     };
     let notify = NotifyId { rank: 1, index: 0 };
     // Rank 1 pulls from rank 0 after rank 0's copy: no link latency or bandwidth, only

@@ -118,6 +118,7 @@ struct FabricSpec {
     wake_us: Option<f64>,
     thread_gbps: Option<f64>,
     inline_bytes: Option<usize>,
+    split_bytes: Option<usize>,
 }
 
 impl FabricSpec {
@@ -128,7 +129,8 @@ impl FabricSpec {
             || self.task_us.is_some()
             || self.wake_us.is_some()
             || self.thread_gbps.is_some()
-            || self.inline_bytes.is_some();
+            || self.inline_bytes.is_some()
+            || self.split_bytes.is_some();
         let reference = Processor::reference(self.workers.unwrap_or(presets::HOST_WORKERS));
         given.then(|| Processor {
             workers: self.workers.unwrap_or(reference.workers),
@@ -136,6 +138,7 @@ impl FabricSpec {
             wake_us: self.wake_us.unwrap_or(reference.wake_us),
             thread_gbps: self.thread_gbps.unwrap_or(reference.thread_gbps),
             inline_bytes: self.inline_bytes.unwrap_or(reference.inline_bytes),
+            split_bytes: self.split_bytes.unwrap_or(reference.split_bytes),
         })
     }
 }
@@ -302,8 +305,9 @@ impl Topology {
         if let Some(p) = &self.processor {
             let _ = writeln!(
                 out,
-                "workers = {}\ntask_us = {:?}\nwake_us = {:?}\nthread_gbps = {:?}\ninline_bytes = {}",
-                p.workers, p.task_us, p.wake_us, p.thread_gbps, p.inline_bytes
+                "workers = {}\ntask_us = {:?}\nwake_us = {:?}\nthread_gbps = {:?}\n\
+                 inline_bytes = {}\nsplit_bytes = {}",
+                p.workers, p.task_us, p.wake_us, p.thread_gbps, p.inline_bytes, p.split_bytes
             );
         }
         write_fabric(&mut out, Table::Inter, &self.inter);
@@ -482,7 +486,7 @@ fn fabric(
         return Err(src.error(
             Some(span),
             "a host's processor belongs in [intra]; move workers, task_us, wake_us, \
-             thread_gbps and inline_bytes there",
+             thread_gbps, inline_bytes and split_bytes there",
         ));
     }
     let spec = LinkSpec {

@@ -27,7 +27,7 @@
 //! see threads and a memory bus that every rank shares instead of engines and a link per
 //! pair, which is what decides the host's choices (see [`super::processor`]). A file
 //! gives another machine's figures (`[intra]` keys `workers`, `task_us`, `wake_us`,
-//! `thread_gbps`, `inline_bytes`).
+//! `thread_gbps`, `inline_bytes`, `split_bytes`).
 //!
 //! Generic shapes `1xN` and `MxN` (any N, M) reuse these figures: a full mesh of HCCS-class
 //! links inside each server, and every cross-server pair joined by RDMA through each rank's

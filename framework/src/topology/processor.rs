@@ -38,10 +38,16 @@ pub struct Processor {
     /// An operation in which every rank's program moves at most this many bytes (each
     /// data task's length times its destinations) runs on the submitting thread.
     pub inline_bytes: usize,
+    /// A Copy or Reduce of at least this many bytes is cut into chunks that idle workers
+    /// share; a smaller one runs on one thread.
+    pub split_bytes: usize,
 }
 
 /// Bytes under which the host device runs a rank's program inline.
 pub const HOST_INLINE_BYTES: usize = oxccl_platform::host::INLINE_BYTES;
+
+/// Bytes from which the host device shares one task among its workers.
+pub const HOST_SPLIT_BYTES: usize = oxccl_platform::host::SPLIT_BYTES;
 
 impl Processor {
     /// The figures measured on the reference machine (see [`super::presets`]), with
@@ -53,6 +59,7 @@ impl Processor {
             wake_us: super::presets::HOST_WAKE_US,
             thread_gbps: super::presets::HOST_LINK_GBPS,
             inline_bytes: HOST_INLINE_BYTES,
+            split_bytes: HOST_SPLIT_BYTES,
         }
     }
 

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Tasks at least this big are split across workers.
-pub(crate) const SPLIT_BYTES: usize = 1 << 20;
+pub const SPLIT_BYTES: usize = 1 << 20;
 /// Smallest chunk a split produces.
 const MIN_CHUNK: usize = 256 << 10;
 

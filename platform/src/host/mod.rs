@@ -18,6 +18,7 @@
 
 mod compile;
 pub use compile::INLINE_BYTES;
+pub use exec::SPLIT_BYTES;
 mod exec;
 mod fence;
 mod launch;
