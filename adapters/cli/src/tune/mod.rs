@@ -2,12 +2,14 @@
 //!
 //! For each chosen operator the candidates are the registered executors whose declared
 //! constraints hold on the topology ([`candidates`]). Each one is forced (the `--algo`
-//! override `oxccl perf` uses) on a fresh set of communicators and measured over the size
-//! sweep with `oxccl perf`'s own measuring code ([`crate::perf::measure`]), out of place,
-//! results and guard bytes checked. The whole pass over every executor runs `--rounds`
-//! times (2 by default) and each point keeps its fastest round: other processes on the
-//! machine only ever add time, and spreading one executor's samples over the run keeps a
-//! burst of such load from deciding the ranking. A point whose `-n` calls take less than
+//! override `oxccl perf` uses) on a fresh set of communicators per point and measured with
+//! `oxccl perf`'s own measuring code ([`crate::perf::measure`]), out of place, results
+//! and guard bytes checked. The sweep goes size by size: at each size every executor is
+//! measured `--rounds` times (2 by default), the rounds alternating the executors' order,
+//! before the next size, and each point keeps its fastest round. Other processes on the
+//! machine only ever add time, and their load drifts over seconds to minutes: measured
+//! side by side, the executors compared at one size see the same load (a sweep of one
+//! executor after another measured identical programs up to 1.5x apart). A point whose `-n` calls take less than
 //! 20 ms in all is measured again in 5 blocks of calls that take 20 ms in all (the first
 //! measurement was its warm-up), and its fastest block counts: a few calls of a few
 //! microseconds measure the machine's noise, and a burst of load inflates a block, never

@@ -95,7 +95,10 @@ fn cannot_run_here(err: &Error) -> bool {
     )
 }
 
-/// Measure every candidate of `job.kind` over `job.sizes`.
+/// Measure every candidate of `job.kind` over `job.sizes`: size by size, every round of
+/// a size over every executor before the next size, so that the executors compared at a
+/// size are measured within the same stretch of the machine's load; odd rounds go
+/// through the executors in reverse, so no executor always runs first.
 pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
     let found = candidates(job.kind, &job.topology)?;
     let mut outcome = Outcome::default();
@@ -109,19 +112,21 @@ pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
     let sizes = measurable_sizes(job, &mut outcome);
     outcome.picks = model_picks(job, &sizes)?;
     let mut failed: Vec<&str> = vec![];
-    for round in 1..=job.rounds.max(1) {
-        for entry in &found.run {
-            if failed.contains(&entry.name) {
-                continue;
+    for &size in &sizes {
+        for round in 1..=job.rounds.max(1) {
+            eprintln!("# tuning {} at {size} B (round {round})", job.kind.name());
+            let mut order: Vec<&&'static ExecutorEntry> = found.run.iter().collect();
+            if round % 2 == 0 {
+                order.reverse();
             }
-            eprintln!(
-                "# tuning {} {} (round {round})",
-                job.kind.name(),
-                entry.name
-            );
-            if let Err(failure) = tune_executor(job, &sizes, entry, &mut outcome) {
-                outcome.fail(entry.name, failure);
-                failed.push(entry.name);
+            for entry in order {
+                if failed.contains(&entry.name) || outcome.skips(entry.name, size) {
+                    continue;
+                }
+                if let Err(failure) = tune_point(job, size, entry, &mut outcome) {
+                    outcome.fail(entry.name, failure);
+                    failed.push(entry.name);
+                }
             }
         }
     }
@@ -171,11 +176,12 @@ fn measurable_sizes(job: &Job, outcome: &mut Outcome) -> Vec<usize> {
     sizes
 }
 
-/// Measure one executor over the sweep on its own communicators (one round); `Err` is a
-/// failure report (wrong values, out-of-bounds writes, a device error).
-fn tune_executor(
+/// Measure one executor at one size on communicators of its own (one round); `Err` is
+/// a failure report (wrong values, out-of-bounds writes, a device error). Making the
+/// communicators costs some milliseconds, against a point's tens.
+fn tune_point(
     job: &Job,
-    sizes: &[usize],
+    size: usize,
     entry: &'static ExecutorEntry,
     outcome: &mut Outcome,
 ) -> Result<(), String> {
@@ -184,32 +190,27 @@ fn tune_executor(
     config.algo.set(Some(job.kind), entry.name);
     let ranks = job.topology.ranks();
     let comms = Communicator::init_all(ranks, config).map_err(|e| failed(format!("init: {e}")))?;
-    for &size in sizes {
-        if outcome.skips(entry.name, size) {
-            continue;
-        }
-        let count = count_for_size(job.kind, size, job.dtype, ranks);
-        let ops = calls(job.kind, count, job.dtype, ReduceOp::Sum, job.root, ranks);
-        match measure(&comms, &ops, &job.settings).and_then(|m| steady(&comms, &ops, job, m)) {
-            Err(e) if cannot_run_here(&e) => outcome.skipped.push(Skip {
-                executor: entry.name.to_string(),
-                size: Some(size),
-                why: e.to_string(),
-            }),
-            Err(e) => return Err(failed(format!("at {size} B: {e}"))),
-            Ok(m) => {
-                if let Some(why) = m.skipped {
-                    outcome.skipped.push(Skip {
-                        executor: entry.name.to_string(),
-                        size: Some(size),
-                        why,
-                    });
-                    continue;
-                }
-                let tuned =
-                    sound_entry(job, entry, &m).map_err(|w| failed(format!("at {size} B: {w}")))?;
-                outcome.record(Point { size, entry: tuned });
+    let count = count_for_size(job.kind, size, job.dtype, ranks);
+    let ops = calls(job.kind, count, job.dtype, ReduceOp::Sum, job.root, ranks);
+    match measure(&comms, &ops, &job.settings).and_then(|m| steady(&comms, &ops, job, m)) {
+        Err(e) if cannot_run_here(&e) => outcome.skipped.push(Skip {
+            executor: entry.name.to_string(),
+            size: Some(size),
+            why: e.to_string(),
+        }),
+        Err(e) => return Err(failed(format!("at {size} B: {e}"))),
+        Ok(m) => {
+            if let Some(why) = m.skipped {
+                outcome.skipped.push(Skip {
+                    executor: entry.name.to_string(),
+                    size: Some(size),
+                    why,
+                });
+                return Ok(());
             }
+            let tuned =
+                sound_entry(job, entry, &m).map_err(|w| failed(format!("at {size} B: {w}")))?;
+            outcome.record(Point { size, entry: tuned });
         }
     }
     Ok(())
