@@ -130,8 +130,10 @@ impl CallBoard {
     /// Gives up after `timeout`, naming the ranks that never called, or at once when the
     /// communicator fails meanwhile ([`CallBoard::fail`]).
     pub fn verdict(&self, call: u64, rank: Rank, timeout: Duration) -> Result<(), Error> {
-        let deadline = deadline_after(timeout);
         let mut state = self.rounds.lock();
+        // The clock is read only when the verdict is not in yet (a group call of every
+        // local rank finds it in at once).
+        let mut deadline = None;
         loop {
             if let Some(round) = state.rounds.get_mut(&call) {
                 if let Some(verdict) = round.verdict.clone() {
@@ -145,6 +147,7 @@ impl CallBoard {
             if let Some(failure) = &state.failure {
                 return Err(failure.clone());
             }
+            let deadline = *deadline.get_or_insert_with(|| deadline_after(timeout));
             if self.changed.wait_until(&mut state, deadline).timed_out() {
                 return Err(self.missing(&state, call, rank, timeout));
             }

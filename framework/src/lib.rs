@@ -54,6 +54,7 @@ pub mod cost;
 pub mod digest;
 pub mod error;
 pub mod executor;
+mod fast_hash;
 pub mod limits;
 pub mod link_access;
 pub mod msccl;

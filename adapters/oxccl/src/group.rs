@@ -19,7 +19,11 @@ pub struct Group<'a> {
 impl<'a> Group<'a> {
     /// An empty group.
     pub fn new() -> Self {
-        Group { calls: Vec::new() }
+        // Room for a server's ranks: an eager group of every local rank (the common
+        // case) never grows its list call by call.
+        Group {
+            calls: Vec::with_capacity(8),
+        }
     }
 
     /// Add an untyped call.

@@ -268,8 +268,8 @@ fn run_announced(
     announced: Vec<(usize, Announced<'_, '_>)>,
     results: &mut [Result<(), Error>],
 ) {
-    let mut submissions = Vec::new();
-    let mut launched = Vec::new();
+    let mut submissions = Vec::with_capacity(announced.len());
+    let mut launched = Vec::with_capacity(announced.len());
     let mut idle = Vec::new();
     for (slot, a) in announced {
         let epoch = epoch_of(a.call);

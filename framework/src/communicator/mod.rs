@@ -12,6 +12,7 @@ use crate::agreement::CallBoard;
 use crate::config::Config;
 use crate::error::{ArgError, Error};
 use crate::executor::{Mode, ResourceRequest};
+use crate::fast_hash::FastMap;
 use crate::limits::{MAX_HOST_THREADS, MAX_RANKS};
 use crate::op::OpParam;
 use crate::planner;
@@ -175,7 +176,8 @@ impl ScratchUse {
 pub struct Communicator {
     rank: Rank,
     group: Arc<Shared>,
-    programs: Mutex<HashMap<ProgramKey, Prepared>>,
+    /// Built programs, looked up on every call (hence the fast hash and the `Arc`).
+    programs: Mutex<FastMap<ProgramKey, Arc<Prepared>>>,
     /// Calls this rank has made (the next call's number on the agreement board).
     calls: AtomicU64,
     /// Set while a call of this rank runs: a second thread's call is refused.
@@ -343,7 +345,7 @@ impl Communicator {
         Communicator {
             rank,
             group,
-            programs: Mutex::new(HashMap::new()),
+            programs: Mutex::new(FastMap::default()),
             calls: AtomicU64::new(0),
             busy: AtomicBool::new(false),
         }
@@ -553,11 +555,11 @@ impl Communicator {
     /// after checking its shape ([`OpParam::validate_shape`]).
     pub fn prepare(&self, op: &OpParam, in_place: bool) -> Result<Prepared, Error> {
         op.validate_shape(self.rank, self.size())?;
-        self.prepare_valid(op, in_place)
+        Ok(Prepared::clone(&*self.prepare_valid(op, in_place)?))
     }
 
-    /// [`Communicator::prepare`] for an op already validated.
-    fn prepare_valid(&self, op: &OpParam, in_place: bool) -> Result<Prepared, Error> {
+    /// [`Communicator::prepare`] for an op already validated, as the cache keeps it.
+    fn prepare_valid(&self, op: &OpParam, in_place: bool) -> Result<Arc<Prepared>, Error> {
         let key = ProgramKey {
             op: op.clone(),
             in_place,
@@ -565,7 +567,7 @@ impl Communicator {
         if let Some(p) = self.programs.lock().get(&key) {
             return Ok(p.clone());
         }
-        let prepared = self.build(op, in_place)?;
+        let prepared = Arc::new(self.build(op, in_place)?);
         let mut cache = self.programs.lock();
         if cache.len() >= PROGRAM_CACHE_LIMIT {
             cache.clear();
@@ -683,11 +685,15 @@ impl Communicator {
         }
         let p = self.prepare_valid(op, user.is_in_place())?;
         let ready = Ready {
-            compiled: p.compiled,
+            compiled: p.compiled.clone(),
             user,
             gate: None,
         };
-        Ok(Some((ready, p.selection.executor.name, p.scratch_use)))
+        Ok(Some((
+            ready,
+            p.selection.executor.name,
+            p.scratch_use.clone(),
+        )))
     }
 
     /// Check that a send and a receive buffer have the same number of elements.

@@ -18,11 +18,11 @@
 
 use super::flows::{Finish, FlowId, Flows, ResourceId};
 use super::{CostError, CostParams};
+use crate::fast_hash::FastMap;
 use crate::topology::{Processor, Topology};
 use oxccl_platform::{LinkKind, NotifyId, RankProgram, Task};
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BinaryHeap;
 
 /// When one task ran.
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -600,34 +600,3 @@ fn add_transfer(list: &mut Vec<(usize, usize, usize)>, from: usize, to: usize, b
         None => list.push((from, to, bytes)),
     }
 }
-
-/// FxHash's multiply-rotate: the keys are small integers from the programs, not from an
-/// adversary, and the replay looks one up for every Post and Wait.
-#[derive(Default, Clone, Copy)]
-struct FastHasher(u64);
-
-impl FastHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl Hasher for FastHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        bytes.iter().for_each(|&b| self.add(u64::from(b)));
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.add(u64::from(n));
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.add(n);
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.add(n as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
