@@ -401,7 +401,9 @@ fn a_rank_on_another_host_is_refused_listing_every_transport() {
         transport: crate::transport::TransportChoice::Shm,
         ..crate::Config::default()
     };
+    // What init_rank digests: the default topology of ranks with devices of their own.
     let pre = crate::Topology::default_for_device("host", vec![2]).expect("host");
+    let pre = crate::communicator::ranks_apart(pre).expect("apart");
     let digests = digest_parts(&config, &pre, crate::Mode::Staged).expect("digests");
     let elsewhere = RankInfo {
         host: HostId {

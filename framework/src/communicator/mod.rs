@@ -300,6 +300,18 @@ fn check_init(n: usize, config: &Config, topology: &Topology) -> Result<(), Erro
 
 /// The configured topology, else the device's machine with servers of `sizes`
 /// ([`Topology::default_for_device`]).
+/// `topology` for ranks that each have a device of their own (`init_rank`): a CPU host
+/// then never runs a whole operation on one thread (see
+/// [`Processor::inline_bytes`](crate::topology::Processor::inline_bytes)); each rank's
+/// process runs its own streams, and a signal from another process must wake it.
+pub(crate) fn ranks_apart(topology: Topology) -> Result<Topology, Error> {
+    let apart = topology.processor().map(|p| crate::topology::Processor {
+        inline_bytes: 0,
+        ..*p
+    });
+    Ok(topology.with_processor(apart)?)
+}
+
 fn topology_of(config: &Config, sizes: Vec<usize>) -> Result<Topology, Error> {
     match &config.topology {
         Some(t) => Ok(t.clone()),
@@ -377,7 +389,7 @@ impl Communicator {
         config.algo.validate()?;
         // The topology is the table's hosts unless a file gives it; the digests cover the
         // file's (or the one-host default's), so a rank given another file is refused.
-        let pre = topology_of(&config, vec![n])?;
+        let pre = ranks_apart(topology_of(&config, vec![n])?)?;
         let digests = digest_parts(&config, &pre, Mode::Staged)?;
         let mut info = RankInfo::this(rank, digests);
         let listener = match config.transport {
@@ -401,6 +413,7 @@ impl Communicator {
         let links = transport::links_of(&table, rank, config.transport)?;
         let topology = topology_of(&config, table.server_sizes()?)?;
         let topology = transport::with_transport_access(topology, &table, config.transport);
+        let topology = ranks_apart(topology)?;
         check_init(n, &config, &topology)?;
         topology.check_connected()?;
         let host = table.host_ranks(rank);

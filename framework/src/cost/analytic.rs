@@ -89,7 +89,8 @@ fn rank_time(
     let processor = topology.processor();
     // On a CPU host: the inline path (one thread, no wake-ups) or the workers (a wake-up
     // per stream and per wait on a peer), as the replay has it.
-    let inline = processor.is_some_and(|p| super::moved_bytes(program) <= p.inline_bytes);
+    let inline = processor
+        .is_some_and(|p| p.inline_bytes > 0 && super::moved_bytes(program) <= p.inline_bytes);
     let wake = match processor {
         Some(p) if !inline => p.wake_us * 1e-6,
         _ => 0.0,
@@ -122,9 +123,7 @@ fn rank_time(
                         }
                     }
                     Task::Wait { notify } => match signal_peer(notify.index, layout) {
-                        Some(peer) if processor.is_some() && shares_server(topology, peer, me) => {
-                            wake
-                        }
+                        Some(peer) if super::host_memory(topology, peer, me) => wake,
                         Some(peer) => topology.link(peer, me).map_or(0.0, |l| l.latency_s()),
                         None => 0.0,
                     },
@@ -171,7 +170,7 @@ fn transfers(
     let writes = task.writes().iter().map(|s| (*s, false));
     for (slice, read) in reads.chain(writes) {
         // A peer of one CPU host is memory, not a link: the thread's time covers it.
-        let host_peer = topology.processor().is_some() && shares_server(topology, slice.rank, me);
+        let host_peer = super::host_memory(topology, slice.rank, me);
         if slice.rank == me || host_peer {
             continue;
         }
@@ -198,10 +197,6 @@ fn transfers(
         longest = longest.max(spec.latency_s() + bytes / spec.bytes_per_s());
     }
     Ok(longest)
-}
-
-fn shares_server(topology: &Topology, a: usize, b: usize) -> bool {
-    topology.server_of(a) == topology.server_of(b)
 }
 
 /// The peer whose signal a link notify of this index carries; `None` for local notifies.

@@ -458,8 +458,7 @@ impl<'a> Engine<'a> {
     /// task's own thread reads or writes (under the memory system's and the threads'
     /// limits), and a signal is a store, with no link in between.
     fn shares_memory(&self, a: usize, b: usize) -> bool {
-        self.topology.processor().is_some()
-            && self.topology.server_of(a) == self.topology.server_of(b)
+        super::host_memory(self.topology, a, b)
     }
 
     /// The processor of `rank`'s server, with its threads' resource.
@@ -575,7 +574,7 @@ fn host_servers(
     let Some(processor) = topology.processor() else {
         return vec![None; servers];
     };
-    let mut inline = vec![true; servers];
+    let mut inline = vec![processor.inline_bytes > 0; servers];
     for (rank, program) in programs.iter().enumerate() {
         if super::moved_bytes(program) > processor.inline_bytes {
             inline[topology.server_of(rank)] = false;

@@ -134,6 +134,16 @@ pub(crate) fn thread_seconds(processor: &Processor, task: &Task) -> f64 {
     processor.task_us * 1e-6 + memory_bytes(task) / (processor.thread_gbps * 1e9)
 }
 
+/// Whether ranks `a` and `b` are threads (or processes mapping each other's buffers) of
+/// one CPU host: a peer's buffer is memory the task's own thread reads or writes, and a
+/// signal is a store, with no link in between. Peers of one host joined by a put-only
+/// transport (TCP between its processes) still go over their link.
+pub(crate) fn host_memory(topology: &Topology, a: usize, b: usize) -> bool {
+    topology.processor().is_some()
+        && topology.server_of(a) == topology.server_of(b)
+        && topology.link_access(a, b) == Some(oxccl_platform::LinkAccess::LoadStore)
+}
+
 /// The modelled cost of one operation.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct CostReport {

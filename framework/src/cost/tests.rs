@@ -6,7 +6,7 @@ use crate::executor::{Mode, Peers, ResourceRequest};
 use crate::op::OpParam;
 use crate::topology::presets::{HCCS_GBPS, HCCS_LATENCY_US, ROCE_GBPS, ROCE_LATENCY_US};
 use crate::topology::Processor;
-use oxccl_platform::{Buf, DataType, NotifyId, NotifyLayout, ReduceOp, Slice};
+use oxccl_platform::{Buf, DataType, LinkAccess, NotifyId, NotifyLayout, ReduceOp, Slice};
 use std::sync::Arc;
 
 const MB: usize = 1 << 20;
@@ -335,6 +335,15 @@ fn a_small_operation_runs_on_one_thread_one_task_after_the_other() {
         time(&three, &host_of_three(big), &CostParams::default()),
         p.wake_us * 1e-6 + one_task,
     );
+    // Ranks in processes of their own (inline_bytes 0) never share one thread.
+    let apart = Processor {
+        inline_bytes: 0,
+        ..p
+    };
+    assert_close(
+        time(&three, &host_of_three(apart), &CostParams::default()),
+        p.wake_us * 1e-6 + one_task,
+    );
 }
 
 #[test]
@@ -398,6 +407,15 @@ fn on_a_host_a_peer_is_memory_and_a_parked_wait_pays_a_wake_up() {
     assert_close(
         time(&programs, &host_of_three(p), &CostParams::default()),
         wake + work + wake + work,
+    );
+    // Processes of one host joined by TCP (put-only links) still cross their link:
+    // its latency comes on top of the threads' time.
+    let tcp = host_of_three(p).with_fabric_access(LinkAccess::Put, LinkAccess::Put);
+    let over_links = time(&programs, &tcp, &CostParams::default());
+    let latency = crate::topology::presets::HOST_LATENCY_US * 1e-6;
+    assert!(
+        over_links >= wake + work + latency + wake + work,
+        "{over_links:e} s over put-only links"
     );
     // On the inline path the same programs cost their two tasks only.
     let inline = Processor {

@@ -36,7 +36,9 @@ pub struct Processor {
     /// into `d` destinations moves `(k + d) / 2` times its length).
     pub thread_gbps: f64,
     /// An operation in which every rank's program moves at most this many bytes (each
-    /// data task's length times its destinations) runs on the submitting thread.
+    /// data task's length times its destinations) runs on the submitting thread. 0: no
+    /// operation does, because the ranks are not served by one device (processes of
+    /// their own, as `init_rank` makes them).
     pub inline_bytes: usize,
     /// A Copy or Reduce of at least this many bytes is cut into chunks that idle workers
     /// share; a smaller one runs on one thread.
