@@ -21,6 +21,7 @@
 //! | host access | load/store | the ranks are threads (or processes mapping shared memory) of one host |
 //! | host workers | 2 | the development machine's cores, which the host device's pool has; a communicator given no topology gets its own machine's cores instead ([`Topology::default_for_device`]) |
 //! | host task cost | 0.05 us | measured: `oxccl perf all-reduce --ranks 8 -b 32 -e 32 -n 3000` on the same machine, `ring` (112 data tasks, 11.7 us) against `mesh-push` (8 data tasks, 7.5 us): 0.04 us per task on the inline path |
+//! | host wake-up, ranks in processes | 20 us | measured: `oxccl perf all-reduce --procs 8 -b 1K` over shared memory on the same machine, `put-rd` (3 rounds of signals): 61-66 us per call, about 20 us per round for 8 processes on 2 cores |
 //! | host wake-up | 5 us | fitted: 8-rank AllReduce from 64 KiB to 512 KiB on the same machine (`oxccl tune`), where the stepwise executors (rings, rhd) lose several microseconds per step to the workers picking up resumed streams on an oversubscribed pool |
 //!
 //! The host figures are one machine's, not calibrated per machine: they make the model
@@ -63,6 +64,9 @@ pub const HOST_TASK_US: f64 = 0.05;
 /// A worker's pick-up of a runnable stream on a CPU host, microseconds (measured, see the
 /// module docs).
 pub const HOST_WAKE_US: f64 = 5.0;
+/// The same for a rank in a process of its own, woken by another process's signal
+/// (measured, see the module docs).
+pub const HOST_PROCESS_WAKE_US: f64 = 20.0;
 /// Worker threads of a host in the reference figures: the development machine's cores.
 /// In-process communicators replace it by their device's thread count (see
 /// [`crate::Communicator::init_all`]).
