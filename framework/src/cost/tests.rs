@@ -346,17 +346,22 @@ fn a_small_operation_runs_on_one_thread_one_task_after_the_other() {
     );
 }
 
-#[test]
-fn a_host_runs_at_most_its_workers_tasks_at_once() {
-    let p = Processor {
+/// Two workers slower than the memory system's share (so the threads are what binds),
+/// on the threaded path, never splitting a task.
+fn slow_threads() -> Processor {
+    Processor {
         workers: 2,
         task_us: 1.0,
         wake_us: 3.0,
-        // Slower than the memory system's share, so the threads are what binds.
         thread_gbps: 1.0,
         inline_bytes: 0,
         split_bytes: usize::MAX,
-    };
+    }
+}
+
+#[test]
+fn a_host_runs_at_most_its_workers_tasks_at_once() {
+    let p = slow_threads();
     let three = [
         program(0, vec![vec![local_copy(0, MB)]]),
         program(1, vec![vec![local_copy(1, MB)]]),
@@ -386,14 +391,7 @@ fn a_host_runs_at_most_its_workers_tasks_at_once() {
 
 #[test]
 fn on_a_host_a_peer_is_memory_and_a_parked_wait_pays_a_wake_up() {
-    let p = Processor {
-        workers: 2,
-        task_us: 1.0,
-        wake_us: 3.0,
-        thread_gbps: 1.0,
-        inline_bytes: 0,
-        split_bytes: usize::MAX,
-    };
+    let p = slow_threads();
     let notify = NotifyId { rank: 1, index: 0 };
     // Rank 1 pulls from rank 0 after rank 0's copy: no link latency or bandwidth, only
     // the threads; its wait was parked when the post came, so it is woken.
