@@ -266,36 +266,22 @@ mod tests {
         let host = crate::topology::presets::host(4)
             .with_processor(Some(processor))
             .unwrap();
+        // The estimate of one rank's copy of `len` bytes, standing for the host's 4.
         let copy = |len: usize| {
             let mut p = RankProgram::new(0, 1);
             p.streams[0].copy(
                 Slice::new(0, Buf::Input, 0, len),
                 Slice::new(0, Buf::Output, 0, len),
             );
-            p
+            let params = CostParams::default();
+            estimate(&[(&p, &Loops::default())], &host, layout(4), &params).unwrap()
         };
         let work = |len: usize| 1e-6 + len as f64 / 1e9;
         // Four ranks' 1 MiB copies over two workers, after a wake-up.
-        let big = copy(1 << 20);
-        let got = estimate(
-            &[(&big, &Loops::default())],
-            &host,
-            layout(4),
-            &CostParams::default(),
-        )
-        .unwrap();
-        let want = 3e-6 + 4.0 * work(1 << 20) / 2.0;
+        let (got, want) = (copy(1 << 20), 3e-6 + 4.0 * work(1 << 20) / 2.0);
         assert!((got - want).abs() < 1e-12, "{got} vs {want}");
         // Small ones run inline: one thread, no wake-up.
-        let small = copy(1024);
-        let got = estimate(
-            &[(&small, &Loops::default())],
-            &host,
-            layout(4),
-            &CostParams::default(),
-        )
-        .unwrap();
-        let want = 4.0 * work(1024);
+        let (got, want) = (copy(1024), 4.0 * work(1024));
         assert!((got - want).abs() < 1e-12, "{got} vs {want}");
     }
 

@@ -131,7 +131,7 @@ impl FabricSpec {
             || self.thread_gbps.is_some()
             || self.inline_bytes.is_some()
             || self.split_bytes.is_some();
-        let reference = Processor::reference(self.workers.unwrap_or(presets::HOST_WORKERS));
+        let reference = Processor::reference(presets::HOST_WORKERS);
         given.then(|| Processor {
             workers: self.workers.unwrap_or(reference.workers),
             task_us: self.task_us.unwrap_or(reference.task_us),
