@@ -2,7 +2,11 @@
 //! input, compared byte for byte, for every dtype at boundary counts and one count whose
 //! `n` blocks exceed the CCL buffer.
 
-use crate::{boundary_counts, data, run_on_every_rank, Case, RankData, Setup, SMALL_CCL_BYTES};
+use std::sync::Arc;
+
+use crate::{
+    boundary_counts, data, run_on_every_rank, Aligned, Case, RankData, Setup, SMALL_CCL_BYTES,
+};
 use oxccl::{Communicator, DataType, OpKind, OpParam, ReduceOp};
 
 fn run_case(
@@ -13,22 +17,29 @@ fn run_case(
 ) -> Result<(), String> {
     let n = comms[0].size();
     let block = count * dtype.size();
-    let inputs: Vec<Vec<u8>> = (0..n)
+    let inputs: Vec<Aligned> = (0..n)
         .map(|r| data::input(dtype, ReduceOp::Sum, r, n * count, seed))
         .collect();
-    let data: Vec<RankData> = (0..n)
-        .map(|r| RankData {
-            input: inputs[r].clone(),
-            start: vec![0xEE; n * block],
-            expected: inputs
+    let expected: Vec<Arc<[u8]>> = (0..n)
+        .map(|r| {
+            let blocks: Vec<&[u8]> = inputs
                 .iter()
                 .map(|input| &input[r * block..(r + 1) * block])
-                .collect::<Vec<_>>()
-                .concat(),
+                .collect();
+            blocks.concat().into()
+        })
+        .collect();
+    let data: Vec<RankData> = inputs
+        .into_iter()
+        .zip(expected)
+        .map(|(input, expected)| RankData {
+            input,
+            start: Aligned::filled(0xEE, n * block),
+            expected: Some(expected),
         })
         .collect();
     let param = OpParam::new(OpKind::AlltoAll, count, dtype, ReduceOp::Sum);
-    run_on_every_rank(comms, &param, false, &data)
+    run_on_every_rank(comms, &param, false, data)
 }
 
 /// Every dtype x (boundary counts + one past the CCL buffer) on a fresh communicator built

@@ -7,7 +7,9 @@
 //! a ReduceScatter rank with its whole input and must end with its result in block `rank`
 //! and every other block untouched.
 
-use crate::{data, oracle, run_on_every_rank, Case, RankData, Setup};
+use std::sync::Arc;
+
+use crate::{data, oracle, run_on_every_rank, Aligned, Case, RankData, Setup};
 use oxccl::{Communicator, DataType, OpKind, OpParam, ReduceOp};
 
 /// Byte that marks memory the collective must overwrite.
@@ -50,18 +52,20 @@ pub fn block_matrix(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<Case> {
 
 fn prepare(kind: OpKind, n: usize, case: &Case, seed: u64) -> Vec<RankData> {
     let (in_count, _) = kind.buffer_counts(case.count, n);
-    let inputs: Vec<Vec<u8>> = (0..n)
+    let inputs: Vec<Aligned> = (0..n)
         .map(|r| data::input(case.dtype, case.op, r, in_count, seed))
         .collect();
     let block = case.count * case.dtype.size();
-    let gathered = inputs.concat();
-    (0..n)
+    let gathered: Arc<[u8]> = inputs.concat().into();
+    let buffers: Vec<(Aligned, Arc<[u8]>)> = (0..n)
         .map(|r| {
             let own = r * block..(r + 1) * block;
-            let (start, expected) = match (kind, case.in_place) {
-                (OpKind::AllGather, false) => (vec![GARBAGE; n * block], gathered.clone()),
+            match (kind, case.in_place) {
+                (OpKind::AllGather, false) => {
+                    (Aligned::filled(GARBAGE, n * block), gathered.clone())
+                }
                 (OpKind::AllGather, true) => {
-                    let mut start = vec![GARBAGE; n * block];
+                    let mut start = Aligned::filled(GARBAGE, n * block);
                     start[own].copy_from_slice(&inputs[r]);
                     (start, gathered.clone())
                 }
@@ -69,19 +73,23 @@ fn prepare(kind: OpKind, n: usize, case: &Case, seed: u64) -> Vec<RankData> {
                     let blocks: Vec<&[u8]> = inputs.iter().map(|i| &i[own.clone()]).collect();
                     let reduced = oracle::fold(case.dtype, case.op, &blocks);
                     if in_place {
-                        let mut expected = inputs[r].clone();
+                        let mut expected = inputs[r].to_vec();
                         expected[own].copy_from_slice(&reduced);
-                        (inputs[r].clone(), expected)
+                        (inputs[r].clone(), expected.into())
                     } else {
-                        (vec![GARBAGE; block], reduced)
+                        (Aligned::filled(GARBAGE, block), reduced.into())
                     }
                 }
-            };
-            RankData {
-                input: inputs[r].clone(),
-                start,
-                expected,
             }
+        })
+        .collect();
+    inputs
+        .into_iter()
+        .zip(buffers)
+        .map(|(input, (start, expected))| RankData {
+            input,
+            start,
+            expected: Some(expected),
         })
         .collect()
 }
@@ -93,7 +101,7 @@ fn run_case(kind: OpKind, comms: &[Communicator], case: &Case, seed: u64) -> Res
         kind,
         ..OpParam::all_reduce(case.count, case.dtype, case.op)
     };
-    run_on_every_rank(comms, &param, case.in_place, &data)
+    run_on_every_rank(comms, &param, case.in_place, data)
 }
 
 /// Run `cases` of `kind` (AllGather or ReduceScatter) in order on a fresh communicator

@@ -16,6 +16,8 @@ pub mod puts;
 pub mod rooted;
 pub mod vector;
 
+use std::sync::Arc;
+
 use oxccl::platform::LinkAccess;
 use oxccl::{Communicator, Config, DataType, OpParam, ReduceOp, Topology, UserBuffers};
 
@@ -114,19 +116,35 @@ pub fn test_device() -> String {
     std::env::var("OXCCL_TEST_DEVICE").unwrap_or_else(|_| "host".into())
 }
 
-/// A byte buffer aligned for every element type.
+/// A byte buffer aligned for every element type. It reads as a byte slice; its words
+/// come zeroed from the allocator, so a large buffer costs pages only as they are written.
+#[derive(Clone)]
 pub struct Aligned {
     words: Vec<u64>,
     len: usize,
 }
 
 impl Aligned {
+    /// `len` zero bytes.
+    pub fn zeroed(len: usize) -> Self {
+        Aligned {
+            words: vec![0; len.div_ceil(8)],
+            len,
+        }
+    }
+
+    /// `len` bytes, each `byte`.
+    pub fn filled(byte: u8, len: usize) -> Self {
+        let mut a = Aligned::zeroed(len);
+        if byte != 0 {
+            a.bytes_mut().fill(byte);
+        }
+        a
+    }
+
     /// A copy of `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> Self {
-        let mut a = Aligned {
-            words: vec![0; bytes.len().div_ceil(8)],
-            len: bytes.len(),
-        };
+        let mut a = Aligned::zeroed(bytes.len());
         a.bytes_mut().copy_from_slice(bytes);
         a
     }
@@ -137,6 +155,26 @@ impl Aligned {
 
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+    }
+}
+
+impl std::ops::Deref for Aligned {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+impl std::ops::DerefMut for Aligned {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.bytes_mut()
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for Aligned {
+    fn borrow(&self) -> &[u8] {
+        self.bytes()
     }
 }
 
@@ -237,12 +275,58 @@ pub(crate) fn first_difference(got: &[u8], want: &[u8], es: usize) -> Option<usi
         .position(|(a, b)| a != b)
 }
 
-/// Each rank's buffers before the call and the bytes its output must hold after it.
+/// Each rank's buffers before the call and the bytes its output must hold after it. The
+/// buffers move into the rank's thread and are run on as they are (no copy per call); the
+/// expected bytes are shared, since many ranks often expect the same.
 pub struct RankData {
-    pub input: Vec<u8>,
+    pub input: Aligned,
     /// The in-place buffer, or the output buffer's initial bytes.
-    pub start: Vec<u8>,
-    pub expected: Vec<u8>,
+    pub start: Aligned,
+    /// What the output must hold after the call; `None`: anything (a non-root's output).
+    pub expected: Option<Arc<[u8]>>,
+}
+
+/// Run `check` for every rank of `comms` at once, one thread per rank, each given its own
+/// entry of `data` (indexed by rank: `comms` may be the ranks of this process only); the
+/// first failure.
+pub fn on_every_rank<D: Send>(
+    comms: &[Communicator],
+    data: Vec<D>,
+    check: impl Fn(&Communicator, D) -> Result<(), String> + Sync,
+) -> Result<(), String> {
+    let mut data: Vec<Option<D>> = data.into_iter().map(Some).collect();
+    let check = &check;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .iter()
+            .map(|comm| {
+                let d = data[comm.rank()].take().expect("one entry per rank");
+                s.spawn(move || check(comm, d))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().expect("rank thread panicked"))
+    })
+}
+
+/// Run `param` on `comm` over `input` and `out` (`out` alone when `in_place`).
+pub fn execute_on(
+    comm: &Communicator,
+    param: &OpParam,
+    in_place: bool,
+    input: &Aligned,
+    out: &mut Aligned,
+) -> Result<(), String> {
+    let user = match in_place {
+        true => UserBuffers::InPlace(out.bytes_mut()),
+        false => UserBuffers::OutOfPlace {
+            input: input.bytes(),
+            output: out.bytes_mut(),
+        },
+    };
+    comm.execute(param, user)
+        .map_err(|e| format!("rank {}: {e}", comm.rank()))
 }
 
 /// Run `param` on every rank of `comms` at once (one thread per rank) and compare every
@@ -252,68 +336,49 @@ pub fn run_on_every_rank(
     comms: &[Communicator],
     param: &OpParam,
     in_place: bool,
-    data: &[RankData],
+    data: Vec<RankData>,
 ) -> Result<(), String> {
     let es = param.dtype.size();
-    std::thread::scope(|s| {
-        let handles: Vec<_> = comms
-            .iter()
-            .map(|comm| (comm, &data[comm.rank()]))
-            .map(|(comm, d)| {
-                s.spawn(move || -> Result<(), String> {
-                    let src = Aligned::from_bytes(&d.input);
-                    let mut out = Aligned::from_bytes(&d.start);
-                    let user = match in_place {
-                        true => UserBuffers::InPlace(out.bytes_mut()),
-                        false => UserBuffers::OutOfPlace {
-                            input: src.bytes(),
-                            output: out.bytes_mut(),
-                        },
-                    };
-                    comm.execute(param, user)
-                        .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
-                    match first_difference(out.bytes(), &d.expected, es) {
-                        None => Ok(()),
-                        Some(i) => Err(format!(
-                            "rank {} element {i}: got {:?}, want {:?}",
-                            comm.rank(),
-                            &out.bytes()[i * es..(i + 1) * es],
-                            &d.expected[i * es..(i + 1) * es]
-                        )),
-                    }
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .try_for_each(|h| h.join().expect("rank thread panicked"))
+    on_every_rank(comms, data, |comm, mut d| {
+        execute_on(comm, param, in_place, &d.input, &mut d.start)?;
+        let (got, Some(want)) = (d.start.bytes(), &d.expected) else {
+            return Ok(());
+        };
+        match first_difference(got, want, es) {
+            None => Ok(()),
+            Some(i) => Err(format!(
+                "rank {} element {i}: got {:?}, want {:?}",
+                comm.rank(),
+                got.get(i * es..(i + 1) * es),
+                want.get(i * es..(i + 1) * es)
+            )),
+        }
     })
 }
 
 /// Run one AllReduce case on every rank and compare with the scalar reference.
 fn run_case(comms: &[Communicator], case: &Case, seed: u64) -> Result<(), String> {
-    let inputs: Vec<Vec<u8>> = (0..comms[0].size())
+    let inputs: Vec<Aligned> = (0..comms[0].size())
         .map(|r| data::input(case.dtype, case.op, r, case.count, seed))
         .collect();
-    let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-    let expected = oracle::fold(case.dtype, case.op, &refs);
+    let refs: Vec<&[u8]> = inputs.iter().map(Aligned::bytes).collect();
+    let expected: Arc<[u8]> = oracle::fold(case.dtype, case.op, &refs).into();
     let data: Vec<RankData> = inputs
         .into_iter()
         .map(|input| RankData {
-            start: if case.in_place {
-                input.clone()
-            } else {
-                vec![0xEE; input.len()]
+            start: match case.in_place {
+                true => input.clone(),
+                false => Aligned::filled(0xEE, input.len()),
             },
             input,
-            expected: expected.clone(),
+            expected: Some(expected.clone()),
         })
         .collect();
     run_on_every_rank(
         comms,
         &OpParam::all_reduce(case.count, case.dtype, case.op),
         case.in_place,
-        &data,
+        data,
     )
 }
 

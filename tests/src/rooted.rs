@@ -10,11 +10,14 @@
 //! rank with its input in block `rank`. Only the root's output is defined for Reduce and
 //! Gather, so only the root's is compared for them.
 
+use std::sync::Arc;
+
 use crate::{
-    check_on_every_shape, data, first_difference, oracle, Aligned, Case, Setup, SMALL_CCL_BYTES,
+    check_on_every_shape, data, oracle, run_on_every_rank, Aligned, Case, RankData, Setup,
+    SMALL_CCL_BYTES,
 };
 use oxccl::framework::analyzer::conformance::check_conformance;
-use oxccl::{Communicator, DataType, OpKind, OpParam, ReduceOp, Topology, UserBuffers};
+use oxccl::{Communicator, DataType, OpKind, OpParam, ReduceOp, Topology};
 
 /// Byte that marks memory the collective must overwrite.
 const GARBAGE: u8 = 0xEE;
@@ -56,114 +59,62 @@ pub fn rooted_matrix(kind: OpKind, ranks: usize, ccl_bytes: usize) -> Vec<Case> 
     cases
 }
 
-/// One rank's buffers before the call and what its output must hold after it (`None`:
-/// anything).
-struct RootedData {
-    input: Vec<u8>,
-    start: Vec<u8>,
-    expected: Option<Vec<u8>>,
-}
-
-fn prepare(kind: OpKind, n: usize, root: usize, case: &Case, seed: u64) -> Vec<RootedData> {
+fn prepare(kind: OpKind, n: usize, root: usize, case: &Case, seed: u64) -> Vec<RankData> {
     let (in_count, _) = kind.buffer_counts(case.count, n);
-    let inputs: Vec<Vec<u8>> = (0..n)
+    let inputs: Vec<Aligned> = (0..n)
         .map(|r| data::input(case.dtype, case.op, r, in_count, seed))
         .collect();
     let block = case.count * case.dtype.size();
     let own = |r: usize| r * block..(r + 1) * block;
-    (0..n)
-        .map(|r| {
-            let garbage = |len: usize| vec![GARBAGE; len];
-            let (start, expected) = match (kind, case.in_place) {
-                (OpKind::Broadcast, false) => (garbage(block), Some(inputs[root].clone())),
-                (OpKind::Broadcast, true) => {
-                    let start = match r == root {
-                        true => inputs[r].clone(),
-                        false => garbage(block),
-                    };
-                    (start, Some(inputs[root].clone()))
+    let garbage = |len: usize| Aligned::filled(GARBAGE, len);
+    let broadcast: Arc<[u8]> = Arc::from(&inputs[root][..]);
+    let buffers: Vec<(Aligned, Option<Arc<[u8]>>)> = (0..n)
+        .map(|r| match (kind, case.in_place) {
+            (OpKind::Broadcast, false) => (garbage(block), Some(broadcast.clone())),
+            (OpKind::Broadcast, true) => {
+                let start = match r == root {
+                    true => inputs[r].clone(),
+                    false => garbage(block),
+                };
+                (start, Some(broadcast.clone()))
+            }
+            (OpKind::Reduce, in_place) => {
+                let refs: Vec<&[u8]> = inputs.iter().map(Aligned::bytes).collect();
+                let expected = (r == root).then(|| oracle::fold(case.dtype, case.op, &refs).into());
+                let start = match in_place {
+                    true => inputs[r].clone(),
+                    false => garbage(block),
+                };
+                (start, expected)
+            }
+            (OpKind::Scatter, false) => (garbage(block), Some(inputs[root][own(r)].into())),
+            (OpKind::Scatter, true) => {
+                let start = match r == root {
+                    true => inputs[r].clone(),
+                    false => garbage(n * block),
+                };
+                let mut expected = start.to_vec();
+                expected[own(r)].copy_from_slice(&inputs[root][own(r)]);
+                (start, Some(expected.into()))
+            }
+            (_, in_place) => {
+                let mut start = garbage(n * block);
+                if in_place {
+                    start[own(r)].copy_from_slice(&inputs[r]);
                 }
-                (OpKind::Reduce, in_place) => {
-                    let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-                    let expected = (r == root).then(|| oracle::fold(case.dtype, case.op, &refs));
-                    let start = match in_place {
-                        true => inputs[r].clone(),
-                        false => garbage(block),
-                    };
-                    (start, expected)
-                }
-                (OpKind::Scatter, false) => (garbage(block), Some(inputs[root][own(r)].to_vec())),
-                (OpKind::Scatter, true) => {
-                    let start = match r == root {
-                        true => inputs[r].clone(),
-                        false => garbage(n * block),
-                    };
-                    let mut expected = start.clone();
-                    expected[own(r)].copy_from_slice(&inputs[root][own(r)]);
-                    (start, Some(expected))
-                }
-                (_, in_place) => {
-                    let mut start = garbage(n * block);
-                    if in_place {
-                        start[own(r)].copy_from_slice(&inputs[r]);
-                    }
-                    (start, (r == root).then(|| inputs.concat()))
-                }
-            };
-            RootedData {
-                input: inputs[r].clone(),
-                start,
-                expected,
+                (start, (r == root).then(|| inputs.concat().into()))
             }
         })
+        .collect();
+    inputs
+        .into_iter()
+        .zip(buffers)
+        .map(|(input, (start, expected))| RankData {
+            input,
+            start,
+            expected,
+        })
         .collect()
-}
-
-/// Run `param` on every rank at once (one thread per rank) and compare the outputs that
-/// are defined; the first difference, naming rank and element.
-fn run_on_every_rank(
-    comms: &[Communicator],
-    param: &OpParam,
-    in_place: bool,
-    data: &[RootedData],
-) -> Result<(), String> {
-    let es = param.dtype.size();
-    std::thread::scope(|s| {
-        let handles: Vec<_> = comms
-            .iter()
-            .map(|comm| (comm, &data[comm.rank()]))
-            .map(|(comm, d)| {
-                s.spawn(move || -> Result<(), String> {
-                    let src = Aligned::from_bytes(&d.input);
-                    let mut out = Aligned::from_bytes(&d.start);
-                    let user = match in_place {
-                        true => UserBuffers::InPlace(out.bytes_mut()),
-                        false => UserBuffers::OutOfPlace {
-                            input: src.bytes(),
-                            output: out.bytes_mut(),
-                        },
-                    };
-                    comm.execute(param, user)
-                        .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
-                    let Some(want) = &d.expected else {
-                        return Ok(());
-                    };
-                    match first_difference(out.bytes(), want, es) {
-                        None => Ok(()),
-                        Some(i) => Err(format!(
-                            "rank {} element {i}: got {:?}, want {:?}",
-                            comm.rank(),
-                            out.bytes().get(i * es..(i + 1) * es),
-                            want.get(i * es..(i + 1) * es)
-                        )),
-                    }
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .try_for_each(|h| h.join().expect("rank thread panicked"))
-    })
 }
 
 /// The roots the cases rotate through: 0, `n/2` and `n − 1`.
@@ -212,7 +163,7 @@ fn rooted_with(
         let root = root_of(i);
         let data = prepare(kind, n, root, case, i as u64);
         let param = OpParam::rooted(kind, case.count, case.dtype, case.op, root);
-        run_on_every_rank(comms, &param, case.in_place, &data)
+        run_on_every_rank(comms, &param, case.in_place, data)
             .map_err(|e| format!("root {root}, {case:?}: {e}"))?;
     }
     Ok(())

@@ -7,9 +7,9 @@
 //! Layout builders produce uneven counts (some zero), displacements out of rank order with
 //! gaps, and point-to-point items listed in a different order on every rank.
 
-use crate::{data, oracle, Aligned, Setup};
+use crate::{data, execute_on, first_difference, on_every_rank, oracle, Aligned, Setup};
 use oxccl::framework::op::{P2pItem, VLayout};
-use oxccl::{Communicator, DataType, OpKind, OpParam, ReduceOp, UserBuffers};
+use oxccl::{Communicator, DataType, OpKind, OpParam, ReduceOp};
 
 /// Byte that marks memory the collective must overwrite.
 const GARBAGE: u8 = 0xEE;
@@ -123,8 +123,8 @@ fn listed(n: usize, r: usize, transfers: &[(usize, usize, usize)], sends: bool) 
 /// One rank's buffers before the call, and what the covered bytes must hold after it.
 struct RankCase {
     param: OpParam,
-    input: Vec<u8>,
-    start: Vec<u8>,
+    input: Aligned,
+    start: Aligned,
     expected: Vec<u8>,
     /// Byte ranges of the output buffer to compare.
     covered: Vec<(usize, usize)>,
@@ -134,7 +134,7 @@ fn prepare(kind: OpKind, case: &VCase, seed: u64) -> Vec<RankCase> {
     let n = case.layouts.len();
     let es = case.dtype.size();
     let params = case.params(kind);
-    let inputs: Vec<Vec<u8>> = params
+    let inputs: Vec<Aligned> = params
         .iter()
         .enumerate()
         .map(|(r, p)| data::input(case.dtype, case.op, r, p.buffer_counts(r, n).0, seed))
@@ -152,11 +152,11 @@ fn prepare(kind: OpKind, case: &VCase, seed: u64) -> Vec<RankCase> {
             } else {
                 out_bytes
             };
-            let mut start = vec![GARBAGE; len];
+            let mut start = Aligned::filled(GARBAGE, len);
             if case.in_place {
                 start[in_base..in_base + in_bytes].copy_from_slice(&inputs[r]);
             }
-            let mut expected = start.clone();
+            let mut expected = start.to_vec();
             let mut covered = Vec::new();
             let mut put = |at: usize, bytes: &[u8]| {
                 expected[out_base + at..out_base + at + bytes.len()].copy_from_slice(bytes);
@@ -208,46 +208,21 @@ fn prepare(kind: OpKind, case: &VCase, seed: u64) -> Vec<RankCase> {
 fn run_case(kind: OpKind, comms: &[Communicator], case: &VCase, seed: u64) -> Result<(), String> {
     let ranks = prepare(kind, case, seed);
     let es = case.dtype.size();
-    std::thread::scope(|s| {
-        let handles: Vec<_> = comms
-            .iter()
-            .map(|comm| (comm, &ranks[comm.rank()]))
-            .map(|(comm, d)| {
-                s.spawn(move || -> Result<(), String> {
-                    let src = Aligned::from_bytes(&d.input);
-                    let mut out = Aligned::from_bytes(&d.start);
-                    let user = match case.in_place {
-                        true => UserBuffers::InPlace(out.bytes_mut()),
-                        false => UserBuffers::OutOfPlace {
-                            input: src.bytes(),
-                            output: out.bytes_mut(),
-                        },
-                    };
-                    comm.execute(&d.param, user)
-                        .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
-                    for &(a, b) in &d.covered {
-                        let (got, want) = (&out.bytes()[a..b], &d.expected[a..b]);
-                        if let Some(i) = got
-                            .chunks(es)
-                            .zip(want.chunks(es))
-                            .position(|(x, y)| x != y)
-                        {
-                            return Err(format!(
-                                "rank {} byte {}: got {:?}, want {:?}",
-                                comm.rank(),
-                                a + i * es,
-                                &got[i * es..(i + 1) * es],
-                                &want[i * es..(i + 1) * es]
-                            ));
-                        }
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .try_for_each(|h| h.join().expect("rank thread panicked"))
+    on_every_rank(comms, ranks, |comm, mut d| {
+        execute_on(comm, &d.param, case.in_place, &d.input, &mut d.start)?;
+        for &(a, b) in &d.covered {
+            let (got, want) = (&d.start[a..b], &d.expected[a..b]);
+            if let Some(i) = first_difference(got, want, es) {
+                return Err(format!(
+                    "rank {} byte {}: got {:?}, want {:?}",
+                    comm.rank(),
+                    a + i * es,
+                    &got[i * es..(i + 1) * es],
+                    &want[i * es..(i + 1) * es]
+                ));
+            }
+        }
+        Ok(())
     })
 }
 
