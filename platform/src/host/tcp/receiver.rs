@@ -348,12 +348,18 @@ fn drop_late_hellos(links: &TcpLinks, conns: &mut [Option<Conn>]) {
     }
 }
 
-/// Read what `conn` has, frame by frame, until it would block.
+/// Read what `conn` has, frame by frame, until it has no more.
 ///
 /// Bytes come through the connection's inbox (one read takes every small frame that
 /// arrived), except the bulk of a large Write's payload, which is read straight into its
 /// target buffer.
+///
+/// A read that filled less than it asked for took everything the socket had: the
+/// connection is left there, without a second read to hear `EAGAIN` (half of the
+/// receiving system calls of a small call). Bytes that arrive after it make the
+/// level-triggered readiness set report the connection again.
 fn drive(shared: &Arc<Shared>, links: &TcpLinks, conn: &mut Conn) -> Next {
+    let mut drained = false;
     loop {
         if conn.head < conn.tail {
             let n = take_from_inbox(conn);
@@ -364,6 +370,9 @@ fn drive(shared: &Arc<Shared>, links: &TcpLinks, conn: &mut Conn) -> Next {
         }
         conn.head = 0;
         conn.tail = 0;
+        if drained {
+            return Next::Keep;
+        }
         let direct = matches!(conn.rx, Rx::Payload { left, .. } if left >= DIRECT_BYTES);
         let read = match &mut conn.rx {
             // SAFETY: `at..at + left` lies in a registered buffer of a local rank (bounds
@@ -384,11 +393,15 @@ fn drive(shared: &Arc<Shared>, links: &TcpLinks, conn: &mut Conn) -> Next {
         };
         match direct {
             true => {
+                drained = matches!(conn.rx, Rx::Payload { left, .. } if n < left);
                 if let Err(next) = advance(shared, links, conn, n) {
                     return next;
                 }
             }
-            false => conn.tail = n,
+            false => {
+                drained = n < conn.inbox.len();
+                conn.tail = n;
+            }
         }
     }
 }
