@@ -13,6 +13,7 @@
 //! - **tcp** ([`tcp`]): peers on other hosts (or any peer, when forced), put-only: writes
 //!   into the peer's registered buffers and posts of its signals, framed over sockets.
 
+pub mod put;
 pub mod shm;
 pub mod tcp;
 

@@ -47,12 +47,13 @@ use crate::device::DeviceConfig;
 use crate::error::{AbortCause, DeviceError, PeerLoss};
 use crate::host::launch::Shared;
 use crate::ir::{Buf, Rank};
+use crate::transport::put::{Hop, PutWire};
 use crate::transport::tcp::wire::{Frame, Hello, Target};
 use crate::transport::tcp::{
-    connect, keep_alive, send, send_all, send_nonblocking, TcpError, TcpJob,
+    connect, keep_alive, send, send_nonblocking, Framed, TcpError, TcpJob,
 };
 use parking_lot::{Condvar, Mutex};
-use std::io::{IoSlice, Read};
+use std::io::Read;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -289,37 +290,6 @@ impl TcpLinks {
         }
     }
 
-    /// Send `frame` (and `payload`) from local slot `slot` to `to`.
-    pub(crate) fn send(
-        &self,
-        slot: usize,
-        to: Rank,
-        frame: Frame,
-        payload: &[u8],
-    ) -> Result<(), DeviceError> {
-        let header = frame.encode();
-        self.send_bufs(
-            slot,
-            to,
-            &mut [IoSlice::new(&header), IoSlice::new(payload)],
-        )
-    }
-
-    /// Send `bufs`, in order and whole, from local slot `slot` to `to`.
-    fn send_bufs(
-        &self,
-        slot: usize,
-        to: Rank,
-        bufs: &mut [IoSlice<'_>],
-    ) -> Result<(), DeviceError> {
-        let from = self.local[slot];
-        let mut conn = self.out[slot][to].lock();
-        let stream = conn
-            .as_mut()
-            .ok_or_else(|| self.send_error(from, to, None))?;
-        send_all(stream, bufs).map_err(|e| self.send_error(from, to, Some(e)))
-    }
-
     fn send_error(&self, from: Rank, to: Rank, e: Option<std::io::Error>) -> DeviceError {
         let e = e.unwrap_or_else(|| std::io::ErrorKind::NotConnected.into());
         DeviceError::Tcp(TcpError::Send {
@@ -340,23 +310,14 @@ impl TcpLinks {
         bytes: &[u8],
         (then_post, epoch): (Option<usize>, u64),
     ) -> Result<(), DeviceError> {
-        let write = Frame::Write {
+        let hop = Hop {
             target,
             offset: offset as u64,
-            len: bytes.len() as u64,
-        }
-        .encode();
-        let post = then_post.map(|word| {
-            let word = word as u64;
-            Frame::Post { word, epoch }.encode()
-        });
-        let post = post.as_ref().map_or(&[][..], |p| &p[..]);
-        let mut bufs = [
-            IoSlice::new(&write),
-            IoSlice::new(bytes),
-            IoSlice::new(post),
-        ];
-        self.send_bufs(slot, to, &mut bufs)
+            bytes,
+            then_post: then_post.map(|word| word as u64),
+            epoch,
+        };
+        self.on_wire(slot, to, |wire| wire.put(hop))
     }
 
     /// Post link word `word` of `to` for the call of `epoch`, from local slot `slot`.
@@ -367,8 +328,22 @@ impl TcpLinks {
         word: usize,
         epoch: u64,
     ) -> Result<(), DeviceError> {
-        let word = word as u64;
-        self.send(slot, to, Frame::Post { word, epoch }, &[])
+        self.on_wire(slot, to, |wire| wire.post(word as u64, epoch))
+    }
+
+    /// Run `send` on the put protocol of the connection local slot `slot` opened to `to`.
+    fn on_wire(
+        &self,
+        slot: usize,
+        to: Rank,
+        send: impl FnOnce(&mut Framed<'_>) -> std::io::Result<()>,
+    ) -> Result<(), DeviceError> {
+        let from = self.local[slot];
+        let mut conn = self.out[slot][to].lock();
+        let stream = conn
+            .as_mut()
+            .ok_or_else(|| self.send_error(from, to, None))?;
+        send(&mut Framed(stream)).map_err(|e| self.send_error(from, to, Some(e)))
     }
 
     /// Tell the ranks that fence on local slot `slot` (its subscribers) that it finished

@@ -27,6 +27,7 @@
 pub mod wire;
 
 use crate::ir::Rank;
+use crate::transport::put::{Hop, PutWire};
 use std::io::{IoSlice, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
@@ -155,6 +156,40 @@ pub fn keep_alive(stream: &TcpStream) -> std::io::Result<()> {
     sockopt::set_tcp_keepintvl(stream, KEEPALIVE_INTERVAL)?;
     sockopt::set_tcp_keepcnt(stream, KEEPALIVE_PROBES)?;
     Ok(())
+}
+
+/// The put protocol ([`PutWire`]) as frames on a stream: a hop is a Write frame and its
+/// payload, then its Post frame, in one vectored write; the stream's order keeps every
+/// post behind the bytes it announces, and the bytes are in the kernel's socket buffer
+/// (the source free again) when the write returns.
+pub struct Framed<'a>(pub &'a mut TcpStream);
+
+impl PutWire for Framed<'_> {
+    type Error = std::io::Error;
+
+    fn put(&mut self, hop: Hop<'_>) -> std::io::Result<()> {
+        let write = wire::Frame::Write {
+            target: hop.target,
+            offset: hop.offset,
+            len: hop.bytes.len() as u64,
+        }
+        .encode();
+        let post = hop.then_post.map(|word| {
+            let epoch = hop.epoch;
+            wire::Frame::Post { word, epoch }.encode()
+        });
+        let post = post.as_ref().map_or(&[][..], |p| &p[..]);
+        let mut bufs = [
+            IoSlice::new(&write),
+            IoSlice::new(hop.bytes),
+            IoSlice::new(post),
+        ];
+        send_all(self.0, &mut bufs)
+    }
+
+    fn post(&mut self, word: u64, epoch: u64) -> std::io::Result<()> {
+        send(self.0, &wire::Frame::Post { word, epoch }.encode(), &[])
+    }
 }
 
 /// Write `header` then `payload` in as few system calls as the socket takes.

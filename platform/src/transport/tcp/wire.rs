@@ -83,24 +83,7 @@ impl Hello {
     }
 }
 
-/// A registered buffer of the receiving rank that a Write may target.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Target {
-    CclIn,
-    CclOut,
-    /// Scratch allocation `id`.
-    Scratch(u64),
-}
-
-impl fmt::Display for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Target::CclIn => f.write_str("CclIn"),
-            Target::CclOut => f.write_str("CclOut"),
-            Target::Scratch(id) => write!(f, "scratch {id}"),
-        }
-    }
-}
+pub use crate::transport::put::Target;
 
 /// One message of a connection, from its `from` rank to its `to` rank.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
