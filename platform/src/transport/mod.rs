@@ -12,8 +12,13 @@
 //!   is load/store, like threads of one process;
 //! - **tcp** ([`tcp`]): peers on other hosts (or any peer, when forced), put-only: writes
 //!   into the peer's registered buffers and posts of its signals, framed over sockets.
+//!
+//! Both put-only transports speak one protocol ([`put`]). The RDMA transport ([`rdma`]:
+//! the protocol over RDMA WRITE and WRITE_WITH_IMM, tested against a fake fabric; real
+//! devices behind feature `rdma`) is not in the table yet: no device uses its links.
 
 pub mod put;
+pub mod rdma;
 pub mod shm;
 pub mod tcp;
 

@@ -1,0 +1,131 @@
+//! The receiving side of a device's RDMA links: receives kept posted for the peers'
+//! immediates, and each immediate turned into a post of the link word it names.
+//!
+//! The data needs no receiver at all (the peer's NIC wrote it into the registered buffer);
+//! only the posts do. A WRITE_WITH_IMM consumes one posted receive of its queue pair, so
+//! each queue pair keeps [`Inbox::DEPTH`] of them, and every receive the inbox takes it
+//! posts again before it hands the post on: a peer never finds the queue empty while the
+//! number of its posts in flight stays under the depth (a program's posts to one peer
+//! are bounded by its link words, far fewer).
+
+use super::verbs::{Completion, QpId, Status, Verbs};
+use super::{decode_imm, RdmaError};
+use crate::ir::Rank;
+use std::sync::Arc;
+
+/// One post an immediate carried: link word `word` of this rank, from `peer`'s call
+/// `epoch`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Posted {
+    pub peer: Rank,
+    pub word: u64,
+    pub epoch: u64,
+}
+
+/// The receiving side of one rank's links.
+pub struct Inbox<V: Verbs + ?Sized> {
+    verbs: Arc<V>,
+    rank: Rank,
+    /// The peer behind each queue pair this inbox serves.
+    peers: Vec<(QpId, Rank)>,
+    next_wr: u64,
+    completions: Vec<Completion>,
+}
+
+impl<V: Verbs + ?Sized> Inbox<V> {
+    /// Receives kept posted per queue pair.
+    pub const DEPTH: usize = 64;
+
+    /// The inbox of `rank` for the queue pairs `peers` (each with the peer it leads to),
+    /// their receives posted.
+    pub fn new(verbs: Arc<V>, rank: Rank, peers: Vec<(QpId, Rank)>) -> Result<Self, RdmaError> {
+        let mut inbox = Inbox {
+            verbs,
+            rank,
+            peers,
+            next_wr: 0,
+            completions: Vec::new(),
+        };
+        for i in 0..inbox.peers.len() {
+            for _ in 0..Self::DEPTH {
+                inbox.repost(inbox.peers[i].0)?;
+            }
+        }
+        Ok(inbox)
+    }
+
+    fn peer_of(&self, qp: QpId) -> Option<Rank> {
+        self.peers.iter().find(|(q, _)| *q == qp).map(|&(_, p)| p)
+    }
+
+    fn repost(&mut self, qp: QpId) -> Result<(), RdmaError> {
+        self.next_wr += 1;
+        let peer = self.peer_of(qp).unwrap_or(self.rank);
+        self.verbs
+            .post_recv(qp, self.next_wr)
+            .map_err(|source| RdmaError::Verbs {
+                port: self.verbs.port().clone(),
+                rank: self.rank,
+                peer,
+                what: "posting a receive",
+                source,
+            })
+    }
+
+    /// Take the immediates that arrived: each reposts its receive and goes to `posted`,
+    /// its epoch completed against `current` (this rank's call); how many came. A failed
+    /// receive is the error of its queue pair, naming the peer.
+    pub fn take(
+        &mut self,
+        current: u64,
+        mut posted: impl FnMut(Posted),
+    ) -> Result<usize, RdmaError> {
+        let mut completions = std::mem::take(&mut self.completions);
+        completions.clear();
+        let polled = self.verbs.poll_recv(&mut completions);
+        let result = polled
+            .map_err(|source| RdmaError::Verbs {
+                port: self.verbs.port().clone(),
+                rank: self.rank,
+                peer: self.rank,
+                what: "polling receive completions",
+                source,
+            })
+            .and_then(|()| {
+                for c in &completions {
+                    self.take_one(c, current, &mut posted)?;
+                }
+                Ok(completions.len())
+            });
+        self.completions = completions;
+        result
+    }
+
+    fn take_one(
+        &mut self,
+        c: &Completion,
+        current: u64,
+        posted: &mut impl FnMut(Posted),
+    ) -> Result<(), RdmaError> {
+        let peer = self.peer_of(c.qp).unwrap_or(self.rank);
+        let failed = |status| RdmaError::QueuePair {
+            port: self.verbs.port().clone(),
+            rank: self.rank,
+            peer,
+            wr_id: c.wr_id,
+            status,
+        };
+        match (c.status, c.imm) {
+            (Status::Success, Some(imm)) => {
+                self.repost(c.qp)?;
+                let (word, epoch) = decode_imm(imm, current);
+                posted(Posted { peer, word, epoch });
+                Ok(())
+            }
+            // A receive completes only for an immediate: one without is a peer that sent
+            // what this protocol never sends.
+            (Status::Success, None) => Err(failed(Status::Other(0))),
+            (status, _) => Err(failed(status)),
+        }
+    }
+}
