@@ -83,15 +83,8 @@ fn prepare(kind: OpKind, n: usize, case: &Case, seed: u64) -> Vec<RankData> {
             }
         })
         .collect();
-    inputs
-        .into_iter()
-        .zip(buffers)
-        .map(|(input, (start, expected))| RankData {
-            input,
-            start,
-            expected: Some(expected),
-        })
-        .collect()
+    let buffers = buffers.into_iter().map(|(s, e)| (s, Some(e))).collect();
+    RankData::zip(inputs, buffers)
 }
 
 /// Run one case on every rank and compare with the reference.

@@ -286,6 +286,21 @@ pub struct RankData {
     pub expected: Option<Arc<[u8]>>,
 }
 
+impl RankData {
+    /// Each rank's input with its (start, expected) buffers, by rank.
+    pub fn zip(inputs: Vec<Aligned>, buffers: Vec<(Aligned, Option<Arc<[u8]>>)>) -> Vec<Self> {
+        inputs
+            .into_iter()
+            .zip(buffers)
+            .map(|(input, (start, expected))| RankData {
+                input,
+                start,
+                expected,
+            })
+            .collect()
+    }
+}
+
 /// Run `check` for every rank of `comms` at once, one thread per rank, each given its own
 /// entry of `data` (indexed by rank: `comms` may be the ranks of this process only); the
 /// first failure.

@@ -106,15 +106,7 @@ fn prepare(kind: OpKind, n: usize, root: usize, case: &Case, seed: u64) -> Vec<R
             }
         })
         .collect();
-    inputs
-        .into_iter()
-        .zip(buffers)
-        .map(|(input, (start, expected))| RankData {
-            input,
-            start,
-            expected,
-        })
-        .collect()
+    RankData::zip(inputs, buffers)
 }
 
 /// The roots the cases rotate through: 0, `n/2` and `n − 1`.
