@@ -15,6 +15,8 @@ use super::verbs::{
     Completion, Port, QpEndpoint, QpId, Registered, SendOp, Status, Verbs, VerbsError, WorkRequest,
 };
 use parking_lot::Mutex;
+use rustix::event::{eventfd, EventfdFlags};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -49,11 +51,13 @@ struct Qp {
     sent: VecDeque<Completion>,
 }
 
-#[derive(Default)]
 struct Nic {
     /// Fabric-wide index of each of this NIC's queue pairs, by local id.
     qps: Vec<usize>,
     received: VecDeque<Completion>,
+    /// Readable after a receive completed while `armed` (the completion channel).
+    bell: Arc<OwnedFd>,
+    armed: bool,
     /// Send completions still to lose.
     lose: usize,
     reorder: bool,
@@ -66,6 +70,7 @@ pub struct FakeNic {
     state: Arc<Mutex<State>>,
     index: usize,
     port: Port,
+    bell: Arc<OwnedFd>,
 }
 
 impl Fabric {
@@ -74,17 +79,28 @@ impl Fabric {
     }
 
     /// A new NIC on the fabric, named `device` (port 1).
-    pub fn nic(&self, device: &str) -> Arc<FakeNic> {
+    pub fn nic(&self, device: &str) -> std::io::Result<Arc<FakeNic>> {
+        let flags = EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK;
+        let bell = Arc::new(eventfd(0, flags)?);
         let mut state = self.state.lock();
-        state.nics.push(Nic::default());
-        Arc::new(FakeNic {
+        state.nics.push(Nic {
+            qps: Vec::new(),
+            received: VecDeque::new(),
+            bell: bell.clone(),
+            armed: false,
+            lose: 0,
+            reorder: false,
+            log: Vec::new(),
+        });
+        Ok(Arc::new(FakeNic {
             state: self.state.clone(),
             index: state.nics.len() - 1,
             port: Port {
                 device: device.into(),
                 port: 1,
             },
-        })
+            bell,
+        }))
     }
 }
 
@@ -157,12 +173,17 @@ impl State {
                 return Status::ReceiverNotReady;
             };
             let (nic, qp) = (self.qps[to].nic, self.qps[to].local);
-            self.nics[nic].received.push_back(Completion {
+            let nic = &mut self.nics[nic];
+            nic.received.push_back(Completion {
                 wr_id: recv,
                 qp,
                 status: Status::Success,
                 imm: Some(imm),
             });
+            if std::mem::take(&mut nic.armed) {
+                // A full counter only means it is readable already.
+                let _ = rustix::io::write(&*nic.bell, &1u64.to_ne_bytes());
+            }
         }
         Status::Success
     }
@@ -284,6 +305,19 @@ impl Verbs for FakeNic {
     fn poll_recv(&self, out: &mut Vec<Completion>) -> Result<(), VerbsError> {
         let mut state = self.state.lock();
         out.extend(state.nics[self.index].received.drain(..));
+        Ok(())
+    }
+
+    fn recv_fd(&self) -> BorrowedFd<'_> {
+        self.bell.as_fd()
+    }
+
+    fn arm_recv(&self) -> Result<(), VerbsError> {
+        let mut state = self.state.lock();
+        let mut count = [0u8; 8];
+        // Empty (EAGAIN) is the usual answer: nothing was signalled since the last arm.
+        let _ = rustix::io::read(&*self.bell, &mut count);
+        state.nics[self.index].armed = true;
         Ok(())
     }
 }

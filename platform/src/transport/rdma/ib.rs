@@ -19,6 +19,7 @@ use crate::transport::rdma::Port;
 use ibverbs_sys as ffi;
 use parking_lot::Mutex;
 use std::ffi::CStr;
+use std::os::fd::BorrowedFd;
 use std::os::raw::c_int;
 use std::ptr::null_mut;
 use std::sync::Arc;
@@ -163,6 +164,8 @@ pub struct IbNic {
     settings: Settings,
     ctx: *mut ffi::ibv_context,
     pd: *mut ffi::ibv_pd,
+    /// Wakes a thread asleep on its descriptor when `recv_cq` gets a completion (armed).
+    channel: *mut ffi::ibv_comp_channel,
     recv_cq: *mut ffi::ibv_cq,
     lid: u16,
     mtu: ffi::ibv_mtu,
@@ -215,6 +218,7 @@ impl IbNic {
             settings: settings.clone(),
             ctx,
             pd: null_mut(),
+            channel: null_mut(),
             recv_cq: null_mut(),
             lid: 0,
             mtu: ffi::IBV_MTU_1024,
@@ -249,8 +253,19 @@ impl IbNic {
         if self.pd.is_null() {
             return Err(call_failed("ibv_alloc_pd"));
         }
-        // SAFETY: as above; no channel and no context pointer.
-        self.recv_cq = unsafe { ffi::ibv_create_cq(self.ctx, CQ_DEPTH, null_mut(), null_mut(), 0) };
+        // SAFETY: `ctx` is open.
+        self.channel = unsafe { ffi::ibv_create_comp_channel(self.ctx) };
+        if self.channel.is_null() {
+            return Err(call_failed("ibv_create_comp_channel"));
+        }
+        // Non-blocking, so that arming drains its events without waiting.
+        rustix::io::ioctl_fionbio(self.recv_fd(), true).map_err(|e| VerbsError::Call {
+            call: "ioctl(FIONBIO) on the completion channel",
+            reason: std::io::Error::from(e).to_string(),
+        })?;
+        // SAFETY: as above; the channel is live, no context pointer.
+        self.recv_cq =
+            unsafe { ffi::ibv_create_cq(self.ctx, CQ_DEPTH, null_mut(), self.channel, 0) };
         if self.recv_cq.is_null() {
             return Err(call_failed("ibv_create_cq"));
         }
@@ -592,6 +607,41 @@ impl Verbs for IbNic {
             })
         })
     }
+
+    fn recv_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the channel (and its descriptor) lives as long as the NIC.
+        unsafe { BorrowedFd::borrow_raw((*self.channel).fd) }
+    }
+
+    fn arm_recv(&self) -> Result<(), VerbsError> {
+        self.drain_events();
+        // SAFETY: the context outlives its queues; providers fill `ops.req_notify_cq`.
+        let notify = unsafe { (*self.ctx).ops.req_notify_cq }.ok_or(VerbsError::Call {
+            call: "ibv_req_notify_cq",
+            reason: "the provider has no req_notify_cq".into(),
+        })?;
+        // SAFETY: the receive queue is live; 0: every completion, not only solicited.
+        match unsafe { notify(self.recv_cq, 0) } {
+            0 => Ok(()),
+            e => Err(errno_failed("ibv_req_notify_cq", e)),
+        }
+    }
+}
+
+impl IbNic {
+    /// Acknowledge every event the channel holds (each `ibv_get_cq_event` must be acked
+    /// before the queue may be destroyed).
+    fn drain_events(&self) {
+        loop {
+            let (mut cq, mut context) = (null_mut(), null_mut());
+            // SAFETY: the channel is live and non-blocking: no event is EAGAIN.
+            if unsafe { ffi::ibv_get_cq_event(self.channel, &mut cq, &mut context) } != 0 {
+                return;
+            }
+            // SAFETY: `cq` is the queue the event was for.
+            unsafe { ffi::ibv_ack_cq_events(cq, 1) };
+        }
+    }
 }
 
 impl Drop for IbNic {
@@ -610,6 +660,9 @@ impl Drop for IbNic {
             }
             if !self.recv_cq.is_null() {
                 ffi::ibv_destroy_cq(self.recv_cq);
+            }
+            if !self.channel.is_null() {
+                ffi::ibv_destroy_comp_channel(self.channel);
             }
             if !self.pd.is_null() {
                 ffi::ibv_dealloc_pd(self.pd);

@@ -12,6 +12,7 @@ use super::verbs::{Completion, QpId, Status, Verbs};
 use super::{decode_imm, RdmaError};
 use crate::ir::Rank;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// One post an immediate carried: link word `word` of this rank, from `peer`'s call
 /// `epoch`.
@@ -84,13 +85,7 @@ impl<V: Verbs + ?Sized> Inbox<V> {
         completions.clear();
         let polled = self.verbs.poll_recv(&mut completions);
         let result = polled
-            .map_err(|source| RdmaError::Verbs {
-                port: self.verbs.port().clone(),
-                rank: self.rank,
-                peer: self.rank,
-                what: "polling receive completions",
-                source,
-            })
+            .map_err(|e| self.verbs_error("polling receive completions", e))
             .and_then(|()| {
                 for c in &completions {
                     self.take_one(c, current, &mut posted)?;
@@ -99,6 +94,54 @@ impl<V: Verbs + ?Sized> Inbox<V> {
             });
         self.completions = completions;
         result
+    }
+
+    /// As [`Self::take`], sleeping up to `wait` for an immediate when none is there: the
+    /// receive queue's file descriptor wakes this thread, so an idle link holds no core
+    /// (what an event loop over the descriptor, with the sockets, does as well).
+    pub fn wait(
+        &mut self,
+        wait: Duration,
+        current: u64,
+        mut posted: impl FnMut(Posted),
+    ) -> Result<usize, RdmaError> {
+        self.verbs
+            .arm_recv()
+            .map_err(|e| self.verbs_error("arming the receive queue", e))?;
+        let n = self.take(current, &mut posted)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        self.sleep(wait)?;
+        self.take(current, posted)
+    }
+
+    /// Sleep until the receive queue's descriptor is readable, `wait` at most.
+    fn sleep(&self, wait: Duration) -> Result<(), RdmaError> {
+        use rustix::event::{poll, PollFd, PollFlags};
+        let fd = self.verbs.recv_fd();
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        let timeout = crate::transport::timespec(wait);
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+            Err(e) => {
+                let source = super::VerbsError::Call {
+                    call: "poll",
+                    reason: std::io::Error::from(e).to_string(),
+                };
+                Err(self.verbs_error("waiting for the receive queue", source))
+            }
+        }
+    }
+
+    fn verbs_error(&self, what: &'static str, source: super::VerbsError) -> RdmaError {
+        RdmaError::Verbs {
+            port: self.verbs.port().clone(),
+            rank: self.rank,
+            peer: self.rank,
+            what,
+            source,
+        }
     }
 
     fn take_one(

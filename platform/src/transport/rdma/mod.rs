@@ -24,7 +24,9 @@
 //!   and status ([`RdmaError::QueuePair`]).
 //! - **The receiver** ([`inbox::Inbox`]) keeps receives posted on every queue pair, polls
 //!   the receive completions, and turns each immediate into a post of the sender's link
-//!   word, reposting the receive it used.
+//!   word, reposting the receive it used. Idle, it sleeps on the receive queue's file
+//!   descriptor (a completion channel, armed before the last look), so a quiet
+//!   communicator holds no core, and the descriptor can join an event loop's sockets.
 //!
 //! Files: `verbs` (the calls used, as a trait), `link` (the sending side of a link, the
 //! peer's regions, the endpoint's connect info), `inbox` (the receiving side), `fake` (a

@@ -32,7 +32,7 @@ struct Pair {
 impl Pair {
     fn new() -> Pair {
         let fabric = Fabric::new();
-        let (a, b) = (fabric.nic("fake_a"), fabric.nic("fake_b"));
+        let (a, b) = (fabric.nic("fake_a").unwrap(), fabric.nic("fake_b").unwrap());
         let mut src: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
         let mut ccl_in = vec![0u8; LEN];
         let mut ccl_out = vec![0xEEu8; LEN + 2 * GUARD];
@@ -151,6 +151,47 @@ fn a_post_alone_and_many_posts_keep_the_receives_posted() {
     }
     assert_eq!(seen, 3 * Inbox::<FakeNic>::DEPTH);
     assert!(p.ccl_in.iter().all(|&b| b == 0), "a post moves no data");
+}
+
+#[test]
+fn an_idle_inbox_sleeps_until_an_immediate_wakes_it() {
+    let p = Pair::new();
+    let mut inbox = p.inbox();
+    let started = std::time::Instant::now();
+    let none = inbox.wait(Duration::from_millis(30), 0, |_| {}).unwrap();
+    assert_eq!(none, 0);
+    assert!(started.elapsed() >= Duration::from_millis(25), "it slept");
+    let fd = p.b.recv_fd();
+    let readable = || {
+        use rustix::event::{poll, PollFd, PollFlags};
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        poll(&mut fds, Some(&zero)).unwrap() == 1
+    };
+    assert!(!readable(), "nothing signalled");
+    std::thread::scope(|s| {
+        let link = p.link(SECOND);
+        s.spawn(move || {
+            let mut link = link;
+            std::thread::sleep(Duration::from_millis(20));
+            link.post(7, 0).unwrap();
+        });
+        let started = std::time::Instant::now();
+        let mut got = Vec::new();
+        while got.is_empty() {
+            inbox
+                .wait(Duration::from_secs(5), 0, |x| got.push(x))
+                .unwrap();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "woken, not timed out"
+        );
+        assert_eq!(got[0].word, 7);
+    });
 }
 
 #[test]

@@ -6,6 +6,7 @@
 //! `rdma`).
 
 use std::fmt;
+use std::os::fd::BorrowedFd;
 
 /// A device's port: where a rank's RDMA traffic leaves.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -153,4 +154,14 @@ pub trait Verbs: Send + Sync {
 
     /// Move the completions of receives (of every queue pair) that are ready into `out`.
     fn poll_recv(&self, out: &mut Vec<Completion>) -> Result<(), VerbsError>;
+
+    /// A file descriptor that turns readable when a receive completes after
+    /// [`Verbs::arm_recv`], for an event loop to sleep on instead of polling (a completion
+    /// channel on a NIC).
+    fn recv_fd(&self) -> BorrowedFd<'_>;
+
+    /// Take the readiness `recv_fd` signalled, and ask for the next receive completion to
+    /// signal it again. A completion that came before the arm is in the queue but not
+    /// announced: poll after arming, then sleep.
+    fn arm_recv(&self) -> Result<(), VerbsError>;
 }
