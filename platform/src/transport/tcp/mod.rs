@@ -248,6 +248,54 @@ pub fn send_nonblocking(
 mod tests {
     use super::*;
     use rustix::net::sockopt;
+    use std::io::Read;
+    use wire::{Frame, Target, HEADER_LEN};
+
+    /// The next frame on `stream`, with its payload.
+    fn next_frame(stream: &mut TcpStream) -> (Frame, Vec<u8>) {
+        let mut header = [0u8; HEADER_LEN];
+        stream.read_exact(&mut header).unwrap();
+        let frame = Frame::decode(&header).unwrap();
+        let len = match frame {
+            Frame::Write { len, .. } => len as usize,
+            _ => 0,
+        };
+        let mut payload = vec![0u8; len];
+        stream.read_exact(&mut payload).unwrap();
+        (frame, payload)
+    }
+
+    /// The put protocol on TCP: a hop is its Write frame and bytes, then its Post; a post
+    /// alone is a Post frame; all in the order they were put.
+    #[test]
+    fn framed_puts_the_bytes_then_the_post_in_order() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut out = connect(addr, Instant::now() + Duration::from_secs(5)).unwrap();
+        let (mut inbound, _) = listener.accept().unwrap();
+        let bytes: Vec<u8> = (0..100).collect();
+        let mut wire = Framed(&mut out);
+        let hop = |offset, then_post| Hop {
+            target: Target::CclOut,
+            offset,
+            bytes: &bytes,
+            then_post,
+            epoch: 4,
+        };
+        wire.put(hop(8, Some(3))).unwrap();
+        wire.post(9, 5).unwrap();
+        wire.put(hop(200, None)).unwrap();
+        let write = |offset| Frame::Write {
+            target: Target::CclOut,
+            offset,
+            len: 100,
+        };
+        assert_eq!(next_frame(&mut inbound), (write(8), bytes.clone()));
+        let post = |word, epoch| (Frame::Post { word, epoch }, Vec::new());
+        assert_eq!(next_frame(&mut inbound), post(3, 4));
+        assert_eq!(next_frame(&mut inbound), post(9, 5));
+        assert_eq!(next_frame(&mut inbound), (write(200), bytes));
+    }
 
     #[test]
     fn keep_alive_sets_oxccls_probe_timings_on_both_ends() {
