@@ -23,6 +23,7 @@ use crate::error::{AbortCause, DeviceError, PeerLoss};
 use crate::host::launch::Shared;
 use crate::ir::{Buf, Rank};
 use crate::signal::{Posted, SET};
+use crate::transport::put::checked_range;
 use crate::transport::tcp::wire::{Frame, Hello, Target, HEADER_LEN, HELLO_LEN};
 use crate::transport::tcp::TcpError;
 use polling::Events;
@@ -704,9 +705,7 @@ fn write_target(
         len,
         target_len: region.len,
     };
-    let inside = offset
-        .checked_add(len)
-        .is_some_and(|end| end <= region.len as u64);
+    let inside = checked_range(offset, len, region.len as u64).is_some();
     if !inside || !region.writable {
         return Err(out_of_bounds);
     }

@@ -24,31 +24,46 @@ use std::os::raw::c_int;
 use std::ptr::null_mut;
 use std::sync::Arc;
 
-/// The names of the RDMA devices libibverbs lists here (none when the kernel has no RDMA
-/// subsystem).
-pub fn device_names() -> Vec<String> {
+/// Every device libibverbs lists, with its name, handed to `visit` while the list lives
+/// (it is freed afterwards, on every path); the first `Some` that `visit` returns.
+/// `Err(())`: no list at all (no RDMA subsystem in the kernel).
+fn visit_devices<R>(
+    mut visit: impl FnMut(*mut ffi::ibv_device, String) -> Option<R>,
+) -> Result<Option<R>, ()> {
     let mut count = 0;
     // SAFETY: `count` is a valid out-pointer; a null list means none (or no subsystem).
     let list = unsafe { ffi::ibv_get_device_list(&mut count) };
     if list.is_null() {
-        return Vec::new();
+        return Err(());
     }
     let n = usize::try_from(count).unwrap_or(0);
-    let names = (0..n)
-        .map(|i| {
-            // SAFETY: `list` holds `count` device pointers until it is freed below.
-            let name = unsafe { ffi::ibv_get_device_name(*list.add(i)) };
-            match name.is_null() {
-                true => format!("device {i}"),
-                // SAFETY: a non-null name is a NUL-terminated string owned by the list.
-                false => unsafe { CStr::from_ptr(name) }
-                    .to_string_lossy()
-                    .into_owned(),
-            }
-        })
-        .collect();
-    // SAFETY: `list` came from `ibv_get_device_list` and is freed once.
+    let found = (0..n).find_map(|i| {
+        // SAFETY: `list` holds `count` device pointers until it is freed below.
+        let device = unsafe { *list.add(i) };
+        // SAFETY: a listed device; a non-null name is a NUL-terminated string it owns.
+        let name = unsafe { ffi::ibv_get_device_name(device) };
+        let name = match name.is_null() {
+            true => format!("device {i}"),
+            false => unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned(),
+        };
+        visit(device, name)
+    });
+    // SAFETY: `list` came from `ibv_get_device_list` and is freed once, after the last
+    // use of its devices (a context opened from one outlives the list).
     unsafe { ffi::ibv_free_device_list(list) };
+    Ok(found)
+}
+
+/// The names of the RDMA devices libibverbs lists here (none when the kernel has no RDMA
+/// subsystem).
+pub fn device_names() -> Vec<String> {
+    let mut names = Vec::new();
+    let _ = visit_devices(|_, name| {
+        names.push(name);
+        None::<()>
+    });
     names
 }
 
@@ -88,28 +103,12 @@ fn port_state(port: &Port) -> Result<ffi::ibv_port_state::Type, RdmaError> {
         port: port.clone(),
         state: format!("unreadable ({what})"),
     };
-    let mut count = 0;
-    // SAFETY: as in `device_names`; the list is freed on every path below.
-    let list = unsafe { ffi::ibv_get_device_list(&mut count) };
-    if list.is_null() {
-        return Err(failed("the device list is gone"));
+    let named = |d, name: String| (name == port.device).then(|| query(d, port.port));
+    match visit_devices(named) {
+        Err(()) => Err(failed("the device list is gone")),
+        Ok(None) => Err(failed("the device went away")),
+        Ok(Some(state)) => state.map_err(|e| failed(&e)),
     }
-    let n = usize::try_from(count).unwrap_or(0);
-    let device = (0..n)
-        // SAFETY: `list` holds `count` device pointers.
-        .map(|i| unsafe { *list.add(i) })
-        .find(|&d| {
-            // SAFETY: `d` is a listed device; its name is NUL-terminated when not null.
-            let name = unsafe { ffi::ibv_get_device_name(d) };
-            !name.is_null() && unsafe { CStr::from_ptr(name) }.to_bytes() == port.device.as_bytes()
-        });
-    let result = match device {
-        None => Err(failed("the device went away")),
-        Some(device) => query(device, port.port).map_err(|e| failed(&e)),
-    };
-    // SAFETY: freed once, after the last use of its devices.
-    unsafe { ffi::ibv_free_device_list(list) };
-    result
 }
 
 /// Open `device`, read port `port`'s state, close it.
@@ -205,13 +204,7 @@ impl IbNic {
     /// Open the device and port `settings` name (see [`probe`]).
     pub fn open(settings: &Settings) -> Result<Arc<IbNic>, RdmaError> {
         let port = probe(settings)?;
-        let failed = |what: &'static str, source: VerbsError| RdmaError::Verbs {
-            port: port.clone(),
-            rank: 0,
-            peer: 0,
-            what,
-            source,
-        };
+        let failed = |what, source| RdmaError::verbs(&port, None, what, source);
         let ctx = open_named(&port.device).map_err(|e| failed("opening the device", e))?;
         let mut nic = IbNic {
             port: port.clone(),
@@ -336,29 +329,13 @@ fn status_of(wc: &ffi::ibv_wc) -> Status {
 
 /// Open the listed device named `name`.
 fn open_named(name: &str) -> Result<*mut ffi::ibv_context, VerbsError> {
-    let mut count = 0;
-    // SAFETY: as in `device_names`; freed below on every path.
-    let list = unsafe { ffi::ibv_get_device_list(&mut count) };
-    if list.is_null() {
-        return Err(call_failed("ibv_get_device_list"));
+    // SAFETY: a listed device; the context outlives the list.
+    let open = |d, n: String| (n == name).then(|| unsafe { ffi::ibv_open_device(d) });
+    match visit_devices(open) {
+        Err(()) => Err(call_failed("ibv_get_device_list")),
+        Ok(Some(ctx)) if !ctx.is_null() => Ok(ctx),
+        Ok(_) => Err(call_failed("ibv_open_device")),
     }
-    let n = usize::try_from(count).unwrap_or(0);
-    let mut ctx = null_mut();
-    for i in 0..n {
-        // SAFETY: `list` holds `count` devices; names are NUL-terminated when not null.
-        let device = unsafe { *list.add(i) };
-        let dev_name = unsafe { ffi::ibv_get_device_name(device) };
-        if !dev_name.is_null() && unsafe { CStr::from_ptr(dev_name) }.to_bytes() == name.as_bytes()
-        {
-            // SAFETY: a listed device; the context outlives the list.
-            ctx = unsafe { ffi::ibv_open_device(device) };
-            break;
-        }
-    }
-    let failed = ctx.is_null().then(|| call_failed("ibv_open_device"));
-    // SAFETY: freed once.
-    unsafe { ffi::ibv_free_device_list(list) };
-    failed.map_or(Ok(ctx), Err)
 }
 
 impl Verbs for IbNic {

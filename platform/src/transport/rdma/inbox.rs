@@ -61,16 +61,10 @@ impl<V: Verbs + ?Sized> Inbox<V> {
 
     fn repost(&mut self, qp: QpId) -> Result<(), RdmaError> {
         self.next_wr += 1;
-        let peer = self.peer_of(qp).unwrap_or(self.rank);
+        let link = self.peer_of(qp).map(|peer| (self.rank, peer));
         self.verbs
             .post_recv(qp, self.next_wr)
-            .map_err(|source| RdmaError::Verbs {
-                port: self.verbs.port().clone(),
-                rank: self.rank,
-                peer,
-                what: "posting a receive",
-                source,
-            })
+            .map_err(|e| RdmaError::verbs(self.verbs.port(), link, "posting a receive", e))
     }
 
     /// Take the immediates that arrived: each reposts its receive and goes to `posted`,
@@ -134,14 +128,9 @@ impl<V: Verbs + ?Sized> Inbox<V> {
         }
     }
 
+    /// The error of a verbs call on the receive queue, which all links share.
     fn verbs_error(&self, what: &'static str, source: super::VerbsError) -> RdmaError {
-        RdmaError::Verbs {
-            port: self.verbs.port().clone(),
-            rank: self.rank,
-            peer: self.rank,
-            what,
-            source,
-        }
+        RdmaError::verbs(self.verbs.port(), None, what, source)
     }
 
     fn take_one(

@@ -83,11 +83,13 @@ impl<V: Verbs + ?Sized> RdmaLink<V> {
             size: region.len,
         };
         let range = checked_range(offset, len, region.len).ok_or_else(out_of_bounds)?;
-        let addr = region
-            .addr
-            .checked_add(range.start)
-            .ok_or_else(out_of_bounds)?;
-        Ok((addr, region.rkey))
+        // The region's address came from the peer: the end must not wrap either, since
+        // the requests add offsets up to `len` to the start.
+        let addr = region.addr.checked_add(range.start);
+        match addr.filter(|a| a.checked_add(len).is_some()) {
+            Some(addr) => Ok((addr, region.rkey)),
+            None => Err(out_of_bounds()),
+        }
     }
 
     /// The local key of the region `bytes` lie in.
@@ -229,13 +231,12 @@ impl<V: Verbs + ?Sized> RdmaLink<V> {
     }
 
     fn verbs_error(&self, what: &'static str, source: super::VerbsError) -> RdmaError {
-        RdmaError::Verbs {
-            port: self.verbs.port().clone(),
-            rank: self.rank,
-            peer: self.peer,
+        RdmaError::verbs(
+            self.verbs.port(),
+            Some((self.rank, self.peer)),
             what,
             source,
-        }
+        )
     }
 }
 

@@ -155,6 +155,38 @@ pub enum RdmaError {
         #[source]
         source: VerbsError,
     },
+    /// A verbs call of the device as a whole (opening it, its receive queue), which no
+    /// one link owns.
+    #[error("{what} on {port}: {source}")]
+    Device {
+        port: Port,
+        what: &'static str,
+        #[source]
+        source: VerbsError,
+    },
+}
+
+impl RdmaError {
+    /// A failed verbs call doing `what` on `port`: on the link (rank, peer) when one owns
+    /// it, else on the device.
+    pub fn verbs(
+        port: &Port,
+        link: Option<(Rank, Rank)>,
+        what: &'static str,
+        source: VerbsError,
+    ) -> RdmaError {
+        let port = port.clone();
+        match link {
+            Some((rank, peer)) => RdmaError::Verbs {
+                port,
+                rank,
+                peer,
+                what,
+                source,
+            },
+            None => RdmaError::Device { port, what, source },
+        }
+    }
 }
 
 /// Where a rank's RDMA links leave from, and how (the environment's `OXCCL_RDMA_*`).

@@ -68,14 +68,13 @@ impl Pair {
     }
 
     fn link(&self, timeout: Duration) -> RdmaLink<FakeNic> {
-        RdmaLink::new(
-            self.a.clone(),
-            self.qp_a,
-            (0, 1),
-            self.regions.clone(),
-            vec![self.src_region],
-            timeout,
-        )
+        self.link_into(self.regions.clone(), timeout)
+    }
+
+    /// The link with `regions` as what rank 1 advertised (a peer that lies about them).
+    fn link_into(&self, regions: Vec<RemoteRegion>, timeout: Duration) -> RdmaLink<FakeNic> {
+        let source = vec![self.src_region];
+        RdmaLink::new(self.a.clone(), self.qp_a, (0, 1), regions, source, timeout)
     }
 
     fn inbox(&self) -> Inbox<FakeNic> {
@@ -293,14 +292,7 @@ fn the_peers_nic_refuses_a_write_outside_what_it_registered() {
     // refuses the key's range, and the guard bytes after CclOut stay as they were.
     let mut regions = p.regions.clone();
     regions[1].len += GUARD as u64;
-    let mut link = RdmaLink::new(
-        p.a.clone(),
-        p.qp_a,
-        (0, 1),
-        regions,
-        vec![p.src_region],
-        SECOND,
-    );
+    let mut link = p.link_into(regions, SECOND);
     let err = link
         .put(hop(&p.src[..32], Target::CclOut, LEN as u64, None))
         .unwrap_err();
@@ -462,4 +454,17 @@ fn settings_come_from_the_environment_with_defaults_and_checks() {
         let text = err.to_string();
         assert!(text.contains(name) && text.contains(bad), "{text}");
     }
+}
+
+#[test]
+fn a_peer_region_whose_end_would_wrap_is_refused_before_posting() {
+    let p = Pair::new();
+    let mut regions = p.regions.clone();
+    regions[0].addr = u64::MAX - 4;
+    let mut link = p.link_into(regions, SECOND);
+    let err = link
+        .put(hop(&p.src[..8], Target::CclIn, 0, None))
+        .unwrap_err();
+    assert!(matches!(err, RdmaError::OutOfBounds { .. }), "{err}");
+    assert!(p.a.log().is_empty(), "nothing reached the NIC");
 }
