@@ -346,6 +346,8 @@ pub enum DeviceError {
     Shm(#[source] crate::transport::shm::ShmError),
     #[error("the TCP transport failed")]
     Tcp(#[source] crate::transport::tcp::TcpError),
+    #[error("the RDMA transport failed")]
+    Rdma(#[source] crate::transport::rdma::RdmaError),
     #[error("the CUDA backend failed: {0}")]
     Cuda(#[source] crate::cuda::CudaError),
 }

@@ -439,6 +439,7 @@ impl Communicator {
                         _ => None,
                     })
                     .collect(),
+                rdma: None,
             }),
             _ => None,
         };

@@ -24,6 +24,7 @@ mod fence;
 mod launch;
 mod memory;
 mod pool;
+mod rdma;
 mod serial;
 mod shm;
 mod tcp;
@@ -547,7 +548,7 @@ impl Device for HostDevice {
             }
         };
         if let Some(tcp) = &self.shared.tcp {
-            tcp.announce_scratch(id, bytes_per_rank);
+            tcp.announce_scratch(&self.shared, id, bytes_per_rank)?;
         }
         Ok(ScratchId(id))
     }
@@ -656,5 +657,7 @@ fn region_span(region: Region) -> (usize, usize) {
 mod shm_tests;
 #[cfg(test)]
 mod tcp_tests;
+#[cfg(test)]
+mod rdma_tests;
 #[cfg(test)]
 mod tests;

@@ -11,6 +11,8 @@ use crate::error::{AbortCause, DeviceError, PeerLoss, SliceFault};
 use crate::ir::{Buf, RankProgram, Slice};
 use crate::notify::LinkSignal;
 use crate::transport::tcp::wire::{Frame, Hello, Target, HELLO_LEN};
+use crate::transport::rdma::fake::FakeNic;
+use crate::transport::rdma::RdmaJob;
 use crate::transport::tcp::{send, TcpError, TcpJob};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -40,15 +42,46 @@ fn config(ranks: usize, local: Vec<usize>, job: TcpJob, timeout: Duration) -> De
 
 /// Devices serving ranks {0, 1} and {2, 3} of one job, reaching each other over TCP.
 fn pair(timeout: Duration) -> (HostDevice, HostDevice) {
+    pair_over(timeout, None)
+}
+
+/// [`pair`], the data and posts over RDMA when `nics` are given (device a's, device b's).
+pub(super) fn pair_over(
+    timeout: Duration,
+    nics: Option<(Arc<FakeNic>, Arc<FakeNic>)>,
+) -> (HostDevice, HostDevice) {
+    match nics {
+        Some((na, nb)) => pair_with(timeout, (Some(na), Some(nb))),
+        None => pair_with(timeout, (None, None)),
+    }
+}
+
+/// [`pair`], device a reaching b's ranks over RDMA through `nic`, and b not told about
+/// RDMA (a job whose two sides disagree).
+pub(super) fn pair_half_rdma(timeout: Duration, nic: Arc<FakeNic>) -> (HostDevice, HostDevice) {
+    pair_with(timeout, (Some(nic), None))
+}
+
+fn pair_with(
+    timeout: Duration,
+    nics: (Option<Arc<FakeNic>>, Option<Arc<FakeNic>>),
+) -> (HostDevice, HostDevice) {
     let (la, addr_a) = listener();
     let (lb, addr_b) = listener();
-    let job = |listener, peers: [Option<SocketAddr>; 4]| TcpJob {
+    let rdma = |nic: Arc<FakeNic>, peers: [bool; 4]| RdmaJob {
+        verbs: nic,
+        peers: peers.to_vec(),
+    };
+    let ra = nics.0.map(|n| rdma(n, [false, false, true, true]));
+    let rb = nics.1.map(|n| rdma(n, [true, true, false, false]));
+    let job = |listener, peers: [Option<SocketAddr>; 4], rdma| TcpJob {
         secret: SECRET,
         listener,
         peers: peers.to_vec(),
+        rdma,
     };
-    let ja = job(la, [None, None, Some(addr_b), Some(addr_b)]);
-    let jb = job(lb, [Some(addr_a), Some(addr_a), None, None]);
+    let ja = job(la, [None, None, Some(addr_b), Some(addr_b)], ra);
+    let jb = job(lb, [Some(addr_a), Some(addr_a), None, None], rb);
     std::thread::scope(|s| {
         let b = s.spawn(|| HostDevice::new(config(4, vec![2, 3], jb, timeout)).expect("device b"));
         let a = HostDevice::new(config(4, vec![0, 1], ja, timeout)).expect("device a");
@@ -94,6 +127,12 @@ fn double_into_peer(dev: &HostDevice, r: usize, count: usize) -> RankProgram {
 #[test]
 fn a_reduction_into_a_tcp_peer_is_sent_from_a_temporary() {
     let (a, b) = pair(Duration::from_secs(20));
+    double_into_peers_and_check(&a, &b);
+}
+
+/// Ranks {0, 1} of `a` and {2, 3} of `b` run [`double_into_peer`]; each output must be
+/// its peer's input doubled.
+pub(super) fn double_into_peers_and_check(a: &HostDevice, b: &HostDevice) {
     let count = 1001;
     let input = |r: usize| -> Vec<u8> {
         (0..count as u32)
@@ -114,16 +153,16 @@ fn a_reduction_into_a_tcp_peer_is_sent_from_a_temporary() {
     std::thread::scope(|s| {
         let rb = s.spawn(|| {
             let programs = vec![
-                (double_into_peer(&b, 2, count), vec![0]),
-                (double_into_peer(&b, 3, count), vec![1]),
+                (double_into_peer(b, 2, count), vec![0]),
+                (double_into_peer(b, 3, count), vec![1]),
             ];
-            run_ranks(&b, programs, &in_b, &mut out_b, 1)
+            run_ranks(b, programs, &in_b, &mut out_b, 1)
         });
         let programs = vec![
-            (double_into_peer(&a, 0, count), vec![2]),
-            (double_into_peer(&a, 1, count), vec![3]),
+            (double_into_peer(a, 0, count), vec![2]),
+            (double_into_peer(a, 1, count), vec![3]),
         ];
-        for r in run_ranks(&a, programs, &in_a, &mut out_a, 1) {
+        for r in run_ranks(a, programs, &in_a, &mut out_a, 1) {
             r.expect("rank of a");
         }
         for r in rb.join().unwrap() {
@@ -238,6 +277,7 @@ fn device_with_rogue(timeout: Duration) -> (HostDevice, TcpStream, TcpStream) {
         secret: SECRET,
         listener: dev_listener,
         peers: vec![None, Some(rogue_addr)],
+        rdma: None,
     };
     let config = DeviceConfig {
         processes: vec![
@@ -523,6 +563,7 @@ fn a_peer_of_another_shape_is_refused_at_connect() {
         secret: SECRET,
         listener,
         peers,
+        rdma: None,
     };
     let timeout = Duration::from_secs(5);
     let ca = config(2, vec![0], mk(la, vec![None, Some(addr_b)]), timeout);

@@ -47,7 +47,10 @@ use crate::device::DeviceConfig;
 use crate::error::{AbortCause, DeviceError, PeerLoss};
 use crate::host::launch::Shared;
 use crate::ir::{Buf, Rank};
+use crate::host::rdma::RdmaLinks;
 use crate::transport::put::{Hop, PutWire};
+use crate::transport::rdma::link::ConnectInfo;
+use crate::transport::rdma::verbs::QpEndpoint;
 use crate::transport::tcp::wire::{Frame, Hello, Target};
 use crate::transport::tcp::{
     connect, keep_alive, send, send_nonblocking, Framed, TcpError, TcpJob,
@@ -83,7 +86,7 @@ pub(crate) struct TcpLinks {
     /// [`Self::subscribe`]). Non-blocking, as the receiver's sockets are. One lock per
     /// slot, so a Done epoch costs one lock and a send per subscriber, not a lock per
     /// rank of the job.
-    subscribers: Vec<Mutex<Vec<(Rank, TcpStream)>>>,
+    subscribers: Vec<Mutex<Vec<Subscriber>>>,
     /// Per communicator rank: the scratch sizes it announced, by scratch id.
     scratch: Mutex<Vec<Vec<Option<u64>>>>,
     scratch_changed: Condvar,
@@ -91,6 +94,8 @@ pub(crate) struct TcpLinks {
     accepted: Mutex<Vec<(Rank, Rank)>>,
     /// Set when the device goes away: the receiver ends, ends of streams are no failures.
     pub closing: AtomicBool,
+    /// The peers whose data and posts go over RDMA (see [`crate::host::rdma`]).
+    pub rdma: Option<RdmaLinks>,
     /// The receiver's event loop: it holds [`Self::ready`] and is notified when the
     /// device closes.
     pub poller: polling::Poller,
@@ -99,6 +104,14 @@ pub(crate) struct TcpLinks {
     /// The listener and connections, set when the receiver starts.
     pub rx: Mutex<Option<receiver::Receiver>>,
     wait: Duration,
+}
+
+/// A rank that connected to a local rank: the write side of its connection, and (once it
+/// made an RDMA link) the endpoint of the queue pair this side made for it.
+struct Subscriber {
+    rank: Rank,
+    stream: TcpStream,
+    rdma: Option<QpEndpoint>,
 }
 
 fn setup(what: &'static str) -> impl FnOnce(std::io::Error) -> DeviceError {
@@ -130,6 +143,10 @@ impl TcpLinks {
                 .map(|_| (0..ranks).map(|_| Mutex::new(None)).collect())
                 .collect(),
             subscribers: (0..local).map(|_| Mutex::new(Vec::new())).collect(),
+            rdma: match &job.rdma {
+                Some(rdma) => Some(RdmaLinks::new(config, rdma)?),
+                None => None,
+            },
             scratch: Mutex::new(vec![Vec::new(); ranks]),
             scratch_changed: Condvar::new(),
             accepted: Mutex::new(Vec::new()),
@@ -169,19 +186,40 @@ impl TcpLinks {
     /// connection, then hand its other direction to the receiver (`to`'s Done epochs,
     /// scratch sizes, failure and Close come back on it). Called by compile, for the ranks
     /// a program fences on or sends to; a no-op after the first time.
+    ///
+    /// A peer reached over RDMA gets its link made on the new connection as well (see
+    /// [`crate::host::rdma`]); this returns once it is.
     pub(crate) fn ensure(&self, slot: usize, to: Rank) -> Result<(), DeviceError> {
         let from = self.local[slot];
+        let rdma = self.rdma.as_ref().filter(|r| r.reaches(to));
         let back = {
             let mut out = self.out[slot][to].lock();
-            if out.is_some() {
-                return Ok(());
+            match (out.as_mut(), rdma) {
+                (Some(_), None) => return Ok(()),
+                (Some(_), Some(rdma)) => {
+                    drop(out);
+                    return rdma.wait_link(slot, to);
+                }
+                (None, _) => {}
             }
-            let stream = self.open(from, to, Instant::now() + self.wait)?;
+            let mut stream = self.open(from, to, Instant::now() + self.wait)?;
             let back = stream.try_clone().map_err(setup("socket"))?;
+            if let Some(rdma) = rdma {
+                let info = rdma.open(slot, to)?.encode();
+                let frame = Frame::Rdma {
+                    len: info.len() as u64,
+                };
+                send(&mut stream, &frame.encode(), &info)
+                    .map_err(|e| self.send_error(from, to, Some(e)))?;
+            }
             *out = Some(stream);
             back
         };
-        receiver::adopt(self, back, (to, slot, from)).map_err(setup("event loop"))
+        receiver::adopt(self, back, (to, slot, from)).map_err(setup("event loop"))?;
+        match rdma {
+            Some(rdma) => rdma.wait_link(slot, to),
+            None => Ok(()),
+        }
     }
 
     /// The TCP peers local slot `slot` has connected to, ascending.
@@ -275,17 +313,59 @@ impl TcpLinks {
         frames.extend_from_slice(&Frame::Done { epoch: done }.encode());
         send_nonblocking(&mut stream, &frames, self.wait)
             .map_err(|e| self.send_error(self.local[slot], from, Some(e)))?;
-        subscribers.push((from, stream));
+        subscribers.push(Subscriber {
+            rank: from,
+            stream,
+            rdma: None,
+        });
         Ok(())
+    }
+
+    /// Rank `from` opened an RDMA link to local slot `slot` (rank `to`) with `info`: make
+    /// this side and answer on its subscription with the endpoint and the regions it may
+    /// write. Under the slot's subscriber lock, so that a scratch allocated meanwhile is
+    /// either among the regions or announced to it after (see [`Self::announce_scratch`]).
+    pub(crate) fn rdma_opened(
+        &self,
+        shared: &Shared,
+        (from, slot, to): (Rank, usize, Rank),
+        info: &ConnectInfo,
+    ) -> Result<(), DeviceError> {
+        let rdma = self
+            .rdma
+            .as_ref()
+            .filter(|r| r.reaches(from))
+            .ok_or_else(|| {
+                DeviceError::Tcp(TcpError::BadFrame {
+                    from,
+                    to,
+                    what: "an RDMA link from a rank this job does not reach over RDMA".into(),
+                })
+            })?;
+        let mut subscribers = self.subscribers[slot].lock();
+        let subscriber = subscribers
+            .iter_mut()
+            .find(|s| s.rank == from)
+            .ok_or_else(|| self.send_error(to, from, None))?;
+        let answer = rdma.accept(shared, (from, slot, to), info)?;
+        subscriber.rdma = Some(answer.endpoint);
+        let bytes = answer.encode();
+        let frame = Frame::Rdma {
+            len: bytes.len() as u64,
+        };
+        let mut message = frame.encode().to_vec();
+        message.extend_from_slice(&bytes);
+        send_nonblocking(&mut subscriber.stream, &message, self.wait)
+            .map_err(|e| self.send_error(to, from, Some(e)))
     }
 
     /// Send `frame` to every subscriber of local slot `slot` (see [`Self::subscribe`]). A
     /// subscriber that cannot be told is gone: the receiver reports it.
     fn tell_subscribers(&self, slot: usize, frame: Frame) {
         let bytes = frame.encode();
-        for (from, stream) in self.subscribers[slot].lock().iter_mut() {
-            if let Err(err) = send_nonblocking(stream, &bytes, self.wait) {
-                tracing::debug!(%err, rank = *from, "a subscriber was not told");
+        for s in self.subscribers[slot].lock().iter_mut() {
+            if let Err(err) = send_nonblocking(&mut s.stream, &bytes, self.wait) {
+                tracing::debug!(%err, rank = s.rank, "a subscriber was not told");
             }
         }
     }
@@ -317,7 +397,10 @@ impl TcpLinks {
             then_post: then_post.map(|word| word as u64),
             epoch,
         };
-        self.on_wire(slot, to, |wire| wire.put(hop))
+        match self.rdma.as_ref().filter(|r| r.reaches(to)) {
+            Some(rdma) => rdma.put(slot, to, hop),
+            None => self.on_wire(slot, to, |wire| wire.put(hop)),
+        }
     }
 
     /// Post link word `word` of `to` for the call of `epoch`, from local slot `slot`.
@@ -328,7 +411,10 @@ impl TcpLinks {
         word: usize,
         epoch: u64,
     ) -> Result<(), DeviceError> {
-        self.on_wire(slot, to, |wire| wire.post(word as u64, epoch))
+        match self.rdma.as_ref().filter(|r| r.reaches(to)) {
+            Some(rdma) => rdma.post(slot, to, (word as u64, epoch)),
+            None => self.on_wire(slot, to, |wire| wire.post(word as u64, epoch)),
+        }
     }
 
     /// Run `send` on the put protocol of the connection local slot `slot` opened to `to`.
@@ -354,14 +440,47 @@ impl TcpLinks {
 
     /// Tell every local rank's subscribers that its scratch `id` has `bytes` (allocated
     /// before this is called). A rank that connects later is told by [`Self::subscribe`].
-    pub(crate) fn announce_scratch(&self, id: usize, bytes: usize) {
+    /// A subscriber with an RDMA link learns the registered region first, in an Rdma
+    /// frame, so the size never comes before the region.
+    pub(crate) fn announce_scratch(
+        &self,
+        shared: &Shared,
+        id: usize,
+        bytes: usize,
+    ) -> Result<(), DeviceError> {
         let frame = Frame::Scratch {
             id: id as u64,
             bytes: bytes as u64,
-        };
-        for slot in 0..self.local.len() {
-            self.tell_subscribers(slot, frame);
         }
+        .encode();
+        for slot in 0..self.local.len() {
+            let mut subscribers = self.subscribers[slot].lock();
+            let mut region = None;
+            for s in subscribers.iter_mut() {
+                let mut message = Vec::new();
+                if let (Some(endpoint), Some(rdma)) = (s.rdma, self.rdma.as_ref()) {
+                    let r = match region {
+                        Some(r) => r,
+                        None => *region.insert(rdma.scratch_region(shared, slot, id)?),
+                    };
+                    let info = ConnectInfo {
+                        endpoint,
+                        regions: vec![r],
+                    }
+                    .encode();
+                    let head = Frame::Rdma {
+                        len: info.len() as u64,
+                    };
+                    message.extend_from_slice(&head.encode());
+                    message.extend_from_slice(&info);
+                }
+                message.extend_from_slice(&frame);
+                if let Err(err) = send_nonblocking(&mut s.stream, &message, self.wait) {
+                    tracing::debug!(%err, rank = s.rank, "a subscriber was not told");
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Peer `from` announced scratch `id` of `bytes`.
@@ -418,6 +537,9 @@ impl TcpLinks {
     /// them learns it from one that is. A connection busy with a long send is skipped
     /// after a short wait: that peer learns from the socket's end.
     pub(crate) fn announce_failure(&self, cause: &AbortCause) {
+        if let Some(rdma) = &self.rdma {
+            rdma.release(cause);
+        }
         let (origin, pid, died) = match cause {
             AbortCause::PeerProcess {
                 rank, pid, loss, ..
@@ -443,8 +565,8 @@ impl TcpLinks {
         }
         for subscribers in &self.subscribers {
             if let Some(mut subscribers) = subscribers.try_lock_for(ANNOUNCE_WAIT) {
-                for (_, stream) in subscribers.iter_mut() {
-                    let _ = send_nonblocking(stream, &frame, ANNOUNCE_WAIT);
+                for s in subscribers.iter_mut() {
+                    let _ = send_nonblocking(&mut s.stream, &frame, ANNOUNCE_WAIT);
                 }
             }
         }
@@ -467,8 +589,8 @@ impl TcpLinks {
         }
         for subscribers in &self.subscribers {
             if let Some(mut subscribers) = subscribers.try_lock_for(ANNOUNCE_WAIT) {
-                for (_, mut stream) in subscribers.drain(..) {
-                    let _ = send_nonblocking(&mut stream, &frame, ANNOUNCE_WAIT);
+                for mut s in subscribers.drain(..) {
+                    let _ = send_nonblocking(&mut s.stream, &frame, ANNOUNCE_WAIT);
                 }
             }
         }

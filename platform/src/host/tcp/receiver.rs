@@ -24,6 +24,7 @@ use crate::host::launch::Shared;
 use crate::ir::{Buf, Rank};
 use crate::signal::{Posted, SET};
 use crate::transport::put::checked_range;
+use crate::transport::rdma::link::ConnectInfo;
 use crate::transport::tcp::wire::{Frame, Hello, Target, HEADER_LEN, HELLO_LEN};
 use crate::transport::tcp::TcpError;
 use polling::Events;
@@ -35,6 +36,8 @@ use std::time::{Duration, Instant};
 
 /// The event key of the listener; connection `i` has key `i + 1`.
 const LISTENER: usize = 0;
+/// The event key of the RDMA inbox's descriptor (see [`crate::host::rdma`]).
+const INBOX: usize = usize::MAX;
 /// How long a connection may take to present its hello before it is dropped.
 const HELLO_WAIT: Duration = Duration::from_secs(10);
 
@@ -53,6 +56,9 @@ enum Rx {
         at: *mut u8,
         left: usize,
     },
+    /// An Rdma frame's connect info (at most
+    /// [`MAX_RDMA_INFO`](crate::transport::tcp::wire::MAX_RDMA_INFO) bytes).
+    Info { got: usize, buf: Vec<u8> },
 }
 
 /// The listener and the accepted connections, driven by whichever thread holds them.
@@ -114,6 +120,13 @@ pub(crate) fn start(shared: &Arc<Shared>, links: Arc<TcpLinks>) -> Result<(), De
         .ready
         .add(&listener, LISTENER)
         .map_err(setup("event loop"))?;
+    if let Some(rdma) = &links.rdma {
+        links
+            .ready
+            .add(rdma.recv_fd(), INBOX)
+            .map_err(setup("event loop"))?;
+        rdma.arm()?;
+    }
     links
         .ready
         .watch_from(&links.poller)
@@ -171,11 +184,18 @@ fn serve(shared: &Weak<Shared>, links: &TcpLinks) {
         }
         links.ready.delete(&rx.listener);
     }
+    if let Some(rdma) = &links.rdma {
+        links.ready.delete(rdma.recv_fd());
+    }
 }
 
 /// Act on the readiness of the sources a look `found`.
 fn handle(shared: &Arc<Shared>, links: &TcpLinks, rx: &mut Receiver, found: &Ready) {
     for key in found.keys() {
+        if key == INBOX {
+            take_rdma_posts(shared, links);
+            continue;
+        }
         if key == LISTENER {
             accept(links, &rx.listener, &mut rx.conns);
             continue;
@@ -422,6 +442,7 @@ fn take_from_inbox(conn: &mut Conn) -> usize {
     let n = match &mut conn.rx {
         Rx::Hello { got, buf } => fill(&mut buf[*got..], avail),
         Rx::Header { got, buf } => fill(&mut buf[*got..], avail),
+        Rx::Info { got, buf } => fill(&mut buf[*got..], avail),
         Rx::Payload { at, left } => {
             let n = (*left).min(avail.len());
             // SAFETY: `n <= left`: within the checked target range (see `drive`), which
@@ -460,6 +481,15 @@ fn advance(shared: &Arc<Shared>, links: &TcpLinks, conn: &mut Conn, n: usize) ->
             }
             let buf = *buf;
             frame(shared, links, conn, &buf)
+        }
+        Rx::Info { got, buf } => {
+            *got += n;
+            if *got < buf.len() {
+                return Ok(());
+            }
+            let buf = std::mem::take(buf);
+            conn.rx = header();
+            connect_info(shared, links, conn, &buf)
         }
         Rx::Payload { at, left } => {
             // SAFETY: `n <= left`, so the pointer stays within the checked range.
@@ -603,41 +633,16 @@ fn apply(
                 };
             }
         }
-        Frame::Post { word, epoch } => {
-            let w = usize::try_from(word)
-                .ok()
-                .filter(|&w| w < shared.layout.local_base() as usize)
-                .and_then(|w| shared.banks[slot].word(w))
-                .ok_or_else(|| bad(format!("a post of word {word}, not a link signal")))?;
-            let desc = || {
-                shared.layout.describe(crate::ir::NotifyId {
-                    rank: to,
-                    index: word as u32,
-                })
-            };
-            match w.post() {
-                Posted::Set => {
-                    // The owner marks its epoch ended before it looks for words left
-                    // set: one of the two sees the other (see `launch.rs`).
-                    // A word found clear again was taken by a wait of the epoch before
-                    // the owner ended it.
-                    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-                    if shared.fences[slot].ended() >= epoch && w.state() == SET {
-                        return Err(bad(format!(
-                            "a post of {} for operation {epoch}, which rank {to} already \
-                             ended: nothing waits for it, so it would be left set",
-                            desc()
-                        )));
-                    }
-                }
-                Posted::Woke((launch, s)) => launch.wake_from_afar(s),
-                Posted::AlreadySet => {
-                    return Err(bad(format!(
-                        "a post of {}, which was already set (a lost wakeup)",
-                        desc()
-                    )));
-                }
+        Frame::Post { word, epoch } => post(shared, (from, slot, to), word, epoch)?,
+        Frame::Rdma { len } => {
+            if len == 0 {
+                return Err(bad("an Rdma frame without connect info".into()));
             }
+            // At most MAX_RDMA_INFO (the header's decode checks it).
+            conn.rx = Rx::Info {
+                got: 0,
+                buf: vec![0; len as usize],
+            };
         }
         Frame::Done { epoch } => {
             if let Some(fence) = shared.fence_slot(from) {
@@ -670,6 +675,108 @@ fn apply(
         Frame::Close => conn.closed = true,
     }
     Ok(())
+}
+
+/// Post link word `word` of local rank `to` (slot `slot`) for rank `from`'s call of
+/// `epoch`, as a Post frame or an RDMA immediate asks.
+fn post(
+    shared: &Arc<Shared>,
+    (from, slot, to): (Rank, usize, Rank),
+    word: u64,
+    epoch: u64,
+) -> Result<(), TcpError> {
+    let bad = |what: String| TcpError::BadFrame { from, to, what };
+    let w = usize::try_from(word)
+        .ok()
+        .filter(|&w| w < shared.layout.local_base() as usize)
+        .and_then(|w| shared.banks[slot].word(w))
+        .ok_or_else(|| bad(format!("a post of word {word}, not a link signal")))?;
+    let desc = || {
+        shared.layout.describe(crate::ir::NotifyId {
+            rank: to,
+            index: word as u32,
+        })
+    };
+    match w.post() {
+        Posted::Set => {
+            // The owner marks its epoch ended before it looks for words left set: one of
+            // the two sees the other (see `launch.rs`). A word found clear again was
+            // taken by a wait of the epoch before the owner ended it.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            if shared.fences[slot].ended() >= epoch && w.state() == SET {
+                return Err(bad(format!(
+                    "a post of {} for operation {epoch}, which rank {to} already \
+                     ended: nothing waits for it, so it would be left set",
+                    desc()
+                )));
+            }
+        }
+        Posted::Woke((launch, s)) => launch.wake_from_afar(s),
+        Posted::AlreadySet => {
+            return Err(bad(format!(
+                "a post of {}, which was already set (a lost wakeup)",
+                desc()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// An Rdma frame's connect info came: on a connection a peer opened, it opens an RDMA
+/// link to a local rank; on the return direction of one a local rank opened, it answers
+/// that rank's link (or adds a scratch region to it).
+fn connect_info(
+    shared: &Arc<Shared>,
+    links: &TcpLinks,
+    conn: &mut Conn,
+    bytes: &[u8],
+) -> Result<(), Next> {
+    let (from, slot, to) = conn.link.expect("frames follow the hello");
+    let result = match ConnectInfo::decode(bytes) {
+        Err(what) => Err(DeviceError::Tcp(TcpError::BadFrame {
+            from,
+            to,
+            what: format!("RDMA connect info: {what}"),
+        })),
+        Ok(info) if conn.reverse => match &links.rdma {
+            Some(rdma) => rdma.answered(shared, (from, slot), info),
+            None => Err(DeviceError::Tcp(TcpError::BadFrame {
+                from,
+                to,
+                what: "an RDMA answer to a device without RDMA".into(),
+            })),
+        },
+        Ok(info) => links.rdma_opened(shared, (from, slot, to), &info),
+    };
+    result.map_err(|err| {
+        tracing::error!(%err, from, to, "an RDMA link could not be made");
+        let cause = AbortCause::PeerFailed {
+            rank: from,
+            error: Arc::new(err),
+        };
+        shared.stop(cause, None);
+        Next::Drop
+    })
+}
+
+/// Take the posts RDMA immediates carried; a refused one stops the device, as a refused
+/// Post frame does.
+fn take_rdma_posts(shared: &Arc<Shared>, links: &TcpLinks) {
+    let Some(rdma) = &links.rdma else {
+        return;
+    };
+    let taken = rdma.drain(shared, |(from, slot, to), p| {
+        post(shared, (from, slot, to), p.word, p.epoch).map_err(DeviceError::Tcp)
+    });
+    if let Err(err) = taken {
+        tracing::error!(%err, "an RDMA post was refused");
+        let rank = shared.config.local_ranks.first().copied().unwrap_or(0);
+        let cause = AbortCause::PeerFailed {
+            rank,
+            error: Arc::new(err),
+        };
+        shared.stop(cause, None);
+    }
 }
 
 /// Where a Write of `len` bytes at `offset` of local rank `to`'s `target` goes, after

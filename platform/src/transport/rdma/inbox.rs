@@ -15,9 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// One post an immediate carried: link word `word` of this rank, from `peer`'s call
-/// `epoch`.
+/// `epoch`, on queue pair `qp`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Posted {
+    pub qp: QpId,
     pub peer: Rank,
     pub word: u64,
     pub epoch: u64,
@@ -55,6 +56,16 @@ impl<V: Verbs + ?Sized> Inbox<V> {
         Ok(inbox)
     }
 
+    /// Serve one more queue pair, leading to `peer`: its receives are posted before this
+    /// returns, so the peer may post as soon as it learns the queue pair.
+    pub fn add_peer(&mut self, qp: QpId, peer: Rank) -> Result<(), RdmaError> {
+        self.peers.push((qp, peer));
+        for _ in 0..Self::DEPTH {
+            self.repost(qp)?;
+        }
+        Ok(())
+    }
+
     fn peer_of(&self, qp: QpId) -> Option<Rank> {
         self.peers.iter().find(|(q, _)| *q == qp).map(|&(_, p)| p)
     }
@@ -68,11 +79,12 @@ impl<V: Verbs + ?Sized> Inbox<V> {
     }
 
     /// Take the immediates that arrived: each reposts its receive and goes to `posted`,
-    /// its epoch completed against `current` (this rank's call); how many came. A failed
-    /// receive is the error of its queue pair, naming the peer.
+    /// its epoch completed against `current(qp)` (the call of the rank its queue pair
+    /// leads to); how many came. A failed receive is the error of its queue pair, naming
+    /// the peer.
     pub fn take(
         &mut self,
-        current: u64,
+        current: impl Fn(QpId) -> u64,
         mut posted: impl FnMut(Posted),
     ) -> Result<usize, RdmaError> {
         let mut completions = std::mem::take(&mut self.completions);
@@ -82,12 +94,21 @@ impl<V: Verbs + ?Sized> Inbox<V> {
             .map_err(|e| self.verbs_error("polling receive completions", e))
             .and_then(|()| {
                 for c in &completions {
-                    self.take_one(c, current, &mut posted)?;
+                    self.take_one(c, current(c.qp), &mut posted)?;
                 }
                 Ok(completions.len())
             });
         self.completions = completions;
         result
+    }
+
+    /// Ask for the next receive completion to make [`Verbs::recv_fd`] readable, taking
+    /// the readiness it signalled: for an event loop that sleeps on the descriptor, which
+    /// then calls [`Self::take`] (a completion that came before the arm is not announced).
+    pub fn arm(&self) -> Result<(), RdmaError> {
+        self.verbs
+            .arm_recv()
+            .map_err(|e| self.verbs_error("arming the receive queue", e))
     }
 
     /// As [`Self::take`], sleeping up to `wait` for an immediate when none is there: the
@@ -96,13 +117,11 @@ impl<V: Verbs + ?Sized> Inbox<V> {
     pub fn wait(
         &mut self,
         wait: Duration,
-        current: u64,
+        current: impl Fn(QpId) -> u64,
         mut posted: impl FnMut(Posted),
     ) -> Result<usize, RdmaError> {
-        self.verbs
-            .arm_recv()
-            .map_err(|e| self.verbs_error("arming the receive queue", e))?;
-        let n = self.take(current, &mut posted)?;
+        self.arm()?;
+        let n = self.take(&current, &mut posted)?;
         if n > 0 {
             return Ok(n);
         }
@@ -151,7 +170,12 @@ impl<V: Verbs + ?Sized> Inbox<V> {
             (Status::Success, Some(imm)) => {
                 self.repost(c.qp)?;
                 let (word, epoch) = decode_imm(imm, current);
-                posted(Posted { peer, word, epoch });
+                posted(Posted {
+                    qp: c.qp,
+                    peer,
+                    word,
+                    epoch,
+                });
                 Ok(())
             }
             // A receive completes only for an immediate: one without is a peer that sent

@@ -33,9 +33,18 @@ pub struct RdmaLink<V: Verbs + ?Sized> {
     regions: Vec<RemoteRegion>,
     /// This rank's registered memory, which sources must lie in.
     local: Vec<Registered>,
+    /// Where bytes from memory no region holds are copied to be sent (see
+    /// [`Self::with_bounce`]).
+    bounce: Option<Bounce>,
     next_wr: u64,
     timeout: Duration,
     completions: Vec<Completion>,
+}
+
+/// A registered staging buffer for sources the NIC cannot read in place.
+struct Bounce {
+    buf: Box<[u8]>,
+    region: Registered,
 }
 
 impl<V: Verbs + ?Sized> RdmaLink<V> {
@@ -57,9 +66,32 @@ impl<V: Verbs + ?Sized> RdmaLink<V> {
             peer,
             regions,
             local,
+            bounce: None,
             next_wr: 0,
             timeout,
             completions: Vec::new(),
+        }
+    }
+
+    /// Stage sources that no local region holds (a user's buffer, a temporary) through
+    /// `buf`, registered as `region`: each piece is copied there and written from there,
+    /// and the next piece waits for the last one's completion. The copy costs what a
+    /// copy into a CCL buffer would; NCCL makes the same trade for unregistered buffers.
+    ///
+    /// The memory stays allocated while the link lives; `region` must have been
+    /// registered for exactly `buf`.
+    pub fn with_bounce(mut self, buf: Box<[u8]>, region: Registered) -> Self {
+        debug_assert!(region.holds(buf.as_ptr() as u64, buf.len() as u64));
+        self.bounce = Some(Bounce { buf, region });
+        self
+    }
+
+    /// More of the peer's buffers this rank may write (a scratch allocation the peer
+    /// announced after the link was made); a target named again takes the newer region.
+    pub fn add_regions(&mut self, regions: impl IntoIterator<Item = RemoteRegion>) {
+        for region in regions {
+            self.regions.retain(|r| r.target != region.target);
+            self.regions.push(region);
         }
     }
 
@@ -115,11 +147,20 @@ impl<V: Verbs + ?Sized> RdmaLink<V> {
     /// The requests of one hop: its writes, at most [`MAX_WRITE`] bytes each, then the
     /// post's zero-length WRITE_WITH_IMM.
     fn requests(&mut self, hop: &Hop<'_>) -> Result<(Vec<WorkRequest>, Vec<Sent>), RdmaError> {
-        let len = hop.bytes.len() as u64;
-        let lkey = match len {
+        let lkey = match hop.bytes.len() {
             0 => 0,
             _ => self.source(hop.bytes)?,
         };
+        self.requests_from(hop, lkey)
+    }
+
+    /// [`Self::requests`], its source in the region of local key `lkey`.
+    fn requests_from(
+        &mut self,
+        hop: &Hop<'_>,
+        lkey: u32,
+    ) -> Result<(Vec<WorkRequest>, Vec<Sent>), RdmaError> {
+        let len = hop.bytes.len() as u64;
         let (base, rkey) = self.remote(hop.target, hop.offset, len)?;
         let (mut wrs, mut sent) = (Vec::new(), Vec::new());
         let mut done = 0u64;
@@ -157,6 +198,38 @@ impl<V: Verbs + ?Sized> RdmaLink<V> {
             });
         }
         Ok((wrs, sent))
+    }
+
+    /// [`PutWire::put`] of a source no region holds: the whole range is checked first,
+    /// then piece by piece through the bounce buffer; the post rides on the last piece.
+    fn put_staged(&mut self, hop: Hop<'_>) -> Result<(), RdmaError> {
+        self.remote(hop.target, hop.offset, hop.bytes.len() as u64)?;
+        let mut bounce = self.bounce.take().expect("checked by the caller");
+        let result = self.put_through(&mut bounce, &hop);
+        self.bounce = Some(bounce);
+        result
+    }
+
+    fn put_through(&mut self, bounce: &mut Bounce, hop: &Hop<'_>) -> Result<(), RdmaError> {
+        let pieces = hop.bytes.chunks(bounce.buf.len().max(1));
+        let last = pieces.len() - 1;
+        for (i, (at, piece)) in (0u64..)
+            .step_by(bounce.buf.len().max(1))
+            .zip(pieces)
+            .enumerate()
+        {
+            bounce.buf[..piece.len()].copy_from_slice(piece);
+            let staged = Hop {
+                target: hop.target,
+                offset: hop.offset + at,
+                bytes: &bounce.buf[..piece.len()],
+                then_post: hop.then_post.filter(|_| i == last),
+                epoch: hop.epoch,
+            };
+            let (wrs, sent) = self.requests_from(&staged, bounce.region.lkey)?;
+            self.run(&wrs, &sent)?;
+        }
+        Ok(())
     }
 
     /// Post `wrs` and wait for every one's completion, in whatever order they come.
@@ -244,6 +317,10 @@ impl<V: Verbs + ?Sized> PutWire for RdmaLink<V> {
     type Error = RdmaError;
 
     fn put(&mut self, hop: Hop<'_>) -> Result<(), RdmaError> {
+        let staged = !hop.bytes.is_empty() && self.source(hop.bytes).is_err();
+        if staged && self.bounce.is_some() {
+            return self.put_staged(hop);
+        }
         let (wrs, sent) = self.requests(&hop)?;
         self.run(&wrs, &sent)
     }

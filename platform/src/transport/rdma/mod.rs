@@ -48,8 +48,9 @@ pub mod verbs;
 
 use crate::ir::Rank;
 use crate::transport::put::Target;
+use std::sync::Arc;
 use std::time::Duration;
-pub use verbs::{Port, Status, VerbsError};
+pub use verbs::{Port, Status, Verbs, VerbsError};
 
 /// What a peer needs to write into one of a rank's registered buffers.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -58,6 +59,36 @@ pub struct RemoteRegion {
     pub addr: u64,
     pub len: u64,
     pub rkey: u32,
+}
+
+/// A job whose ranks (some of them) reach each other over RDMA: the verbs of this
+/// process's port and the peers they reach. RDMA rides on the TCP transport
+/// ([`crate::transport::tcp::TcpJob::rdma`]): a peer's TCP connection carries the
+/// connect info, Done epochs, scratch sizes, failures and Close, and its queue pair the
+/// data and posts.
+#[derive(Clone)]
+pub struct RdmaJob {
+    /// The port this process's ranks use.
+    pub verbs: Arc<dyn Verbs>,
+    /// Per communicator rank: true when it is reached over RDMA (it must be reached over
+    /// TCP too).
+    pub peers: Vec<bool>,
+}
+
+impl RdmaJob {
+    /// True when `rank` is reached over RDMA.
+    pub fn reaches(&self, rank: Rank) -> bool {
+        self.peers.get(rank).copied().unwrap_or(false)
+    }
+}
+
+impl std::fmt::Debug for RdmaJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaJob")
+            .field("port", self.verbs.port())
+            .field("peers", &self.peers)
+            .finish()
+    }
 }
 
 /// What went wrong on the RDMA transport; each names the device port and, where there is
@@ -136,6 +167,16 @@ pub enum RdmaError {
         rank: Rank,
         peer: Rank,
         wr_id: u64,
+        waited: Duration,
+    },
+    #[error(
+        "rank {rank} opened an RDMA link to rank {peer} on {port} and had no answer within \
+         {waited:?}; check that rank {peer} is running and reaches this rank over RDMA too"
+    )]
+    NoAnswer {
+        port: Port,
+        rank: Rank,
+        peer: Rank,
         waited: Duration,
     },
     #[error("{name}={value:?} is not {expected}")]

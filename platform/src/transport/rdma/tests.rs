@@ -106,7 +106,7 @@ fn hop(bytes: &[u8], target: Target, offset: u64, then_post: Option<u64>) -> Hop
 
 fn taken(inbox: &mut Inbox<FakeNic>, current: u64) -> Vec<Posted> {
     let mut got = Vec::new();
-    inbox.take(current, |p| got.push(p)).unwrap();
+    inbox.take(|_| current, |p| got.push(p)).unwrap();
     got
 }
 
@@ -126,6 +126,7 @@ fn a_hop_lands_in_the_peers_buffer_and_its_post_comes_after_it() {
     assert!(matches!(log[1].op, SendOp::WriteImm(_)), "the post is last");
     let posted = taken(&mut inbox, 3);
     let want = Posted {
+        qp: 0,
         peer: 0,
         word: 5,
         epoch: 3,
@@ -157,7 +158,7 @@ fn an_idle_inbox_sleeps_until_an_immediate_wakes_it() {
     let p = Pair::new();
     let mut inbox = p.inbox();
     let started = std::time::Instant::now();
-    let none = inbox.wait(Duration::from_millis(30), 0, |_| {}).unwrap();
+    let none = inbox.wait(Duration::from_millis(30), |_| 0, |_| {}).unwrap();
     assert_eq!(none, 0);
     assert!(started.elapsed() >= Duration::from_millis(25), "it slept");
     let fd = p.b.recv_fd();
@@ -182,7 +183,7 @@ fn an_idle_inbox_sleeps_until_an_immediate_wakes_it() {
         let mut got = Vec::new();
         while got.is_empty() {
             inbox
-                .wait(Duration::from_secs(5), 0, |x| got.push(x))
+                .wait(Duration::from_secs(5), |_| 0, |x| got.push(x))
                 .unwrap();
         }
         assert!(
@@ -467,4 +468,72 @@ fn a_peer_region_whose_end_would_wrap_is_refused_before_posting() {
         .unwrap_err();
     assert!(matches!(err, RdmaError::OutOfBounds { .. }), "{err}");
     assert!(p.a.log().is_empty(), "nothing reached the NIC");
+}
+
+/// The link of `p` with a registered bounce buffer of `bytes`.
+fn link_with_bounce(p: &Pair, bytes: usize) -> RdmaLink<FakeNic> {
+    let mut bounce = vec![0u8; bytes].into_boxed_slice();
+    // SAFETY: the bounce buffer moves into the link, which outlives its use here.
+    let region = unsafe { p.a.register(bounce.as_mut_ptr(), bytes) }.unwrap();
+    p.link(SECOND).with_bounce(bounce, region)
+}
+
+#[test]
+fn an_unregistered_source_is_staged_piece_by_piece_and_posted_after_the_last() {
+    let p = Pair::new();
+    let mut inbox = p.inbox();
+    let mut link = link_with_bounce(&p, 64);
+    // Memory no region holds: a user's buffer.
+    let user: Vec<u8> = (0..1000u32).map(|i| (i * 13 % 256) as u8).collect();
+    link.put(hop(&user, Target::CclOut, 50, Some(4))).unwrap();
+    assert_eq!(&p.out()[50..1050], &user[..]);
+    assert!(p.guards_intact());
+    let log = p.a.log();
+    let writes: Vec<_> = log.iter().filter(|w| w.op == SendOp::Write).collect();
+    assert_eq!(writes.len(), 1000usize.div_ceil(64));
+    assert!(writes.iter().all(|w| w.local.1 <= 64), "{log:?}");
+    assert!(matches!(log.last().unwrap().op, SendOp::WriteImm(_)));
+    assert_eq!(
+        log.iter()
+            .filter(|w| matches!(w.op, SendOp::WriteImm(_)))
+            .count(),
+        1,
+        "one post, after the last piece"
+    );
+    assert_eq!(taken(&mut inbox, 3).len(), 1);
+}
+
+#[test]
+fn a_staged_hop_past_the_end_is_refused_before_a_piece_moves() {
+    let p = Pair::new();
+    let mut link = link_with_bounce(&p, 64);
+    let user = vec![7u8; 200];
+    let err = link
+        .put(hop(&user, Target::CclOut, (LEN - 100) as u64, None))
+        .unwrap_err();
+    assert!(matches!(err, RdmaError::OutOfBounds { .. }), "{err}");
+    assert!(p.a.log().is_empty(), "nothing was posted");
+    assert!(p.out().iter().all(|&b| b == 0xEE));
+}
+
+#[test]
+fn without_a_bounce_buffer_an_unregistered_source_is_an_error() {
+    let p = Pair::new();
+    let mut link = p.link(SECOND);
+    let user = vec![7u8; 200];
+    let err = link.put(hop(&user, Target::CclIn, 0, None)).unwrap_err();
+    assert!(matches!(err, RdmaError::SourceNotRegistered { .. }), "{err}");
+}
+
+#[test]
+fn a_region_announced_later_can_be_written() {
+    let p = Pair::new();
+    let mut link = p.link_into(vec![p.regions[0]], SECOND);
+    let err = link
+        .put(hop(&p.src[..8], Target::CclOut, 0, None))
+        .unwrap_err();
+    assert!(matches!(err, RdmaError::UnknownTarget { .. }), "{err}");
+    link.add_regions([p.regions[1]]);
+    link.put(hop(&p.src[..8], Target::CclOut, 0, None)).unwrap();
+    assert_eq!(&p.out()[..8], &p.src[..8]);
 }

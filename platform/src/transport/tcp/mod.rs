@@ -43,6 +43,8 @@ pub struct TcpJob {
     /// Per communicator rank: the address of its listener, for the ranks reached over
     /// TCP (`None` for the others).
     pub peers: Vec<Option<SocketAddr>>,
+    /// The peers among those whose data and posts go over RDMA instead (`None`: none).
+    pub rdma: Option<crate::transport::rdma::RdmaJob>,
 }
 
 impl TcpJob {

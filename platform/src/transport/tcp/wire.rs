@@ -11,14 +11,16 @@
 //!
 //! Frame header ([`HEADER_LEN`] bytes): kind (u8), buffer (u8), six bytes of zero, then
 //! three u64 fields whose meaning depends on the kind (see [`Frame`]). A Write is followed
-//! by its `len` payload bytes.
+//! by its `len` payload bytes, an Rdma frame by its `len` bytes of connect info.
 
 use std::fmt;
 
 /// The first bytes of every connection.
 pub const MAGIC: [u8; 8] = *b"OXCCLtcp";
 /// Bumped whenever the wire format changes.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
+/// The most bytes of connect info an Rdma frame may announce.
+pub const MAX_RDMA_INFO: u64 = 64 << 10;
 /// Bytes of a hello.
 pub const HELLO_LEN: usize = 8 + 4 + 16 + 4 * 3 + 8 * 2;
 /// Bytes of a frame header.
@@ -108,6 +110,11 @@ pub enum Frame {
     /// The sending rank goes away in order; the end of the stream that follows is no
     /// failure.
     Close,
+    /// `len` bytes of RDMA connect info follow (see `transport::rdma::link::ConnectInfo`):
+    /// on a connection's own direction, the opener's queue pair endpoint; on its return
+    /// direction, the receiver's endpoint and the buffers the opener may write (again
+    /// later, for a new scratch allocation). At most [`MAX_RDMA_INFO`].
+    Rdma { len: u64 },
 }
 
 /// A frame header that is not one.
@@ -129,6 +136,7 @@ const DONE: u8 = 3;
 const SCRATCH: u8 = 4;
 const FAILED: u8 = 5;
 const CLOSE: u8 = 6;
+const RDMA: u8 = 7;
 
 impl Frame {
     /// The frame's header bytes.
@@ -151,6 +159,7 @@ impl Frame {
             Frame::Scratch { id, bytes } => (SCRATCH, 0, id, bytes, 0),
             Frame::Failed { origin, pid, died } => (FAILED, 0, origin, pid, u64::from(died)),
             Frame::Close => (CLOSE, 0, 0, 0, 0),
+            Frame::Rdma { len } => (RDMA, 0, len, 0, 0),
         };
         let mut h = [0u8; HEADER_LEN];
         h[0] = kind;
@@ -191,6 +200,7 @@ impl Frame {
                 died: c == 1,
             },
             CLOSE => Frame::Close,
+            RDMA if a <= MAX_RDMA_INFO && b == 0 && c == 0 => Frame::Rdma { len: a },
             _ => return Err(bad),
         })
     }
@@ -239,6 +249,7 @@ mod tests {
                 died: true,
             },
             Frame::Close,
+            Frame::Rdma { len: 48 },
         ];
         for f in frames {
             assert_eq!(Frame::decode(&f.encode()), Ok(f));
@@ -264,6 +275,10 @@ mod tests {
         h[1] = 0;
         h[5] = 1;
         assert!(Frame::decode(&h).is_err());
+        let too_long = Frame::Rdma {
+            len: MAX_RDMA_INFO + 1,
+        };
+        assert!(Frame::decode(&too_long.encode()).is_err(), "a peer cannot size a buffer");
     }
 
     #[test]
