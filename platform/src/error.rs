@@ -346,10 +346,18 @@ pub enum DeviceError {
     Shm(#[source] crate::transport::shm::ShmError),
     #[error("the TCP transport failed")]
     Tcp(#[source] crate::transport::tcp::TcpError),
+    /// Boxed: the RDMA errors name a port and a verbs call, and would make every
+    /// `Result<_, DeviceError>` as large.
     #[error("the RDMA transport failed")]
-    Rdma(#[source] crate::transport::rdma::RdmaError),
+    Rdma(#[source] Box<crate::transport::rdma::RdmaError>),
     #[error("the CUDA backend failed: {0}")]
     Cuda(#[source] crate::cuda::CudaError),
+}
+
+impl From<crate::transport::rdma::RdmaError> for DeviceError {
+    fn from(e: crate::transport::rdma::RdmaError) -> Self {
+        DeviceError::Rdma(Box::new(e))
+    }
 }
 
 impl From<ConfigFault> for DeviceError {

@@ -44,6 +44,8 @@ use std::time::{Duration, Instant};
 const BOUNCE_BYTES: usize = 1 << 20;
 
 type Link = RdmaLink<dyn Verbs>;
+/// A link as the receiver names it: (from rank, local slot, to rank).
+type LinkEnds = (Rank, usize, Rank);
 
 /// Links by (local slot, peer): the queue pairs made towards peers that have not
 /// answered yet, and the links made.
@@ -69,7 +71,7 @@ pub(crate) struct RdmaLinks {
     /// The receiving side of every queue pair peers connected to this device's ranks.
     inbox: Mutex<Inbox<dyn Verbs>>,
     /// Per incoming queue pair: the link it carries, as (from, local slot, to).
-    incoming: Mutex<Vec<(QpId, (Rank, usize, Rank))>>,
+    incoming: Mutex<Vec<(QpId, LinkEnds)>>,
     /// This device's registered buffers: (local slot, target, region).
     registered: Mutex<Vec<(usize, Target, Registered)>>,
     wait: Duration,
@@ -79,7 +81,7 @@ impl RdmaLinks {
     pub(crate) fn new(config: &DeviceConfig, job: &RdmaJob) -> Result<Self, DeviceError> {
         let verbs = job.verbs.clone();
         let first = config.local_ranks.first().copied().unwrap_or(0);
-        let inbox = Inbox::new(verbs.clone(), first, Vec::new()).map_err(DeviceError::Rdma)?;
+        let inbox = Inbox::new(verbs.clone(), first, Vec::new()).map_err(DeviceError::from)?;
         let local = config.local_ranks.len();
         Ok(RdmaLinks {
             verbs,
@@ -104,7 +106,7 @@ impl RdmaLinks {
 
     /// Ask for the next immediate to make [`Self::recv_fd`] readable.
     pub(crate) fn arm(&self) -> Result<(), DeviceError> {
-        self.inbox.lock().arm().map_err(DeviceError::Rdma)
+        self.inbox.lock().arm().map_err(DeviceError::from)
     }
 
     /// The descriptor that turns readable when an immediate arrives (once armed).
@@ -136,7 +138,7 @@ impl RdmaLinks {
             .memory
             .device_region(slot, buf, scratch)
             .map_err(|_| {
-                DeviceError::Rdma(RdmaError::UnknownTarget {
+                DeviceError::from(RdmaError::UnknownTarget {
                     rank,
                     peer: rank,
                     target,
@@ -145,7 +147,7 @@ impl RdmaLinks {
         // SAFETY: CCL buffers and scratch live as long as the device's memory, which
         // outlives these links (they are dropped with the device's shared state).
         let r = unsafe { self.verbs.register(region.ptr, region.len) }.map_err(|e| {
-            DeviceError::Rdma(RdmaError::verbs(
+            DeviceError::from(RdmaError::verbs(
                 self.verbs.port(),
                 Some((rank, rank)),
                 "registering a buffer",
@@ -198,7 +200,12 @@ impl RdmaLinks {
         let from = self.local[slot];
         let (qp, endpoint) = self.verbs.create_qp().map_err(|e| {
             let port = self.verbs.port();
-            DeviceError::Rdma(RdmaError::verbs(port, Some((from, to)), "creating a queue pair", e))
+            DeviceError::from(RdmaError::verbs(
+                port,
+                Some((from, to)),
+                "creating a queue pair",
+                e,
+            ))
         })?;
         self.pending.lock().opened.push((slot, to, qp));
         Ok(ConnectInfo {
@@ -213,13 +220,13 @@ impl RdmaLinks {
     pub(crate) fn accept(
         &self,
         shared: &Shared,
-        (from, slot, to): (Rank, usize, Rank),
+        (from, slot, to): LinkEnds,
         info: &ConnectInfo,
     ) -> Result<ConnectInfo, DeviceError> {
         let failed = |what| {
             move |e| {
                 let port = self.verbs.port();
-                DeviceError::Rdma(RdmaError::verbs(port, Some((to, from)), what, e))
+                DeviceError::from(RdmaError::verbs(port, Some((to, from)), what, e))
             }
         };
         let regions = self.regions_of(shared, slot)?;
@@ -234,7 +241,7 @@ impl RdmaLinks {
         self.inbox
             .lock()
             .add_peer(qp, from)
-            .map_err(DeviceError::Rdma)?;
+            .map_err(DeviceError::from)?;
         Ok(ConnectInfo { endpoint, regions })
     }
 
@@ -269,7 +276,7 @@ impl RdmaLinks {
 
     fn unasked(&self, slot: usize, peer: Rank) -> DeviceError {
         let rank = self.local[slot];
-        DeviceError::Rdma(RdmaError::verbs(
+        DeviceError::from(RdmaError::verbs(
             self.verbs.port(),
             Some((rank, peer)),
             "taking a peer's connect info",
@@ -291,7 +298,7 @@ impl RdmaLinks {
         let failed = |what| {
             move |e| {
                 let port = self.verbs.port();
-                DeviceError::Rdma(RdmaError::verbs(port, Some((rank, peer)), what, e))
+                DeviceError::from(RdmaError::verbs(port, Some((rank, peer)), what, e))
             }
         };
         self.verbs
@@ -329,12 +336,8 @@ impl RdmaLinks {
                     cause: cause.clone(),
                 });
             }
-            if self
-                .answered
-                .wait_until(&mut pending, deadline)
-                .timed_out()
-            {
-                return Err(DeviceError::Rdma(RdmaError::NoAnswer {
+            if self.answered.wait_until(&mut pending, deadline).timed_out() {
+                return Err(DeviceError::from(RdmaError::NoAnswer {
                     port: self.verbs.port().clone(),
                     rank: self.local[slot],
                     peer: to,
@@ -347,7 +350,10 @@ impl RdmaLinks {
 
     /// The device stopped for `cause`: a compile waiting for a peer's answer stops too.
     pub(crate) fn release(&self, cause: &AbortCause) {
-        self.pending.lock().stopped.get_or_insert_with(|| cause.clone());
+        self.pending
+            .lock()
+            .stopped
+            .get_or_insert_with(|| cause.clone());
         self.answered.notify_all();
     }
 
@@ -360,13 +366,13 @@ impl RdmaLinks {
     ) -> Result<(), DeviceError> {
         let mut link = self.out[slot][to].lock();
         let link = link.as_mut().ok_or_else(|| {
-            DeviceError::Rdma(RdmaError::UnknownTarget {
+            DeviceError::from(RdmaError::UnknownTarget {
                 rank: self.local[slot],
                 peer: to,
                 target: Target::CclIn,
             })
         })?;
-        send(link).map_err(DeviceError::Rdma)
+        send(link).map_err(DeviceError::from)
     }
 
     /// [`PutWire::put`] on the link from local slot `slot` to `to`.
@@ -390,14 +396,14 @@ impl RdmaLinks {
     pub(crate) fn drain(
         &self,
         shared: &Shared,
-        mut post: impl FnMut((Rank, usize, Rank), &Posted) -> Result<(), DeviceError>,
+        mut post: impl FnMut(LinkEnds, &Posted) -> Result<(), DeviceError>,
     ) -> Result<usize, DeviceError> {
         let incoming = self.incoming.lock().clone();
         let link_of = |qp: QpId| incoming.iter().find(|(q, _)| *q == qp).map(|&(_, l)| l);
         // The epoch of a post completes near the call its receiving rank is in.
         let current = |qp| link_of(qp).map_or(0, |(_, slot, _)| shared.fences[slot].ended() + 1);
         let mut inbox = self.inbox.lock();
-        inbox.arm().map_err(DeviceError::Rdma)?;
+        inbox.arm().map_err(DeviceError::from)?;
         let mut failed = None;
         let taken = inbox.take(current, |p| {
             if failed.is_some() {
@@ -409,7 +415,7 @@ impl RdmaLinks {
         });
         match (taken, failed) {
             (_, Some(err)) => Err(err),
-            (taken, None) => taken.map_err(DeviceError::Rdma),
+            (taken, None) => taken.map_err(DeviceError::from),
         }
     }
 }
