@@ -10,6 +10,7 @@ pub mod all_to_all;
 pub mod barrier;
 pub mod blocks;
 pub mod data;
+pub mod every;
 pub mod msccl;
 pub mod oracle;
 pub mod puts;
