@@ -11,7 +11,8 @@
 //! | `OXCCL_TUNE_FILE` | a tuning table written by `oxccl tune` (see [`crate::tune`]): `select_alg` runs the fastest measured executor for sizes it covers | none (the model decides) |
 //! | `OXCCL_CHECK_CALLS` | 1: ranks agree on every call (operator, type, op, root, counts, executor) before it runs, and a mismatch is an error on every rank (see [`crate::agreement`]); 0: skip the check | 1 |
 //! | `OXCCL_GRAPH_CHECK` | 1: compiling a graph (`oxccl-graph`) also proves the captured sequence with the analyzer (deadlocks, lost wakeups, memory conflicts across its operations), and a failure refuses the graph; 0: skip | 0 |
-//! | `OXCCL_TRANSPORT` | how ranks in other processes are reached (see [`crate::transport`]): `auto` (shared memory on a host, TCP between hosts), `shm` or `tcp` (every peer over TCP, also on one host) | auto |
+//! | `OXCCL_TRANSPORT` | how ranks in other processes are reached (see [`crate::transport`]): `auto` (shared memory on a host; between hosts RDMA where both ranks opened a port, else TCP), `shm`, `tcp` or `rdma` (every peer over TCP, or over RDMA, also on one host) | auto |
+//! | `OXCCL_RDMA_DEVICE`, `OXCCL_RDMA_PORT`, `OXCCL_RDMA_GID_INDEX`, `OXCCL_RDMA_TC` | the RDMA port a rank opens (a build with the `rdma` feature; see `oxccl_platform::transport::rdma::Settings`): the device by name, its port, the GID index (RoCE) and the traffic class | the first device, port 1, GID 0, class 0 |
 //! | `OXCCL_DEVICE` | the backend: `host` (threads of this process), `cuda` (NVIDIA GPUs; a build with the `cuda` feature), `sim` (records programs) | host |
 //! | `OXCCL_CUDA_DEVICES` | the cuda backend's placement: one CUDA device ordinal for every local rank (`0`: all on GPU 0, as virtual ranks), or one per local rank (`0,0,1,1`) | round-robin over the GPUs (one rank per GPU when there are enough) |
 //! | `OXCCL_LINK_CHANNELS` | notify channels per link, 1 to 64: how many handshakes two ranks may have in flight at once (an imported MSCCL-IR file needs one per message slot of each of its channels, and pipelines deeper with more) | 2, or what the imported files need when more |
@@ -63,6 +64,10 @@ pub struct Config {
     pub tune: Option<std::sync::Arc<crate::tune::TuneTable>>,
     /// How ranks in other processes are reached (`OXCCL_TRANSPORT`).
     pub transport: crate::transport::TransportChoice,
+    /// The RDMA device `init_rank` uses, instead of opening the one `OXCCL_RDMA_DEVICE`
+    /// names (see [`crate::transport`]); `None`: open it from the environment, in a build
+    /// with the `rdma` feature.
+    pub rdma_nic: Option<crate::transport::RdmaNic>,
     /// The cuda backend's placement (`OXCCL_CUDA_DEVICES`): one ordinal for every local
     /// rank, or one per local rank; empty: round-robin over the GPUs.
     pub gpus: Vec<usize>,
@@ -84,6 +89,7 @@ impl Default for Config {
             link_channels: 2,
             tune: None,
             transport: Default::default(),
+            rdma_nic: None,
             gpus: Vec::new(),
         }
     }

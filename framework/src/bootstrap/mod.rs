@@ -66,6 +66,9 @@ pub struct RankInfo {
     /// Where this rank's TCP transport listens (`host:port`), if it does.
     #[serde(default)]
     pub tcp: Option<String>,
+    /// The RDMA port this rank opened (`mlx5_0 port 1`), if it did.
+    #[serde(default)]
+    pub rdma: Option<String>,
 }
 
 impl RankInfo {
@@ -77,6 +80,7 @@ impl RankInfo {
             pid: std::process::id(),
             digests,
             tcp: None,
+            rdma: None,
         }
     }
 }

@@ -113,6 +113,7 @@ fn hosts_become_servers_when_their_ranks_are_consecutive() {
         pid: 1,
         digests: parts(1),
         tcp: None,
+        rdma: None,
     };
     let blocks = JobTable {
         ranks: vec![on("b", 0), on("b", 1), on("a", 2), on("a", 3), on("a", 4)],

@@ -20,6 +20,7 @@ use crate::planner::{Planned, Setting};
 use crate::select::{select_alg, SelectRequest, Selection};
 use crate::topology::Topology;
 use crate::transport::{self, PeerTransport, TransportChoice};
+use oxccl_platform::transport::rdma::RdmaJob;
 use oxccl_platform::transport::tcp::TcpJob;
 use oxccl_platform::{
     AbortCause, Buf, CompileRequest, Compiled, Device, DeviceConfig, Rank, RankProgram, ScratchId,
@@ -411,8 +412,15 @@ impl Communicator {
             .as_ref()
             .and_then(|l| l.local_addr().ok())
             .map(|a| a.to_string());
+        // A port is opened before the exchange, so that the table says who has one.
+        let verbs = match listener {
+            Some(_) => transport::open_rdma(config.transport, config.rdma_nic.as_ref()),
+            None => Err("no TCP listener to set RDMA links up on".into()),
+        };
+        info.rdma = verbs.as_ref().ok().map(|v| v.port().to_string());
+        let no_rdma = verbs.as_ref().err().map(String::as_str);
         let table = join(id, n, info, config.exec_timeout)?;
-        let links = transport::links_of(&table, rank, config.transport)?;
+        let links = transport::links_of(&table, rank, config.transport, no_rdma)?;
         let topology = topology_of(&config, table.server_sizes()?)?;
         let topology = transport::with_transport_access(topology, &table, config.transport);
         let topology = ranks_apart(topology)?;
@@ -428,22 +436,31 @@ impl Communicator {
         let any = |t: fn(&PeerTransport) -> bool| links.iter().flatten().any(t);
         let shm =
             any(|t| *t == PeerTransport::Shm).then(|| oxccl_platform::ShmJob { tag: id.job_tag() });
+        let over_rdma = any(|t| matches!(t, PeerTransport::Rdma(_)));
+        let rdma = verbs.ok().filter(|_| over_rdma).map(|verbs| RdmaJob {
+            verbs,
+            peers: links
+                .iter()
+                .map(|t| matches!(t, Some(PeerTransport::Rdma(_))))
+                .collect(),
+        });
         let tcp = match listener {
-            Some(listener) if any(|t| matches!(t, PeerTransport::Tcp(_))) => Some(TcpJob {
+            Some(listener) if any(|t| !matches!(t, PeerTransport::Shm)) => Some(TcpJob {
                 secret: id.secret.0,
                 listener,
                 peers: links
                     .iter()
                     .map(|t| match t {
-                        Some(PeerTransport::Tcp(addr)) => Some(*addr),
+                        Some(PeerTransport::Tcp(addr) | PeerTransport::Rdma(addr)) => Some(*addr),
                         _ => None,
                     })
                     .collect(),
-                rdma: None,
+                rdma,
             }),
             _ => None,
         };
-        let (over_shm, over_tcp) = (shm.is_some(), tcp.is_some());
+        let over_tcp = any(|t| matches!(t, PeerTransport::Tcp(_)));
+        let over_shm = shm.is_some();
         let processes = table
             .ranks
             .iter()
@@ -465,6 +482,7 @@ impl Communicator {
             servers = ?topology.server_sizes(),
             over_shm,
             over_tcp,
+            over_rdma,
             "communicator rank joined its job"
         );
         Ok(Communicator::on(

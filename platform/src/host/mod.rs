@@ -654,10 +654,10 @@ fn region_span(region: Region) -> (usize, usize) {
 }
 
 #[cfg(test)]
+mod rdma_tests;
+#[cfg(test)]
 mod shm_tests;
 #[cfg(test)]
 mod tcp_tests;
-#[cfg(test)]
-mod rdma_tests;
 #[cfg(test)]
 mod tests;

@@ -49,7 +49,8 @@ fn a_reduction_into_an_rdma_peer_is_staged_through_the_bounce_buffer() {
     double_into_peers_and_check(&a, &b);
     let log = na.log();
     assert!(
-        log.iter().any(|w| w.op == SendOp::Write && w.local.1 == 1001 * 4),
+        log.iter()
+            .any(|w| w.op == SendOp::Write && w.local.1 == 1001 * 4),
         "{log:?}"
     );
 }
@@ -83,8 +84,7 @@ fn run_on_scratch(
     outputs: &mut [Vec<u8>],
 ) -> Vec<Result<(), DeviceError>> {
     let mut subs = Vec::new();
-    for ((program, peer), (input, output)) in programs.into_iter().zip(inputs.iter().zip(outputs))
-    {
+    for ((program, peer), (input, output)) in programs.into_iter().zip(inputs.iter().zip(outputs)) {
         let compiled = dev
             .compile(CompileRequest {
                 program: Arc::new(program),
@@ -188,9 +188,8 @@ fn a_failed_queue_pair_fails_the_call_naming_the_peer_and_releases_the_other_hos
     let started = Instant::now();
     let results = swap_results(&a, &b, 2);
     assert!(started.elapsed() < timeout / 2, "released promptly");
-    let queue_pair = |e: &RdmaError| {
-        matches!(e, RdmaError::QueuePair { peer, .. } if *peer == 2 || *peer == 3)
-    };
+    let queue_pair =
+        |e: &RdmaError| matches!(e, RdmaError::QueuePair { peer, .. } if *peer == 2 || *peer == 3);
     let failed_here = results[..2]
         .iter()
         .filter(|r| r.as_ref().is_err_and(|e| rdma_error(e, &queue_pair)))

@@ -58,7 +58,10 @@ enum Rx {
     },
     /// An Rdma frame's connect info (at most
     /// [`MAX_RDMA_INFO`](crate::transport::tcp::wire::MAX_RDMA_INFO) bytes).
-    Info { got: usize, buf: Vec<u8> },
+    Info {
+        got: usize,
+        buf: Vec<u8>,
+    },
 }
 
 /// The listener and the accepted connections, driven by whichever thread holds them.

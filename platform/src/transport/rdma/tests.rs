@@ -158,7 +158,9 @@ fn an_idle_inbox_sleeps_until_an_immediate_wakes_it() {
     let p = Pair::new();
     let mut inbox = p.inbox();
     let started = std::time::Instant::now();
-    let none = inbox.wait(Duration::from_millis(30), |_| 0, |_| {}).unwrap();
+    let none = inbox
+        .wait(Duration::from_millis(30), |_| 0, |_| {})
+        .unwrap();
     assert_eq!(none, 0);
     assert!(started.elapsed() >= Duration::from_millis(25), "it slept");
     let fd = p.b.recv_fd();
@@ -522,7 +524,10 @@ fn without_a_bounce_buffer_an_unregistered_source_is_an_error() {
     let mut link = p.link(SECOND);
     let user = vec![7u8; 200];
     let err = link.put(hop(&user, Target::CclIn, 0, None)).unwrap_err();
-    assert!(matches!(err, RdmaError::SourceNotRegistered { .. }), "{err}");
+    assert!(
+        matches!(err, RdmaError::SourceNotRegistered { .. }),
+        "{err}"
+    );
 }
 
 #[test]

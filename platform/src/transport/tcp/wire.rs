@@ -278,7 +278,10 @@ mod tests {
         let too_long = Frame::Rdma {
             len: MAX_RDMA_INFO + 1,
         };
-        assert!(Frame::decode(&too_long.encode()).is_err(), "a peer cannot size a buffer");
+        assert!(
+            Frame::decode(&too_long.encode()).is_err(),
+            "a peer cannot size a buffer"
+        );
     }
 
     #[test]
