@@ -66,7 +66,8 @@ pub struct Config {
     pub transport: crate::transport::TransportChoice,
     /// The RDMA device `init_rank` uses, instead of opening the one `OXCCL_RDMA_DEVICE`
     /// names (see [`crate::transport`]); `None`: open it from the environment, in a build
-    /// with the `rdma` feature.
+    /// with the `rdma` feature. One communicator's: its device takes every receive
+    /// completion of the NIC, so communicators must not share one.
     pub rdma_nic: Option<crate::transport::RdmaNic>,
     /// The cuda backend's placement (`OXCCL_CUDA_DEVICES`): one ordinal for every local
     /// rank, or one per local rank; empty: round-robin over the GPUs.

@@ -348,6 +348,20 @@ impl RdmaLinks {
         Ok(())
     }
 
+    fn stray(&self, qp: QpId) -> DeviceError {
+        DeviceError::from(RdmaError::Device {
+            port: self.verbs.port().clone(),
+            what: "taking an immediate",
+            source: crate::transport::rdma::VerbsError::Call {
+                call: "poll_recv",
+                reason: format!(
+                    "queue pair {qp} is none of this device's links: is the NIC shared with \
+                     another communicator? Give each its own (Config::rdma_nic)"
+                ),
+            },
+        })
+    }
+
     /// The device stopped for `cause`: a compile waiting for a peer's answer stops too.
     pub(crate) fn release(&self, cause: &AbortCause) {
         self.pending
@@ -409,9 +423,12 @@ impl RdmaLinks {
             if failed.is_some() {
                 return;
             }
-            if let Some(link) = link_of(p.qp) {
-                failed = post(link, &p).err();
-            }
+            failed = match link_of(p.qp) {
+                Some(link) => post(link, &p).err(),
+                // The NIC's receive queue holds only this device's queue pairs, unless
+                // its verbs are shared with another communicator.
+                None => Some(self.stray(p.qp)),
+            };
         });
         match (taken, failed) {
             (_, Some(err)) => Err(err),

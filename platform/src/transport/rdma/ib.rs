@@ -688,4 +688,65 @@ mod tests {
             }
         }
     }
+
+    /// On the device `OXCCL_RDMA_TEST_DEVICE` names: a link over a loopback pair of queue
+    /// pairs writes into a registered buffer, and its post comes out of the inbox. Skipped
+    /// (saying so) without one: this is the only test of the verbs on real hardware.
+    #[test]
+    fn a_hop_over_a_loopback_queue_pair_lands_and_posts() {
+        use super::super::inbox::Inbox;
+        use super::super::link::RdmaLink;
+        use super::super::RemoteRegion;
+        use crate::transport::put::{Hop, PutWire, Target};
+        use std::time::Duration;
+        let Ok(device) = std::env::var("OXCCL_RDMA_TEST_DEVICE") else {
+            eprintln!("skipped: no RDMA device named in OXCCL_RDMA_TEST_DEVICE");
+            return;
+        };
+        let settings = Settings {
+            device: Some(device),
+            ..Settings::from_env().expect("settings")
+        };
+        let nic = IbNic::open(&settings).unwrap_or_else(|e| panic!("{e}"));
+        let mut src: Vec<u8> = (0..8192u32).map(|i| (i % 253) as u8).collect();
+        let mut dst = vec![0u8; 8192];
+        // SAFETY: both buffers outlive the NIC's use of them in this test.
+        let (from, to) = unsafe {
+            (
+                nic.register(src.as_mut_ptr(), src.len()).unwrap(),
+                nic.register(dst.as_mut_ptr(), dst.len()).unwrap(),
+            )
+        };
+        let (qp_a, end_a) = nic.create_qp().unwrap();
+        let (qp_b, end_b) = nic.create_qp().unwrap();
+        nic.connect(qp_a, end_b).unwrap();
+        nic.connect(qp_b, end_a).unwrap();
+        let mut inbox = Inbox::new(nic.clone(), 1, vec![(qp_b, 0)]).unwrap();
+        let region = RemoteRegion {
+            target: Target::CclIn,
+            addr: to.addr,
+            len: to.len,
+            rkey: to.rkey,
+        };
+        let timeout = Duration::from_secs(5);
+        let mut link = RdmaLink::new(nic.clone(), qp_a, (0, 1), vec![region], vec![from], timeout);
+        let hop = Hop {
+            target: Target::CclIn,
+            offset: 100,
+            bytes: &src[..4000],
+            then_post: Some(3),
+            epoch: 9,
+        };
+        link.put(hop).unwrap_or_else(|e| panic!("{e}"));
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + timeout;
+        while got.is_empty() && std::time::Instant::now() < deadline {
+            inbox
+                .wait(Duration::from_millis(100), |_| 9, |p| got.push(p))
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!(got.len(), 1, "one post");
+        assert_eq!((got[0].word, got[0].epoch), (3, 9));
+        assert_eq!(&dst[100..4100], &src[..4000]);
+    }
 }

@@ -347,8 +347,8 @@ impl<V: Verbs + ?Sized> PutWire for RdmaLink<V> {
 }
 
 /// What one rank tells a peer to set up the link from the peer to it: its queue pair's
-/// endpoint and the regions the peer may write. Exchanged through the bootstrap, whose
-/// connections already proved the job's secret.
+/// endpoint and the regions the peer may write. Exchanged on the link's TCP connection,
+/// whose hello already proved the job's secret.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnectInfo {
     pub endpoint: QpEndpoint,

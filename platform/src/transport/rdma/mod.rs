@@ -6,7 +6,8 @@
 //! - **What is registered.** Each rank registers, once, the buffers a peer may write: its
 //!   CCL buffers and scratch allocations (plus the local buffers it sends from). A peer
 //!   learns them as [`RemoteRegion`]s (address, length, remote key) with the queue pair's
-//!   endpoint, through the bootstrap, which already checked the job's secret.
+//!   endpoint, on the link's TCP connection, whose hello already proved the job's secret
+//!   (the host device's side: `host/rdma.rs`).
 //! - **A data hop** is one RDMA WRITE into the peer's region, at an offset checked against
 //!   the region's length before it is posted ([`RdmaError::OutOfBounds`]); the peer's NIC
 //!   checks the key and range again, so a peer that forges a request still cannot write
@@ -34,10 +35,12 @@
 //! CI, with lost and reordered completions and failing queue pairs), `ib` (feature `rdma`:
 //! the real devices through libibverbs).
 //!
-//! Verified without hardware: everything above the verbs, against the fake fabric; with
-//! feature `rdma`, that the build links libibverbs and that a machine without a device
-//! gets [`RdmaError::NoDevice`]. Not verified: the real data path (no device and no
-//! soft-RoCE here).
+//! Verified without hardware: everything above the verbs, against the fake fabric (also
+//! under host devices and communicators: `host/rdma_tests.rs`,
+//! `tests/tests/rdma_transport.rs`); with feature `rdma`, that the build links libibverbs
+//! and that a machine without a device gets [`RdmaError::NoDevice`]. Not verified: the
+//! real data path (no device and no soft-RoCE here); `ib`'s loopback test runs it where
+//! `OXCCL_RDMA_TEST_DEVICE` names a device.
 
 pub mod fake;
 #[cfg(feature = "rdma")]
