@@ -329,6 +329,32 @@ impl Launch {
         self.compiled.rank
     }
 
+    /// Ask the TCP peers this launch's fences wait for to send the epochs they need, or
+    /// renew the lease (see `tcp`'s module docs). From the submitting thread, before the
+    /// launch starts: a fence's callbacks may run on the receiver thread, which must not
+    /// wait for a connection a stream is sending on.
+    pub(crate) fn want_peer_epochs(&self) -> Result<(), DeviceError> {
+        let Some(tcp) = &self.shared.tcp else {
+            return Ok(());
+        };
+        let slot = self.program.slot;
+        let entry = self
+            .entry_peers
+            .iter()
+            .map(|&p| (p, self.epoch.saturating_sub(1)));
+        let exit = match self.compiled.exit_fence {
+            true => &self.program.peer_slots[..],
+            false => &[],
+        };
+        for (peer, needed) in entry.chain(exit.iter().map(|&p| (p, self.epoch))) {
+            let rank = self.shared.fence_ranks[peer];
+            if tcp.reaches(rank) {
+                tcp.want(slot, rank, needed)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The gate decided: pass the entry fence and run, or end the launch before any task
     /// ran.
     pub(crate) fn gate_decided(self: &Arc<Self>, outcome: Result<(), crate::GateRefusal>) {

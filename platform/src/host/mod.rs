@@ -381,7 +381,12 @@ impl HostDevice {
             regions,
             s.gate.is_some(),
         );
-        if let Err(err) = self.shared.admit(&launch) {
+        let admitted = self.shared.admit(&launch).and_then(|()| {
+            launch
+                .want_peer_epochs()
+                .map_err(|e| self.shared.tcp_send_failed(e))
+        });
+        if let Err(err) = admitted {
             drop(launch);
             if let Some(registration) = registration {
                 self.shared.memory.unregister(slot, registration);

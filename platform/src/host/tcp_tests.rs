@@ -631,3 +631,91 @@ fn connections_are_opened_for_the_peers_a_program_needs_and_epochs_come_back_on_
         "rank 2 opened nothing"
     );
 }
+
+/// Read one frame header from `stream` within `wait`; `None` when none came.
+fn next_frame(stream: &mut TcpStream, wait: Duration) -> Option<Frame> {
+    stream.set_read_timeout(Some(wait)).unwrap();
+    let mut h = [0u8; crate::transport::tcp::wire::HEADER_LEN];
+    match stream.read_exact(&mut h) {
+        Ok(()) => Some(Frame::decode(&h).expect("a frame")),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn done_epochs_go_to_a_subscriber_only_as_far_as_it_asked() {
+    let (dev, mut rogue, _inbound) = device_with_rogue(Duration::from_secs(20));
+    let run = |epoch| {
+        let mut out = [vec![0u8; 8]];
+        let alone = (RankProgram::new(0, 1), vec![]);
+        let r = run_ranks(&dev, vec![alone], &[vec![0u8; 8]], &mut out, epoch);
+        assert!(r[0].is_ok(), "{r:?}");
+    };
+    let short = Duration::from_millis(300);
+    // The hello's answer: the current epoch. Then nothing: rank 1 asked for none.
+    assert_eq!(
+        next_frame(&mut rogue, short),
+        Some(Frame::Done { epoch: 0 })
+    );
+    (1..=3).for_each(run);
+    assert_eq!(next_frame(&mut rogue, short), None, "no lease, no epochs");
+    // A Want gets the current epoch at once, then each up to its end.
+    send(&mut rogue, &Frame::Want { until: 5 }.encode(), &[]).unwrap();
+    assert_eq!(
+        next_frame(&mut rogue, short),
+        Some(Frame::Done { epoch: 3 })
+    );
+    (4..=7).for_each(run);
+    assert_eq!(
+        next_frame(&mut rogue, short),
+        Some(Frame::Done { epoch: 4 })
+    );
+    assert_eq!(
+        next_frame(&mut rogue, short),
+        Some(Frame::Done { epoch: 5 })
+    );
+    assert_eq!(next_frame(&mut rogue, short), None, "the lease ended at 5");
+}
+
+#[test]
+fn a_rank_asks_its_tcp_fence_peer_for_epochs_and_renews_the_lease() {
+    use super::tcp::LEASE;
+    let (dev, _rogue, mut inbound) = device_with_rogue(Duration::from_secs(20));
+    let short = Duration::from_millis(300);
+    let mut wants = Vec::new();
+    for epoch in 1..=LEASE {
+        // Rank 1 (the test) finished the epoch before: rank 0's entry fence needs it.
+        send(
+            &mut inbound,
+            &Frame::Done { epoch: epoch - 1 }.encode(),
+            &[],
+        )
+        .unwrap();
+        let mut out = [vec![0u8; 8]];
+        let fenced = (RankProgram::new(0, 1), vec![1]);
+        let r = run_ranks(&dev, vec![fenced], &[vec![0u8; 8]], &mut out, epoch);
+        assert!(r[0].is_ok(), "epoch {epoch}: {r:?}");
+    }
+    while let Some(frame) = next_frame(&mut inbound, short) {
+        wants.push(frame);
+    }
+    // The first call asks; the call whose need passes half the lease renews it.
+    let renewed_at = LEASE / 2 + 1;
+    assert_eq!(
+        wants,
+        [
+            Frame::Want { until: LEASE },
+            Frame::Want {
+                until: renewed_at + LEASE
+            }
+        ]
+    );
+}

@@ -25,16 +25,26 @@
 //!
 //! Data and posts travel only on the connections a rank opened. The other direction of
 //! each connection carries what the *opener* needs from the rank it connected to: that
-//! rank's Done epochs (the fence), its scratch sizes, its failure and its Close. So a rank
-//! publishes its Done epochs to exactly the ranks that fence on it (those that connected
-//! to it), not to every TCP peer, and a fence that is not mutual (A fences on B, B never
-//! on A) still gets its epochs without B opening a connection of its own:
+//! rank's Done epochs (the fence), its scratch sizes, its failure and its Close.
 //!
-//! - when B takes A's hello, it registers the connection's write side as A's
-//!   *subscription* and sends, on it, its scratch sizes and its current Done epoch;
-//! - afterwards B sends every Done epoch and every new scratch size to its subscribers.
+//! Done epochs go only to the ranks that fence on the sender *now*, on a **lease**: a
+//! rank A that fences on a TCP peer B asks for B's epochs with a Want frame, which names
+//! the last epoch it wants (`until`, [`LEASE`] calls ahead); B sends each Done up to it,
+//! and its current one at once. A renews the lease from the submitting thread when it
+//! submits a call whose fence needs B and half the lease is used, so a steady job sends
+//! one Want per `LEASE / 2` calls and each rank's Done goes to its fence peers of the
+//! moment, not to every rank that ever connected to it (under `oxccl perf --procs 8`,
+//! the harness's barriers connect every pair: 7 Done frames per call before, the
+//! algorithm's 1 to 3 after). A fence that is not mutual (A fences on B, B never on A)
+//! gets its epochs the same way, and a lapsed lease costs one round trip, never a hang:
+//! a call whose fence needs an epoch past the lease asks before it waits.
 //!
-//! Both steps hold the slot's subscriber list, and an epoch or a scratch set is recorded
+//! - When B takes A's hello, it registers the connection's write side as A's
+//!   *subscription* and sends, on it, its scratch sizes and its current Done epoch.
+//! - B sends every new scratch size to its subscribers, and each Done epoch to those
+//!   whose lease covers it; a Want from A extends A's lease and sends B's current epoch.
+//!
+//! Each step holds the slot's subscriber list, and an epoch or a scratch set is recorded
 //! before it is sent, so whichever comes second sends the newest (a repeated epoch or
 //! size is harmless: epochs are taken as a maximum, sizes are the same).
 //!
@@ -58,7 +68,7 @@ use crate::transport::tcp::{
 use parking_lot::{Condvar, Mutex};
 use std::io::Read;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,6 +76,9 @@ use std::time::{Duration, Instant};
 pub(crate) const ACCEPTED: u8 = 0xA5;
 /// The answer to a hello whose shape (rank count, CCL buffer size, signal words) differs.
 pub(crate) const WRONG_SHAPE: u8 = 0x5A;
+
+/// Calls ahead of the one that asks that a Want covers (see the module docs).
+pub(crate) const LEASE: u64 = 64;
 
 /// How long a failure announcement may wait for a connection a stream is sending on.
 const ANNOUNCE_WAIT: Duration = Duration::from_millis(200);
@@ -81,6 +94,9 @@ pub(crate) struct TcpLinks {
     /// Per local slot, per communicator rank: the connection this rank sends on, opened
     /// by the first compile that needs it.
     out: Vec<Vec<Mutex<Option<TcpStream>>>>,
+    /// Per local slot, per communicator rank: the last Done epoch of that rank this slot
+    /// asked for (its lease on the peer's epochs).
+    leased: Vec<Vec<AtomicU64>>,
     /// Per local slot: the ranks that connected to it, each with the write side of its
     /// connection (its subscription to the slot's Done epochs and scratch sizes; see
     /// [`Self::subscribe`]). Non-blocking, as the receiver's sockets are. One lock per
@@ -112,6 +128,8 @@ struct Subscriber {
     rank: Rank,
     stream: TcpStream,
     rdma: Option<QpEndpoint>,
+    /// The last Done epoch it asked for (its lease).
+    until: u64,
 }
 
 fn setup(what: &'static str) -> impl FnOnce(std::io::Error) -> DeviceError {
@@ -141,6 +159,9 @@ impl TcpLinks {
             link_words,
             out: (0..local)
                 .map(|_| (0..ranks).map(|_| Mutex::new(None)).collect())
+                .collect(),
+            leased: (0..local)
+                .map(|_| (0..ranks).map(|_| AtomicU64::new(0)).collect())
                 .collect(),
             subscribers: (0..local).map(|_| Mutex::new(Vec::new())).collect(),
             rdma: match &job.rdma {
@@ -317,7 +338,52 @@ impl TcpLinks {
             rank: from,
             stream,
             rdma: None,
+            until: 0,
         });
+        Ok(())
+    }
+
+    /// Rank `from`, a subscriber of local slot `slot`, wants its Done epochs up to
+    /// `until`: extend its lease and send it `done()`, the slot's epoch now (read under
+    /// the list's lock, as [`Self::publish_done`] sends under it: see the module docs).
+    pub(crate) fn wanted(&self, slot: usize, from: Rank, until: u64, done: impl Fn() -> u64) {
+        let mut subscribers = self.subscribers[slot].lock();
+        let Some(s) = subscribers.iter_mut().find(|s| s.rank == from) else {
+            return;
+        };
+        s.until = s.until.max(until);
+        let frame = Frame::Done { epoch: done() }.encode();
+        if let Err(err) = send_nonblocking(&mut s.stream, &frame, self.wait) {
+            tracing::debug!(%err, rank = from, "a subscriber was not told");
+        }
+    }
+
+    /// Local slot `slot` submits a call whose fence needs TCP peer `to` to finish
+    /// `needed`: ask for its epochs when the lease does not cover `needed` (waiting for
+    /// the connection if a stream is sending on it), or renew it when half of it is used
+    /// (skipped while the connection is busy: the next call renews).
+    pub(crate) fn want(&self, slot: usize, to: Rank, needed: u64) -> Result<(), DeviceError> {
+        let leased = &self.leased[slot][to];
+        let have = leased.load(Ordering::Relaxed);
+        if have >= needed.saturating_add(LEASE / 2) {
+            return Ok(());
+        }
+        let from = self.local[slot];
+        let must = have < needed;
+        let mut conn = match must {
+            true => self.out[slot][to].lock(),
+            false => match self.out[slot][to].try_lock() {
+                Some(conn) => conn,
+                None => return Ok(()),
+            },
+        };
+        let stream = conn
+            .as_mut()
+            .ok_or_else(|| self.send_error(from, to, None))?;
+        let until = needed.saturating_add(LEASE);
+        let frame = Frame::Want { until }.encode();
+        send(stream, &frame, &[]).map_err(|e| self.send_error(from, to, Some(e)))?;
+        leased.fetch_max(until, Ordering::Relaxed);
         Ok(())
     }
 
@@ -359,11 +425,12 @@ impl TcpLinks {
             .map_err(|e| self.send_error(to, from, Some(e)))
     }
 
-    /// Send `frame` to every subscriber of local slot `slot` (see [`Self::subscribe`]). A
-    /// subscriber that cannot be told is gone: the receiver reports it.
-    fn tell_subscribers(&self, slot: usize, frame: Frame) {
+    /// Send `frame` to the subscribers of local slot `slot` that `to` picks (see
+    /// [`Self::subscribe`]). A subscriber that cannot be told is gone: the receiver
+    /// reports it.
+    fn tell_subscribers(&self, slot: usize, frame: Frame, to: impl Fn(&Subscriber) -> bool) {
         let bytes = frame.encode();
-        for s in self.subscribers[slot].lock().iter_mut() {
+        for s in self.subscribers[slot].lock().iter_mut().filter(|s| to(s)) {
             if let Err(err) = send_nonblocking(&mut s.stream, &bytes, self.wait) {
                 tracing::debug!(%err, rank = s.rank, "a subscriber was not told");
             }
@@ -432,10 +499,10 @@ impl TcpLinks {
         send(&mut Framed(stream)).map_err(|e| self.send_error(from, to, Some(e)))
     }
 
-    /// Tell the ranks that fence on local slot `slot` (its subscribers) that it finished
-    /// `epoch`.
+    /// Tell the ranks that fence on local slot `slot` (its subscribers whose lease covers
+    /// `epoch`) that it finished `epoch`.
     pub(crate) fn publish_done(&self, slot: usize, epoch: u64) {
-        self.tell_subscribers(slot, Frame::Done { epoch });
+        self.tell_subscribers(slot, Frame::Done { epoch }, |s| s.until >= epoch);
     }
 
     /// Tell every local rank's subscribers that its scratch `id` has `bytes` (allocated

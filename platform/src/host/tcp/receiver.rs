@@ -647,6 +647,14 @@ fn apply(
                 buf: vec![0; len as usize],
             };
         }
+        Frame::Want { until } if !conn.reverse => {
+            links.wanted(slot, from, until, || shared.fences[slot].done());
+        }
+        Frame::Want { .. } => {
+            return Err(bad(format!(
+                "a Want on the return direction of a connection rank {to} opened"
+            )));
+        }
         Frame::Done { epoch } => {
             if let Some(fence) = shared.fence_slot(from) {
                 if shared.fences[fence].done() < epoch {

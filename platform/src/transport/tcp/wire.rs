@@ -18,7 +18,7 @@ use std::fmt;
 /// The first bytes of every connection.
 pub const MAGIC: [u8; 8] = *b"OXCCLtcp";
 /// Bumped whenever the wire format changes.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// The most bytes of connect info an Rdma frame may announce.
 pub const MAX_RDMA_INFO: u64 = 64 << 10;
 /// Bytes of a hello.
@@ -115,6 +115,9 @@ pub enum Frame {
     /// direction, the receiver's endpoint and the buffers the opener may write (again
     /// later, for a new scratch allocation). At most [`MAX_RDMA_INFO`].
     Rdma { len: u64 },
+    /// The sending rank fences on the receiving rank: send it every Done epoch up to
+    /// `until`, and the last one now. Sent on a connection's own direction.
+    Want { until: u64 },
 }
 
 /// A frame header that is not one.
@@ -137,6 +140,7 @@ const SCRATCH: u8 = 4;
 const FAILED: u8 = 5;
 const CLOSE: u8 = 6;
 const RDMA: u8 = 7;
+const WANT: u8 = 8;
 
 impl Frame {
     /// The frame's header bytes.
@@ -160,6 +164,7 @@ impl Frame {
             Frame::Failed { origin, pid, died } => (FAILED, 0, origin, pid, u64::from(died)),
             Frame::Close => (CLOSE, 0, 0, 0, 0),
             Frame::Rdma { len } => (RDMA, 0, len, 0, 0),
+            Frame::Want { until } => (WANT, 0, until, 0, 0),
         };
         let mut h = [0u8; HEADER_LEN];
         h[0] = kind;
@@ -201,6 +206,7 @@ impl Frame {
             },
             CLOSE => Frame::Close,
             RDMA if a <= MAX_RDMA_INFO && b == 0 && c == 0 => Frame::Rdma { len: a },
+            WANT if b == 0 && c == 0 => Frame::Want { until: a },
             _ => return Err(bad),
         })
     }
@@ -250,6 +256,7 @@ mod tests {
             },
             Frame::Close,
             Frame::Rdma { len: 48 },
+            Frame::Want { until: 70 },
         ];
         for f in frames {
             assert_eq!(Frame::decode(&f.encode()), Ok(f));
