@@ -94,6 +94,27 @@ impl Loaded {
 
 static LOADED: OnceLock<Loaded> = OnceLock::new();
 
+/// The temporary folder's name, before the process id.
+const FOLDER: &str = "oxccl-msccl-files-";
+
+/// The folder outlives the tests that read it (a static is never dropped), so each run
+/// removes those of runs whose process is gone: one is left at most.
+fn remove_folders_of_ended_runs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name.to_str().and_then(|n| n.strip_prefix(FOLDER));
+        let ended = pid
+            .and_then(|p| p.parse::<u32>().ok())
+            .is_some_and(|p| !std::path::Path::new(&format!("/proc/{p}")).exists());
+        if ended {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// Write every generated file to a fresh folder; offer each broken file the importer must
 /// reject to `add_algo_files` (which adds nothing when it fails), then register every
 /// correct file, its in-place variant and the big file. The wrong (well-formed) files are
@@ -101,7 +122,8 @@ static LOADED: OnceLock<Loaded> = OnceLock::new();
 /// were made from. Runs once, before any test touches the registry.
 fn loaded() -> &'static Loaded {
     LOADED.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("oxccl-msccl-files-{}", std::process::id()));
+        remove_folders_of_ended_runs();
+        let dir = std::env::temp_dir().join(format!("{FOLDER}{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("a temporary folder");
         let mut registered = correct_files();
