@@ -165,26 +165,17 @@ impl RdmaLinks {
         [Target::CclIn, Target::CclOut]
             .into_iter()
             .chain(scratch)
-            .map(|target| {
-                let r = self.register(shared, slot, target)?;
-                Ok(RemoteRegion {
-                    target,
-                    addr: r.addr,
-                    len: r.len,
-                    rkey: r.rkey,
-                })
-            })
+            .map(|target| self.region(shared, slot, target))
             .collect()
     }
 
-    /// Scratch `id` of local slot `slot`, registered, as the region a subscriber is told.
-    pub(crate) fn scratch_region(
+    /// Local slot `slot`'s `target`, registered, as the region a peer is told.
+    pub(crate) fn region(
         &self,
         shared: &Shared,
         slot: usize,
-        id: usize,
+        target: Target,
     ) -> Result<RemoteRegion, DeviceError> {
-        let target = Target::Scratch(id as u64);
         let r = self.register(shared, slot, target)?;
         Ok(RemoteRegion {
             target,

@@ -3,13 +3,12 @@
 //! fabric, and their TCP connections on loopback carry the rest (connect info, epochs,
 //! scratch sizes, failures).
 
-use super::shm_tests::{run_ranks, swap_and_check};
+use super::shm_tests::{request, run_ranks, run_requests, swap_and_check, swap_through};
 use super::tcp_tests::{double_into_peers_and_check, pair_over};
 use super::HostDevice;
-use crate::device::{CompileRequest, Device, Submission, UserBuffers};
+use crate::device::{CompileRequest, Device};
 use crate::error::{AbortCause, DeviceError};
 use crate::ir::{Buf, RankProgram, Slice};
-use crate::notify::LinkSignal;
 use crate::transport::rdma::fake::{Fabric, FakeNic};
 use crate::transport::rdma::verbs::SendOp;
 use crate::transport::rdma::RdmaError;
@@ -55,24 +54,9 @@ fn a_reduction_into_an_rdma_peer_is_staged_through_the_bounce_buffer() {
     );
 }
 
-/// Rank `r` writes its input into scratch `id` of rank `r ^ 2`, posts, waits for its
-/// own, and copies its scratch to its output.
+/// [`swap_through`] a scratch set, 8 bytes in.
 fn swap_through_scratch(dev: &HostDevice, r: usize, len: usize) -> RankProgram {
-    let layout = dev.config().layout();
-    let peer = r ^ 2;
-    let mut p = RankProgram::new(r, 1);
-    let s = &mut p.streams[0];
-    s.copy(
-        Slice::new(r, Buf::Input, 0, len),
-        Slice::new(peer, Buf::Scratch, 8, len),
-    );
-    s.post(layout.link(peer, r, 0, LinkSignal::DataSignal));
-    s.wait(layout.link(r, peer, 0, LinkSignal::DataSignal));
-    s.copy(
-        Slice::new(r, Buf::Scratch, 8, len),
-        Slice::new(r, Buf::Output, 0, len),
-    );
-    p
+    swap_through(dev, r, len, (Buf::Scratch, 8))
 }
 
 /// Run `programs` of `dev` (each with its peer) on scratch `scratch` at epoch 2.
@@ -83,26 +67,11 @@ fn run_on_scratch(
     inputs: &[Vec<u8>],
     outputs: &mut [Vec<u8>],
 ) -> Vec<Result<(), DeviceError>> {
-    let mut subs = Vec::new();
-    for ((program, peer), (input, output)) in programs.into_iter().zip(inputs.iter().zip(outputs)) {
-        let compiled = dev
-            .compile(CompileRequest {
-                program: Arc::new(program),
-                scratch: Some(scratch),
-                peers: vec![peer],
-                local_notifies: 0,
-                in_place: false,
-                exit_fence: false,
-            })
-            .expect("compile");
-        subs.push(Submission {
-            compiled,
-            user: UserBuffers::OutOfPlace { input, output },
-            epoch: 2,
-            gate: None,
-        });
-    }
-    dev.run(subs)
+    let requests = programs.into_iter().map(|(p, peer)| CompileRequest {
+        scratch: Some(scratch),
+        ..request(p, vec![peer])
+    });
+    run_requests(dev, requests.collect(), (inputs, outputs), 2)
 }
 
 #[test]
@@ -229,17 +198,7 @@ fn a_peer_without_rdma_refuses_the_link_and_the_compile_that_waited_fails_at_onc
         Slice::new(2, Buf::CclIn, 0, 8),
     );
     let started = Instant::now();
-    let err = a
-        .compile(CompileRequest {
-            program: Arc::new(p),
-            scratch: None,
-            peers: vec![2],
-            local_notifies: 0,
-            in_place: false,
-            exit_fence: false,
-        })
-        .map(|_| ())
-        .unwrap_err();
+    let err = a.compile(request(p, vec![2])).map(|_| ()).unwrap_err();
     assert!(started.elapsed() < timeout / 2, "not after the timeout");
     // b refused the frame as rank 0's fault, stopped, and said so.
     assert!(

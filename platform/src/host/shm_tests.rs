@@ -37,18 +37,28 @@ fn pair(tag: &str, timeout: Duration) -> (HostDevice, HostDevice) {
 /// Rank `r` writes its input into the CclIn of rank `r ^ 2` (on the other device), posts
 /// it, waits for its own, and copies its CclIn to its output.
 pub(super) fn swap(dev: &HostDevice, r: usize, len: usize) -> RankProgram {
+    swap_through(dev, r, len, (Buf::CclIn, 0))
+}
+
+/// [`swap`] through `buf` at `offset` (a scratch set, for one) instead of CclIn.
+pub(super) fn swap_through(
+    dev: &HostDevice,
+    r: usize,
+    len: usize,
+    (buf, offset): (Buf, usize),
+) -> RankProgram {
     let layout = dev.config().layout();
     let peer = r ^ 2;
     let mut p = RankProgram::new(r, 1);
     let s = &mut p.streams[0];
     s.copy(
         Slice::new(r, Buf::Input, 0, len),
-        Slice::new(peer, Buf::CclIn, 0, len),
+        Slice::new(peer, buf, offset, len),
     );
     s.post(layout.link(peer, r, 0, LinkSignal::DataSignal));
     s.wait(layout.link(r, peer, 0, LinkSignal::DataSignal));
     s.copy(
-        Slice::new(r, Buf::CclIn, 0, len),
+        Slice::new(r, buf, offset, len),
         Slice::new(r, Buf::Output, 0, len),
     );
     p
@@ -61,19 +71,33 @@ pub(super) fn run_ranks(
     outputs: &mut [Vec<u8>],
     epoch: u64,
 ) -> Vec<Result<(), DeviceError>> {
+    let requests = programs.into_iter().map(|(p, peers)| request(p, peers));
+    run_requests(dev, requests.collect(), (inputs, outputs), epoch)
+}
+
+/// A compile of `program` fencing on `peers`, staged, without scratch.
+pub(super) fn request(program: RankProgram, peers: Vec<usize>) -> CompileRequest {
+    CompileRequest {
+        program: Arc::new(program),
+        scratch: None,
+        peers,
+        local_notifies: 0,
+        in_place: false,
+        exit_fence: false,
+    }
+}
+
+/// Compile each of `requests` and run them as one call of `dev` at `epoch`, each on its
+/// input and output.
+pub(super) fn run_requests(
+    dev: &HostDevice,
+    requests: Vec<CompileRequest>,
+    (inputs, outputs): (&[Vec<u8>], &mut [Vec<u8>]),
+    epoch: u64,
+) -> Vec<Result<(), DeviceError>> {
     let mut subs = Vec::new();
-    for ((program, peers), (input, output)) in programs.into_iter().zip(inputs.iter().zip(outputs))
-    {
-        let compiled = dev
-            .compile(CompileRequest {
-                program: Arc::new(program),
-                scratch: None,
-                peers,
-                local_notifies: 0,
-                in_place: false,
-                exit_fence: false,
-            })
-            .expect("compile");
+    for (request, (input, output)) in requests.into_iter().zip(inputs.iter().zip(outputs)) {
+        let compiled = dev.compile(request).expect("compile");
         subs.push(Submission {
             compiled,
             user: UserBuffers::OutOfPlace { input, output },

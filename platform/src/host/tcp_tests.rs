@@ -2,7 +2,7 @@
 //! process stand for two hosts (the multi-process tests are in `tests/`), and a raw
 //! socket plays a faulty or hostile peer.
 
-use super::shm_tests::{run_ranks, swap_and_check};
+use super::shm_tests::{request, run_ranks, swap_and_check};
 use super::tcp::ACCEPTED;
 use super::HostDevice;
 use crate::device::{CompileRequest, Device, DeviceConfig, RankProcess, Resource};
@@ -176,16 +176,7 @@ pub(super) fn double_into_peers_and_check(a: &HostDevice, b: &HostDevice) {
 #[test]
 fn a_program_may_only_write_a_tcp_peers_registered_buffers() {
     let (a, _b) = pair(Duration::from_secs(20));
-    let compile = |p: RankProgram| {
-        a.compile(CompileRequest {
-            program: Arc::new(p),
-            scratch: None,
-            peers: vec![2],
-            local_notifies: 0,
-            in_place: false,
-            exit_fence: false,
-        })
-    };
+    let compile = |p: RankProgram| a.compile(request(p, vec![2]));
     let fault = |err: DeviceError| match err {
         DeviceError::InvalidSlice { fault, .. } => fault,
         other => panic!("not a slice fault: {other}"),

@@ -528,7 +528,9 @@ impl TcpLinks {
                 if let (Some(endpoint), Some(rdma)) = (s.rdma, self.rdma.as_ref()) {
                     let r = match region {
                         Some(r) => r,
-                        None => *region.insert(rdma.scratch_region(shared, slot, id)?),
+                        None => {
+                            *region.insert(rdma.region(shared, slot, Target::Scratch(id as u64))?)
+                        }
                     };
                     let info = ConnectInfo {
                         endpoint,
