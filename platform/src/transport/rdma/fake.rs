@@ -60,6 +60,8 @@ struct Nic {
     armed: bool,
     /// Send completions still to lose.
     lose: usize,
+    /// What [`Verbs::recv_capacity`] says.
+    recv_capacity: usize,
     reorder: bool,
     /// Every send request posted on this NIC, in order.
     log: Vec<WorkRequest>,
@@ -89,6 +91,7 @@ impl Fabric {
             bell: bell.clone(),
             armed: false,
             lose: 0,
+            recv_capacity: 1 << 20,
             reorder: false,
             log: Vec::new(),
         });
@@ -113,6 +116,11 @@ impl FakeNic {
     /// Each post's send completions come in reverse order.
     pub fn reorder_completions(&self, on: bool) {
         self.state.lock().nics[self.index].reorder = on;
+    }
+
+    /// Say that the receive queue holds `n` completions (a small NIC).
+    pub fn set_recv_capacity(&self, n: usize) {
+        self.state.lock().nics[self.index].recv_capacity = n;
     }
 
     /// Put queue pair `qp` into the error state (a cable pulled, a peer gone).
@@ -306,6 +314,10 @@ impl Verbs for FakeNic {
         let mut state = self.state.lock();
         out.extend(state.nics[self.index].received.drain(..));
         Ok(())
+    }
+
+    fn recv_capacity(&self) -> usize {
+        self.state.lock().nics[self.index].recv_capacity
     }
 
     fn recv_fd(&self) -> BorrowedFd<'_> {

@@ -146,8 +146,10 @@ fn state_name(state: ffi::ibv_port_state::Type) -> &'static str {
     }
 }
 
-/// Entries of each completion queue.
+/// Entries of each queue pair's send completion queue.
 const CQ_DEPTH: c_int = 1024;
+/// Entries of the receive completion queue every queue pair shares (64 bytes each: 1 MiB), enough for 256 links of `Inbox::DEPTH` receives.
+const RECV_CQ_DEPTH: c_int = 16384;
 /// Send requests a queue pair holds at once.
 const MAX_SEND_WR: u32 = 256;
 /// Receives a queue pair holds at once (the inbox keeps `Inbox::DEPTH` posted).
@@ -258,7 +260,7 @@ impl IbNic {
         })?;
         // SAFETY: as above; the channel is live, no context pointer.
         self.recv_cq =
-            unsafe { ffi::ibv_create_cq(self.ctx, CQ_DEPTH, null_mut(), self.channel, 0) };
+            unsafe { ffi::ibv_create_cq(self.ctx, RECV_CQ_DEPTH, null_mut(), self.channel, 0) };
         if self.recv_cq.is_null() {
             return Err(call_failed("ibv_create_cq"));
         }
@@ -588,6 +590,10 @@ impl Verbs for IbNic {
     fn recv_fd(&self) -> BorrowedFd<'_> {
         // SAFETY: the channel (and its descriptor) lives as long as the NIC.
         unsafe { BorrowedFd::borrow_raw((*self.channel).fd) }
+    }
+
+    fn recv_capacity(&self) -> usize {
+        RECV_CQ_DEPTH as usize
     }
 
     fn arm_recv(&self) -> Result<(), VerbsError> {

@@ -44,21 +44,30 @@ impl<V: Verbs + ?Sized> Inbox<V> {
         let mut inbox = Inbox {
             verbs,
             rank,
-            peers,
+            peers: Vec::with_capacity(peers.len()),
             next_wr: 0,
             completions: Vec::new(),
         };
-        for i in 0..inbox.peers.len() {
-            for _ in 0..Self::DEPTH {
-                inbox.repost(inbox.peers[i].0)?;
-            }
+        for (qp, peer) in peers {
+            inbox.add_peer(qp, peer)?;
         }
         Ok(inbox)
     }
 
     /// Serve one more queue pair, leading to `peer`: its receives are posted before this
     /// returns, so the peer may post as soon as it learns the queue pair.
+    /// Refused when the receive queue could overflow ([`Verbs::recv_capacity`]).
     pub fn add_peer(&mut self, qp: QpId, peer: Rank) -> Result<(), RdmaError> {
+        let links = self.peers.len() + 1;
+        let capacity = self.verbs.recv_capacity();
+        if links.saturating_mul(Self::DEPTH) > capacity {
+            return Err(RdmaError::TooManyLinks {
+                port: self.verbs.port().clone(),
+                links,
+                depth: Self::DEPTH,
+                capacity,
+            });
+        }
         self.peers.push((qp, peer));
         for _ in 0..Self::DEPTH {
             self.repost(qp)?;

@@ -182,6 +182,17 @@ pub enum RdmaError {
         peer: Rank,
         waited: Duration,
     },
+    #[error(
+        "{port}'s receive queue holds {capacity} completions: {links} links of {depth} \
+         receives each would overflow it; use fewer peers per device (executors whose \
+         links are fewer: ring, rhd) or a NIC with a larger queue"
+    )]
+    TooManyLinks {
+        port: Port,
+        links: usize,
+        depth: usize,
+        capacity: usize,
+    },
     #[error("{name}={value:?} is not {expected}")]
     Setting {
         name: &'static str,

@@ -542,3 +542,19 @@ fn a_region_announced_later_can_be_written() {
     link.put(hop(&p.src[..8], Target::CclOut, 0, None)).unwrap();
     assert_eq!(&p.out()[..8], &p.src[..8]);
 }
+
+#[test]
+fn an_inbox_refuses_a_link_that_could_overflow_the_receive_queue() {
+    let p = Pair::new();
+    p.b.set_recv_capacity(2 * Inbox::<FakeNic>::DEPTH);
+    let mut inbox = p.inbox();
+    let (qp, _) = p.b.create_qp().unwrap();
+    inbox.add_peer(qp, 2).expect("two links fit");
+    let (qp, _) = p.b.create_qp().unwrap();
+    let err = inbox.add_peer(qp, 3).unwrap_err();
+    assert!(
+        matches!(err, RdmaError::TooManyLinks { links: 3, capacity, .. } if capacity == 128),
+        "{err}"
+    );
+    assert!(err.to_string().contains("fake_b"), "{err}");
+}

@@ -155,6 +155,11 @@ pub trait Verbs: Send + Sync {
     /// Move the completions of receives (of every queue pair) that are ready into `out`.
     fn poll_recv(&self, out: &mut Vec<Completion>) -> Result<(), VerbsError>;
 
+    /// Completions the receive queue holds. Every posted receive may complete before it
+    /// is polled, so receives posted over all queue pairs must stay within it: a queue
+    /// that overflows breaks every link of the device.
+    fn recv_capacity(&self) -> usize;
+
     /// A file descriptor that turns readable when a receive completes after
     /// [`Verbs::arm_recv`], for an event loop to sleep on instead of polling (a completion
     /// channel on a NIC).
