@@ -65,6 +65,10 @@ pub(crate) struct RdmaLinks {
     /// Per local slot, per rank: the link from the slot to the rank, once its peer
     /// answered.
     out: Vec<Vec<Mutex<Option<Link>>>>,
+    /// Per local slot, per rank: regions the peer announced after the link was made (a
+    /// scratch allocation), which the link takes before its next use. The receiver
+    /// thread leaves them here rather than wait for a link a stream is sending on.
+    announced: Vec<Vec<Mutex<Vec<RemoteRegion>>>>,
     /// The links asked for and those made, which compiles wait for.
     pending: Mutex<Pending>,
     answered: Condvar,
@@ -89,6 +93,9 @@ impl RdmaLinks {
             local: config.local_ranks.clone(),
             out: (0..local)
                 .map(|_| (0..config.ranks).map(|_| Mutex::new(None)).collect())
+                .collect(),
+            announced: (0..local)
+                .map(|_| (0..config.ranks).map(|_| Mutex::default()).collect())
                 .collect(),
             pending: Mutex::default(),
             answered: Condvar::new(),
@@ -237,19 +244,20 @@ impl RdmaLinks {
     }
 
     /// Step 3 (the opener): peer `peer` answered local slot `slot`'s link with `info`:
-    /// connect and make the link; on a link already made, `info` adds regions.
+    /// connect and make the link; on a link already made, `info` adds regions (taken at
+    /// the link's next use: see the `announced` field).
     pub(crate) fn answered(
         &self,
         shared: &Shared,
         (peer, slot): (Rank, usize),
         info: ConnectInfo,
     ) -> Result<(), DeviceError> {
-        if let Some(link) = self.out[slot][peer].lock().as_mut() {
-            link.add_regions(info.regions);
-            return Ok(());
-        }
         let qp = {
             let mut pending = self.pending.lock();
+            if pending.made.contains(&(slot, peer)) {
+                self.announced[slot][peer].lock().extend(info.regions);
+                return Ok(());
+            }
             let opened = &mut pending.opened;
             let at = opened.iter().position(|&(s, p, _)| s == slot && p == peer);
             let Some(at) = at else {
@@ -377,6 +385,10 @@ impl RdmaLinks {
                 target: Target::CclIn,
             })
         })?;
+        let announced = std::mem::take(&mut *self.announced[slot][to].lock());
+        if !announced.is_empty() {
+            link.add_regions(announced);
+        }
         send(link).map_err(DeviceError::from)
     }
 
