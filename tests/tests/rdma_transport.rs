@@ -43,12 +43,22 @@ fn join(
 
 #[test]
 fn every_operator_over_rdma_between_four_ranks() {
+    every_operator_over_rdma(4);
+}
+
+#[test]
+fn every_operator_over_rdma_between_three_ranks() {
+    every_operator_over_rdma(3);
+}
+
+/// Every operator's full matrix on `n` ranks over RDMA, each rank's NIC used.
+fn every_operator_over_rdma(n: usize) {
     let fabric = Fabric::new();
-    let nics: Vec<_> = (0..4)
+    let nics: Vec<_> = (0..n)
         .map(|r| fabric.nic(&format!("fake_{r}")).expect("a fake NIC"))
         .collect();
     let comms: Vec<Communicator> =
-        join(4, TransportChoice::Rdma, |r| Some(RdmaNic(nics[r].clone())))
+        join(n, TransportChoice::Rdma, |r| Some(RdmaNic(nics[r].clone())))
             .into_iter()
             .map(|c| c.expect("joined"))
             .collect();
