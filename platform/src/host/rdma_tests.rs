@@ -4,14 +4,14 @@
 //! scratch sizes, failures).
 
 use super::shm_tests::{request, run_ranks, run_requests, swap_and_check, swap_through};
-use super::tcp_tests::{double_into_peers_and_check, pair_over};
+use super::tcp_tests::{double_into_peers_and_check, pair_over, pair_timed};
 use super::HostDevice;
 use crate::device::{CompileRequest, Device};
 use crate::error::{AbortCause, DeviceError};
 use crate::ir::{Buf, RankProgram, Slice};
 use crate::transport::rdma::fake::{Fabric, FakeNic};
 use crate::transport::rdma::verbs::SendOp;
-use crate::transport::rdma::RdmaError;
+use crate::transport::rdma::{RdmaError, VerbsError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -157,8 +157,17 @@ fn a_failed_queue_pair_fails_the_call_naming_the_peer_and_releases_the_other_hos
     let started = Instant::now();
     let results = swap_results(&a, &b, 2);
     assert!(started.elapsed() < timeout / 2, "released promptly");
-    let queue_pair =
-        |e: &RdmaError| matches!(e, RdmaError::QueuePair { peer, .. } if *peer == 2 || *peer == 3);
+    // A send completion in error, or a receive the failed queue pair could not take
+    // back: either names a peer on device b.
+    let queue_pair = |e: &RdmaError| match e {
+        RdmaError::QueuePair { peer, .. } => *peer == 2 || *peer == 3,
+        RdmaError::Verbs {
+            peer,
+            source: VerbsError::QpInError { .. },
+            ..
+        } => *peer == 2 || *peer == 3,
+        _ => false,
+    };
     let failed_here = results[..2]
         .iter()
         .filter(|r| r.as_ref().is_err_and(|e| rdma_error(e, &queue_pair)))
@@ -171,8 +180,12 @@ fn a_failed_queue_pair_fails_the_call_naming_the_peer_and_releases_the_other_hos
 
 #[test]
 fn a_lost_completion_fails_the_call_after_the_timeout_naming_the_link() {
-    let timeout = Duration::from_secs(2);
-    let (a, b, na, _) = rdma_pair(timeout);
+    // Device a's link gives up after 2 s; b waits longer, so that a's error comes first
+    // rather than b's own timeout waiting for a's data.
+    let fabric = Fabric::new();
+    let (na, nb) = (fabric.nic("mlx5_a").unwrap(), fabric.nic("mlx5_b").unwrap());
+    let timeouts = (Duration::from_secs(2), Duration::from_secs(60));
+    let (a, b) = pair_timed(timeouts, Some((na.clone(), nb)));
     swap_and_check(&a, &b, 64, 1);
     na.lose_completions(1);
     let results = swap_results(&a, &b, 2);

@@ -50,20 +50,28 @@ pub(super) fn pair_over(
     timeout: Duration,
     nics: Option<(Arc<FakeNic>, Arc<FakeNic>)>,
 ) -> (HostDevice, HostDevice) {
+    pair_timed((timeout, timeout), nics)
+}
+
+/// [`pair_over`], device a with the first timeout and device b with the second.
+pub(super) fn pair_timed(
+    timeouts: (Duration, Duration),
+    nics: Option<(Arc<FakeNic>, Arc<FakeNic>)>,
+) -> (HostDevice, HostDevice) {
     match nics {
-        Some((na, nb)) => pair_with(timeout, (Some(na), Some(nb))),
-        None => pair_with(timeout, (None, None)),
+        Some((na, nb)) => pair_with(timeouts, (Some(na), Some(nb))),
+        None => pair_with(timeouts, (None, None)),
     }
 }
 
 /// [`pair`], device a reaching b's ranks over RDMA through `nic`, and b not told about
 /// RDMA (a job whose two sides disagree).
 pub(super) fn pair_half_rdma(timeout: Duration, nic: Arc<FakeNic>) -> (HostDevice, HostDevice) {
-    pair_with(timeout, (Some(nic), None))
+    pair_with((timeout, timeout), (Some(nic), None))
 }
 
 fn pair_with(
-    timeout: Duration,
+    (timeout_a, timeout_b): (Duration, Duration),
     nics: (Option<Arc<FakeNic>>, Option<Arc<FakeNic>>),
 ) -> (HostDevice, HostDevice) {
     let (la, addr_a) = listener();
@@ -83,8 +91,9 @@ fn pair_with(
     let ja = job(la, [None, None, Some(addr_b), Some(addr_b)], ra);
     let jb = job(lb, [Some(addr_a), Some(addr_a), None, None], rb);
     std::thread::scope(|s| {
-        let b = s.spawn(|| HostDevice::new(config(4, vec![2, 3], jb, timeout)).expect("device b"));
-        let a = HostDevice::new(config(4, vec![0, 1], ja, timeout)).expect("device a");
+        let b =
+            s.spawn(|| HostDevice::new(config(4, vec![2, 3], jb, timeout_b)).expect("device b"));
+        let a = HostDevice::new(config(4, vec![0, 1], ja, timeout_a)).expect("device a");
         (a, b.join().unwrap())
     })
 }
@@ -650,29 +659,18 @@ fn done_epochs_go_to_a_subscriber_only_as_far_as_it_asked() {
         let r = run_ranks(&dev, vec![alone], &[vec![0u8; 8]], &mut out, epoch);
         assert!(r[0].is_ok(), "{r:?}");
     };
-    let short = Duration::from_millis(300);
+    // Frames that must come get seconds; an absence is checked for a short while.
+    let (long, short) = (Duration::from_secs(10), Duration::from_millis(300));
     // The hello's answer: the current epoch. Then nothing: rank 1 asked for none.
-    assert_eq!(
-        next_frame(&mut rogue, short),
-        Some(Frame::Done { epoch: 0 })
-    );
+    assert_eq!(next_frame(&mut rogue, long), Some(Frame::Done { epoch: 0 }));
     (1..=3).for_each(run);
     assert_eq!(next_frame(&mut rogue, short), None, "no lease, no epochs");
     // A Want gets the current epoch at once, then each up to its end.
     send(&mut rogue, &Frame::Want { until: 5 }.encode(), &[]).unwrap();
-    assert_eq!(
-        next_frame(&mut rogue, short),
-        Some(Frame::Done { epoch: 3 })
-    );
+    assert_eq!(next_frame(&mut rogue, long), Some(Frame::Done { epoch: 3 }));
     (4..=7).for_each(run);
-    assert_eq!(
-        next_frame(&mut rogue, short),
-        Some(Frame::Done { epoch: 4 })
-    );
-    assert_eq!(
-        next_frame(&mut rogue, short),
-        Some(Frame::Done { epoch: 5 })
-    );
+    assert_eq!(next_frame(&mut rogue, long), Some(Frame::Done { epoch: 4 }));
+    assert_eq!(next_frame(&mut rogue, long), Some(Frame::Done { epoch: 5 }));
     assert_eq!(next_frame(&mut rogue, short), None, "the lease ended at 5");
 }
 
