@@ -36,7 +36,6 @@ use crate::transport::rdma::verbs::{QpId, Registered};
 use crate::transport::rdma::{RdmaError, RdmaJob, RemoteRegion, Verbs};
 use parking_lot::{Condvar, Mutex};
 use std::os::fd::BorrowedFd;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Bytes of each link's bounce buffer: large enough that a staged hop is a few writes,
@@ -59,7 +58,7 @@ struct Pending {
 
 /// The RDMA side of a host device.
 pub(crate) struct RdmaLinks {
-    verbs: Arc<dyn Verbs>,
+    /// The port's verbs (`job.verbs`) and the peers reached over RDMA.
     job: RdmaJob,
     local: Vec<Rank>,
     /// Per local slot, per rank: the link from the slot to the rank, once its peer
@@ -88,7 +87,6 @@ impl RdmaLinks {
         let inbox = Inbox::new(verbs.clone(), first, Vec::new()).map_err(DeviceError::from)?;
         let local = config.local_ranks.len();
         Ok(RdmaLinks {
-            verbs,
             job: job.clone(),
             local: config.local_ranks.clone(),
             out: (0..local)
@@ -118,7 +116,7 @@ impl RdmaLinks {
 
     /// The descriptor that turns readable when an immediate arrives (once armed).
     pub(crate) fn recv_fd(&self) -> BorrowedFd<'_> {
-        self.verbs.recv_fd()
+        self.job.verbs.recv_fd()
     }
 
     /// Local slot `slot`'s `target`, registered (once) with the device.
@@ -153,9 +151,9 @@ impl RdmaLinks {
             })?;
         // SAFETY: CCL buffers and scratch live as long as the device's memory, which
         // outlives these links (they are dropped with the device's shared state).
-        let r = unsafe { self.verbs.register(region.ptr, region.len) }.map_err(|e| {
+        let r = unsafe { self.job.verbs.register(region.ptr, region.len) }.map_err(|e| {
             DeviceError::from(RdmaError::verbs(
-                self.verbs.port(),
+                self.job.verbs.port(),
                 Some((rank, rank)),
                 "registering a buffer",
                 e,
@@ -196,8 +194,8 @@ impl RdmaLinks {
     /// and the connect info to send it with.
     pub(crate) fn open(&self, slot: usize, to: Rank) -> Result<ConnectInfo, DeviceError> {
         let from = self.local[slot];
-        let (qp, endpoint) = self.verbs.create_qp().map_err(|e| {
-            let port = self.verbs.port();
+        let (qp, endpoint) = self.job.verbs.create_qp().map_err(|e| {
+            let port = self.job.verbs.port();
             DeviceError::from(RdmaError::verbs(
                 port,
                 Some((from, to)),
@@ -223,16 +221,18 @@ impl RdmaLinks {
     ) -> Result<ConnectInfo, DeviceError> {
         let failed = |what| {
             move |e| {
-                let port = self.verbs.port();
+                let port = self.job.verbs.port();
                 DeviceError::from(RdmaError::verbs(port, Some((to, from)), what, e))
             }
         };
         let regions = self.regions_of(shared, slot)?;
         let (qp, endpoint) = self
+            .job
             .verbs
             .create_qp()
             .map_err(failed("creating a queue pair"))?;
-        self.verbs
+        self.job
+            .verbs
             .connect(qp, info.endpoint)
             .map_err(failed("connecting a queue pair"))?;
         self.incoming.lock().push((qp, (from, slot, to)));
@@ -276,7 +276,7 @@ impl RdmaLinks {
     fn unasked(&self, slot: usize, peer: Rank) -> DeviceError {
         let rank = self.local[slot];
         DeviceError::from(RdmaError::verbs(
-            self.verbs.port(),
+            self.job.verbs.port(),
             Some((rank, peer)),
             "taking a peer's connect info",
             crate::transport::rdma::VerbsError::Call {
@@ -296,11 +296,12 @@ impl RdmaLinks {
         let rank = self.local[slot];
         let failed = |what| {
             move |e| {
-                let port = self.verbs.port();
+                let port = self.job.verbs.port();
                 DeviceError::from(RdmaError::verbs(port, Some((rank, peer)), what, e))
             }
         };
-        self.verbs
+        self.job
+            .verbs
             .connect(qp, info.endpoint)
             .map_err(failed("connecting a queue pair"))?;
         let local = (0..self.local.len())
@@ -310,10 +311,10 @@ impl RdmaLinks {
         let mut bounce = vec![0u8; BOUNCE_BYTES].into_boxed_slice();
         // SAFETY: the bounce buffer moves into the link (a box does not move its heap
         // memory) and lives as long as it; nothing but this link's own writes read it.
-        let region = unsafe { self.verbs.register(bounce.as_mut_ptr(), bounce.len()) }
+        let region = unsafe { self.job.verbs.register(bounce.as_mut_ptr(), bounce.len()) }
             .map_err(failed("registering a bounce buffer"))?;
         let link = RdmaLink::new(
-            self.verbs.clone(),
+            self.job.verbs.clone(),
             qp,
             (rank, peer),
             info.regions,
@@ -337,7 +338,7 @@ impl RdmaLinks {
             }
             if self.answered.wait_until(&mut pending, deadline).timed_out() {
                 return Err(DeviceError::from(RdmaError::NoAnswer {
-                    port: self.verbs.port().clone(),
+                    port: self.job.verbs.port().clone(),
                     rank: self.local[slot],
                     peer: to,
                     waited: self.wait,
@@ -349,7 +350,7 @@ impl RdmaLinks {
 
     fn stray(&self, qp: QpId) -> DeviceError {
         DeviceError::from(RdmaError::Device {
-            port: self.verbs.port().clone(),
+            port: self.job.verbs.port().clone(),
             what: "taking an immediate",
             source: crate::transport::rdma::VerbsError::Call {
                 call: "poll_recv",
@@ -415,7 +416,9 @@ impl RdmaLinks {
         shared: &Shared,
         mut post: impl FnMut(LinkEnds, &Posted) -> Result<(), DeviceError>,
     ) -> Result<usize, DeviceError> {
-        let incoming = self.incoming.lock().clone();
+        // Held while the inbox is: `accept` takes the two one after the other, never
+        // both, so the order cannot deadlock; and no copy is made per wakeup.
+        let incoming = self.incoming.lock();
         let link_of = |qp: QpId| incoming.iter().find(|(q, _)| *q == qp).map(|&(_, l)| l);
         // The epoch of a post completes near the call its receiving rank is in.
         let current = |qp| link_of(qp).map_or(0, |(_, slot, _)| shared.fences[slot].ended() + 1);
