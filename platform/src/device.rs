@@ -142,6 +142,21 @@ pub struct ShmJob {
     /// different for every job (the bootstrap derives it from the job's secret). Letters,
     /// digits, `-` and `_` only.
     pub tag: String,
+    /// Peers map the user buffers of a rank's calls, which must then lie in memory from
+    /// [`Device::alloc_shared`]: calls run zero-copy across processes (the device reports
+    /// [`Capabilities::peer_user_buffers`]). Off, peers reach only the CCL buffers and
+    /// scratch, and calls stage through them.
+    pub user_buffers: bool,
+}
+
+impl ShmJob {
+    /// The job `tag`, staging through the CCL buffers (user buffers stay private).
+    pub fn new(tag: impl Into<String>) -> Self {
+        ShmJob {
+            tag: tag.into(),
+            user_buffers: false,
+        }
+    }
 }
 
 impl DeviceConfig {
@@ -211,7 +226,8 @@ impl DeviceConfig {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Capabilities {
     /// Peers may read and write a rank's user buffers while its call runs, so eager calls
-    /// run zero-copy; otherwise they stage through the CCL buffers.
+    /// run zero-copy; otherwise they stage through the CCL buffers. Across processes
+    /// ([`ShmJob::user_buffers`]) the buffers must lie in [`Device::alloc_shared`] memory.
     pub peer_user_buffers: bool,
     /// Programs really run (false for a device that only records them, like `sim`).
     pub executes: bool,
@@ -454,6 +470,63 @@ pub struct Submission<'a> {
     pub gate: Option<Arc<Gate>>,
 }
 
+/// Host memory from [`Device::alloc_shared`]: `len` bytes at `ptr`, page aligned, zeroed
+/// when allocated, released when dropped (a segment is unmapped here; the peers' mappings
+/// go when they drop their allocation of the same turn).
+pub struct SharedMemory {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+    _keep: Box<dyn Any + Send + Sync>,
+}
+
+// SAFETY: the memory is owned through `_keep`; access goes through the raw pointer, whose
+// use the holder orders (the framework lends it out as a slice).
+unsafe impl Send for SharedMemory {}
+// SAFETY: as above: `&SharedMemory` only hands out the pointer and the length.
+unsafe impl Sync for SharedMemory {}
+
+impl SharedMemory {
+    /// `len` bytes at `ptr`, valid while `keep` lives. A backend's constructor.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be valid for reads and writes of `len` bytes, aligned to 4096 bytes
+    /// (or dangling and aligned when `len` is 0), for as long as `keep` is alive.
+    pub unsafe fn new(ptr: *mut u8, len: usize, keep: Box<dyn Any + Send + Sync>) -> Self {
+        let ptr = std::ptr::NonNull::new(ptr)
+            .unwrap_or(std::ptr::NonNull::<[u8; 4096]>::dangling().cast());
+        SharedMemory {
+            ptr,
+            len,
+            _keep: keep,
+        }
+    }
+
+    /// The first byte.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::fmt::Debug for SharedMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedMemory")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
 /// A submission in flight.
 pub trait Completion: Send {
     /// Wait up to `timeout` for the submission to end: its outcome, or `None` while it
@@ -479,6 +552,23 @@ pub trait Device: Any + Send + Sync + std::fmt::Debug {
 
     /// Allocate `bytes_per_rank` of scratch on every local rank.
     fn alloc_scratch(&self, bytes_per_rank: usize) -> Result<ScratchId, DeviceError>;
+
+    /// `bytes` of host memory for local rank `rank`'s user buffers, zeroed, aligned to a
+    /// page, that the device's peers can reach: on a host device whose peers in other
+    /// processes map user buffers ([`ShmJob::user_buffers`]), a shared-memory segment
+    /// they map; otherwise this process's heap, which the ranks of this process reach
+    /// anyway. A call whose buffers lie in it runs zero-copy where the device allows.
+    ///
+    /// Collective, like MPI's `MPI_Win_allocate_shared`: every rank of the communicator
+    /// allocates, in the same order (the sizes may differ), each from its own thread as
+    /// for any collective, because each process maps its peers' `n`-th allocation when
+    /// it makes its own. A rank that does not is
+    /// named in the error of the others after the device's timeout. Backends without
+    /// host memory for users refuse it ([`ConfigFault::NoSharedMemory`]).
+    fn alloc_shared(&self, rank: Rank, bytes: usize) -> Result<SharedMemory, DeviceError> {
+        let _ = (rank, bytes);
+        Err(ConfigFault::NoSharedMemory { kind: self.kind() }.into())
+    }
 
     /// A local rank's resource, for a transport to export, map or register.
     fn resource(&self, rank: Rank, resource: Resource) -> Result<ResourceHandle, DeviceError>;

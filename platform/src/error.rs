@@ -163,6 +163,11 @@ pub enum ConfigFault {
          or create the communicator on the cuda device (OXCCL_DEVICE=cuda)"
     )]
     DeviceMemory { kind: &'static str },
+    #[error(
+        "the {kind} device has no host memory to share for user buffers (alloc_shared); \
+         allocate the buffers its way (a DeviceBuffer on cuda)"
+    )]
+    NoSharedMemory { kind: &'static str },
     #[error("the {what} is too large to lay out")]
     TooLarge { what: &'static str },
 }
@@ -316,6 +321,13 @@ pub enum DeviceError {
          at a time, so call it from one thread"
     )]
     Busy { rank: Rank },
+    #[error(
+        "rank {rank}: its {buf:?} buffer is not in memory from alloc_shared, and its peers in \
+         other processes must map it (this job runs zero-copy across processes: \
+         OXCCL_SHARED_BUFFERS=1); allocate the call's buffers with alloc_shared, or turn \
+         OXCCL_SHARED_BUFFERS off to stage through the CCL buffers"
+    )]
+    NotShared { rank: Rank, buf: Buf },
     #[error("rank {rank}: not started because its gate refused it: {cause}")]
     Refused {
         rank: Rank,

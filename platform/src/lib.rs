@@ -43,7 +43,8 @@ pub use inventory;
 
 pub use device::{
     Capabilities, CompileRequest, Compiled, Completion, Device, DeviceConfig, DeviceSpan,
-    MemoryKind, RankProcess, Resource, ResourceHandle, ScratchId, ShmJob, Submission, UserBuffers,
+    MemoryKind, RankProcess, Resource, ResourceHandle, ScratchId, SharedMemory, ShmJob, Submission,
+    UserBuffers,
 };
 pub use dtype::{DataType, Element, ReduceOp};
 pub use error::{

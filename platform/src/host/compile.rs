@@ -48,6 +48,9 @@ pub(crate) enum Place {
     Own,
     /// A peer's user buffer (its local slot): checked against its binding when run.
     Peer(usize),
+    /// The user buffer of a rank in another process of this host, which maps it (see
+    /// `shm/user.rs`): found through the rank's binding record and checked when run.
+    Afar(Rank),
     /// A buffer of a rank reached over TCP: a destination only, sent as a Write frame.
     Remote { rank: usize, target: Target },
 }
@@ -359,7 +362,7 @@ impl Compiler<'_> {
         let dynamic = srcs
             .iter()
             .chain(&dsts)
-            .any(|o| matches!(o.place, Place::Peer(_)));
+            .any(|o| matches!(o.place, Place::Peer(_) | Place::Afar(_)));
         if !dynamic {
             let in_place = self.request.in_place;
             let key = |o: &Operand| match o.place {
@@ -368,7 +371,9 @@ impl Compiler<'_> {
                 // distinct borrows, which cannot overlap each other or device memory.
                 Place::Own if in_place => (1, o.slice.offset),
                 Place::Own => (1 + o.slice.buf as usize, o.slice.offset),
-                Place::Peer(_) | Place::Remote { .. } => unreachable!("not dynamic, not remote"),
+                Place::Peer(_) | Place::Afar(_) | Place::Remote { .. } => {
+                    unreachable!("not dynamic, not remote")
+                }
             };
             let reduce = matches!(kind, Kind::Reduce(..));
             check_overlaps(&srcs, &dsts, len, reduce, key)
@@ -408,6 +413,9 @@ impl Compiler<'_> {
             }
             Buf::Input | Buf::Output => match reach {
                 Reach::Local(slot) => Place::Peer(slot),
+                Reach::Shm if shared.shm.as_ref().is_some_and(|s| s.user_buffers) => {
+                    Place::Afar(slice.rank)
+                }
                 Reach::Shm | Reach::Tcp => {
                     return Err(invalid(SliceFault::UserBufferOutOfReach {
                         rank: slice.rank,

@@ -40,8 +40,9 @@ struct Prepared {
     srcs: Ptrs<*const u8>,
     dsts: Ptrs<*mut u8>,
     len: usize,
-    /// Registrations of peers' user buffers the pointers point into.
-    keep: SmallVec<[Arc<UserRegions>; 2]>,
+    /// What keeps the peers' user buffers the pointers point into: their registrations
+    /// (ranks of this process), or this process's mappings of them (ranks elsewhere).
+    keep: SmallVec<[Arc<dyn Send + Sync>; 2]>,
 }
 
 /// Pointer lists sized for a mesh of up to 16 ranks without touching the heap.
@@ -261,7 +262,7 @@ fn static_ptr(launch: &Launch, o: &Operand) -> *mut u8 {
             // extent for it, which covers `offset + len` of every own-buffer slice.
             unsafe { region.ptr.add(o.slice.offset) }
         }
-        Place::Peer(_) => unreachable!("dynamic operand"),
+        Place::Peer(_) | Place::Afar(_) => unreachable!("dynamic operand"),
         Place::Remote { .. } => unreachable!("remote operands are sent, not bound"),
     }
 }
@@ -309,14 +310,11 @@ fn resolve(
     task: &DataOp,
     o: &Operand,
     (write, peers): (bool, PeerRegions<'_>),
-    keep: &mut SmallVec<[Arc<UserRegions>; 2]>,
+    keep: &mut SmallVec<[Arc<dyn Send + Sync>; 2]>,
 ) -> Result<Bound, (Slice, SliceFault)> {
-    let Place::Peer(slot) = o.place else {
-        return Ok(Bound(static_ptr(launch, o), o.slice));
-    };
     let slice = o.slice;
-    let (region, reg) = match peers {
-        PeerRegions::Registered => {
+    let (region, reg): (_, Option<Arc<dyn Send + Sync>>) = match (o.place, peers) {
+        (Place::Peer(slot), PeerRegions::Registered) => {
             let (region, reg) = launch
                 .shared
                 .memory
@@ -324,7 +322,24 @@ fn resolve(
                 .map_err(|f| (slice, f))?;
             (region, Some(reg))
         }
-        PeerRegions::Serial(regions) => {
+        (Place::Afar(rank), PeerRegions::Registered) => {
+            let shm = launch.shared.shm.as_ref();
+            let unbound = SliceFault::Unbound {
+                rank,
+                buf: slice.buf,
+            };
+            let (region, mapping) = shm
+                .ok_or(unbound)
+                .and_then(|shm| shm.peer_user(rank, slice.buf, launch.epoch))
+                .map_err(|f| (slice, f))?;
+            (region, Some(mapping))
+        }
+        // A serial run never has peers in other processes: it refuses their posts.
+        (Place::Afar(rank), PeerRegions::Serial(_)) => {
+            let buf = slice.buf;
+            return Err((slice, SliceFault::Unbound { rank, buf }));
+        }
+        (Place::Peer(slot), PeerRegions::Serial(regions)) => {
             let unbound = (
                 slice,
                 SliceFault::Unbound {
@@ -340,6 +355,7 @@ fn resolve(
             };
             (region, None)
         }
+        _ => return Ok(Bound(static_ptr(launch, o), o.slice)),
     };
     let inside = slice
         .offset
@@ -353,7 +369,7 @@ fn resolve(
         return Err((slice, SliceFault::ReadOnly));
     }
     // SAFETY: `offset + len` did not overflow and is at most `region.len`; `reg` (kept
-    // with the prepared task) keeps the peer's buffer registered.
+    // with the prepared task) keeps the peer's buffer registered, or mapped.
     let ptr = unsafe { region.ptr.add(slice.offset) };
     if let Kind::Reduce(dtype, _) = task.kind {
         if !(ptr as usize).is_multiple_of(dtype.size()) {

@@ -109,6 +109,18 @@ impl Shared {
     }
 
     /// The local slot of `rank`, or the refusal for a rank this device does not serve.
+    /// The shm transport when peers in other processes map the user buffers of
+    /// `compiled`'s calls: zero-copy (its peers touch them: the exit fence) with shared
+    /// user buffers ([`crate::device::ShmJob::user_buffers`]).
+    pub(crate) fn shm_mapping_user(
+        &self,
+        compiled: &Compiled,
+    ) -> Option<&Arc<super::shm::ShmLinks>> {
+        let shm = self.shm.as_ref()?;
+        (compiled.exit_fence && shm.user_buffers && shm.peer_ranks().next().is_some())
+            .then_some(shm)
+    }
+
     pub(crate) fn slot(&self, rank: Rank) -> Result<usize, DeviceError> {
         self.slots
             .get(rank)
@@ -420,6 +432,7 @@ impl Launch {
             }
             *phase = Phase::Running;
         }
+        self.publish_binding();
         if self.program.streams.is_empty() {
             self.streams_done();
         }
@@ -435,9 +448,18 @@ impl Launch {
         match *phase {
             Phase::Gated(_) | Phase::Fenced { .. } => {
                 *phase = Phase::Running;
+                self.publish_binding();
                 true
             }
             _ => false,
+        }
+    }
+
+    /// Tell peers in other processes where this call's user buffers lie, when they map
+    /// them: before any stream runs, so before any Post that lets them in.
+    fn publish_binding(&self) {
+        if let Some(shm) = self.shared.shm_mapping_user(&self.compiled) {
+            shm.publish_binding(self.program.slot, &self.user);
         }
     }
 

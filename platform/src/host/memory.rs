@@ -93,6 +93,41 @@ impl Drop for HostBuffer {
     }
 }
 
+/// `bytes` of zeroed heap memory aligned to a page (what [`crate::device::Device::alloc_shared`]
+/// promises), and what frees it.
+pub(crate) fn page_aligned(
+    bytes: usize,
+) -> Result<(*mut u8, Box<dyn std::any::Any + Send + Sync>), DeviceError> {
+    const PAGE: usize = 4096;
+    struct PageAligned(NonNull<u8>, Layout);
+    // SAFETY: owns its allocation; the pointer is only freed on drop.
+    unsafe impl Send for PageAligned {}
+    // SAFETY: as above: `&PageAligned` exposes nothing.
+    unsafe impl Sync for PageAligned {}
+    impl Drop for PageAligned {
+        fn drop(&mut self) {
+            // SAFETY: allocated below with this layout (non-zero size).
+            unsafe { dealloc(self.0.as_ptr(), self.1) }
+        }
+    }
+    if bytes == 0 {
+        return Ok((
+            NonNull::<[u8; PAGE]>::dangling().as_ptr().cast(),
+            Box::new(()),
+        ));
+    }
+    let fault = |fault: AllocFault| DeviceError::Alloc {
+        what: "shared user memory",
+        bytes,
+        fault,
+    };
+    let layout = Layout::from_size_align(bytes, PAGE).map_err(|e| fault(e.into()))?;
+    // SAFETY: the layout has a non-zero size.
+    let ptr =
+        NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or(fault(AllocFault::OutOfMemory))?;
+    Ok((ptr.as_ptr(), Box::new(PageAligned(ptr, layout))))
+}
+
 /// A raw memory range that a task may touch.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct Region {

@@ -31,7 +31,7 @@ mod tcp;
 
 use crate::device::{
     Capabilities, CompileRequest, Compiled, Completion, Device, DeviceConfig, MemoryKind, Resource,
-    ResourceHandle, ScratchId, Submission, UserBuffers,
+    ResourceHandle, ScratchId, SharedMemory, Submission, UserBuffers,
 };
 use crate::error::{AbortCause, ConfigFault, DeviceError};
 use crate::ir::Rank;
@@ -366,6 +366,9 @@ impl HostDevice {
         let rank = compiled.rank;
         let slot = program.slot;
         let regions = user_regions(s.user, s.epoch);
+        if let Some(shm) = self.shared.shm_mapping_user(&compiled) {
+            shm.check_shared(slot, rank, &regions)?;
+        }
         // The registration lives until the completion unregisters it, which waits for
         // every task (local or a peer's) still using these buffers; the caller of the
         // unsafe `submit` keeps the borrow alive until then.
@@ -524,9 +527,11 @@ impl Device for HostDevice {
 
     fn capabilities(&self) -> Capabilities {
         let shared_memory = self.shared.shm.is_some();
+        let shm_maps_user = self.shared.shm.as_ref().is_none_or(|s| s.user_buffers);
         Capabilities {
-            // Ranks in other processes cannot reach this process's user buffers.
-            peer_user_buffers: !shared_memory && self.shared.tcp.is_none(),
+            // Ranks in other processes reach this process's user buffers only when they
+            // map them (shared user buffers); never over TCP.
+            peer_user_buffers: shm_maps_user && self.shared.tcp.is_none(),
             executes: true,
             queued_submissions: true,
             memory: match shared_memory {
@@ -534,6 +539,17 @@ impl Device for HostDevice {
                 false => MemoryKind::ProcessHeap,
             },
         }
+    }
+
+    fn alloc_shared(&self, rank: Rank, bytes: usize) -> Result<SharedMemory, DeviceError> {
+        let slot = self.shared.slot(rank)?;
+        let (ptr, keep) = match &self.shared.shm {
+            Some(links) if links.user_buffers => links.alloc_user(slot, rank, bytes)?,
+            // Ranks of this process reach heap memory as it is.
+            _ => memory::page_aligned(bytes)?,
+        };
+        // SAFETY: `ptr` is `bytes` long, page aligned and zeroed, valid while `keep` lives.
+        Ok(unsafe { SharedMemory::new(ptr, bytes, keep) })
     }
 
     fn alloc_scratch(&self, bytes_per_rank: usize) -> Result<ScratchId, DeviceError> {
@@ -662,6 +678,8 @@ fn region_span(region: Region) -> (usize, usize) {
 mod rdma_tests;
 #[cfg(test)]
 mod shm_tests;
+#[cfg(test)]
+mod shm_user_tests;
 #[cfg(test)]
 mod tcp_tests;
 #[cfg(test)]

@@ -11,20 +11,32 @@ use std::time::{Duration, Instant};
 
 const RANKS: usize = 4;
 
-fn tag(test: &str) -> String {
+pub(super) fn tag(test: &str) -> String {
     format!("t{}-{test}", std::process::id())
 }
 
 /// Devices serving ranks {0, 1} and {2, 3} of one job, created side by side (each waits
 /// for the other's segments).
 fn pair(tag: &str, timeout: Duration) -> (HostDevice, HostDevice) {
+    pair_with(tag, timeout, false)
+}
+
+/// [`pair`], the peers mapping each other's user buffers when `user_buffers`.
+pub(super) fn pair_with(
+    tag: &str,
+    timeout: Duration,
+    user_buffers: bool,
+) -> (HostDevice, HostDevice) {
     let config = |local: Vec<usize>| DeviceConfig {
         local_ranks: local,
         ccl_bytes: 1 << 16,
         link_channels: 2,
         exec_timeout: timeout,
         host_threads: 1,
-        shm: Some(ShmJob { tag: tag.into() }),
+        shm: Some(ShmJob {
+            user_buffers,
+            ..ShmJob::new(tag)
+        }),
         ..DeviceConfig::all_local(RANKS)
     };
     std::thread::scope(|s| {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Bytes of a block's control area.
-pub(super) const CONTROL: usize = 128;
+pub(super) const CONTROL: usize = 512;
 const _: () = assert!(std::mem::size_of::<Control>() <= CONTROL);
 /// Alignment of the CCL buffers in a block.
 pub(super) const PAGE: usize = 4096;
@@ -51,6 +51,24 @@ pub(super) struct Control {
     /// words for that epoch or an earlier one posts too late (see the host's notifies
     /// left set).
     pub(super) ended: AtomicU64,
+    /// Where the user buffers of the rank's last calls lie, for peers that map them (see
+    /// `user.rs`): the record of epoch `e` is `bindings[e % BINDINGS]`.
+    pub(super) bindings: [BindingRecord; BINDINGS],
+}
+
+/// Binding records per control area: the calls of a rank whose records can be read at
+/// once. A record is rewritten only when a call `BINDINGS` epochs later starts, after its
+/// entry fence (every fence peer finished the epoch before), so two would do.
+pub(super) const BINDINGS: usize = 4;
+
+/// One call's user buffers, as a peer finds them: per buffer (Input, then Output) the
+/// allocation's turn plus one (0: none), the offset in it and the length. `epoch` is 0
+/// while the record is rewritten (a seqlock: readers check it before and after).
+#[repr(C)]
+#[derive(Default)]
+pub(super) struct BindingRecord {
+    pub(super) epoch: AtomicU64,
+    pub(super) buffers: [[AtomicU64; 3]; 2],
 }
 
 /// Where the parts of a block lie.

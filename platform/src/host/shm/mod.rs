@@ -24,14 +24,16 @@
 //! `done_epoch` a peer reads is the one the owner publishes after its streams ended).
 //!
 //! Files: `block` (a rank's block: layout, control area, regions), `service` (the
-//! doorbell service and the polling of a waiting call), this one (the device's blocks and
-//! its peers: posts, published epochs, failures, scratch).
+//! doorbell service and the polling of a waiting call), `user` (user buffers that peers
+//! map, for zero-copy across processes), this one (the device's blocks and its peers:
+//! posts, published epochs, failures, scratch).
 //!
 //! [`DeviceConfig::shm`]: crate::device::DeviceConfig::shm
 //! [`SignalBank::take_woken`]: crate::signal::SignalBank::take_woken
 
 mod block;
 mod service;
+mod user;
 
 pub(crate) use block::Block;
 pub(crate) use service::{close, refresh_fences, start_service, Poller};
@@ -103,6 +105,10 @@ pub(crate) struct ShmLinks {
     weight: u32,
     /// How long to wait for a peer's segment to appear.
     wait: Duration,
+    /// Peers map the user buffers of calls ([`ShmJob::user_buffers`]).
+    pub user_buffers: bool,
+    /// Shared user allocations (see `user.rs`).
+    user: user::UserSegments,
 }
 
 fn shm_err(e: ShmError) -> DeviceError {
@@ -179,6 +185,8 @@ impl ShmLinks {
             devices,
             weight: local,
             wait,
+            user_buffers: job.user_buffers,
+            user: user::UserSegments::new(config.local_ranks.len()),
         })
     }
 
