@@ -7,6 +7,7 @@
 //! | `OXCCL_EXEC_TIMEOUT` | seconds a Wait may block before it is an error, 0.001 to 1e9 | 60 |
 //! | `OXCCL_HOST_THREADS` | worker threads of the host device, 0 to 1024; 0 = one per core | 0 |
 //! | `OXCCL_ZERO_COPY` | 1: eager ops run on user buffers when the device allows it; 0: always stage through the CCL buffers | 1 |
+//! | `OXCCL_SHARED_BUFFERS` | 1: in a job of processes on one host, peers map each other's user buffers and calls run zero-copy (with `OXCCL_ZERO_COPY`=1), so every call's buffers must come from `alloc_shared` (a call on other memory is an error); 0: calls stage through the CCL buffers, on any memory. The same on every rank | 0 |
 //! | `OXCCL_TOPO_FILE` | the communicator's topology: a preset (`mesh8`, `2x8`, `hostN`, `1xN`...) or a TOML file | the device's machine: for the host device one CPU host (`hostN`: links over one shared memory bus), else one server, full mesh |
 //! | `OXCCL_TUNE_FILE` | a tuning table written by `oxccl tune` (see [`crate::tune`]): `select_alg` runs the fastest measured executor for sizes it covers | none (the model decides) |
 //! | `OXCCL_CHECK_CALLS` | 1: ranks agree on every call (operator, type, op, root, counts, executor) before it runs, and a mismatch is an error on every rank (see [`crate::agreement`]); 0: skip the check | 1 |
@@ -41,6 +42,10 @@ pub struct Config {
     pub host_threads: usize,
     pub algo: AlgoOverride,
     pub zero_copy: bool,
+    /// In a job of processes, peers on this host map each other's user buffers, which
+    /// must come from `alloc_shared` (`OXCCL_SHARED_BUFFERS`; see
+    /// [`crate::Communicator::alloc_shared`]).
+    pub shared_buffers: bool,
     /// Ranks agree on every call before it runs (`OXCCL_CHECK_CALLS`, see
     /// [`crate::agreement`]).
     pub check_calls: bool,
@@ -82,6 +87,7 @@ impl Default for Config {
             host_threads: 0,
             algo: AlgoOverride::default(),
             zero_copy: true,
+            shared_buffers: false,
             check_calls: true,
             graph_check: false,
             log_filter: None,
@@ -252,6 +258,9 @@ impl Config {
         if let Some(v) = get("OXCCL_ZERO_COPY") {
             config.zero_copy = parse_switch("OXCCL_ZERO_COPY", &v)?;
         }
+        if let Some(v) = get("OXCCL_SHARED_BUFFERS") {
+            config.shared_buffers = parse_switch("OXCCL_SHARED_BUFFERS", &v)?;
+        }
         if let Some(v) = get("OXCCL_CHECK_CALLS") {
             config.check_calls = parse_switch("OXCCL_CHECK_CALLS", &v)?;
         }
@@ -357,9 +366,11 @@ mod tests {
             ("OXCCL_EXEC_TIMEOUT", "0.5"),
             ("OXCCL_HOST_THREADS", "3"),
             ("OXCCL_ZERO_COPY", "0"),
+            ("OXCCL_SHARED_BUFFERS", "1"),
             ("OXCCL_LOG", "debug"),
         ]))
         .unwrap();
+        assert!(c.shared_buffers);
         assert_eq!(c.ccl_buffer_bytes, 4 << 20);
         assert_eq!(c.exec_timeout, Duration::from_millis(500));
         assert_eq!(c.host_threads, 3);
@@ -390,6 +401,7 @@ mod tests {
             ("OXCCL_HOST_THREADS", "-1", "from 0 to 1024"),
             ("OXCCL_ZERO_COPY", "maybe", "use 1"),
             ("OXCCL_CHECK_CALLS", "2", "use 1"),
+            ("OXCCL_SHARED_BUFFERS", "on", "use 1"),
             ("OXCCL_GRAPH_CHECK", "yes", "use 1"),
             ("OXCCL_LOG", "oxccl=[", "e.g. `oxccl=debug,info`"),
             ("OXCCL_LOG", "info,=", "directives"),

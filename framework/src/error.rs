@@ -105,6 +105,15 @@ pub enum ArgError {
         ranks: usize,
         limit: usize,
     },
+    #[error(
+        "{len} {dtype} elements are more than {limit} bytes \
+         (oxccl::framework::limits::MAX_BUFFER_BYTES); allocate less"
+    )]
+    AllocTooLarge {
+        len: usize,
+        dtype: DataType,
+        limit: usize,
+    },
 }
 
 /// A bad setting in the environment, in a `Config` or on a command line.

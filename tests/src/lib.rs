@@ -334,6 +334,9 @@ pub fn execute_on(
     input: &Aligned,
     out: &mut Aligned,
 ) -> Result<(), String> {
+    if comm.framework().config().shared_buffers {
+        return execute_shared(comm, param, in_place, input, out);
+    }
     let user = match in_place {
         true => UserBuffers::InPlace(out.bytes_mut()),
         false => UserBuffers::OutOfPlace {
@@ -343,6 +346,39 @@ pub fn execute_on(
     };
     comm.execute(param, user)
         .map_err(|e| format!("rank {}: {e}", comm.rank()))
+}
+
+/// [`execute_on`] in a job whose peers map user buffers (`OXCCL_SHARED_BUFFERS=1`), which
+/// refuses other memory: `input` and `out` copied into buffers from `alloc_shared` (a
+/// collective allocation, which every rank makes at the same call), the call, and the
+/// output copied back.
+fn execute_shared(
+    comm: &Communicator,
+    param: &OpParam,
+    in_place: bool,
+    input: &Aligned,
+    out: &mut Aligned,
+) -> Result<(), String> {
+    let failed = |e: oxccl::Error| {
+        let causes: Vec<String> = oxccl::framework::error::chain(&e)
+            .map(|c| c.to_string())
+            .collect();
+        format!("rank {}: {}", comm.rank(), causes.join(": "))
+    };
+    let mut send = comm.alloc_shared::<u8>(input.len()).map_err(failed)?;
+    let mut recv = comm.alloc_shared::<u8>(out.len()).map_err(failed)?;
+    send.copy_from_slice(input.bytes());
+    recv.copy_from_slice(out.bytes());
+    let user = match in_place {
+        true => UserBuffers::InPlace(&mut recv),
+        false => UserBuffers::OutOfPlace {
+            input: &send,
+            output: &mut recv,
+        },
+    };
+    comm.execute(param, user).map_err(failed)?;
+    out.bytes_mut().copy_from_slice(&recv);
+    Ok(())
 }
 
 /// Run `param` on every rank of `comms` at once (one thread per rank) and compare every

@@ -108,6 +108,46 @@ fn every_operator_over_four_processes_over_tcp() {
     every_operator_over_four_processes("tcp");
 }
 
+/// Every operator over 4 processes that map each other's user buffers
+/// (`OXCCL_SHARED_BUFFERS=1`): the calls run zero-copy, every one on `alloc_shared`
+/// memory.
+#[test]
+fn every_operator_over_four_processes_zero_copy_on_shared_buffers() {
+    let id = job(4);
+    let children = spawn_ranks(&id, "shm", &[("OXCCL_SHARED_BUFFERS", "1".into())]);
+    assert_all_ok(&finish(children), 4);
+    assert_eq!(named_segments(&id), Vec::<String>::new());
+}
+
+/// Where peers map user buffers, a call on heap memory is refused (which shows that the
+/// calls run zero-copy: staged ones take any memory), and every rank is released at once.
+#[test]
+fn a_zero_copy_job_refuses_buffers_its_peers_cannot_map() {
+    let id = job(4);
+    let env = [
+        ("OXCCL_SHARED_BUFFERS", "1".to_string()),
+        ("OXCCL_TEST_OPS", "private".to_string()),
+    ];
+    let start = std::time::Instant::now();
+    let outputs = finish(spawn_ranks(&id, "shm", &env));
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(25),
+        "released, not timed out"
+    );
+    let stderr: Vec<String> = outputs
+        .iter()
+        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+        .collect();
+    assert!(outputs.iter().all(|o| !o.status.success()), "{stderr:?}");
+    assert!(
+        stderr
+            .iter()
+            .any(|e| e.contains("not in memory from alloc_shared")),
+        "{stderr:?}"
+    );
+    assert_eq!(named_segments(&id), Vec::<String>::new());
+}
+
 #[test]
 fn two_processes_of_two_ranks_each() {
     two_processes_of_two_ranks("auto");
@@ -118,8 +158,18 @@ fn two_processes_of_two_ranks_each_over_tcp() {
     two_processes_of_two_ranks("tcp");
 }
 
+#[test]
+fn two_processes_of_two_ranks_each_on_shared_buffers() {
+    two_processes_of_two_ranks("shared");
+}
+
+/// `shared`: shared memory between the processes, with user buffers mapped.
 fn two_processes_of_two_ranks(transport: &str) {
     let id = job(4);
+    let (transport, shared) = match transport {
+        "shared" => ("shm", "1"),
+        other => (other, "0"),
+    };
     let children = ["0,1", "2,3"]
         .iter()
         .map(|ranks| {
@@ -127,6 +177,7 @@ fn two_processes_of_two_ranks(transport: &str) {
                 ("OXCCL_TEST_RANKS", ranks.to_string()),
                 ("OXCCL_TEST_OPS", "quick".to_string()),
                 ("OXCCL_TRANSPORT", transport.to_string()),
+                ("OXCCL_SHARED_BUFFERS", shared.to_string()),
             ];
             spawn(&id, 4, &env)
         })

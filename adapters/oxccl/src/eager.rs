@@ -18,7 +18,7 @@
 //! place blocks by their displacements. AlltoAll(V) and send/recv have no in-place form.
 
 use crate::logging;
-use crate::OpCall;
+use crate::{OpCall, SharedBuffer};
 use oxccl_framework::bootstrap::{Launch, UniqueId};
 use oxccl_framework::op::P2pItem;
 use oxccl_framework::{Communicator as Inner, Config, ConfigError, Error, OpParam};
@@ -101,6 +101,15 @@ impl Communicator {
     /// The framework communicator (program preparation, topology, device).
     pub fn framework(&self) -> &Inner {
         &self.inner
+    }
+
+    /// `len` zeroed elements of `T` that peers can reach: with `OXCCL_SHARED_BUFFERS=1`,
+    /// ranks in other processes of this host map them and calls run zero-copy (see
+    /// [`SharedBuffer`] and the framework's
+    /// [`alloc_shared`](oxccl_framework::Communicator::alloc_shared)). **Collective**:
+    /// every rank allocates, in the same order.
+    pub fn alloc_shared<T: Element>(&self, len: usize) -> Result<SharedBuffer<T>, Error> {
+        SharedBuffer::new(self, len)
     }
 
     /// Untyped call: run `op` on raw byte buffers.

@@ -30,6 +30,10 @@
 //! Linking this crate links the built-in executors ([`algorithms`]); a plugin crate is
 //! linked only when the final binary names it (`use my_plugin as _;`).
 //!
+//! [`SharedBuffer`]s (`comm.alloc_shared::<T>(len)`) are user buffers that peers in other
+//! processes of the host map: with `OXCCL_SHARED_BUFFERS=1`, calls on them run zero-copy
+//! across processes.
+//!
 //! With the feature `cuda`, `DeviceBuffer` holds a rank's data on its GPU, and the eager
 //! calls with a `_device` suffix run on such buffers in place (see the `device_buffer`
 //! module's docs).
@@ -40,6 +44,7 @@ mod device_buffer;
 mod eager;
 mod group;
 mod logging;
+mod shared_buffer;
 
 pub use call::OpCall;
 #[cfg(feature = "cuda")]
@@ -63,6 +68,7 @@ pub use oxccl_platform::{
     self as platform, Buf, DataType, DeviceError, DeviceSpan, Element, Rank, ReduceOp, Slice,
     UserBuffers,
 };
+pub use shared_buffer::SharedBuffer;
 
 /// Result of oxccl calls.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -307,6 +307,12 @@ pub fn digest_parts(
         part: "transport".into(),
         value: config.transport as u64,
     });
+    // Whether peers map user buffers decides the mode (zero-copy or staged), hence the
+    // programs: a rank that stages while its peers read its buffers would fail them.
+    parts.push(DigestPart {
+        part: "shared buffers".into(),
+        value: u64::from(config.shared_buffers && config.zero_copy),
+    });
     Ok(parts)
 }
 

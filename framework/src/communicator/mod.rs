@@ -378,7 +378,10 @@ impl Communicator {
     /// every other rank through the transport the table of [`crate::transport`] gives:
     /// shared memory on this host, TCP to other hosts (put-only links, which the
     /// topology's access then says, so selection only picks executors that put). Calls
-    /// stage through the CCL buffers. Not yet: the agreement on every call
+    /// stage through the CCL buffers, unless `config.shared_buffers`
+    /// (`OXCCL_SHARED_BUFFERS=1`): then peers on this host map each other's user buffers,
+    /// which come from [`Communicator::alloc_shared`], and when every rank is on this host
+    /// calls run zero-copy. Not yet: the agreement on every call
     /// ([`crate::agreement`]) is carried in-process only, so it is off across processes
     /// (a mismatched call times out, naming the wait).
     pub fn init_rank(
@@ -434,8 +437,10 @@ impl Communicator {
             config.host_threads = (cores / host.len()).max(1);
         }
         let any = |t: fn(&PeerTransport) -> bool| links.iter().flatten().any(t);
-        let shm =
-            any(|t| *t == PeerTransport::Shm).then(|| oxccl_platform::ShmJob { tag: id.job_tag() });
+        let shm = any(|t| *t == PeerTransport::Shm).then(|| oxccl_platform::ShmJob {
+            user_buffers: config.shared_buffers && config.zero_copy,
+            ..oxccl_platform::ShmJob::new(id.job_tag())
+        });
         let over_rdma = any(|t| matches!(t, PeerTransport::Rdma(_)));
         let rdma = verbs.ok().filter(|_| over_rdma).map(|verbs| RdmaJob {
             verbs,
@@ -489,6 +494,25 @@ impl Communicator {
             rank,
             Shared::new(device, topology, config)?,
         ))
+    }
+
+    /// `bytes` of zeroed, page-aligned host memory for this rank's user buffers, which
+    /// the communicator's peers can reach (NCCL's `ncclMemAlloc` with its registration,
+    /// in the collective shape of MPI's `MPI_Win_allocate_shared`).
+    ///
+    /// In a job of processes with `shared_buffers` (`OXCCL_SHARED_BUFFERS=1`) it is a
+    /// shared-memory segment that the ranks on this host map, and every call's buffers
+    /// must lie in such memory: the calls then run zero-copy, the peers reading and
+    /// writing the buffers in place, instead of staging every byte through the CCL
+    /// buffers. Otherwise it is this process's heap, which serves any call.
+    ///
+    /// **Collective**: every rank calls it, in the same order (sizes may differ), each
+    /// from its own thread as for any collective; a rank that does not is named in the
+    /// others' error after `OXCCL_EXEC_TIMEOUT`. The memory goes when the returned value
+    /// is dropped (a peer's mapping, when it drops its allocation of the same turn).
+    pub fn alloc_shared(&self, bytes: usize) -> Result<oxccl_platform::SharedMemory, Error> {
+        self.usable()?;
+        Ok(self.group.device.alloc_shared(self.rank, bytes)?)
     }
 
     /// Abort the communicator (NCCL's `ncclCommAbort`), from any thread: this rank's call

@@ -64,7 +64,10 @@ fn buffers(dev: &HostDevice, ranks: [usize; 2], len: usize) -> Vec<(SharedMemory
 ///
 /// # Safety
 /// Nothing else touches them while the slice lives.
-#[allow(clippy::mut_from_ref, reason = "shared memory: the caller orders the access")]
+#[allow(
+    clippy::mut_from_ref,
+    reason = "shared memory: the caller orders the access"
+)]
 unsafe fn bytes(m: &SharedMemory) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(m.as_ptr(), m.len()) }
 }

@@ -3,7 +3,9 @@
 //! on its own rank, compared with the reference, and prints `rank R ok`; or the first
 //! failure on stderr, with exit status 1. `OXCCL_TEST_OPS=quick` runs a few cases per
 //! operator instead of the matrices; `OXCCL_TEST_OPS=loop` prints `rank R ready` after a
-//! first AllReduce and then runs AllReduces until one fails (for the fault tests).
+//! first AllReduce and then runs AllReduces until one fails (for the fault tests);
+//! `OXCCL_TEST_OPS=private` runs one AllReduce on heap buffers (refused where peers map
+//! user buffers: `OXCCL_SHARED_BUFFERS=1`) and reports its outcome as any run.
 //! `OXCCL_TEST_RANKS=a,b` makes this process hold those ranks, one thread each, joined
 //! with `init_rank` through `OXCCL_COMM_ID` and `OXCCL_SIZE` (a job of processes that
 //! each hold several ranks).
@@ -29,6 +31,14 @@ fn run_until_failure(comm: &Communicator) -> String {
             let _ = std::io::stdout().flush();
         }
     }
+}
+
+/// One AllReduce on heap buffers.
+fn on_heap_buffers(comm: &Communicator) -> Result<(), String> {
+    let send = vec![1.0f32; 1024];
+    let mut recv = vec![0.0f32; 1024];
+    comm.all_reduce(&send, &mut recv, oxccl::ReduceOp::Sum)
+        .map_err(|e| chain(&e))
 }
 
 fn chain(e: &oxccl::Error) -> String {
@@ -97,7 +107,11 @@ fn main() -> ExitCode {
         eprintln!("rank {}: {}", ranks[0], run_until_failure(&comms[0]));
         return ExitCode::from(1);
     }
-    match run(&comms, ops == "quick") {
+    let outcome = match ops.as_str() {
+        "private" => on_heap_buffers(&comms[0]),
+        _ => run(&comms, ops == "quick"),
+    };
+    match outcome {
         Ok(()) => {
             for rank in ranks {
                 println!("rank {rank} ok");

@@ -4,7 +4,8 @@
 //! [`Device::alloc_shared`]: its `n`-th allocation (its **turn** `n`) is a segment named
 //! `/oxccl-<tag>-r<rank>-u<n>`, and the process that makes its own turn `n` first maps
 //! every peer's turn `n` (MPI's `MPI_Win_allocate_shared` shape: collective, sizes free).
-//! As for scratch, a segment's name goes once every peer mapped it.
+//! As for scratch, a segment's name goes once every peer mapped it, and an allocation
+//! returns only then: its owner may drop it at once without taking it from a peer.
 //!
 //! A call tells its peers where its buffers lie through a **binding record** in its
 //! block's control area: per buffer the turn, offset and length, stamped with the call's
@@ -113,6 +114,15 @@ impl ShmLinks {
         // appears without waiting, so the waits below cannot form a cycle.
         let segment = Arc::new(Segment::create(&name, bytes, remote).map_err(shm_err)?);
         self.map_peer_turn(turn)?;
+        // And every peer mapped this one before it can be dropped: a rank whose call has
+        // nothing to wait for (count 0) may drop its buffers at once.
+        let peers_alive = || {
+            self.peer_ranks()
+                .all(|r| process_alive(self.peer(r).map_or(0, |p| p.pid)))
+        };
+        segment
+            .wait_mapped(self.wait, peers_alive)
+            .map_err(shm_err)?;
         let ptr = segment.payload().0;
         self.user.own[slot]
             .lock()

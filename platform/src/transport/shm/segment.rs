@@ -65,6 +65,11 @@ pub enum ShmError {
          crashed before it set its rank up)"
     )]
     OwnerGone { name: String },
+    #[error(
+        "the peers did not all map the shared-memory segment {name} within {waited:?}; does \
+         every rank make the same collective allocations (alloc_shared), and is it alive?"
+    )]
+    Unmapped { name: String, waited: Duration },
     #[error("cannot map the shared-memory segment {name}")]
     Map {
         name: String,
@@ -215,6 +220,31 @@ impl Segment {
             }
             std::thread::sleep(ATTACH_POLL);
         }
+    }
+
+    /// Wait, up to `wait` and while `peers_alive()`, until every expected peer mapped
+    /// this segment (created here): a collective allocation's barrier, after which the
+    /// owner may drop it without taking it from a peer that has yet to map it.
+    pub fn wait_mapped(
+        &self,
+        wait: Duration,
+        peers_alive: impl Fn() -> bool,
+    ) -> Result<(), ShmError> {
+        let deadline = Instant::now() + wait;
+        let header = self.header();
+        let mut pause = Duration::from_micros(20);
+        while header.attached.load(Ordering::Acquire) < header.expected.load(Ordering::Relaxed) {
+            let unmapped = ShmError::Unmapped {
+                name: self.name.clone(),
+                waited: wait,
+            };
+            if Instant::now() >= deadline || !peers_alive() {
+                return Err(unmapped);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(ATTACH_POLL);
+        }
+        Ok(())
     }
 
     fn count_in(&self, weight: u32) {
