@@ -4,8 +4,9 @@
 #
 #   scripts/bench-procs.sh [sizes...]
 #
-# oxccl runs `oxccl perf all-reduce --procs 8`, through shared memory and then with
-# OXCCL_TRANSPORT=tcp (TCP on loopback); MPI runs the peer benchmark with
+# oxccl runs `oxccl perf all-reduce --procs 8`, through shared memory (staged through the
+# CCL buffers, then zero-copy on `--shared-buffers`) and then with OXCCL_TRANSPORT=tcp
+# (TCP on loopback); MPI runs the peer benchmark with
 # `--mca btl vader,self` (its shared-memory transport) and `--mca btl tcp,self`.
 # Installs OpenMPI through scripts/install-deps.sh (Debian packages; needs root or sudo).
 set -euo pipefail
@@ -20,6 +21,9 @@ for size in "$@"; do
   echo "== all-reduce $size, 8 processes"
   echo "   oxccl --procs 8 (shared memory)"
   ./target/release/oxccl perf all-reduce --procs 8 -b "$size" -e "$size" -n $iters -w 5 | grep -E '^ +[0-9]'
+  echo "   oxccl --procs 8 --shared-buffers (shared memory, zero-copy)"
+  ./target/release/oxccl perf all-reduce --procs 8 --shared-buffers -b "$size" -e "$size" -n $iters -w 5 \
+    | grep -E '^ +[0-9]'
   echo "   MPI --mca btl vader,self"
   mpirun --allow-run-as-root --oversubscribe --mca btl vader,self -np 8 \
     target/mpi_bench allreduce "$size" | grep -E '^ +[0-9]'

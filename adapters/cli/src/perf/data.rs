@@ -13,26 +13,55 @@ use oxccl::{bf16, f16, DataType, OpKind, OpParam, ReduceOp};
 /// Elements per period of the pattern.
 const PERIOD: usize = 8;
 
-/// A heap buffer aligned to 8 bytes (enough for every data type), viewed as bytes.
+/// A buffer aligned to 8 bytes (enough for every data type), viewed as bytes: on the
+/// heap, or from `alloc_shared` where the job's peers map user buffers.
 pub struct Aligned {
-    words: Vec<u64>,
+    words: Words,
     len: usize,
+}
+
+enum Words {
+    Heap(Vec<u64>),
+    Shared(oxccl::SharedBuffer<u64>),
 }
 
 impl Aligned {
     pub fn zeroed(len: usize) -> Self {
         Aligned {
-            words: vec![0; len.div_ceil(8)],
+            words: Words::Heap(vec![0; len.div_ceil(8)]),
             len,
         }
     }
 
+    /// `len` zeroed bytes for `comm`'s calls: from `alloc_shared` (a collective
+    /// allocation) when its peers map user buffers (`OXCCL_SHARED_BUFFERS`), else heap.
+    pub fn for_calls(comm: &oxccl::Communicator, len: usize) -> Result<Self, oxccl::Error> {
+        if !comm.framework().config().shared_buffers {
+            return Ok(Self::zeroed(len));
+        }
+        Ok(Aligned {
+            words: Words::Shared(comm.alloc_shared(len.div_ceil(8))?),
+            len,
+        })
+    }
+
+    fn words(&self) -> &[u64] {
+        match &self.words {
+            Words::Heap(v) => v,
+            Words::Shared(b) => b,
+        }
+    }
+
     pub fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.words)[..self.len]
+        &bytemuck::cast_slice(self.words())[..self.len]
     }
 
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+        let words: &mut [u64] = match &mut self.words {
+            Words::Heap(v) => v,
+            Words::Shared(b) => b,
+        };
+        &mut bytemuck::cast_slice_mut(words)[..self.len]
     }
 }
 

@@ -113,6 +113,12 @@ pub struct PerfArgs {
     /// so and the exit status is 3.
     #[arg(long)]
     pub skip_oom: bool,
+    /// Allocate the buffers with `alloc_shared`, which the ranks in other processes of this
+    /// host map, and run the calls zero-copy across processes (the same as
+    /// OXCCL_SHARED_BUFFERS=1; nccl-tests' registered buffers). Every process of the job
+    /// must be given it.
+    #[arg(long)]
+    pub shared_buffers: bool,
     #[command(flatten)]
     pub files: crate::algo_files::AlgoFiles,
 }
@@ -188,6 +194,7 @@ pub fn plan(args: &PerfArgs, launched: Option<usize>) -> Result<PerfPlan, Error>
     if launched.is_some() && !given {
         config.topology = None;
     }
+    config.shared_buffers |= args.shared_buffers;
     let ranks = topology.ranks();
     let largest = sweep.last().copied().unwrap_or(0);
     validate::buffers_fit(ranks, largest, GUARD_BYTES, validate::physical_memory())?;

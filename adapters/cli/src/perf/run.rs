@@ -286,25 +286,34 @@ fn job_sums<const N: usize>(
     } else {
         (OpParam::all_reduce(N, DataType::F64, ReduceOp::Sum), N)
     };
-    // Every local rank takes part; the first brings this process's sums.
-    let mut outs = vec![vec![0.0f64; out_len]; comms.len()];
-    let sends: Vec<[f64; N]> = (0..comms.len())
-        .map(|i| if i == 0 { mine } else { [0.0; N] })
-        .collect();
+    // Every local rank takes part; the first brings this process's sums. The buffers are
+    // the calls' kind (shared where the job maps user buffers).
+    let mut sends = Vec::new();
+    let mut outs = Vec::new();
+    for (i, comm) in comms.iter().enumerate() {
+        let mut send = Aligned::for_calls(comm, N * 8)?;
+        if i == 0 {
+            send.bytes_mut()
+                .copy_from_slice(bytemuck::cast_slice(&mine));
+        }
+        sends.push(send);
+        outs.push(Aligned::for_calls(comm, out_len * 8)?);
+    }
     let mut group = Group::new();
     for ((comm, send), out) in comms.iter().zip(&sends).zip(outs.iter_mut()) {
         group.execute(
             comm,
             op.clone(),
             UserBuffers::OutOfPlace {
-                input: bytemuck::cast_slice(send),
-                output: bytemuck::cast_slice_mut(out),
+                input: send.bytes(),
+                output: out.bytes_mut(),
             },
         );
     }
     group.run()?;
+    let outs: Vec<f64> = bytemuck::pod_collect_to_vec(outs[0].bytes());
     let mut totals = [0.0f64; N];
-    for block in outs[0].chunks(N) {
+    for block in outs.chunks(N) {
         for (t, v) in totals.iter_mut().zip(block) {
             *t += v;
         }
@@ -405,7 +414,9 @@ impl FormGraphs {
         };
         let (out_bytes, one_bytes) = lens;
         for st in states.iter_mut() {
-            st.extra = (1..steps).map(|_| Aligned::zeroed(one_bytes)).collect();
+            st.extra = (1..steps)
+                .map(|_| Aligned::for_calls(st.comm, one_bytes))
+                .collect::<Result<_, _>>()?;
         }
         let oop = Graphs::compile(&mut bindings(states, out_bytes), steps, false)?;
         let (ip, ip_check) = match in_place {
@@ -454,9 +465,9 @@ fn run_thread<'c>(
     let mut states: Vec<RankState<'_>> = comms
         .iter()
         .map(|comm| {
-            let mut input = Aligned::zeroed(in_bytes);
+            let mut input = Aligned::for_calls(comm, in_bytes)?;
             fill_input(op, comm.rank(), input.bytes_mut());
-            let mut output = Aligned::zeroed(one_bytes + 2 * GUARD);
+            let mut output = Aligned::for_calls(comm, one_bytes + 2 * GUARD)?;
             output.bytes_mut().fill(GUARD_BYTE);
             let gpu = GpuCopy::for_rank(comm, input.bytes(), output.bytes())?;
             Ok(RankState {
