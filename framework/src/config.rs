@@ -401,7 +401,7 @@ mod tests {
             ("OXCCL_HOST_THREADS", "-1", "from 0 to 1024"),
             ("OXCCL_ZERO_COPY", "maybe", "use 1"),
             ("OXCCL_CHECK_CALLS", "2", "use 1"),
-            ("OXCCL_SHARED_BUFFERS", "on", "use 1"),
+            ("OXCCL_SHARED_BUFFERS", "2", "use 1"),
             ("OXCCL_GRAPH_CHECK", "yes", "use 1"),
             ("OXCCL_LOG", "oxccl=[", "e.g. `oxccl=debug,info`"),
             ("OXCCL_LOG", "info,=", "directives"),

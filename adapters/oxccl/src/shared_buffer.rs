@@ -6,6 +6,10 @@
 //! the CCL buffers and out again. Such a job refuses calls on other memory. Elsewhere a
 //! shared buffer is plain heap memory that serves any call.
 //!
+//! As with every zero-copy call, a call that fails (an abort, a peer lost) may return
+//! while a peer's tasks still finish with its buffers: their contents are undefined
+//! after a failure, and the communicator cannot be used again.
+//!
 //! ```
 //! use oxccl::{Communicator, Config, ReduceOp};
 //!

@@ -73,7 +73,7 @@ struct OwnAllocation {
     links: Arc<ShmLinks>,
     slot: usize,
     turn: u64,
-    _segment: Arc<Segment>,
+    segment: Arc<Segment>,
 }
 
 impl Drop for OwnAllocation {
@@ -114,26 +114,27 @@ impl ShmLinks {
         // appears without waiting, so the waits below cannot form a cycle.
         let segment = Arc::new(Segment::create(&name, bytes, remote).map_err(shm_err)?);
         self.map_peer_turn(turn)?;
+        let ptr = segment.payload().0;
+        self.user.own[slot]
+            .lock()
+            .live
+            .push((turn, ptr as usize, bytes));
+        // From here on, dropping `keep` undoes the allocation (a failure below included).
+        let keep = OwnAllocation {
+            links: self.clone(),
+            slot,
+            turn,
+            segment,
+        };
         // And every peer mapped this one before it can be dropped: a rank whose call has
         // nothing to wait for (count 0) may drop its buffers at once.
         let peers_alive = || {
             self.peer_ranks()
                 .all(|r| process_alive(self.peer(r).map_or(0, |p| p.pid)))
         };
-        segment
+        keep.segment
             .wait_mapped(self.wait, peers_alive)
             .map_err(shm_err)?;
-        let ptr = segment.payload().0;
-        self.user.own[slot]
-            .lock()
-            .live
-            .push((turn, ptr as usize, bytes));
-        let keep = OwnAllocation {
-            links: self.clone(),
-            slot,
-            turn,
-            _segment: segment,
-        };
         Ok((ptr, Box::new(keep)))
     }
 
