@@ -196,9 +196,25 @@ fn a_killed_peer_over_tcp_fails_every_other_rank_within_seconds() {
     a_killed_peer_fails_every_other_rank("tcp");
 }
 
+/// Killed while its peers read and write its shared buffers in place: they fail as
+/// promptly, and none of its segments is left in /dev/shm.
+#[test]
+fn a_killed_peer_on_shared_buffers_fails_every_other_rank_within_seconds() {
+    a_killed_peer_fails_every_other_rank("shared");
+}
+
+/// `shared`: shared memory between the processes, with user buffers mapped.
 fn a_killed_peer_fails_every_other_rank(transport: &str) {
     let id = job(4);
-    let mut children = spawn_ranks(&id, transport, &[("OXCCL_TEST_OPS", "loop".to_string())]);
+    let (transport, shared) = match transport {
+        "shared" => ("shm", "1"),
+        other => (other, "0"),
+    };
+    let env = [
+        ("OXCCL_TEST_OPS", "loop".to_string()),
+        ("OXCCL_SHARED_BUFFERS", shared.to_string()),
+    ];
+    let mut children = spawn_ranks(&id, transport, &env);
     // Every rank has run an AllReduce: the job is up.
     for child in &mut children {
         let mut line = String::new();

@@ -18,8 +18,13 @@ use std::time::Duration;
 
 /// AllReduces of 1 MiB until one fails: its error.
 fn run_until_failure(comm: &Communicator) -> String {
-    let send = vec![1.0f32; 1 << 18];
-    let mut recv = vec![0.0f32; 1 << 18];
+    // Shared buffers where the job maps them (heap memory otherwise).
+    let (mut send, mut recv) = match (comm.alloc_shared(1 << 18), comm.alloc_shared(1 << 18)) {
+        (Ok(send), Ok(recv)) => (send, recv),
+        (Err(e), _) | (_, Err(e)) => return chain(&e),
+    };
+    send.fill(1.0f32);
+    recv.fill(0.0);
     let mut first = true;
     loop {
         if let Err(e) = comm.all_reduce(&send, &mut recv, oxccl::ReduceOp::Sum) {
