@@ -157,6 +157,18 @@ oxcclResult_t oxcclCommGetAsyncError(oxcclComm_t comm, oxcclResult_t* asyncError
 oxcclResult_t oxcclCommCount(const oxcclComm_t comm, int* count);
 oxcclResult_t oxcclCommUserRank(const oxcclComm_t comm, int* rank);
 
+/* ---- User memory ---- */
+
+/* ncclMemAlloc, with the communicator whose peers map it: size zeroed bytes, page aligned,
+ * at *ptr. With OXCCL_SHARED_BUFFERS=1 the ranks of a host map each other's allocations
+ * and calls run zero-copy across processes, on such memory only; elsewhere it is heap
+ * memory that serves any call. Collective: every rank allocates, in the same order (sizes
+ * may differ), each from its own thread. */
+oxcclResult_t oxcclMemAlloc(oxcclComm_t comm, void** ptr, size_t size);
+/* Free memory from oxcclMemAlloc that no call is using; any other pointer is
+ * oxcclInvalidArgument. */
+oxcclResult_t oxcclMemFree(void* ptr);
+
 /* ---- Collectives (count in elements of datatype; NCCL's in-place forms) ---- */
 
 /* In place: sendbuff == recvbuff. */

@@ -29,6 +29,8 @@
 //!   communicator's sends and receives fused into one call, and the calls of several
 //!   communicators launched together (how one thread drives the ranks of
 //!   `oxcclCommInitAll`).
+//! - `memory`: `oxcclMemAlloc`/`oxcclMemFree`, user buffers the ranks in other processes
+//!   of the host map (for zero-copy jobs: `OXCCL_SHARED_BUFFERS=1`).
 //! - `collectives`, `init` and `graph`: the exported functions.
 //!
 //! Every call is blocking and runs on host memory: the `stream` argument must be NULL.
@@ -39,6 +41,7 @@ mod graph;
 mod group;
 mod handles;
 mod init;
+mod memory;
 mod result;
 mod step;
 mod types;

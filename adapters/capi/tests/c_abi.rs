@@ -306,6 +306,8 @@ fn the_header_declares_exactly_the_exported_functions() {
         "oxcclCommGetAsyncError",
         "oxcclCommCount",
         "oxcclCommUserRank",
+        "oxcclMemAlloc",
+        "oxcclMemFree",
         "oxcclGetErrorString",
         "oxcclGetLastError",
         "oxcclAllReduce",

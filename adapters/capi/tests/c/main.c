@@ -158,6 +158,29 @@ static void test_queries(oxcclComm_t comm) {
   INVALID("not a live handle", oxcclCommGetAsyncError(BOGUS_COMM, &async));
 }
 
+/* Memory from oxcclMemAlloc (collective) carries a call; frees are checked. */
+static void test_memory(oxcclComm_t comm) {
+  float *send = NULL, *recv = NULL;
+  OK(oxcclMemAlloc(comm, (void**)&send, 1000 * sizeof(float)));
+  OK(oxcclMemAlloc(comm, (void**)&recv, 1000 * sizeof(float)));
+  CHECK(send != NULL && recv != NULL && ((uintptr_t)send & 4095) == 0, "page aligned");
+  CHECK(recv[999] == 0.0f, "zeroed");
+  for (int i = 0; i < 1000; i++) send[i] = (float)(g_rank + i);
+  OK(oxcclAllReduce(send, recv, 1000, oxcclFloat, oxcclSum, comm, NULL));
+  /* sum over ranks of (r + i) = 6 + 4i on 4 ranks */
+  CHECK(recv[0] == 6.0f && recv[999] == 6.0f + 4.0f * 999, "sum %f %f", recv[0], recv[999]);
+  OK(oxcclMemFree(send));
+  OK(oxcclMemFree(recv));
+  INVALID("not memory from oxcclMemAlloc", oxcclMemFree(recv));
+  float stack = 0;
+  INVALID("not memory from oxcclMemAlloc", oxcclMemFree(&stack));
+  INVALID("not memory from oxcclMemAlloc", oxcclMemFree(NULL));
+  void* p = NULL;
+  INVALID("ptr is NULL", oxcclMemAlloc(comm, NULL, 8));
+  INVALID("comm is NULL", oxcclMemAlloc(NULL, &p, 8));
+  CHECK(p == NULL, "nothing allocated on a refusal");
+}
+
 /* Finalize refuses later calls; destroy frees; the handle is then unknown. */
 static void test_finalize_destroy(oxcclComm_t comm) {
   float x = 1.0f;
@@ -223,6 +246,7 @@ int main(void) {
   test_errors(comm);
   test_graphs(comm);
   test_in_process(comm);
+  test_memory(comm);
   test_finalize_destroy(comm);
   test_abort(second);
 
