@@ -192,8 +192,10 @@ fn end_capture(comm: &Arc<Comm>, out: usize) -> Result<(), CError> {
 /// compile then tells every rank of the mismatch.
 fn agree_parts(comm: &Comm, open: &Capturing) -> Result<Vec<Range<usize>>, CError> {
     let len = open.steps.len();
-    let mut lens = vec![0u64; comm.size()];
-    comm.outcome(comm.inner.all_gather(&[len as u64], &mut lens))?;
+    let lens = comm
+        .inner
+        .all_gather_to_vec(&[len as u64])
+        .map_err(|e| comm.failed(&e))?;
     if lens.iter().any(|&l| l != len as u64) {
         return Ok(std::iter::once(0..len).collect());
     }
@@ -202,8 +204,10 @@ fn agree_parts(comm: &Comm, open: &Capturing) -> Result<Vec<Range<usize>>, CErro
     for &start in &open.starts {
         mine[start / 64] |= 1 << (start % 64);
     }
-    let mut all = vec![0u64; words * comm.size()];
-    comm.outcome(comm.inner.all_gather(&mine, &mut all))?;
+    let all = comm
+        .inner
+        .all_gather_to_vec(&mine)
+        .map_err(|e| comm.failed(&e))?;
     let starts = (1..len).filter(|&i| all.chunks(words).any(|w| w[i / 64] & (1 << (i % 64)) != 0));
     let mut bounds: Vec<usize> = std::iter::once(0).chain(starts).collect();
     bounds.push(len);

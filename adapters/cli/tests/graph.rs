@@ -62,8 +62,18 @@ fn every_collective_replays_correctly_through_perf_graph() {
 
 #[test]
 fn graphs_replay_across_processes() {
+    graphs_replay_across_processes_with(&[]);
+}
+
+/// Zero-copy across processes: the graphs' agreement and every step on shared buffers.
+#[test]
+fn graphs_replay_across_processes_on_shared_buffers() {
+    graphs_replay_across_processes_with(&["--shared-buffers"]);
+}
+
+fn graphs_replay_across_processes_with(extra: &[&str]) {
     for collective in ["all-reduce", "all-gather", "send-recv", "all-to-all-v"] {
-        let args = [
+        let mut args = vec![
             "perf",
             collective,
             "--procs",
@@ -82,7 +92,8 @@ fn graphs_replay_across_processes() {
             "-w",
             "1",
         ];
-        assert_eq!(clean_rows(&args), 3, "{collective}");
+        args.extend_from_slice(extra);
+        assert_eq!(clean_rows(&args), 3, "{collective} {extra:?}");
     }
 }
 

@@ -49,6 +49,25 @@ fn perf_runs_its_ranks_as_processes_with_procs() {
     assert_one_clean_table(out.status.success(), &stdout, &stderr, 4);
 }
 
+/// `--shared-buffers`: the calls run zero-copy across the processes, every value checked.
+#[test]
+fn perf_runs_zero_copy_across_processes_on_shared_buffers() {
+    for collective in ["all-reduce", "reduce-scatter", "broadcast"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_oxccl"))
+            .args(["perf", collective, "--procs", "4", "--shared-buffers"])
+            .args(SWEEP)
+            .env_remove("OMPI_COMM_WORLD_RANK")
+            .env_remove("OXCCL_COMM_ID")
+            .output()
+            .expect("runs");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_one_clean_table(out.status.success(), &stdout, &stderr, 4);
+    }
+}
+
 #[test]
 fn perf_under_mpirun_prints_one_table() {
     if Command::new("mpirun").arg("--version").output().is_err() {

@@ -55,8 +55,7 @@ pub(crate) struct Mine<'s> {
 /// Returns this rank's own error of a refused step when that is the first difference.
 pub(crate) fn agree(comm: &Communicator, steps: &[Result<Mine<'_>, Error>]) -> Result<(), Error> {
     let mine: Vec<Record> = steps.iter().map(record_of).collect();
-    let mut counts = vec![0u64; comm.size()];
-    comm.all_gather(&[mine.len() as u64], &mut counts)?;
+    let counts = comm.all_gather_to_vec(&[mine.len() as u64])?;
     // Every rank reads the same counts, so every rank refuses alike.
     let longest = counts.iter().copied().max().unwrap_or(0);
     let Some(longest) = usize::try_from(longest).ok().filter(|&l| l <= MAX_STEPS) else {
@@ -70,8 +69,7 @@ pub(crate) fn agree(comm: &Communicator, steps: &[Result<Mine<'_>, Error>]) -> R
     for (slot, record) in send.chunks_exact_mut(WORDS).zip(&mine) {
         slot.copy_from_slice(record);
     }
-    let total = comm
-        .size()
+    comm.size()
         .checked_mul(send.len())
         .ok_or_else(|| Error::CaptureMismatch {
             step: longest,
@@ -81,8 +79,7 @@ pub(crate) fn agree(comm: &Communicator, steps: &[Result<Mine<'_>, Error>]) -> R
                 comm.size()
             ),
         })?;
-    let mut all = vec![0u64; total];
-    comm.all_gather(&send, &mut all)?;
+    let all = comm.all_gather_to_vec(&send)?;
     let record = |rank: usize, step: usize| -> Option<Record> {
         (step < counts[rank] as usize).then(|| {
             let at = (rank * longest + step) * WORDS;

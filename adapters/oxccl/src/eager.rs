@@ -21,7 +21,7 @@ use crate::logging;
 use crate::{OpCall, SharedBuffer};
 use oxccl_framework::bootstrap::{Launch, UniqueId};
 use oxccl_framework::op::P2pItem;
-use oxccl_framework::{Communicator as Inner, Config, ConfigError, Error, OpParam};
+use oxccl_framework::{ArgError, Communicator as Inner, Config, ConfigError, Error, OpParam};
 use oxccl_platform::{Element, Rank, ReduceOp, UserBuffers};
 
 /// One rank of a communicator.
@@ -151,6 +151,26 @@ impl Communicator {
     /// elements.
     pub fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<(), Error> {
         self.run(OpCall::all_gather(self.size(), send, recv))
+    }
+
+    /// AllGather of `send` into a new vector (block `s` from rank `s`), through buffers it
+    /// allocates with [`Communicator::alloc_shared`]: it runs in any job, zero-copy ones
+    /// (`OXCCL_SHARED_BUFFERS=1`) included, which is how oxccl's own exchanges (a graph's
+    /// agreement) travel. Collective, as both the allocations and the call are.
+    pub fn all_gather_to_vec<T: Element>(&self, send: &[T]) -> Result<Vec<T>, Error> {
+        let total = send
+            .len()
+            .checked_mul(self.size())
+            .ok_or(ArgError::AllocTooLarge {
+                len: send.len(),
+                dtype: T::DTYPE,
+                limit: oxccl_framework::limits::MAX_BUFFER_BYTES,
+            })?;
+        let mut mine = self.alloc_shared::<T>(send.len())?;
+        let mut all = self.alloc_shared::<T>(total)?;
+        mine.copy_from_slice(send);
+        self.all_gather(&mine, &mut all)?;
+        Ok(all.to_vec())
     }
 
     /// AllGather in place: `buf` holds one block per rank, this rank's input in block
