@@ -326,33 +326,11 @@ pub fn on_every_rank<D: Send>(
     })
 }
 
-/// Run `param` on `comm` over `input` and `out` (`out` alone when `in_place`).
+/// Run `param` on `comm` over `input` and `out` (`out` alone when `in_place`). In a job
+/// whose peers map user buffers (`OXCCL_SHARED_BUFFERS=1`), which refuses other memory,
+/// through copies in buffers from `alloc_shared` (a collective allocation, which every
+/// rank makes at the same call).
 pub fn execute_on(
-    comm: &Communicator,
-    param: &OpParam,
-    in_place: bool,
-    input: &Aligned,
-    out: &mut Aligned,
-) -> Result<(), String> {
-    if comm.framework().config().shared_buffers {
-        return execute_shared(comm, param, in_place, input, out);
-    }
-    let user = match in_place {
-        true => UserBuffers::InPlace(out.bytes_mut()),
-        false => UserBuffers::OutOfPlace {
-            input: input.bytes(),
-            output: out.bytes_mut(),
-        },
-    };
-    comm.execute(param, user)
-        .map_err(|e| format!("rank {}: {e}", comm.rank()))
-}
-
-/// [`execute_on`] in a job whose peers map user buffers (`OXCCL_SHARED_BUFFERS=1`), which
-/// refuses other memory: `input` and `out` copied into buffers from `alloc_shared` (a
-/// collective allocation, which every rank makes at the same call), the call, and the
-/// output copied back.
-fn execute_shared(
     comm: &Communicator,
     param: &OpParam,
     in_place: bool,
@@ -365,20 +343,26 @@ fn execute_shared(
             .collect();
         format!("rank {}: {}", comm.rank(), causes.join(": "))
     };
+    if !comm.framework().config().shared_buffers {
+        let user = binding(in_place, input.bytes(), out.bytes_mut());
+        return comm.execute(param, user).map_err(failed);
+    }
     let mut send = comm.alloc_shared::<u8>(input.len()).map_err(failed)?;
     let mut recv = comm.alloc_shared::<u8>(out.len()).map_err(failed)?;
     send.copy_from_slice(input.bytes());
     recv.copy_from_slice(out.bytes());
-    let user = match in_place {
-        true => UserBuffers::InPlace(&mut recv),
-        false => UserBuffers::OutOfPlace {
-            input: &send,
-            output: &mut recv,
-        },
-    };
-    comm.execute(param, user).map_err(failed)?;
+    comm.execute(param, binding(in_place, &send, &mut recv))
+        .map_err(failed)?;
     out.bytes_mut().copy_from_slice(&recv);
     Ok(())
+}
+
+/// `input` and `out` as a call's buffers (`out` alone when `in_place`).
+fn binding<'a>(in_place: bool, input: &'a [u8], out: &'a mut [u8]) -> UserBuffers<'a> {
+    match in_place {
+        true => UserBuffers::InPlace(out),
+        false => UserBuffers::OutOfPlace { input, output: out },
+    }
 }
 
 /// Run `param` on every rank of `comms` at once (one thread per rank) and compare every

@@ -33,10 +33,11 @@ fn assert_one_clean_table(ok: bool, stdout: &str, stderr: &str, ranks: usize) {
     }
 }
 
-#[test]
-fn perf_runs_its_ranks_as_processes_with_procs() {
+/// `oxccl perf COLLECTIVE --procs 4` with `extra` flags over [`SWEEP`]: one clean table.
+fn assert_procs_table(collective: &str, extra: &[&str]) {
     let out = Command::new(env!("CARGO_BIN_EXE_oxccl"))
-        .args(["perf", "all-reduce", "--procs", "4"])
+        .args(["perf", collective, "--procs", "4"])
+        .args(extra)
         .args(SWEEP)
         .env_remove("OMPI_COMM_WORLD_RANK")
         .env_remove("OXCCL_COMM_ID")
@@ -49,22 +50,16 @@ fn perf_runs_its_ranks_as_processes_with_procs() {
     assert_one_clean_table(out.status.success(), &stdout, &stderr, 4);
 }
 
+#[test]
+fn perf_runs_its_ranks_as_processes_with_procs() {
+    assert_procs_table("all-reduce", &[]);
+}
+
 /// `--shared-buffers`: the calls run zero-copy across the processes, every value checked.
 #[test]
 fn perf_runs_zero_copy_across_processes_on_shared_buffers() {
     for collective in ["all-reduce", "reduce-scatter", "broadcast"] {
-        let out = Command::new(env!("CARGO_BIN_EXE_oxccl"))
-            .args(["perf", collective, "--procs", "4", "--shared-buffers"])
-            .args(SWEEP)
-            .env_remove("OMPI_COMM_WORLD_RANK")
-            .env_remove("OXCCL_COMM_ID")
-            .output()
-            .expect("runs");
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-        );
-        assert_one_clean_table(out.status.success(), &stdout, &stderr, 4);
+        assert_procs_table(collective, &["--shared-buffers"]);
     }
 }
 
