@@ -146,6 +146,9 @@ fn device_code(err: &DeviceError, rank: Option<Rank>) -> OxcclResult {
             _ => RemoteError,
         },
         DeviceError::Busy { .. } | DeviceError::Refused { .. } => InvalidUsage,
+        // Memory that is not from oxcclMemAlloc, in a job that maps user buffers.
+        DeviceError::NotShared { .. } => InvalidArgument,
+        DeviceError::Config(oxccl::platform::ConfigFault::NoSharedMemory { .. }) => InvalidUsage,
         DeviceError::WaitTimeout { .. }
         | DeviceError::GateTimeout { .. }
         | DeviceError::FenceTimeout { .. } => RemoteError,
@@ -161,7 +164,9 @@ fn device_code(err: &DeviceError, rank: Option<Rank>) -> OxcclResult {
 /// process a segment is a system error.
 fn shm_code(err: &ShmError) -> OxcclResult {
     match err {
-        ShmError::Missing { .. } | ShmError::OwnerGone { .. } => OxcclResult::RemoteError,
+        ShmError::Missing { .. } | ShmError::OwnerGone { .. } | ShmError::Unmapped { .. } => {
+            OxcclResult::RemoteError
+        }
         _ => OxcclResult::SystemError,
     }
 }
@@ -282,6 +287,20 @@ mod tests {
         assert_eq!(code_of(&own, Some(0)), OxcclResult::RemoteError);
         assert!(is_fatal(&own));
         assert!(!is_fatal(&Error::Busy { rank: 0 }));
+    }
+
+    #[test]
+    fn memory_peers_cannot_map_is_an_argument_error() {
+        let heap = Error::Device(DeviceError::NotShared {
+            rank: 0,
+            buf: oxccl::Buf::Input,
+        });
+        assert_eq!(code_of(&heap, Some(0)), OxcclResult::InvalidArgument);
+        let unmapped = Error::Device(DeviceError::Shm(ShmError::Unmapped {
+            name: "/oxccl-x-r1-u0".into(),
+            waited: std::time::Duration::from_secs(1),
+        }));
+        assert_eq!(code_of(&unmapped, Some(0)), OxcclResult::RemoteError);
     }
 
     #[test]
