@@ -42,16 +42,25 @@ fn cross(dev: &HostDevice, r: usize, len: usize) -> CompileRequest {
     }
 }
 
-/// Each local rank's input and output (twice `len`) from `alloc_shared`, each rank
-/// allocating from a thread of its own, as for any collective.
+/// Bytes each allocation has beyond what a call uses: the calls use them at offsets that
+/// change with the epoch, so a binding's offset matters.
+const SLACK: usize = 13;
+
+/// Where a call of `epoch` places its input and its output in their allocations.
+fn offsets(epoch: u64) -> (usize, usize) {
+    (epoch as usize % SLACK, (epoch as usize * 5 + 3) % SLACK)
+}
+
+/// Each local rank's input and output (twice `len`, plus [`SLACK`]) from `alloc_shared`,
+/// each rank allocating from a thread of its own, as for any collective.
 fn buffers(dev: &HostDevice, ranks: [usize; 2], len: usize) -> Vec<(SharedMemory, SharedMemory)> {
     std::thread::scope(|s| {
         let threads: Vec<_> = ranks
             .iter()
             .map(|&r| {
                 s.spawn(move || {
-                    let input = dev.alloc_shared(r, len).expect("input");
-                    let output = dev.alloc_shared(r, 2 * len).expect("output");
+                    let input = dev.alloc_shared(r, len + SLACK).expect("input");
+                    let output = dev.alloc_shared(r, 2 * len + SLACK).expect("output");
                     (input, output)
                 })
             })
@@ -72,7 +81,7 @@ unsafe fn bytes(m: &SharedMemory) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(m.as_ptr(), m.len()) }
 }
 
-/// Run [`cross`] on `ranks` of `dev` at `epoch`, on `bufs`.
+/// Run [`cross`] on `ranks` of `dev` at `epoch`, on `bufs` at the epoch's [`offsets`].
 fn run(
     dev: &HostDevice,
     ranks: [usize; 2],
@@ -80,6 +89,7 @@ fn run(
     len: usize,
     epoch: u64,
 ) -> Vec<Result<(), DeviceError>> {
+    let (at_in, at_out) = offsets(epoch);
     let subs = ranks
         .iter()
         .zip(bufs)
@@ -87,8 +97,8 @@ fn run(
             compiled: dev.compile(cross(dev, r, len)).expect("compile"),
             // SAFETY: the test touches the buffers only between runs.
             user: UserBuffers::OutOfPlace {
-                input: unsafe { bytes(input) },
-                output: unsafe { bytes(output) },
+                input: unsafe { &bytes(input)[at_in..at_in + len] },
+                output: unsafe { &mut bytes(output)[at_out..at_out + 2 * len] },
             },
             epoch,
             gate: None,
@@ -126,9 +136,10 @@ fn peers_in_another_process_read_and_write_user_buffers_in_place() {
     // More epochs than binding records: each call finds its own.
     for epoch in 1..=6u64 {
         for (ranks, bufs) in [([0, 1], &bufs_a), ([2, 3], &bufs_b)] {
-            for (&r, (input, _)) in ranks.iter().zip(bufs.iter()) {
+            for (&r, (input, output)) in ranks.iter().zip(bufs.iter()) {
                 // SAFETY: no call runs.
                 unsafe { bytes(input) }.fill(input_byte(r, epoch));
+                unsafe { bytes(output) }.fill(0);
             }
         }
         let (ra, rb) = std::thread::scope(|s| {
@@ -141,9 +152,16 @@ fn peers_in_another_process_read_and_write_user_buffers_in_place() {
         for (ranks, bufs) in [([0, 1], &bufs_a), ([2, 3], &bufs_b)] {
             for (&r, (_, output)) in ranks.iter().zip(bufs.iter()) {
                 let want = input_byte(r ^ 2, epoch);
+                let (_, at) = offsets(epoch);
                 // SAFETY: no call runs.
                 let out = unsafe { bytes(output) };
-                assert!(out.iter().all(|&x| x == want), "rank {r} epoch {epoch}");
+                let (before, rest) = out.split_at(at);
+                let (call, after) = rest.split_at(2 * len);
+                assert!(call.iter().all(|&x| x == want), "rank {r} epoch {epoch}");
+                assert!(
+                    before.iter().chain(after).all(|&x| x == 0),
+                    "only the call's bytes"
+                );
             }
         }
     }

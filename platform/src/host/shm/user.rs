@@ -279,3 +279,76 @@ impl super::block::Control {
         &self.bindings[(epoch % BINDINGS as u64) as usize]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Device;
+    use crate::host::shm_tests::{pair_with, tag};
+    use crate::host::HostDevice;
+    use std::time::Duration;
+
+    /// Write rank `rank`'s record of `epoch` (served by `dev`) by hand: `buffers` as
+    /// (turn + 1, offset, length) for Input, then Output.
+    fn forge(dev: &HostDevice, rank: Rank, epoch: u64, buffers: [[u64; 3]; 2]) {
+        let links = dev.shared.shm.as_ref().expect("shm");
+        let slot = dev.shared.slot(rank).expect("local");
+        let record = links.own[slot].control().binding(epoch);
+        for (words, values) in record.buffers.iter().zip(buffers) {
+            for (w, v) in words.iter().zip(values) {
+                w.store(v, Ordering::Relaxed);
+            }
+        }
+        record.epoch.store(epoch, Ordering::Release);
+    }
+
+    #[test]
+    fn a_record_is_checked_against_the_mapping_not_trusted() {
+        let (a, b) = pair_with(&tag("forged"), Duration::from_secs(20), true);
+        let len = 4096;
+        let _memory = std::thread::scope(|s| {
+            let ranks = [(&a, 0), (&a, 1), (&b, 2), (&b, 3)];
+            let threads: Vec<_> = ranks
+                .iter()
+                .map(|&(dev, r)| s.spawn(move || dev.alloc_shared(r, len).expect("alloc")))
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| t.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        let links = a.shared.shm.as_ref().expect("shm");
+        let look = |buf| links.peer_user(2, buf, 1);
+        // Inside the allocation: found, read-only as an Input.
+        forge(&b, 2, 1, [[1, 8, 100], [1, 0, len as u64]]);
+        let (input, _) = look(Buf::Input).expect("inside");
+        assert_eq!((input.len, input.writable), (100, false));
+        assert!(look(Buf::Output).expect("inside").0.writable);
+        // Past the end of the mapping, or wrapping: refused, whatever the record says.
+        forge(&b, 2, 1, [[1, len as u64 - 8, 9], [1, u64::MAX, 2]]);
+        let past = look(Buf::Input).unwrap_err();
+        assert!(matches!(past, SliceFault::OutOfBounds { buffer_len } if buffer_len == len));
+        assert!(matches!(
+            look(Buf::Output),
+            Err(SliceFault::OutOfBounds { .. })
+        ));
+        // A turn this process never mapped, or no allocation: unbound.
+        forge(&b, 2, 1, [[7, 0, 8], [0, 0, 8]]);
+        assert!(matches!(
+            look(Buf::Input),
+            Err(SliceFault::Unbound { rank: 2, .. })
+        ));
+        assert!(matches!(
+            look(Buf::Output),
+            Err(SliceFault::Unbound { rank: 2, .. })
+        ));
+        // Another call's record: named as such.
+        let other = links
+            .peer_user(2, Buf::Input, 1 + BINDINGS as u64)
+            .unwrap_err();
+        assert!(
+            matches!(other, SliceFault::OtherEpoch { bound: 1, .. }),
+            "{other:?}"
+        );
+    }
+}
