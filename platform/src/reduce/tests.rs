@@ -154,6 +154,29 @@ fn streaming_stores_match_the_oracle() {
     }
 }
 
+#[test]
+fn many_destinations_stream_together_and_match_the_oracle() {
+    // Each destination below the bar, all of them above it (mesh-push's one reduction
+    // into every rank's output), with a tail that is not a whole block.
+    let mut rng = Lcg(0x8d57);
+    for dtype in [DataType::U8, DataType::F32] {
+        let count = STREAM_ALL_BYTES / 8 / dtype.size() + 5;
+        let srcs: Vec<Buf> = (0..8).map(|_| random_buf(&mut rng, dtype, count)).collect();
+        let want = expected(dtype, ReduceOp::Max, &srcs);
+        let ptrs: Vec<*const u8> = srcs.iter().map(|s| s.bytes().as_ptr()).collect();
+        let mut outs: Vec<Buf> = (0..8).map(|_| Buf::new(&vec![0xa5; want.len()])).collect();
+        let dsts: Vec<*mut u8> = outs
+            .iter_mut()
+            .map(|d| d.bytes_mut().as_mut_ptr())
+            .collect();
+        // SAFETY: all buffers hold `count` elements, are 8-aligned and are distinct.
+        unsafe { reduce_raw(dtype, ReduceOp::Max, &ptrs, &dsts, count) };
+        for (i, out) in outs.iter().enumerate() {
+            assert_eq!(out.bytes(), want, "{dtype} destination {i}");
+        }
+    }
+}
+
 /// Checks the portable `f16` path, which the oracle test reaches only on CPUs
 /// without F16C, against the oracle.
 fn check_portable_f16<O: Op<f32>>(op: ReduceOp, a: &[f16], b: &[f16]) {
