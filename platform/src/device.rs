@@ -562,9 +562,9 @@ pub trait Device: Any + Send + Sync + std::fmt::Debug {
     /// Collective, like MPI's `MPI_Win_allocate_shared`: every rank of the communicator
     /// allocates, in the same order (the sizes may differ), each from its own thread as
     /// for any collective, because each process maps its peers' `n`-th allocation when
-    /// it makes its own. A rank that does not is
-    /// named in the error of the others after the device's timeout. Backends without
-    /// host memory for users refuse it ([`ConfigFault::NoSharedMemory`]).
+    /// it makes its own, and returns once they mapped its own. A rank that does not
+    /// allocate is named in the others' error after the device's timeout. Backends
+    /// without host memory for users refuse it ([`ConfigFault::NoSharedMemory`]).
     fn alloc_shared(&self, rank: Rank, bytes: usize) -> Result<SharedMemory, DeviceError> {
         let _ = (rank, bytes);
         Err(ConfigFault::NoSharedMemory { kind: self.kind() }.into())

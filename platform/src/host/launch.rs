@@ -108,7 +108,6 @@ impl Shared {
         self.running.lock().failure.clone()
     }
 
-    /// The local slot of `rank`, or the refusal for a rank this device does not serve.
     /// The shm transport when peers in other processes map the user buffers of
     /// `compiled`'s calls: zero-copy (its peers touch them: the exit fence) with shared
     /// user buffers ([`crate::device::ShmJob::user_buffers`]).
@@ -121,6 +120,7 @@ impl Shared {
             .then_some(shm)
     }
 
+    /// The local slot of `rank`, or the refusal for a rank this device does not serve.
     pub(crate) fn slot(&self, rank: Rank) -> Result<usize, DeviceError> {
         self.slots
             .get(rank)
