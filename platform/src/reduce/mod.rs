@@ -654,8 +654,8 @@ const STREAM_BYTES: usize = 256 << 10;
 /// (mesh-push) fills the cache with all of them. At 1 MiB on 8 ranks each destination is
 /// 128 KiB; streaming the 1 MiB they make together took the out-of-place call's median
 /// from 890 to 645 µs (interleaved runs, 8 ranks in one process). The bar is a core's L2
-/// here: below it, a result written to two places (one of them read again by the next
-/// step, as in a relay) stays cached.
+/// here: below it the destinations fit the cache, where the next step or call may read
+/// them (not measured below 1 MiB).
 const STREAM_ALL_BYTES: usize = 1 << 20;
 
 /// Copies that write at least this much in all stream: a copy's source is often a block
