@@ -338,10 +338,11 @@ pub fn execute_on(
     out: &mut Aligned,
 ) -> Result<(), String> {
     let failed = |e: oxccl::Error| {
-        let causes: Vec<String> = oxccl::framework::error::chain(&e)
-            .map(|c| c.to_string())
-            .collect();
-        format!("rank {}: {}", comm.rank(), causes.join(": "))
+        format!(
+            "rank {}: {}",
+            comm.rank(),
+            oxccl::framework::error::with_causes(&e)
+        )
     };
     if !comm.framework().config().shared_buffers {
         let user = binding(in_place, input.bytes(), out.bytes_mut());

@@ -403,7 +403,7 @@ impl ShmLinks {
     pub(crate) fn attach_scratch(&self, id: usize) -> Result<(), DeviceError> {
         for rank in self.peer_ranks().collect::<Vec<_>>() {
             let name = segment_name(&self.tag, rank, &format!("s{id}"));
-            let alive = || process_alive(self.peer(rank).map_or(0, |p| p.pid));
+            let alive = || self.peer_alive(rank);
             let segment =
                 Segment::attach_while(&name, self.wait, self.weight, alive).map_err(shm_err)?;
             let peer = self.peer(rank).expect("a peer rank");
@@ -414,6 +414,11 @@ impl ShmLinks {
             scratch[id] = Some(Arc::new(segment));
         }
         Ok(())
+    }
+
+    /// Whether the process serving peer `rank` still runs (as far as its pid tells).
+    fn peer_alive(&self, rank: Rank) -> bool {
+        process_alive(self.peer(rank).map_or(0, |p| p.pid))
     }
 
     /// Scratch `id` of peer `rank`, mapped here.

@@ -23,7 +23,7 @@
 //! [`Device::alloc_shared`]: crate::device::Device::alloc_shared
 
 use super::block::{BindingRecord, BINDINGS};
-use super::{process_alive, shm_err, ShmLinks};
+use super::{shm_err, ShmLinks};
 use crate::error::{DeviceError, SliceFault};
 use crate::host::memory::{Region, UserRegions};
 use crate::ir::{Buf, Rank};
@@ -128,10 +128,7 @@ impl ShmLinks {
         };
         // And every peer mapped this one before it can be dropped: a rank whose call has
         // nothing to wait for (count 0) may drop its buffers at once.
-        let peers_alive = || {
-            self.peer_ranks()
-                .all(|r| process_alive(self.peer(r).map_or(0, |p| p.pid)))
-        };
+        let peers_alive = || self.peer_ranks().all(|r| self.peer_alive(r));
         keep.segment
             .wait_mapped(self.wait, peers_alive)
             .map_err(shm_err)?;
@@ -149,7 +146,7 @@ impl ShmLinks {
         let mut segments = HashMap::new();
         for rank in self.peer_ranks() {
             let name = segment_name(&self.tag, rank, &format!("u{turn}"));
-            let alive = || process_alive(self.peer(rank).map_or(0, |p| p.pid));
+            let alive = || self.peer_alive(rank);
             let segment =
                 Segment::attach_while(&name, self.wait, self.weight, alive).map_err(shm_err)?;
             segments.insert(rank, Arc::new(segment));
