@@ -12,6 +12,7 @@
 //! | `OXCCL_TUNE_FILE` | a tuning table written by `oxccl tune` (see [`crate::tune`]): `select_alg` runs the fastest measured executor for sizes it covers | none (the model decides) |
 //! | `OXCCL_CHECK_CALLS` | 1: ranks agree on every call (operator, type, op, root, counts, executor) before it runs, and a mismatch is an error on every rank (see [`crate::agreement`]); 0: skip the check | 1 |
 //! | `OXCCL_GRAPH_CHECK` | 1: compiling a graph (`oxccl-graph`) also proves the captured sequence with the analyzer (deadlocks, lost wakeups, memory conflicts across its operations), and a failure refuses the graph; 0: skip | 0 |
+//! | `OXCCL_HOSTID` | the host this rank says it runs on, instead of its hostname and boot id (see [`crate::bootstrap::HostId`]), as `NCCL_HOSTID`: ranks that give the same value share memory, others meet over the network. For containers that hide the host, and to try a job of several hosts on one machine; never give two machines one value | hostname and boot id |
 //! | `OXCCL_TRANSPORT` | how ranks in other processes are reached (see [`crate::transport`]): `auto` (shared memory on a host; between hosts RDMA where both ranks opened a port, else TCP), `shm`, `tcp` or `rdma` (every peer over TCP, or over RDMA, also on one host) | auto |
 //! | `OXCCL_RDMA_DEVICE`, `OXCCL_RDMA_PORT`, `OXCCL_RDMA_GID_INDEX`, `OXCCL_RDMA_TC` | the RDMA port a rank opens (a build with the `rdma` feature; see `oxccl_platform::transport::rdma::Settings`): the device by name, its port, the GID index (RoCE) and the traffic class | the first device, port 1, GID 0, class 0 |
 //! | `OXCCL_DEVICE` | the backend: `host` (threads of this process), `cuda` (NVIDIA GPUs; a build with the `cuda` feature), `sim` (records programs) | host |
@@ -46,6 +47,9 @@ pub struct Config {
     /// must come from `alloc_shared` (`OXCCL_SHARED_BUFFERS`; see
     /// [`crate::Communicator::alloc_shared`]).
     pub shared_buffers: bool,
+    /// The host this rank says it runs on (`OXCCL_HOSTID`), instead of its hostname and
+    /// boot id; `None`: the real one.
+    pub host_id: Option<String>,
     /// Ranks agree on every call before it runs (`OXCCL_CHECK_CALLS`, see
     /// [`crate::agreement`]).
     pub check_calls: bool,
@@ -88,6 +92,7 @@ impl Default for Config {
             algo: AlgoOverride::default(),
             zero_copy: true,
             shared_buffers: false,
+            host_id: None,
             check_calls: true,
             graph_check: false,
             log_filter: None,
@@ -150,6 +155,27 @@ fn host_threads(value: &str) -> Result<usize, ConfigError> {
         0..=MAX_HOST_THREADS,
         "worker threads (0: one per core)",
     )
+}
+
+/// The most bytes an `OXCCL_HOSTID` may have (it travels in every rank's bootstrap info).
+const MAX_HOST_ID: usize = 255;
+
+/// `OXCCL_HOSTID`: a host's name, trimmed, printable, not empty.
+fn host_id(value: &str) -> Result<String, ConfigError> {
+    let id = value.trim();
+    let fault = if id.is_empty() {
+        Some("give a name (ranks with the same name share memory), or leave it unset")
+    } else if id.len() > MAX_HOST_ID {
+        Some("at most 255 bytes")
+    } else if id.chars().any(char::is_control) {
+        Some("printable characters only")
+    } else {
+        None
+    };
+    match fault {
+        Some(reason) => Err(ConfigError::new("OXCCL_HOSTID", value, reason)),
+        None => Ok(id.to_string()),
+    }
 }
 
 /// `OXCCL_DEVICE`: a registered backend kind.
@@ -261,6 +287,9 @@ impl Config {
         if let Some(v) = get("OXCCL_SHARED_BUFFERS") {
             config.shared_buffers = parse_switch("OXCCL_SHARED_BUFFERS", &v)?;
         }
+        if let Some(v) = get("OXCCL_HOSTID") {
+            config.host_id = Some(host_id(&v)?);
+        }
         if let Some(v) = get("OXCCL_CHECK_CALLS") {
             config.check_calls = parse_switch("OXCCL_CHECK_CALLS", &v)?;
         }
@@ -367,10 +396,12 @@ mod tests {
             ("OXCCL_HOST_THREADS", "3"),
             ("OXCCL_ZERO_COPY", "0"),
             ("OXCCL_SHARED_BUFFERS", "1"),
+            ("OXCCL_HOSTID", " node-7 "),
             ("OXCCL_LOG", "debug"),
         ]))
         .unwrap();
         assert!(c.shared_buffers);
+        assert_eq!(c.host_id.as_deref(), Some("node-7"));
         assert_eq!(c.ccl_buffer_bytes, 4 << 20);
         assert_eq!(c.exec_timeout, Duration::from_millis(500));
         assert_eq!(c.host_threads, 3);
@@ -403,6 +434,8 @@ mod tests {
             ("OXCCL_CHECK_CALLS", "2", "use 1"),
             ("OXCCL_SHARED_BUFFERS", "2", "use 1"),
             ("OXCCL_GRAPH_CHECK", "yes", "use 1"),
+            ("OXCCL_HOSTID", " ", "give a name"),
+            ("OXCCL_HOSTID", "a\nb", "printable"),
             ("OXCCL_LOG", "oxccl=[", "e.g. `oxccl=debug,info`"),
             ("OXCCL_LOG", "info,=", "directives"),
             ("OXCCL_ALGO", "all_reduce=ring;all_reduce=mesh", "keep one"),

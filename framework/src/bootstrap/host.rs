@@ -31,6 +31,17 @@ impl HostId {
     }
 }
 
+impl HostId {
+    /// The host a rank claims with `OXCCL_HOSTID` (see [`crate::Config::host_id`]): its
+    /// name, with no boot id. Ranks claiming one name share memory.
+    pub fn claimed(name: &str) -> HostId {
+        HostId {
+            hostname: name.to_string(),
+            boot_id: String::new(),
+        }
+    }
+}
+
 impl std::fmt::Display for HostId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.hostname)
