@@ -225,9 +225,12 @@ impl DeviceConfig {
 /// What a backend can do, which decides how the framework drives it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Capabilities {
-    /// Peers may read and write a rank's user buffers while its call runs, so eager calls
-    /// run zero-copy; otherwise they stage through the CCL buffers. Across processes
-    /// ([`ShmJob::user_buffers`]) the buffers must lie in [`Device::alloc_shared`] memory.
+    /// Peers over load/store links may read and write a rank's user buffers while its
+    /// call runs, so eager calls run zero-copy towards them; otherwise they stage through
+    /// the CCL buffers. Across processes ([`ShmJob::user_buffers`]) the buffers must lie
+    /// in [`Device::alloc_shared`] memory. Peers over put-only links (TCP, RDMA) never
+    /// touch user buffers, whatever this says: what crosses them writes registered
+    /// buffers only.
     pub peer_user_buffers: bool,
     /// Programs really run (false for a device that only records them, like `sim`).
     pub executes: bool,

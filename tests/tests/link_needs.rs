@@ -3,9 +3,11 @@
 //! For each registered executor and each put-only shape (`tcp8`: every link put-only;
 //! `2x8`: put-only across servers, load/store inside), the executor's programs are
 //! recorded on the shape's load/store twin (the same servers and wiring, every link
-//! load/store, so no executor is screened out and the mode is the same staged mode a
-//! put-only shape gets), then analyzed as if they ran on the put-only shape. What the
-//! analyzer's link check reports decides the need:
+//! load/store, so no executor is screened out), in every mode it runs in on the put-only
+//! shape (staged always; zero-copy too where the shape's servers are load/store inside,
+//! as on `2x8`, for an executor that declares `LoadStoreWithinServer`: see
+//! `planner::executor_mode`), then analyzed as if they ran on the put-only shape.
+//! What the analyzer's link check reports decides the need:
 //!
 //! - nothing on either shape: [`LinkNeed::Put`];
 //! - only reads or user-buffer writes over links inside a server: `LoadStoreWithinServer`;
@@ -18,8 +20,9 @@
 
 use oxccl::framework::analyzer::conformance::cases;
 use oxccl::framework::analyzer::{analyze, Check, Recording};
+use oxccl::framework::planner::{executor_mode, mode_for};
 use oxccl::framework::platform::LinkAccess;
-use oxccl::framework::LinkNeed;
+use oxccl::framework::{ExecutorEntry, LinkNeed, Mode};
 // Linked so that the example plugin's executor is audited too.
 use oxccl::{registry, Config, DataType, ReduceOp, Topology};
 use oxccl_tests as _;
@@ -52,9 +55,10 @@ fn load_store_twin(topology: &Topology) -> Topology {
 }
 
 /// What the link check reports as put-only violations for `kind`/`name` on `shape`, over
-/// a few staged cases; `None` when the executor cannot run on the shape at all (its other
-/// constraints, or a resource error).
-fn violations(kind: oxccl::OpKind, name: &'static str, put_only: &Topology) -> Option<Vec<String>> {
+/// a few cases in each mode the shape runs calls in; `None` when the executor cannot run
+/// on the shape at all (its other constraints, or a resource error).
+fn violations(entry: &ExecutorEntry, put_only: &Topology) -> Option<Vec<String>> {
+    let (kind, name) = (entry.op, entry.name);
     let twin = load_store_twin(put_only);
     let mut config = Config {
         topology: Some(twin),
@@ -64,10 +68,12 @@ fn violations(kind: oxccl::OpKind, name: &'static str, put_only: &Topology) -> O
     };
     config.algo.set(Some(kind), name);
     let ranks = put_only.ranks();
+    let offered = mode_for(true, put_only);
+    let zero_copy_runs = executor_mode(offered, put_only, entry.constraints.links) == Mode::Direct;
     let picked = cases(kind, ranks, config.ccl_buffer_bytes)
         .into_iter()
         .filter(|c| {
-            !c.zero_copy
+            (!c.zero_copy || zero_copy_runs)
                 && matches!(c.ops[0].dtype, DataType::F32 | DataType::U8)
                 && c.ops[0].op == ReduceOp::Sum
                 && (c.ops[0].count != 0 || kind == oxccl::OpKind::Barrier)
@@ -76,6 +82,7 @@ fn violations(kind: oxccl::OpKind, name: &'static str, put_only: &Topology) -> O
     let mut found = Vec::new();
     let mut recorded = false;
     for case in picked {
+        config.zero_copy = case.zero_copy;
         let Ok(mut rec) = Recording::record_each(&case.ops, case.in_place, config.clone()) else {
             continue;
         };
@@ -120,7 +127,7 @@ fn every_executor_declares_the_links_its_programs_need() {
         let mut evidence = String::from("no put-only violation on tcp8, 2x8 and 2x8 all put");
         let mut ran = false;
         for (shape, topology) in &shapes {
-            let Some(found) = violations(entry.op, entry.name, topology) else {
+            let Some(found) = violations(entry, topology) else {
                 continue;
             };
             ran = true;

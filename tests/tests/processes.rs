@@ -119,6 +119,53 @@ fn every_operator_over_four_processes_zero_copy_on_shared_buffers() {
     assert_eq!(named_segments(&id), Vec::<String>::new());
 }
 
+/// What each rank printed about its 1 MiB AllReduce (`EXECUTOR MODE`), by rank.
+fn all_reduce_plans(outputs: &[Output]) -> Vec<(usize, String)> {
+    let mut plans: Vec<(usize, String)> = outputs
+        .iter()
+        .flat_map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter_map(|l| {
+                    let (rank, plan) = l.strip_prefix("rank ")?.split_once(" all_reduce: ")?;
+                    Some((rank.parse().ok()?, plan.to_string()))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    plans.sort();
+    plans
+}
+
+/// Zero-copy per peer: two hosts (`OXCCL_HOSTID`) of two processes each, on shared
+/// buffers. Ranks on one host meet through shared memory and map each other's user
+/// buffers; the hosts meet over TCP, which reaches registered buffers only. Every
+/// operator runs against the reference, and the AllReduce runs zero-copy (the
+/// hierarchical put executor, Direct) where a job across hosts staged every call before.
+#[test]
+fn two_hosts_run_zero_copy_inside_each_and_stage_between() {
+    let id = job(4);
+    let children = (0..4)
+        .map(|r| {
+            let env = [
+                ("OXCCL_RANK", r.to_string()),
+                ("OXCCL_TRANSPORT", "auto".to_string()),
+                ("OXCCL_HOSTID", format!("host-{}", r / 2)),
+                ("OXCCL_SHARED_BUFFERS", "1".to_string()),
+            ];
+            spawn(&id, 4, &env)
+        })
+        .collect();
+    let outputs = finish(children);
+    assert_all_ok(&outputs, 4);
+    let plans = all_reduce_plans(&outputs);
+    let expected: Vec<(usize, String)> = (0..4)
+        .map(|r| (r, "hier-put-ring Direct".to_string()))
+        .collect();
+    assert_eq!(plans, expected);
+    assert_eq!(named_segments(&id), Vec::<String>::new());
+}
+
 /// Where peers map user buffers, a call on heap memory is refused (which shows that the
 /// calls run zero-copy: staged ones take any memory), and every rank is released at once.
 #[test]

@@ -17,16 +17,18 @@ use oxccl::{Error, Mode};
 pub(crate) fn prove(comm: &Communicator, steps: &[Step]) -> Result<(), Error> {
     let mut recordings = Vec::new();
     for (index, step) in steps.iter().enumerate() {
-        let Some(prepared) = step.prepared() else {
+        if step.prepared().is_none() {
             continue;
-        };
+        }
         if step.op().kind.is_p2p() {
             tracing::info!(step = index, "graph check: point-to-point step left out");
             continue;
         }
         let mut config = comm.config().clone();
         config.topology = Some(comm.topology().clone());
-        config.zero_copy = prepared.mode == Mode::Direct;
+        // The mode the communicator offers: the recording derives the executor's own
+        // from it, as the communicator did (`prepared.mode`).
+        config.zero_copy = comm.mode() == Mode::Direct;
         let recording = Recording::record(step.op(), step.in_place(), config)?;
         let report = analyze(&recording);
         if !report.passed() {

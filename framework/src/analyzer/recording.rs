@@ -53,7 +53,7 @@ impl Recording {
             executor.as_ref(),
             selection.reason,
             ops,
-            &setting,
+            &setting.for_links(entry.constraints.links),
         )
     }
 }

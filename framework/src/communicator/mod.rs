@@ -398,6 +398,9 @@ impl Communicator {
         let pre = ranks_apart(topology_of(&config, vec![n])?)?;
         let digests = digest_parts(&config, &pre, Mode::Staged)?;
         let mut info = RankInfo::this(rank, digests);
+        if let Some(name) = &config.host_id {
+            info.host = crate::bootstrap::HostId::claimed(name);
+        }
         let listener = match config.transport {
             TransportChoice::Shm => None,
             _ => Some(Arc::new(transport::listen_towards(id.root).map_err(
@@ -589,11 +592,13 @@ impl Communicator {
         &self.group.device
     }
 
-    /// [`Mode::Direct`] only when zero-copy is asked for, the device exposes user buffers,
-    /// and every link of the topology is load/store: in Direct mode peers read and write
-    /// each other's user buffers, which a put-only link cannot reach (it only writes the
-    /// peer's registered CCL buffers and scratch).
-    fn mode(&self) -> Mode {
+    /// The mode this communicator offers ([`planner::mode_for`]): [`Mode::Direct`] only
+    /// when zero-copy is asked for, the device exposes user buffers, and the topology's
+    /// links are load/store everywhere, or inside servers where some server has two
+    /// ranks. Each call's executor runs in its own mode derived from it
+    /// ([`planner::executor_mode`], [`Prepared::mode`]): what crosses a put-only link
+    /// reaches a peer's registered buffers only, so an executor not made for that stages.
+    pub fn mode(&self) -> Mode {
         mode_of(
             &self.group.config,
             self.group.device.as_ref(),
@@ -679,7 +684,9 @@ impl Communicator {
         let selection = self.select_with(op, &setting)?;
         let entry = selection.executor;
         let executor = entry.instantiate();
-        let plan = setting.ctx(self.rank, op);
+        let plan = setting
+            .for_links(entry.constraints.links)
+            .ctx(self.rank, op);
         // Planning checks the request against the limits, so the device reserves only
         // for a program that exists.
         let Planned {

@@ -38,7 +38,7 @@ pub use program::plan_program;
 pub use recording::{record_every_rank, RankRecording, Recording};
 
 use crate::error::Error;
-use crate::executor::{Executor, Mode, PlanCtx, ResourceRequest};
+use crate::executor::{Executor, LinkNeed, Mode, PlanCtx, ResourceRequest};
 use crate::op::OpParam;
 use crate::topology::Topology;
 use oxccl_platform::{NotifyLayout, Rank, RankProgram};
@@ -48,7 +48,8 @@ use oxccl_platform::{NotifyLayout, Rank, RankProgram};
 #[derive(Copy, Clone, Debug)]
 pub struct Setting<'a> {
     pub topology: &'a Topology,
-    /// How the orchestration loop binds the executor's buffers.
+    /// How the orchestration loop binds the executor's buffers: the mode the
+    /// communicator offers, until [`Setting::for_links`] gives an executor's own.
     pub mode: Mode,
     /// Bytes of each CCL buffer.
     pub ccl_bytes: usize,
@@ -64,6 +65,15 @@ impl<'a> Setting<'a> {
         NotifyLayout {
             ranks: self.topology.ranks(),
             link_channels: self.link_channels,
+        }
+    }
+
+    /// The setting an executor that needs `need` of its links plans with: its own mode
+    /// ([`executor_mode`]), derived from the one the communicator offers.
+    pub fn for_links(self, need: LinkNeed) -> Setting<'a> {
+        Setting {
+            mode: executor_mode(self.mode, self.topology, need),
+            ..self
         }
     }
 
@@ -91,15 +101,44 @@ pub struct Planned {
     pub loops: Loops,
 }
 
-/// The mode a communicator runs with: [`Mode::Direct`] (zero-copy on user buffers) when
-/// the device lets peers reach user buffers (`zero_copy`) and every link of `topology` is
-/// load/store; a put-only link reaches only a peer's registered CCL buffers and scratch,
-/// never its user buffers, so anything else stages. One rule for the communicator, the
-/// analyzer's recordings and `oxccl check`, so what is proved is what runs.
+/// The mode a communicator offers: [`Mode::Direct`] (zero-copy on user buffers) when the
+/// device lets peers reach user buffers (`zero_copy`) and either every link of `topology`
+/// is load/store, or every link inside its servers is and some server has two ranks or
+/// more (a job across hosts whose ranks on one host share memory). Anything else stages.
+/// Each executor runs in the mode [`executor_mode`] derives from this one. One rule for
+/// the communicator, the analyzer's recordings and `oxccl check`, so what is proved is
+/// what runs.
 pub fn mode_for(zero_copy: bool, topology: &Topology) -> Mode {
-    match zero_copy && topology.all_load_store() {
+    match zero_copy && (topology.all_load_store() || topology.load_store_within_servers()) {
         true => Mode::Direct,
         false => Mode::Staged,
+    }
+}
+
+/// The mode an executor that needs `need` of its links runs in on a communicator that
+/// offers `offered` ([`mode_for`]) on `topology`: zero-copy **per peer**, after NCCL's
+/// registered buffers (the peers that map a rank's buffers use them; the network path
+/// bounces).
+///
+/// A put-only link reaches a peer's registered CCL buffers and scratch, never its user
+/// buffers. Where every link is load/store, every executor runs as offered. Where only
+/// the links inside servers are (a job across hosts), an executor that declares
+/// [`LinkNeed::LoadStoreWithinServer`] runs on user buffers: it loads and stores inside a
+/// server and puts into registered buffers across servers in either mode (the put audit
+/// and the link-need test prove it in Direct mode with those links put-only). A put
+/// executor ([`LinkNeed::Put`]) stages there: its need is proved staged, where a peer's
+/// output is its CclOut, and some write a peer's output directly (put-mesh Broadcast),
+/// which on user buffers would cross a put-only link. So each candidate of a selection
+/// is planned, modelled and run in its own mode, and a staged one pays its staging
+/// copies in the model as it will at run time. Where no server has two ranks nothing is
+/// offered: every peer is across a put-only link, and Direct would buy only the exit
+/// fence's wait.
+pub fn executor_mode(offered: Mode, topology: &Topology, need: LinkNeed) -> Mode {
+    match offered {
+        Mode::Direct if topology.all_load_store() || need == LinkNeed::LoadStoreWithinServer => {
+            Mode::Direct
+        }
+        _ => Mode::Staged,
     }
 }
 

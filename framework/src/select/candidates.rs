@@ -65,6 +65,7 @@ pub(super) fn infeasible_each(
     op_of: &dyn Fn(usize) -> OpParam,
 ) -> Option<String> {
     let executor = entry.instantiate();
+    let mode = req.for_entry(entry).mode;
     // Every link exists on a full mesh: asking each rank for `Peers::All` needs no check
     // of n - 1 links (n² lookups on a cluster).
     let full_mesh = req.topology.is_full_mesh();
@@ -75,7 +76,7 @@ pub(super) fn infeasible_each(
             ranks: req.ranks,
             op: &op,
             topology: req.topology,
-            mode: req.mode,
+            mode,
             ccl_bytes: req.ccl_bytes,
             link_channels: req.link_channels,
             in_place: req.in_place,

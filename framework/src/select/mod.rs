@@ -150,7 +150,8 @@ pub struct SelectRequest<'a> {
     pub bytes: usize,
     /// Bytes of each CCL buffer.
     pub ccl_bytes: usize,
-    /// How the orchestration loop will bind the executor's buffers.
+    /// The mode the communicator offers; each candidate is judged in its own
+    /// ([`SelectRequest::for_entry`]).
     pub mode: Mode,
     /// The in-place form was called.
     pub in_place: bool,
@@ -169,6 +170,15 @@ impl<'a> SelectRequest<'a> {
             ccl_bytes: self.ccl_bytes,
             link_channels: self.link_channels,
             in_place: self.in_place,
+        }
+    }
+
+    /// The request as `entry` is screened, planned and modelled: in its own mode
+    /// ([`crate::planner::executor_mode`]), derived from the one the communicator offers.
+    pub fn for_entry(&self, entry: &ExecutorEntry) -> SelectRequest<'a> {
+        SelectRequest {
+            mode: crate::planner::executor_mode(self.mode, self.topology, entry.constraints.links),
+            ..*self
         }
     }
 

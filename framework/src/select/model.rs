@@ -60,7 +60,7 @@ pub(super) fn decide(key: &Key, req: &SelectRequest<'_>) -> Result<Decision, Err
         .map(|entry| {
             (
                 entry,
-                fitting(entry, key).and_then(|()| sample(entry, req, &sampled)),
+                fitting(entry, key).and_then(|()| sample(entry, &req.for_entry(entry), &sampled)),
             )
         })
         .collect();
@@ -75,7 +75,7 @@ pub(super) fn decide(key: &Key, req: &SelectRequest<'_>) -> Result<Decision, Err
             entry,
             outcome: match sampled {
                 Err(outcome) => outcome,
-                Ok(s) => match model_one(entry, req, &s, simulate) {
+                Ok(s) => match model_one(entry, &req.for_entry(entry), &s, simulate) {
                     Ok(m) => Outcome::Applicable(Some(m)),
                     Err(why) => Outcome::Rejected(Rejection::ModelError, why),
                 },

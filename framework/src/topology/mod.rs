@@ -483,6 +483,13 @@ impl Topology {
         intra_ok && inter_ok && overrides_ok
     }
 
+    /// True when every link inside servers is load/store and some server has two ranks
+    /// or more: the ranks of a server can run zero-copy among themselves, whatever
+    /// links join the servers (see [`crate::planner::executor_mode`]).
+    pub fn load_store_within_servers(&self) -> bool {
+        self.servers.iter().any(|&s| s >= 2) && self.put_only_link(true).is_none()
+    }
+
     /// True when the link between `a` and `b` is broken.
     pub fn is_broken(&self, a: Rank, b: Rank) -> bool {
         self.broken.contains(&(a.min(b), a.max(b)))

@@ -530,8 +530,10 @@ impl Device for HostDevice {
         let shm_maps_user = self.shared.shm.as_ref().is_none_or(|s| s.user_buffers);
         Capabilities {
             // Ranks in other processes reach this process's user buffers only when they
-            // map them (shared user buffers); never over TCP.
-            peer_user_buffers: shm_maps_user && self.shared.tcp.is_none(),
+            // map them (shared user buffers). A TCP peer never does: its links are
+            // put-only, which reach registered buffers alone (the framework plans what
+            // crosses them staged), so TCP peers leave this as the other peers make it.
+            peer_user_buffers: shm_maps_user,
             executes: true,
             queued_submissions: true,
             memory: match shared_memory {

@@ -8,7 +8,8 @@
 //! user buffers: `OXCCL_SHARED_BUFFERS=1`) and reports its outcome as any run.
 //! `OXCCL_TEST_RANKS=a,b` makes this process hold those ranks, one thread each, joined
 //! with `init_rank` through `OXCCL_COMM_ID` and `OXCCL_SIZE` (a job of processes that
-//! each hold several ranks).
+//! each hold several ranks). After its cases a rank also prints how a 1 MiB f32
+//! AllReduce runs on it: `rank R all_reduce: EXECUTOR MODE` (`Direct`: zero-copy).
 
 use oxccl::{Communicator, Config};
 use oxccl_tests::every::every_operator as run;
@@ -44,6 +45,21 @@ fn on_heap_buffers(comm: &Communicator) -> Result<(), String> {
     let mut recv = vec![0.0f32; 1024];
     comm.all_reduce(&send, &mut recv, oxccl::ReduceOp::Sum)
         .map_err(|e| chain(&e))
+}
+
+/// `rank R all_reduce: EXECUTOR MODE` for a 1 MiB f32 sum AllReduce on `comm`.
+fn all_reduce_plan(comm: &Communicator) -> Result<String, String> {
+    let op = oxccl::OpParam::all_reduce(1 << 18, oxccl::DataType::F32, oxccl::ReduceOp::Sum);
+    let prepared = comm
+        .framework()
+        .prepare(&op, false)
+        .map_err(|e| chain(&e))?;
+    Ok(format!(
+        "rank {} all_reduce: {} {:?}",
+        comm.rank(),
+        prepared.selection.executor.name,
+        prepared.mode
+    ))
 }
 
 fn chain(e: &oxccl::Error) -> String {
@@ -116,9 +132,12 @@ fn main() -> ExitCode {
         "private" => on_heap_buffers(&comms[0]),
         _ => run(&comms, ops == "quick"),
     };
+    let outcome: Result<Vec<String>, String> =
+        outcome.and_then(|()| comms.iter().map(all_reduce_plan).collect());
     match outcome {
-        Ok(()) => {
-            for rank in ranks {
+        Ok(plans) => {
+            for (rank, plan) in ranks.into_iter().zip(plans) {
+                println!("{plan}");
                 println!("rank {rank} ok");
             }
             ExitCode::SUCCESS
