@@ -191,6 +191,43 @@ mod tests {
     use crate::op::OpKind;
     use oxccl_platform::{DataType, ReduceOp};
 
+    /// Zero-copy per peer: offered where servers are load/store inside and one has two
+    /// ranks; taken by an executor that needs load/store only inside servers, or by any
+    /// where every link is load/store.
+    #[test]
+    fn zero_copy_is_offered_per_peer_and_taken_per_executor() {
+        use oxccl_platform::LinkAccess::{LoadStore, Put};
+        let spec = |s: &str| Topology::parse_spec(s).unwrap();
+        let one_host = spec("host4");
+        let two_hosts = spec("2x8");
+        let every_link_put = spec("2x8").with_fabric_access(Put, Put);
+        let one_rank_each = Topology::servers(vec![1, 1, 1])
+            .unwrap()
+            .with_fabric_access(LoadStore, Put);
+        assert_eq!(mode_for(true, &one_host), Mode::Direct);
+        assert_eq!(mode_for(true, &two_hosts), Mode::Direct);
+        assert_eq!(mode_for(false, &two_hosts), Mode::Staged);
+        assert_eq!(mode_for(true, &every_link_put), Mode::Staged);
+        assert_eq!(
+            mode_for(true, &one_rank_each),
+            Mode::Staged,
+            "nothing to share"
+        );
+        let every_need = [
+            LinkNeed::LoadStore,
+            LinkNeed::LoadStoreWithinServer,
+            LinkNeed::Put,
+        ];
+        for need in every_need {
+            assert_eq!(executor_mode(Mode::Direct, &one_host, need), Mode::Direct);
+            assert_eq!(executor_mode(Mode::Staged, &two_hosts, need), Mode::Staged);
+        }
+        let on_two_hosts = |need| executor_mode(Mode::Direct, &two_hosts, need);
+        assert_eq!(on_two_hosts(LinkNeed::LoadStoreWithinServer), Mode::Direct);
+        assert_eq!(on_two_hosts(LinkNeed::Put), Mode::Staged);
+        assert_eq!(on_two_hosts(LinkNeed::LoadStore), Mode::Staged);
+    }
+
     /// Stores its rank count as its plan in `resources()`, and reads it back as `T`.
     struct Planned<T>(std::marker::PhantomData<T>);
 
