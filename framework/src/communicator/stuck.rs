@@ -66,7 +66,9 @@ impl Communicator {
         let layout = self.group.device.config().layout();
         let entry = self.select_valid(op, in_place).ok()?.executor;
         let executor = entry.instantiate();
-        let ctx = self.setting(in_place).ctx(poster, op);
+        // The executor's own mode, as the poster planned it (see `planner::executor_mode`).
+        let setting = self.setting(in_place).for_links(entry.constraints.links);
+        let ctx = setting.ctx(poster, op);
         let planned = planner::plan(entry.name, executor.as_ref(), &ctx, layout).ok()?;
         Some(posts_of(&planned.program, notify))
     }
