@@ -2,7 +2,7 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `OXCCL_ALGO` | executor override per operator: `all_reduce=ring;all_gather=mesh`, or a bare name for every operator that has it; each operator (and the bare form) at most once | none |
+//! | `OXCCL_ALGO` | executor override per operator: `all_reduce=ring;all_gather=mesh`, or a bare name for every operator (an operator without that executor refuses its calls); each operator (and the bare form) at most once | none |
 //! | `OXCCL_BUFFSIZE` | size of each CCL buffer (CclIn and CclOut) per rank, MiB, 1 to 1048576 | 32 |
 //! | `OXCCL_EXEC_TIMEOUT` | seconds a Wait may block before it is an error, 0.001 to 1e9 | 60 |
 //! | `OXCCL_HOST_THREADS` | worker threads of the host device, 0 to 1024; 0 = one per core | 0 |

@@ -39,12 +39,13 @@ fn every_registered_executor_is_covered_by_a_test_file() {
             ],
         ),
         // all_gather_executors, double_ring_executors, log_step_executors,
-        // hierarchical_executors.
+        // hierarchical_executors, put_executors (hier-put-ring).
         (
             OpKind::AllGather,
             &[
                 "double-ring",
                 "hier-nhr",
+                "hier-put-ring",
                 "hier-rhd",
                 "hier-ring",
                 "mesh",
@@ -60,12 +61,13 @@ fn every_registered_executor_is_covered_by_a_test_file() {
             ],
         ),
         // reduce_scatter_executors, double_ring_executors, log_step_executors,
-        // hierarchical_executors.
+        // hierarchical_executors, put_executors (hier-put-ring).
         (
             OpKind::ReduceScatter,
             &[
                 "double-ring",
                 "hier-nhr",
+                "hier-put-ring",
                 "hier-rhd",
                 "hier-ring",
                 "mesh",

@@ -119,15 +119,16 @@ fn every_operator_over_four_processes_zero_copy_on_shared_buffers() {
     assert_eq!(named_segments(&id), Vec::<String>::new());
 }
 
-/// What each rank printed about its 1 MiB AllReduce (`EXECUTOR MODE`), by rank.
-fn all_reduce_plans(outputs: &[Output]) -> Vec<(usize, String)> {
+/// What each rank printed about how it runs `op` (`EXECUTOR MODE`), by rank.
+fn plans_of(outputs: &[Output], op: &str) -> Vec<(usize, String)> {
+    let marker = format!(" {op}: ");
     let mut plans: Vec<(usize, String)> = outputs
         .iter()
         .flat_map(|o| {
             String::from_utf8_lossy(&o.stdout)
                 .lines()
                 .filter_map(|l| {
-                    let (rank, plan) = l.strip_prefix("rank ")?.split_once(" all_reduce: ")?;
+                    let (rank, plan) = l.strip_prefix("rank ")?.split_once(&marker)?;
                     Some((rank.parse().ok()?, plan.to_string()))
                 })
                 .collect::<Vec<_>>()
@@ -140,8 +141,9 @@ fn all_reduce_plans(outputs: &[Output]) -> Vec<(usize, String)> {
 /// Zero-copy per peer: two hosts (`OXCCL_HOSTID`) of two processes each, on shared
 /// buffers. Ranks on one host meet through shared memory and map each other's user
 /// buffers; the hosts meet over TCP, which reaches registered buffers only. Every
-/// operator runs against the reference, and the AllReduce runs zero-copy (the
-/// hierarchical put executor, Direct) where a job across hosts staged every call before.
+/// operator runs against the reference; AllReduce, AllGather and ReduceScatter on their
+/// hierarchical put executors, which run zero-copy (Direct) where a job across hosts
+/// staged every call before.
 #[test]
 fn two_hosts_run_zero_copy_inside_each_and_stage_between() {
     let id = job(4);
@@ -152,17 +154,25 @@ fn two_hosts_run_zero_copy_inside_each_and_stage_between() {
                 ("OXCCL_TRANSPORT", "auto".to_string()),
                 ("OXCCL_HOSTID", format!("host-{}", r / 2)),
                 ("OXCCL_SHARED_BUFFERS", "1".to_string()),
+                // Every operator that has it runs the hierarchical put executor (at every
+                // count of the matrix), whatever the model would pick.
+                (
+                    "OXCCL_ALGO",
+                    "all_reduce=hier-put-ring;all_gather=hier-put-ring;reduce_scatter=hier-put-ring"
+                        .to_string(),
+                ),
             ];
             spawn(&id, 4, &env)
         })
         .collect();
     let outputs = finish(children);
     assert_all_ok(&outputs, 4);
-    let plans = all_reduce_plans(&outputs);
     let expected: Vec<(usize, String)> = (0..4)
         .map(|r| (r, "hier-put-ring Direct".to_string()))
         .collect();
-    assert_eq!(plans, expected);
+    for op in ["all_reduce", "all_gather", "reduce_scatter"] {
+        assert_eq!(plans_of(&outputs, op), expected, "{op}");
+    }
     assert_eq!(named_segments(&id), Vec::<String>::new());
 }
 

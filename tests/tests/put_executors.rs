@@ -164,6 +164,30 @@ fn all_reduce_hier_put_ring_runs() {
     runs(OpKind::AllReduce, "hier-put-ring");
 }
 
+/// The hierarchical AllGather with a put level 1 (audited as
+/// [`LinkNeed::LoadStoreWithinServer`]).
+#[test]
+fn all_gather_hier_put_ring_audited() {
+    audited(OpKind::AllGather, "hier-put-ring");
+}
+
+#[test]
+fn all_gather_hier_put_ring_runs() {
+    runs(OpKind::AllGather, "hier-put-ring");
+}
+
+/// The hierarchical ReduceScatter with a put level 1 (audited as
+/// [`LinkNeed::LoadStoreWithinServer`]).
+#[test]
+fn reduce_scatter_hier_put_ring_audited() {
+    audited(OpKind::ReduceScatter, "hier-put-ring");
+}
+
+#[test]
+fn reduce_scatter_hier_put_ring_runs() {
+    runs(OpKind::ReduceScatter, "hier-put-ring");
+}
+
 /// The audit of a within-server executor refuses the load/store hierarchical AllReduce,
 /// whose level-1 ring reads across servers.
 #[test]

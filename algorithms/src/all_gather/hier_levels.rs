@@ -107,7 +107,11 @@ impl Executor for HierAllGather {
 
 /// The block of local index `c` on every server, in server order; empty where the server
 /// has no such rank.
-fn group_blocks(servers: &Servers, blocks: &[(usize, usize)], c: usize) -> Vec<(usize, usize)> {
+pub(crate) fn group_blocks(
+    servers: &Servers,
+    blocks: &[(usize, usize)],
+    c: usize,
+) -> Vec<(usize, usize)> {
     (0..servers.count())
         .map(|s| match c < servers.size(s) {
             true => blocks[servers.rank(s, c)],
@@ -119,7 +123,7 @@ fn group_blocks(servers: &Servers, blocks: &[(usize, usize)], c: usize) -> Vec<(
 /// Level 0: a "blocks ready" round with the server, then from each server peer (one slave
 /// stream each) the blocks of every index it owns; staged, an Ack round ends the
 /// iteration.
-fn level0_all_gather(
+pub(crate) fn level0_all_gather(
     ctx: &mut KernelCtx<'_>,
     args: &KernelArgs,
     servers: &Servers,

@@ -9,6 +9,7 @@
 
 pub mod double_ring;
 pub mod hier_levels;
+pub mod hier_put_ring;
 pub mod mesh;
 pub mod mesh_push;
 pub mod nb;

@@ -131,7 +131,7 @@ impl Executor for HierReduceScatter {
 /// local index on every server reduced from all the server's inputs: into scratch (at
 /// the block's rank), or straight into the output on a single server. Staged, a
 /// DataSignal round follows ("I am done reading your input").
-fn level0_reduce(
+pub(crate) fn level0_reduce(
     ctx: &mut KernelCtx<'_>,
     args: &KernelArgs,
     servers: &Servers,

@@ -8,8 +8,9 @@
 //! user buffers: `OXCCL_SHARED_BUFFERS=1`) and reports its outcome as any run.
 //! `OXCCL_TEST_RANKS=a,b` makes this process hold those ranks, one thread each, joined
 //! with `init_rank` through `OXCCL_COMM_ID` and `OXCCL_SIZE` (a job of processes that
-//! each hold several ranks). After its cases a rank also prints how a 1 MiB f32
-//! AllReduce runs on it: `rank R all_reduce: EXECUTOR MODE` (`Direct`: zero-copy).
+//! each hold several ranks). After its cases a rank also prints how it runs an AllReduce,
+//! an AllGather and a ReduceScatter of 1 MiB: `rank R all_reduce: EXECUTOR MODE`
+//! (`Direct`: zero-copy).
 
 use oxccl::{Communicator, Config};
 use oxccl_tests::every::every_operator as run;
@@ -47,19 +48,28 @@ fn on_heap_buffers(comm: &Communicator) -> Result<(), String> {
         .map_err(|e| chain(&e))
 }
 
-/// `rank R all_reduce: EXECUTOR MODE` for a 1 MiB f32 sum AllReduce on `comm`.
-fn all_reduce_plan(comm: &Communicator) -> Result<String, String> {
-    let op = oxccl::OpParam::all_reduce(1 << 18, oxccl::DataType::F32, oxccl::ReduceOp::Sum);
-    let prepared = comm
-        .framework()
-        .prepare(&op, false)
-        .map_err(|e| chain(&e))?;
-    Ok(format!(
-        "rank {} all_reduce: {} {:?}",
-        comm.rank(),
-        prepared.selection.executor.name,
-        prepared.mode
-    ))
+/// How `comm` runs a 1 MiB f32 sum AllReduce, and AllGather and ReduceScatter of 1 MiB
+/// per rank: a line `rank R OPERATOR: EXECUTOR MODE` each.
+fn plans(comm: &Communicator) -> Result<Vec<String>, String> {
+    use oxccl::{DataType::F32, OpParam, ReduceOp::Sum};
+    let count = 1 << 18;
+    let ops = [
+        OpParam::all_reduce(count, F32, Sum),
+        OpParam::all_gather(count, F32),
+        OpParam::reduce_scatter(count, F32, Sum),
+    ];
+    ops.iter()
+        .map(|op| {
+            let prepared = comm.framework().prepare(op, false).map_err(|e| chain(&e))?;
+            Ok(format!(
+                "rank {} {}: {} {:?}",
+                comm.rank(),
+                op.kind,
+                prepared.selection.executor.name,
+                prepared.mode
+            ))
+        })
+        .collect()
 }
 
 fn chain(e: &oxccl::Error) -> String {
@@ -132,12 +142,12 @@ fn main() -> ExitCode {
         "private" => on_heap_buffers(&comms[0]),
         _ => run(&comms, ops == "quick"),
     };
-    let outcome: Result<Vec<String>, String> =
-        outcome.and_then(|()| comms.iter().map(all_reduce_plan).collect());
+    let outcome: Result<Vec<Vec<String>>, String> =
+        outcome.and_then(|()| comms.iter().map(plans).collect());
     match outcome {
         Ok(plans) => {
-            for (rank, plan) in ranks.into_iter().zip(plans) {
-                println!("{plan}");
+            for (rank, plans) in ranks.into_iter().zip(plans) {
+                plans.iter().for_each(|plan| println!("{plan}"));
                 println!("rank {rank} ok");
             }
             ExitCode::SUCCESS
