@@ -6,7 +6,7 @@
 #
 # oxccl runs `oxccl perf all-reduce --procs 8`, through shared memory (staged through the
 # CCL buffers, then zero-copy on `--shared-buffers`), then as two hosts of 4 processes
-# (`OXCCL_HOSTID`; TCP between them, staged and then zero-copy per peer), and then with
+# (`--hosts 2`; TCP between them, staged and then zero-copy per peer), and then with
 # OXCCL_TRANSPORT=tcp (TCP on loopback); MPI runs the peer benchmark with
 # `--mca btl vader,self` (its shared-memory transport) and `--mca btl tcp,self`.
 # Installs OpenMPI through scripts/install-deps.sh (Debian packages; needs root or sudo).
@@ -17,12 +17,6 @@ scripts/install-deps.sh
 mkdir -p target
 mpicc -O2 -o target/mpi_bench ../shared/bench/peers/mpi_bench.c
 cargo build --release -q -p oxccl-cli
-# One host's 4 processes of an MPMD mpirun: `$1` names the host; `size`, `iters` and
-# `shared` are the loop's.
-on_host() {
-  echo "-np 4 -x OXCCL_HOSTID=$1 -x OXCCL_SHARED_BUFFERS=$shared ./target/release/oxccl" \
-    "perf all-reduce -b $size -e $size -n $iters -w 5"
-}
 for size in "$@"; do
   iters=50; [ "$size" = 64M ] && iters=10
   echo "== all-reduce $size, 8 processes"
@@ -34,9 +28,10 @@ for size in "$@"; do
   echo "   MPI --mca btl vader,self"
   mpirun --allow-run-as-root --oversubscribe --mca btl vader,self -np 8 \
     target/mpi_bench allreduce "$size" | grep -E '^ +[0-9]'
-  for shared in 0 1; do
-    echo "   oxccl 2 hosts (OXCCL_HOSTID) x 4 processes, TCP between, OXCCL_SHARED_BUFFERS=$shared"
-    mpirun --allow-run-as-root --oversubscribe $(on_host a) : $(on_host b) | grep -E '^ +[0-9]'
+  for shared in "" --shared-buffers; do
+    echo "   oxccl --procs 8 --hosts 2 $shared (2 hosts of 4 processes, TCP between)"
+    ./target/release/oxccl perf all-reduce --procs 8 --hosts 2 $shared -b "$size" -e "$size" \
+      -n $iters -w 5 | grep -E '^ +[0-9]'
   done
   echo "   oxccl --procs 8, OXCCL_TRANSPORT=tcp"
   OXCCL_TRANSPORT=tcp ./target/release/oxccl perf all-reduce --procs 8 -b "$size" -e "$size" \

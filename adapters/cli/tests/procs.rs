@@ -63,6 +63,39 @@ fn perf_runs_zero_copy_across_processes_on_shared_buffers() {
     }
 }
 
+/// `--hosts 2`: the 4 processes as two hosts of this machine, TCP between them. On shared
+/// buffers the hierarchical put executors run zero-copy inside each host, every value
+/// checked.
+#[test]
+fn perf_runs_a_job_of_two_hosts_with_hosts() {
+    assert_procs_table("all-reduce", &["--hosts", "2"]);
+    for collective in ["all-reduce", "all-gather", "reduce-scatter"] {
+        let zero_copy = [
+            "--hosts",
+            "2",
+            "--shared-buffers",
+            "--algo",
+            "hier-put-ring",
+        ];
+        assert_procs_table(collective, &zero_copy);
+    }
+}
+
+/// More hosts than processes is refused before anything starts, naming the flag.
+#[test]
+fn perf_refuses_more_hosts_than_processes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_oxccl"))
+        .args(["perf", "all-reduce", "--procs", "2", "--hosts", "3"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--hosts") && stderr.contains("1 to 2 hosts"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn perf_under_mpirun_prints_one_table() {
     if Command::new("mpirun").arg("--version").output().is_err() {

@@ -98,6 +98,11 @@ pub struct PerfArgs {
     /// started by this command; the same as `mpirun -np N oxccl perf ...`.
     #[arg(long, value_name = "N")]
     pub procs: Option<usize>,
+    /// With --procs: split the processes into H hosts of this machine (each a host of its
+    /// own through OXCCL_HOSTID; the first N mod H hold one process more), so a job across
+    /// hosts can be tried here: shared memory inside each, the network between them.
+    #[arg(long, value_name = "H", requires = "procs")]
+    pub hosts: Option<usize>,
     #[arg(long, value_name = "KIND", help = crate::validate::DEVICE_HELP)]
     pub device: Option<String>,
     /// Measure through graph mode: every rank captures the call once, compiles it, and
@@ -277,7 +282,7 @@ pub(crate) fn run_config(
 
 pub fn run(args: &PerfArgs) -> Result<ExitCode, Error> {
     if let Some(n) = args.procs {
-        return procs::run(n);
+        return procs::run(n, args.hosts.unwrap_or(1));
     }
     let launch = oxccl::framework::bootstrap::Launch::from_env()?;
     let plan = plan(args, launch.as_ref().map(|l| l.size))?;
