@@ -47,6 +47,25 @@ fn every_pair_of_all_reduce_executors_runs_back_to_back() {
     assert!(assert_pairs_pass(OpKind::AllReduce, &shapes, FenceModel::DEVICE) > 0);
 }
 
+/// A job across hosts: the links between servers put-only. Zero-copy, a sequence there
+/// mixes modes (`planner::executor_mode`): the hierarchical put executors run Direct, with
+/// the exit fence, and the put executors staged. Every ordered pair of the executors that
+/// run there, of the three operators that have both kinds, back to back.
+#[test]
+fn pairs_of_mixed_modes_run_back_to_back_across_hosts() {
+    use oxccl::framework::platform::LinkAccess::{LoadStore, Put};
+    let two_hosts = Topology::servers(vec![2, 2])
+        .unwrap()
+        .with_fabric_access(LoadStore, Put);
+    for op in [OpKind::AllReduce, OpKind::AllGather, OpKind::ReduceScatter] {
+        let shapes = [two_hosts.clone()];
+        assert!(
+            assert_pairs_pass(op, &shapes, FenceModel::DEVICE) > 0,
+            "{op:?}"
+        );
+    }
+}
+
 /// Every operator's pairs on the whole matrix under the device's fence (which also waits
 /// for the previous call's peers: under the first specification staged mesh-type
 /// executors followed by executors that grant fewer peers race on 8 ranks, see the test
