@@ -81,11 +81,13 @@ fn every_registered_executor_is_covered_by_a_test_file() {
                 "ring",
             ],
         ),
-        // broadcast_executors, hierarchical_executors, relay_rooted_executors (relay-*).
+        // broadcast_executors, hierarchical_executors, relay_rooted_executors (relay-*),
+        // put_executors (hier-put-ring).
         (
             OpKind::Broadcast,
             &[
                 "hier-nhr",
+                "hier-put-ring",
                 "hier-rhd",
                 "hier-ring",
                 "mesh",

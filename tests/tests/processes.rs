@@ -141,9 +141,9 @@ fn plans_of(outputs: &[Output], op: &str) -> Vec<(usize, String)> {
 /// Zero-copy per peer: two hosts (`OXCCL_HOSTID`) of two processes each, on shared
 /// buffers. Ranks on one host meet through shared memory and map each other's user
 /// buffers; the hosts meet over TCP, which reaches registered buffers only. Every
-/// operator runs against the reference; AllReduce, AllGather and ReduceScatter on their
-/// hierarchical put executors, which run zero-copy (Direct) where a job across hosts
-/// staged every call before.
+/// operator runs against the reference; AllReduce, AllGather, ReduceScatter and Broadcast
+/// on their hierarchical put executors, which run zero-copy (Direct) where a job across
+/// hosts staged every call before.
 #[test]
 fn two_hosts_run_zero_copy_inside_each_and_stage_between() {
     let id = job(4);
@@ -158,7 +158,8 @@ fn two_hosts_run_zero_copy_inside_each_and_stage_between() {
                 // count of the matrix), whatever the model would pick.
                 (
                     "OXCCL_ALGO",
-                    "all_reduce=hier-put-ring;all_gather=hier-put-ring;reduce_scatter=hier-put-ring"
+                    "all_reduce=hier-put-ring;all_gather=hier-put-ring;\
+                     reduce_scatter=hier-put-ring;broadcast=hier-put-ring"
                         .to_string(),
                 ),
             ];
@@ -170,7 +171,7 @@ fn two_hosts_run_zero_copy_inside_each_and_stage_between() {
     let expected: Vec<(usize, String)> = (0..4)
         .map(|r| (r, "hier-put-ring Direct".to_string()))
         .collect();
-    for op in ["all_reduce", "all_gather", "reduce_scatter"] {
+    for op in ["all_reduce", "all_gather", "reduce_scatter", "broadcast"] {
         assert_eq!(plans_of(&outputs, op), expected, "{op}");
     }
     assert_eq!(named_segments(&id), Vec::<String>::new());

@@ -10,6 +10,7 @@ use oxccl::framework::LinkNeed;
 use oxccl::OpKind;
 use oxccl_tests::blocks::{block_matrix, run_blocks};
 use oxccl_tests::puts::audit_executor;
+use oxccl_tests::rooted::check_rooted_executor;
 use oxccl_tests::vector::{blocks_matrix, run_vector};
 use oxccl_tests::{check_on_every_shape, full_matrix, run_all_reduce, SMALL_CCL_BYTES};
 
@@ -21,6 +22,10 @@ fn audited(kind: OpKind, algo: &str) {
 }
 
 fn runs(kind: OpKind, algo: &'static str) {
+    if kind == OpKind::Broadcast {
+        // Roots 0, n/2 and n-1 on every shape.
+        return check_rooted_executor(kind, algo);
+    }
     check_on_every_shape(algo, |setup| match kind {
         OpKind::AllReduce => {
             run_all_reduce(setup, &full_matrix(setup.topology.ranks(), SMALL_CCL_BYTES))
@@ -186,6 +191,18 @@ fn reduce_scatter_hier_put_ring_audited() {
 #[test]
 fn reduce_scatter_hier_put_ring_runs() {
     runs(OpKind::ReduceScatter, "hier-put-ring");
+}
+
+/// The hierarchical Broadcast with puts across servers (audited as
+/// [`LinkNeed::LoadStoreWithinServer`]).
+#[test]
+fn broadcast_hier_put_ring_audited() {
+    audited(OpKind::Broadcast, "hier-put-ring");
+}
+
+#[test]
+fn broadcast_hier_put_ring_runs() {
+    runs(OpKind::Broadcast, "hier-put-ring");
 }
 
 /// The audit of a within-server executor refuses the load/store hierarchical AllReduce,

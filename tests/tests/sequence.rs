@@ -50,14 +50,20 @@ fn every_pair_of_all_reduce_executors_runs_back_to_back() {
 /// A job across hosts: the links between servers put-only. Zero-copy, a sequence there
 /// mixes modes (`planner::executor_mode`): the hierarchical put executors run Direct, with
 /// the exit fence, and the put executors staged. Every ordered pair of the executors that
-/// run there, of the three operators that have both kinds, back to back.
+/// run there, of the four operators that have both kinds, back to back.
 #[test]
 fn pairs_of_mixed_modes_run_back_to_back_across_hosts() {
     use oxccl::framework::platform::LinkAccess::{LoadStore, Put};
     let two_hosts = Topology::servers(vec![2, 2])
         .unwrap()
         .with_fabric_access(LoadStore, Put);
-    for op in [OpKind::AllReduce, OpKind::AllGather, OpKind::ReduceScatter] {
+    let ops = [
+        OpKind::AllReduce,
+        OpKind::AllGather,
+        OpKind::ReduceScatter,
+        OpKind::Broadcast,
+    ];
+    for op in ops {
         let shapes = [two_hosts.clone()];
         assert!(
             assert_pairs_pass(op, &shapes, FenceModel::DEVICE) > 0,

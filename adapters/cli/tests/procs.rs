@@ -69,7 +69,7 @@ fn perf_runs_zero_copy_across_processes_on_shared_buffers() {
 #[test]
 fn perf_runs_a_job_of_two_hosts_with_hosts() {
     assert_procs_table("all-reduce", &["--hosts", "2"]);
-    for collective in ["all-reduce", "all-gather", "reduce-scatter"] {
+    for collective in ["all-reduce", "all-gather", "reduce-scatter", "broadcast"] {
         let zero_copy = [
             "--hosts",
             "2",

@@ -152,7 +152,7 @@ impl Executor for HierBroadcast {
 /// `source` announces its data (a DataSignal to each of `readers`) and waits until each
 /// is done (their Acks); every reader pulls `pulls` (`(byte offset, byte length)`) from
 /// the source's `from` into its own `to`, between the two.
-fn pull_from_source(
+pub(crate) fn pull_from_source(
     ctx: &mut KernelCtx<'_>,
     from: BufRange,
     to: BufRange,

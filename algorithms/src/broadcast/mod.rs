@@ -7,6 +7,7 @@
 //! rank's input is never read by a peer unless it is the root.
 
 pub mod hier_levels;
+pub mod hier_put_ring;
 pub mod mesh;
 pub mod mesh_push;
 pub mod put_mesh;
