@@ -25,6 +25,7 @@ use super::place_own_block;
 use crate::templates::{
     pull_from_server, server_round, server_slaves, Level1, RingParams, Round, Servers,
 };
+use oxccl_framework::platform::Rank;
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx,
     ResourceRequest,
@@ -74,44 +75,53 @@ impl Executor for HierAllGather {
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let blocks = args.blocks(ctx.ranks);
-        place_own_block(ctx, args, &blocks);
-        if ctx.ranks == 1 {
-            return Ok(());
-        }
-        let servers = Servers::of(ctx.topology);
-        let channel = args.iteration % 2;
-        for c in servers.owned_chunks(ctx.rank) {
-            let group = servers.group(c);
-            if group.len() < 2 {
-                continue;
-            }
-            let chunks = group_blocks(&servers, &blocks, c);
+        hier_all_gather(ctx, args, |ctx, group, chunks, channel| {
             let positions: Vec<usize> = (0..group.len()).collect();
             let p = RingParams {
-                order: &group,
+                order: group,
                 stream: 0,
                 channel,
-                chunks: &chunks,
+                chunks,
                 chunk_at: &positions,
                 input: args.output,
                 output: args.output,
                 dtype: args.op.dtype,
                 op: args.op.op,
             };
-            self.0.all_gather(ctx, &p)?;
-        }
-        level0_all_gather(ctx, args, &servers, &blocks, channel)
+            self.0.all_gather(ctx, &p)
+        })
     }
+}
+
+/// A hierarchical AllGather: the own block placed; then for each index this rank owns,
+/// in increasing order, `level1(ctx, group, chunks, channel)` over the index's group
+/// (when it spans two servers or more) and the blocks of that index on every server
+/// ([`group_blocks`], `(byte offset, byte length)` in the output); then level 0.
+pub(crate) fn hier_all_gather(
+    ctx: &mut KernelCtx<'_>,
+    args: &KernelArgs,
+    mut level1: impl FnMut(&mut KernelCtx<'_>, &[Rank], &[(usize, usize)], usize) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let blocks = args.blocks(ctx.ranks);
+    place_own_block(ctx, args, &blocks);
+    if ctx.ranks == 1 {
+        return Ok(());
+    }
+    let servers = Servers::of(ctx.topology);
+    let channel = args.iteration % 2;
+    for c in servers.owned_chunks(ctx.rank) {
+        let group = servers.group(c);
+        if group.len() < 2 {
+            continue;
+        }
+        level1(ctx, &group, &group_blocks(&servers, &blocks, c), channel)?;
+    }
+    level0_all_gather(ctx, args, &servers, &blocks, channel)
 }
 
 /// The block of local index `c` on every server, in server order; empty where the server
 /// has no such rank.
-pub(crate) fn group_blocks(
-    servers: &Servers,
-    blocks: &[(usize, usize)],
-    c: usize,
-) -> Vec<(usize, usize)> {
+fn group_blocks(servers: &Servers, blocks: &[(usize, usize)], c: usize) -> Vec<(usize, usize)> {
     (0..servers.count())
         .map(|s| match c < servers.size(s) {
             true => blocks[servers.rank(s, c)],
@@ -123,7 +133,7 @@ pub(crate) fn group_blocks(
 /// Level 0: a "blocks ready" round with the server, then from each server peer (one slave
 /// stream each) the blocks of every index it owns; staged, an Ack round ends the
 /// iteration.
-pub(crate) fn level0_all_gather(
+fn level0_all_gather(
     ctx: &mut KernelCtx<'_>,
     args: &KernelArgs,
     servers: &Servers,

@@ -20,13 +20,13 @@
 //! 0 is a mesh and level 1 pairs fixed owners, so it cannot route around a broken link:
 //! like the other `hier-*`, it declares `full_mesh`.
 
-use super::hier_levels::{group_blocks, level0_all_gather};
-use super::place_own_block;
-use crate::templates::{put_ring_all_gather, server_slaves, Level1, PutRing, Servers};
+use super::hier_levels::hier_all_gather;
+use crate::templates::{
+    hier_request, put_ring_all_gather, with_group_ring, Level1, Servers, HIER_PUT_CONSTRAINTS,
+};
 use oxccl_framework::platform::{Buf, Rank};
 use oxccl_framework::{
-    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
-    PlanCtx, ResourceRequest,
+    BufRange, Error, Executor, KernelArgs, KernelCtx, OpKind, PlanCtx, ResourceRequest,
 };
 
 /// The hierarchical AllGather executor with a put ring across servers.
@@ -36,12 +36,7 @@ oxccl_framework::register_executor! {
     name: "hier-put-ring",
     op: OpKind::AllGather,
     description: "level-1 put ring all-gather across servers, then level-0 mesh all-gather in each server (load/store); runs where only inter-server links are put-only",
-    constraints: Constraints {
-        full_mesh: true,
-        min_servers: 2,
-        links: LinkNeed::LoadStoreWithinServer,
-        ..Constraints::ANY
-    },
+    constraints: HIER_PUT_CONSTRAINTS,
     preference: 5,
     make: || Box::new(HierPutRingAllGather),
 }
@@ -49,10 +44,7 @@ oxccl_framework::register_executor! {
 impl Executor for HierPutRingAllGather {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let servers = Servers::of(ctx.topology);
-        let request = ResourceRequest {
-            slave_streams: server_slaves(&servers, ctx.rank),
-            ..ResourceRequest::with_peers(Peers::List(servers.peers(ctx.rank, Level1::Ring)))
-        };
+        let request = hier_request(&servers, ctx.rank, Level1::Ring);
         if servers.count() < 2 {
             return Ok(request);
         }
@@ -61,27 +53,9 @@ impl Executor for HierPutRingAllGather {
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let blocks = args.blocks(ctx.ranks);
-        place_own_block(ctx, args, &blocks);
-        if ctx.ranks == 1 {
-            return Ok(());
-        }
-        let servers = Servers::of(ctx.topology);
-        let channel = args.iteration % 2;
-        for c in servers.owned_chunks(ctx.rank) {
-            let group = servers.group(c);
-            if group.len() < 2 {
-                continue;
-            }
-            level1_put_all_gather(
-                ctx,
-                args,
-                &group,
-                &group_blocks(&servers, &blocks, c),
-                channel,
-            )?;
-        }
-        level0_all_gather(ctx, args, &servers, &blocks, channel)
+        hier_all_gather(ctx, args, |ctx, group, chunks, channel| {
+            level1_put_all_gather(ctx, args, group, chunks, channel)
+        })
     }
 }
 
@@ -94,21 +68,13 @@ fn level1_put_all_gather(
     chunks: &[(usize, usize)],
     channel: usize,
 ) -> Result<(), Error> {
-    let positions: Vec<usize> = (0..group.len()).collect();
-    let widest = chunks.iter().map(|&(_, len)| len).max().unwrap_or(0);
-    let ring = PutRing {
-        order: group,
-        stream: 0,
-        channel,
-        chunk_at: &positions,
-        slot: BufRange {
-            buf: Buf::Scratch,
-            offset: 0,
-            len: widest,
-        },
-        dtype: args.op.dtype,
-        op: args.op.op,
+    let slot = BufRange {
+        buf: Buf::Scratch,
+        offset: 0,
+        len: chunks.iter().map(|&(_, len)| len).max().unwrap_or(0),
     };
     let held = |r: Rank, i: usize| args.output.at(r, chunks[i].0, chunks[i].1);
-    put_ring_all_gather(ctx, &ring, &held, !args.output.buf.is_user())
+    with_group_ring(group, channel, slot, &args.op, |ring| {
+        put_ring_all_gather(ctx, ring, &held, !args.output.buf.is_user())
+    })
 }

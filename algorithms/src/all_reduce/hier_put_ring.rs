@@ -22,12 +22,12 @@
 
 use super::hier_levels::{hier_all_reduce, level1_chunks};
 use crate::templates::{
-    put_ring_all_gather, put_ring_reduce_scatter, server_slaves, Level1, PutRing, Servers,
+    hier_request, put_ring_all_gather, put_ring_reduce_scatter, with_group_ring, Level1, Servers,
+    HIER_PUT_CONSTRAINTS,
 };
 use oxccl_framework::platform::{Buf, Rank};
 use oxccl_framework::{
-    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
-    PlanCtx, ResourceRequest,
+    BufRange, Error, Executor, KernelArgs, KernelCtx, OpKind, PlanCtx, ResourceRequest,
 };
 
 /// The hierarchical AllReduce executor with a put ring across servers.
@@ -37,12 +37,7 @@ oxccl_framework::register_executor! {
     name: "hier-put-ring",
     op: OpKind::AllReduce,
     description: "level-0 mesh reduce-scatter in each server (load/store), level-1 put ring AllReduce across servers, level-0 mesh all-gather; runs where only inter-server links are put-only",
-    constraints: Constraints {
-        full_mesh: true,
-        min_servers: 2,
-        links: LinkNeed::LoadStoreWithinServer,
-        ..Constraints::ANY
-    },
+    constraints: HIER_PUT_CONSTRAINTS,
     preference: 5,
     make: || Box::new(HierPutRingAllReduce),
 }
@@ -50,10 +45,7 @@ oxccl_framework::register_executor! {
 impl Executor for HierPutRingAllReduce {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let servers = Servers::of(ctx.topology);
-        let request = ResourceRequest {
-            slave_streams: server_slaves(&servers, ctx.rank),
-            ..ResourceRequest::with_peers(Peers::List(servers.peers(ctx.rank, Level1::Ring)))
-        };
+        let request = hier_request(&servers, ctx.rank, Level1::Ring);
         if servers.count() < 2 {
             return Ok(request);
         }
@@ -86,21 +78,14 @@ fn level1_put_all_reduce(
         return Ok(());
     }
     let sub = level1_chunks((off, len), group.len(), args.op.dtype.size());
-    let positions: Vec<usize> = (0..group.len()).collect();
-    let ring = PutRing {
-        order: group,
-        stream: 0,
-        channel,
-        chunk_at: &positions,
-        slot: BufRange {
-            buf: Buf::Scratch,
-            offset: 0,
-            len: sub[0].1,
-        },
-        dtype: args.op.dtype,
-        op: args.op.op,
+    let slot = BufRange {
+        buf: Buf::Scratch,
+        offset: 0,
+        len: sub[0].1,
     };
     let output = |r: Rank, c: usize| args.output.at(r, sub[c].0, sub[c].1);
-    put_ring_reduce_scatter(ctx, &ring, &output, &output)?;
-    put_ring_all_gather(ctx, &ring, &output, !args.output.buf.is_user())
+    with_group_ring(group, channel, slot, &args.op, |ring| {
+        put_ring_reduce_scatter(ctx, ring, &output, &output)?;
+        put_ring_all_gather(ctx, ring, &output, !args.output.buf.is_user())
+    })
 }

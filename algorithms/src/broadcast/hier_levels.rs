@@ -99,29 +99,14 @@ impl Executor for HierBroadcast {
         let chunks = even_chunks(args.op.count, servers.widest(), es);
         let channel = args.iteration % 2;
         let me = ctx.rank;
-        if me == root {
-            root_keeps_its_data(ctx, args);
-        }
-        if servers.server_of(me) == servers.server_of(root) {
-            let pulls: Vec<(usize, usize)> = servers
-                .owned_chunks(me)
-                .into_iter()
-                .map(|c| chunks[c])
-                .collect();
-            let peers = servers.server_peers(me);
-            pull_from_source(ctx, args.input, args.output, root, &peers, &pulls, channel)?;
-        }
+        scatter_in_root_server(ctx, args, &servers, root, &chunks, channel)?;
         let source_server = servers.server_of(root);
         for c in servers.owned_chunks(me) {
             let group = servers.group(c);
             if group.len() < 2 {
                 continue;
             }
-            let (off, len) = chunks[c];
-            let sub: Vec<(usize, usize)> = even_chunks(len / es, group.len(), es)
-                .into_iter()
-                .map(|(o, l)| (off + o, l))
-                .collect();
+            let sub = pieces(chunks[c], group.len(), es);
             let source = group[source_server];
             let pos = group.iter().position(|&r| r == me).unwrap_or(0);
             let others: Vec<Rank> = group.iter().copied().filter(|&r| r != source).collect();
@@ -149,10 +134,46 @@ impl Executor for HierBroadcast {
     }
 }
 
+/// Level 0, scatter: the root keeps its data, and in the root's server every rank pulls
+/// the chunks it owns (of `chunks`, `(byte offset, byte length)`) from the root's input.
+pub(crate) fn scatter_in_root_server(
+    ctx: &mut KernelCtx<'_>,
+    args: &KernelArgs,
+    servers: &Servers,
+    root: Rank,
+    chunks: &[(usize, usize)],
+    channel: usize,
+) -> Result<(), Error> {
+    let me = ctx.rank;
+    if me == root {
+        root_keeps_its_data(ctx, args);
+    }
+    if servers.server_of(me) != servers.server_of(root) {
+        return Ok(());
+    }
+    let pulls: Vec<(usize, usize)> = servers
+        .owned_chunks(me)
+        .into_iter()
+        .map(|c| chunks[c])
+        .collect();
+    let peers = servers.server_peers(me);
+    pull_from_source(ctx, args.input, args.output, root, &peers, &pulls, channel)
+}
+
+/// `chunk` (`(byte offset, byte length)`) cut into `parts` even pieces of `es`-byte
+/// elements, each as `(byte offset, byte length)` in the same buffer.
+pub(crate) fn pieces(chunk: (usize, usize), parts: usize, es: usize) -> Vec<(usize, usize)> {
+    let (off, len) = chunk;
+    even_chunks(len / es, parts, es)
+        .into_iter()
+        .map(|(o, l)| (off + o, l))
+        .collect()
+}
+
 /// `source` announces its data (a DataSignal to each of `readers`) and waits until each
 /// is done (their Acks); every reader pulls `pulls` (`(byte offset, byte length)`) from
 /// the source's `from` into its own `to`, between the two.
-pub(crate) fn pull_from_source(
+fn pull_from_source(
     ctx: &mut KernelCtx<'_>,
     from: BufRange,
     to: BufRange,

@@ -22,16 +22,16 @@
 //! pairs fixed owners, so it cannot route around a broken link: like the other `hier-*`,
 //! it declares `full_mesh`.
 
-use super::hier_levels::pull_from_source;
-use super::{root_keeps_its_data, root_of};
+use super::hier_levels::{pieces, scatter_in_root_server};
+use super::root_of;
 use crate::templates::{
     await_puts, even_chunks, finish_puts, open_for_puts, put, put_ring_all_gather, ring_neighbours,
-    server_all_gather, server_round, server_slaves, PutRing, Round, Servers,
+    server_all_gather, server_round, server_slaves, with_group_ring, Round, Servers,
+    HIER_PUT_CONSTRAINTS,
 };
 use oxccl_framework::platform::{Buf, Rank};
 use oxccl_framework::{
-    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, Mode, OpKind, Peers,
-    PlanCtx, ResourceRequest,
+    BufRange, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx, ResourceRequest,
 };
 
 /// The hierarchical Broadcast executor with puts across servers.
@@ -43,12 +43,7 @@ oxccl_framework::register_executor! {
     name: NAME,
     op: OpKind::Broadcast,
     description: "scatter in the root's server (load/store), level-1 put scatter + put ring all-gather of each chunk across servers, level-0 all-gather; runs where only inter-server links are put-only",
-    constraints: Constraints {
-        full_mesh: true,
-        min_servers: 2,
-        links: LinkNeed::LoadStoreWithinServer,
-        ..Constraints::ANY
-    },
+    constraints: HIER_PUT_CONSTRAINTS,
     preference: 5,
     make: || Box::new(HierPutRingBroadcast),
 }
@@ -98,28 +93,13 @@ impl Executor for HierPutRingBroadcast {
         let chunks = even_chunks(args.op.count, servers.widest(), es);
         let channel = args.iteration % 2;
         let me = ctx.rank;
-        if me == root {
-            root_keeps_its_data(ctx, args);
-        }
-        if servers.server_of(me) == servers.server_of(root) {
-            let pulls: Vec<(usize, usize)> = servers
-                .owned_chunks(me)
-                .into_iter()
-                .map(|c| chunks[c])
-                .collect();
-            let peers = servers.server_peers(me);
-            pull_from_source(ctx, args.input, args.output, root, &peers, &pulls, channel)?;
-        }
+        scatter_in_root_server(ctx, args, &servers, root, &chunks, channel)?;
         for c in servers.owned_chunks(me) {
             let group = servers.group(c);
             if group.len() < 2 {
                 continue;
             }
-            let (off, len) = chunks[c];
-            let pieces: Vec<(usize, usize)> = even_chunks(len / es, group.len(), es)
-                .into_iter()
-                .map(|(o, l)| (off + o, l))
-                .collect();
+            let pieces = pieces(chunks[c], group.len(), es);
             let source = group[servers.server_of(root)];
             level1_put_broadcast(ctx, args, &group, source, &pieces, channel)?;
         }
@@ -181,16 +161,8 @@ fn level1_put_broadcast(
                 .copy(slot.at(me, 0, len), args.output.at(me, off, len));
         }
     }
-    let positions: Vec<usize> = (0..group.len()).collect();
-    let ring = PutRing {
-        order: group,
-        stream: 0,
-        channel,
-        chunk_at: &positions,
-        slot,
-        dtype: args.op.dtype,
-        op: args.op.op,
-    };
     let held = |r: Rank, i: usize| args.output.at(r, pieces[i].0, pieces[i].1);
-    put_ring_all_gather(ctx, &ring, &held, into_place)
+    with_group_ring(group, channel, slot, &args.op, |ring| {
+        put_ring_all_gather(ctx, ring, &held, into_place)
+    })
 }

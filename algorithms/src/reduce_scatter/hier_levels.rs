@@ -81,32 +81,16 @@ impl Executor for HierReduceScatter {
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let n = ctx.ranks;
-        if n == 1 {
-            args.copy_input_to_output(ctx);
-            return Ok(());
-        }
         let servers = Servers::of(ctx.topology);
-        let len = args.op.count * args.op.dtype.size();
-        let scratch = BufRange {
-            buf: Buf::Scratch,
-            offset: 0,
-            len: n * len,
-        };
         let channel = args.iteration % 2;
-        level0_reduce(ctx, args, &servers, scratch, channel)?;
-        if servers.count() == 1 {
+        let Some(scratch) = level0_partials(ctx, args, &servers, channel)? else {
             return Ok(());
-        }
+        };
+        let len = args.op.count * args.op.dtype.size();
         let me = ctx.rank;
         for c in servers.owned_chunks(me) {
             let group = servers.group(c);
-            let chunks: Vec<(usize, usize)> = (0..servers.count())
-                .map(|s| match c < servers.size(s) {
-                    true => (servers.rank(s, c) * len, len),
-                    false => (0, 0),
-                })
-                .collect();
+            let chunks = group_partials(&servers, c, len);
             let positions: Vec<usize> = (0..group.len()).collect();
             let p = RingParams {
                 order: &group,
@@ -121,17 +105,59 @@ impl Executor for HierReduceScatter {
             };
             self.0.reduce_scatter(ctx, &p)?;
         }
-        let (own, out) = (scratch.at(me, me * len, len), args.output.at(me, 0, len));
-        ctx.main().copy(own, out);
+        own_block_out(ctx, args, scratch);
         Ok(())
     }
+}
+
+/// Level 0 as far as the partial sums: `Some(partials)` (Scratch, one block per rank at
+/// the block's rank) for level 1 to reduce across servers, or `None` where nothing is
+/// left to do (one rank: its input copied; one server: the output written).
+pub(crate) fn level0_partials(
+    ctx: &mut KernelCtx<'_>,
+    args: &KernelArgs,
+    servers: &Servers,
+    channel: usize,
+) -> Result<Option<BufRange>, Error> {
+    let n = ctx.ranks;
+    if n == 1 {
+        args.copy_input_to_output(ctx);
+        return Ok(None);
+    }
+    let len = args.op.count * args.op.dtype.size();
+    let partials = BufRange {
+        buf: Buf::Scratch,
+        offset: 0,
+        len: n * len,
+    };
+    level0_reduce(ctx, args, servers, partials, channel)?;
+    Ok((servers.count() > 1).then_some(partials))
+}
+
+/// The level-1 chunks of index `c` (`(byte offset, byte length)` in the partials, one per
+/// server): the block of the rank with local index `c` on each server, empty where a
+/// server is narrower.
+pub(crate) fn group_partials(servers: &Servers, c: usize, len: usize) -> Vec<(usize, usize)> {
+    (0..servers.count())
+        .map(|s| match c < servers.size(s) {
+            true => (servers.rank(s, c) * len, len),
+            false => (0, 0),
+        })
+        .collect()
+}
+
+/// The end: this rank's block, fully reduced in its partials, copied to its output.
+pub(crate) fn own_block_out(ctx: &mut KernelCtx<'_>, args: &KernelArgs, partials: BufRange) {
+    let (me, len) = (ctx.rank, args.op.count * args.op.dtype.size());
+    let (own, out) = (partials.at(me, me * len, len), args.output.at(me, 0, len));
+    ctx.main().copy(own, out);
 }
 
 /// Level 0: a ready round with the server, then for each owned index the blocks of that
 /// local index on every server reduced from all the server's inputs: into scratch (at
 /// the block's rank), or straight into the output on a single server. Staged, a
 /// DataSignal round follows ("I am done reading your input").
-pub(crate) fn level0_reduce(
+fn level0_reduce(
     ctx: &mut KernelCtx<'_>,
     args: &KernelArgs,
     servers: &Servers,

@@ -22,12 +22,13 @@
 //! owners, so it cannot route around a broken link: like the other `hier-*`, it declares
 //! `full_mesh`.
 
-use super::hier_levels::level0_reduce;
-use crate::templates::{put_ring_reduce_scatter, server_slaves, Level1, PutRing, Servers};
+use super::hier_levels::{group_partials, level0_partials, own_block_out};
+use crate::templates::{
+    hier_request, put_ring_reduce_scatter, with_group_ring, Level1, Servers, HIER_PUT_CONSTRAINTS,
+};
 use oxccl_framework::platform::{Buf, Rank};
 use oxccl_framework::{
-    BufRange, Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers,
-    PlanCtx, ResourceRequest,
+    BufRange, Error, Executor, KernelArgs, KernelCtx, OpKind, PlanCtx, ResourceRequest,
 };
 
 /// The hierarchical ReduceScatter executor with a put ring across servers.
@@ -37,12 +38,7 @@ oxccl_framework::register_executor! {
     name: "hier-put-ring",
     op: OpKind::ReduceScatter,
     description: "level-0 mesh reduce in each server (load/store), then level-1 put ring reduce-scatter across servers; runs where only inter-server links are put-only",
-    constraints: Constraints {
-        full_mesh: true,
-        min_servers: 2,
-        links: LinkNeed::LoadStoreWithinServer,
-        ..Constraints::ANY
-    },
+    constraints: HIER_PUT_CONSTRAINTS,
     preference: 5,
     make: || Box::new(HierPutRingReduceScatter),
 }
@@ -50,10 +46,7 @@ oxccl_framework::register_executor! {
 impl Executor for HierPutRingReduceScatter {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let servers = Servers::of(ctx.topology);
-        let request = ResourceRequest {
-            slave_streams: server_slaves(&servers, ctx.rank),
-            ..ResourceRequest::with_peers(Peers::List(servers.peers(ctx.rank, Level1::Ring)))
-        };
+        let request = hier_request(&servers, ctx.rank, Level1::Ring);
         if servers.count() < 2 {
             return Ok(request);
         }
@@ -62,41 +55,24 @@ impl Executor for HierPutRingReduceScatter {
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let n = ctx.ranks;
-        if n == 1 {
-            args.copy_input_to_output(ctx);
-            return Ok(());
-        }
         let servers = Servers::of(ctx.topology);
-        let len = args.op.count * args.op.dtype.size();
-        let partials = BufRange {
-            buf: Buf::Scratch,
-            offset: 0,
-            len: n * len,
-        };
         let channel = args.iteration % 2;
-        level0_reduce(ctx, args, &servers, partials, channel)?;
-        if servers.count() == 1 {
+        let Some(partials) = level0_partials(ctx, args, &servers, channel)? else {
             return Ok(());
-        }
-        let me = ctx.rank;
+        };
+        let len = args.op.count * args.op.dtype.size();
+        // The receive slot, after the partials.
         let slot = BufRange {
             buf: Buf::Scratch,
-            offset: n * len,
+            offset: partials.len,
             len,
         };
-        for c in servers.owned_chunks(me) {
+        for c in servers.owned_chunks(ctx.rank) {
             let group = servers.group(c);
-            let chunks: Vec<(usize, usize)> = (0..servers.count())
-                .map(|s| match c < servers.size(s) {
-                    true => (servers.rank(s, c) * len, len),
-                    false => (0, 0),
-                })
-                .collect();
+            let chunks = group_partials(&servers, c, len);
             level1_put_reduce_scatter(ctx, args, &group, &chunks, (partials, slot), channel)?;
         }
-        let (own, out) = (partials.at(me, me * len, len), args.output.at(me, 0, len));
-        ctx.main().copy(own, out);
+        own_block_out(ctx, args, partials);
         Ok(())
     }
 }
@@ -115,16 +91,8 @@ fn level1_put_reduce_scatter(
     if group.len() < 2 {
         return Ok(());
     }
-    let positions: Vec<usize> = (0..group.len()).collect();
-    let ring = PutRing {
-        order: group,
-        stream: 0,
-        channel,
-        chunk_at: &positions,
-        slot,
-        dtype: args.op.dtype,
-        op: args.op.op,
-    };
     let partial = |r: Rank, i: usize| partials.at(r, chunks[i].0, chunks[i].1);
-    put_ring_reduce_scatter(ctx, &ring, &partial, &partial)
+    with_group_ring(group, channel, slot, &args.op, |ring| {
+        put_ring_reduce_scatter(ctx, ring, &partial, &partial)
+    })
 }

@@ -23,7 +23,9 @@ use super::rhd::{rhd_all_gather, rhd_all_reduce, rhd_peers, rhd_reduce_scatter};
 use super::ring::RingParams;
 use super::{ring_all_gather, ring_neighbours, ring_reduce_scatter};
 use oxccl_framework::platform::Rank;
-use oxccl_framework::{BufRange, Error, KernelCtx, Topology};
+use oxccl_framework::{
+    BufRange, Constraints, Error, KernelCtx, LinkNeed, Peers, ResourceRequest, Topology,
+};
 
 oxccl_framework::register_template! {
     name: "server_all_gather",
@@ -209,6 +211,26 @@ pub fn server_round(
 pub fn server_slaves(servers: &Servers, rank: Rank) -> usize {
     servers.server_ranks(rank).len() - 1
 }
+
+/// The request of a hierarchical executor for `rank`: its server peers and its `level1`
+/// partners ([`Servers::peers`]), one slave stream per server peer ([`server_slaves`]).
+pub fn hier_request(servers: &Servers, rank: Rank, level1: Level1) -> ResourceRequest {
+    ResourceRequest {
+        slave_streams: server_slaves(servers, rank),
+        ..ResourceRequest::with_peers(Peers::List(servers.peers(rank, level1)))
+    }
+}
+
+/// The constraints of a hierarchical executor with a put level 1 (`hier-put-ring`): its
+/// level-1 partners are fixed by rank, so it needs a full mesh; it is a hint on two
+/// servers or more; it loads and stores only inside servers, so it runs where the links
+/// between servers are put-only, and zero-copy there (`planner::executor_mode`).
+pub const HIER_PUT_CONSTRAINTS: Constraints = Constraints {
+    full_mesh: true,
+    min_servers: 2,
+    links: LinkNeed::LoadStoreWithinServer,
+    ..Constraints::ANY
+};
 
 /// Append level-0 pulls: from each other rank `q` of `ctx.rank`'s server, the pieces
 /// `pieces(q)` (`(byte offset, byte length)` in `output`) into the same place of the own

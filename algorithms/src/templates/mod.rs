@@ -31,7 +31,8 @@ pub mod tree;
 pub use chunks::even_chunks;
 pub use double_ring::{double_ring, Direction};
 pub use hierarchy::{
-    pull_from_server, server_all_gather, server_round, server_slaves, Level1, Servers,
+    hier_request, pull_from_server, server_all_gather, server_round, server_slaves, Level1,
+    Servers, HIER_PUT_CONSTRAINTS,
 };
 pub use mesh::{mesh_all_gather, mesh_peer, mesh_reduce_scatter, mesh_resources, MeshParams};
 pub use nb::{nb_all_gather, nb_peers, nb_reduce_scatter, nb_reduce_scatter_into, nb_schedule};
@@ -46,7 +47,9 @@ pub use put_mesh::{put_mesh_all_gather, put_mesh_reduce_scatter, PutMesh};
 pub use put_rhd::{
     put_rhd_all_gather, put_rhd_all_reduce, put_rhd_reduce_scatter, PutRhd, PutRhdRuns, PutRhdShape,
 };
-pub use put_ring::{put_ring_all_gather, put_ring_reduce_scatter, ChunkSlice, PutRing};
+pub use put_ring::{
+    put_ring_all_gather, put_ring_reduce_scatter, with_group_ring, ChunkSlice, PutRing,
+};
 pub use put_step::put_step;
 pub use relay::{common_neighbours, relay_duties, relay_pieces, require_routes, route, Route};
 pub use relay_mesh::{

@@ -24,7 +24,7 @@
 use super::put_step::put_step;
 use super::ring::{ring_position, RingPosition};
 use oxccl_framework::platform::{DataType, Rank, ReduceOp, Slice};
-use oxccl_framework::{BufRange, Error, KernelCtx};
+use oxccl_framework::{BufRange, Error, KernelCtx, OpParam};
 
 oxccl_framework::register_template! {
     name: "put_ring",
@@ -51,6 +51,28 @@ pub struct PutRing<'a> {
     pub slot: BufRange,
     pub dtype: DataType,
     pub op: ReduceOp,
+}
+
+/// Run `use_ring` with the put ring of a level-1 group: `group` in its own order
+/// (position `i` holds chunk `i`), on the main stream and link `channel`, receiving in
+/// `slot`, for `op`'s type and reduction (the `hier-put-ring` executors).
+pub fn with_group_ring<R>(
+    group: &[Rank],
+    channel: usize,
+    slot: BufRange,
+    op: &OpParam,
+    use_ring: impl FnOnce(&PutRing<'_>) -> R,
+) -> R {
+    let positions: Vec<usize> = (0..group.len()).collect();
+    use_ring(&PutRing {
+        order: group,
+        stream: 0,
+        channel,
+        chunk_at: &positions,
+        slot,
+        dtype: op.dtype,
+        op: op.op,
+    })
 }
 
 impl PutRing<'_> {
