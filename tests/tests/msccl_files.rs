@@ -27,6 +27,7 @@ use oxccl::framework::msccl::executor::{FileExecutor, Imported};
 use oxccl::framework::msccl::model::{Algorithm, BufName, ChunkRef, StepKind};
 use oxccl::framework::msccl::{add_algo_files, import, import_file, Checked};
 use oxccl::framework::planner::{mode_for, record_every_rank, Setting};
+use oxccl::framework::LinkNeed;
 use oxccl::{
     Communicator, Config, DataType, Error, OpKind, OpParam, ReduceOp, Topology, UserBuffers,
 };
@@ -935,6 +936,8 @@ fn wrong_files_import_and_fail_the_analyzer() {
                 link_channels: config.link_channels,
                 in_place,
             };
+            // In the mode the file would run in: imports declare `LinkNeed::Put`.
+            let setting = setting.for_links(LinkNeed::Put);
             record_every_rank(file.name, &executor, "forced".into(), ops, &setting)
         };
         let found = matrix(&file, None, &analyzer_base(), &|_| true, &record);

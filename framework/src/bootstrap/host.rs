@@ -29,9 +29,7 @@ impl HostId {
             boot_id: read_trimmed(BOOT_ID).unwrap_or_default(),
         }
     }
-}
 
-impl HostId {
     /// The host a rank claims with `OXCCL_HOSTID` (see [`crate::Config::host_id`]): its
     /// name, with no boot id. Ranks claiming one name share memory.
     pub fn claimed(name: &str) -> HostId {
