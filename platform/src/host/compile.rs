@@ -111,10 +111,18 @@ pub(crate) enum Op {
 pub(crate) struct HostProgram {
     pub slot: usize,
     pub streams: Vec<Vec<Op>>,
-    /// Fence slots of the fence peers (local, or proxies of peers in other devices).
-    pub peer_slots: Arc<[usize]>,
+    /// What the exit fence waits for (zero-copy): the fence peers that may touch the
+    /// rank's user buffers, which leaves out those reached over TCP or RDMA. A put-only
+    /// link writes only a peer's CCL buffers and scratch (the wire has no other target),
+    /// so such a peer never reads or writes this rank's user buffers; and this rank's own
+    /// puts read their sources before the task ends (into the socket, or through the RDMA
+    /// bounce buffer with its completion awaited). Waiting for such a peer's
+    /// epoch at exit would only add a message's latency to every zero-copy call of a job
+    /// across hosts. The entry fence still waits for it (it writes the CCL buffers).
+    pub exit_slots: Arc<[usize]>,
     /// What the entry fence waits for: the rank's own slot first (its previous epoch, when
-    /// its submissions are queued), then `peer_slots`.
+    /// its submissions are queued), then the fence peers' slots (local, or proxies of
+    /// peers in other devices).
     pub entry_slots: Arc<[usize]>,
     /// The words of its rank's bank a post of this program's operation may land on:
     /// looked at when its streams end, for notifies left set (see `launch.rs`).
@@ -151,7 +159,13 @@ pub(crate) fn compile(
                 .fence_slot(p)
                 .ok_or_else(|| shared.config.not_served(p))
         })
-        .collect::<Result<Arc<[usize]>, _>>()?;
+        .collect::<Result<Vec<usize>, _>>()?;
+    let exit_slots = request
+        .peers
+        .iter()
+        .filter(|&&p| !matches!(shared.reach(p), Reach::Tcp))
+        .filter_map(|&p| shared.fence_slot(p))
+        .collect();
     // Their Done epochs come back on the connections to them (see `host::tcp`).
     for &peer in &request.peers {
         connect(shared, slot, peer)?;
@@ -264,7 +278,7 @@ pub(crate) fn compile(
             entry_slots: std::iter::once(slot)
                 .chain(peer_slots.iter().copied().filter(|&p| p != slot))
                 .collect(),
-            peer_slots,
+            exit_slots,
             watched,
             small: moved <= INLINE_BYTES,
         }),

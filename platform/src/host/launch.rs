@@ -355,7 +355,7 @@ impl Launch {
             .iter()
             .map(|&p| (p, self.epoch.saturating_sub(1)));
         let exit = match self.compiled.exit_fence {
-            true => &self.program.peer_slots[..],
+            true => &self.program.exit_slots[..],
             false => &[],
         };
         for (peer, needed) in entry.chain(exit.iter().map(|&p| (p, self.epoch))) {
@@ -520,13 +520,13 @@ impl Launch {
     }
 
     fn pass_exit_fence(self: &Arc<Self>, mut index: usize) {
-        while let Some(&peer) = self.program.peer_slots.get(index) {
+        while let Some(&peer) = self.program.exit_slots.get(index) {
             if self.shared.fences[peer].done() < self.epoch {
                 break;
             }
             index += 1;
         }
-        while let Some(&peer) = self.program.peer_slots.get(index) {
+        while let Some(&peer) = self.program.exit_slots.get(index) {
             {
                 let mut phase = self.phase.lock();
                 let Phase::Exiting { since, .. } = *phase else {
@@ -821,7 +821,7 @@ impl Launch {
                 needed,
             } => return fence_timeout(since, &self.entry_peers, index, needed),
             Phase::Exiting { since, index } => {
-                return fence_timeout(since, &self.program.peer_slots, index, self.epoch)
+                return fence_timeout(since, &self.program.exit_slots, index, self.epoch)
             }
             Phase::Running => {}
             Phase::Cancelled | Phase::Done => return None,

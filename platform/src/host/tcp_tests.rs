@@ -2,7 +2,7 @@
 //! process stand for two hosts (the multi-process tests are in `tests/`), and a raw
 //! socket plays a faulty or hostile peer.
 
-use super::shm_tests::{request, run_ranks, swap_and_check};
+use super::shm_tests::{request, run_ranks, run_requests, swap_and_check};
 use super::tcp::ACCEPTED;
 use super::HostDevice;
 use crate::device::{CompileRequest, Device, DeviceConfig, RankProcess, Resource};
@@ -344,6 +344,33 @@ fn wait_for_rogue(dev: &HostDevice) -> Result<(), DeviceError> {
     run_ranks(dev, vec![(p, vec![1])], &[vec![0u8; 8]], &mut out, 1)
         .pop()
         .unwrap()
+}
+
+#[test]
+fn a_zero_copy_call_does_not_wait_at_exit_for_a_peer_reached_over_tcp() {
+    // A put-only peer never touches this rank's user buffers, so the exit fence leaves it
+    // out: the rogue never finishes epoch 1, and the call returns all the same (it used
+    // to wait for the rogue's Done frame, here until the timeout).
+    let (dev, _outbound, _inbound) = device_with_rogue(Duration::from_secs(5));
+    let mut p = RankProgram::new(0, 1);
+    p.streams[0].copy(
+        Slice::new(0, Buf::Input, 0, 8),
+        Slice::new(0, Buf::Output, 0, 8),
+    );
+    let zero_copy = CompileRequest {
+        exit_fence: true,
+        ..request(p, vec![1])
+    };
+    let mut out = [vec![0u8; 8]];
+    let started = Instant::now();
+    let result = run_requests(&dev, vec![zero_copy], (&[vec![3u8; 8]], &mut out), 1);
+    assert!(matches!(result[..], [Ok(())]), "{result:?}");
+    assert_eq!(out[0], vec![3u8; 8]);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "returned at once, not at the exit fence's timeout"
+    );
+    assert_eq!(dev.done_epoch(0).unwrap(), 1);
 }
 
 #[test]
