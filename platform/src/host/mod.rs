@@ -230,14 +230,16 @@ impl HostDevice {
         pool.drain(&mut busy);
         // Polling, this thread runs what the peers wake: quietly, as it drains (a worker
         // woken for a stream this thread takes first is a context switch for nothing).
-        pool.quiet(|| {
-            if let Some(poller) = poller {
-                poller.poll_while(&mut busy);
-            }
-            if self.shared.tcp.is_some() {
-                tcp::receiver::poll_while(&self.shared, small, &mut busy);
-            }
+        // With TCP peers, one loop looks at both transports on every turn: polling shared
+        // memory first and TCP after would leave the peers' posts of the other unseen
+        // (posts to a polled device ring no doorbell) until the first loop gave up.
+        pool.quiet(|| match (&poller, self.shared.tcp.is_some()) {
+            (shm, true) => tcp::receiver::poll_while(&self.shared, small, shm.as_ref(), &mut busy),
+            (Some(poller), false) => poller.poll_while(&mut busy),
+            (None, false) => {}
         });
+        // Peers ring the doorbell again before this thread may sleep in `wait_out`.
+        drop(poller);
         pool.kick();
         started
             .into_iter()

@@ -42,13 +42,23 @@ impl<'a> Poller<'a> {
     pub(crate) fn poll_while(&self, mut busy: impl FnMut() -> bool) {
         let mut idle = 0;
         while busy() && idle < POLLS {
-            if poll_once(self.shared, self.links) || self.shared.pool.run_one() {
+            if self.look() || self.shared.pool.run_one() {
                 idle = 0;
             } else {
                 idle += 1;
                 std::thread::yield_now();
             }
         }
+    }
+}
+
+impl Poller<'_> {
+    /// One look: move the peers' fence proxies and run the streams peers woke; true when
+    /// a stream ran. For a loop that also polls another transport (TCP, in a job across
+    /// hosts), which must look here on every turn: while the poller lives, peers post
+    /// without ringing, so nothing else would notice their posts.
+    pub(crate) fn look(&self) -> bool {
+        poll_once(self.shared, self.links)
     }
 }
 

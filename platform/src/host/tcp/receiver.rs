@@ -24,6 +24,7 @@ use super::readiness::Ready;
 use super::{setup, TcpLinks, ACCEPTED, WRONG_SHAPE};
 use crate::error::{DeviceError, PeerLoss};
 use crate::host::launch::Shared;
+use crate::host::shm::Poller;
 use crate::ir::Rank;
 use crate::transport::tcp::wire::{Hello, HEADER_LEN, HELLO_LEN};
 use frames::{connect_info, frame, take_rdma_posts};
@@ -226,10 +227,19 @@ fn handle(shared: &Arc<Shared>, links: &TcpLinks, rx: &mut Receiver, found: &Rea
 /// until its frames come. A device with more local ranks keeps yielding: their streams
 /// may end its call from another thread, which no socket would announce.
 ///
+/// In a job across hosts the device also has shared-memory peers (`shm`): each look takes
+/// their posts as well ([`Poller::look`]), and the thread never sleeps in the readiness
+/// set, which their posts do not wake.
+///
 /// Unless the call is `small` (its programs move at most a socket buffer's worth), a job
 /// from the pool may be a stream that blocks in a send: the receiver thread then reads
 /// while it runs, so that two ranks sending to each other always drain.
-pub(crate) fn poll_while(shared: &Arc<Shared>, small: bool, mut busy: impl FnMut() -> bool) {
+pub(crate) fn poll_while(
+    shared: &Arc<Shared>,
+    small: bool,
+    shm: Option<&Poller<'_>>,
+    mut busy: impl FnMut() -> bool,
+) {
     let Some(links) = shared.tcp.as_ref() else {
         return;
     };
@@ -238,17 +248,18 @@ pub(crate) fn poll_while(shared: &Arc<Shared>, small: bool, mut busy: impl FnMut
         return;
     }
     links.ready.pause(&links.poller);
-    let may_sleep = shared.config.local_ranks.len() == 1;
+    // Shared-memory peers' posts do not make a socket readable: with them, never sleep.
+    let may_sleep = shared.config.local_ranks.len() == 1 && shm.is_none();
     let mut found = Ready::new();
     let mut idle = 0;
     while busy() && idle < POLLS {
-        let mut ran = false;
+        let mut ran = shm.is_some_and(Poller::look);
         if small {
-            ran = shared.pool.run_one();
+            ran |= shared.pool.run_one();
         } else if shared.pool.has_jobs() {
             links.ready.resume(&links.poller);
             drop(rx);
-            ran = shared.pool.run_one();
+            ran |= shared.pool.run_one();
             rx = links.rx.lock();
             links.ready.pause(&links.poller);
         }
