@@ -4,10 +4,16 @@
 //! The put-based twin of [`super::mesh`] for put-only links. Every rank first opens its
 //! output to every peer (Ack), then writes each peer's block and signals, then waits for
 //! every peer's block (see [`crate::templates::put`](mod@crate::templates::put)): all opens come before any wait, so
-//! the exchange cannot deadlock. Staged, outputs are the CclOut buffers; Direct mode (only
-//! when every link is load/store) writes the user's output. Needs a full mesh.
+//! the exchange cannot deadlock. Staged, outputs are the CclOut buffers; zero-copy, the
+//! user's output over a load/store link, and over a put-only one the receiver's Scratch
+//! slot of the sender, which the receiver copies into its output (zero-copy per peer).
+//! Needs a full mesh.
 
-use crate::templates::{await_puts, finish_puts, mesh_peer, open_for_puts, put};
+use crate::gather::put_mesh::slot_len;
+use crate::templates::{
+    await_puts, finish_puts, land_from_scratch, landing, mesh_peer, open_for_puts, put,
+    with_landing_scratch,
+};
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, Peers, PlanCtx,
     ResourceRequest,
@@ -26,8 +32,11 @@ oxccl_framework::register_executor! {
 }
 
 impl Executor for PutMeshAlltoAll {
-    fn resources(&self, _: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        Ok(ResourceRequest::with_peers(Peers::All))
+    fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        // A landing slot per sender, of one block each.
+        let cap = ctx.ccl_bytes / ctx.ranks / ctx.op.dtype.size();
+        let request = ResourceRequest::with_peers(Peers::All);
+        Ok(with_landing_scratch(ctx, request, ctx.ranks, cap))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
@@ -36,6 +45,7 @@ impl Executor for PutMeshAlltoAll {
         let peers: Vec<usize> = (1..n).map(|step| mesh_peer(me, n, step)).collect();
         let incoming = open_for_puts(ctx, 0, &peers)?;
         let (own_off, len) = blocks[me];
+        let slot = slot_len(&blocks);
         let own = (
             args.input.at(me, own_off, len),
             args.output.at(me, own_off, len),
@@ -45,13 +55,17 @@ impl Executor for PutMeshAlltoAll {
             .iter()
             .map(|&p| {
                 let write = (
-                    args.output.at(p, own_off, len),
+                    landing(ctx, args.output.at(p, own_off, len), me * slot),
                     args.input.at(me, blocks[p].0, len),
                 );
                 put(ctx, 0, p, &[write])
             })
             .collect::<Result<Vec<_>, _>>()?;
         await_puts(ctx, 0, &incoming);
+        for &p in &peers {
+            let (off, len) = blocks[p];
+            land_from_scratch(ctx, 0, p, args.output.at(me, off, len), p * slot);
+        }
         finish_puts(ctx, 0, &sent);
         Ok(())
     }

@@ -2,13 +2,17 @@
 //!
 //! The put-based twin of [`super::mesh`] for put-only links: the root opens its output to
 //! every rank (Ack), each rank writes its input into block `rank` of it and signals (see
-//! [`crate::templates::put`](mod@crate::templates::put)). Staged, the root's output is its CclOut; Direct mode (only
-//! when every link is load/store) writes the user's output. Links: every rank to the root.
+//! [`crate::templates::put`](mod@crate::templates::put)). Staged, the root's output is its CclOut; zero-copy,
+//! the user's output over a load/store link, and over a put-only one the root's Scratch
+//! slot of the rank, which the root copies into its output (zero-copy per peer). Links:
+//! every rank to the root.
 
 use super::root_places_its_block;
 use crate::broadcast::mesh::star_peers;
 use crate::broadcast::root_of;
-use crate::templates::{await_puts, finish_puts, open_for_puts, put};
+use crate::templates::{
+    await_puts, finish_puts, land_from_scratch, landing, open_for_puts, put, with_landing_scratch,
+};
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, PlanCtx, ResourceRequest,
 };
@@ -27,7 +31,10 @@ oxccl_framework::register_executor! {
 
 impl Executor for PutMeshGather {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        Ok(star_peers(ctx, root_of(ctx.op, "put-mesh")?))
+        let request = star_peers(ctx, root_of(ctx.op, "put-mesh")?);
+        // A landing slot per rank at the root, of one block each.
+        let cap = ctx.ccl_bytes / ctx.ranks / ctx.op.dtype.size();
+        Ok(with_landing_scratch(ctx, request, ctx.ranks, cap))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
@@ -36,7 +43,8 @@ impl Executor for PutMeshGather {
         let blocks = args.blocks(ctx.ranks);
         if me != root {
             let (off, len) = blocks[me];
-            let write = (args.output.at(root, off, len), args.input.at(me, 0, len));
+            let dst = landing(ctx, args.output.at(root, off, len), me * slot_len(&blocks));
+            let write = (dst, args.input.at(me, 0, len));
             let link = put(ctx, 0, root, &[write])?;
             finish_puts(ctx, 0, &[link]);
             return Ok(());
@@ -45,6 +53,16 @@ impl Executor for PutMeshGather {
         let links = open_for_puts(ctx, 0, &peers)?;
         root_places_its_block(ctx, args);
         await_puts(ctx, 0, &links);
+        for p in peers {
+            let (off, len) = blocks[p];
+            let slot = p * slot_len(&blocks);
+            land_from_scratch(ctx, 0, p, args.output.at(root, off, len), slot);
+        }
         Ok(())
     }
+}
+
+/// The bytes of one landing slot: the longest block.
+pub(crate) fn slot_len(blocks: &[(usize, usize)]) -> usize {
+    blocks.iter().map(|&(_, len)| len).max().unwrap_or(0)
 }

@@ -2,13 +2,17 @@
 //!
 //! The put-based twin of [`super::mesh`] for put-only links: every rank opens its output
 //! (Ack), the root writes each rank's block into it and signals (see
-//! [`crate::templates::put`](mod@crate::templates::put)). Staged, the output is the peer's CclOut; Direct mode (only
-//! when every link is load/store) writes the user's output. Links: the root to every rank.
+//! [`crate::templates::put`](mod@crate::templates::put)). Staged, the output is the peer's CclOut; zero-copy,
+//! the user's output over a load/store link and the peer's Scratch over a put-only one,
+//! which the peer copies into its output (zero-copy per peer). Links: the root to every
+//! rank.
 
 use super::root_keeps_its_block;
 use crate::broadcast::mesh::star_peers;
 use crate::broadcast::root_of;
-use crate::templates::{await_puts, finish_puts, open_for_puts, put};
+use crate::templates::{
+    await_puts, finish_puts, land_from_scratch, landing, open_for_puts, put, with_landing_scratch,
+};
 use oxccl_framework::platform::{Rank, Slice};
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, PlanCtx, ResourceRequest,
@@ -38,7 +42,10 @@ oxccl_framework::register_executor! {
 
 impl Executor for PutMeshScatter {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        Ok(star_peers(ctx, root_of(ctx.op, "put-mesh")?))
+        let request = star_peers(ctx, root_of(ctx.op, "put-mesh")?);
+        // One landing slot of one block (the root's CCL buffer holds every block, staged).
+        let cap = ctx.ccl_bytes / ctx.ranks / ctx.op.dtype.size();
+        Ok(with_landing_scratch(ctx, request, 1, cap))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
@@ -47,6 +54,8 @@ impl Executor for PutMeshScatter {
         if me != root {
             let links = open_for_puts(ctx, 0, &[root])?;
             await_puts(ctx, 0, &links);
+            let len = args.blocks(ctx.ranks)[me].1;
+            land_from_scratch(ctx, 0, root, peer_output(args, me, me, len), 0);
             return Ok(());
         }
         let blocks = args.blocks(ctx.ranks);
@@ -55,7 +64,7 @@ impl Executor for PutMeshScatter {
             .map(|p| {
                 let (off, len) = blocks[p];
                 let write = (
-                    peer_output(args, root, p, len),
+                    landing(ctx, peer_output(args, root, p, len), 0),
                     args.input.at(root, off, len),
                 );
                 put(ctx, 0, p, &[write])

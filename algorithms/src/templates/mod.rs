@@ -42,7 +42,10 @@ pub use nhr::{
 pub use p2p::{p2p_exchange, p2p_peers, p2p_slot_bytes, P2pParams, P2pPhase};
 pub use p2p_put::p2p_put_exchange;
 pub use peer_round::{all_peers_round, Round};
-pub use put::{await_puts, finish_puts, open_for_puts, put};
+pub use put::{
+    await_puts, finish_puts, land_from_scratch, landing, lands_in_place, open_for_puts, put,
+    with_landing_scratch,
+};
 pub use put_mesh::{put_mesh_all_gather, put_mesh_reduce_scatter, PutMesh};
 pub use put_rhd::{
     put_rhd_all_gather, put_rhd_all_reduce, put_rhd_reduce_scatter, PutRhd, PutRhdRuns, PutRhdShape,

@@ -16,11 +16,22 @@
 //! Each signal is posted once per exchange and consumed before the next one is posted
 //! (the receiver's next `tx_ack` follows its wait for this exchange's data), so
 //! iterations back to back lose no wakeup. The destination must be the peer's CclIn,
-//! CclOut or Scratch on a put-only link; on a load/store link (Direct mode is used only
-//! when every link is load/store) it may be the peer's user buffer.
+//! CclOut or Scratch on a put-only link; on a load/store link it may be the peer's user
+//! buffer.
+//!
+//! ## Zero-copy per peer
+//!
+//! A zero-copy call (Direct mode) runs on user buffers, also where some links are
+//! put-only (a job across hosts: shared memory inside each, the network between them).
+//! A put-mesh executor then writes a peer's user buffer only over a load/store link; over
+//! a put-only one its put **lands** in the peer's Scratch ([`landing`]), and the peer
+//! copies it into place once it arrived ([`land_from_scratch`]). Staged, every put lands
+//! in place (the destination is a CCL buffer). The Scratch and the iteration's cap come
+//! from [`with_landing_scratch`], only where a landing may happen, so a job on one host
+//! pays nothing for it.
 
-use oxccl_framework::platform::{Link, Rank, Slice};
-use oxccl_framework::{Error, KernelCtx};
+use oxccl_framework::platform::{Buf, Link, LinkAccess, Rank, Slice};
+use oxccl_framework::{Error, KernelCtx, Mode, PlanCtx, ResourceRequest};
 
 oxccl_framework::register_template! {
     name: "put",
@@ -69,5 +80,62 @@ pub fn await_puts(ctx: &mut KernelCtx<'_>, stream: usize, links: &[Link]) {
 pub fn finish_puts(ctx: &mut KernelCtx<'_>, stream: usize, links: &[Link]) {
     for l in links {
         l.tx_wait_done(ctx.stream(stream));
+    }
+}
+
+/// Whether a put of `ctx.rank` into `peer`'s buffer `buf` may write it as it is: a CCL
+/// buffer or scratch always, a user buffer over a load/store link only.
+pub fn lands_in_place(ctx: &KernelCtx<'_>, peer: Rank, buf: Buf) -> bool {
+    !buf.is_user() || ctx.topology.link_access(ctx.rank, peer) != Some(LinkAccess::Put)
+}
+
+/// Where `ctx.rank`'s put of `dst` (on rank `dst.rank`) goes: `dst` itself where it
+/// [`lands_in_place`], else the peer's Scratch at byte `slot`, from which the peer copies
+/// it with [`land_from_scratch`] (see the module docs).
+pub fn landing(ctx: &KernelCtx<'_>, dst: Slice, slot: usize) -> Slice {
+    match lands_in_place(ctx, dst.rank, dst.buf) {
+        true => dst,
+        false => Slice::new(dst.rank, Buf::Scratch, slot, dst.len),
+    }
+}
+
+/// Receiver, after [`await_puts`]: copy what `from` put for `dst` (one of this rank's
+/// buffers) out of this rank's Scratch at byte `slot` into `dst`, on `stream`; nothing
+/// where the put landed in place.
+pub fn land_from_scratch(
+    ctx: &mut KernelCtx<'_>,
+    stream: usize,
+    from: Rank,
+    dst: Slice,
+    slot: usize,
+) {
+    if dst.len == 0 || lands_in_place(ctx, from, dst.buf) {
+        return;
+    }
+    let me = ctx.rank;
+    ctx.stream(stream)
+        .copy(Slice::new(me, Buf::Scratch, slot, dst.len), dst);
+}
+
+/// The request of a put-mesh executor that may land puts in Scratch (zero-copy with
+/// put-only links somewhere; see the module docs): `request` plus `slots` landing slots of
+/// one block each, the block (the iteration's count) capped at `block_cap` elements and at
+/// the operation's count. The condition is the same on every rank (mode and topology), so
+/// every rank loops alike; staged, or with every link load/store, `request` as it is.
+pub fn with_landing_scratch(
+    ctx: &PlanCtx<'_>,
+    request: ResourceRequest,
+    slots: usize,
+    block_cap: usize,
+) -> ResourceRequest {
+    if ctx.mode == Mode::Staged || ctx.topology.all_load_store() || ctx.ranks == 1 {
+        return request;
+    }
+    let es = ctx.op.dtype.size();
+    let cap = block_cap.max(1);
+    ResourceRequest {
+        scratch_bytes: slots * cap.min(ctx.op.count) * es,
+        max_count_per_loop: Some(cap),
+        ..request
     }
 }
