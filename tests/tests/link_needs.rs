@@ -2,12 +2,16 @@
 //!
 //! For each registered executor and each put-only shape (`tcp8`: every link put-only;
 //! `2x8`: put-only across servers, load/store inside), the executor's programs are
-//! recorded on the shape's load/store twin (the same servers and wiring, every link
-//! load/store, so no executor is screened out), in every mode it runs in on the put-only
-//! shape (staged always; zero-copy too where the shape's servers are load/store inside,
-//! as on `2x8`, for an executor that declares `LoadStoreWithinServer`: see
-//! `planner::executor_mode`), then analyzed as if they ran on the put-only shape.
-//! What the analyzer's link check reports decides the need:
+//! recorded in every mode it runs in on the put-only shape (staged always; zero-copy too
+//! where the shape's servers are load/store inside, as on `2x8`, for every executor but
+//! those that need load/store everywhere: see `planner::executor_mode`), then analyzed as
+//! if they ran on the put-only shape. They are recorded on the shape itself where the
+//! executor's declared need allows it, so that an executor that picks its destinations by
+//! link (zero-copy per peer: puts across a put-only link land in Scratch) sees the links
+//! it will run on, and a program the planner refuses there counts as a finding; on the
+//! shape's load/store twin (the same servers and wiring, every link load/store) where the
+//! declaration would screen it out, to find what it does all the same. What the
+//! analyzer's link check reports decides the need:
 //!
 //! - nothing on either shape: [`LinkNeed::Put`];
 //! - only reads or user-buffer writes over links inside a server: `LoadStoreWithinServer`;
@@ -24,7 +28,7 @@ use oxccl::framework::planner::{executor_mode, mode_for};
 use oxccl::framework::platform::LinkAccess;
 use oxccl::framework::{ExecutorEntry, LinkNeed, Mode};
 // Linked so that the example plugin's executor is audited too.
-use oxccl::{registry, Config, DataType, ReduceOp, Topology};
+use oxccl::{registry, Config, DataType, Error, ReduceOp, Topology};
 use oxccl_tests as _;
 
 /// The put-only shapes of the audit.
@@ -59,9 +63,12 @@ fn load_store_twin(topology: &Topology) -> Topology {
 /// on the shape at all (its other constraints, or a resource error).
 fn violations(entry: &ExecutorEntry, put_only: &Topology) -> Option<Vec<String>> {
     let (kind, name) = (entry.op, entry.name);
-    let twin = load_store_twin(put_only);
+    let recorded_on = match entry.constraints.links.refusal(put_only) {
+        None => put_only.clone(),
+        Some(_) => load_store_twin(put_only),
+    };
     let mut config = Config {
-        topology: Some(twin),
+        topology: Some(recorded_on),
         zero_copy: false,
         ccl_buffer_bytes: 1 << 16,
         ..Config::default()
@@ -83,8 +90,14 @@ fn violations(entry: &ExecutorEntry, put_only: &Topology) -> Option<Vec<String>>
     let mut recorded = false;
     for case in picked {
         config.zero_copy = case.zero_copy;
-        let Ok(mut rec) = Recording::record_each(&case.ops, case.in_place, config.clone()) else {
-            continue;
+        let mut rec = match Recording::record_each(&case.ops, case.in_place, config.clone()) {
+            Ok(rec) => rec,
+            Err(Error::PutOnlyLink { access, .. }) => {
+                recorded = true;
+                found.push(access.to_string());
+                continue;
+            }
+            Err(_) => continue,
         };
         recorded = true;
         rec.topology = put_only.clone();

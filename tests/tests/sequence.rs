@@ -47,10 +47,12 @@ fn every_pair_of_all_reduce_executors_runs_back_to_back() {
     assert!(assert_pairs_pass(OpKind::AllReduce, &shapes, FenceModel::DEVICE) > 0);
 }
 
-/// A job across hosts: the links between servers put-only. Zero-copy, a sequence there
-/// mixes modes (`planner::executor_mode`): the hierarchical put executors run Direct, with
-/// the exit fence, and the put executors staged. Every ordered pair of the executors that
-/// run there, of the four operators that have both kinds, back to back.
+/// A job across hosts: the links between servers put-only. Zero-copy, every executor that
+/// runs there runs Direct (`planner::executor_mode`), with the exit fence, each touching
+/// peers' user buffers over the load/store links only: the hierarchical put executors by
+/// design, the put-mesh ones by landing their puts across servers in Scratch, capped
+/// iterations included. Every ordered pair of the executors that run there, of the
+/// operators that have put-mesh or hierarchical put executors, back to back.
 #[test]
 fn pairs_of_mixed_modes_run_back_to_back_across_hosts() {
     use oxccl::framework::platform::LinkAccess::{LoadStore, Put};
@@ -62,6 +64,9 @@ fn pairs_of_mixed_modes_run_back_to_back_across_hosts() {
         OpKind::AllGather,
         OpKind::ReduceScatter,
         OpKind::Broadcast,
+        OpKind::Scatter,
+        OpKind::Gather,
+        OpKind::AlltoAll,
     ];
     for op in ops {
         let shapes = [two_hosts.clone()];

@@ -122,22 +122,25 @@ pub fn mode_for(zero_copy: bool, topology: &Topology) -> Mode {
 ///
 /// A put-only link reaches a peer's registered CCL buffers and scratch, never its user
 /// buffers. Where every link is load/store, every executor runs as offered. Where only
-/// the links inside servers are (a job across hosts), an executor that declares
-/// [`LinkNeed::LoadStoreWithinServer`] runs on user buffers: it loads and stores inside a
-/// server and puts into registered buffers across servers in either mode (the put audit
-/// and the link-need test prove it in Direct mode with those links put-only). A put
-/// executor ([`LinkNeed::Put`]) stages there: its need is proved staged, where a peer's
-/// output is its CclOut, and some write a peer's output directly (put-mesh Broadcast),
-/// which on user buffers would cross a put-only link. So each candidate of a selection
-/// is planned, modelled and run in its own mode, and a staged one pays its staging
-/// copies in the model as it will at run time. Where no server has two ranks nothing is
-/// offered: every peer is across a put-only link, and Direct would buy only the exit
-/// fence's wait.
+/// the links inside servers are (a job across hosts), every executor that can run there
+/// runs on user buffers, each in its own way:
+/// - one that declares [`LinkNeed::LoadStoreWithinServer`] loads and stores inside a
+///   server and puts into registered buffers across servers;
+/// - a put executor ([`LinkNeed::Put`]) writes a peer's user buffer only over a
+///   load/store link; across a put-only one its put lands in the peer's Scratch, which
+///   the peer copies into place (the put-mesh executors: see the algorithms' `put`
+///   template), or it never writes a peer's user buffer at all (put rings, halving and
+///   doubling, which put into Scratch zero-copy).
+///
+/// The put audit, the conformance matrix's put-only shapes and the link-need test prove
+/// each in Direct mode with those links put-only; the planner refuses a program that
+/// would cross one anyway. An executor that needs load/store everywhere cannot run there
+/// and stages (its refusal says why). Each candidate of a selection is planned, modelled
+/// and run in its own mode. Where no server has two ranks nothing is offered: every peer
+/// is across a put-only link, and Direct would buy only the exit fence's wait.
 pub fn executor_mode(offered: Mode, topology: &Topology, need: LinkNeed) -> Mode {
     match offered {
-        Mode::Direct if topology.all_load_store() || need == LinkNeed::LoadStoreWithinServer => {
-            Mode::Direct
-        }
+        Mode::Direct if topology.all_load_store() || need != LinkNeed::LoadStore => Mode::Direct,
         _ => Mode::Staged,
     }
 }
@@ -224,7 +227,11 @@ mod tests {
         }
         let on_two_hosts = |need| executor_mode(Mode::Direct, &two_hosts, need);
         assert_eq!(on_two_hosts(LinkNeed::LoadStoreWithinServer), Mode::Direct);
-        assert_eq!(on_two_hosts(LinkNeed::Put), Mode::Staged);
+        assert_eq!(
+            on_two_hosts(LinkNeed::Put),
+            Mode::Direct,
+            "zero-copy per peer"
+        );
         assert_eq!(on_two_hosts(LinkNeed::LoadStore), Mode::Staged);
     }
 
