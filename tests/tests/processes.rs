@@ -142,7 +142,8 @@ fn plans_of(outputs: &[Output], op: &str) -> Vec<(usize, String)> {
 /// buffers. Ranks on one host meet through shared memory and map each other's user
 /// buffers; the hosts meet over TCP, which reaches registered buffers only. Every
 /// operator runs against the reference; AllReduce, AllGather, ReduceScatter and Broadcast
-/// on their hierarchical put executors, which run zero-copy (Direct) where a job across
+/// on their hierarchical put executors, Scatter, Gather and AlltoAll on put-mesh (whose
+/// puts to the other host land in Scratch): all zero-copy (Direct), where a job across
 /// hosts staged every call before.
 #[test]
 fn two_hosts_run_zero_copy_inside_each_and_stage_between() {
@@ -159,7 +160,8 @@ fn two_hosts_run_zero_copy_inside_each_and_stage_between() {
                 (
                     "OXCCL_ALGO",
                     "all_reduce=hier-put-ring;all_gather=hier-put-ring;\
-                     reduce_scatter=hier-put-ring;broadcast=hier-put-ring"
+                     reduce_scatter=hier-put-ring;broadcast=hier-put-ring;\
+                     scatter=put-mesh;gather=put-mesh;all_to_all=put-mesh"
                         .to_string(),
                 ),
             ];
@@ -168,11 +170,14 @@ fn two_hosts_run_zero_copy_inside_each_and_stage_between() {
         .collect();
     let outputs = finish(children);
     assert_all_ok(&outputs, 4);
-    let expected: Vec<(usize, String)> = (0..4)
-        .map(|r| (r, "hier-put-ring Direct".to_string()))
-        .collect();
+    let direct = |algo: &str| -> Vec<(usize, String)> {
+        (0..4).map(|r| (r, format!("{algo} Direct"))).collect()
+    };
     for op in ["all_reduce", "all_gather", "reduce_scatter", "broadcast"] {
-        assert_eq!(plans_of(&outputs, op), expected, "{op}");
+        assert_eq!(plans_of(&outputs, op), direct("hier-put-ring"), "{op}");
+    }
+    for op in ["scatter", "gather", "all_to_all"] {
+        assert_eq!(plans_of(&outputs, op), direct("put-mesh"), "{op}");
     }
     assert_eq!(named_segments(&id), Vec::<String>::new());
 }

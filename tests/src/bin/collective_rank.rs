@@ -9,8 +9,8 @@
 //! `OXCCL_TEST_RANKS=a,b` makes this process hold those ranks, one thread each, joined
 //! with `init_rank` through `OXCCL_COMM_ID` and `OXCCL_SIZE` (a job of processes that
 //! each hold several ranks). After its cases a rank also prints how it runs an AllReduce,
-//! an AllGather, a ReduceScatter and a Broadcast of 1 MiB: `rank R all_reduce: EXECUTOR
-//! MODE` (`Direct`: zero-copy).
+//! an AllGather, a ReduceScatter, a Broadcast, a Scatter, a Gather and an AlltoAll of
+//! 1 MiB: `rank R all_reduce: EXECUTOR MODE` (`Direct`: zero-copy).
 
 use oxccl::{Communicator, Config};
 use oxccl_tests::every::every_operator as run;
@@ -48,8 +48,9 @@ fn on_heap_buffers(comm: &Communicator) -> Result<(), String> {
         .map_err(|e| chain(&e))
 }
 
-/// How `comm` runs a 1 MiB f32 sum AllReduce, and AllGather, ReduceScatter and Broadcast
-/// (from rank 0) of 1 MiB per rank: a line `rank R OPERATOR: EXECUTOR MODE` each.
+/// How `comm` runs a 1 MiB f32 sum AllReduce, and AllGather, ReduceScatter, Broadcast,
+/// Scatter, Gather (rooted at rank 0) and AlltoAll of 1 MiB per rank: a line
+/// `rank R OPERATOR: EXECUTOR MODE` each.
 fn plans(comm: &Communicator) -> Result<Vec<String>, String> {
     use oxccl::{DataType::F32, OpParam, ReduceOp::Sum};
     let count = 1 << 18;
@@ -58,6 +59,9 @@ fn plans(comm: &Communicator) -> Result<Vec<String>, String> {
         OpParam::all_gather(count, F32),
         OpParam::reduce_scatter(count, F32, Sum),
         OpParam::rooted(oxccl::OpKind::Broadcast, count, F32, Sum, 0),
+        OpParam::rooted(oxccl::OpKind::Scatter, count, F32, Sum, 0),
+        OpParam::rooted(oxccl::OpKind::Gather, count, F32, Sum, 0),
+        OpParam::new(oxccl::OpKind::AlltoAll, count, F32, Sum),
     ];
     ops.iter()
         .map(|op| {
