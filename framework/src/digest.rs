@@ -259,7 +259,7 @@ fn topology(d: &mut Digest, t: &Topology) {
     fabric(d, t.intra());
     fabric(d, t.inter());
     d.option(t.nic_gbps(), |d, g| {
-        d.f64(g);
+        d.f64(g).str(t.nic_scope().name());
     });
     d.option(t.memory_gbps(), |d, g| {
         d.f64(g);

@@ -32,7 +32,7 @@
 
 use super::{CostError, CostParams};
 use crate::planner::Loops;
-use crate::topology::Topology;
+use crate::topology::{NicScope, Topology};
 use oxccl_platform::{LinkKind, LinkSignal, NotifyLayout, RankProgram, Task};
 use std::collections::HashMap;
 
@@ -140,12 +140,16 @@ fn rank_time(
             bound = bound.max(bytes / spec.bytes_per_s());
         }
     }
-    if let Some(nic) = topology.nic_gbps() {
-        bound = bound.max(traffic.nic_out.max(traffic.nic_in) / (nic * 1e9));
-    }
     // Every rank of a symmetric server does this rank's work, over one memory system and,
-    // on a CPU host, one set of threads.
+    // on a CPU host, one set of threads; and through one NIC where they share it.
     let ranks = topology.server_ranks(topology.server_of(me)).len() as f64;
+    if let Some(nic) = topology.nic_gbps() {
+        let sharing = match topology.nic_scope() {
+            NicScope::Rank => 1.0,
+            NicScope::Server => ranks,
+        };
+        bound = bound.max(traffic.nic_out.max(traffic.nic_in) * sharing / (nic * 1e9));
+    }
     if let Some(memory) = topology.memory_gbps() {
         bound = bound.max(traffic.memory * ranks / (memory * 1e9));
     }
@@ -283,6 +287,32 @@ mod tests {
         // Small ones run inline: one thread, no wake-up.
         let (got, want) = (copy(1024), 4.0 * work(1024));
         assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+    }
+
+    #[test]
+    fn the_ranks_of_a_server_that_share_a_nic_divide_it() {
+        let len = 1 << 20;
+        let mut p = RankProgram::new(0, 1);
+        p.streams[0].copy(
+            Slice::new(0, Buf::Input, 0, len),
+            Slice::new(4, Buf::Output, 0, len),
+        );
+        let params = CostParams {
+            dispatch_us: 0.0,
+            ..CostParams::default()
+        };
+        let at = |t: &Topology| estimate(&[(&p, &Loops::default())], t, layout(8), &params);
+        let per_rank = Topology::servers(vec![4, 4]).unwrap();
+        let alone = at(&per_rank).unwrap();
+        // The sampled rank stands for 4 that send alike through the server's one NIC.
+        let shared = per_rank
+            .clone()
+            .with_nic_scope(crate::topology::NicScope::Server);
+        let nic = per_rank.nic_gbps().unwrap() * 1e9;
+        let want = 4.0 * len as f64 / nic;
+        let got = at(&shared).unwrap();
+        assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+        assert!(alone < want / 2.0, "{alone} vs {want}");
     }
 
     #[test]

@@ -510,15 +510,17 @@ impl<'a> Engine<'a> {
         Ok(l)
     }
 
-    /// The (send, receive) resources of `rank`'s NIC, when NICs are shared.
+    /// The (send, receive) resources of `rank`'s NIC, when NICs are shared: its own, or its
+    /// server's ([`Topology::nic_of`]).
     fn nic(&mut self, rank: usize) -> Option<(ResourceId, ResourceId)> {
         let gbps = self.topology.nic_gbps()?;
-        if self.nic[rank].is_none() {
+        let nic = self.topology.nic_of(rank);
+        if self.nic[nic].is_none() {
             let tx = self.flows.add_resource(gbps * 1e9);
             let rx = self.flows.add_resource(gbps * 1e9);
-            self.nic[rank] = Some((tx, rx));
+            self.nic[nic] = Some((tx, rx));
         }
-        self.nic[rank]
+        self.nic[nic]
     }
 
     /// The shared memory system of `rank`'s server, when the topology has one.

@@ -159,6 +159,28 @@ fn rdma_transfers_of_one_rank_share_its_nic() {
 }
 
 #[test]
+fn rdma_transfers_of_a_server_share_its_nic_when_the_ranks_do() {
+    // Ranks 0 and 1 (server 0) each push a MB to a rank of server 1 at once.
+    let push = |from, to| Task::Copy {
+        src: Slice::new(from, Buf::Input, 0, MB),
+        dsts: vec![Slice::new(to, Buf::Output, 0, MB)],
+    };
+    let programs = [
+        program(0, vec![vec![push(0, 2)]]),
+        program(1, vec![vec![push(1, 3)]]),
+        program(2, vec![vec![]]),
+        program(3, vec![vec![]]),
+    ];
+    let per_rank = Topology::servers(vec![2, 2]).unwrap();
+    let one_nic = MB as f64 / (ROCE_GBPS * 1e9);
+    let want = ROCE_LATENCY_US * 1e-6 + one_nic;
+    assert_close(time(&programs, &per_rank, &no_dispatch()), want);
+    let per_server = per_rank.with_nic_scope(crate::topology::NicScope::Server);
+    let want = ROCE_LATENCY_US * 1e-6 + 2.0 * one_nic;
+    assert_close(time(&programs, &per_server, &no_dispatch()), want);
+}
+
+#[test]
 fn local_work_runs_at_the_engine_bandwidths() {
     let reduce = Task::Reduce {
         srcs: vec![

@@ -9,7 +9,7 @@
 //!
 //! Every error names the line (and column, for syntax errors) and says what to change.
 
-use super::{presets, Fabric, LinkSpec, Processor, Topology, Wiring};
+use super::{presets, Fabric, LinkSpec, NicScope, Processor, Topology, Wiring};
 use crate::error::ConfigError;
 use oxccl_platform::{LinkAccess, LinkKind, Rank};
 use serde::Deserialize;
@@ -112,6 +112,7 @@ struct FabricSpec {
     latency_us: Option<f64>,
     shared_nic: Option<bool>,
     nic_gbps: Option<f64>,
+    nic_shared_by: Option<NicScopeName>,
     memory_gbps: Option<f64>,
     workers: Option<usize>,
     task_us: Option<f64>,
@@ -150,6 +151,22 @@ enum WiringName {
     Ring,
     Plane,
     None,
+}
+
+#[derive(Deserialize, Copy, Clone)]
+#[serde(rename_all = "lowercase")]
+enum NicScopeName {
+    Rank,
+    Server,
+}
+
+impl From<NicScopeName> for NicScope {
+    fn from(name: NicScopeName) -> Self {
+        match name {
+            NicScopeName::Rank => NicScope::Rank,
+            NicScopeName::Server => NicScope::Server,
+        }
+    }
 }
 
 #[derive(Deserialize, Copy, Clone)]
@@ -314,6 +331,7 @@ impl Topology {
         match self.nic_gbps {
             Some(gbps) => {
                 let _ = writeln!(out, "nic_gbps = {gbps:?}");
+                let _ = writeln!(out, "nic_shared_by = \"{}\"", self.nic_scope().name());
             }
             None => out.push_str("shared_nic = false\n"),
         }
@@ -385,10 +403,12 @@ fn parse(src: &Source<'_>) -> Result<Topology, TopologyError> {
     let intra = fabric(src, spec.intra.as_ref(), Table::Intra)?;
     let inter = fabric(src, spec.inter.as_ref(), Table::Inter)?;
     let nic = nic_gbps(src, spec.inter.as_ref(), &inter)?;
+    let nic_scope = nic_scope(src, spec.inter.as_ref(), nic)?;
     let memory = spec.intra.as_ref().and_then(|f| f.get_ref().memory_gbps);
     let processor = spec.intra.as_ref().and_then(|f| f.get_ref().processor());
     let mut t = Topology::from_fabrics(spec.servers.into_inner(), intra, inter, nic)
         .map_err(|e| src.error(Some(servers), format!("{}; {SERVERS_HINT}", e.reason)))?
+        .with_nic_scope(nic_scope)
         .with_memory_gbps(memory)
         .and_then(|t| t.with_processor(processor))
         .map_err(|e| {
@@ -470,10 +490,11 @@ fn fabric(
             ));
         }
     };
-    if table == Table::Intra && (f.shared_nic.is_some() || f.nic_gbps.is_some()) {
+    let nic_key = f.shared_nic.is_some() || f.nic_gbps.is_some() || f.nic_shared_by.is_some();
+    if table == Table::Intra && nic_key {
         return Err(src.error(
             Some(span),
-            "the NIC belongs in [inter]; move shared_nic and nic_gbps there",
+            "the NIC belongs in [inter]; move shared_nic, nic_gbps and nic_shared_by there",
         ));
     }
     if table == Table::Inter && f.memory_gbps.is_some() {
@@ -520,6 +541,25 @@ fn nic_gbps(
             Some(given.span()),
             format!("[inter] nic_gbps = {gbps} must be a positive number of GB/s"),
         )),
+    }
+}
+
+/// Who shares a NIC (`nic_shared_by`, `rank` by default); refused without a NIC.
+fn nic_scope(
+    src: &Source<'_>,
+    given: Option<&Spanned<FabricSpec>>,
+    nic: Option<f64>,
+) -> Result<NicScope, TopologyError> {
+    let Some(given) = given else {
+        return Ok(NicScope::Rank);
+    };
+    match (given.get_ref().nic_shared_by, nic) {
+        (None, _) => Ok(NicScope::Rank),
+        (Some(_), None) => Err(src.error(
+            Some(given.span()),
+            "[inter] sets nic_shared_by but shared_nic = false; drop one of them",
+        )),
+        (Some(name), Some(_)) => Ok(name.into()),
     }
 }
 
@@ -636,6 +676,33 @@ mod tests {
             let t = Topology::parse_spec(name).unwrap();
             assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t, "{name}");
         }
+    }
+
+    #[test]
+    fn who_shares_a_nic_is_read_from_inter_and_round_trips() {
+        let text = "servers = [4, 4]\n[inter]\nnic_gbps = 3.0\nnic_shared_by = \"server\"\n";
+        let t = Topology::from_toml(text).unwrap();
+        assert_eq!((t.nic_gbps(), t.nic_scope()), (Some(3.0), NicScope::Server));
+        assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
+        let hosts = presets::hosts(vec![2, 2]).unwrap();
+        assert_eq!(Topology::from_toml(&hosts.to_toml()).unwrap(), hosts);
+        let by_rank = Topology::from_toml("servers = [2, 2]\n").unwrap();
+        assert_eq!(by_rank.nic_scope(), NicScope::Rank, "the default");
+        for (bad, says) in [
+            (
+                "servers = [2, 2]\n[inter]\nshared_nic = false\nnic_shared_by = \"rank\"\n",
+                "drop one of them",
+            ),
+            (
+                "servers = [2, 2]\n[intra]\nnic_shared_by = \"server\"\n",
+                "belongs in [inter]",
+            ),
+        ] {
+            let err = Topology::from_toml(bad).unwrap_err().to_string();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        let err = Topology::from_toml("servers = [2, 2]\n[inter]\nnic_shared_by = \"host\"\n");
+        assert!(err.is_err(), "an unknown scope is refused");
     }
 
     #[test]

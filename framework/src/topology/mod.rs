@@ -132,6 +132,28 @@ pub(crate) struct PairSpec {
     pub down: LinkSpec,
 }
 
+/// Who shares a NIC (see [`Topology::nic_gbps`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum NicScope {
+    /// Each rank has a NIC of its own: an accelerator's port (HCCL's one RoCE port per
+    /// NPU, a GPU's rail). The presets of accelerator servers.
+    #[default]
+    Rank,
+    /// Every rank of a server shares one: a CPU host's Ethernet port, which carries the
+    /// TCP of every process on the host (the `hosts` presets).
+    Server,
+}
+
+impl NicScope {
+    /// The name a topology file gives it (`nic_shared_by`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            NicScope::Rank => "rank",
+            NicScope::Server => "server",
+        }
+    }
+}
+
 /// Servers, their ranks, and the link table.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Topology {
@@ -141,8 +163,11 @@ pub struct Topology {
     starts: Vec<usize>,
     intra: Fabric,
     inter: Fabric,
-    /// Shared RDMA bandwidth per rank (one NIC), GB/s per direction; `None`: unlimited.
+    /// Shared RDMA bandwidth per NIC, GB/s per direction; `None`: unlimited.
     nic_gbps: Option<f64>,
+    /// Who shares a NIC: each rank has its own (a port per accelerator), or every rank of
+    /// a server shares one (a CPU host's Ethernet port).
+    nic_scope: NicScope,
     /// Copy bandwidth of each server's memory system, shared by every Copy and Reduce of
     /// its ranks, GB/s of data copied; `None`: every rank has memory of its own (NPUs and
     /// GPUs). A CPU host's ranks are threads over one memory bus: [`presets::host`].
@@ -204,6 +229,7 @@ impl Topology {
             intra,
             inter,
             nic_gbps,
+            nic_scope: NicScope::Rank,
             memory_gbps: None,
             processor: None,
             overrides: BTreeMap::new(),
@@ -352,9 +378,30 @@ impl Topology {
         &self.inter
     }
 
-    /// Shared RDMA bandwidth of each rank's NIC, GB/s per direction (`None`: unlimited).
+    /// Shared RDMA bandwidth of each NIC, GB/s per direction (`None`: unlimited); who
+    /// shares one is [`Topology::nic_scope`].
     pub fn nic_gbps(&self) -> Option<f64> {
         self.nic_gbps
+    }
+
+    /// Who shares a NIC: each rank its own, or every rank of a server one.
+    pub fn nic_scope(&self) -> NicScope {
+        self.nic_scope
+    }
+
+    /// The topology with NICs shared as `scope` says.
+    pub fn with_nic_scope(mut self, scope: NicScope) -> Self {
+        self.nic_scope = scope;
+        self
+    }
+
+    /// The NIC that `rank`'s transfers across servers go through: an index, the same for
+    /// the ranks that share it (the rank, or its server).
+    pub fn nic_of(&self, rank: Rank) -> usize {
+        match self.nic_scope {
+            NicScope::Rank => rank,
+            NicScope::Server => self.server_of(rank),
+        }
     }
 
     /// Copy bandwidth of each server's shared memory system, GB/s (`None`: each rank
@@ -733,7 +780,7 @@ impl fmt::Display for Topology {
         if self.servers.len() > 1 {
             write!(f, "; across servers: {}", fabric(&self.inter))?;
             if let Some(nic) = self.nic_gbps {
-                write!(f, ", one {nic} GB/s NIC per rank")?;
+                write!(f, ", one {nic} GB/s NIC per {}", self.nic_scope.name())?;
             }
         }
         if !self.overrides.is_empty() {

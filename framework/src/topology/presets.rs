@@ -36,7 +36,7 @@
 //! more than 8 devices are switched, and a switch port would be shared among peers); use a
 //! TOML file to describe such a machine precisely.
 
-use super::{Fabric, LinkSpec, Processor, Topology, Wiring};
+use super::{Fabric, LinkSpec, NicScope, Processor, Topology, Wiring};
 use crate::limits::MAX_RANKS;
 use oxccl_platform::{LinkAccess, LinkKind};
 
@@ -178,9 +178,11 @@ pub fn host(ranks: usize) -> Topology {
 }
 
 /// CPU hosts of the given sizes, each as [`host`], joined by TCP ([`tcp`]) through one
-/// port per rank: a job of host-device processes on several machines.
+/// Ethernet port per host, which every process of the host shares
+/// ([`NicScope::Server`]): a job of host-device processes on several machines.
 pub(super) fn hosts(sizes: Vec<usize>) -> Result<Topology, crate::error::ConfigError> {
-    let mut t = Topology::from_fabrics(sizes, host_links(), tcp(Wiring::Mesh), Some(TCP_GBPS))?;
+    let mut t = Topology::from_fabrics(sizes, host_links(), tcp(Wiring::Mesh), Some(TCP_GBPS))?
+        .with_nic_scope(NicScope::Server);
     t.memory_gbps = Some(HOST_MEMORY_GBPS);
     t.processor = Some(Processor::reference(HOST_WORKERS));
     Ok(t)
@@ -341,6 +343,14 @@ mod tests {
         let hosts = hosts(vec![2, 2]).unwrap();
         assert_eq!(hosts.memory_gbps(), Some(HOST_MEMORY_GBPS));
         assert_eq!(hosts.link(0, 2).unwrap().bandwidth_gbps, TCP_GBPS);
+        assert_eq!(
+            hosts.nic_scope(),
+            NicScope::Server,
+            "one Ethernet port per host"
+        );
+        assert_eq!(hosts.nic_of(1), hosts.nic_of(0));
+        assert_ne!(hosts.nic_of(2), hosts.nic_of(1));
+        assert_eq!(preset("2x8").unwrap().nic_scope(), NicScope::Rank);
         assert!(generic(&[8]).memory_gbps().is_none());
     }
 
