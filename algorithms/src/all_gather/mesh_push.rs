@@ -18,9 +18,9 @@
 //! one must know their Scratch slots are full before they copy them, and the landing
 //! Scratch caps the iterations, so the round is made (with every peer) as when staged.
 
-use crate::gather::put_mesh::slot_len;
 use crate::templates::{
-    all_peers_round, land_from_scratch, landing, lands_in_place, with_landing_scratch, Round,
+    all_peers_round, land_from_scratch, landing, lands_in_place, slot_len, with_landing_scratch,
+    Round,
 };
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, Mode, OpKind, Peers, PlanCtx,

@@ -9,9 +9,8 @@
 //! slot of the sender, which the receiver copies into its output (zero-copy per peer).
 //! Needs a full mesh.
 
-use crate::gather::put_mesh::slot_len;
 use crate::templates::{
-    await_puts, finish_puts, land_from_scratch, landing, mesh_peer, open_for_puts, put,
+    await_puts, finish_puts, land_from_scratch, landing, mesh_peer, open_for_puts, put, slot_len,
     with_landing_scratch,
 };
 use oxccl_framework::{

@@ -11,7 +11,8 @@ use super::root_places_its_block;
 use crate::broadcast::mesh::star_peers;
 use crate::broadcast::root_of;
 use crate::templates::{
-    await_puts, finish_puts, land_from_scratch, landing, open_for_puts, put, with_landing_scratch,
+    await_puts, finish_puts, land_from_scratch, landing, open_for_puts, put, slot_len,
+    with_landing_scratch,
 };
 use oxccl_framework::{
     Constraints, Error, Executor, KernelArgs, KernelCtx, LinkNeed, OpKind, PlanCtx, ResourceRequest,
@@ -60,9 +61,4 @@ impl Executor for PutMeshGather {
         }
         Ok(())
     }
-}
-
-/// The bytes of one landing slot: the longest block.
-pub(crate) fn slot_len(blocks: &[(usize, usize)]) -> usize {
-    blocks.iter().map(|&(_, len)| len).max().unwrap_or(0)
 }

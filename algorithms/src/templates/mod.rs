@@ -44,7 +44,7 @@ pub use p2p_put::p2p_put_exchange;
 pub use peer_round::{all_peers_round, Round};
 pub use put::{
     await_puts, finish_puts, land_from_scratch, landing, lands_in_place, open_for_puts, put,
-    with_landing_scratch,
+    slot_len, with_landing_scratch,
 };
 pub use put_mesh::{put_mesh_all_gather, put_mesh_reduce_scatter, PutMesh};
 pub use put_rhd::{

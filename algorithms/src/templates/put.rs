@@ -99,6 +99,13 @@ pub fn landing(ctx: &KernelCtx<'_>, dst: Slice, slot: usize) -> Slice {
     }
 }
 
+/// The bytes of one landing slot of an iteration whose blocks are `blocks`
+/// (`(byte offset, byte length)` each): the longest block, so slot `i` starts at
+/// `i * slot_len(blocks)`.
+pub fn slot_len(blocks: &[(usize, usize)]) -> usize {
+    blocks.iter().map(|&(_, len)| len).max().unwrap_or(0)
+}
+
 /// Receiver, after [`await_puts`]: copy what `from` put for `dst` (one of this rank's
 /// buffers) out of this rank's Scratch at byte `slot` into `dst`, on `stream`; nothing
 /// where the put landed in place.
