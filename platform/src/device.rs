@@ -38,7 +38,9 @@
 //!   that race without it).
 //! - *Exit fence*: when peers may touch A's user buffers ([`CompileRequest::exit_fence`],
 //!   the framework's zero-copy mode), A's submission completes only after every fence peer
-//!   has `done_epoch >= e`.
+//!   that can touch them has `done_epoch >= e`: a backend may leave out the peers it
+//!   reaches over put-only links (the host device does), which write only A's CCL
+//!   buffers and scratch.
 //!
 //! Why this replaces the two-phase Close: a peer P that posts A's notifies or touches A's
 //! buffers in epoch `e` holds a link to A, so A is in P's fence set and P started `e` after
