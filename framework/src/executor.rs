@@ -217,6 +217,12 @@ pub struct KernelArgs {
     /// otherwise repeat a round on the same notifies back to back alternate link channels
     /// by its parity.
     pub iteration: usize,
+    /// This is the operation's last iteration. What touches this rank's buffers after it
+    /// is the rank's next call, whose tasks start only once every peer granted to this
+    /// call finished it (the device's entry fence): so a closing round whose only news is
+    /// "I no longer read your CclIn" (which the next iteration would overwrite at once)
+    /// may be left out here. A round that says data arrived may not.
+    pub last: bool,
     /// `input` and `output` are the same memory on every rank (an in-place call in
     /// [`Mode::Direct`]); a peer may then still read the input the executor overwrites.
     /// For AllGather the input is then the rank's own block of the output, for

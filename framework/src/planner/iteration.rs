@@ -231,6 +231,7 @@ pub(super) fn iteration_args(
         output,
         first_element: first,
         iteration,
+        last: first.saturating_add(count) >= plan.op.count,
         aliased: plan.in_place && on_user_buffers,
         mode: plan.mode,
         block_stride,
