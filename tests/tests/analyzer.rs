@@ -50,6 +50,29 @@ fn every_all_reduce_executor_passes_every_check() {
     }
 }
 
+/// A staged one-shot call is one round: the closing "done reading your input" round ends
+/// every iteration but the last (the next call's stage-in waits at the entry fence), and
+/// the analyzer proves the program without it.
+#[test]
+fn a_staged_one_shot_closes_every_iteration_but_the_last() {
+    let ranks = 4;
+    let posts = |count: usize| {
+        let op = OpParam::all_reduce(count, DataType::F32, ReduceOp::Sum);
+        let cfg = config("one-shot", Topology::single_server(ranks), false, 4096);
+        let rec = Recording::record(&op, false, cfg).expect("record");
+        assert!(analyze(&rec).passed(), "{}", analyze(&rec));
+        let program = &rec.ranks[0].program;
+        let posts = program.streams.iter().flat_map(|s| &s.tasks);
+        posts
+            .filter(|t| matches!(t, oxccl::framework::platform::Task::Post { .. }))
+            .count()
+    };
+    // One iteration (a KiB): the ready round alone.
+    assert_eq!(posts(256), ranks - 1);
+    // Three iterations of a 4 KiB CCL buffer: three ready rounds, two closing ones.
+    assert_eq!(posts(3 * 1024), 5 * (ranks - 1));
+}
+
 fn timed(algo: &str, ranks: usize, bytes: usize, zero_copy: bool) {
     let op = OpParam::all_reduce(bytes / 4, DataType::F32, ReduceOp::Sum);
     let cfg = config(algo, Topology::single_server(ranks), zero_copy, 32 << 20);

@@ -9,7 +9,9 @@
 //! In place (input and output are one buffer, so a peer may still be reading the input
 //! this rank would overwrite) the result goes to scratch first, and a second round
 //! (DataSignal: "I am done reading your input") precedes the copy to the output. Staged,
-//! the same round ends every iteration, because the next one overwrites CclIn at once.
+//! the same round ends every iteration but the last, because the next one overwrites
+//! CclIn at once; after the last, the next call's stage-in waits for every peer to have
+//! finished this one (the entry fence), so a small staged call is one round, not two.
 //! Iterations alternate link channels, so two iterations' ready rounds never post the same
 //! notify back to back.
 
@@ -66,7 +68,7 @@ impl Executor for OneShotAllReduce {
         };
         ctx.main()
             .reduce(srcs, target.at(me, 0, len), op.dtype, op.op);
-        if args.aliased || args.mode == Mode::Staged {
+        if args.aliased || (args.mode == Mode::Staged && !args.last) {
             all_peers_round(ctx, channel, Round::DataSignal)?;
         }
         if args.aliased {
