@@ -91,8 +91,18 @@ fn rank_time(
     // per stream and per wait on a peer), as the replay has it.
     let inline = processor
         .is_some_and(|p| p.inline_bytes > 0 && super::moved_bytes(program) <= p.inline_bytes);
+    let processes = processor.is_some_and(|p| p.ranks_are_processes());
     let wake = match processor {
-        Some(p) if !inline => p.wake_us * 1e-6,
+        Some(p) if !inline && !processes => p.wake_us * 1e-6,
+        _ => 0.0,
+    };
+    // Ranks in processes of their own: a switch per round of waits, queued on the
+    // server's cores with the other ranks' (as the replay has it).
+    let switch = match processor {
+        Some(p) if processes => {
+            let ranks = topology.server_ranks(topology.server_of(me)).len();
+            p.wake_us * 1e-6 * (ranks as f64 / p.workers as f64).max(1.0)
+        }
         _ => 0.0,
     };
     let dispatch = match processor {
@@ -106,6 +116,10 @@ fn rank_time(
         for (range, weight) in weights(loops, s, stream.tasks.len()) {
             for i in range {
                 let task = &stream.tasks[i];
+                let after_wait = i > 0 && matches!(stream.tasks[i - 1], Task::Wait { .. });
+                if matches!(task, Task::Wait { .. }) && !after_wait {
+                    t += switch * weight;
+                }
                 let at = (me, s, i);
                 let cost = match task {
                     Task::Copy { .. } | Task::Reduce { .. } => {

@@ -59,6 +59,9 @@ enum What {
     Arrive(u32),
     Flow(FlowId, u32),
     Landed(u32),
+    /// A stream of a rank in a process of its own starts a round: its process switch
+    /// (see [`Engine::switch_due`]).
+    Switch(u32),
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -98,6 +101,8 @@ struct StreamState<'a> {
     started: f64,
     pending_flows: u32,
     tail_latency: f64,
+    /// The current task is a Wait whose process switch is done.
+    switched: bool,
 }
 
 /// (rank, stream, task index) of a task, for errors.
@@ -187,6 +192,7 @@ impl<'a> Engine<'a> {
                         started: 0.0,
                         pending_flows: 0,
                         tail_latency: 0.0,
+                        switched: false,
                     });
                 }
             }
@@ -268,7 +274,18 @@ impl<'a> Engine<'a> {
                     }
                 }
             }
-            What::Landed(s) => self.complete(s, now, observer)?,
+            What::Landed(s) => {
+                let st = &self.streams[s as usize];
+                let waiting = matches!(st.tasks[st.pc as usize], Task::Wait { .. });
+                if !(waiting && st.switched) {
+                    return self.complete(s, now, observer);
+                }
+                // Switched in: now the Wait itself.
+                if let Some(done) = self.issue(s, now)? {
+                    self.complete(s, done, observer)?;
+                }
+            }
+            What::Switch(s) => self.start_switch(s, now),
         }
         Ok(())
     }
@@ -298,6 +315,10 @@ impl<'a> Engine<'a> {
                 Ok(Some(at))
             }
             Task::Wait { notify } => {
+                if self.switch_due(s) {
+                    self.schedule(at, What::Switch(s));
+                    return Ok(None);
+                }
                 let n = self.notify_index(*notify);
                 match self.notifies[n as usize] {
                     SET => {
@@ -413,6 +434,7 @@ impl<'a> Engine<'a> {
                 self.outcome.blocked_s += end - st.started;
             }
             st.pc += 1;
+            st.switched = false;
             self.outcome.tasks += 1;
             self.outcome.time_s = self.outcome.time_s.max(end);
             let Some(next) = st.tasks.get(st.pc as usize) else {
@@ -442,11 +464,50 @@ impl<'a> Engine<'a> {
 
     /// Seconds from a stream of `rank` becoming runnable to a thread running it: a
     /// worker's wake-up on a CPU host's threaded path, nothing elsewhere.
+    /// Ranks in processes of their own pay theirs as switches instead
+    /// ([`Engine::switch_due`]).
     fn wake_s(&self, rank: usize) -> f64 {
         match (self.host_of(rank), self.topology.processor()) {
+            (_, Some(p)) if p.ranks_are_processes() => 0.0,
             (Some(host), Some(p)) if !host.inline => p.wake_us * 1e-6,
             _ => 0.0,
         }
+    }
+
+    /// Whether stream `s`'s current task, a Wait, first needs its process switched in: a
+    /// rank in a process of its own ([`Processor::ranks_are_processes`]) gives its core
+    /// up when it starts waiting for peers, and gets one back once per round (its first
+    /// Wait after other work; the Waits after it find their posts there). A switch takes a
+    /// core for `wake_us`, and the switches of a host's processes queue on its cores:
+    /// eight processes on two cores take four switches' time per round each.
+    fn switch_due(&self, s: u32) -> bool {
+        let st = &self.streams[s as usize];
+        let rank = st.rank as usize;
+        let processes = self
+            .processor_of(rank)
+            .is_some_and(|(p, _)| p.ranks_are_processes());
+        let pc = st.pc as usize;
+        let round_starts = pc == 0 || !matches!(st.tasks[pc - 1], Task::Wait { .. });
+        processes && !st.switched && round_starts
+    }
+
+    /// Start stream `s`'s process switch at `now`: `wake_us` of work on its rank's
+    /// engine and its server's cores; the Wait is issued when it is done.
+    fn start_switch(&mut self, s: u32, now: f64) {
+        let me = self.streams[s as usize].rank as usize;
+        let Some((processor, threads)) = self.processor_of(me) else {
+            return;
+        };
+        let work = processor.wake_us * 1e-6;
+        let engine = self.engines[me];
+        self.flows
+            .start(now, work, &[engine, threads], s, &mut self.finishes);
+        self.flush_finishes();
+        let st = &mut self.streams[s as usize];
+        st.switched = true;
+        st.started = now;
+        st.pending_flows = 1;
+        st.tail_latency = 0.0;
     }
 
     /// How `rank`'s server runs tasks, when it is a CPU host.

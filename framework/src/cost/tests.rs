@@ -357,26 +357,99 @@ fn a_small_operation_runs_on_one_thread_one_task_after_the_other() {
         time(&three, &host_of_three(big), &CostParams::default()),
         p.wake_us * 1e-6 + one_task,
     );
-    // Ranks in processes of their own (inline_bytes 0) never share one thread.
+    // Ranks in processes of their own (inline_bytes 0) never share one thread, and
+    // start on their own (submitting) thread: no wake-up before their first task.
     let apart = Processor {
         inline_bytes: 0,
         ..p
     };
     assert_close(
         time(&three, &host_of_three(apart), &CostParams::default()),
-        p.wake_us * 1e-6 + one_task,
+        one_task,
     );
 }
 
+#[test]
+fn processes_pay_a_switch_per_round_of_waits_queued_on_the_cores() {
+    // Four processes on two cores; each posts to the next and waits for its previous
+    // twice over (two rounds; the second has two Waits back to back, one switch).
+    let p = Processor {
+        workers: 2,
+        task_us: 0.0,
+        wake_us: 10.0,
+        thread_gbps: 1.0,
+        inline_bytes: 0,
+        split_bytes: usize::MAX,
+    };
+    let host = crate::topology::presets::host(4)
+        .with_processor(Some(p))
+        .unwrap();
+    let ranks = 4;
+    let rounds = |rounds: usize| -> Vec<RankProgram> {
+        (0..ranks)
+            .map(|r| {
+                let next = (r + 1) % ranks;
+                let mut tasks = Vec::new();
+                for i in 0..rounds as u32 {
+                    tasks.push(Task::Post {
+                        notify: NotifyId {
+                            rank: next,
+                            index: 2 * i,
+                        },
+                    });
+                    tasks.push(Task::Post {
+                        notify: NotifyId {
+                            rank: next,
+                            index: 2 * i + 1,
+                        },
+                    });
+                    tasks.push(Task::Wait {
+                        notify: NotifyId {
+                            rank: r,
+                            index: 2 * i,
+                        },
+                    });
+                    tasks.push(Task::Wait {
+                        notify: NotifyId {
+                            rank: r,
+                            index: 2 * i + 1,
+                        },
+                    });
+                }
+                program(r, vec![tasks])
+            })
+            .collect()
+    };
+    let switch = p.wake_us * 1e-6;
+    // Each round, four switches on two cores: two switches' time.
+    for n in [1, 2] {
+        assert_close(
+            time(&rounds(n), &host, &CostParams::default()),
+            n as f64 * 2.0 * switch,
+        );
+    }
+    // Threads of one device's pool: a parked wait's wake-up runs beside the others.
+    let pool = Processor {
+        inline_bytes: 1,
+        ..p
+    };
+    let threads = time(
+        &rounds(1),
+        &host.with_processor(Some(pool)).unwrap(),
+        &CostParams::default(),
+    );
+    assert!(threads < 2.0 * switch + switch, "{threads:e}");
+}
+
 /// Two workers slower than the memory system's share (so the threads are what binds),
-/// on the threaded path, never splitting a task.
+/// on the threaded path (every program moves more than a byte), never splitting a task.
 fn slow_threads() -> Processor {
     Processor {
         workers: 2,
         task_us: 1.0,
         wake_us: 3.0,
         thread_gbps: 1.0,
-        inline_bytes: 0,
+        inline_bytes: 1,
         split_bytes: usize::MAX,
     }
 }

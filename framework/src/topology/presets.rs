@@ -64,9 +64,11 @@ pub const HOST_TASK_US: f64 = 0.05;
 /// A worker's pick-up of a runnable stream on a CPU host, microseconds (measured, see the
 /// module docs).
 pub const HOST_WAKE_US: f64 = 5.0;
-/// The same for a rank in a process of its own, woken by another process's signal
-/// (measured, see the module docs).
-pub const HOST_PROCESS_WAKE_US: f64 = 20.0;
+/// The same for a rank in a process of its own: a process switch, once per round of
+/// waits, which takes a core for this long; a host's switches queue on its cores (see
+/// [`Processor::ranks_are_processes`]). Fitted: a round over 8 processes on 2 cores (4
+/// switches per core) measures about 20 us.
+pub const HOST_PROCESS_WAKE_US: f64 = 5.0;
 /// Worker threads of a host in the reference figures: the development machine's cores.
 /// In-process communicators replace it by their device's thread count (see
 /// [`crate::Communicator::init_all`]).

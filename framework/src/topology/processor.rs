@@ -38,7 +38,7 @@ pub struct Processor {
     /// An operation in which every rank's program moves at most this many bytes (each
     /// data task's length times its destinations) runs on the submitting thread. 0: no
     /// operation does, because the ranks are not served by one device (processes of
-    /// their own, as `init_rank` makes them).
+    /// their own, as `init_rank` makes them: see [`Processor::ranks_are_processes`]).
     pub inline_bytes: usize,
     /// A Copy or Reduce of at least this many bytes is cut into chunks that idle workers
     /// share; a smaller one runs on one thread.
@@ -52,6 +52,15 @@ pub const HOST_INLINE_BYTES: usize = oxccl_platform::host::INLINE_BYTES;
 pub const HOST_SPLIT_BYTES: usize = oxccl_platform::host::SPLIT_BYTES;
 
 impl Processor {
+    /// The server's ranks are processes of their own (`inline_bytes` 0, as `init_rank`
+    /// makes them), not streams of one device's worker pool: a rank that waits for its
+    /// peers gives its core up and is switched back in once per round, `wake_us` of a
+    /// core's time, and a host's switches queue on its cores (`workers`) where the ranks
+    /// outnumber them. A pool's wake-up is a pick-up that runs beside the others.
+    pub fn ranks_are_processes(&self) -> bool {
+        self.inline_bytes == 0
+    }
+
     /// The figures measured on the reference machine (see [`super::presets`]), with
     /// `workers` threads.
     pub fn reference(workers: usize) -> Processor {
