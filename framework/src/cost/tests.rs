@@ -389,32 +389,16 @@ fn processes_pay_a_switch_per_round_of_waits_queued_on_the_cores() {
         (0..ranks)
             .map(|r| {
                 let next = (r + 1) % ranks;
+                let notify = |rank, index| NotifyId { rank, index };
                 let mut tasks = Vec::new();
                 for i in 0..rounds as u32 {
-                    tasks.push(Task::Post {
-                        notify: NotifyId {
-                            rank: next,
-                            index: 2 * i,
-                        },
-                    });
-                    tasks.push(Task::Post {
-                        notify: NotifyId {
-                            rank: next,
-                            index: 2 * i + 1,
-                        },
-                    });
-                    tasks.push(Task::Wait {
-                        notify: NotifyId {
-                            rank: r,
-                            index: 2 * i,
-                        },
-                    });
-                    tasks.push(Task::Wait {
-                        notify: NotifyId {
-                            rank: r,
-                            index: 2 * i + 1,
-                        },
-                    });
+                    let words = [2 * i, 2 * i + 1];
+                    tasks.extend(words.map(|w| Task::Post {
+                        notify: notify(next, w),
+                    }));
+                    tasks.extend(words.map(|w| Task::Wait {
+                        notify: notify(r, w),
+                    }));
                 }
                 program(r, vec![tasks])
             })
