@@ -37,6 +37,9 @@ use oxccl_framework::{
 /// The hierarchical Broadcast executor, over a level-1 algorithm.
 pub struct HierBroadcast(pub Level1);
 
+/// The name the hierarchical Broadcasts of this file give in their errors.
+const NAME: &str = "hier broadcast";
+
 oxccl_framework::register_executor! {
     name: "hier-ring",
     op: OpKind::Broadcast,
@@ -70,73 +73,112 @@ oxccl_framework::register_executor! {
 
 impl Executor for HierBroadcast {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
-        let root = root_of(ctx.op, "hier broadcast")?;
+        let root = root_of(ctx.op, NAME)?;
         let servers = Servers::of(ctx.topology);
-        let source_server = servers.server_of(root);
-        let me = ctx.rank;
-        let mut peers = servers.server_peers(me);
-        for c in servers.owned_chunks(me) {
-            let group = servers.group(c);
-            let source = group[source_server];
-            match me == source {
-                true => peers.extend(group.iter().filter(|&&r| r != me)),
-                false => peers.push(source),
-            }
-            peers.extend(self.0.peers(&group, me));
-        }
-        peers.sort_unstable();
-        peers.dedup();
-        Ok(ResourceRequest {
-            slave_streams: server_slaves(&servers, me),
-            ..ResourceRequest::with_peers(Peers::List(peers))
-        })
+        Ok(hier_broadcast_request(&servers, root, ctx.rank, |group| {
+            self.0.peers(group, ctx.rank)
+        }))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let root = root_of(&args.op, "hier broadcast")?;
-        let servers = Servers::of(ctx.topology);
-        let es = args.op.dtype.size();
-        let chunks = even_chunks(args.op.count, servers.widest(), es);
-        let channel = args.iteration % 2;
-        let me = ctx.rank;
-        scatter_in_root_server(ctx, args, &servers, root, &chunks, channel)?;
-        let source_server = servers.server_of(root);
-        for c in servers.owned_chunks(me) {
-            let group = servers.group(c);
-            if group.len() < 2 {
-                continue;
-            }
-            let sub = pieces(chunks[c], group.len(), es);
-            let source = group[source_server];
+        hier_broadcast(ctx, args, NAME, |ctx, group, source, sub, channel| {
+            let me = ctx.rank;
             let pos = group.iter().position(|&r| r == me).unwrap_or(0);
             let others: Vec<Rank> = group.iter().copied().filter(|&r| r != source).collect();
             let out = args.output;
             pull_from_source(ctx, out, out, source, &others, &[sub[pos]], channel)?;
             let positions: Vec<usize> = (0..group.len()).collect();
             let p = RingParams {
-                order: &group,
+                order: group,
                 stream: 0,
                 channel,
-                chunks: &sub,
+                chunks: sub,
                 chunk_at: &positions,
                 input: args.output,
                 output: args.output,
                 dtype: args.op.dtype,
                 op: args.op.op,
             };
-            self.0.all_gather(ctx, &p)?;
-        }
-        server_all_gather(ctx, &servers, args.output, &chunks, (channel, 1))?;
-        if args.mode == Mode::Staged {
-            server_round(ctx, &servers, channel, Round::Ack)?;
-        }
-        Ok(())
+            self.0.all_gather(ctx, &p)
+        })
     }
+}
+
+/// The request of a hierarchical Broadcast's rank `me`: its server, and for each chunk
+/// it owns the chunk's source (the source itself: every other member of the group) and
+/// the peers `level1(group)` names; a slave stream per server peer.
+pub(crate) fn hier_broadcast_request(
+    servers: &Servers,
+    root: Rank,
+    me: Rank,
+    level1: impl Fn(&[Rank]) -> Vec<Rank>,
+) -> ResourceRequest {
+    let mut peers = servers.server_peers(me);
+    for c in servers.owned_chunks(me) {
+        let group = servers.group(c);
+        let source = group[servers.server_of(root)];
+        match me == source {
+            true => peers.extend(group.iter().filter(|&&r| r != me)),
+            false => peers.push(source),
+        }
+        peers.extend(level1(&group));
+    }
+    peers.sort_unstable();
+    peers.dedup();
+    ResourceRequest {
+        slave_streams: server_slaves(servers, me),
+        ..ResourceRequest::with_peers(Peers::List(peers))
+    }
+}
+
+/// A hierarchical Broadcast (see the module docs): the level-0 scatter in the root's
+/// server; for each chunk the rank owns, in increasing order, `level1(ctx, group, source,
+/// pieces, channel)` over the chunk's group (when it spans two servers or more), `pieces`
+/// the chunk cut one per member (`(byte offset, byte length)` in the output) and `source`
+/// the member on the root's server; then the level-0 all-gather, and staged an Ack round
+/// with the server. `name` is the executor's, for errors.
+pub(crate) fn hier_broadcast(
+    ctx: &mut KernelCtx<'_>,
+    args: &KernelArgs,
+    name: &str,
+    mut level1: impl FnMut(
+        &mut KernelCtx<'_>,
+        &[Rank],
+        Rank,
+        &[(usize, usize)],
+        usize,
+    ) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let root = root_of(&args.op, name)?;
+    let servers = Servers::of(ctx.topology);
+    let es = args.op.dtype.size();
+    let chunks = even_chunks(args.op.count, servers.widest(), es);
+    let channel = args.iteration % 2;
+    scatter_in_root_server(ctx, args, &servers, root, &chunks, channel)?;
+    for c in servers.owned_chunks(ctx.rank) {
+        let group = servers.group(c);
+        if group.len() < 2 {
+            continue;
+        }
+        let source = group[servers.server_of(root)];
+        level1(
+            ctx,
+            &group,
+            source,
+            &pieces(chunks[c], group.len(), es),
+            channel,
+        )?;
+    }
+    server_all_gather(ctx, &servers, args.output, &chunks, (channel, 1))?;
+    if args.mode == Mode::Staged {
+        server_round(ctx, &servers, channel, Round::Ack)?;
+    }
+    Ok(())
 }
 
 /// Level 0, scatter: the root keeps its data, and in the root's server every rank pulls
 /// the chunks it owns (of `chunks`, `(byte offset, byte length)`) from the root's input.
-pub(crate) fn scatter_in_root_server(
+fn scatter_in_root_server(
     ctx: &mut KernelCtx<'_>,
     args: &KernelArgs,
     servers: &Servers,
@@ -162,7 +204,7 @@ pub(crate) fn scatter_in_root_server(
 
 /// `chunk` (`(byte offset, byte length)`) cut into `parts` even pieces of `es`-byte
 /// elements, each as `(byte offset, byte length)` in the same buffer.
-pub(crate) fn pieces(chunk: (usize, usize), parts: usize, es: usize) -> Vec<(usize, usize)> {
+fn pieces(chunk: (usize, usize), parts: usize, es: usize) -> Vec<(usize, usize)> {
     let (off, len) = chunk;
     even_chunks(len / es, parts, es)
         .into_iter()

@@ -22,16 +22,15 @@
 //! pairs fixed owners, so it cannot route around a broken link: like the other `hier-*`,
 //! it declares `full_mesh`.
 
-use super::hier_levels::{pieces, scatter_in_root_server};
+use super::hier_levels::{hier_broadcast, hier_broadcast_request};
 use super::root_of;
 use crate::templates::{
-    await_puts, even_chunks, finish_puts, open_for_puts, put, put_ring_all_gather, ring_neighbours,
-    server_all_gather, server_round, server_slaves, with_group_ring, Round, Servers,
-    HIER_PUT_CONSTRAINTS,
+    await_puts, finish_puts, open_for_puts, put, put_ring_all_gather, ring_neighbours, slot_len,
+    with_group_ring, Servers, HIER_PUT_CONSTRAINTS,
 };
 use oxccl_framework::platform::{Buf, Rank};
 use oxccl_framework::{
-    BufRange, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, Peers, PlanCtx, ResourceRequest,
+    BufRange, Error, Executor, KernelArgs, KernelCtx, Mode, OpKind, PlanCtx, ResourceRequest,
 };
 
 /// The hierarchical Broadcast executor with puts across servers.
@@ -52,23 +51,9 @@ impl Executor for HierPutRingBroadcast {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let root = root_of(ctx.op, NAME)?;
         let servers = Servers::of(ctx.topology);
-        let me = ctx.rank;
-        let mut peers = servers.server_peers(me);
-        for c in servers.owned_chunks(me) {
-            let group = servers.group(c);
-            let source = group[servers.server_of(root)];
-            match me == source {
-                true => peers.extend(group.iter().filter(|&&r| r != me)),
-                false => peers.push(source),
-            }
-            peers.extend(ring_neighbours(&group, me));
-        }
-        peers.sort_unstable();
-        peers.dedup();
-        let request = ResourceRequest {
-            slave_streams: server_slaves(&servers, me),
-            ..ResourceRequest::with_peers(Peers::List(peers))
-        };
+        let request = hier_broadcast_request(&servers, root, ctx.rank, |group| {
+            ring_neighbours(group, ctx.rank)
+        });
         if ctx.mode == Mode::Staged || servers.count() < 2 {
             return Ok(request);
         }
@@ -87,27 +72,9 @@ impl Executor for HierPutRingBroadcast {
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let root = root_of(&args.op, NAME)?;
-        let servers = Servers::of(ctx.topology);
-        let es = args.op.dtype.size();
-        let chunks = even_chunks(args.op.count, servers.widest(), es);
-        let channel = args.iteration % 2;
-        let me = ctx.rank;
-        scatter_in_root_server(ctx, args, &servers, root, &chunks, channel)?;
-        for c in servers.owned_chunks(me) {
-            let group = servers.group(c);
-            if group.len() < 2 {
-                continue;
-            }
-            let pieces = pieces(chunks[c], group.len(), es);
-            let source = group[servers.server_of(root)];
-            level1_put_broadcast(ctx, args, &group, source, &pieces, channel)?;
-        }
-        server_all_gather(ctx, &servers, args.output, &chunks, (channel, 1))?;
-        if args.mode == Mode::Staged {
-            server_round(ctx, &servers, channel, Round::Ack)?;
-        }
-        Ok(())
+        hier_broadcast(ctx, args, NAME, |ctx, group, source, pieces, channel| {
+            level1_put_broadcast(ctx, args, group, source, pieces, channel)
+        })
     }
 }
 
@@ -127,13 +94,15 @@ fn level1_put_broadcast(
         let at = group.iter().position(|&g| g == r).unwrap_or(0);
         pieces[at]
     };
-    let widest = pieces.iter().map(|&(_, len)| len).max().unwrap_or(0);
     let slot = BufRange {
         buf: Buf::Scratch,
         offset: 0,
-        len: widest,
+        len: slot_len(pieces),
     };
-    // Staged, a put may land in the member's CclOut itself; zero-copy, in its slot.
+    // Staged, a put lands in the member's CclOut itself; zero-copy, in its slot, whatever
+    // the link: the executor's need (load/store within servers only) is proved with every
+    // link between servers put-only, so it decides by the mode, not by the link as the
+    // put template's `landing` does for put executors.
     let into_place = !args.output.buf.is_user();
     let landing = |r: Rank| {
         let (off, len) = piece_of(r);
