@@ -42,9 +42,10 @@ impl Executor for PutMeshGather {
         let root = root_of(&args.op, "put-mesh")?;
         let me = ctx.rank;
         let blocks = args.blocks(ctx.ranks);
+        let slot = slot_len(&blocks);
         if me != root {
             let (off, len) = blocks[me];
-            let dst = landing(ctx, args.output.at(root, off, len), me * slot_len(&blocks));
+            let dst = landing(ctx, args.output.at(root, off, len), me * slot);
             let write = (dst, args.input.at(me, 0, len));
             let link = put(ctx, 0, root, &[write])?;
             finish_puts(ctx, 0, &[link]);
@@ -56,8 +57,7 @@ impl Executor for PutMeshGather {
         await_puts(ctx, 0, &links);
         for p in peers {
             let (off, len) = blocks[p];
-            let slot = p * slot_len(&blocks);
-            land_from_scratch(ctx, 0, p, args.output.at(root, off, len), slot);
+            land_from_scratch(ctx, 0, p, args.output.at(root, off, len), p * slot);
         }
         Ok(())
     }

@@ -163,8 +163,9 @@ pub(crate) fn compile(
     let exit_slots = request
         .peers
         .iter()
-        .filter(|&&p| !matches!(shared.reach(p), Reach::Tcp))
-        .filter_map(|&p| shared.fence_slot(p))
+        .zip(&peer_slots)
+        .filter(|&(&p, _)| !matches!(shared.reach(p), Reach::Tcp))
+        .map(|(_, &slot)| slot)
         .collect();
     // Their Done epochs come back on the connections to them (see `host::tcp`).
     for &peer in &request.peers {
