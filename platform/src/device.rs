@@ -50,7 +50,15 @@
 //! still reads for `e - 1`. Symmetrically A starts `e` after P finished `e - 1`. Linked
 //! ranks are thus at most one epoch apart, and the IR's binary notify contract holds
 //! across operations without a signal of its own. The exit fence keeps the user's buffers
-//! untouched once A's call returns. Fence waits park (no busy wait), are bounded by
+//! untouched once A's call returns.
+//!
+//! A backend that can *hold* what a peer sends until the receiving rank finished its
+//! current epoch may let that peer's fence lag by two (`done_epoch >= e - 2`): what the
+//! fence protects then holds at the receiver instead. The host device does so for ranks
+//! it reaches by TCP frames (see `host::tcp::early`): a latency-bound call across hosts
+//! no longer waits a message's flight for its peer's Done on every call.
+//!
+//! Fence waits park (no busy wait), are bounded by
 //! `exec_timeout` ([`DeviceError::FenceTimeout`] names rank, epoch and peer), and a device
 //! failure releases them at once.
 //!

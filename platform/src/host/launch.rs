@@ -143,6 +143,18 @@ impl Shared {
         Reach::Not
     }
 
+    /// How many epochs behind a launch's own a fence peer may be at its entry: one, or
+    /// two for a rank whose frames this device holds when they come early (see
+    /// `tcp::early`).
+    pub(crate) fn fence_lag(&self, fence_slot: usize) -> u64 {
+        let local = self.config.local_ranks.len();
+        let rank = self.fence_ranks.get(fence_slot).copied();
+        match (&self.tcp, rank) {
+            (Some(tcp), Some(rank)) if fence_slot >= local && tcp.frames_from(rank) => 2,
+            _ => 1,
+        }
+    }
+
     /// The fence slot of `rank` (local or a peer's proxy), if the device reaches it.
     pub(crate) fn fence_slot(&self, rank: Rank) -> Option<usize> {
         self.fence_of.get(rank).copied().flatten()
@@ -160,6 +172,10 @@ impl Shared {
     }
 
     pub(crate) fn advance(&self, slot: usize, epoch: u64) {
+        // Frames held for the next epoch land before anything may start it.
+        if let Some(tcp) = &self.tcp {
+            tcp.finished(self, slot, epoch);
+        }
         self.fences[slot].advance(epoch);
         if let Some(shm) = &self.shm {
             shm.publish_done(slot, epoch);
@@ -350,10 +366,7 @@ impl Launch {
             return Ok(());
         };
         let slot = self.program.slot;
-        let entry = self
-            .entry_peers
-            .iter()
-            .map(|&p| (p, self.epoch.saturating_sub(1)));
+        let entry = self.entry_peers.iter().map(|&p| (p, self.entry_needs(p)));
         let exit = match self.compiled.exit_fence {
             true => &self.program.exit_slots[..],
             false => &[],
@@ -365,6 +378,13 @@ impl Launch {
             }
         }
         Ok(())
+    }
+
+    /// The epoch fence slot `peer` must have finished before this launch starts: the one
+    /// before its own, or the one before that for a peer whose early frames the device
+    /// holds ([`Shared::fence_lag`]).
+    fn entry_needs(&self, peer: usize) -> u64 {
+        self.epoch.saturating_sub(self.shared.fence_lag(peer))
     }
 
     /// The gate decided: pass the entry fence and run, or end the launch before any task
@@ -393,15 +413,15 @@ impl Launch {
     /// Wait (parked, as a callback on the peer's fence) until every fence peer from
     /// `index` on finished the previous epoch, then queue every stream.
     pub(crate) fn pass_entry_fence(self: &Arc<Self>, mut index: usize) {
-        let needed = self.epoch.saturating_sub(1);
         // Usually every peer is there already: skip them without taking the phase lock.
         while let Some(&peer) = self.entry_peers.get(index) {
-            if self.shared.fences[peer].done() < needed {
+            if self.shared.fences[peer].done() < self.entry_needs(peer) {
                 break;
             }
             index += 1;
         }
         while let Some(&peer) = self.entry_peers.get(index) {
+            let needed = self.entry_needs(peer);
             {
                 let mut phase = self.phase.lock();
                 if !matches!(*phase, Phase::Fenced { .. }) {

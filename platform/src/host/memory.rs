@@ -238,6 +238,17 @@ impl Memory {
         Ok(id)
     }
 
+    /// Bytes of every device-owned buffer of local slot `slot`: its CCL buffers and
+    /// scratch.
+    pub(crate) fn device_bytes(&self, slot: usize) -> usize {
+        let scratch = self.scratch.read();
+        let scratch = scratch.iter().map(|set| set[slot].region().len);
+        let ccl = [&self.ccl_in[slot], &self.ccl_out[slot]].map(|b| b.region().len);
+        ccl.into_iter()
+            .chain(scratch)
+            .fold(0usize, usize::saturating_add)
+    }
+
     /// The device-owned region behind `(slot, buf)`; `scratch` is the program's set.
     /// Device buffers live as long as the device.
     pub(crate) fn device_region(

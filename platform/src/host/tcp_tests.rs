@@ -391,6 +391,7 @@ fn an_out_of_bounds_write_from_a_peer_is_refused_before_a_byte_lands() {
             target: Target::CclIn,
             offset: (ccl - 8) as u64,
             len: 16,
+            epoch: 1,
         };
         let _ = send(&mut rogue, &frame.encode(), &[0xEE; 16]);
         rogue
@@ -710,7 +711,8 @@ fn a_rank_asks_its_tcp_fence_peer_for_epochs_and_renews_the_lease() {
     let short = Duration::from_millis(300);
     let mut wants = Vec::new();
     for epoch in 1..=LEASE {
-        // Rank 1 (the test) finished the epoch before: rank 0's entry fence needs it.
+        // Rank 1 (the test) finished the epoch before: rank 0's entry fence needs at most
+        // that (the one before it, over TCP).
         send(
             &mut inbound,
             &Frame::Done { epoch: epoch - 1 }.encode(),
@@ -736,4 +738,146 @@ fn a_rank_asks_its_tcp_fence_peer_for_epochs_and_renews_the_lease() {
             }
         ]
     );
+}
+
+/// Rank 0 of a [`device_with_rogue`] at `epoch`: wait for rank 1's DataSignal, then take
+/// the 8 bytes rank 1 wrote at the start of its CclIn.
+fn take_from_rogue(dev: &HostDevice, epoch: u64) -> (Result<(), DeviceError>, Vec<u8>) {
+    let layout = dev.config().layout();
+    let mut p = RankProgram::new(0, 1);
+    p.streams[0].wait(layout.link(0, 1, 0, LinkSignal::DataSignal));
+    p.streams[0].copy(
+        Slice::new(0, Buf::CclIn, 0, 8),
+        Slice::new(0, Buf::Output, 0, 8),
+    );
+    let mut out = [vec![0u8; 8]];
+    let r = run_ranks(dev, vec![(p, vec![1])], &[vec![0u8; 8]], &mut out, epoch);
+    let [out] = out;
+    (r.into_iter().next().unwrap(), out)
+}
+
+/// What the rogue (rank 1) sends rank 0 for its call of `epoch`: 8 bytes of `byte` at the
+/// start of rank 0's CclIn, then the DataSignal that announces them.
+fn rogue_put(rogue: &mut TcpStream, layout: &crate::notify::NotifyLayout, epoch: u64, byte: u8) {
+    let write = Frame::Write {
+        target: Target::CclIn,
+        offset: 0,
+        len: 8,
+        epoch,
+    };
+    send(rogue, &write.encode(), &[byte; 8]).unwrap();
+    let word = layout.link(0, 1, 0, LinkSignal::DataSignal).index as u64;
+    send(rogue, &Frame::Post { word, epoch }.encode(), &[]).unwrap();
+}
+
+#[test]
+fn a_peers_frames_for_the_next_call_land_when_this_rank_ends_its_current_one() {
+    // A TCP peer may run a call ahead (its fence on this rank lags two): its bytes and
+    // posts for epoch 2 come while rank 0 has not even started epoch 1. They must not
+    // land in the CclIn epoch 1 still reads, nor set the signal epoch 1 waits on.
+    let (dev, mut rogue, _inbound) = device_with_rogue(Duration::from_secs(20));
+    let layout = dev.config().layout();
+    let ccl_in = dev.resource(0, Resource::CclIn).unwrap();
+    // SAFETY: the device's CclIn of rank 0, alive while `dev` is; read between calls.
+    let head = || unsafe { std::slice::from_raw_parts(ccl_in.addr as *const u8, 8) }.to_vec();
+    rogue_put(&mut rogue, &layout, 2, 0xB2);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(head(), [0; 8], "held: epoch 1 has not ended");
+    rogue_put(&mut rogue, &layout, 1, 0xA1);
+    let (first, out) = take_from_rogue(&dev, 1);
+    assert!(first.is_ok(), "{first:?}");
+    assert_eq!(out, [0xA1; 8], "epoch 1 took its own bytes, not epoch 2's");
+    let (second, out) = take_from_rogue(&dev, 2);
+    assert!(second.is_ok(), "{second:?}");
+    assert_eq!(
+        out, [0xB2; 8],
+        "epoch 2's bytes and post landed when epoch 1 ended"
+    );
+}
+
+#[test]
+fn a_frame_two_calls_ahead_stops_the_device() {
+    let (dev, mut rogue, _inbound) = device_with_rogue(Duration::from_secs(30));
+    let layout = dev.config().layout();
+    let start = Instant::now();
+    // Rank 0 finished nothing: a frame of epoch 3 is one the fence rules out.
+    rogue_put(&mut rogue, &layout, 3, 0xEE);
+    let err = wait_for_rogue(&dev).unwrap_err();
+    let DeviceError::Aborted {
+        cause: AbortCause::PeerFailed { rank: 1, error },
+        ..
+    } = &err
+    else {
+        panic!("rank 0: {err}");
+    };
+    let DeviceError::Tcp(TcpError::BadFrame { from: 1, what, .. }) = &**error else {
+        panic!("not a refused frame: {error}");
+    };
+    assert!(what.contains("more than one operation ahead"), "{what}");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "released, not timed out"
+    );
+}
+
+#[test]
+fn a_call_that_posts_to_a_tcp_subscriber_sends_it_no_done() {
+    // Rank 1 learns that rank 0 finished epoch e - 1 from rank 0's posts of e; a Done of
+    // e would cost a message per call for nothing. A call without a post to rank 1 still
+    // sends its Done.
+    let (dev, mut rogue, mut inbound) = device_with_rogue(Duration::from_secs(20));
+    let layout = dev.config().layout();
+    let (long, short) = (Duration::from_secs(10), Duration::from_millis(300));
+    assert_eq!(next_frame(&mut rogue, long), Some(Frame::Done { epoch: 0 }));
+    send(&mut rogue, &Frame::Want { until: 10 }.encode(), &[]).unwrap();
+    assert_eq!(next_frame(&mut rogue, long), Some(Frame::Done { epoch: 0 }));
+    let word = layout.link(1, 0, 0, LinkSignal::DataSignal);
+    let run = |epoch, post: bool| {
+        let mut p = RankProgram::new(0, 1);
+        if post {
+            p.streams[0].post(word);
+        }
+        let mut out = [vec![0u8; 8]];
+        let r = run_ranks(&dev, vec![(p, vec![1])], &[vec![0u8; 8]], &mut out, epoch);
+        assert!(r[0].is_ok(), "epoch {epoch}: {r:?}");
+    };
+    run(1, true);
+    let posted = Frame::Post {
+        word: word.index as u64,
+        epoch: 1,
+    };
+    let not_want = |f: &Option<Frame>| !matches!(f, Some(Frame::Want { .. }));
+    let sent = std::iter::repeat_with(|| next_frame(&mut inbound, long)).find(not_want);
+    assert_eq!(
+        sent,
+        Some(Some(posted)),
+        "rank 0's fence asks with Wants, then the post"
+    );
+    assert_eq!(next_frame(&mut rogue, short), None, "no Done for epoch 1");
+    run(2, false);
+    assert_eq!(next_frame(&mut rogue, long), Some(Frame::Done { epoch: 2 }));
+}
+
+#[test]
+fn a_call_fences_on_a_tcp_peer_one_call_further_back() {
+    // Frames for the call after a rank's current one are held (see `tcp::early`), so a
+    // call of epoch e needs its TCP peer to have finished e - 2, not e - 1.
+    let (dev, _rogue, mut inbound) = device_with_rogue(Duration::from_secs(20));
+    let run = |epoch| {
+        let mut out = [vec![0u8; 8]];
+        let fenced = (RankProgram::new(0, 1), vec![1]);
+        run_ranks(&dev, vec![fenced], &[vec![0u8; 8]], &mut out, epoch)
+            .pop()
+            .unwrap()
+    };
+    // The rogue finished nothing.
+    assert!(run(1).is_ok());
+    assert!(run(2).is_ok(), "epoch 2 needs the peer's epoch 0 only");
+    std::thread::scope(|s| {
+        let third = s.spawn(|| run(3));
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!third.is_finished(), "epoch 3 waits for the peer's epoch 1");
+        send(&mut inbound, &Frame::Done { epoch: 1 }.encode(), &[]).unwrap();
+        assert!(third.join().unwrap().is_ok());
+    });
 }

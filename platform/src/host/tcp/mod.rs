@@ -39,6 +39,13 @@
 //! gets its epochs the same way, and a lapsed lease costs one round trip, never a hang:
 //! a call whose fence needs an epoch past the lease asks before it waits.
 //!
+//! Posts stand in for most Done frames: a Post frame of epoch `e` tells its receiver that
+//! the sender finished `e - 1` (its fence moves so), and a call that posted to a
+//! subscriber sends it no Done ([`TcpLinks::publish_done`] says why that is enough). A
+//! call of recursive doubling on 8 ranks thus sends 3 frames per rank, not 6. And a rank
+//! fences on a TCP peer one call further back, because a peer's frames of the call after
+//! this rank's current one are held until it ends ([`early`]).
+//!
 //! - When B takes A's hello, it registers the connection's write side as A's
 //!   *subscription* and sends, on it, its scratch sizes and its current Done epoch.
 //! - B sends every new scratch size to its subscribers, and each Done epoch to those
@@ -50,6 +57,7 @@
 //!
 //! [`DeviceConfig::tcp`]: crate::device::DeviceConfig::tcp
 
+pub(crate) mod early;
 mod readiness;
 pub(crate) mod receiver;
 mod subscribers;
@@ -58,6 +66,7 @@ use subscribers::Subscriber;
 
 use crate::device::DeviceConfig;
 use crate::error::{AbortCause, DeviceError, PeerLoss};
+use crate::host::launch::Shared;
 use crate::host::rdma::RdmaLinks;
 use crate::ir::Rank;
 use crate::transport::put::{Hop, PutWire};
@@ -97,6 +106,9 @@ pub(crate) struct TcpLinks {
     /// Per local slot, per communicator rank: the last Done epoch of that rank this slot
     /// asked for (its lease on the peer's epochs).
     leased: Vec<Vec<AtomicU64>>,
+    /// Per local slot, per communicator rank: the last epoch this slot sent that rank a
+    /// Post frame in (see [`Self::publish_done`]).
+    posted: Vec<Vec<AtomicU64>>,
     /// Per local slot: the ranks that connected to it, each with the write side of its
     /// connection (its subscription to the slot's Done epochs and scratch sizes; see
     /// [`Self::subscribe`]). Non-blocking, as the receiver's sockets are. One lock per
@@ -119,6 +131,8 @@ pub(crate) struct TcpLinks {
     pub ready: readiness::Readiness,
     /// The listener and connections, set when the receiver starts.
     pub rx: Mutex<Option<receiver::Receiver>>,
+    /// Frames of the call after a local rank's current one, held until it ends.
+    pub early: early::Early,
     wait: Duration,
 }
 
@@ -153,6 +167,9 @@ impl TcpLinks {
             leased: (0..local)
                 .map(|_| (0..ranks).map(|_| AtomicU64::new(0)).collect())
                 .collect(),
+            posted: (0..local)
+                .map(|_| (0..ranks).map(|_| AtomicU64::new(0)).collect())
+                .collect(),
             subscribers: (0..local).map(|_| Mutex::new(Vec::new())).collect(),
             rdma: match &job.rdma {
                 Some(rdma) => Some(RdmaLinks::new(config, rdma)?),
@@ -165,8 +182,41 @@ impl TcpLinks {
             poller: polling::Poller::new().map_err(setup("event loop"))?,
             ready: readiness::Readiness::new().map_err(setup("event loop"))?,
             rx: Mutex::new(None),
+            early: early::Early::new(local),
             wait: config.exec_timeout,
         })
+    }
+
+    /// True when `rank`'s writes and posts come as frames on its connections (over TCP,
+    /// not RDMA): they can be held (see [`early`]), so this device's ranks fence on it
+    /// with a lag of two.
+    pub(crate) fn frames_from(&self, rank: Rank) -> bool {
+        self.reaches(rank) && !self.rdma.as_ref().is_some_and(|r| r.reaches(rank))
+    }
+
+    /// Local slot `slot` finished `epoch`: land the frames held for `epoch + 1` (see
+    /// [`early`]). A held post that is refused stops the device, as it would have when it
+    /// came.
+    pub(crate) fn finished(&self, shared: &Shared, slot: usize, epoch: u64) {
+        self.early.finished(slot, epoch, |frame| {
+            let early::HeldFrame::Post {
+                from,
+                to,
+                word,
+                epoch,
+            } = frame
+            else {
+                return;
+            };
+            if let Err(err) = receiver::post(shared, (from, slot, to), word, epoch) {
+                tracing::error!(%err, "a TCP peer's post, held one operation, was refused");
+                let cause = AbortCause::PeerFailed {
+                    rank: from,
+                    error: Arc::new(DeviceError::Tcp(err)),
+                };
+                shared.stop(cause, None);
+            }
+        });
     }
 
     /// True when `rank` is reached over TCP.
@@ -325,8 +375,19 @@ impl TcpLinks {
         };
         match self.rdma.as_ref().filter(|r| r.reaches(to)) {
             Some(rdma) => rdma.put(slot, to, hop),
-            None => self.on_wire(slot, to, |wire| wire.put(hop)),
+            None => {
+                self.on_wire(slot, to, |wire| wire.put(hop))?;
+                if then_post.is_some() {
+                    self.posted[slot][to].fetch_max(epoch, Ordering::Release);
+                }
+                Ok(())
+            }
         }
+    }
+
+    /// The last epoch local slot `slot` sent `rank` a Post frame in.
+    pub(crate) fn posted_in(&self, slot: usize, rank: Rank) -> u64 {
+        self.posted[slot][rank].load(Ordering::Acquire)
     }
 
     /// Post link word `word` of `to` for the call of `epoch`, from local slot `slot`.
@@ -339,7 +400,11 @@ impl TcpLinks {
     ) -> Result<(), DeviceError> {
         match self.rdma.as_ref().filter(|r| r.reaches(to)) {
             Some(rdma) => rdma.post(slot, to, (word as u64, epoch)),
-            None => self.on_wire(slot, to, |wire| wire.post(word as u64, epoch)),
+            None => {
+                self.on_wire(slot, to, |wire| wire.post(word as u64, epoch))?;
+                self.posted[slot][to].fetch_max(epoch, Ordering::Release);
+                Ok(())
+            }
         }
     }
 

@@ -27,7 +27,8 @@ use crate::host::launch::Shared;
 use crate::host::shm::Poller;
 use crate::ir::Rank;
 use crate::transport::tcp::wire::{Hello, HEADER_LEN, HELLO_LEN};
-use frames::{connect_info, frame, take_rdma_posts};
+pub(crate) use frames::post;
+use frames::{connect_info, frame, land_held, take_rdma_posts};
 use polling::Events;
 use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -108,6 +109,16 @@ struct Conn {
     inbox: Box<[u8]>,
     head: usize,
     tail: usize,
+    /// The Write whose payload is being read, when it came a call early (see
+    /// [`early`](super::early)): the payload goes into its own buffer.
+    held: Option<HeldWrite>,
+}
+
+/// A Write of the call after its rank's current one, as its payload comes.
+struct HeldWrite {
+    epoch: u64,
+    at: super::early::Target,
+    data: Box<[u8]>,
 }
 
 /// What to do with a connection after reading from it.
@@ -309,6 +320,7 @@ pub(crate) fn adopt(
         inbox: vec![0; INBOX_BYTES].into_boxed_slice(),
         head: 0,
         tail: 0,
+        held: None,
     };
     insert(links, &mut rx.conns, conn)
 }
@@ -361,6 +373,7 @@ fn accept(links: &TcpLinks, listener: &TcpListener, conns: &mut Vec<Option<Conn>
             inbox: vec![0; HELLO_LEN].into_boxed_slice(),
             head: 0,
             tail: 0,
+            held: None,
         };
         if let Err(err) = insert(links, conns, conn) {
             tracing::warn!(%addr, %err, "a TCP connection could not be watched; dropped");
@@ -511,6 +524,7 @@ fn advance(shared: &Arc<Shared>, links: &TcpLinks, conn: &mut Conn, n: usize) ->
             *left -= n;
             if *left == 0 {
                 conn.rx = header();
+                land_held(links, conn);
             }
             Ok(())
         }

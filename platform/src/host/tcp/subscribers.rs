@@ -157,9 +157,23 @@ impl TcpLinks {
     }
 
     /// Tell the ranks that fence on local slot `slot` (its subscribers whose lease covers
-    /// `epoch`) that it finished `epoch`.
+    /// `epoch`) that it finished `epoch`, except those its call of `epoch` posted to over
+    /// frames ([`Self::posted_in`]).
+    ///
+    /// Those need no Done: a Post frame of `epoch` says that its sender finished `epoch -
+    /// 1` (the receiver moves its fence so, see `receiver::frames`), and a subscriber S
+    /// that this slot posted to in `epoch` took that post before it ended `epoch`. S's next
+    /// call, `epoch + 1`, fences on this slot with a lag of two (see [`super::early`]): it
+    /// needs `epoch - 1`, which S has. For `epoch + 2` it needs `epoch`, which the posts of
+    /// this slot's `epoch + 1` bring, or, when that call does not post to S, its Done.
+    /// That holds because both sides agree that their frames are held: a rank reached
+    /// over RDMA both ways is never skipped (the job's RDMA links are mutual).
     pub(crate) fn publish_done(&self, slot: usize, epoch: u64) {
-        self.tell_subscribers(slot, Frame::Done { epoch }, |s| s.until >= epoch);
+        let told_by_posts =
+            |rank: Rank| self.frames_from(rank) && self.posted_in(slot, rank) >= epoch;
+        self.tell_subscribers(slot, Frame::Done { epoch }, |s| {
+            s.until >= epoch && !told_by_posts(s.rank)
+        });
     }
 
     /// Tell every local rank's subscribers that its scratch `id` has `bytes` (allocated

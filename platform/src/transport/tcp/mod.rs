@@ -174,6 +174,7 @@ impl PutWire for Framed<'_> {
             target: hop.target,
             offset: hop.offset,
             len: hop.bytes.len() as u64,
+            epoch: hop.epoch,
         }
         .encode();
         let post = hop.then_post.map(|word| {
@@ -291,6 +292,7 @@ mod tests {
             target: Target::CclOut,
             offset,
             len: 100,
+            epoch: 4,
         };
         assert_eq!(next_frame(&mut inbound), (write(8), bytes.clone()));
         let post = |word, epoch| (Frame::Post { word, epoch }, Vec::new());

@@ -9,22 +9,26 @@
 //! of link signal words (u64 each), so that two ranks configured differently are refused
 //! at connect time rather than corrupt each other's buffers.
 //!
-//! Frame header ([`HEADER_LEN`] bytes): kind (u8), buffer (u8), six bytes of zero, then
-//! three u64 fields whose meaning depends on the kind (see [`Frame`]). A Write is followed
-//! by its `len` payload bytes, an Rdma frame by its `len` bytes of connect info.
+//! Frame header ([`HEADER_LEN`] bytes): kind (u8), buffer (u8), six bytes that are zero
+//! except in a Write (its epoch's low 48 bits, [`EPOCH_TAG`]), then three u64 fields whose
+//! meaning depends on the kind (see [`Frame`]). A Write is followed by its `len` payload
+//! bytes, an Rdma frame by its `len` bytes of connect info.
 
 use std::fmt;
 
 /// The first bytes of every connection.
 pub const MAGIC: [u8; 8] = *b"OXCCLtcp";
 /// Bumped whenever the wire format changes.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// The most bytes of connect info an Rdma frame may announce.
 pub const MAX_RDMA_INFO: u64 = 64 << 10;
 /// Bytes of a hello.
 pub const HELLO_LEN: usize = 8 + 4 + 16 + 4 * 3 + 8 * 2;
 /// Bytes of a frame header.
 pub const HEADER_LEN: usize = 32;
+/// The bits of a Write's epoch its header carries: the receiver knows the epoch within
+/// two of it (see `host::tcp::early`), so the low bits name it.
+pub const EPOCH_TAG: u64 = (1 << 48) - 1;
 
 /// What opens a connection.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -90,11 +94,13 @@ pub use crate::transport::put::Target;
 /// One message of a connection, from its `from` rank to its `to` rank.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Frame {
-    /// `len` bytes follow, for `[offset, offset + len)` of the target buffer.
+    /// `len` bytes follow, for `[offset, offset + len)` of the target buffer, from the
+    /// sender's call of `epoch` (its low 48 bits, [`EPOCH_TAG`], on the wire).
     Write {
         target: Target,
         offset: u64,
         len: u64,
+        epoch: u64,
     },
     /// Post link signal word `word` of the receiving rank, for the sender's call of
     /// `epoch` (a Post for an epoch the receiver already ended is late: nothing is left to
@@ -145,11 +151,16 @@ const WANT: u8 = 8;
 impl Frame {
     /// The frame's header bytes.
     pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let tag = match *self {
+            Frame::Write { epoch, .. } => epoch & EPOCH_TAG,
+            _ => 0,
+        };
         let (kind, buf, a, b, c) = match *self {
             Frame::Write {
                 target,
                 offset,
                 len,
+                ..
             } => {
                 let (buf, id) = match target {
                     Target::CclIn => (0, 0),
@@ -169,6 +180,7 @@ impl Frame {
         let mut h = [0u8; HEADER_LEN];
         h[0] = kind;
         h[1] = buf;
+        h[2..8].copy_from_slice(&tag.to_le_bytes()[..6]);
         h[8..16].copy_from_slice(&a.to_le_bytes());
         h[16..24].copy_from_slice(&b.to_le_bytes());
         h[24..32].copy_from_slice(&c.to_le_bytes());
@@ -182,9 +194,11 @@ impl Frame {
             kind: h[0],
             buf: h[1],
         };
-        if h[2..8] != [0; 6] || (h[0] != WRITE && h[1] != 0) {
+        if h[0] != WRITE && (h[1] != 0 || h[2..8] != [0; 6]) {
             return Err(bad);
         }
+        let mut tag = [0u8; 8];
+        tag[..6].copy_from_slice(&h[2..8]);
         Ok(match h[0] {
             WRITE => Frame::Write {
                 target: match h[1] {
@@ -195,6 +209,7 @@ impl Frame {
                 },
                 offset: b,
                 len: c,
+                epoch: u64::from_le_bytes(tag),
             },
             POST if c == 0 => Frame::Post { word: a, epoch: b },
             DONE => Frame::Done { epoch: a },
@@ -235,16 +250,19 @@ mod tests {
                 target: Target::Scratch(7),
                 offset: u64::MAX,
                 len: 3,
+                epoch: EPOCH_TAG,
             },
             Frame::Write {
                 target: Target::CclIn,
                 offset: 0,
                 len: 0,
+                epoch: 0,
             },
             Frame::Write {
                 target: Target::CclOut,
                 offset: 12,
                 len: 1 << 40,
+                epoch: 1,
             },
             Frame::Post { word: 5, epoch: 9 },
             Frame::Done { epoch: 1 << 50 },
@@ -264,6 +282,18 @@ mod tests {
     }
 
     #[test]
+    fn a_write_carries_its_epochs_low_bits() {
+        let write = |epoch| Frame::Write {
+            target: Target::CclIn,
+            offset: 0,
+            len: 1,
+            epoch,
+        };
+        let sent = write((7 << 48) | 5).encode();
+        assert_eq!(Frame::decode(&sent), Ok(write(5)));
+    }
+
+    #[test]
     fn bad_headers_are_refused() {
         let mut h = Frame::Close.encode();
         h[0] = 99;
@@ -275,11 +305,12 @@ mod tests {
             target: Target::CclIn,
             offset: 0,
             len: 1,
+            epoch: 2,
         }
         .encode();
         h[1] = 3;
         assert!(Frame::decode(&h).is_err());
-        h[1] = 0;
+        let mut h = Frame::Done { epoch: 1 }.encode();
         h[5] = 1;
         assert!(Frame::decode(&h).is_err());
         let too_long = Frame::Rdma {

@@ -3,9 +3,10 @@
 //! sizes, Wants, failures, Close, and an Rdma frame's connect info. The connection state
 //! machine that reads them is the parent module.
 
-use super::{header, Conn, Next, Rx, SCRATCH_AHEAD};
+use super::{header, Conn, HeldWrite, Next, Rx, SCRATCH_AHEAD};
 use crate::error::{AbortCause, DeviceError, PeerLoss};
 use crate::host::launch::Shared;
+use crate::host::tcp::early::{self, When};
 use crate::host::tcp::TcpLinks;
 use crate::ir::{Buf, Rank};
 use crate::signal::{Posted, SET};
@@ -61,16 +62,55 @@ fn apply(
             target,
             offset,
             len,
+            epoch: tag,
         } => {
             let at = write_target(shared, (from, slot, to), target, offset, len)?;
-            if len > 0 {
-                conn.rx = Rx::Payload {
-                    at,
-                    left: len as usize,
-                };
+            // Within the target, so it fits in memory.
+            let len = len as usize;
+            let budget = || shared.memory.device_bytes(slot);
+            let (when, epoch) = links.early.write(slot, tag, len, budget).map_err(bad)?;
+            match when {
+                When::Now if len > 0 => conn.rx = Rx::Payload { at, left: len },
+                When::Now => {}
+                When::Held => {
+                    let mut data = vec![0u8; len].into_boxed_slice();
+                    conn.rx = Rx::Payload {
+                        at: data.as_mut_ptr(),
+                        left: len,
+                    };
+                    conn.held = Some(HeldWrite {
+                        epoch,
+                        at: early::Target(at),
+                        data,
+                    });
+                    if len == 0 {
+                        conn.rx = header();
+                        land_held(links, conn);
+                    }
+                }
             }
         }
-        Frame::Post { word, epoch } => post(shared, (from, slot, to), word, epoch)?,
+        Frame::Post { word, epoch } => {
+            if word >= u64::from(shared.layout.local_base()) {
+                return Err(bad(format!("a post of word {word}, not a link signal")));
+            }
+            // Its sender started `epoch`, so it finished the one before: its Done for
+            // that may never come (see `TcpLinks::publish_done`).
+            if let Some(fence) = shared.fence_slot(from) {
+                let before = epoch.saturating_sub(1);
+                if shared.fences[fence].done() < before {
+                    shared.fences[fence].advance(before);
+                }
+            }
+            match links
+                .early
+                .post(slot, (from, to), word, epoch)
+                .map_err(bad)?
+            {
+                When::Now => post(shared, (from, slot, to), word, epoch)?,
+                When::Held => {}
+            }
+        }
         Frame::Rdma { len } => {
             if len == 0 {
                 return Err(bad("an Rdma frame without connect info".into()));
@@ -122,10 +162,17 @@ fn apply(
     Ok(())
 }
 
+/// A held Write's payload is all read: hand it to [`early`](crate::host::tcp::early).
+pub(super) fn land_held(links: &TcpLinks, conn: &mut Conn) {
+    if let (Some(held), Some((_, slot, _))) = (conn.held.take(), conn.link) {
+        links.early.landed(slot, held.epoch, held.at, held.data);
+    }
+}
+
 /// Post link word `word` of local rank `to` (slot `slot`) for rank `from`'s call of
 /// `epoch`, as a Post frame or an RDMA immediate asks.
-fn post(
-    shared: &Arc<Shared>,
+pub(crate) fn post(
+    shared: &Shared,
     (from, slot, to): (Rank, usize, Rank),
     word: u64,
     epoch: u64,
