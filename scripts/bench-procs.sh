@@ -17,13 +17,23 @@ scripts/install-deps.sh
 mkdir -p target
 mpicc -O2 -o target/mpi_bench ../shared/bench/peers/mpi_bench.c
 cargo build --release -q -p oxccl-cli
+# The peer benchmark's iterations for a size (see mpi_bench.c), so that both sides average
+# as many calls: 1000 up to 64 KiB, 200 up to 1 MiB, 20 up to 16 MiB, then 5; a tenth of
+# that (at least 2) to warm up.
+bytes_of() {
+  local n=${1%[KMG]}
+  case $1 in *K) echo $((n << 10)) ;; *M) echo $((n << 20)) ;; *G) echo $((n << 30)) ;; *) echo "$n" ;; esac
+}
 for size in "$@"; do
-  iters=50; [ "$size" = 64M ] && iters=10
+  b=$(bytes_of "$size")
+  if [ "$b" -le 65536 ]; then iters=1000; elif [ "$b" -le 1048576 ]; then iters=200
+  elif [ "$b" -le 16777216 ]; then iters=20; else iters=5; fi
+  warm=$((iters / 10)); [ $warm -lt 2 ] && warm=2
   echo "== all-reduce $size, 8 processes"
   echo "   oxccl --procs 8 (shared memory)"
-  ./target/release/oxccl perf all-reduce --procs 8 -b "$size" -e "$size" -n $iters -w 5 | grep -E '^ +[0-9]'
+  ./target/release/oxccl perf all-reduce --procs 8 -b "$size" -e "$size" -n $iters -w $warm | grep -E '^ +[0-9]'
   echo "   oxccl --procs 8 --shared-buffers (shared memory, zero-copy)"
-  ./target/release/oxccl perf all-reduce --procs 8 --shared-buffers -b "$size" -e "$size" -n $iters -w 5 \
+  ./target/release/oxccl perf all-reduce --procs 8 --shared-buffers -b "$size" -e "$size" -n $iters -w $warm \
     | grep -E '^ +[0-9]'
   echo "   MPI --mca btl vader,self"
   mpirun --allow-run-as-root --oversubscribe --mca btl vader,self -np 8 \
@@ -31,11 +41,11 @@ for size in "$@"; do
   for shared in "" --shared-buffers; do
     echo "   oxccl --procs 8 --hosts 2 $shared (2 hosts of 4 processes, TCP between)"
     ./target/release/oxccl perf all-reduce --procs 8 --hosts 2 $shared -b "$size" -e "$size" \
-      -n $iters -w 5 | grep -E '^ +[0-9]'
+      -n $iters -w $warm | grep -E '^ +[0-9]'
   done
   echo "   oxccl --procs 8, OXCCL_TRANSPORT=tcp"
   OXCCL_TRANSPORT=tcp ./target/release/oxccl perf all-reduce --procs 8 -b "$size" -e "$size" \
-    -n $iters -w 5 | grep -E '^ +[0-9]'
+    -n $iters -w $warm | grep -E '^ +[0-9]'
   echo "   MPI --mca btl tcp,self"
   mpirun --allow-run-as-root --oversubscribe --mca btl tcp,self -np 8 \
     target/mpi_bench allreduce "$size" | grep -E '^ +[0-9]'
