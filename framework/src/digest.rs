@@ -270,7 +270,8 @@ fn topology(d: &mut Digest, t: &Topology) {
             .f64(p.wake_us)
             .f64(p.thread_gbps)
             .usize(p.inline_bytes)
-            .usize(p.split_bytes);
+            .usize(p.split_bytes)
+            .str(p.ranks.name());
     });
     let overrides: Vec<_> = t.overrides().collect();
     d.usize(overrides.len());

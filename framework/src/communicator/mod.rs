@@ -303,12 +303,12 @@ fn check_init(n: usize, config: &Config, topology: &Topology) -> Result<(), Erro
 /// ([`Topology::default_for_device`]).
 /// `topology` for ranks that each have a device of their own (`init_rank`): a CPU host
 /// then never runs a whole operation on one thread (see
-/// [`Processor::inline_bytes`](crate::topology::Processor::inline_bytes)); each rank's
+/// [`Processor::ranks`](crate::topology::Processor::ranks)); each rank's
 /// process runs its own streams, and a signal from another process must get that
 /// process scheduled ([`HOST_PROCESS_WAKE_US`](crate::topology::presets::HOST_PROCESS_WAKE_US)).
 pub(crate) fn ranks_apart(topology: Topology) -> Result<Topology, Error> {
     let apart = topology.processor().map(|p| crate::topology::Processor {
-        inline_bytes: 0,
+        ranks: crate::topology::RanksRun::Processes,
         wake_us: crate::topology::presets::HOST_PROCESS_WAKE_US,
         ..*p
     });

@@ -90,7 +90,7 @@ fn rank_time(
     // On a CPU host: the inline path (one thread, no wake-ups) or the workers (a wake-up
     // per stream and per wait on a peer), as the replay has it.
     let inline = processor
-        .is_some_and(|p| p.inline_bytes > 0 && super::moved_bytes(program) <= p.inline_bytes);
+        .is_some_and(|p| p.inline_limit() > 0 && super::moved_bytes(program) <= p.inline_limit());
     let processes = processor.is_some_and(|p| p.ranks_are_processes());
     let wake = match processor {
         Some(p) if !inline && !processes => p.wake_us * 1e-6,
@@ -280,6 +280,7 @@ mod tests {
             thread_gbps: 1.0,
             inline_bytes: 4096,
             split_bytes: usize::MAX,
+            ranks: crate::topology::RanksRun::InPool,
         };
         let host = crate::topology::presets::host(4)
             .with_processor(Some(processor))

@@ -637,9 +637,10 @@ fn host_servers(
     let Some(processor) = topology.processor() else {
         return vec![None; servers];
     };
-    let mut inline = vec![processor.inline_bytes > 0; servers];
+    let limit = processor.inline_limit();
+    let mut inline = vec![limit > 0; servers];
     for (rank, program) in programs.iter().enumerate() {
-        if super::moved_bytes(program) > processor.inline_bytes {
+        if super::moved_bytes(program) > limit {
             inline[topology.server_of(rank)] = false;
         }
     }

@@ -334,6 +334,7 @@ fn a_small_operation_runs_on_one_thread_one_task_after_the_other() {
         thread_gbps: 2.0,
         inline_bytes: 4096,
         split_bytes: usize::MAX,
+        ranks: crate::topology::RanksRun::InPool,
     };
     let one_task = p.task_us * 1e-6 + 1024.0 / (p.thread_gbps * 1e9);
     let three = [
@@ -357,10 +358,11 @@ fn a_small_operation_runs_on_one_thread_one_task_after_the_other() {
         time(&three, &host_of_three(big), &CostParams::default()),
         p.wake_us * 1e-6 + one_task,
     );
-    // Ranks in processes of their own (inline_bytes 0) never share one thread, and
-    // start on their own (submitting) thread: no wake-up before their first task.
+    // Ranks in processes of their own never share one thread (whatever inline_bytes
+    // says), and start on their own (submitting) thread: no wake-up before their first
+    // task.
     let apart = Processor {
-        inline_bytes: 0,
+        ranks: crate::topology::RanksRun::Processes,
         ..p
     };
     assert_close(
@@ -380,6 +382,7 @@ fn processes_pay_a_switch_per_round_of_waits_queued_on_the_cores() {
         thread_gbps: 1.0,
         inline_bytes: 0,
         split_bytes: usize::MAX,
+        ranks: crate::topology::RanksRun::Processes,
     };
     let host = crate::topology::presets::host(4)
         .with_processor(Some(p))
@@ -415,6 +418,7 @@ fn processes_pay_a_switch_per_round_of_waits_queued_on_the_cores() {
     // Threads of one device's pool: a parked wait's wake-up runs beside the others.
     let pool = Processor {
         inline_bytes: 1,
+        ranks: crate::topology::RanksRun::InPool,
         ..p
     };
     let threads = time(
@@ -435,6 +439,7 @@ fn slow_threads() -> Processor {
         thread_gbps: 1.0,
         inline_bytes: 1,
         split_bytes: usize::MAX,
+        ranks: crate::topology::RanksRun::InPool,
     }
 }
 

@@ -9,7 +9,7 @@
 //!
 //! Every error names the line (and column, for syntax errors) and says what to change.
 
-use super::{presets, Fabric, LinkSpec, NicScope, Processor, Topology, Wiring};
+use super::{presets, Fabric, LinkSpec, NicScope, Processor, RanksRun, Topology, Wiring};
 use crate::error::ConfigError;
 use oxccl_platform::{LinkAccess, LinkKind, Rank};
 use serde::Deserialize;
@@ -120,6 +120,7 @@ struct FabricSpec {
     thread_gbps: Option<f64>,
     inline_bytes: Option<usize>,
     split_bytes: Option<usize>,
+    ranks: Option<RanksName>,
 }
 
 impl FabricSpec {
@@ -131,7 +132,8 @@ impl FabricSpec {
             || self.wake_us.is_some()
             || self.thread_gbps.is_some()
             || self.inline_bytes.is_some()
-            || self.split_bytes.is_some();
+            || self.split_bytes.is_some()
+            || self.ranks.is_some();
         let reference = Processor::reference(presets::HOST_WORKERS);
         given.then(|| Processor {
             workers: self.workers.unwrap_or(reference.workers),
@@ -140,6 +142,7 @@ impl FabricSpec {
             thread_gbps: self.thread_gbps.unwrap_or(reference.thread_gbps),
             inline_bytes: self.inline_bytes.unwrap_or(reference.inline_bytes),
             split_bytes: self.split_bytes.unwrap_or(reference.split_bytes),
+            ranks: self.ranks.map_or(reference.ranks, RanksRun::from),
         })
     }
 }
@@ -151,6 +154,22 @@ enum WiringName {
     Ring,
     Plane,
     None,
+}
+
+#[derive(Deserialize, Copy, Clone)]
+#[serde(rename_all = "lowercase")]
+enum RanksName {
+    Pool,
+    Processes,
+}
+
+impl From<RanksName> for RanksRun {
+    fn from(name: RanksName) -> Self {
+        match name {
+            RanksName::Pool => RanksRun::InPool,
+            RanksName::Processes => RanksRun::Processes,
+        }
+    }
 }
 
 #[derive(Deserialize, Copy, Clone)]
@@ -323,8 +342,14 @@ impl Topology {
             let _ = writeln!(
                 out,
                 "workers = {}\ntask_us = {:?}\nwake_us = {:?}\nthread_gbps = {:?}\n\
-                 inline_bytes = {}\nsplit_bytes = {}",
-                p.workers, p.task_us, p.wake_us, p.thread_gbps, p.inline_bytes, p.split_bytes
+                 inline_bytes = {}\nsplit_bytes = {}\nranks = \"{}\"",
+                p.workers,
+                p.task_us,
+                p.wake_us,
+                p.thread_gbps,
+                p.inline_bytes,
+                p.split_bytes,
+                p.ranks.name()
             );
         }
         write_fabric(&mut out, Table::Inter, &self.inter);
@@ -507,7 +532,7 @@ fn fabric(
         return Err(src.error(
             Some(span),
             "a host's processor belongs in [intra]; move workers, task_us, wake_us, \
-             thread_gbps, inline_bytes and split_bytes there",
+             thread_gbps, inline_bytes, split_bytes and ranks there",
         ));
     }
     let spec = LinkSpec {
@@ -873,6 +898,30 @@ mod tests {
         assert_eq!(line, 2, "{message}");
         assert!(
             message.contains("processor belongs in [intra]"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_hosts_ranks_are_a_pool_unless_the_file_says_processes() {
+        let read = |keys: &str| {
+            let t = Topology::from_toml(&format!("servers = [4]\n[intra]\n{keys}\n")).unwrap();
+            assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t, "round trip");
+            *t.processor().unwrap()
+        };
+        let pool = read("workers = 2");
+        assert_eq!(pool.ranks, RanksRun::InPool);
+        assert_eq!(pool.inline_limit(), pool.inline_bytes);
+        // Processes are said so, not read from `inline_bytes = 0`, and never run inline.
+        let apart = read("ranks = \"processes\"");
+        assert!(apart.ranks_are_processes());
+        assert_eq!(apart.inline_limit(), 0);
+        assert_eq!(apart.inline_bytes, pool.inline_bytes);
+        assert!(!read("inline_bytes = 0").ranks_are_processes());
+        let (line, message) = file_error("servers = [4]\n[intra]\nranks = \"threads\"\n");
+        assert_eq!(line, 3, "{message}");
+        assert!(
+            message.contains("pool") && message.contains("processes"),
             "{message}"
         );
     }

@@ -39,7 +39,7 @@ use std::fmt;
 
 pub use file::{parse_broken, TopologyError};
 pub use presets::PRESETS;
-pub use processor::Processor;
+pub use processor::{Processor, RanksRun};
 
 /// The speed of one direction of a link.
 #[derive(Copy, Clone, Debug, PartialEq)]

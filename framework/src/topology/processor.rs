@@ -9,7 +9,8 @@
 //! - **threads**: a server runs at most [`Processor::workers`] tasks at once, whichever
 //!   ranks they belong to; a small operation (every rank's program moves at most
 //!   [`Processor::inline_bytes`]) runs all on the submitting thread (the host device's
-//!   inline path), one task after the other, with no wake-ups;
+//!   inline path), one task after the other, with no wake-ups, unless the ranks are
+//!   processes of their own ([`Processor::ranks`]), which pay a switch per round instead;
 //! - **the per-task cost** ([`Processor::task_us`]): binding and dispatching a task on a
 //!   thread, measured; small operations are made of it;
 //! - **a thread's copy rate** ([`Processor::thread_gbps`]), under the server's shared
@@ -36,13 +37,36 @@ pub struct Processor {
     /// into `d` destinations moves `(k + d) / 2` times its length).
     pub thread_gbps: f64,
     /// An operation in which every rank's program moves at most this many bytes (each
-    /// data task's length times its destinations) runs on the submitting thread. 0: no
-    /// operation does, because the ranks are not served by one device (processes of
-    /// their own, as `init_rank` makes them: see [`Processor::ranks_are_processes`]).
+    /// data task's length times its destinations) runs on the submitting thread, when
+    /// the ranks share one device's pool ([`RanksRun::InPool`]). 0: no operation does.
     pub inline_bytes: usize,
     /// A Copy or Reduce of at least this many bytes is cut into chunks that idle workers
     /// share; a smaller one runs on one thread.
     pub split_bytes: usize,
+    /// How the server's ranks run: streams of one device's worker pool, or processes of
+    /// their own (see [`Processor::ranks_are_processes`]).
+    pub ranks: RanksRun,
+}
+
+/// How a CPU host's ranks run (a topology file's `ranks`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RanksRun {
+    /// Streams of one host device's worker pool, as `Communicator::init_all` makes them.
+    #[default]
+    InPool,
+    /// Each rank a process of its own, with a device of its own, as
+    /// `Communicator::init_rank` makes them.
+    Processes,
+}
+
+impl RanksRun {
+    /// The name a topology file gives it (`ranks`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            RanksRun::InPool => "pool",
+            RanksRun::Processes => "processes",
+        }
+    }
 }
 
 /// Bytes under which the host device runs a rank's program inline.
@@ -52,13 +76,23 @@ pub const HOST_INLINE_BYTES: usize = oxccl_platform::host::INLINE_BYTES;
 pub const HOST_SPLIT_BYTES: usize = oxccl_platform::host::SPLIT_BYTES;
 
 impl Processor {
-    /// The server's ranks are processes of their own (`inline_bytes` 0, as `init_rank`
-    /// makes them), not streams of one device's worker pool: a rank that waits for its
-    /// peers gives its core up and is switched back in once per round, `wake_us` of a
-    /// core's time, and a host's switches queue on its cores (`workers`) where the ranks
-    /// outnumber them. A pool's wake-up is a pick-up that runs beside the others.
+    /// The server's ranks are processes of their own ([`RanksRun::Processes`]), not
+    /// streams of one device's worker pool: a rank that waits for its peers gives its
+    /// core up and is switched back in once per round, `wake_us` of a core's time, and a
+    /// host's switches queue on its cores (`workers`) where the ranks outnumber them. A
+    /// pool's wake-up is a pick-up that runs beside the others.
     pub fn ranks_are_processes(&self) -> bool {
-        self.inline_bytes == 0
+        self.ranks == RanksRun::Processes
+    }
+
+    /// The most bytes a rank's program may move for its operation to run inline on the
+    /// submitting thread: `inline_bytes` in a pool; 0 for processes, which never share a
+    /// thread.
+    pub fn inline_limit(&self) -> usize {
+        match self.ranks {
+            RanksRun::InPool => self.inline_bytes,
+            RanksRun::Processes => 0,
+        }
     }
 
     /// The figures measured on the reference machine (see [`super::presets`]), with
@@ -71,6 +105,7 @@ impl Processor {
             thread_gbps: super::presets::HOST_LINK_GBPS,
             inline_bytes: HOST_INLINE_BYTES,
             split_bytes: HOST_SPLIT_BYTES,
+            ranks: RanksRun::InPool,
         }
     }
 
