@@ -104,12 +104,16 @@ pub struct Planned {
 /// The mode a communicator offers: [`Mode::Direct`] (zero-copy on user buffers) when the
 /// device lets peers reach user buffers (`zero_copy`) and either every link of `topology`
 /// is load/store, or every link inside its servers is and some server has two ranks or
-/// more (a job across hosts whose ranks on one host share memory). Anything else stages.
-/// Each executor runs in the mode [`executor_mode`] derives from this one. One rule for
-/// the communicator, the analyzer's recordings and `oxccl check`, so what is proved is
-/// what runs.
+/// more (a job across hosts whose ranks on one host share memory), or no link is (every
+/// peer is reached by puts: then no peer touches a rank's user buffers, and Direct spares
+/// each call its copies into and out of the CCL buffers; the host device's exit fence
+/// leaves put-only peers out, so it costs no wait). Anything else stages. Each executor
+/// runs in the mode [`executor_mode`] derives from this one. One rule for the
+/// communicator, the analyzer's recordings and `oxccl check`, so what is proved is what
+/// runs.
 pub fn mode_for(zero_copy: bool, topology: &Topology) -> Mode {
-    match zero_copy && (topology.all_load_store() || topology.load_store_within_servers()) {
+    let shares = topology.all_load_store() || topology.load_store_within_servers();
+    match zero_copy && (shares || topology.all_put()) {
         true => Mode::Direct,
         false => Mode::Staged,
     }
@@ -136,8 +140,9 @@ pub fn mode_for(zero_copy: bool, topology: &Topology) -> Mode {
 /// each in Direct mode with those links put-only; the planner refuses a program that
 /// would cross one anyway. An executor that needs load/store everywhere cannot run there
 /// and stages (its refusal says why). Each candidate of a selection is planned, modelled
-/// and run in its own mode. Where no server has two ranks nothing is offered: every peer
-/// is across a put-only link, and Direct would buy only the exit fence's wait.
+/// and run in its own mode. Where every link is put-only, a put executor runs Direct:
+/// it reads its own input and writes its own output, and its peers' puts land in its
+/// CCL buffers or Scratch.
 pub fn executor_mode(offered: Mode, topology: &Topology, need: LinkNeed) -> Mode {
     match offered {
         Mode::Direct if topology.all_load_store() || need != LinkNeed::LoadStore => Mode::Direct,
@@ -210,11 +215,21 @@ mod tests {
         assert_eq!(mode_for(true, &one_host), Mode::Direct);
         assert_eq!(mode_for(true, &two_hosts), Mode::Direct);
         assert_eq!(mode_for(false, &two_hosts), Mode::Staged);
-        assert_eq!(mode_for(true, &every_link_put), Mode::Staged);
         assert_eq!(
-            mode_for(true, &one_rank_each),
+            mode_for(true, &every_link_put),
+            Mode::Direct,
+            "no staging copies"
+        );
+        assert_eq!(mode_for(true, &one_rank_each), Mode::Direct);
+        assert_eq!(
+            executor_mode(Mode::Direct, &one_rank_each, LinkNeed::Put),
+            Mode::Direct
+        );
+        let mixed = spec("2x8").with_fabric_access(Put, LoadStore);
+        assert_eq!(
+            mode_for(true, &mixed),
             Mode::Staged,
-            "nothing to share"
+            "load/store only across"
         );
         let every_need = [
             LinkNeed::LoadStore,

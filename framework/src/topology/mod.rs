@@ -530,6 +530,23 @@ impl Topology {
         intra_ok && inter_ok && overrides_ok
     }
 
+    /// True when no link of the topology is load/store: every rank reaches every peer by
+    /// puts (ranks each on a host of its own, or TCP forced), so no peer ever touches a
+    /// rank's user buffers (see [`crate::planner::mode_for`]).
+    pub fn all_put(&self) -> bool {
+        let intra = self.intra.spec.access == LinkAccess::Put
+            || self.intra.wiring == Wiring::None
+            || self.servers.iter().all(|&s| s <= 1);
+        let inter = self.inter.spec.access == LinkAccess::Put
+            || self.inter.wiring == Wiring::None
+            || self.servers.len() == 1;
+        let overrides = self
+            .overrides
+            .values()
+            .all(|p| p.up.access == LinkAccess::Put && p.down.access == LinkAccess::Put);
+        intra && inter && overrides
+    }
+
     /// True when every link inside servers is load/store and some server has two ranks
     /// or more: the ranks of a server can run zero-copy among themselves, whatever
     /// links join the servers (see [`crate::planner::executor_mode`]).
