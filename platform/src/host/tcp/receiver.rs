@@ -125,6 +125,9 @@ struct HeldWrite {
 enum Next {
     Keep,
     Drop,
+    /// The stream ended (with the read error, if it was not an orderly end): see
+    /// [`ended`], which [`handle`] calls once the rank's other connections are read.
+    Ended(Option<std::io::Error>),
 }
 
 /// Start the receiver of the device behind `shared`.
@@ -218,9 +221,54 @@ fn handle(shared: &Arc<Shared>, links: &TcpLinks, rx: &mut Receiver, found: &Rea
         let Some(conn) = rx.conns.get_mut(key - 1).and_then(Option::as_mut) else {
             continue;
         };
-        if let Next::Drop = drive(shared, links, conn) {
-            links.ready.delete(&conn.stream);
-            rx.conns[key - 1] = None;
+        match drive(shared, links, conn) {
+            Next::Keep => {}
+            Next::Drop => close(links, &mut rx.conns, key - 1),
+            Next::Ended(error) => {
+                let from = conn.link.map(|(from, _, _)| from);
+                read_rest_of(shared, links, &mut rx.conns, (from, key - 1));
+                if let Some(conn) = &rx.conns[key - 1] {
+                    ended(shared, links, conn, error);
+                }
+                close(links, &mut rx.conns, key - 1);
+            }
+        }
+    }
+}
+
+/// Stop watching connection `index` and drop it.
+fn close(links: &TcpLinks, conns: &mut [Option<Conn>], index: usize) {
+    if let Some(conn) = conns[index].take() {
+        links.ready.delete(&conn.stream);
+    }
+}
+
+/// Connection `ended` of rank `from` ended: first take what the rank's other connections
+/// still hold.
+/// A rank that fails tells its peers (a Failed frame naming the rank the failure started
+/// at) before its process exits and its sockets close, but that frame may wait on another
+/// of its connections than the one whose end was seen first; taken first, it names the
+/// failure as it started rather than the relaying rank's exit.
+fn read_rest_of(
+    shared: &Arc<Shared>,
+    links: &TcpLinks,
+    conns: &mut [Option<Conn>],
+    (from, ended): (Option<Rank>, usize),
+) {
+    let Some(from) = from else {
+        return;
+    };
+    for index in (0..conns.len()).filter(|&i| i != ended) {
+        let Some(conn) = conns[index].as_mut() else {
+            continue;
+        };
+        if conn.link.map(|(f, _, _)| f) != Some(from) {
+            continue;
+        }
+        match drive(shared, links, conn) {
+            Next::Keep => {}
+            // Its end is the same rank's: the caller names it once.
+            Next::Drop | Next::Ended(_) => close(links, conns, index),
         }
     }
 }
@@ -433,11 +481,11 @@ fn drive(shared: &Arc<Shared>, links: &TcpLinks, conn: &mut Conn) -> Next {
             _ => read_now(&conn.stream, &mut conn.inbox),
         };
         let n = match read {
-            Ok(0) => return ended(shared, links, conn, None),
+            Ok(0) => return Next::Ended(None),
             Ok(n) => n,
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Next::Keep,
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => return ended(shared, links, conn, Some(e)),
+            Err(e) => return Next::Ended(Some(e)),
         };
         match direct {
             true => {
@@ -538,23 +586,18 @@ fn header() -> Rx {
     }
 }
 
-/// The connection ended (`error`: how, if not by an orderly end of stream).
-fn ended(
-    shared: &Arc<Shared>,
-    links: &TcpLinks,
-    conn: &Conn,
-    error: Option<std::io::Error>,
-) -> Next {
+/// The connection ended (`error`: how, if not by an orderly end of stream): without a
+/// Close frame, its rank is gone.
+fn ended(shared: &Arc<Shared>, links: &TcpLinks, conn: &Conn, error: Option<std::io::Error>) {
     let Some((from, _, _)) = conn.link else {
         tracing::debug!(peer = %conn.addr, "a TCP connection ended before its hello");
-        return Next::Drop;
+        return;
     };
     if !conn.closed && !links.closing.load(Ordering::SeqCst) {
         let how = error.map_or_else(|| "end of stream".to_string(), |e| e.to_string());
         tracing::error!(rank = from, %how, "a TCP peer went away without closing");
         shared.stop(shared.config.lost(from, None, PeerLoss::Died), None);
     }
-    Next::Drop
 }
 
 /// Take or refuse a connection's hello.
