@@ -97,10 +97,10 @@ typedef enum {
  * the fields you want; an unset field keeps the environment's value (OXCCL_*) or the
  * default. A struct whose size, magic or version this library does not know is refused. */
 #define OXCCL_CONFIG_MAGIC 0x6f786363u /* "oxcc" */
-#define OXCCL_CONFIG_VERSION 1u
+#define OXCCL_CONFIG_VERSION 2u /* 2 added sharedBuffers; a version 1 struct is taken */
 #define OXCCL_CONFIG_UNDEF_INT INT_MIN
 #define OXCCL_CONFIG_UNDEF_PTR NULL
-typedef struct oxcclConfig_v1 {
+typedef struct oxcclConfig_v2 {
   size_t size;           /* sizeof(oxcclConfig_t) */
   unsigned int magic;    /* OXCCL_CONFIG_MAGIC */
   unsigned int version;  /* OXCCL_CONFIG_VERSION */
@@ -110,13 +110,16 @@ typedef struct oxcclConfig_v1 {
   int hostThreads;       /* OXCCL_HOST_THREADS: 0 (one per core) to 1024 */
   int zeroCopy;          /* OXCCL_ZERO_COPY: 1 or 0 */
   const char* algo;      /* OXCCL_ALGO, e.g. "all_reduce=ring;all_gather=mesh" */
+  int sharedBuffers;     /* OXCCL_SHARED_BUFFERS: 1 or 0; 1: every rank of the job sets 1,
+                            and each call's buffers come from oxcclMemAlloc */
 } oxcclConfig_t;
 
 #define OXCCL_CONFIG_INITIALIZER                                                     \
   {                                                                                  \
     sizeof(oxcclConfig_t), OXCCL_CONFIG_MAGIC, OXCCL_CONFIG_VERSION,                 \
         OXCCL_CONFIG_UNDEF_INT, OXCCL_CONFIG_UNDEF_INT, OXCCL_CONFIG_UNDEF_INT,      \
-        OXCCL_CONFIG_UNDEF_INT, OXCCL_CONFIG_UNDEF_INT, OXCCL_CONFIG_UNDEF_PTR       \
+        OXCCL_CONFIG_UNDEF_INT, OXCCL_CONFIG_UNDEF_INT, OXCCL_CONFIG_UNDEF_PTR,      \
+        OXCCL_CONFIG_UNDEF_INT                                                       \
   }
 
 /* ---- Library and errors ---- */

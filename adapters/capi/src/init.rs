@@ -26,12 +26,12 @@ pub struct OxcclUniqueId {
 
 /// `OXCCL_CONFIG_MAGIC`.
 pub const CONFIG_MAGIC: c_uint = 0x6f78_6363;
-/// `OXCCL_CONFIG_VERSION`.
-pub const CONFIG_VERSION: c_uint = 1;
+/// `OXCCL_CONFIG_VERSION`: 2 added `sharedBuffers`; a version 1 struct is still taken.
+pub const CONFIG_VERSION: c_uint = 2;
 /// `OXCCL_CONFIG_UNDEF_INT`: a field left unset.
 pub const CONFIG_UNDEF_INT: c_int = c_int::MIN;
 
-/// `oxcclConfig_t`, version 1.
+/// `oxcclConfig_t`, version 2.
 #[repr(C)]
 #[derive(Copy, Clone, Debug)]
 pub struct OxcclConfig {
@@ -44,6 +44,40 @@ pub struct OxcclConfig {
     pub host_threads: c_int,
     pub zero_copy: c_int,
     pub algo: *const c_char,
+    pub shared_buffers: c_int,
+}
+
+/// `oxcclConfig_t` as version 1 had it (a program built against that `oxccl.h`): version
+/// 2 without its last field.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct OxcclConfigV1 {
+    pub size: usize,
+    pub magic: c_uint,
+    pub version: c_uint,
+    pub blocking: c_int,
+    pub timeout_seconds: c_int,
+    pub buffer_size_mib: c_int,
+    pub host_threads: c_int,
+    pub zero_copy: c_int,
+    pub algo: *const c_char,
+}
+
+impl From<OxcclConfigV1> for OxcclConfig {
+    fn from(v1: OxcclConfigV1) -> Self {
+        OxcclConfig {
+            size: v1.size,
+            magic: v1.magic,
+            version: v1.version,
+            blocking: v1.blocking,
+            timeout_seconds: v1.timeout_seconds,
+            buffer_size_mib: v1.buffer_size_mib,
+            host_threads: v1.host_threads,
+            zero_copy: v1.zero_copy,
+            algo: v1.algo,
+            shared_buffers: CONFIG_UNDEF_INT,
+        }
+    }
 }
 
 /// `OXCCL_VERSION_CODE` of this build: NCCL's `major * 10000 + minor * 100 + patch`.
@@ -262,16 +296,24 @@ unsafe fn read_config(ptr: *const OxcclConfig) -> Result<OxcclConfig, CError> {
     // SAFETY: not NULL and aligned (checked); the size field comes first in every
     // version, readable by the caller's promise.
     let size = unsafe { ptr.cast::<usize>().read() };
-    if size != size_of::<OxcclConfig>() {
-        return Err(CError::invalid(format!(
-            "config->size is {size}, but this library's oxcclConfig_t (version \
-             {CONFIG_VERSION}) has {} bytes: start from OXCCL_CONFIG_INITIALIZER of the \
-             oxccl.h this library came with",
-            size_of::<OxcclConfig>()
-        )));
-    }
-    // SAFETY: the caller's struct is as large as ours (checked), aligned (checked).
-    let config = unsafe { ptr.read() };
+    let (config, expected) = match size {
+        // SAFETY: the caller's struct has this version's size (checked), aligned (checked).
+        s if s == size_of::<OxcclConfig>() => (unsafe { ptr.read() }, CONFIG_VERSION),
+        // SAFETY: as above, the version 1 layout, a prefix of this one.
+        s if s == size_of::<OxcclConfigV1>() => {
+            let v1 = unsafe { ptr.cast::<OxcclConfigV1>().read() };
+            (OxcclConfig::from(v1), 1)
+        }
+        _ => {
+            return Err(CError::invalid(format!(
+                "config->size is {size}, but this library's oxcclConfig_t (version \
+                 {CONFIG_VERSION}) has {} bytes, and version 1's had {}: start from \
+                 OXCCL_CONFIG_INITIALIZER of the oxccl.h this library came with",
+                size_of::<OxcclConfig>(),
+                size_of::<OxcclConfigV1>()
+            )))
+        }
+    };
     if config.magic != CONFIG_MAGIC {
         return Err(CError::invalid(format!(
             "config->magic is {:#x}, not OXCCL_CONFIG_MAGIC ({CONFIG_MAGIC:#x}): start from \
@@ -279,9 +321,10 @@ unsafe fn read_config(ptr: *const OxcclConfig) -> Result<OxcclConfig, CError> {
             config.magic
         )));
     }
-    if config.version != CONFIG_VERSION {
+    if config.version != expected {
         return Err(CError::invalid(format!(
-            "config->version is {}, this library knows version {CONFIG_VERSION}",
+            "config->version is {}, but a struct of {size} bytes is version {expected} \
+             (this library knows versions 1 and {CONFIG_VERSION})",
             config.version
         )));
     }
@@ -319,6 +362,9 @@ unsafe fn configured(c: &OxcclConfig) -> Result<Config, CError> {
     }
     if let Some(z) = field("zeroCopy", c.zero_copy, 0, 1)? {
         config.zero_copy = z == 1;
+    }
+    if let Some(s) = field("sharedBuffers", c.shared_buffers, 0, 1)? {
+        config.shared_buffers = s == 1;
     }
     Ok(config)
 }
@@ -491,6 +537,41 @@ mod tests {
             .unwrap_err()
             .message
             .contains("oxcclGetUniqueId"));
+    }
+
+    /// A program built against version 1's `oxccl.h` still configures a communicator;
+    /// its struct has no `sharedBuffers`, which stays unset.
+    #[test]
+    fn a_version_1_config_is_taken_and_a_mislabelled_one_refused() {
+        let v1 = OxcclConfigV1 {
+            size: size_of::<OxcclConfigV1>(),
+            magic: CONFIG_MAGIC,
+            version: 1,
+            blocking: CONFIG_UNDEF_INT,
+            timeout_seconds: 7,
+            buffer_size_mib: CONFIG_UNDEF_INT,
+            host_threads: CONFIG_UNDEF_INT,
+            zero_copy: 0,
+            algo: std::ptr::null(),
+        };
+        // SAFETY: a live, aligned struct of the size it says.
+        let read = unsafe { read_config((&v1 as *const OxcclConfigV1).cast()) }.unwrap();
+        assert_eq!((read.timeout_seconds, read.zero_copy), (7, 0));
+        assert_eq!(read.shared_buffers, CONFIG_UNDEF_INT);
+        let v2 = OxcclConfig {
+            size: size_of::<OxcclConfig>(),
+            version: CONFIG_VERSION,
+            shared_buffers: 1,
+            ..read
+        };
+        // SAFETY: as above.
+        let read = unsafe { read_config(&v2) }.unwrap();
+        assert_eq!(read.shared_buffers, 1);
+        let mislabelled = OxcclConfigV1 { version: 2, ..v1 };
+        // SAFETY: as above.
+        let err = unsafe { read_config((&mislabelled as *const OxcclConfigV1).cast()) };
+        let message = err.unwrap_err().message;
+        assert!(message.contains("is version 1"), "{message}");
     }
 
     #[test]

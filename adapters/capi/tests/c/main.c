@@ -105,8 +105,8 @@ static void test_init_errors(const oxcclUniqueId* id) {
   config.magic = 1;
   INVALID("config->magic", oxcclCommInitRankConfig(&comm, g_nranks, *id, g_rank, &config));
   config = (oxcclConfig_t)OXCCL_CONFIG_INITIALIZER;
-  config.version = 2;
-  INVALID("knows version 1", oxcclCommInitRankConfig(&comm, g_nranks, *id, g_rank, &config));
+  config.version = 1;
+  INVALID("is version 2", oxcclCommInitRankConfig(&comm, g_nranks, *id, g_rank, &config));
   config = (oxcclConfig_t)OXCCL_CONFIG_INITIALIZER;
   config.blocking = 2;
   INVALID("config->blocking is 2",
@@ -124,6 +124,10 @@ static void test_init_errors(const oxcclUniqueId* id) {
   config = (oxcclConfig_t)OXCCL_CONFIG_INITIALIZER;
   config.zeroCopy = 7;
   INVALID("config->zeroCopy", oxcclCommInitRankConfig(&comm, g_nranks, *id, g_rank, &config));
+  config = (oxcclConfig_t)OXCCL_CONFIG_INITIALIZER;
+  config.sharedBuffers = 2;
+  INVALID("config->sharedBuffers is 2",
+          oxcclCommInitRankConfig(&comm, g_nranks, *id, g_rank, &config));
   config = (oxcclConfig_t)OXCCL_CONFIG_INITIALIZER;
   config.algo = "all_reduce=no_such_algorithm";
   INVALID("no_such_algorithm", oxcclCommInitRankConfig(&comm, g_nranks, *id, g_rank, &config));
