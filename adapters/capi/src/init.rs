@@ -31,24 +31,17 @@ pub const CONFIG_VERSION: c_uint = 2;
 /// `OXCCL_CONFIG_UNDEF_INT`: a field left unset.
 pub const CONFIG_UNDEF_INT: c_int = c_int::MIN;
 
-/// `oxcclConfig_t`, version 2.
+/// `oxcclConfig_t`, version 2: version 1's fields, then `sharedBuffers` (the same layout
+/// as the C struct's: version 1's ends on a pointer, so it has no trailing padding).
 #[repr(C)]
 #[derive(Copy, Clone, Debug)]
 pub struct OxcclConfig {
-    pub size: usize,
-    pub magic: c_uint,
-    pub version: c_uint,
-    pub blocking: c_int,
-    pub timeout_seconds: c_int,
-    pub buffer_size_mib: c_int,
-    pub host_threads: c_int,
-    pub zero_copy: c_int,
-    pub algo: *const c_char,
+    pub v1: OxcclConfigV1,
     pub shared_buffers: c_int,
 }
 
-/// `oxcclConfig_t` as version 1 had it (a program built against that `oxccl.h`): version
-/// 2 without its last field.
+/// `oxcclConfig_t` as version 1 had it, which a program built against that `oxccl.h`
+/// passes.
 #[repr(C)]
 #[derive(Copy, Clone, Debug)]
 pub struct OxcclConfigV1 {
@@ -61,23 +54,6 @@ pub struct OxcclConfigV1 {
     pub host_threads: c_int,
     pub zero_copy: c_int,
     pub algo: *const c_char,
-}
-
-impl From<OxcclConfigV1> for OxcclConfig {
-    fn from(v1: OxcclConfigV1) -> Self {
-        OxcclConfig {
-            size: v1.size,
-            magic: v1.magic,
-            version: v1.version,
-            blocking: v1.blocking,
-            timeout_seconds: v1.timeout_seconds,
-            buffer_size_mib: v1.buffer_size_mib,
-            host_threads: v1.host_threads,
-            zero_copy: v1.zero_copy,
-            algo: v1.algo,
-            shared_buffers: CONFIG_UNDEF_INT,
-        }
-    }
 }
 
 /// `OXCCL_VERSION_CODE` of this build: NCCL's `major * 10000 + minor * 100 + patch`.
@@ -302,7 +278,8 @@ unsafe fn read_config(ptr: *const OxcclConfig) -> Result<OxcclConfig, CError> {
         // SAFETY: as above, the version 1 layout, a prefix of this one.
         s if s == size_of::<OxcclConfigV1>() => {
             let v1 = unsafe { ptr.cast::<OxcclConfigV1>().read() };
-            (OxcclConfig::from(v1), 1)
+            let shared_buffers = CONFIG_UNDEF_INT;
+            (OxcclConfig { v1, shared_buffers }, 1)
         }
         _ => {
             return Err(CError::invalid(format!(
@@ -314,18 +291,19 @@ unsafe fn read_config(ptr: *const OxcclConfig) -> Result<OxcclConfig, CError> {
             )))
         }
     };
-    if config.magic != CONFIG_MAGIC {
+    let OxcclConfig { v1: head, .. } = config;
+    if head.magic != CONFIG_MAGIC {
         return Err(CError::invalid(format!(
             "config->magic is {:#x}, not OXCCL_CONFIG_MAGIC ({CONFIG_MAGIC:#x}): start from \
              OXCCL_CONFIG_INITIALIZER",
-            config.magic
+            head.magic
         )));
     }
-    if config.version != expected {
+    if head.version != expected {
         return Err(CError::invalid(format!(
             "config->version is {}, but a struct of {size} bytes is version {expected} \
              (this library knows versions 1 and {CONFIG_VERSION})",
-            config.version
+            head.version
         )));
     }
     Ok(config)
@@ -335,7 +313,8 @@ unsafe fn read_config(ptr: *const OxcclConfig) -> Result<OxcclConfig, CError> {
 ///
 /// # Safety
 /// `c.algo` is NULL or a NUL-terminated string.
-unsafe fn configured(c: &OxcclConfig) -> Result<Config, CError> {
+unsafe fn configured(config: &OxcclConfig) -> Result<Config, CError> {
+    let c = &config.v1;
     let algo = match c.algo.is_null() {
         true => None,
         // SAFETY: a NUL-terminated string, the caller's promise (documented in oxccl.h).
@@ -345,6 +324,7 @@ unsafe fn configured(c: &OxcclConfig) -> Result<Config, CError> {
                 .map_err(|_| CError::invalid("config->algo is not UTF-8"))?,
         ),
     };
+    let shared_buffers = config.shared_buffers;
     let mut config = env_config(algo)?;
     // Calls complete before they return either way: a non-blocking communicator never
     // sees oxcclInProgress, which NCCL's contract allows. The value is only checked.
@@ -363,7 +343,7 @@ unsafe fn configured(c: &OxcclConfig) -> Result<Config, CError> {
     if let Some(z) = field("zeroCopy", c.zero_copy, 0, 1)? {
         config.zero_copy = z == 1;
     }
-    if let Some(s) = field("sharedBuffers", c.shared_buffers, 0, 1)? {
+    if let Some(s) = field("sharedBuffers", shared_buffers, 0, 1)? {
         config.shared_buffers = s == 1;
     }
     Ok(config)
@@ -556,13 +536,15 @@ mod tests {
         };
         // SAFETY: a live, aligned struct of the size it says.
         let read = unsafe { read_config((&v1 as *const OxcclConfigV1).cast()) }.unwrap();
-        assert_eq!((read.timeout_seconds, read.zero_copy), (7, 0));
+        assert_eq!((read.v1.timeout_seconds, read.v1.zero_copy), (7, 0));
         assert_eq!(read.shared_buffers, CONFIG_UNDEF_INT);
         let v2 = OxcclConfig {
-            size: size_of::<OxcclConfig>(),
-            version: CONFIG_VERSION,
+            v1: OxcclConfigV1 {
+                size: size_of::<OxcclConfig>(),
+                version: CONFIG_VERSION,
+                ..v1
+            },
             shared_buffers: 1,
-            ..read
         };
         // SAFETY: as above.
         let read = unsafe { read_config(&v2) }.unwrap();

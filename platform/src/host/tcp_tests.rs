@@ -431,8 +431,14 @@ fn a_post_for_an_operation_its_receiver_already_ended_stops_the_device() {
     // The rogue posts rank 0's Ack for epoch 1, which rank 0 already ended.
     let word = layout.link(0, 1, 0, LinkSignal::Ack).index as u64;
     send(&mut rogue, &Frame::Post { word, epoch: 1 }.encode(), &[]).unwrap();
+    assert_the_rogues_frame_is_refused(&dev, "for operation 1, which rank 0 already ended");
+}
+
+/// Rank 0 of a [`device_with_rogue`], waiting for rank 1, is released well before its
+/// timeout by the refusal of a frame rank 1 sent, which says `why`.
+fn assert_the_rogues_frame_is_refused(dev: &HostDevice, why: &str) {
     let start = Instant::now();
-    let err = wait_for_rogue(&dev).unwrap_err();
+    let err = wait_for_rogue(dev).unwrap_err();
     let DeviceError::Aborted {
         cause: AbortCause::PeerFailed { rank: 1, error },
         ..
@@ -441,12 +447,9 @@ fn a_post_for_an_operation_its_receiver_already_ended_stops_the_device() {
         panic!("rank 0: {err}");
     };
     let DeviceError::Tcp(TcpError::BadFrame { from: 1, what, .. }) = &**error else {
-        panic!("not a refused post: {error}");
+        panic!("not a refused frame: {error}");
     };
-    assert!(
-        what.contains("for operation 1, which rank 0 already ended"),
-        "{what}"
-    );
+    assert!(what.contains(why), "{what}");
     assert!(
         start.elapsed() < Duration::from_secs(10),
         "released, not timed out"
@@ -799,25 +802,9 @@ fn a_peers_frames_for_the_next_call_land_when_this_rank_ends_its_current_one() {
 fn a_frame_two_calls_ahead_stops_the_device() {
     let (dev, mut rogue, _inbound) = device_with_rogue(Duration::from_secs(30));
     let layout = dev.config().layout();
-    let start = Instant::now();
     // Rank 0 finished nothing: a frame of epoch 3 is one the fence rules out.
     rogue_put(&mut rogue, &layout, 3, 0xEE);
-    let err = wait_for_rogue(&dev).unwrap_err();
-    let DeviceError::Aborted {
-        cause: AbortCause::PeerFailed { rank: 1, error },
-        ..
-    } = &err
-    else {
-        panic!("rank 0: {err}");
-    };
-    let DeviceError::Tcp(TcpError::BadFrame { from: 1, what, .. }) = &**error else {
-        panic!("not a refused frame: {error}");
-    };
-    assert!(what.contains("more than one operation ahead"), "{what}");
-    assert!(
-        start.elapsed() < Duration::from_secs(10),
-        "released, not timed out"
-    );
+    assert_the_rogues_frame_is_refused(&dev, "more than one operation ahead");
 }
 
 #[test]
