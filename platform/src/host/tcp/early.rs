@@ -28,9 +28,10 @@
 //!   first, as any Write's), a Post is queued. A frame further ahead is refused: an honest
 //!   peer cannot send it, because its fence waits for S's Done of `f - 2`.
 //! - When S finishes an epoch ([`Early::finished`], before its Done is published or its
-//!   next call may start), the held frames of the next epoch are applied in the order they
-//!   came, under the same lock the receiver decides under. So a frame that lands now is
-//!   never overtaken by an earlier one of its connection that was held.
+//!   next call may start), the held Writes of the next epoch land in the order they came,
+//!   under the same lock the receiver decides under, so a Post that lands now never
+//!   announces bytes still held; then the held Posts are set (their order among
+//!   themselves does not matter: each wait takes its own word).
 //! - What is held is bounded: an honest peer writes at most one call's first iteration
 //!   ahead (after it, it waits for a post of S's next call), which fits in S's buffers, so
 //!   more than [`HELD_BUFFERS`] times their size stops the device, naming the peer.
@@ -166,23 +167,29 @@ impl Early {
         Ok(When::Held)
     }
 
-    /// Local slot `slot` finished `epoch`: from now on frames of `epoch + 1` land, and
-    /// those held land now, in the order they came (`post` sets a held Post's word; it
-    /// runs under the slot's lock, and no wait of `epoch + 1` can have started). Called
-    /// before the rank's fence moves.
-    pub(crate) fn finished(&self, slot: usize, epoch: u64, mut post: impl FnMut(HeldFrame)) {
+    /// Local slot `slot` finished `epoch`: from now on frames of `epoch + 1` land. The
+    /// held Writes land now, under the slot's lock, in the order they came; the held
+    /// Posts are returned, for the caller to set after the lock is let go (a post may
+    /// wake a stream, which may end an epoch and come back here). Nothing is lost by
+    /// setting them after: a Write that comes meanwhile lands at once, and no wait of
+    /// `epoch + 1` can start before the rank's fence moves, after this. Called before the
+    /// rank's fence moves.
+    #[must_use]
+    pub(crate) fn finished(&self, slot: usize, epoch: u64) -> Vec<HeldFrame> {
         let mut held = self.slots[slot].lock();
         if epoch <= held.done {
-            return;
+            return Vec::new();
         }
         held.done = epoch;
         held.bytes = 0;
+        let mut posts = Vec::new();
         for frame in std::mem::take(&mut held.frames) {
             match frame {
                 HeldFrame::Write { at, data } => copy_in(&at, &data),
-                post_frame => post(post_frame),
+                post => posts.push(post),
             }
         }
+        posts
     }
 }
 
@@ -214,12 +221,14 @@ mod tests {
         assert_eq!(early.write(0, 2, 4, || 8), Ok((When::Held, 2)));
         early.landed(0, 2, at, vec![7; 4].into());
         assert_eq!(dst, [0; 4], "held until epoch 1 ends");
-        let mut posted = Vec::new();
-        early.finished(0, 1, |f| {
-            if let HeldFrame::Post { word, epoch, .. } = f {
-                posted.push((word, epoch));
-            }
-        });
+        let posted: Vec<(u64, u64)> = early
+            .finished(0, 1)
+            .into_iter()
+            .filter_map(|f| match f {
+                HeldFrame::Post { word, epoch, .. } => Some((word, epoch)),
+                HeldFrame::Write { .. } => None,
+            })
+            .collect();
         assert_eq!(dst, [7; 4]);
         assert_eq!(posted, [(3, 2)]);
         assert_eq!(early.write(0, 2, 4, || 8), Ok((When::Now, 2)));
@@ -231,7 +240,7 @@ mod tests {
         let early = Early::new(1);
         let mut dst = [0u8; 2];
         assert_eq!(early.write(0, 2, 2, || 8), Ok((When::Held, 2)));
-        early.finished(0, 1, |_| unreachable!("nothing held yet"));
+        assert!(early.finished(0, 1).is_empty(), "nothing held yet");
         early.landed(0, 2, Target(dst.as_mut_ptr()), vec![5; 2].into());
         assert_eq!(dst, [5; 2]);
     }
@@ -239,8 +248,7 @@ mod tests {
     #[test]
     fn epochs_are_read_from_their_low_bits_and_bounded() {
         let early = Early::new(1);
-        let mut none = |_| unreachable!();
-        early.finished(0, EPOCH_TAG + 5, &mut none);
+        assert!(early.finished(0, EPOCH_TAG + 5).is_empty());
         let next = EPOCH_TAG + 6;
         assert_eq!(
             early.write(0, next & EPOCH_TAG, 1, || 8),

@@ -198,7 +198,7 @@ impl TcpLinks {
     /// [`early`]). A held post that is refused stops the device, as it would have when it
     /// came.
     pub(crate) fn finished(&self, shared: &Shared, slot: usize, epoch: u64) {
-        self.early.finished(slot, epoch, |frame| {
+        for frame in self.early.finished(slot, epoch) {
             let early::HeldFrame::Post {
                 from,
                 to,
@@ -206,7 +206,7 @@ impl TcpLinks {
                 epoch,
             } = frame
             else {
-                return;
+                continue;
             };
             if let Err(err) = receiver::post(shared, (from, slot, to), word, epoch) {
                 tracing::error!(%err, "a TCP peer's post, held one operation, was refused");
@@ -216,7 +216,7 @@ impl TcpLinks {
                 };
                 shared.stop(cause, None);
             }
-        });
+        }
     }
 
     /// True when `rank` is reached over TCP.

@@ -94,6 +94,8 @@ fn apply(
             if word >= u64::from(shared.layout.local_base()) {
                 return Err(bad(format!("a post of word {word}, not a link signal")));
             }
+            let when = links.early.post(slot, (from, to), word, epoch);
+            let when = when.map_err(bad)?;
             // Its sender started `epoch`, so it finished the one before: its Done for
             // that may never come (see `TcpLinks::publish_done`).
             if let Some(fence) = shared.fence_slot(from) {
@@ -102,13 +104,8 @@ fn apply(
                     shared.fences[fence].advance(before);
                 }
             }
-            match links
-                .early
-                .post(slot, (from, to), word, epoch)
-                .map_err(bad)?
-            {
-                When::Now => post(shared, (from, slot, to), word, epoch)?,
-                When::Held => {}
+            if when == When::Now {
+                post(shared, (from, slot, to), word, epoch)?;
             }
         }
         Frame::Rdma { len } => {
