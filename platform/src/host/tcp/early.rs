@@ -75,9 +75,10 @@ pub(crate) enum HeldFrame {
 /// The first byte of a checked range of a local rank's registered buffer.
 pub(crate) struct Target(pub *mut u8);
 
-// SAFETY: the pointer is into a buffer the device owns for its lifetime; it is written
-// only by `Early::finished` or the receiver, under the slot's lock, in an epoch the
-// program leaves that range to this write (see the module docs).
+// SAFETY: the pointer is into a buffer the device owns for its lifetime. It is written
+// once, by `Early::finished` (under the slot's lock, before the rank's next epoch may
+// start) or by `Early::landed` (once that epoch is the rank's current one), as the Write
+// would have been had it come then: the program leaves that range to it.
 unsafe impl Send for Target {}
 
 /// Whether a frame lands now or is held.
