@@ -89,8 +89,10 @@ fn rank_time(
     let processor = topology.processor();
     // On a CPU host: the inline path (one thread, no wake-ups) or the workers (a wake-up
     // per stream and per wait on a peer), as the replay has it.
-    let inline = processor
-        .is_some_and(|p| p.inline_limit() > 0 && super::moved_bytes(program) <= p.inline_limit());
+    let inline = processor.is_some_and(|p| {
+        let limit = p.inline_limit();
+        limit > 0 && super::moved_bytes(program) <= limit
+    });
     let processes = processor.is_some_and(|p| p.ranks_are_processes());
     let wake = match processor {
         Some(p) if !inline && !processes => p.wake_us * 1e-6,

@@ -517,34 +517,30 @@ impl Topology {
     ///
     /// [`Mode::Direct`]: crate::Mode::Direct
     pub fn all_load_store(&self) -> bool {
-        let single_rank_servers = self.servers.iter().all(|&s| s <= 1);
-        let intra_ok = self.intra.spec.access == LinkAccess::LoadStore
+        self.every_link_is(LinkAccess::LoadStore)
+    }
+
+    /// True when every link the topology has (its wiring, not counting servers of one
+    /// rank or a single server's missing inter links) has `access`.
+    fn every_link_is(&self, access: LinkAccess) -> bool {
+        let intra = self.intra.spec.access == access
             || self.intra.wiring == Wiring::None
-            || single_rank_servers;
-        let inter_ok = self.inter.spec.access == LinkAccess::LoadStore
+            || self.servers.iter().all(|&s| s <= 1);
+        let inter = self.inter.spec.access == access
             || self.inter.wiring == Wiring::None
             || self.servers.len() == 1;
-        let overrides_ok = self.overrides.values().all(|p| {
-            p.up.access == LinkAccess::LoadStore && p.down.access == LinkAccess::LoadStore
-        });
-        intra_ok && inter_ok && overrides_ok
+        let overrides = self
+            .overrides
+            .values()
+            .all(|p| p.up.access == access && p.down.access == access);
+        intra && inter && overrides
     }
 
     /// True when no link of the topology is load/store: every rank reaches every peer by
     /// puts (ranks each on a host of its own, or TCP forced), so no peer ever touches a
     /// rank's user buffers (see [`crate::planner::mode_for`]).
     pub fn all_put(&self) -> bool {
-        let intra = self.intra.spec.access == LinkAccess::Put
-            || self.intra.wiring == Wiring::None
-            || self.servers.iter().all(|&s| s <= 1);
-        let inter = self.inter.spec.access == LinkAccess::Put
-            || self.inter.wiring == Wiring::None
-            || self.servers.len() == 1;
-        let overrides = self
-            .overrides
-            .values()
-            .all(|p| p.up.access == LinkAccess::Put && p.down.access == LinkAccess::Put);
-        intra && inter && overrides
+        self.every_link_is(LinkAccess::Put)
     }
 
     /// True when every link inside servers is load/store and some server has two ranks

@@ -61,6 +61,9 @@ pub(crate) struct Shared {
     pub fences: Vec<RankFence>,
     /// The rank of each fence slot.
     pub fence_ranks: Vec<Rank>,
+    /// Per fence slot, how many epochs behind a launch's own it may be at the launch's
+    /// entry ([`Shared::fence_lag`]).
+    pub fence_lags: Vec<u64>,
     /// Per communicator rank, its fence slot.
     pub fence_of: Vec<Option<usize>>,
     /// The shm transport's blocks and peers, when ranks of other devices are reached
@@ -147,12 +150,7 @@ impl Shared {
     /// two for a rank whose frames this device holds when they come early (see
     /// `tcp::early`).
     pub(crate) fn fence_lag(&self, fence_slot: usize) -> u64 {
-        let local = self.config.local_ranks.len();
-        let rank = self.fence_ranks.get(fence_slot).copied();
-        match (&self.tcp, rank) {
-            (Some(tcp), Some(rank)) if fence_slot >= local && tcp.frames_from(rank) => 2,
-            _ => 1,
-        }
+        self.fence_lags.get(fence_slot).copied().unwrap_or(1)
     }
 
     /// The fence slot of `rank` (local or a peer's proxy), if the device reaches it.

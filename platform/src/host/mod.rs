@@ -112,11 +112,21 @@ impl HostDevice {
         for (slot, &rank) in fence_ranks.iter().enumerate() {
             fence_of[rank] = Some(slot);
         }
+        // A peer whose frames this device holds when they come early may lag two epochs
+        // at a launch's entry (see `tcp::early`); every other fence slot one.
+        let held =
+            |slot: usize, rank| slot >= local && tcp.as_ref().is_some_and(|t| t.frames_from(rank));
+        let fence_lags = fence_ranks
+            .iter()
+            .enumerate()
+            .map(|(slot, &rank)| if held(slot, rank) { 2 } else { 1 })
+            .collect();
         let shared = Arc::new(Shared {
             memory,
             banks,
             fences: fence_ranks.iter().map(|_| Default::default()).collect(),
             fence_ranks,
+            fence_lags,
             fence_of,
             shm: links.clone(),
             tcp: tcp.clone(),

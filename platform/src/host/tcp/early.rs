@@ -63,13 +63,8 @@ struct Held {
 pub(crate) enum HeldFrame {
     /// Bytes for `at`, in a buffer of the rank checked when the Write came.
     Write { at: Target, data: Box<[u8]> },
-    /// A post of link word `word` of rank `to` (local), from rank `from`'s call `epoch`.
-    Post {
-        from: Rank,
-        to: Rank,
-        word: u64,
-        epoch: u64,
-    },
+    /// A post of link word `word` of the slot's rank, from rank `from`'s call `epoch`.
+    Post { from: Rank, word: u64, epoch: u64 },
 }
 
 /// The first byte of a checked range of a local rank's registered buffer.
@@ -110,7 +105,7 @@ impl Early {
         let ahead = tag.wrapping_sub(next) & EPOCH_TAG;
         let epoch = match ahead {
             0 => return Ok((When::Now, next)),
-            1 => next + 1,
+            1 => next.saturating_add(1),
             // Behind the current call: as any late frame, it lands (a late post is then
             // reported by the post itself).
             a if a > EPOCH_TAG / 2 => {
@@ -147,7 +142,7 @@ impl Early {
     pub(crate) fn post(
         &self,
         slot: usize,
-        (from, to): (Rank, Rank),
+        from: Rank,
         word: u64,
         epoch: u64,
     ) -> Result<When, String> {
@@ -159,12 +154,7 @@ impl Early {
         if epoch - next > 1 {
             return Err(too_far(epoch, held.done));
         }
-        held.frames.push(HeldFrame::Post {
-            from,
-            to,
-            word,
-            epoch,
-        });
+        held.frames.push(HeldFrame::Post { from, word, epoch });
         Ok(When::Held)
     }
 
@@ -214,9 +204,9 @@ mod tests {
     #[test]
     fn a_frame_of_the_next_call_is_held_until_the_current_one_ends() {
         let early = Early::new(1);
-        assert_eq!(early.post(0, (1, 0), 3, 1), Ok(When::Now));
-        assert_eq!(early.post(0, (1, 0), 3, 2), Ok(When::Held));
-        assert!(early.post(0, (1, 0), 3, 3).is_err(), "two calls ahead");
+        assert_eq!(early.post(0, 1, 3, 1), Ok(When::Now));
+        assert_eq!(early.post(0, 1, 3, 2), Ok(When::Held));
+        assert!(early.post(0, 1, 3, 3).is_err(), "two calls ahead");
         let mut dst = [0u8; 4];
         let at = Target(dst.as_mut_ptr());
         assert_eq!(early.write(0, 2, 4, || 8), Ok((When::Held, 2)));
@@ -233,7 +223,7 @@ mod tests {
         assert_eq!(dst, [7; 4]);
         assert_eq!(posted, [(3, 2)]);
         assert_eq!(early.write(0, 2, 4, || 8), Ok((When::Now, 2)));
-        assert_eq!(early.post(0, (1, 0), 3, 3), Ok(When::Held));
+        assert_eq!(early.post(0, 1, 3, 3), Ok(When::Held));
     }
 
     #[test]

@@ -198,14 +198,9 @@ impl TcpLinks {
     /// [`early`]). A held post that is refused stops the device, as it would have when it
     /// came.
     pub(crate) fn finished(&self, shared: &Shared, slot: usize, epoch: u64) {
+        let to = self.local[slot];
         for frame in self.early.finished(slot, epoch) {
-            let early::HeldFrame::Post {
-                from,
-                to,
-                word,
-                epoch,
-            } = frame
-            else {
+            let early::HeldFrame::Post { from, word, epoch } = frame else {
                 continue;
             };
             if let Err(err) = receiver::post(shared, (from, slot, to), word, epoch) {

@@ -94,7 +94,7 @@ fn apply(
             if word >= u64::from(shared.layout.local_base()) {
                 return Err(bad(format!("a post of word {word}, not a link signal")));
             }
-            let when = links.early.post(slot, (from, to), word, epoch);
+            let when = links.early.post(slot, from, word, epoch);
             let when = when.map_err(bad)?;
             // Its sender started `epoch`, so it finished the one before: its Done for
             // that may never come (see `TcpLinks::publish_done`).
