@@ -23,7 +23,7 @@ use super::launch::{Launch, Step};
 use super::memory::UserRegions;
 use crate::error::{DeviceError, SliceFault, TaskLocation};
 use crate::ir::{Buf, Slice};
-use crate::reduce::{copy_raw, reduce_raw};
+use crate::reduce::{copy_part, reduce_part};
 use crate::slice_checks::{check_overlaps, HasSlice};
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -88,12 +88,14 @@ impl Prepared {
     /// either equals a src or overlaps none were checked at compile (static operands),
     /// submit (own user buffers) or in `bind` (peers').
     unsafe fn run_at(&self, srcs: &[*const u8], dsts: &[*mut u8], len: usize) {
+        // A chunk stores as its whole task does (streaming or not).
+        let whole = self.len;
         match self.kind {
             // SAFETY: see the function's contract (a Copy's dst overlaps no src).
-            Kind::Copy => unsafe { copy_raw(srcs[0], dsts, len) },
+            Kind::Copy => unsafe { copy_part(srcs[0], dsts, len, whole) },
             // SAFETY: see the function's contract.
             Kind::Reduce(dtype, op) => unsafe {
-                reduce_raw(dtype, op, srcs, dsts, len / dtype.size())
+                reduce_part(dtype, op, srcs, dsts, len / dtype.size(), whole)
             },
         }
     }

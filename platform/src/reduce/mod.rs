@@ -79,6 +79,26 @@ pub unsafe fn reduce_raw(
     dsts: &[*mut u8],
     count: usize,
 ) {
+    let bytes = count.saturating_mul(dtype.size());
+    // SAFETY: the caller upholds this function's contract, which is `reduce_part`'s.
+    unsafe { reduce_part(dtype, op, srcs, dsts, count, bytes) }
+}
+
+/// [`reduce_raw`] over one part of a larger task whose destinations are `task_bytes`
+/// long each (a chunk of a task that workers share): the whole task's size, not the
+/// part's, decides whether the result is stored with non-temporal stores, so a task
+/// stores alike however it is cut.
+///
+/// # Safety
+/// As [`reduce_raw`].
+pub unsafe fn reduce_part(
+    dtype: DataType,
+    op: ReduceOp,
+    srcs: &[*const u8],
+    dsts: &[*mut u8],
+    count: usize,
+    task_bytes: usize,
+) {
     assert!(!srcs.is_empty(), "reduce_raw: no source buffers");
     debug_assert!(
         count == 0
@@ -86,24 +106,33 @@ pub unsafe fn reduce_raw(
                 && dsts.iter().all(|p| is_multiple(*p as usize, dtype.size()))),
         "reduce_raw: buffer not aligned for {dtype}"
     );
+    let part = Part { count, task_bytes };
     // SAFETY: the caller upholds this function's contract, which is `reduce_op`'s
     // contract with `T` the Rust type of `dtype`.
     unsafe {
         match dtype {
-            DataType::I8 => reduce_op::<i8>(op, srcs, dsts, count),
-            DataType::U8 => reduce_op::<u8>(op, srcs, dsts, count),
-            DataType::I16 => reduce_op::<i16>(op, srcs, dsts, count),
-            DataType::U16 => reduce_op::<u16>(op, srcs, dsts, count),
-            DataType::I32 => reduce_op::<i32>(op, srcs, dsts, count),
-            DataType::U32 => reduce_op::<u32>(op, srcs, dsts, count),
-            DataType::I64 => reduce_op::<i64>(op, srcs, dsts, count),
-            DataType::U64 => reduce_op::<u64>(op, srcs, dsts, count),
-            DataType::F16 => reduce_op::<f16>(op, srcs, dsts, count),
-            DataType::Bf16 => reduce_op::<bf16>(op, srcs, dsts, count),
-            DataType::F32 => reduce_op::<f32>(op, srcs, dsts, count),
-            DataType::F64 => reduce_op::<f64>(op, srcs, dsts, count),
+            DataType::I8 => reduce_op::<i8>(op, srcs, dsts, part),
+            DataType::U8 => reduce_op::<u8>(op, srcs, dsts, part),
+            DataType::I16 => reduce_op::<i16>(op, srcs, dsts, part),
+            DataType::U16 => reduce_op::<u16>(op, srcs, dsts, part),
+            DataType::I32 => reduce_op::<i32>(op, srcs, dsts, part),
+            DataType::U32 => reduce_op::<u32>(op, srcs, dsts, part),
+            DataType::I64 => reduce_op::<i64>(op, srcs, dsts, part),
+            DataType::U64 => reduce_op::<u64>(op, srcs, dsts, part),
+            DataType::F16 => reduce_op::<f16>(op, srcs, dsts, part),
+            DataType::Bf16 => reduce_op::<bf16>(op, srcs, dsts, part),
+            DataType::F32 => reduce_op::<f32>(op, srcs, dsts, part),
+            DataType::F64 => reduce_op::<f64>(op, srcs, dsts, part),
         }
     }
+}
+
+/// The elements one kernel call reduces, and the destination length of the task they
+/// belong to (which decides the stores, see [`reduce_part`]).
+#[derive(Copy, Clone)]
+struct Part {
+    count: usize,
+    task_bytes: usize,
 }
 
 /// Copy `len` bytes from `src` to every destination. A large copy goes block by block:
@@ -117,7 +146,17 @@ pub unsafe fn reduce_raw(
 /// `src` is valid for reads of `len` bytes and each dst for writes of `len` bytes; no dst
 /// overlaps `src` or another dst; nothing else writes those bytes during the call.
 pub unsafe fn copy_raw(src: *const u8, dsts: &[*mut u8], len: usize) {
-    if len.saturating_mul(dsts.len()) < COPY_STREAM_BYTES {
+    // SAFETY: the caller upholds this function's contract, which is `copy_part`'s.
+    unsafe { copy_part(src, dsts, len, len) }
+}
+
+/// [`copy_raw`] over one part of a larger copy whose destinations are `task_bytes` long
+/// each: the whole copy's size decides whether it streams (see [`reduce_part`]).
+///
+/// # Safety
+/// As [`copy_raw`].
+pub unsafe fn copy_part(src: *const u8, dsts: &[*mut u8], len: usize, task_bytes: usize) {
+    if task_bytes.saturating_mul(dsts.len()) < COPY_STREAM_BYTES {
         for &dst in dsts {
             // SAFETY: the caller guarantees both ranges and that they do not overlap.
             unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
@@ -563,7 +602,7 @@ fn f32_to_bf16(x: f32) -> u16 {
 ///
 /// # Safety
 /// As [`reduce_raw`], with `T` the Rust type of its `dtype`.
-unsafe fn reduce_op<T: Lane>(op: ReduceOp, srcs: &[*const u8], dsts: &[*mut u8], count: usize)
+unsafe fn reduce_op<T: Lane>(op: ReduceOp, srcs: &[*const u8], dsts: &[*mut u8], part: Part)
 where
     Sum: Op<T::Compute>,
     Prod: Op<T::Compute>,
@@ -573,10 +612,10 @@ where
     // SAFETY: forwarded from this function's contract.
     unsafe {
         match op {
-            ReduceOp::Sum => reduce_blocks::<T, Sum>(srcs, dsts, count),
-            ReduceOp::Prod => reduce_blocks::<T, Prod>(srcs, dsts, count),
-            ReduceOp::Max => reduce_blocks::<T, Max>(srcs, dsts, count),
-            ReduceOp::Min => reduce_blocks::<T, Min>(srcs, dsts, count),
+            ReduceOp::Sum => reduce_blocks::<T, Sum>(srcs, dsts, part),
+            ReduceOp::Prod => reduce_blocks::<T, Prod>(srcs, dsts, part),
+            ReduceOp::Max => reduce_blocks::<T, Max>(srcs, dsts, part),
+            ReduceOp::Min => reduce_blocks::<T, Min>(srcs, dsts, part),
         }
     }
 }
@@ -589,7 +628,7 @@ where
 unsafe fn reduce_blocks<T: Lane, O: Op<T::Compute>>(
     srcs: &[*const u8],
     dsts: &[*mut u8],
-    count: usize,
+    Part { count, task_bytes }: Part,
 ) {
     // Only as much of the accumulators as the first block uses is initialised: zeroing
     // all 4 KiB was most of a small reduction's cost (a 1 KiB AllReduce on 8 ranks
@@ -603,7 +642,7 @@ unsafe fn reduce_blocks<T: Lane, O: Op<T::Compute>>(
         bytemuck::cast_slice_mut(zeroed(&mut front[..used])),
         bytemuck::cast_slice_mut(zeroed(&mut back[..used])),
     );
-    let each = count * std::mem::size_of::<T>();
+    let each = task_bytes;
     let streaming = each >= STREAM_BYTES || each.saturating_mul(dsts.len()) >= STREAM_ALL_BYTES;
     // Decided once per destination: in place, the block was just read from that very
     // destination, its lines are in the cache, a cached store costs no extra read, and a

@@ -433,3 +433,41 @@ fn copies_reach_every_destination_at_every_size_and_alignment() {
         );
     }
 }
+
+#[test]
+fn the_parts_of_a_streaming_task_store_what_the_whole_would() {
+    // A task big enough to stream, run as chunks of odd lengths (as workers share a split
+    // task): each chunk stores as the whole does, and the bytes equal the oracle's.
+    let mut rng = Lcg(0x9a27);
+    let dtype = DataType::F32;
+    let count = 1000;
+    let task_bytes = STREAM_BYTES.max(COPY_STREAM_BYTES);
+    let srcs = [
+        random_buf(&mut rng, dtype, count),
+        random_buf(&mut rng, dtype, count),
+    ];
+    let ptrs: Vec<*const u8> = srcs.iter().map(|b| b.bytes().as_ptr()).collect();
+    let mut reduced = Buf::new(&vec![0; count * 4]);
+    let mut copied = [Buf::new(&vec![0; count * 4]), Buf::new(&vec![0; count * 4])];
+    let mut from = 0;
+    for part in [1, 63, 100, 836] {
+        let out = reduced.bytes_mut()[from * 4..].as_mut_ptr();
+        let moved: Vec<*const u8> = ptrs.iter().map(|p| p.wrapping_add(from * 4)).collect();
+        let copies: Vec<*mut u8> = copied
+            .iter_mut()
+            .map(|b| b.bytes_mut()[from * 4..].as_mut_ptr())
+            .collect();
+        // SAFETY: every pointer is `from` elements into a buffer of `count`, with `part`
+        // elements left after it (the parts add up to `count`); none overlaps another.
+        unsafe {
+            reduce_part(dtype, ReduceOp::Sum, &moved, &[out], part, task_bytes);
+            copy_part(moved[0], &copies, part * 4, task_bytes);
+        }
+        from += part;
+    }
+    assert_eq!(from, count);
+    assert_eq!(reduced.bytes(), expected(dtype, ReduceOp::Sum, &srcs));
+    for c in &copied {
+        assert!(c.bytes() == srcs[0].bytes());
+    }
+}
