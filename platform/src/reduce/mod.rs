@@ -690,12 +690,17 @@ const STREAM_BYTES: usize = 256 << 10;
 
 /// A result stored to several destinations streams when they take this much together,
 /// even if each is below [`STREAM_BYTES`]: a reduction into every rank's output
-/// (mesh-push) fills the cache with all of them. At 1 MiB on 8 ranks each destination is
-/// 128 KiB; streaming the 1 MiB they make together took the out-of-place call's median
-/// from 890 to 645 µs (interleaved runs, 8 ranks in one process). The bar is a core's L2
-/// here: below it the destinations fit the cache, where the next step or call may read
-/// them (not measured below 1 MiB).
-const STREAM_ALL_BYTES: usize = 1 << 20;
+/// (mesh-push) fills the cache with all of them once the operation outgrows it. On 8
+/// in-process ranks of the development machine (`oxccl perf all-reduce --ranks 8
+/// --algo mesh-push`, 5 alternating runs, medians, out of place):
+/// - at 1 MiB (8 destinations of 128 KiB, 16 MiB of buffers in all, which its caches
+///   mostly hold) streaming took 359 µs, cached stores 229 µs, so the bar is above that;
+/// - at 2 MiB (256 KiB each, [`STREAM_BYTES`] streams them) cached stores to 8
+///   destinations of 256 KiB took 882 µs against 682 µs streaming.
+///
+/// The bar was 1 MiB, from a measurement when this path was three times slower (645
+/// µs streaming against 890 µs cached at 1 MiB).
+const STREAM_ALL_BYTES: usize = 2 << 20;
 
 /// Copies that write at least this much in all stream: a copy's source is often a block
 /// a peer has just written (staged algorithms pass data through the cache), and below the
