@@ -15,8 +15,9 @@
 //! sends it to each, from the stream's thread: the next task starts once the bytes are in
 //! the socket's buffer.
 //!
-//! Tasks of at least [`SPLIT_BYTES`] are cut into 64-byte aligned chunks that idle workers
-//! pick up; the worker that finishes the last chunk resumes the stream.
+//! Tasks that move at least [`SPLIT_BYTES`] through memory ([`traffic_bytes`]) are cut
+//! into 64-byte aligned chunks that idle workers pick up; the worker that finishes the
+//! last chunk resumes the stream.
 
 use super::compile::{DataOp, Kind, Operand, Place};
 use super::launch::{Launch, Step};
@@ -29,10 +30,20 @@ use smallvec::SmallVec;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// Tasks at least this big are split across workers.
+/// Tasks that move at least this many bytes through memory ([`traffic_bytes`]) are split
+/// across workers.
 pub const SPLIT_BYTES: usize = 1 << 20;
-/// Smallest chunk a split produces.
+/// Smallest chunk a split produces, in bytes moved through memory as [`SPLIT_BYTES`].
 const MIN_CHUNK: usize = 256 << 10;
+
+/// What a Copy or Reduce of `len` bytes with `operands` sources and destinations in all
+/// moves through memory, counted as a copy's length is (`len * operands / 2`): a copy of
+/// 1 MiB moves 1 MiB, a Reduce of 8 sources into one destination moves 4.5 times its
+/// length. The cost model counts a task's memory traffic the same way, so the two agree on
+/// which tasks split.
+pub fn traffic_bytes(len: usize, operands: usize) -> usize {
+    len.saturating_mul(operands) / 2
+}
 
 /// A data task with its memory bound.
 struct Prepared {
@@ -158,12 +169,18 @@ pub(crate) fn run_data_task(
         return run_with_puts(launch, task, &prepared).map(|()| Step::Next);
     }
     let threads = launch.shared.pool.threads();
-    if prepared.len < SPLIT_BYTES || threads < 2 {
+    let operands = prepared.srcs.len() + prepared.dsts.len();
+    // A small program's tasks run whole: it wakes no worker (see `pool`), and the linked
+    // sequences of `serial` run its tasks inline as well.
+    let small = launch.program.small || traffic_bytes(prepared.len, operands) < SPLIT_BYTES;
+    if small || threads < 2 {
         prepared.run_all();
         return Ok(Step::Next);
     }
+    // The shortest chunk moves MIN_CHUNK; `operands` is at least 2 here.
+    let min_chunk = MIN_CHUNK.saturating_mul(2) / operands;
     let chunk = (prepared.len / (threads * 4))
-        .max(MIN_CHUNK)
+        .max(min_chunk)
         .next_multiple_of(64);
     let job = Arc::new(ChunkJob {
         launch: launch.clone(),

@@ -18,7 +18,7 @@
 
 mod compile;
 pub use compile::INLINE_BYTES;
-pub use exec::SPLIT_BYTES;
+pub use exec::{traffic_bytes, SPLIT_BYTES};
 mod exec;
 mod fence;
 mod launch;

@@ -23,8 +23,8 @@
 //! play saw. Schedules are cached per group of compiled programs (they hold the programs,
 //! so the key cannot be reused by others).
 
-use super::compile::{HostProgram, Op, INLINE_BYTES};
-use super::exec::{BoundTask, SPLIT_BYTES};
+use super::compile::{HostProgram, Op};
+use super::exec::BoundTask;
 use super::launch::{Launch, Shared};
 use super::memory::{BindingKey, UserRegions};
 use crate::device::{Compiled, UserBuffers};
@@ -32,9 +32,6 @@ use crate::error::TaskLocation;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
-
-// A small program's tasks each move less than a split: `run` runs them inline.
-const _: () = assert!(INLINE_BYTES < SPLIT_BYTES);
 
 /// Groups whose schedule (or refusal) is kept.
 const CACHED_GROUPS: usize = 64;
