@@ -271,7 +271,9 @@ fn topology(d: &mut Digest, t: &Topology) {
             .f64(p.thread_gbps)
             .usize(p.inline_bytes)
             .usize(p.split_bytes)
-            .str(p.ranks.name());
+            .str(p.ranks.name())
+            .usize(p.cache_bytes)
+            .f64(p.cache_gbps);
     });
     let overrides: Vec<_> = t.overrides().collect();
     d.usize(overrides.len());

@@ -24,7 +24,9 @@
 //! [`Processor`](crate::topology::Processor)) tasks cost thread time instead of dispatch
 //! and engine time, peers of the host are memory rather than links, a wait on one costs a
 //! wake-up on the threaded path, and the rank's time is at least its server's ranks'
-//! thread time over the threads that run them, as in the replay. The estimate is the
+//! thread time over the threads that run them, as in the replay, with the share of their
+//! traffic the host's caches serve taken off the memory system and moved at the cached
+//! rate (the server's footprint scaled from the sampled rank's). The estimate is the
 //! slowest sampled rank's time.
 //! It is a critical-path lower bound of what the replay would give on a symmetric
 //! topology, which is what selection compares; `oxccl check --explain` says when it
@@ -111,6 +113,7 @@ fn rank_time(
         Some(_) => 0.0,
         None => params.dispatch_s(),
     };
+    let cached = processor.map_or(0.0, |p| p.cached_share(server_footprint(program, topology)));
     let mut traffic = Traffic::default();
     let mut longest: f64 = 0.0;
     for (s, stream) in program.streams.iter().enumerate() {
@@ -126,12 +129,12 @@ fn rank_time(
                 let cost = match task {
                     Task::Copy { .. } | Task::Reduce { .. } => {
                         let transfer = transfers(task, at, weight, topology, &mut traffic)?;
-                        traffic.memory += super::memory_bytes(task) * weight;
+                        traffic.memory += super::memory_bytes(task) * (1.0 - cached) * weight;
                         match processor {
                             Some(p) => {
-                                let thread = super::thread_seconds(p, task);
+                                let thread = super::thread_seconds(p, task, cached);
                                 traffic.thread += thread * weight;
-                                let split = task.bytes() >= p.split_bytes && !inline;
+                                let split = super::splits(p, task) && !inline;
                                 let threads = if split { p.workers as f64 } else { 1.0 };
                                 (thread / threads).max(transfer)
                             }
@@ -174,6 +177,34 @@ fn rank_time(
         bound = bound.max(wake + traffic.thread * ranks / threads);
     }
     Ok(bound)
+}
+
+/// The bytes an operation touches on `program`'s rank's server, from that one rank's
+/// program: the footprint of the buffers it touches ([`super::footprints`]), per rank it
+/// touches, times the server's ranks, as a symmetric server would have it.
+fn server_footprint(program: &RankProgram, topology: &Topology) -> usize {
+    let server = topology.server_of(program.rank);
+    let ranks = topology.ranks();
+    let local = |rank: usize| (rank < ranks && topology.server_of(rank) == server).then_some(0);
+    let bytes = super::footprints([program], 1, local)[0];
+    let touched = touched_ranks(program, &local);
+    let server_ranks = topology.server_ranks(server).len();
+    (bytes / touched.max(1)).saturating_mul(server_ranks)
+}
+
+/// How many ranks of `program`'s server (`local` is `Some` for them) its tasks touch.
+fn touched_ranks(program: &RankProgram, local: &impl Fn(usize) -> Option<usize>) -> usize {
+    let mut ranks: Vec<usize> = program
+        .streams
+        .iter()
+        .flat_map(|s| s.tasks.iter())
+        .flat_map(|t| t.reads().iter().chain(t.writes()))
+        .map(|slice| slice.rank)
+        .filter(|&rank| local(rank).is_some())
+        .collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    ranks.len()
 }
 
 /// The longest of a task's transfers to or from peers (α + bytes·β each), recording the
@@ -283,6 +314,9 @@ mod tests {
             inline_bytes: 4096,
             split_bytes: usize::MAX,
             ranks: crate::topology::RanksRun::InPool,
+            // No cache: every byte at thread_gbps, over the memory system.
+            cache_bytes: 0,
+            cache_gbps: 1.0,
         };
         let host = crate::topology::presets::host(4)
             .with_processor(Some(processor))

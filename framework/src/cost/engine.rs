@@ -387,9 +387,10 @@ impl<'a> Engine<'a> {
         let engine = self.engines[me];
         match self.processor_of(me) {
             Some((processor, threads)) => {
-                let work = super::thread_seconds(processor, task);
+                let cached = self.cached_share(me);
+                let work = super::thread_seconds(processor, task, cached);
                 // A split task is shared by every idle worker; another, by one thread.
-                let on: &[ResourceId] = match task.bytes() >= processor.split_bytes {
+                let on: &[ResourceId] = match super::splits(processor, task) {
                     true => &[threads],
                     false => &[engine, threads],
                 };
@@ -401,11 +402,14 @@ impl<'a> Engine<'a> {
                     .start(now, work, &[engine], s, &mut self.finishes);
             }
         }
-        if let Some(memory) = self.memory(me) {
-            let bytes = super::memory_bytes(task);
-            self.flows
-                .start(now, bytes, &[memory], s, &mut self.finishes);
-            started += 1;
+        // What the caches serve does not cross the memory bus.
+        let bus_bytes = super::memory_bytes(task) * (1.0 - self.cached_share(me));
+        if bus_bytes > 0.0 {
+            if let Some(memory) = self.memory(me) {
+                self.flows
+                    .start(now, bus_bytes, &[memory], s, &mut self.finishes);
+                started += 1;
+            }
         }
         self.flush_finishes();
         let st = &mut self.streams[s as usize];
@@ -522,6 +526,12 @@ impl<'a> Engine<'a> {
         super::host_memory(self.topology, a, b)
     }
 
+    /// The share of `rank`'s server's memory traffic its caches serve in this operation
+    /// ([`Processor::cached_share`]); none where the server is no CPU host.
+    fn cached_share(&self, rank: usize) -> f64 {
+        self.host_of(rank).map_or(0.0, |host| host.cached)
+    }
+
     /// The processor of `rank`'s server, with its threads' resource.
     fn processor_of(&self, rank: usize) -> Option<(&'a Processor, ResourceId)> {
         let processor = self.topology.processor()?;
@@ -624,6 +634,9 @@ struct HostServer {
     /// Every rank's program is small enough for the inline path: the submitting thread
     /// runs them all, one task after the other, with no wake-ups.
     inline: bool,
+    /// The share of its memory traffic its caches serve: the operation's footprint on
+    /// the server against the cache ([`Processor::cached_share`]).
+    cached: f64,
 }
 
 /// Per server, when the topology has a [`Processor`]: its threads (the workers, or the
@@ -644,13 +657,18 @@ fn host_servers(
             inline[topology.server_of(rank)] = false;
         }
     }
+    let ranks = topology.ranks();
+    let owner = |rank: usize| (rank < ranks).then(|| topology.server_of(rank));
+    let footprints = super::footprints(programs.iter().copied(), servers, owner);
     inline
         .into_iter()
-        .map(|inline| {
+        .zip(footprints)
+        .map(|(inline, footprint)| {
             let threads = if inline { 1 } else { processor.workers };
             Some(HostServer {
                 threads: flows.add_resource(threads as f64),
                 inline,
+                cached: processor.cached_share(footprint),
             })
         })
         .collect()

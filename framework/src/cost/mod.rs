@@ -129,9 +129,49 @@ pub(crate) fn moved_bytes(program: &RankProgram) -> usize {
 }
 
 /// Seconds of one thread a Copy or Reduce takes on a CPU host: its fixed cost, and its
-/// memory traffic ([`memory_bytes`]) at one thread's copy rate.
-pub(crate) fn thread_seconds(processor: &Processor, task: &Task) -> f64 {
-    processor.task_us * 1e-6 + memory_bytes(task) / (processor.thread_gbps * 1e9)
+/// memory traffic ([`memory_bytes`]) at one thread's copy rate, the share `cached` of it
+/// at the cached rate ([`Processor::cached_share`]).
+pub(crate) fn thread_seconds(processor: &Processor, task: &Task, cached: f64) -> f64 {
+    processor.task_us * 1e-6 + memory_bytes(task) * processor.seconds_per_byte(cached)
+}
+
+/// Whether the host shares `task` among its idle workers: it moves at least
+/// `split_bytes` through memory ([`memory_bytes`], counted as the host device counts it,
+/// [`oxccl_platform::host::traffic_bytes`]).
+pub(crate) fn splits(processor: &Processor, task: &Task) -> bool {
+    memory_bytes(task) >= processor.split_bytes as f64
+}
+
+/// The bytes of memory that the tasks of `programs` touch, per owner: for every
+/// (rank, buffer) any task reads or writes, the span from the lowest byte to the highest,
+/// summed over the ranks `owner` maps to `Some` key (a server, say). What an operation
+/// keeps in a host's caches between calls ([`Processor::cached_share`]).
+pub(crate) fn footprints<'p>(
+    programs: impl IntoIterator<Item = &'p RankProgram>,
+    owners: usize,
+    owner: impl Fn(usize) -> Option<usize>,
+) -> Vec<usize> {
+    let mut spans: crate::fast_hash::FastMap<(usize, oxccl_platform::Buf), (usize, usize)> =
+        Default::default();
+    let tasks = programs
+        .into_iter()
+        .flat_map(|p| p.streams.iter().flat_map(|s| s.tasks.iter()));
+    for task in tasks {
+        for slice in task.reads().iter().chain(task.writes()) {
+            let end = slice.offset.saturating_add(slice.len);
+            let span = spans
+                .entry((slice.rank, slice.buf))
+                .or_insert((slice.offset, end));
+            *span = (span.0.min(slice.offset), span.1.max(end));
+        }
+    }
+    let mut sums = vec![0usize; owners];
+    for (&(rank, _), &(start, end)) in &spans {
+        if let Some(sum) = owner(rank).and_then(|o| sums.get_mut(o)) {
+            *sum = sum.saturating_add(end - start);
+        }
+    }
+    sums
 }
 
 /// Whether ranks `a` and `b` are threads (or processes mapping each other's buffers) of

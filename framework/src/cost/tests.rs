@@ -335,6 +335,9 @@ fn a_small_operation_runs_on_one_thread_one_task_after_the_other() {
         inline_bytes: 4096,
         split_bytes: usize::MAX,
         ranks: crate::topology::RanksRun::InPool,
+        // No cache: every byte at thread_gbps, over the memory system.
+        cache_bytes: 0,
+        cache_gbps: 1.0,
     };
     let one_task = p.task_us * 1e-6 + 1024.0 / (p.thread_gbps * 1e9);
     let three = [
@@ -383,6 +386,9 @@ fn processes_pay_a_switch_per_round_of_waits_queued_on_the_cores() {
         inline_bytes: 0,
         split_bytes: usize::MAX,
         ranks: crate::topology::RanksRun::Processes,
+        // No cache: every byte at thread_gbps, over the memory system.
+        cache_bytes: 0,
+        cache_gbps: 1.0,
     };
     let host = crate::topology::presets::host(4)
         .with_processor(Some(p))
@@ -440,6 +446,9 @@ fn slow_threads() -> Processor {
         inline_bytes: 1,
         split_bytes: usize::MAX,
         ranks: crate::topology::RanksRun::InPool,
+        // No cache: every byte at thread_gbps, over the memory system.
+        cache_bytes: 0,
+        cache_gbps: 1.0,
     }
 }
 
@@ -508,4 +517,98 @@ fn on_a_host_a_peer_is_memory_and_a_parked_wait_pays_a_wake_up() {
         time(&programs, &host_of_three(inline), &CostParams::default()),
         2.0 * work,
     );
+}
+
+#[test]
+fn an_operation_the_cache_holds_moves_at_the_cached_rate_off_the_memory_bus() {
+    // Threads fast enough that the memory system (24 GB/s, shared) would bind three
+    // ranks' copies; a cache of 6 MiB.
+    let p = Processor {
+        thread_gbps: 20.0,
+        cache_gbps: 40.0,
+        cache_bytes: 6 * MB,
+        workers: 3,
+        task_us: 0.0,
+        ..slow_threads()
+    };
+    let three = |bytes: usize| {
+        [
+            program(0, vec![vec![local_copy(0, bytes)]]),
+            program(1, vec![vec![local_copy(1, bytes)]]),
+            program(2, vec![vec![local_copy(2, bytes)]]),
+        ]
+    };
+    let wake = p.wake_us * 1e-6;
+    // 1 MiB each: 6 MiB of buffers in all, cached. Each thread at 40 GB/s, and the
+    // memory system carries none of it.
+    assert_close(
+        time(&three(MB), &host_of_three(p), &CostParams::default()),
+        wake + MB as f64 / 40e9,
+    );
+    // 4 MiB each: 24 MiB in all, a quarter of it cached. The memory system carries the
+    // other three quarters of the three copies, 9 MiB at 24 GB/s, which binds: the
+    // threads take 4 MiB at (0.25 / 40 + 0.75 / 20) ns per byte each.
+    let memory = crate::topology::presets::HOST_MEMORY_GBPS * 1e9;
+    let bus = 3.0 * 0.75 * 4.0 * MB as f64 / memory;
+    let threads = 4.0 * MB as f64 * (0.25 / 40e9 + 0.75 / 20e9);
+    assert!(bus > threads);
+    assert_close(
+        time(&three(4 * MB), &host_of_three(p), &CostParams::default()),
+        wake + bus,
+    );
+    // Without a cache the memory system carries all of it.
+    let uncached = Processor {
+        cache_bytes: 0,
+        ..p
+    };
+    assert_close(
+        time(&three(MB), &host_of_three(uncached), &CostParams::default()),
+        wake + 3.0 * MB as f64 / memory,
+    );
+}
+
+#[test]
+fn a_reduce_of_many_sources_splits_at_a_shorter_length_than_a_copy() {
+    // A Reduce of 7 sources into one destination moves 4 times its length: at 256 KiB it
+    // moves 1 MiB and is shared by the workers, where a Copy of 256 KiB is not.
+    let p = Processor {
+        split_bytes: MB,
+        ..slow_threads()
+    };
+    let len = MB / 4;
+    let reduce = Task::Reduce {
+        srcs: (0..7)
+            .map(|i| Slice::new(0, Buf::Scratch, i * len, len))
+            .collect(),
+        dsts: vec![Slice::new(0, Buf::Output, 0, len)],
+        dtype: DataType::F32,
+        op: ReduceOp::Sum,
+    };
+    assert_eq!(memory_bytes(&reduce), MB as f64);
+    assert!(super::splits(&p, &reduce));
+    assert!(!super::splits(&p, &local_copy(0, len)));
+    let alone = |task: Task| {
+        let programs = [
+            program(0, vec![vec![task]]),
+            program(1, vec![vec![]]),
+            program(2, vec![vec![]]),
+        ];
+        time(&programs, &host_of_three(p), &CostParams::default())
+    };
+    let work = p.task_us * 1e-6 + MB as f64 / (p.thread_gbps * 1e9);
+    assert_close(alone(reduce), p.wake_us * 1e-6 + work / 2.0);
+    // The host device counts a task's traffic the same way.
+    assert_eq!(oxccl_platform::host::traffic_bytes(len, 8), MB);
+}
+
+#[test]
+fn a_footprint_counts_each_buffer_once_from_its_lowest_byte_to_its_highest() {
+    let programs = [
+        program(0, vec![vec![pull(1, 0, MB), pull(1, 0, MB)]]),
+        program(1, vec![vec![local_copy(1, 2 * MB)]]),
+        program(2, vec![vec![]]),
+    ];
+    // Rank 1's input (2 MiB, read by both) and output (2 MiB); rank 0's output (1 MiB).
+    let sums = super::footprints(&programs, 2, |rank| Some(rank / 2));
+    assert_eq!(sums, vec![5 * MB, 0]);
 }

@@ -121,6 +121,8 @@ struct FabricSpec {
     inline_bytes: Option<usize>,
     split_bytes: Option<usize>,
     ranks: Option<RanksName>,
+    cache_bytes: Option<usize>,
+    cache_gbps: Option<f64>,
 }
 
 impl FabricSpec {
@@ -133,7 +135,9 @@ impl FabricSpec {
             || self.thread_gbps.is_some()
             || self.inline_bytes.is_some()
             || self.split_bytes.is_some()
-            || self.ranks.is_some();
+            || self.ranks.is_some()
+            || self.cache_bytes.is_some()
+            || self.cache_gbps.is_some();
         let reference = Processor::reference(presets::HOST_WORKERS);
         given.then(|| Processor {
             workers: self.workers.unwrap_or(reference.workers),
@@ -143,6 +147,8 @@ impl FabricSpec {
             inline_bytes: self.inline_bytes.unwrap_or(reference.inline_bytes),
             split_bytes: self.split_bytes.unwrap_or(reference.split_bytes),
             ranks: self.ranks.map_or(reference.ranks, RanksRun::from),
+            cache_bytes: self.cache_bytes.unwrap_or(reference.cache_bytes),
+            cache_gbps: self.cache_gbps.unwrap_or(reference.cache_gbps),
         })
     }
 }
@@ -342,14 +348,17 @@ impl Topology {
             let _ = writeln!(
                 out,
                 "workers = {}\ntask_us = {:?}\nwake_us = {:?}\nthread_gbps = {:?}\n\
-                 inline_bytes = {}\nsplit_bytes = {}\nranks = \"{}\"",
+                 inline_bytes = {}\nsplit_bytes = {}\nranks = \"{}\"\n\
+                 cache_bytes = {}\ncache_gbps = {:?}",
                 p.workers,
                 p.task_us,
                 p.wake_us,
                 p.thread_gbps,
                 p.inline_bytes,
                 p.split_bytes,
-                p.ranks.name()
+                p.ranks.name(),
+                p.cache_bytes,
+                p.cache_gbps
             );
         }
         write_fabric(&mut out, Table::Inter, &self.inter);
@@ -532,7 +541,8 @@ fn fabric(
         return Err(src.error(
             Some(span),
             "a host's processor belongs in [intra]; move workers, task_us, wake_us, \
-             thread_gbps, inline_bytes, split_bytes and ranks there",
+             thread_gbps, inline_bytes, split_bytes, ranks, cache_bytes and cache_gbps \
+             there",
         ));
     }
     let spec = LinkSpec {
@@ -878,6 +888,13 @@ mod tests {
         let p = t.processor().copied().unwrap();
         assert_eq!((p.workers, p.task_us), (16, 0.2));
         assert_eq!(p.thread_gbps, presets::HOST_LINK_GBPS);
+        assert_eq!(p.cache_bytes, presets::HOST_CACHE_BYTES);
+        assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
+        let cache = "servers = [4]\n[intra]\ncache_bytes = 1048576\ncache_gbps = 30.0\n";
+        let t = Topology::from_toml(cache).unwrap();
+        let p = t.processor().copied().unwrap();
+        assert_eq!((p.cache_bytes, p.cache_gbps), (1 << 20, 30.0));
+        assert_eq!(p.workers, presets::HOST_WORKERS);
         assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
         assert!(Topology::from_toml("servers = [4]")
             .unwrap()
@@ -888,6 +905,7 @@ mod tests {
             "task_us = -1.0",
             "wake_us = nan",
             "thread_gbps = 0.0",
+            "cache_gbps = -2.0",
         ] {
             let (line, message) = file_error(&format!("servers = [8]\n[intra]\n{bad}\n"));
             assert_eq!(line, 2, "{bad}: {message}");

@@ -17,6 +17,7 @@
 //! | TCP latency | 25 us | **assumption**: kernel TCP one-way latency of a small message through one datacenter switch (netperf TCP_RR round trips of 40-60 us are typical on 25 GbE) |
 //! | host link bandwidth | 12 GB/s per direction | measured: one thread's memcpy of 256 MiB buffers on the 2-core development machine (`memcpy_bench 1 256`: 12.5 GB/s); a rank of the host device copies a peer's buffer with one thread |
 //! | host memory system | 24 GB/s per server | measured: two threads' aggregate memcpy on the same machine (`memcpy_bench 2 256`: 24.2 GB/s); every copy of every rank of one host crosses it |
+//! | host cache | 8 MiB held, 48 GB/s per thread | measured: `memcpy_bench 1 N 50` on the same machine copies at 47-49 GB/s while its buffers (2N MiB) stay within 8 MiB, then falls (16 MiB: 31-34, 32 MiB: 18-20, 64 MiB: 12) toward the thread's memory rate; an operation's footprint up to 8 MiB is taken as cached, a larger one as cached by that share ([`Processor::cached_share`]) |
 //! | host link latency | 0.5 us | measured: the per-task cost fitted to 53 executors' 1 KiB times on 8 ranks of the same machine (0.45 us) |
 //! | host access | load/store | the ranks are threads (or processes mapping shared memory) of one host |
 //! | host workers | 2 | the development machine's cores, which the host device's pool has; a communicator given no topology gets its own machine's cores instead ([`Topology::default_for_device`]) |
@@ -28,7 +29,7 @@
 //! see threads and a memory bus that every rank shares instead of engines and a link per
 //! pair, which is what decides the host's choices (see [`super::processor`]). A file
 //! gives another machine's figures (`[intra]` keys `workers`, `task_us`, `wake_us`,
-//! `thread_gbps`, `inline_bytes`, `split_bytes`).
+//! `thread_gbps`, `inline_bytes`, `split_bytes`, `ranks`, `cache_bytes`, `cache_gbps`).
 //!
 //! Generic shapes `1xN` and `MxN` (any N, M) reuse these figures: a full mesh of HCCS-class
 //! links inside each server, and every cross-server pair joined by RDMA through each rank's
@@ -56,6 +57,11 @@ pub const TCP_LATENCY_US: f64 = 25.0;
 pub const HOST_LINK_GBPS: f64 = 12.0;
 /// A CPU host's memory system, GB/s of copies shared by every rank (measured).
 pub const HOST_MEMORY_GBPS: f64 = 24.0;
+/// The bytes of an operation's footprint a CPU host's caches keep between calls
+/// (measured, see the module docs).
+pub const HOST_CACHE_BYTES: usize = 8 << 20;
+/// One thread's copy rate on cached memory, GB/s (measured, see the module docs).
+pub const HOST_CACHE_GBPS: f64 = 48.0;
 /// A signal between threads of one host, microseconds (measured).
 pub const HOST_LATENCY_US: f64 = 0.5;
 /// A Copy or Reduce's thread time on a CPU host besides its bytes, microseconds

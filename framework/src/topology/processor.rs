@@ -15,6 +15,12 @@
 //!   thread, measured; small operations are made of it;
 //! - **a thread's copy rate** ([`Processor::thread_gbps`]), under the server's shared
 //!   [`memory_gbps`](super::Topology::memory_gbps);
+//! - **the caches**: an operation whose buffers (every rank's, together: its footprint)
+//!   fit in [`Processor::cache_bytes`] moves its bytes at [`Processor::cache_gbps`] per
+//!   thread and leaves the memory bus alone; a larger one has that share of its traffic
+//!   served so (see [`Processor::cached_share`]). Benchmarks and training loops call a
+//!   collective on the same buffers again and again, so what fits stays there between
+//!   calls;
 //! - signals are memory writes: free on the inline path, and cost no link latency.
 //!
 //! The cost engine applies this to the servers of a topology that has a processor (the
@@ -40,12 +46,19 @@ pub struct Processor {
     /// data task's length times its destinations) runs on the submitting thread, when
     /// the ranks share one device's pool ([`RanksRun::InPool`]). 0: no operation does.
     pub inline_bytes: usize,
-    /// A Copy or Reduce of at least this many bytes is cut into chunks that idle workers
-    /// share; a smaller one runs on one thread.
+    /// A Copy or Reduce that moves at least this many bytes through memory (its length
+    /// times its sources and destinations, halved: a copy's length) is cut into chunks
+    /// that idle workers share; a smaller one runs on one thread.
     pub split_bytes: usize,
     /// How the server's ranks run: streams of one device's worker pool, or processes of
     /// their own (see [`Processor::ranks_are_processes`]).
     pub ranks: RanksRun,
+    /// The bytes of an operation's footprint that the host's caches keep between calls
+    /// (see [`Processor::cached_share`]). 0: none.
+    pub cache_bytes: usize,
+    /// What one thread copies per second from and into cached memory, GB/s of data
+    /// copied, as `thread_gbps`.
+    pub cache_gbps: f64,
 }
 
 /// How a CPU host's ranks run (a topology file's `ranks`).
@@ -95,6 +108,25 @@ impl Processor {
         }
     }
 
+    /// The share of an operation's memory traffic that the caches serve, when it touches
+    /// `footprint` bytes in all on the server: all of it when the footprint fits in
+    /// `cache_bytes`, else the share of the footprint they hold (`cache_bytes /
+    /// footprint`). A blend rather than a cliff: the reference machine's copy rate falls
+    /// gradually from its cached rate as the buffers grow past the cache (see
+    /// [`super::presets`]).
+    pub fn cached_share(&self, footprint: usize) -> f64 {
+        match footprint <= self.cache_bytes {
+            true => 1.0,
+            false => self.cache_bytes as f64 / footprint as f64,
+        }
+    }
+
+    /// Seconds one thread takes per byte of memory traffic of which `cached` (0 to 1) the
+    /// caches serve.
+    pub fn seconds_per_byte(&self, cached: f64) -> f64 {
+        cached / (self.cache_gbps * 1e9) + (1.0 - cached) / (self.thread_gbps * 1e9)
+    }
+
     /// The figures measured on the reference machine (see [`super::presets`]), with
     /// `workers` threads.
     pub fn reference(workers: usize) -> Processor {
@@ -106,6 +138,8 @@ impl Processor {
             inline_bytes: HOST_INLINE_BYTES,
             split_bytes: HOST_SPLIT_BYTES,
             ranks: RanksRun::InPool,
+            cache_bytes: super::presets::HOST_CACHE_BYTES,
+            cache_gbps: super::presets::HOST_CACHE_GBPS,
         }
     }
 
@@ -127,11 +161,16 @@ impl Processor {
                 );
             }
         }
-        if !(self.thread_gbps.is_finite() && self.thread_gbps > 0.0) {
-            return bad(
-                format!("thread_gbps = {}", self.thread_gbps),
-                "a thread's copy rate must be a positive number of GB/s",
-            );
+        for (name, gbps) in [
+            ("thread_gbps", self.thread_gbps),
+            ("cache_gbps", self.cache_gbps),
+        ] {
+            if !(gbps.is_finite() && gbps > 0.0) {
+                return bad(
+                    format!("{name} = {gbps}"),
+                    "a thread's copy rate must be a positive number of GB/s",
+                );
+            }
         }
         Ok(())
     }
@@ -159,7 +198,27 @@ mod tests {
             .to_string()
             .contains("thread_gbps"));
         p = Processor::reference(2);
+        p.cache_gbps = 0.0;
+        assert!(p.validate().unwrap_err().to_string().contains("cache_gbps"));
+        p = Processor::reference(2);
         p.workers = 0;
         assert!(p.validate().unwrap_err().to_string().contains("workers"));
+    }
+
+    #[test]
+    fn a_footprint_in_the_cache_is_served_from_it_and_a_larger_one_in_part() {
+        let mut p = Processor::reference(2);
+        p.cache_bytes = 8 << 20;
+        p.cache_gbps = 48.0;
+        p.thread_gbps = 12.0;
+        assert_eq!(p.cached_share(0), 1.0);
+        assert_eq!(p.cached_share(8 << 20), 1.0);
+        assert_eq!(p.cached_share(32 << 20), 0.25);
+        assert_eq!(p.seconds_per_byte(1.0), 1.0 / 48e9);
+        assert_eq!(p.seconds_per_byte(0.0), 1.0 / 12e9);
+        let half = p.seconds_per_byte(0.5);
+        assert!(half > 1.0 / 48e9 && half < 1.0 / 12e9);
+        p.cache_bytes = 0;
+        assert_eq!(p.cached_share(1), 0.0);
     }
 }
