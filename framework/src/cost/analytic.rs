@@ -338,6 +338,33 @@ mod tests {
         // Small ones run inline: one thread, no wake-up.
         let (got, want) = (copy(1024), 4.0 * work(1024));
         assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+        // A cache that holds the four ranks' buffers (2 MiB each, 8 MiB in all) serves
+        // their bytes at its rate; one of half that size serves half of them.
+        let cached = |cache_bytes: usize| {
+            let processor = crate::topology::Processor {
+                cache_bytes,
+                cache_gbps: 4.0,
+                ..processor
+            };
+            let host = crate::topology::presets::host(4)
+                .with_processor(Some(processor))
+                .unwrap();
+            let mut p = RankProgram::new(0, 1);
+            p.streams[0].copy(
+                Slice::new(0, Buf::Input, 0, 1 << 20),
+                Slice::new(0, Buf::Output, 0, 1 << 20),
+            );
+            let params = CostParams::default();
+            estimate(&[(&p, &Loops::default())], &host, layout(4), &params).unwrap()
+        };
+        let mb = (1 << 20) as f64;
+        let work = |per_byte: f64| 1e-6 + mb * per_byte;
+        let want = 3e-6 + 4.0 * work(1.0 / 4e9) / 2.0;
+        let got = cached(8 << 20);
+        assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+        let want = 3e-6 + 4.0 * work(0.5 / 4e9 + 0.5 / 1e9) / 2.0;
+        let got = cached(4 << 20);
+        assert!((got - want).abs() < 1e-12, "{got} vs {want}");
     }
 
     #[test]

@@ -172,13 +172,14 @@ pub(crate) fn run_data_task(
     let operands = prepared.srcs.len() + prepared.dsts.len();
     // A small program's tasks run whole: it wakes no worker (see `pool`), and the linked
     // sequences of `serial` run its tasks inline as well.
-    let small = launch.program.small || traffic_bytes(prepared.len, operands) < SPLIT_BYTES;
-    if small || threads < 2 {
+    let whole =
+        launch.program.small || traffic_bytes(prepared.len, operands) < SPLIT_BYTES || threads < 2;
+    if whole {
         prepared.run_all();
         return Ok(Step::Next);
     }
-    // The shortest chunk moves MIN_CHUNK; `operands` is at least 2 here.
-    let min_chunk = MIN_CHUNK.saturating_mul(2) / operands;
+    // The shortest chunk moves MIN_CHUNK through memory.
+    let min_chunk = MIN_CHUNK.saturating_mul(2) / operands.max(1);
     let chunk = (prepared.len / (threads * 4))
         .max(min_chunk)
         .next_multiple_of(64);

@@ -1075,3 +1075,40 @@ fn a_submissions_replay_key_is_the_key_its_admitted_buffers_get() {
     let key = super::serial::bindings_of_user(&in_place);
     assert_eq!(key, super::user_regions(in_place, 1).key());
 }
+
+#[test]
+fn a_reduce_of_many_sources_is_shared_by_the_workers_and_sums_right() {
+    // 8 sources of 256 KiB + 4 bytes move more than SPLIT_BYTES through memory, so the
+    // task is cut into chunks (the last one short) that the workers share; a chunk that
+    // starts mid-task must add the same elements as the whole would.
+    assert!(super::traffic_bytes((256 << 10) + 4, 9) >= super::SPLIT_BYTES);
+    let dev = device(1, 4, 5_000);
+    let count = (64 << 10) + 1;
+    let len = count * 4;
+    let input: Vec<u8> = (0..8 * count)
+        .flat_map(|i| (i as i32 * 7 - 3).to_ne_bytes())
+        .collect();
+    let mut output = vec![0u8; len];
+    let mut p = RankProgram::new(0, 1);
+    p.streams[0].tasks.push(Task::Reduce {
+        srcs: (0..8)
+            .map(|s| Slice::new(0, Buf::Input, s * len, len))
+            .collect(),
+        dsts: vec![Slice::new(0, Buf::Output, 0, len)],
+        dtype: DataType::I32,
+        op: ReduceOp::Sum,
+    });
+    let user = UserBuffers::OutOfPlace {
+        input: &input,
+        output: &mut output,
+    };
+    run(&dev, ex(p, user)).unwrap();
+    for (e, got) in output.chunks_exact(4).enumerate() {
+        let want: i32 = (0..8).map(|s| (s * count + e) as i32 * 7 - 3).sum();
+        assert_eq!(
+            i32::from_ne_bytes(got.try_into().unwrap()),
+            want,
+            "element {e}"
+        );
+    }
+}
