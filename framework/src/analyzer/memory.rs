@@ -9,9 +9,12 @@
 //! it happens after, so the read sets stay small. Input and Output are one memory in place.
 //! Memories that no task writes (the user's Input, out of place) are not tracked at all.
 //! Each conflicting pair of tasks is reported once per memory, with the bytes it shares.
+//! A put over a put-only link that an access follows must also have landed: the target
+//! waited for a post the writer sent after it ([`super::delivery`]).
 //! Over a sequence of operations the CCL buffers and scratch are one memory for all of
 //! them and each call's user buffers its own ([`Index::mem_in`]).
 
+use super::delivery::Delivery;
 use super::hb::Hb;
 use super::index::{Index, TaskId, NONE};
 use super::intervals::IntervalMap;
@@ -27,14 +30,45 @@ struct Access {
     reads: Vec<TaskId>,
 }
 
-/// A conflict found for the current task: earlier task and memory -> shared bytes.
-type Found = BTreeMap<(TaskId, usize, bool), (Slice, usize, usize)>;
+/// A conflict found for the current task: (earlier task, memory, whether it wrote,
+/// whether it is a put ordered before but not known to have landed) -> shared bytes.
+type Found = BTreeMap<(TaskId, usize, bool, bool), (Slice, usize, usize)>;
+
+/// What the accesses of one task are checked with.
+struct Pass<'p, 'i, 'h> {
+    idx: &'p Index<'i>,
+    ex: &'p Execution,
+    hb: &'p mut Hb<'h>,
+    delivery: &'p Delivery,
+}
+
+impl Pass<'_, '_, '_> {
+    /// How `earlier`, which wrote bytes of `owner` that `t` touches, is ordered before
+    /// `t`: `None` when it is (and, a put, has landed), else whether it is ordered but
+    /// may still be in flight.
+    fn unordered_write(&mut self, earlier: TaskId, t: TaskId, owner: usize) -> Option<bool> {
+        if !self.hb.ordered(earlier, t) {
+            return Some(false);
+        }
+        let landed = self
+            .delivery
+            .landed(self.idx, self.ex, self.hb, earlier, t, owner);
+        (!landed).then_some(true)
+    }
+}
 
 /// Run the memory-conflict check.
 pub(crate) fn check(idx: &Index<'_>, ex: &Execution, hb: &mut Hb<'_>, out: &mut Collector) {
     let mut mems: Vec<IntervalMap<Access>> = vec![IntervalMap::default(); idx.mems()];
     let mut found = Found::new();
     let written = written_memories(idx);
+    let delivery = Delivery::new(idx, ex);
+    let mut pass = Pass {
+        idx,
+        ex,
+        hb,
+        delivery: &delivery,
+    };
     for t in ex.data_tasks() {
         let task = idx.task(t);
         if task.writes().is_empty() || !idx.addressable(task) {
@@ -45,15 +79,21 @@ pub(crate) fn check(idx: &Index<'_>, ex: &Execution, hb: &mut Hb<'_>, out: &mut 
         for s in task.reads() {
             let mem = idx.mem_in(op, s.rank, s.buf);
             if written[mem] {
-                read(idx, hb, &mut mems[mem], t, s, mem, &mut found);
+                read(&mut pass, &mut mems[mem], t, s, mem, &mut found);
             }
         }
         for s in task.writes() {
             let mem = idx.mem_in(op, s.rank, s.buf);
-            write(hb, &mut mems[mem], t, s, mem, &mut found);
+            write(&mut pass, &mut mems[mem], t, s, mem, &mut found);
         }
-        for (&(other, mem, other_writes), &(slice, lo, hi)) in &found {
-            report(idx, out, t, other, other_writes, slice, mem, lo, hi);
+        for (&(other, mem, other_writes, in_flight), &(slice, lo, hi)) in &found {
+            let pair = Pair {
+                t,
+                other,
+                other_writes,
+                in_flight,
+            };
+            report(idx, out, pair, slice, mem, lo, hi);
         }
     }
 }
@@ -75,28 +115,28 @@ fn written_memories(idx: &Index<'_>) -> Vec<bool> {
 }
 
 fn read(
-    idx: &Index<'_>,
-    hb: &mut Hb<'_>,
+    pass: &mut Pass<'_, '_, '_>,
     map: &mut IntervalMap<Access>,
     t: TaskId,
     s: &Slice,
     mem: usize,
     found: &mut Found,
 ) {
-    let stream = idx.stream_of[t as usize];
+    let stream = pass.idx.stream_of[t as usize];
     map.modify(s.offset, s.offset.saturating_add(s.len), |lo, hi, acc| {
         if let Some(w) = acc.write.filter(|&w| w != t) {
-            if !hb.ordered(w, t) {
-                note(found, w, true, s, mem, lo, hi);
+            if let Some(in_flight) = pass.unordered_write(w, t, s.rank) {
+                note(found, (w, true, in_flight), s, mem, lo, hi);
             }
         }
-        acc.reads.retain(|&r| idx.stream_of[r as usize] != stream);
+        acc.reads
+            .retain(|&r| pass.idx.stream_of[r as usize] != stream);
         acc.reads.push(t);
     });
 }
 
 fn write(
-    hb: &mut Hb<'_>,
+    pass: &mut Pass<'_, '_, '_>,
     map: &mut IntervalMap<Access>,
     t: TaskId,
     s: &Slice,
@@ -105,10 +145,14 @@ fn write(
 ) {
     map.update(s.offset, s.offset.saturating_add(s.len), |lo, hi, acc| {
         if let Some(acc) = acc {
-            let earlier = acc.write.into_iter().map(|w| (w, true));
-            for (other, writes) in earlier.chain(acc.reads.iter().map(|&r| (r, false))) {
-                if other != t && !hb.ordered(other, t) {
-                    note(found, other, writes, s, mem, lo, hi);
+            if let Some(w) = acc.write.filter(|&w| w != t) {
+                if let Some(in_flight) = pass.unordered_write(w, t, s.rank) {
+                    note(found, (w, true, in_flight), s, mem, lo, hi);
+                }
+            }
+            for &r in acc.reads.iter().filter(|&&r| r != t) {
+                if !pass.hb.ordered(r, t) {
+                    note(found, (r, false, false), s, mem, lo, hi);
                 }
             }
         }
@@ -119,29 +163,40 @@ fn write(
     });
 }
 
-/// Remember a conflict with `other` on the bytes `[lo, hi)` of the memory of `s`.
+/// Remember a conflict with `other` (which wrote, or read; whose put may be in flight) on
+/// the bytes `[lo, hi)` of the memory of `s`.
 fn note(
     found: &mut Found,
-    other: TaskId,
-    writes: bool,
+    (other, writes, in_flight): (TaskId, bool, bool),
     s: &Slice,
     mem: usize,
     lo: usize,
     hi: usize,
 ) {
-    let key = (other, mem, writes);
+    let key = (other, mem, writes, in_flight);
     let e = found.entry(key).or_insert((*s, lo, hi));
     e.1 = e.1.min(lo);
     e.2 = e.2.max(hi);
 }
 
-#[allow(clippy::too_many_arguments)]
-fn report(
-    idx: &Index<'_>,
-    out: &mut Collector,
+/// A conflicting pair: the current task `t` and an earlier one.
+struct Pair {
     t: TaskId,
     other: TaskId,
     other_writes: bool,
+    /// `other` is a put ordered before `t` that may not have landed.
+    in_flight: bool,
+}
+
+fn report(
+    idx: &Index<'_>,
+    out: &mut Collector,
+    Pair {
+        t,
+        other,
+        other_writes,
+        in_flight,
+    }: Pair,
     s: Slice,
     mem: usize,
     lo: usize,
@@ -161,8 +216,18 @@ fn report(
         _ => "read-write",
     };
     out.at(Check::MemoryConflict, Some(idx.loc(t)), || {
+        let (writer, owner) = (idx.loc(other).rank, s.rank);
+        let why = match in_flight {
+            false => "with no happens-before order between them".to_string(),
+            true => format!(
+                "after the put, which may not have landed: a put over the put-only link \
+                 {writer}-{owner} completes when it is sent, so rank {owner} must wait for a \
+                 post of rank {writer} sent after it (over the same link) before the bytes \
+                 are touched"
+            ),
+        };
         format!(
-            "{kind} conflict: {} {} and {} {} rank {} {:?}[{lo}..{hi}] with no happens-before order between them",
+            "{kind} conflict: {} {} and {} {} rank {} {:?}[{lo}..{hi}] {why}",
             idx.describe(other),
             verb(other_writes),
             idx.describe(t),

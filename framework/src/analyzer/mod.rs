@@ -19,7 +19,10 @@
 //!   buffers exist on the device).
 //! - `memory` finds tasks that touch the same bytes without HB order, FastTrack-style:
 //!   along the canonical run, each access is checked against the last write and the reads
-//!   since, per byte interval.
+//!   since, per byte interval. A put over a put-only link must also have landed
+//!   (`delivery`): its target waited for a post of the writer sent after it. That is a
+//!   happens-before query through a post of one kind, so `fold`'s argument covers it as it
+//!   covers the plain ones.
 //! - `semantics` follows symbolic values ([`value`]) through the run over byte intervals
 //!   and compares every output with the operator's definition ([`expect`]).
 //!
@@ -40,6 +43,7 @@
 
 mod bounds;
 pub mod conformance;
+mod delivery;
 pub mod expect;
 mod fence;
 mod fold;

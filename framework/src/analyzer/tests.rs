@@ -377,6 +377,44 @@ fn reads_and_user_writes_over_put_only_links_are_link_failures() {
 }
 
 #[test]
+fn a_put_read_before_its_writer_s_post_reached_the_target_is_reported() {
+    // Rank 0 puts into rank 2's CclIn over a put-only link. Announced through rank 1, the
+    // read is ordered after the put but the put may still be in flight; announced by a
+    // post of rank 0 to rank 2, which rank 2 waits for, it has landed.
+    let tcp = crate::topology::presets::preset("tcp8").unwrap();
+    let cclin = Slice::new(2, Buf::CclIn, 0, 16);
+    let through = |relay: bool| {
+        record(sum(4), tcp.clone(), 0, move |r, p, layout| {
+            let s = &mut p.streams[0];
+            match r {
+                0 => {
+                    s.copy(in_(0, 0, 16), cclin);
+                    link(0, if relay { 1 } else { 2 }, layout).tx_ack(s);
+                }
+                1 if relay => {
+                    link(1, 0, layout).rx_ack(s);
+                    link(1, 2, layout).tx_ack(s);
+                }
+                2 => {
+                    link(2, if relay { 1 } else { 0 }, layout).rx_ack(s);
+                    s.copy(cclin, out(2, 0, 16));
+                }
+                _ => {}
+            }
+        })
+    };
+    let report = analyze(&through(true));
+    assert_reports(
+        &report,
+        Check::MemoryConflict,
+        "write-read conflict: rank 0 stream 0 task 0 (Copy) writes and rank 2 stream 0 task 1 \
+         (Copy) reads rank 2 CclIn[0..16] after the put, which may not have landed",
+    );
+    let report = analyze(&through(false));
+    assert!(of(&report, Check::MemoryConflict).is_empty(), "{report}");
+}
+
+#[test]
 fn slave_that_never_joins_is_reported() {
     let rec = record(sum(4), Topology::single_server(1), 1, |r, p, layout| {
         let fork = layout.local(r, 0);
