@@ -25,6 +25,9 @@ use std::collections::HashMap;
 /// Every post a rank sent another over a put-only link, by (writer, target), in the order
 /// of the canonical execution (position, task).
 pub(crate) struct Delivery {
+    /// The topology has a put-only link: without one, every write lands when it is done
+    /// and [`Delivery::landed`] answers at once.
+    puts: bool,
     posts: HashMap<(Rank, Rank), Vec<(u32, TaskId)>>,
 }
 
@@ -32,7 +35,9 @@ impl Delivery {
     pub fn new(idx: &Index<'_>, ex: &Execution) -> Self {
         let mut posts: HashMap<(Rank, Rank), Vec<(u32, TaskId)>> = HashMap::new();
         let topology = &idx.rec.topology;
-        for (pos, (&t, step)) in ex.order.iter().zip(&ex.step).enumerate() {
+        let puts = !topology.all_load_store();
+        let steps = ex.order.iter().zip(&ex.step).enumerate();
+        for (pos, (&t, step)) in steps.filter(|_| puts) {
             if !matches!(step, Step::Post(_)) {
                 continue;
             }
@@ -49,7 +54,7 @@ impl Delivery {
                     .push((pos as u32, t));
             }
         }
-        Delivery { posts }
+        Delivery { puts, posts }
     }
 
     /// Whether `put` (a task of another rank that wrote rank `owner`'s memory) has landed
@@ -65,6 +70,9 @@ impl Delivery {
         t: TaskId,
         owner: Rank,
     ) -> bool {
+        if !self.puts {
+            return true;
+        }
         let writer = idx.loc(put).rank;
         if writer == owner || writer == idx.loc(t).rank {
             return true;

@@ -180,31 +180,23 @@ fn rank_time(
 }
 
 /// The bytes an operation touches on `program`'s rank's server, from that one rank's
-/// program: the footprint of the buffers it touches ([`super::footprints`]), per rank it
-/// touches, times the server's ranks, as a symmetric server would have it.
+/// program: the [`super::spans`] of the server's buffers it touches, per rank they belong
+/// to, times the server's ranks, as a symmetric server would have it.
 fn server_footprint(program: &RankProgram, topology: &Topology) -> usize {
     let server = topology.server_of(program.rank);
-    let ranks = topology.ranks();
-    let local = |rank: usize| (rank < ranks && topology.server_of(rank) == server).then_some(0);
-    let bytes = super::footprints([program], 1, local)[0];
-    let touched = touched_ranks(program, &local);
+    let local = |rank: usize| rank < topology.ranks() && topology.server_of(rank) == server;
+    let mut bytes = 0usize;
+    let mut owners: Vec<usize> = Vec::new();
+    for (&(rank, _), &(start, end)) in super::spans([program]).iter() {
+        if local(rank) {
+            bytes = bytes.saturating_add(end - start);
+            owners.push(rank);
+        }
+    }
+    owners.sort_unstable();
+    owners.dedup();
     let server_ranks = topology.server_ranks(server).len();
-    (bytes / touched.max(1)).saturating_mul(server_ranks)
-}
-
-/// How many ranks of `program`'s server (`local` is `Some` for them) its tasks touch.
-fn touched_ranks(program: &RankProgram, local: &impl Fn(usize) -> Option<usize>) -> usize {
-    let mut ranks: Vec<usize> = program
-        .streams
-        .iter()
-        .flat_map(|s| s.tasks.iter())
-        .flat_map(|t| t.reads().iter().chain(t.writes()))
-        .map(|slice| slice.rank)
-        .filter(|&rank| local(rank).is_some())
-        .collect();
-    ranks.sort_unstable();
-    ranks.dedup();
-    ranks.len()
+    (bytes / owners.len().max(1)).saturating_mul(server_ranks)
 }
 
 /// The longest of a task's transfers to or from peers (α + bytes·β each), recording the
@@ -318,11 +310,11 @@ mod tests {
             cache_bytes: 0,
             cache_gbps: 1.0,
         };
-        let host = crate::topology::presets::host(4)
-            .with_processor(Some(processor))
-            .unwrap();
         // The estimate of one rank's copy of `len` bytes, standing for the host's 4.
-        let copy = |len: usize| {
+        let copy_on = |processor, len: usize| {
+            let host = crate::topology::presets::host(4)
+                .with_processor(Some(processor))
+                .unwrap();
             let mut p = RankProgram::new(0, 1);
             p.streams[0].copy(
                 Slice::new(0, Buf::Input, 0, len),
@@ -331,6 +323,7 @@ mod tests {
             let params = CostParams::default();
             estimate(&[(&p, &Loops::default())], &host, layout(4), &params).unwrap()
         };
+        let copy = |len: usize| copy_on(processor, len);
         let work = |len: usize| 1e-6 + len as f64 / 1e9;
         // Four ranks' 1 MiB copies over two workers, after a wake-up.
         let (got, want) = (copy(1 << 20), 3e-6 + 4.0 * work(1 << 20) / 2.0);
@@ -341,21 +334,12 @@ mod tests {
         // A cache that holds the four ranks' buffers (2 MiB each, 8 MiB in all) serves
         // their bytes at its rate; one of half that size serves half of them.
         let cached = |cache_bytes: usize| {
-            let processor = crate::topology::Processor {
+            let cache = crate::topology::Processor {
                 cache_bytes,
                 cache_gbps: 4.0,
                 ..processor
             };
-            let host = crate::topology::presets::host(4)
-                .with_processor(Some(processor))
-                .unwrap();
-            let mut p = RankProgram::new(0, 1);
-            p.streams[0].copy(
-                Slice::new(0, Buf::Input, 0, 1 << 20),
-                Slice::new(0, Buf::Output, 0, 1 << 20),
-            );
-            let params = CostParams::default();
-            estimate(&[(&p, &Loops::default())], &host, layout(4), &params).unwrap()
+            copy_on(cache, 1 << 20)
         };
         let mb = (1 << 20) as f64;
         let work = |per_byte: f64| 1e-6 + mb * per_byte;

@@ -142,17 +142,13 @@ pub(crate) fn splits(processor: &Processor, task: &Task) -> bool {
     memory_bytes(task) >= processor.split_bytes as f64
 }
 
-/// The bytes of memory that the tasks of `programs` touch, per owner: for every
-/// (rank, buffer) any task reads or writes, the span from the lowest byte to the highest,
-/// summed over the ranks `owner` maps to `Some` key (a server, say). What an operation
-/// keeps in a host's caches between calls ([`Processor::cached_share`]).
-pub(crate) fn footprints<'p>(
-    programs: impl IntoIterator<Item = &'p RankProgram>,
-    owners: usize,
-    owner: impl Fn(usize) -> Option<usize>,
-) -> Vec<usize> {
-    let mut spans: crate::fast_hash::FastMap<(usize, oxccl_platform::Buf), (usize, usize)> =
-        Default::default();
+/// For every (rank, buffer) a task of `programs` reads or writes, the span from the
+/// lowest byte touched to the highest (end exclusive).
+pub(crate) type Spans = crate::fast_hash::FastMap<(usize, oxccl_platform::Buf), (usize, usize)>;
+
+/// The [`Spans`] of `programs`.
+pub(crate) fn spans<'p>(programs: impl IntoIterator<Item = &'p RankProgram>) -> Spans {
+    let mut spans = Spans::default();
     let tasks = programs
         .into_iter()
         .flat_map(|p| p.streams.iter().flat_map(|s| s.tasks.iter()));
@@ -165,8 +161,19 @@ pub(crate) fn footprints<'p>(
             *span = (span.0.min(slice.offset), span.1.max(end));
         }
     }
+    spans
+}
+
+/// The bytes of memory that the tasks of `programs` touch, per owner: their [`spans`]
+/// summed over the ranks `owner` maps to `Some` key (a server, say). What an operation
+/// keeps in a host's caches between calls ([`Processor::cached_share`]).
+pub(crate) fn footprints<'p>(
+    programs: impl IntoIterator<Item = &'p RankProgram>,
+    owners: usize,
+    owner: impl Fn(usize) -> Option<usize>,
+) -> Vec<usize> {
     let mut sums = vec![0usize; owners];
-    for (&(rank, _), &(start, end)) in &spans {
+    for (&(rank, _), &(start, end)) in &spans(programs) {
         if let Some(sum) = owner(rank).and_then(|o| sums.get_mut(o)) {
             *sum = sum.saturating_add(end - start);
         }
