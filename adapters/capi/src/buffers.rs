@@ -232,7 +232,9 @@ pub unsafe fn copy(from: Span, to: Span, len: usize) {
     assert!(len <= from.len && len <= to.len && !from.overlaps(&to));
     if len > 0 {
         // SAFETY: both ranges checked above and valid by the caller's promise.
-        unsafe { std::ptr::copy_nonoverlapping(from.addr as *const u8, to.addr as *mut u8, len) }
+        unsafe {
+            oxccl::platform::reduce::copy_bytes(from.addr as *const u8, to.addr as *mut u8, len)
+        }
     }
 }
 

@@ -53,6 +53,9 @@ use half::{bf16, f16};
 
 use crate::dtype::{DataType, ReduceOp};
 
+mod copy;
+pub use copy::copy_bytes;
+
 /// Bytes per block of the kernel loop: the stack accumulator's size.
 const BLOCK_BYTES: usize = 2048;
 
@@ -159,7 +162,7 @@ pub unsafe fn copy_part(src: *const u8, dsts: &[*mut u8], len: usize, task_bytes
     if task_bytes.saturating_mul(dsts.len()) < COPY_STREAM_BYTES {
         for &dst in dsts {
             // SAFETY: the caller guarantees both ranges and that they do not overlap.
-            unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+            unsafe { copy_bytes(src, dst, len) };
         }
         return;
     }
@@ -738,7 +741,7 @@ mod store {
         }
         let _ = streaming;
         // SAFETY: the caller guarantees `dst` is valid and does not overlap `block`.
-        unsafe { std::ptr::copy_nonoverlapping(block.as_ptr(), dst, block.len()) };
+        unsafe { super::copy_bytes(block.as_ptr(), dst, block.len()) };
     }
 
     /// Write `block` at byte `at` of every target, streaming to those marked so.

@@ -187,7 +187,7 @@ impl Early {
 fn copy_in(at: &Target, data: &[u8]) {
     // SAFETY: `at..at + data.len()` was checked inside a registered buffer of the rank
     // when the Write came (`write_target`), and the buffer lives as long as the device.
-    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at.0, data.len()) };
+    unsafe { crate::reduce::copy_bytes(data.as_ptr(), at.0, data.len()) };
 }
 
 fn too_far(epoch: u64, done: u64) -> String {

@@ -522,7 +522,7 @@ fn take_from_inbox(conn: &mut Conn) -> usize {
             let n = (*left).min(avail.len());
             // SAFETY: `n <= left`: within the checked target range (see `drive`), which
             // cannot overlap this connection's inbox.
-            unsafe { std::ptr::copy_nonoverlapping(avail.as_ptr(), *at, n) };
+            unsafe { crate::reduce::copy_bytes(avail.as_ptr(), *at, n) };
             n
         }
     };
