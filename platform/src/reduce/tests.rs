@@ -404,33 +404,31 @@ fn bf16_nans_reduce_to_the_reference_bits() {
 fn copies_reach_every_destination_at_every_size_and_alignment() {
     // Below and above the streaming bar, with a tail that is not a whole block, into
     // aligned destinations and one that is not 16-byte aligned (stored without
-    // streaming), from a source that is not aligned either.
+    // streaming), from a source that is not aligned either; nothing is written around
+    // the shifted destination.
     let mut rng = Lcg(0xc0b1);
     for len in [0, 1, 15, 4099, COPY_STREAM_BYTES / 3 + 17] {
         let src = random_buf(&mut rng, DataType::U8, len + 1);
         let src = &src.bytes()[1..];
         let mut aligned = [Buf::new(&vec![0xa5; len]), Buf::new(&vec![0x5a; len])];
-        let mut shifted = Buf::new(&vec![0x3c; len + 1]);
+        let mut shifted = Buf::new(&vec![0x3c; len + 2]);
         let mut dsts: Vec<*mut u8> = aligned
             .iter_mut()
             .map(|b| b.bytes_mut().as_mut_ptr())
             .collect();
-        dsts.push(shifted.bytes_mut()[1..].as_mut_ptr());
+        dsts.push(shifted.bytes_mut()[1..=len].as_mut_ptr());
         // SAFETY: every buffer holds `len` bytes from its pointer and none overlaps.
         unsafe { copy_raw(src.as_ptr(), &dsts, len) };
         for (i, got) in aligned
             .iter()
             .map(Buf::bytes)
-            .chain([&shifted.bytes()[1..]])
+            .chain([&shifted.bytes()[1..=len]])
             .enumerate()
         {
             assert!(got == src, "len {len}: destination {i} differs");
         }
-        assert_eq!(
-            shifted.bytes()[0],
-            0x3c,
-            "len {len}: wrote before the destination"
-        );
+        let around = [shifted.bytes()[0], shifted.bytes()[len + 1]];
+        assert_eq!(around, [0x3c; 2], "len {len}: wrote outside the destination");
     }
 }
 
