@@ -205,6 +205,7 @@ pub fn plan(args: &PerfArgs, launched: Option<usize>) -> Result<PerfPlan, Error>
     validate::buffers_fit(ranks, largest, GUARD_BYTES, validate::physical_memory())?;
     let settings = Settings {
         iters: validate::iterations("-n/--iters", args.iters, 1)?,
+        blocks: 1,
         warmup: validate::iterations("-w/--warmup_iters", args.warmup, 0)?,
         check: args.check != 0,
         threads: validate::threads(args.threads, ranks)?,

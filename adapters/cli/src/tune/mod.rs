@@ -64,9 +64,9 @@ pub struct TuneArgs {
     /// Multiplication factor between sizes.
     #[arg(short = 'f', long = "stepfactor", default_value_t = 4)]
     pub stepfactor: usize,
-    /// Timed iterations per executor, size and round (1 to 1000000); a point whose calls
-    /// take less than 20 ms in all is measured again in 5 blocks of calls that take 20 ms
-    /// in all, and its fastest block counts.
+    /// Timed iterations per executor, size and round (1 to 1000000), each timed alone,
+    /// the fastest counting; a point whose calls take less than 20 ms in all is measured
+    /// again in 5 blocks of calls that take 20 ms in all, and its fastest block counts.
     #[arg(short = 'n', long = "iters", default_value_t = 4)]
     pub iters: usize,
     /// Warmup iterations per executor, size and round (0 to 1000000).
@@ -142,8 +142,11 @@ pub fn plan(args: &TuneArgs) -> Result<TunePlan, Error> {
     let ranks = topology.ranks();
     let largest = sizes.last().copied().unwrap_or(0);
     validate::buffers_fit(ranks, largest, GUARD_BYTES, validate::physical_memory())?;
+    // Each of the -n calls is timed alone and the fastest counts; short points are
+    // measured again in blocks (see `sweep::steady`).
     let settings = Settings {
-        iters: validate::iterations("-n/--iters", args.iters, 1)?,
+        iters: 1,
+        blocks: validate::iterations("-n/--iters", args.iters, 1)?,
         warmup: validate::iterations("-w/--warmup_iters", args.warmup, 0)?,
         check: true,
         threads: validate::threads(args.threads, ranks)?,

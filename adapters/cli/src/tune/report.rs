@@ -7,12 +7,12 @@ use std::process::ExitCode;
 /// Print one operator's table.
 pub fn print(job: &Job, outcome: &Outcome) {
     outln!(
-        "# oxccl tune {}: {} ranks, topology {}, {}, iters {} warmup {}, best of {} rounds (out of place, results checked)",
+        "# oxccl tune {}: {} ranks, topology {}, {}, iters {} (the fastest call counts, or for short calls the fastest block) warmup {}, best of {} rounds (out of place, results checked)",
         job.kind.name(),
         job.topology.ranks(),
         job.topology.describe(),
         job.dtype.name(),
-        job.settings.iters,
+        job.settings.blocks,
         job.settings.warmup,
         job.rounds.max(1)
     );

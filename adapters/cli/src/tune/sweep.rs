@@ -229,9 +229,8 @@ const MAX_BLOCK_ITERS: usize = 20_000;
 
 /// `m` again, measured in [`POINT_BLOCKS`] blocks of calls that take
 /// [`MIN_POINT_SECONDS`] in all, when the job's `-n` calls took less (the first
-/// measurement then served as a warm-up); `m` itself otherwise. The fastest block is
-/// kept, unless a block computed wrong values or wrote out of bounds: that one is
-/// returned, so that no failure is hidden by a faster block.
+/// measurement then served as a warm-up); `m` itself otherwise. The fastest block counts
+/// ([`Settings::blocks`]); the results are checked after the last.
 fn steady(
     comms: &[Communicator],
     ops: &[oxccl::OpParam],
@@ -243,30 +242,19 @@ fn steady(
         true => (MIN_POINT_SECONDS / per_call).ceil(),
         false => f64::INFINITY,
     };
-    if m.skipped.is_some() || total <= job.settings.iters as f64 {
+    let calls = job.settings.iters * job.settings.blocks;
+    if m.skipped.is_some() || total <= calls as f64 {
         return Ok(m);
     }
     let block = (total / POINT_BLOCKS as f64)
         .ceil()
         .clamp(1.0, MAX_BLOCK_ITERS as f64) as usize;
     let settings = Settings {
-        iters: block.max(job.settings.iters),
+        iters: block,
+        blocks: POINT_BLOCKS,
         ..job.settings
     };
-    let mut best: Option<Measured> = None;
-    for _ in 0..POINT_BLOCKS {
-        let b = measure(comms, ops, &settings)?;
-        if b.out_of_place.wrong.unwrap_or(0) > 0 || b.out_of_bounds > 0 {
-            return Ok(b);
-        }
-        if best
-            .as_ref()
-            .is_none_or(|x| b.out_of_place.seconds < x.out_of_place.seconds)
-        {
-            best = Some(b);
-        }
-    }
-    Ok(best.unwrap_or(m))
+    measure(comms, ops, &settings)
 }
 
 /// The table entry of a measured row, or why it must not be recorded.
