@@ -403,32 +403,46 @@ fn bf16_nans_reduce_to_the_reference_bits() {
 #[test]
 fn copies_reach_every_destination_at_every_size_and_alignment() {
     // Below and above the streaming bar, with a tail that is not a whole block, into
-    // aligned destinations and one that is not 16-byte aligned (stored without
-    // streaming), from a source that is not aligned either; nothing is written around
-    // the shifted destination.
+    // aligned destinations and shifted ones: by 4 and 8 bytes (streamed, 4 bytes at a
+    // time up to the first 16-byte boundary, when the length is a multiple of 4) and by
+    // 1 (stored without streaming); from a source that is not aligned either. Nothing is
+    // written around the shifted destinations.
+    const SHIFTS: [usize; 3] = [1, 4, 8];
+    const GUARD: usize = 16;
     let mut rng = Lcg(0xc0b1);
-    for len in [0, 1, 15, 4099, COPY_STREAM_BYTES / 3 + 17] {
+    let big = COPY_STREAM_BYTES / 3;
+    for len in [0, 1, 15, 4099, 4100, big / 4 * 4 + 20, big + 17] {
         let src = random_buf(&mut rng, DataType::U8, len + 1);
         let src = &src.bytes()[1..];
         let mut aligned = [Buf::new(&vec![0xa5; len]), Buf::new(&vec![0x5a; len])];
-        let mut shifted = Buf::new(&vec![0x3c; len + 2]);
+        let mut shifted: Vec<Buf> = SHIFTS
+            .iter()
+            .map(|shift| Buf::new(&vec![0x3c; shift + len + GUARD]))
+            .collect();
         let mut dsts: Vec<*mut u8> = aligned
             .iter_mut()
             .map(|b| b.bytes_mut().as_mut_ptr())
             .collect();
-        dsts.push(shifted.bytes_mut()[1..=len].as_mut_ptr());
+        for (b, shift) in shifted.iter_mut().zip(SHIFTS) {
+            dsts.push(b.bytes_mut()[shift..].as_mut_ptr());
+        }
         // SAFETY: every buffer holds `len` bytes from its pointer and none overlaps.
         unsafe { copy_raw(src.as_ptr(), &dsts, len) };
-        for (i, got) in aligned
-            .iter()
-            .map(Buf::bytes)
-            .chain([&shifted.bytes()[1..=len]])
-            .enumerate()
-        {
+        for (i, got) in aligned.iter().map(Buf::bytes).enumerate() {
             assert!(got == src, "len {len}: destination {i} differs");
         }
-        let around = [shifted.bytes()[0], shifted.bytes()[len + 1]];
-        assert_eq!(around, [0x3c; 2], "len {len}: wrote outside the destination");
+        for (b, shift) in shifted.iter().zip(SHIFTS) {
+            let (before, rest) = b.bytes().split_at(shift);
+            let (got, after) = rest.split_at(len);
+            assert!(
+                got == src,
+                "len {len}: the destination shifted by {shift} differs"
+            );
+            assert!(
+                before.iter().chain(after).all(|&x| x == 0x3c),
+                "len {len}: wrote around the destination shifted by {shift}"
+            );
+        }
     }
 }
 
