@@ -227,6 +227,7 @@ fn the_audit_refuses_loads_across_servers() {
 fn cost_figures() {
     use oxccl::framework::analyzer::Recording;
     use oxccl::framework::cost::{model, CostParams};
+    use oxccl::platform::LinkAccess;
     use oxccl::{Config, DataType, OpParam, ReduceOp, Topology};
     let pairs = [
         (OpKind::AllReduce, "put-ring", "ring"),
@@ -243,8 +244,11 @@ fn cost_figures() {
         (OpKind::AllReduce, "hier-put-ring", "hier-ring"),
     ];
     for (kind, put, load_store) in pairs {
+        // Two servers joined by load/store links, so that the load/store twin can run.
         let topo = match put.starts_with("hier") {
-            true => Topology::servers(vec![8, 8]).unwrap(),
+            true => Topology::servers(vec![8, 8])
+                .unwrap()
+                .with_fabric_access(LinkAccess::LoadStore, LinkAccess::LoadStore),
             false => Topology::single_server(8),
         };
         for zero_copy in [true, false] {
