@@ -7,9 +7,9 @@
 //! that instruction runs at 3.5 GB/s when the destination sits a few bytes past the
 //! source modulo 64 (1, 4 and 8 measured), against 42 to 48 GB/s otherwise: 512 KiB
 //! copied into 8 destinations 8 bytes past the source took 1198 µs through `memcpy` and
-//! 87 µs through [`copy_bytes`] (best of 50, the ignored test `copy_throughput`), and
-//! copies from 2.5 KiB to 512 KiB all ran at 3 to 3.5 GB/s. Which case a copy meets
-//! depends on where the allocator put the user's buffers and on the block offsets. A
+//! 87 µs through [`copy_bytes`] (best of 50, the ignored test `copy_throughput`), and at
+//! that offset `memcpy` ran at 3 to 3.5 GB/s from 2.5 KiB to 512 KiB. Which case a copy
+//! meets depends on where the allocator put the user's buffers and on the block offsets. A
 //! mesh-push AllGather whose blocks start at multiples of 8 bytes but not of 64 (`oxccl
 //! perf all-gather --ranks 8 -b 4194368 --algo mesh-push`: blocks of 524296 bytes, each
 //! copied from an input to its offset in every output) took 1609 µs through `memcpy` and
