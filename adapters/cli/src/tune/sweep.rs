@@ -242,7 +242,7 @@ fn steady(
         true => (MIN_POINT_SECONDS / per_call).ceil(),
         false => f64::INFINITY,
     };
-    let calls = job.settings.iters * job.settings.blocks;
+    let calls = job.settings.iters.saturating_mul(job.settings.blocks);
     if m.skipped.is_some() || total <= calls as f64 {
         return Ok(m);
     }
