@@ -35,7 +35,7 @@ const MEMCPY_BYTES: usize = 2048;
 pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     if len > MEMCPY_BYTES {
-        // SAFETY: forwarded from this function's contract; `len` is above 64 bytes.
+        // SAFETY: forwarded from this function's contract; `len` is above one vector.
         unsafe { x86::copy_long(src, dst, len) };
         return;
     }
@@ -53,7 +53,7 @@ mod x86 {
     /// The vector loop of [`super::copy_bytes`], AVX2 when the CPU has it.
     ///
     /// # Safety
-    /// As [`super::copy_bytes`], and `len >= 64`.
+    /// As [`super::copy_bytes`], and `len` at least 32 bytes (one AVX2 vector).
     #[inline]
     pub(super) unsafe fn copy_long(src: *const u8, dst: *mut u8, len: usize) {
         if std::is_x86_feature_detected!("avx2") {
@@ -72,7 +72,7 @@ mod x86 {
     /// Generates one copy loop for a vector width: the first vector stored unaligned,
     /// then aligned stores from the first aligned destination address, and the last
     /// vector stored unaligned at the end (it may rewrite bytes the loop wrote, with the
-    /// same values). `len` must be at least `UNROLL` vectors.
+    /// same values). `len` must be at least one vector.
     macro_rules! copy_loop {
         ($name:ident, $feature:literal, $vec:ty, $loadu:ident, $store:ident, $storeu:ident) => {
             #[target_feature(enable = $feature)]
@@ -81,11 +81,11 @@ mod x86 {
                 // SAFETY (whole body): every access is inside `0..len` of both ranges,
                 // which the caller guarantees valid and disjoint: the head and tail
                 // vectors start at 0 and `len - W`, the loop's at `i < end <= len - W`
-                // (aligned by `skip`), and `len >= UNROLL * W`.
+                // (aligned by `skip`, which is below `W`), and `len >= W`.
                 unsafe {
                     let head = $loadu(src.cast::<$vec>());
                     let tail = $loadu(src.add(len - W).cast::<$vec>());
-                    let skip = dst.align_offset(W).min(W);
+                    let skip = (W - dst as usize % W) % W;
                     let mut i = skip;
                     let end = len - W;
                     while i + UNROLL * W <= end {

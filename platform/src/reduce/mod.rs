@@ -734,7 +734,7 @@ mod store {
     pub(super) unsafe fn store(dst: *mut u8, block: &[u8], streaming: bool) {
         #[cfg(target_arch = "x86_64")]
         if streaming && (dst as usize).is_multiple_of(4) && block.len().is_multiple_of(4) {
-            let head = dst.align_offset(16).min(block.len());
+            let head = ((16 - dst as usize % 16) % 16).min(block.len());
             let body = (block.len() - head) & !15;
             let (front, rest) = block.split_at(head);
             let (middle, tail) = rest.split_at(body);
