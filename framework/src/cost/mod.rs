@@ -107,13 +107,12 @@ impl CostParams {
 /// bytes costs `len`, as the copy bandwidth memcpy benchmarks report counts it. A Copy
 /// reads its source once and writes every destination; a Reduce reads every source.
 pub(crate) fn memory_bytes(task: &Task) -> f64 {
-    let len = task.bytes() as f64;
-    let sides = match task {
-        Task::Copy { dsts, .. } => 1 + dsts.len(),
-        Task::Reduce { srcs, dsts, .. } => srcs.len() + dsts.len(),
-        Task::Post { .. } | Task::Wait { .. } => 0,
-    };
-    len * sides as f64 / 2.0
+    task.bytes() as f64 * operands(task) as f64 / 2.0
+}
+
+/// The slices a Copy or Reduce reads and writes: its source(s) and destinations.
+fn operands(task: &Task) -> usize {
+    task.reads().len() + task.writes().len()
 }
 
 /// Bytes a program's data tasks move: each one's length times its destinations (what
@@ -136,10 +135,10 @@ pub(crate) fn thread_seconds(processor: &Processor, task: &Task, cached: f64) ->
 }
 
 /// Whether the host shares `task` among its idle workers: it moves at least
-/// `split_bytes` through memory ([`memory_bytes`], counted as the host device counts it,
-/// [`oxccl_platform::host::traffic_bytes`]).
+/// `split_bytes` through memory, counted by the host device's own rule
+/// ([`oxccl_platform::host::traffic_bytes`], which [`memory_bytes`] follows).
 pub(crate) fn splits(processor: &Processor, task: &Task) -> bool {
-    memory_bytes(task) >= processor.split_bytes as f64
+    oxccl_platform::host::traffic_bytes(task.bytes(), operands(task)) >= processor.split_bytes
 }
 
 /// For every (rank, buffer) a task of `programs` reads or writes, the span from the

@@ -645,8 +645,8 @@ unsafe fn reduce_blocks<T: Lane, O: Op<T::Compute>>(
         bytemuck::cast_slice_mut(zeroed(&mut front[..used])),
         bytemuck::cast_slice_mut(zeroed(&mut back[..used])),
     );
-    let each = task_bytes;
-    let streaming = each >= STREAM_BYTES || each.saturating_mul(dsts.len()) >= STREAM_ALL_BYTES;
+    let streaming =
+        task_bytes >= STREAM_BYTES || task_bytes.saturating_mul(dsts.len()) >= STREAM_ALL_BYTES;
     // Decided once per destination: in place, the block was just read from that very
     // destination, its lines are in the cache, a cached store costs no extra read, and a
     // streaming store would first have to evict them.
