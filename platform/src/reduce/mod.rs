@@ -102,12 +102,12 @@ pub unsafe fn reduce_part(
     count: usize,
     task_bytes: usize,
 ) {
-    assert!(!srcs.is_empty(), "reduce_raw: no source buffers");
+    assert!(!srcs.is_empty(), "reduce_part: no source buffers");
     debug_assert!(
         count == 0
             || (srcs.iter().all(|p| is_multiple(*p as usize, dtype.size()))
                 && dsts.iter().all(|p| is_multiple(*p as usize, dtype.size()))),
-        "reduce_raw: buffer not aligned for {dtype}"
+        "reduce_part: buffer not aligned for {dtype}"
     );
     let part = Part { count, task_bytes };
     // SAFETY: the caller upholds this function's contract, which is `reduce_op`'s
