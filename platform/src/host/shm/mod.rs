@@ -440,17 +440,61 @@ fn owner_alive(config: &DeviceConfig, rank: Rank) -> impl Fn() -> bool + '_ {
     move || process_alive(config.pid_of(rank))
 }
 
-/// True while process `pid` exists (a process of another user counts as existing; 0 is
-/// taken for unknown, and alive).
+/// True while process `pid` exists and has not exited (a process of another user counts
+/// as existing; 0 is taken for unknown, and alive). A process that exited but that its
+/// parent has not reaped yet (a zombie) still answers signals, so its state is read from
+/// `/proc`: a launcher that reaps its children late (or only in order, as a test harness
+/// waiting on rank 0 first) would otherwise keep a peer waiting for a rank that is gone
+/// until its timeout.
 fn process_alive(pid: u32) -> bool {
     if pid == 0 {
         return true;
     }
-    let Some(pid) = rustix::process::Pid::from_raw(pid as i32) else {
+    let Some(id) = rustix::process::Pid::from_raw(pid as i32) else {
         return false;
     };
-    !matches!(
-        rustix::process::test_kill_process(pid),
+    if matches!(
+        rustix::process::test_kill_process(id),
         Err(rustix::io::Errno::SRCH)
-    )
+    ) {
+        return false;
+    }
+    !exited(pid)
+}
+
+/// Whether `/proc` reports process `pid` as a zombie or dead (`Z` or `X` in its stat
+/// line). Where `/proc` cannot be read, the process is taken as running.
+fn exited(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may hold any byte.
+    let state = stat
+        .rfind(')')
+        .and_then(|at| stat[at + 1..].trim_start().chars().next());
+    matches!(state, Some('Z' | 'X'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::process_alive;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_process_that_exited_is_gone_before_its_parent_reaps_it() {
+        assert!(process_alive(std::process::id()));
+        let Ok(mut child) = std::process::Command::new("true").spawn() else {
+            eprintln!("skipped: cannot spawn `true` here");
+            return;
+        };
+        // Not reaped until the end: while it is a zombie it still answers kill(pid, 0).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut gone = false;
+        while !gone && Instant::now() < deadline {
+            gone = !process_alive(child.id());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(gone, "an exited child still counts as alive");
+        child.wait().unwrap();
+    }
 }
