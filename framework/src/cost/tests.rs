@@ -612,3 +612,28 @@ fn a_footprint_counts_each_buffer_once_from_its_lowest_byte_to_its_highest() {
     let sums = super::footprints(&programs, 2, |rank| Some(rank / 2));
     assert_eq!(sums, vec![5 * MB, 0]);
 }
+
+#[test]
+fn a_cached_copy_to_several_destinations_costs_a_thread_one_copy_per_destination() {
+    let copy = |len: usize, dsts: usize| Task::Copy {
+        src: Slice::new(0, Buf::Input, 0, len),
+        dsts: (0..dsts)
+            .map(|d| Slice::new(d, Buf::Output, 0, len))
+            .collect(),
+    };
+    // A small source is read again from the first-level cache: read once, as a stream.
+    let small = copy(8 << 10, 7);
+    assert_eq!(thread_bytes(&small), memory_bytes(&small));
+    assert_eq!(memory_bytes(&small), 4.0 * (8 << 10) as f64);
+    // A larger one, copied through the cache, is a whole copy per destination for the
+    // thread, while the memory bus still sees its source once.
+    let cached = copy(64 << 10, 7);
+    assert_eq!(thread_bytes(&cached), 7.0 * (64 << 10) as f64);
+    assert_eq!(memory_bytes(&cached), 4.0 * (64 << 10) as f64);
+    // One that streams goes block by block: each block read once.
+    let streamed = copy(4 << 20, 7);
+    assert!(oxccl_platform::reduce::copy_streams(4 << 20, 7));
+    assert_eq!(thread_bytes(&streamed), memory_bytes(&streamed));
+    // One destination is a copy either way.
+    assert_eq!(thread_bytes(&copy(64 << 10, 1)), (64 << 10) as f64);
+}

@@ -153,13 +153,21 @@ pub unsafe fn copy_raw(src: *const u8, dsts: &[*mut u8], len: usize) {
     unsafe { copy_part(src, dsts, len, len) }
 }
 
+/// Whether a copy of `len` bytes to `dsts` destinations goes block by block with streaming
+/// stores, reading its source once ([`COPY_STREAM_BYTES`]). Below that bar it is one
+/// cached copy per destination, each reading the source again (from the cache): what the
+/// cost model charges a host thread for it.
+pub fn copy_streams(len: usize, dsts: usize) -> bool {
+    len.saturating_mul(dsts) >= COPY_STREAM_BYTES
+}
+
 /// [`copy_raw`] over one part of a larger copy whose destinations are `task_bytes` long
 /// each: the whole copy's size decides whether it streams (see [`reduce_part`]).
 ///
 /// # Safety
 /// As [`copy_raw`].
 pub unsafe fn copy_part(src: *const u8, dsts: &[*mut u8], len: usize, task_bytes: usize) {
-    if task_bytes.saturating_mul(dsts.len()) < COPY_STREAM_BYTES {
+    if !copy_streams(task_bytes, dsts.len()) {
         for &dst in dsts {
             // SAFETY: the caller guarantees both ranges and that they do not overlap.
             unsafe { copy_bytes(src, dst, len) };
