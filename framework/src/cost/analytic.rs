@@ -91,9 +91,12 @@ fn rank_time(
     let processor = topology.processor();
     // On a CPU host: the inline path (one thread, no wake-ups) or the workers (a wake-up
     // per stream and per wait on a peer), as the replay has it.
+    // Of the sampled iterations only, when the program is sampled: enough for a host,
+    // whose topologies stay small enough to be replayed whole.
+    let moved = super::moved_bytes(program);
     let inline = processor.is_some_and(|p| {
         let limit = p.inline_limit();
-        limit > 0 && super::moved_bytes(program) <= limit
+        limit > 0 && moved <= limit
     });
     let processes = processor.is_some_and(|p| p.ranks_are_processes());
     let wake = match processor {
@@ -132,7 +135,7 @@ fn rank_time(
                         traffic.memory += super::memory_bytes(task) * (1.0 - cached) * weight;
                         match processor {
                             Some(p) => {
-                                let thread = super::thread_seconds(p, task, cached);
+                                let thread = super::thread_seconds(p, task, cached, moved);
                                 traffic.thread += thread * weight;
                                 let split = super::splits(p, task) && !inline;
                                 let threads = if split { p.workers as f64 } else { 1.0 };

@@ -127,8 +127,9 @@ pub(crate) fn moved_bytes(program: &RankProgram) -> usize {
     })
 }
 
-/// Bytes of copying a host thread does for a Copy or Reduce: its [`memory_bytes`], except
-/// for a Copy to several destinations that the host kernel does not stream
+/// Bytes of copying a host thread does for a Copy or Reduce of a program whose data
+/// tasks move `program_bytes` ([`moved_bytes`]): its [`memory_bytes`], except for a Copy
+/// to several destinations that the host kernel does not stream
 /// ([`oxccl_platform::reduce::copy_streams`]): that is one cached copy per destination,
 /// each reading the whole source again. A source of at most [`REREAD_FREE_BYTES`] is read
 /// again from the first-level cache, at no cost worth counting; a larger one comes back
@@ -140,13 +141,13 @@ pub(crate) fn moved_bytes(program: &RankProgram) -> usize {
 /// to every output (`mesh-push`) ran 1.1 to 1.2 times slower than 7 ranks each copying
 /// the root's input (`mesh`, `relay-mesh`), which reading each piece once would have made
 /// 1.75 times faster; at 64 KiB (pieces of 8 KiB) `mesh-push` ran 1.4 times faster.
-pub(crate) fn thread_bytes(task: &Task) -> f64 {
+pub(crate) fn thread_bytes(task: &Task, program_bytes: usize) -> f64 {
     let len = task.bytes();
     match task {
         Task::Copy { dsts, .. }
             if dsts.len() > 1
                 && len > REREAD_FREE_BYTES
-                && !oxccl_platform::reduce::copy_streams(len, dsts.len()) =>
+                && !oxccl_platform::reduce::copy_streams(len, dsts.len(), program_bytes) =>
         {
             len as f64 * dsts.len() as f64
         }
@@ -159,11 +160,17 @@ pub(crate) fn thread_bytes(task: &Task) -> f64 {
 /// other half for the destination lines passing through.
 const REREAD_FREE_BYTES: usize = 16 << 10;
 
-/// Seconds of one thread a Copy or Reduce takes on a CPU host: its fixed cost, and its
-/// copying ([`thread_bytes`]) at one thread's copy rate, the share `cached` of it at the
-/// cached rate ([`Processor::cached_share`]).
-pub(crate) fn thread_seconds(processor: &Processor, task: &Task, cached: f64) -> f64 {
-    processor.task_us * 1e-6 + thread_bytes(task) * processor.seconds_per_byte(cached)
+/// Seconds of one thread a Copy or Reduce of a program moving `program_bytes` takes on a
+/// CPU host: its fixed cost, and its copying ([`thread_bytes`]) at one thread's copy rate,
+/// the share `cached` of it at the cached rate ([`Processor::cached_share`]).
+pub(crate) fn thread_seconds(
+    processor: &Processor,
+    task: &Task,
+    cached: f64,
+    program_bytes: usize,
+) -> f64 {
+    let bytes = thread_bytes(task, program_bytes);
+    processor.task_us * 1e-6 + bytes * processor.seconds_per_byte(cached)
 }
 
 /// Whether the host shares `task` among its idle workers: it moves at least

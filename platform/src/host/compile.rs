@@ -130,6 +130,9 @@ pub(crate) struct HostProgram {
     /// Latency-bound: its data tasks move at most [`INLINE_BYTES`] in all, so its streams
     /// run on the submitting thread rather than wake a worker (see the pool).
     pub small: bool,
+    /// Bytes its data tasks move in all (each one's length times its destinations): a
+    /// large program's copies stream (see `reduce::copy_streams`).
+    pub moved: usize,
 }
 
 /// Programs whose data tasks move at most this many bytes in all are small (the cost
@@ -282,6 +285,7 @@ pub(crate) fn compile(
             exit_slots,
             watched,
             small: moved <= INLINE_BYTES,
+            moved,
         }),
     }))
 }

@@ -24,7 +24,7 @@ use super::launch::{Launch, Step};
 use super::memory::UserRegions;
 use crate::error::{DeviceError, SliceFault, TaskLocation};
 use crate::ir::{Buf, Slice};
-use crate::reduce::{copy_part, reduce_part};
+use crate::reduce::{copy_part, copy_streams, reduce_part};
 use crate::slice_checks::{check_overlaps, HasSlice};
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -51,6 +51,9 @@ struct Prepared {
     srcs: Ptrs<*const u8>,
     dsts: Ptrs<*mut u8>,
     len: usize,
+    /// A Copy's stores stream ([`copy_streams`]); decided for the whole task, so that its
+    /// chunks store alike.
+    streaming: bool,
     /// What keeps the peers' user buffers the pointers point into: their registrations
     /// (ranks of this process), or this process's mappings of them (ranks elsewhere).
     keep: SmallVec<[Arc<dyn Send + Sync>; 2]>,
@@ -67,13 +70,16 @@ unsafe impl Send for Prepared {}
 unsafe impl Sync for Prepared {}
 
 impl Prepared {
-    /// An unbound task of `task`'s kind and length.
-    fn new(task: &DataOp) -> Self {
+    /// An unbound task of `task`'s kind and length, in a program that moves
+    /// `program_bytes` in all.
+    fn new(task: &DataOp, program_bytes: usize) -> Self {
+        let dsts = task.dsts.len() + task.remote.len();
         Prepared {
             kind: task.kind,
             srcs: Ptrs::new(),
             dsts: Ptrs::new(),
             len: task.len,
+            streaming: copy_streams(task.len, dsts, program_bytes),
             keep: SmallVec::new(),
         }
     }
@@ -103,7 +109,7 @@ impl Prepared {
         let whole = self.len;
         match self.kind {
             // SAFETY: see the function's contract (a Copy's dst overlaps no src).
-            Kind::Copy => unsafe { copy_part(srcs[0], dsts, len, whole) },
+            Kind::Copy => unsafe { copy_part(srcs[0], dsts, len, self.streaming) },
             // SAFETY: see the function's contract.
             Kind::Reduce(dtype, op) => unsafe {
                 reduce_part(dtype, op, srcs, dsts, len / dtype.size(), whole)
@@ -136,7 +142,7 @@ impl BoundTask {
         at: TaskLocation,
         regions: &[Option<UserRegions>],
     ) -> Result<Self, DeviceError> {
-        let mut prepared = Prepared::new(task);
+        let mut prepared = Prepared::new(task, launch.program.moved);
         bind(
             launch,
             task,
@@ -163,7 +169,7 @@ pub(crate) fn run_data_task(
     task: &DataOp,
     at: TaskLocation,
 ) -> Result<Step, DeviceError> {
-    let mut prepared = Prepared::new(task);
+    let mut prepared = Prepared::new(task, launch.program.moved);
     bind(launch, task, at, PeerRegions::Registered, &mut prepared)?;
     if !task.remote.is_empty() {
         return run_with_puts(launch, task, &prepared).map(|()| Step::Next);

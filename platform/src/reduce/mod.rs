@@ -149,25 +149,29 @@ struct Part {
 /// `src` is valid for reads of `len` bytes and each dst for writes of `len` bytes; no dst
 /// overlaps `src` or another dst; nothing else writes those bytes during the call.
 pub unsafe fn copy_raw(src: *const u8, dsts: &[*mut u8], len: usize) {
+    let streaming = copy_streams(len, dsts.len(), 0);
     // SAFETY: the caller upholds this function's contract, which is `copy_part`'s.
-    unsafe { copy_part(src, dsts, len, len) }
+    unsafe { copy_part(src, dsts, len, streaming) }
 }
 
-/// Whether a copy of `len` bytes to `dsts` destinations goes block by block with streaming
-/// stores, reading its source once ([`COPY_STREAM_BYTES`]). Below that bar it is one
-/// cached copy per destination, each reading the source again (from the cache): what the
-/// cost model charges a host thread for it.
-pub fn copy_streams(len: usize, dsts: usize) -> bool {
-    len.saturating_mul(dsts) >= COPY_STREAM_BYTES
+/// Whether a copy of `len` bytes to `dsts` destinations, a task of a program whose data
+/// tasks move `program_bytes` in all (each one's length times its destinations), goes
+/// block by block with streaming stores, reading its source once: when it writes
+/// [`COPY_STREAM_BYTES`] itself, or at least [`STREAM_BYTES`] in a program that writes
+/// [`PROGRAM_STREAM_BYTES`]. Otherwise it is one cached copy per destination, each reading
+/// the source again (from the cache): what the cost model charges a host thread for it.
+pub fn copy_streams(len: usize, dsts: usize, program_bytes: usize) -> bool {
+    let writes = len.saturating_mul(dsts);
+    writes >= COPY_STREAM_BYTES || (writes >= STREAM_BYTES && program_bytes >= PROGRAM_STREAM_BYTES)
 }
 
-/// [`copy_raw`] over one part of a larger copy whose destinations are `task_bytes` long
-/// each: the whole copy's size decides whether it streams (see [`reduce_part`]).
+/// [`copy_raw`] over one part of a larger copy, streaming or not as the whole copy does
+/// ([`copy_streams`]): every part of a task stores alike (see [`reduce_part`]).
 ///
 /// # Safety
 /// As [`copy_raw`].
-pub unsafe fn copy_part(src: *const u8, dsts: &[*mut u8], len: usize, task_bytes: usize) {
-    if !copy_streams(task_bytes, dsts.len()) {
+pub unsafe fn copy_part(src: *const u8, dsts: &[*mut u8], len: usize, streaming: bool) {
+    if !streaming {
         for &dst in dsts {
             // SAFETY: the caller guarantees both ranges and that they do not overlap.
             unsafe { copy_bytes(src, dst, len) };
@@ -723,6 +727,23 @@ const STREAM_ALL_BYTES: usize = 2 << 20;
 /// builds measured alike (`oxccl perf all-gather --ranks 8 --algo mesh-push`, 5
 /// alternating runs, medians; Broadcast's mesh-push the same: 1254 against 1033 µs).
 const COPY_STREAM_BYTES: usize = 8 << 20;
+
+/// A program whose data tasks write at least this much in all streams each copy of at
+/// least [`STREAM_BYTES`], whatever that copy's own size: across its ranks the operation
+/// writes several times the last-level cache, so what one of its copies stores is evicted
+/// before a later step reads it, and a cached store only adds a read for ownership. On 8
+/// in-process ranks of the development machine, AllGathers whose ranks copy blocks below
+/// [`COPY_STREAM_BYTES`] (medians of 4 alternating runs of `oxccl perf all-gather --ranks
+/// 8 -b S -e S --algo <executor> -n 10 -w 2`, cached stores against this rule):
+/// - at 32 MiB (blocks of 4 MiB, 32 MiB per program): `ring` 17.1 against 12.7 ms, `mesh`
+///   14.5 against 10.5, `rhd` 13.2 against 12.6; `mesh-push`, which streamed before,
+///   10.2 against 10.3;
+/// - at 8 MiB (blocks of 1 MiB, 8 MiB per program): `ring` 3.67 against 2.93 ms, `rhd`
+///   2.93 against 2.74, `mesh` 2.48 against 2.56, `mesh-push` 2.52 against 2.53.
+///
+/// At 4 MiB (4 MiB per program) cached stores stay faster (see [`COPY_STREAM_BYTES`]), so
+/// the bar sits above that.
+const PROGRAM_STREAM_BYTES: usize = 8 << 20;
 
 /// Storing a finished block.
 mod store {
