@@ -156,8 +156,8 @@ pub(crate) fn thread_bytes(task: &Task, program_bytes: usize) -> f64 {
 }
 
 /// The largest source a cached copy to several destinations reads again from the
-/// first-level cache: half of the 32 KiB data cache of current x86 and Arm cores, the
-/// other half for the destination lines passing through.
+/// first-level cache: half of the 32 KiB data cache of the development machine's cores
+/// (and of most x86 cores), the other half for the destination lines passing through.
 const REREAD_FREE_BYTES: usize = 16 << 10;
 
 /// Seconds of one thread a Copy or Reduce of a program moving `program_bytes` takes on a

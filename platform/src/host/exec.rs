@@ -71,15 +71,20 @@ unsafe impl Sync for Prepared {}
 
 impl Prepared {
     /// An unbound task of `task`'s kind and length, in a program that moves
-    /// `program_bytes` in all.
+    /// `program_bytes` in all. A Copy that also sends its result over TCP streams by its
+    /// own size alone: the send reads the result back right away, from the cache unless
+    /// it streamed.
     fn new(task: &DataOp, program_bytes: usize) -> Self {
-        let dsts = task.dsts.len() + task.remote.len();
+        let program_bytes = match task.remote.is_empty() {
+            true => program_bytes,
+            false => 0,
+        };
         Prepared {
             kind: task.kind,
             srcs: Ptrs::new(),
             dsts: Ptrs::new(),
             len: task.len,
-            streaming: copy_streams(task.len, dsts, program_bytes),
+            streaming: copy_streams(task.len, task.dsts.len(), program_bytes),
             keep: SmallVec::new(),
         }
     }

@@ -157,9 +157,10 @@ pub unsafe fn copy_raw(src: *const u8, dsts: &[*mut u8], len: usize) {
 /// Whether a copy of `len` bytes to `dsts` destinations, a task of a program whose data
 /// tasks move `program_bytes` in all (each one's length times its destinations), goes
 /// block by block with streaming stores, reading its source once: when it writes
-/// [`COPY_STREAM_BYTES`] itself, or at least [`STREAM_BYTES`] in a program that writes
-/// [`PROGRAM_STREAM_BYTES`]. Otherwise it is one cached copy per destination, each reading
-/// the source again (from the cache): what the cost model charges a host thread for it.
+/// [`COPY_STREAM_BYTES`] itself, or writes at least [`STREAM_BYTES`] in a program that
+/// writes [`PROGRAM_STREAM_BYTES`]. Otherwise it is one cached copy per destination, each
+/// reading the source again (from the cache): what the cost model charges a host thread
+/// for it.
 pub fn copy_streams(len: usize, dsts: usize, program_bytes: usize) -> bool {
     let writes = len.saturating_mul(dsts);
     writes >= COPY_STREAM_BYTES || (writes >= STREAM_BYTES && program_bytes >= PROGRAM_STREAM_BYTES)
@@ -728,8 +729,8 @@ const STREAM_ALL_BYTES: usize = 2 << 20;
 /// alternating runs, medians; Broadcast's mesh-push the same: 1254 against 1033 µs).
 const COPY_STREAM_BYTES: usize = 8 << 20;
 
-/// A program whose data tasks write at least this much in all streams each copy of at
-/// least [`STREAM_BYTES`], whatever that copy's own size: across its ranks the operation
+/// A program whose data tasks write at least this much in all streams each copy that
+/// writes at least [`STREAM_BYTES`], whatever that copy's own size: across its ranks the operation
 /// writes several times the last-level cache, so what one of its copies stores is evicted
 /// before a later step reads it, and a cached store only adds a read for ownership. On 8
 /// in-process ranks of the development machine, AllGathers whose ranks copy blocks below
