@@ -127,12 +127,18 @@ pub(crate) struct HostProgram {
     /// The words of its rank's bank a post of this program's operation may land on:
     /// looked at when its streams end, for notifies left set (see `launch.rs`).
     pub watched: Box<[usize]>,
+    /// Bytes its data tasks move in all (each one's length times its destinations): a
+    /// small program runs inline ([`HostProgram::small`]), a large one's copies stream
+    /// (see `reduce::copy_streams`).
+    pub moved: usize,
+}
+
+impl HostProgram {
     /// Latency-bound: its data tasks move at most [`INLINE_BYTES`] in all, so its streams
     /// run on the submitting thread rather than wake a worker (see the pool).
-    pub small: bool,
-    /// Bytes its data tasks move in all (each one's length times its destinations): a
-    /// large program's copies stream (see `reduce::copy_streams`).
-    pub moved: usize,
+    pub fn small(&self) -> bool {
+        self.moved <= INLINE_BYTES
+    }
 }
 
 /// Programs whose data tasks move at most this many bytes in all are small (the cost
@@ -284,7 +290,6 @@ pub(crate) fn compile(
                 .collect(),
             exit_slots,
             watched,
-            small: moved <= INLINE_BYTES,
             moved,
         }),
     }))

@@ -183,8 +183,9 @@ pub(crate) fn run_data_task(
     let operands = prepared.srcs.len() + prepared.dsts.len();
     // A small program's tasks run whole: it wakes no worker (see `pool`), and the linked
     // sequences of `serial` run its tasks inline as well.
-    let whole =
-        launch.program.small || traffic_bytes(prepared.len, operands) < SPLIT_BYTES || threads < 2;
+    let whole = launch.program.small()
+        || traffic_bytes(prepared.len, operands) < SPLIT_BYTES
+        || threads < 2;
     if whole {
         prepared.run_all();
         return Ok(Step::Next);

@@ -662,7 +662,7 @@ impl Launch {
     pub(crate) fn schedule(self: &Arc<Self>, s: usize) {
         let me = self.clone();
         let job = Box::new(move || run_stream(&me, s));
-        match self.program.small {
+        match self.program.small() {
             true => self.shared.pool.push_quiet(job),
             false => self.shared.pool.push(job),
         }
@@ -673,7 +673,7 @@ impl Launch {
     pub(crate) fn resume(self: &Arc<Self>, s: usize) {
         let me = self.clone();
         let job = Box::new(move || run_stream(&me, s));
-        match self.program.small {
+        match self.program.small() {
             true => self.shared.pool.push_quiet(job),
             false => self.shared.pool.push_local(job),
         }
@@ -932,7 +932,7 @@ impl Launch {
     /// workers.
     pub(crate) fn wake_from_afar(self: &Arc<Self>, s: usize) {
         self.unpark_past_wait(s);
-        match self.program.small {
+        match self.program.small() {
             true => run_stream(self, s),
             false => self.resume(s),
         }

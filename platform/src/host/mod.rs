@@ -236,7 +236,7 @@ impl HostDevice {
             }
             first_busy < started.len()
         };
-        let small = started.iter().flatten().all(|c| c.launch.program.small);
+        let small = started.iter().flatten().all(|c| c.launch.program.small());
         pool.drain(&mut busy);
         // Polling, this thread runs what the peers wake: quietly, as it drains (a worker
         // woken for a stream this thread takes first is a context switch for nothing).

@@ -134,7 +134,7 @@ fn play(group: &[(&Arc<Compiled>, &HostProgram, u64)], local_slots: usize) -> Op
     epochs.sort_unstable();
     epochs.dedup();
     let consecutive = epochs.iter().enumerate().all(|(i, &e)| e == i as u64);
-    if !consecutive || group.iter().any(|g| !g.1.small) {
+    if !consecutive || group.iter().any(|g| !g.1.small()) {
         return None;
     }
     let mut schedule = Schedule {

@@ -729,13 +729,13 @@ const STREAM_ALL_BYTES: usize = 2 << 20;
 /// alternating runs, medians; Broadcast's mesh-push the same: 1254 against 1033 µs).
 const COPY_STREAM_BYTES: usize = 8 << 20;
 
-/// A program whose data tasks write at least this much in all streams each copy that
-/// writes at least [`STREAM_BYTES`], whatever that copy's own size: across its ranks the operation
+/// A program whose data tasks write at least this much in all streams each copy that writes
+/// at least [`STREAM_BYTES`], whatever that copy's own size: across its ranks the operation
 /// writes several times the last-level cache, so what one of its copies stores is evicted
 /// before a later step reads it, and a cached store only adds a read for ownership. On 8
 /// in-process ranks of the development machine, AllGathers whose ranks copy blocks below
-/// [`COPY_STREAM_BYTES`] (medians of 4 alternating runs of `oxccl perf all-gather --ranks
-/// 8 -b S -e S --algo <executor> -n 10 -w 2`, cached stores against this rule):
+/// [`COPY_STREAM_BYTES`] (medians of 4 alternating runs of `oxccl perf all-gather --ranks 8
+/// -b S -e S --algo <executor> -n 10 -w 2`, cached stores against this rule):
 /// - at 32 MiB (blocks of 4 MiB, 32 MiB per program): `ring` 17.1 against 12.7 ms, `mesh`
 ///   14.5 against 10.5, `rhd` 13.2 against 12.6; `mesh-push`, which streamed before,
 ///   10.2 against 10.3;
