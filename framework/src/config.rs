@@ -447,7 +447,7 @@ mod tests {
             ("OXCCL_TOPO_FILE", "99999999999x99999999999", "at most 4096"),
             ("OXCCL_TUNE_FILE", "/no/such/tune.txt", "cannot read"),
             ("OXCCL_TUNE_FILE", " ", "unset"),
-            ("OXCCL_DEVICE", "tpu", "one of host, sim"),
+            ("OXCCL_DEVICE", "tpu", "host, sim"),
             ("OXCCL_CUDA_DEVICES", "0,x", "ordinals separated by commas"),
             ("OXCCL_CUDA_DEVICES", "", "ordinals separated by commas"),
         ] {
