@@ -99,13 +99,26 @@ fn a_rank_that_never_calls_is_named_and_every_rank_returns() {
     assert!(again.to_string().contains("abort"), "{again}");
 }
 
+/// Every executor zero-copy (peers reach each other's user buffers on the GPU, the mode a
+/// communicator of virtual ranks runs in).
+#[test]
+fn every_executor_zero_copy_on_2_4_and_8_virtual_ranks_of_one_gpu() {
+    every_executor_on_2_4_and_8_virtual_ranks_of_one_gpu(true);
+}
+
+/// Every executor staged through the CCL buffers (`OXCCL_ZERO_COPY=0`, and the mode of
+/// ranks on several GPUs).
+#[test]
+fn every_executor_staged_on_2_4_and_8_virtual_ranks_of_one_gpu() {
+    every_executor_on_2_4_and_8_virtual_ranks_of_one_gpu(false);
+}
+
 /// Every registered executor of the collectives the harness checks, forced on 2, 4 and 8
 /// virtual ranks of GPU 0 (one server, and two servers of half the ranks for the
 /// executors made for several), against the scalar reference: every dtype at boundary
 /// counts and one past the CCL buffer (each matrix thinned as on the host). An executor
 /// that cannot run on a shape (it says so when forced) is checked on the other.
-#[test]
-fn every_executor_on_2_4_and_8_virtual_ranks_of_one_gpu() {
+fn every_executor_on_2_4_and_8_virtual_ranks_of_one_gpu(zero_copy: bool) {
     use oxccl::platform::LinkAccess;
     use oxccl::OpKind;
     use oxccl_tests::{blocks, rooted, Setup};
@@ -141,7 +154,7 @@ fn every_executor_on_2_4_and_8_virtual_ranks_of_one_gpu() {
                     let setup = Setup {
                         algo: Some(exec.name),
                         topology,
-                        zero_copy: false,
+                        zero_copy,
                         ccl_bytes: ccl,
                     };
                     let run = match kind {
@@ -176,6 +189,7 @@ fn every_executor_on_2_4_and_8_virtual_ranks_of_one_gpu() {
             }
         }
     }
-    eprintln!("{checked} (executor, shape) pairs exact on the GPU");
+    let mode = if zero_copy { "zero-copy" } else { "staged" };
+    eprintln!("{checked} (executor, shape) pairs exact on the GPU, {mode}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -2,11 +2,17 @@
 //! address (or an offset into the rank's own user buffer, bound at submit) and every
 //! notify to a signal word, checked once, as the host device checks them.
 //!
-//! Peers' user buffers are out of reach: the backend stages through the CCL buffers
-//! (capability `peer_user_buffers` is false), because a peer's user buffer of an epoch is
-//! only known when that peer submits, after this rank's work is already queued on its
-//! streams. Zero-copy needs buffers registered ahead of time (NCCL's user-buffer
-//! registration), which this backend does not offer yet.
+//! Peers' user buffers (zero-copy) are in reach when the peer runs on the same GPU: every
+//! rank of a GPU brings its call before the one launch that runs them all (`group`), so
+//! each peer's buffers are known when the launch's descriptor is written. Such an operand
+//! stays symbolic here ([`Addr::Peer`]); its bounds and alignment are checked against the
+//! peer's binding at launch, from the reach recorded per peer ([`CudaProgram::peer_reach`]).
+//! Overlaps are checked here, symbolically: a rank's Input and Output are one space in
+//! place and two out of place, and distinct ranks' buffers are distinct spaces, which the
+//! launch makes true (it refuses ranks whose user buffers overlap where one is written).
+//! Peers on other GPUs would need their buffers registered ahead of time (NCCL's user-buffer
+//! registration): the backend offers zero-copy only when all ranks share one GPU
+//! (capability `peer_user_buffers`), and refuses such an operand otherwise.
 
 use super::memory::{DevAlloc, LOCAL_NOTIFIES, MAX_STREAMS};
 use super::program::{self, Encoded};
@@ -14,7 +20,7 @@ use super::{CudaError, Shared};
 use crate::device::{CompileRequest, Compiled};
 use crate::dtype::{DataType, ReduceOp};
 use crate::error::{DeviceError, SliceFault, TaskFault, TaskLocation};
-use crate::ir::{Buf, NotifyId, Slice, Task};
+use crate::ir::{Buf, NotifyId, Rank, Slice, Task};
 use crate::slice_checks::{check_overlaps, check_slice, within, HasSlice, UserReach};
 use cudarc::driver::sys::CUdeviceptr;
 use std::sync::Arc;
@@ -27,6 +33,26 @@ pub(crate) enum Addr {
     /// The rank's own Input or Output, `offset` bytes in: within the extent that submit
     /// checks against the binding.
     Own { buf: Buf, offset: usize },
+    /// A peer's Input or Output on the same GPU, `offset` bytes in: bound at launch.
+    Peer { rank: Rank, buf: Buf, offset: usize },
+}
+
+impl Addr {
+    /// The overlap space of a user-buffer operand: Input and Output of a rank are one
+    /// space in place, two out of place; distinct ranks never share one (the launch
+    /// refuses overlapping user buffers of distinct ranks). Device memory is space 0,
+    /// addressed by its device address.
+    fn space(self, own: Rank, in_place: bool) -> (usize, usize) {
+        let user = |rank: Rank, buf: Buf, offset: usize| {
+            let out = usize::from(!in_place && buf == Buf::Output);
+            (1 + 2 * rank + out, offset)
+        };
+        match self {
+            Addr::Fixed(p) => (0, p as usize),
+            Addr::Own { buf, offset } => user(own, buf, offset),
+            Addr::Peer { rank, buf, offset } => user(rank, buf, offset),
+        }
+    }
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -75,6 +101,9 @@ pub(crate) struct CudaProgram {
     starts: Vec<u64>,
     /// Bytes of the largest data task: how many blocks a stream is worth.
     pub largest: usize,
+    /// How far the program reaches into each peer's user buffers (zero-copy), by rank,
+    /// ascending: checked against the peers' bindings at launch.
+    pub peer_reach: Vec<(Rank, UserReach)>,
 }
 
 /// Compile `request` for the device behind `shared`.
@@ -110,6 +139,7 @@ pub(crate) fn compile(
         shared,
         request: &request,
         user: UserReach::default(),
+        peers: std::collections::BTreeMap::new(),
     };
     let mut streams = Vec::with_capacity(program.streams.len());
     let mut tasks = 0;
@@ -143,6 +173,7 @@ pub(crate) fn compile(
             tasks: tasks_alloc,
             starts,
             largest,
+            peer_reach: c.peers.into_iter().collect(),
         }),
     }))
 }
@@ -181,6 +212,8 @@ struct Compiler<'a> {
     request: &'a CompileRequest,
     /// How far the program reaches into its rank's own user buffers.
     user: UserReach,
+    /// How far it reaches into each peer's (zero-copy).
+    peers: std::collections::BTreeMap<Rank, UserReach>,
 }
 
 impl Compiler<'_> {
@@ -257,12 +290,8 @@ impl Compiler<'_> {
             .iter()
             .map(|s| self.operand(*s, len, dtype, true, at))
             .collect::<Result<Vec<_>, _>>()?;
-        let in_place = self.request.in_place;
-        let key = |o: &Operand| match o.addr {
-            Addr::Fixed(p) => (0, p as usize),
-            Addr::Own { offset, .. } if in_place => (1, offset),
-            Addr::Own { buf, offset } => (1 + buf as usize, offset),
-        };
+        let (own, in_place) = (at.rank, self.request.in_place);
+        let key = |o: &Operand| o.addr.space(own, in_place);
         check_overlaps(&srcs, &dsts, len, reduce.is_some(), key)
             .map_err(|(slice, fault)| DeviceError::InvalidSlice { at, slice, fault })?;
         let addrs = |v: Vec<Operand>| v.into_iter().map(|o| o.addr).collect::<Vec<_>>();
@@ -302,10 +331,25 @@ impl Compiler<'_> {
                 }
             }
             Buf::Input | Buf::Output => {
-                shared.slot(slice.rank)?;
-                return Err(invalid(SliceFault::UserBufferOutOfReach {
+                let peer = shared.slot(slice.rank)?;
+                let own = shared.slot(self.request.program.rank)?;
+                if !shared.peer_user_buffers()
+                    || shared.group_index[peer] != shared.group_index[own]
+                {
+                    return Err(invalid(SliceFault::UserBufferOutOfReach {
+                        rank: slice.rank,
+                    }));
+                }
+                self.peers
+                    .entry(slice.rank)
+                    .or_default()
+                    .note(slice, elem)
+                    .map_err(invalid)?;
+                Addr::Peer {
                     rank: slice.rank,
-                }));
+                    buf: slice.buf,
+                    offset: slice.offset,
+                }
             }
             buf => {
                 let slot = shared.slot(slice.rank)?;

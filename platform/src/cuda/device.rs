@@ -99,6 +99,13 @@ impl Shared {
         self.ranks.len() * MAPPED_PER_RANK
     }
 
+    /// Whether peers reach each other's user buffers (zero-copy): every rank of the
+    /// communicator is served here, on one GPU, so each call's ranks meet in one launch
+    /// that knows all their buffers (see `compile`).
+    pub fn peer_user_buffers(&self) -> bool {
+        self.groups.len() == 1 && self.slots.iter().all(Option::is_some)
+    }
+
     /// The group of `slot`'s GPU.
     pub fn group_of(&self, slot: usize) -> &GpuGroup {
         &self.groups[self.group_index[slot]]
@@ -296,8 +303,8 @@ impl Device for CudaDevice {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            // A peer's user buffer is known only when it submits (see `compile`).
-            peer_user_buffers: false,
+            // Only where one launch holds every rank's call (see `compile`).
+            peer_user_buffers: self.shared.peer_user_buffers(),
             executes: true,
             queued_submissions: false,
             memory: MemoryKind::Device,

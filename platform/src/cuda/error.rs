@@ -148,6 +148,43 @@ pub enum CudaError {
         destination_len: usize,
     },
     #[error(
+        "rank {peer}'s program reaches {needed} bytes into rank {rank}'s {buf:?}, which has \
+         {len}: every rank of a zero-copy call must pass buffers of the size the operator \
+         needs"
+    )]
+    PeerBufferTooShort {
+        rank: Rank,
+        peer: Rank,
+        buf: crate::ir::Buf,
+        len: usize,
+        needed: usize,
+    },
+    #[error(
+        "rank {peer}'s program reduces in rank {rank}'s {buf:?}, which must be aligned to \
+         {align} bytes; pass buffers aligned to their element type"
+    )]
+    PeerBufferMisaligned {
+        rank: Rank,
+        peer: Rank,
+        buf: crate::ir::Buf,
+        align: usize,
+    },
+    #[error(
+        "rank {rank}'s user buffers overlap rank {peer}'s, and one of them is written: in a \
+         zero-copy call every rank's output must be memory of its own"
+    )]
+    UserBuffersOverlap { rank: Rank, peer: Rank },
+    #[error(
+        "rank {rank}'s program reaches rank {peer}'s user buffer, which did not make this \
+         call on the GPU; every rank of a call must run it"
+    )]
+    PeerNotInCall { rank: Rank, peer: Rank },
+    #[error(
+        "rank {rank} is past the {max} ranks whose user buffers the cuda backend's program \
+         encoding can name"
+    )]
+    PeerRankTooHigh { rank: Rank, max: usize },
+    #[error(
         "rank {rank}: stream {stream} did not finish within {waited:?}; its last task \
          reached was {task}. The device was stopped so that every other rank returns too"
     )]

@@ -11,6 +11,8 @@ use super::memory::staging;
 use super::CudaError;
 use crate::device::{Compiled, Completion, Submission, UserBuffers};
 use crate::error::{AbortCause, ConfigFault, DeviceError, GateRefusal, TaskLocation};
+use crate::ir::Buf;
+use crate::slice_checks::UserReach;
 use cudarc::driver::sys::{self, CUdeviceptr};
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering;
@@ -37,6 +39,7 @@ enum Binding {
     Device {
         input: CUdeviceptr,
         output: CUdeviceptr,
+        in_place: bool,
     },
 }
 
@@ -61,6 +64,11 @@ pub(crate) struct Launch {
     program: Arc<CudaProgram>,
     epoch: u64,
     binding: Binding,
+    /// Bytes of the user's (Input, Output).
+    lens: (usize, usize),
+    /// Bytes of (Input, Output) this launch's programs reach (the rank's own and its
+    /// peers', zero-copy): what is staged in and out for host slices.
+    reach: Mutex<(usize, usize)>,
     /// Local slots of the entry fence: this program's fence peers and the previous ones.
     entry_slots: Vec<usize>,
     started: Instant,
@@ -114,6 +122,8 @@ impl Launch {
             program,
             epoch: s.epoch,
             binding,
+            lens: s.user.lens(),
+            reach: Mutex::new((0, 0)),
             entry_slots,
             started: Instant::now(),
             state: Mutex::new(State::Gated),
@@ -204,12 +214,90 @@ impl Launch {
         }
     }
 
+    /// The program's own reach into the user's (Input, Output).
+    pub(crate) fn own_reach(&self) -> (usize, usize) {
+        self.compiled.user_extent
+    }
+
+    /// Whether `peer`'s program may reach `reach` into this rank's user buffers (zero-copy):
+    /// they hold it and, where it reduces, are aligned for it.
+    pub(crate) fn admits(&self, peer: usize, reach: &UserReach) -> Result<(), CudaError> {
+        let rank = self.rank();
+        let addrs = match self.binding {
+            // Staging buffers are allocations of their own: aligned for any element.
+            Binding::Host { .. } => (0, 0),
+            Binding::Device { input, output, .. } => (input, output),
+        };
+        let sides = [
+            (
+                Buf::Input,
+                self.lens.0,
+                reach.extent.0,
+                reach.align.0,
+                addrs.0,
+            ),
+            (
+                Buf::Output,
+                self.lens.1,
+                reach.extent.1,
+                reach.align.1,
+                addrs.1,
+            ),
+        ];
+        for (buf, len, needed, align, addr) in sides {
+            if needed > len {
+                return Err(CudaError::PeerBufferTooShort {
+                    rank,
+                    peer,
+                    buf,
+                    len,
+                    needed,
+                });
+            }
+            if needed > 0 && !addr.is_multiple_of(align as u64) {
+                return Err(CudaError::PeerBufferMisaligned {
+                    rank,
+                    peer,
+                    buf,
+                    align,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The device ranges of the user's buffers that this launch reaches, each with
+    /// whether it is written (the Output), for the check that distinct ranks' buffers do
+    /// not overlap; none for host slices, which are staged in buffers of the rank's own.
+    pub(crate) fn device_ranges(&self, reach: (usize, usize)) -> Vec<(u64, u64, bool)> {
+        let Binding::Device {
+            input,
+            output,
+            in_place,
+        } = self.binding
+        else {
+            return Vec::new();
+        };
+        let range =
+            |addr: u64, len: usize, written| (addr, addr.saturating_add(len as u64), written);
+        match in_place {
+            true => vec![range(output, reach.0.max(reach.1), true)],
+            false => vec![range(input, reach.0, false), range(output, reach.1, true)],
+        }
+    }
+
     /// The device addresses of the user's buffers, host slices copied into the staging
     /// buffers first (the output too: bytes the program does not write must come back
-    /// as they were).
-    pub(crate) fn stage_in(&self, s0: sys::CUstream) -> Result<Bases, DeviceError> {
+    /// as they were). `reach`: the bytes of (Input, Output) the launch's programs reach,
+    /// within the binding ([`Launch::admits`]).
+    pub(crate) fn stage_in(
+        &self,
+        s0: sys::CUstream,
+        reach: (usize, usize),
+    ) -> Result<Bases, DeviceError> {
+        *self.reach.lock() = reach;
         let (input, output, in_place) = match self.binding {
-            Binding::Device { input, output } => return Ok(Bases { input, output }),
+            Binding::Device { input, output, .. } => return Ok(Bases { input, output }),
             Binding::Host {
                 input,
                 output,
@@ -217,7 +305,7 @@ impl Launch {
             } => (input, output, in_place),
         };
         let memory = &self.shared.ranks[self.program.slot];
-        let (ext_in, ext_out) = self.compiled.user_extent;
+        let (ext_in, ext_out) = reach;
         let mut st = memory.staging.lock();
         if in_place {
             let len = ext_in.max(ext_out);
@@ -253,7 +341,7 @@ impl Launch {
         let Binding::Host { output, .. } = self.binding else {
             return Ok(());
         };
-        let (ext_in, ext_out) = self.compiled.user_extent;
+        let (ext_in, ext_out) = *self.reach.lock();
         let len = match self.compiled.in_place {
             true => ext_in.max(ext_out),
             false => ext_out,
@@ -510,7 +598,11 @@ fn bind(
             output: buf.as_ptr().cast_mut(),
             in_place: true,
         },
-        UserBuffers::Device { input, output, .. } => {
+        UserBuffers::Device {
+            input,
+            output,
+            in_place,
+        } => {
             let ordinal = shared.ranks[slot].gpu.ordinal;
             let (ext_in, ext_out) = compiled.user_extent;
             for (what, span, extent) in [("input", input, ext_in), ("output", output, ext_out)] {
@@ -532,6 +624,7 @@ fn bind(
             Binding::Device {
                 input: input.addr,
                 output: output.addr,
+                in_place: *in_place,
             }
         }
     })

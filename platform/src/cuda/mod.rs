@@ -40,8 +40,12 @@
 //! User buffers are device memory ([`UserBuffers::Device`](crate::UserBuffers::Device), the adapter's
 //! `DeviceBuffer`), used in place; host slices are accepted too and staged through
 //! device buffers of the rank (copied in before the launch, out after it), so every
-//! test and tool that works on the host device works here. Peers' user buffers are
-//! out of reach (see `compile`): the framework runs the staged (CCL buffer) mode.
+//! test and tool that works on the host device works here. Where every rank of the
+//! communicator is on one GPU, peers reach each other's user buffers (zero-copy,
+//! capability `peer_user_buffers`): a call's ranks meet in one launch, whose table of
+//! user buffers the kernel reads, after the launch checked each peer's reach against
+//! the buffers bound (see `compile` and `group`). Ranks on several GPUs stage through
+//! the CCL buffers.
 //!
 //! ## Gates, timeouts and aborts
 //!

@@ -25,10 +25,13 @@ typedef unsigned int u32;
 #define HEAD_NDST(h) ((u32)(((h) >> 32) & 0xff))
 #define HEAD_SYNC(h) (((h) >> 40) & 1)
 #define HEAD_TASK(h) ((u32)((h) >> 42))
-// An operand in the rank's own user buffer: bit 63 set, bit 62 for Output, the offset below.
+// An operand in a user buffer: bit 63 set, bit 62 for Output, in bits 48-61 zero for the
+// rank's own buffer or a peer's rank plus one (zero-copy), the offset below.
 #define OWN_BIT (1ull << 63)
 #define OUTPUT_BIT (1ull << 62)
-#define OFFSET_MASK ((1ull << 62) - 1)
+#define PEER_SHIFT 48
+#define PEER_MASK ((1ull << (62 - PEER_SHIFT)) - 1)
+#define OFFSET_MASK ((1ull << PEER_SHIFT) - 1)
 // Words of one entry of the descriptor.
 #define ENTRY_WORDS 10
 #define PROGRESS_DONE 0xffffffffu
@@ -37,6 +40,7 @@ struct Params {
   const u64* desc;    // ENTRY_WORDS per entry, then the fence lists
   u64 epoch;          // this call's epoch (32-bit words compare cyclically)
   const volatile u32* abort;  // nonzero: the device stopped
+  const u64* users;   // (Input, Output) of every rank of the communicator
   u32 k;              // blocks per entry
 };
 
@@ -77,9 +81,12 @@ __device__ __forceinline__ bool reached(u64 word, u32 value) {
   return (int)(vload(word) - value) >= 0;
 }
 
-__device__ __forceinline__ u64 resolve(u64 a, u64 input, u64 output) {
+__device__ __forceinline__ u64 resolve(u64 a, u64 input, u64 output, const u64* users) {
   if ((a & OWN_BIT) == 0) return a;
-  return ((a & OUTPUT_BIT) ? output : input) + (a & OFFSET_MASK);
+  const u64 out = (a & OUTPUT_BIT) ? 1 : 0;
+  const u64 peer = (a >> PEER_SHIFT) & PEER_MASK;
+  const u64 base = peer == 0 ? (out ? output : input) : users[2 * (peer - 1) + out];
+  return base + (a & OFFSET_MASK);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS) oxccl_program(Params p) {
@@ -147,7 +154,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) oxccl_program(Params p) {
     const u64 count = task[1];
     const u32 nsrc = HEAD_NSRC(head), ndst = HEAD_NDST(head);
     for (u32 i = threadIdx.x; i < nsrc + ndst; i += blockDim.x)
-      operands[i] = resolve(task[2 + i], input, output);
+      operands[i] = resolve(task[2 + i], input, output, p.users);
     __syncthreads();
     const u32 pair = kind == KIND_COPY ? COPY_PAIR : HEAD_PAIR(head);
     reduce_dispatch(pair, operands, nsrc, operands + nsrc, ndst, count, j, p.k);

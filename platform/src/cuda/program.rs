@@ -14,9 +14,11 @@
 //! The header packs the kind (bits 0-7), the reduce pair (8-15, [`pair_index`]), the
 //! sources (16-31), the destinations (32-39), whether the K blocks of the stream meet
 //! before the task (bit 40: [`needs_sync`]) and the task's index in its stream (42-63,
-//! for the watchdog). An operand is a device address, or an offset into the rank's own
-//! Input or Output ([`OWN_BIT`], [`OUTPUT_BIT`]), which the kernel adds to the bases of
-//! the launch. A zero header ends the list.
+//! for the watchdog). An operand is a device address, or an offset into a user buffer
+//! ([`OWN_BIT`], [`OUTPUT_BIT`] for the Output, the offset in the low 48 bits): the rank's
+//! own when bits 48-61 are zero, else the buffer of the rank they hold minus one (a peer on
+//! the same GPU, zero-copy), which the kernel finds in the launch's table of user buffers.
+//! A zero header ends the list.
 //!
 //! ## Why the program runs in a kernel
 //!
@@ -48,7 +50,11 @@ pub(crate) const OWN_BIT: u64 = 1 << 63;
 /// With [`OWN_BIT`]: the Output (else the Input).
 pub(crate) const OUTPUT_BIT: u64 = 1 << 62;
 /// Offsets into a user buffer below this fit the operand word.
-const OFFSET_LIMIT: u64 = 1 << 62;
+const OFFSET_LIMIT: u64 = 1 << PEER_SHIFT;
+/// Where a user operand holds its peer's rank plus one (zero: the rank's own buffer).
+const PEER_SHIFT: u32 = 48;
+/// Peer ranks plus one below this fit the operand word.
+const PEER_LIMIT: u64 = 1 << (62 - PEER_SHIFT);
 
 // The kernel's fault word (`program.cu`) holds the stream from bit 24 and the task + 1
 // below it: every task index of a stream must fit there.
@@ -64,6 +70,8 @@ pub(crate) struct Params {
     pub desc: u64,
     pub epoch: u64,
     pub abort: u64,
+    /// The launch's table of user buffers: (Input, Output) per rank of the communicator.
+    pub users: u64,
     pub k: u32,
 }
 
@@ -153,21 +161,36 @@ fn operand(a: Addr) -> Result<u64, CudaError> {
             return Err(CudaError::AddressTooHigh { addr: p })
         }
         Addr::Fixed(p) => p,
-        Addr::Own { buf, offset } => {
-            let offset = offset as u64;
-            if offset >= OFFSET_LIMIT {
-                return Err(CudaError::OffsetTooLarge {
-                    offset: offset as usize,
-                });
-            }
-            let output = if buf == Buf::Output { OUTPUT_BIT } else { 0 };
-            OWN_BIT | output | offset
+        Addr::Own { buf, offset } => user_operand(0, buf, offset)?,
+        Addr::Peer { rank, buf, offset } => {
+            let tag = (rank as u64)
+                .checked_add(1)
+                .filter(|&t| t < PEER_LIMIT)
+                .ok_or(CudaError::PeerRankTooHigh {
+                    rank,
+                    max: PEER_LIMIT as usize - 2,
+                })?;
+            user_operand(tag, buf, offset)?
         }
     })
 }
 
+/// A user-buffer operand: `tag` is zero for the rank's own buffer, a peer's rank plus one
+/// otherwise.
+fn user_operand(tag: u64, buf: Buf, offset: usize) -> Result<u64, CudaError> {
+    let offset = offset as u64;
+    if offset >= OFFSET_LIMIT {
+        return Err(CudaError::OffsetTooLarge {
+            offset: offset as usize,
+        });
+    }
+    let output = if buf == Buf::Output { OUTPUT_BIT } else { 0 };
+    Ok(OWN_BIT | output | tag << PEER_SHIFT | offset)
+}
+
 /// The byte ranges a data task reads and writes: device addresses, and offsets into the
-/// user buffers (Input and Output taken as one space, as they may be one buffer).
+/// user buffers (a rank's Input and Output taken as one space, as they may be one buffer;
+/// distinct ranks' buffers are distinct, which the launch checks).
 #[derive(Debug)]
 struct Data {
     reads: Vec<Range>,
@@ -177,26 +200,28 @@ struct Data {
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 struct Range {
-    own: bool,
+    /// 0: device memory; 1: the rank's own user buffers; 2 + r: rank r's.
+    space: usize,
     start: u64,
     end: u64,
 }
 
 impl Range {
     fn of(a: Addr, len: usize) -> Range {
-        let (own, start) = match a {
-            Addr::Fixed(p) => (false, p),
-            Addr::Own { offset, .. } => (true, offset as u64),
+        let (space, start) = match a {
+            Addr::Fixed(p) => (0, p),
+            Addr::Own { offset, .. } => (1, offset as u64),
+            Addr::Peer { rank, offset, .. } => (rank.saturating_add(2), offset as u64),
         };
         Range {
-            own,
+            space,
             start,
             end: start.saturating_add(len as u64),
         }
     }
 
     fn overlaps(&self, other: &Range) -> bool {
-        self.own == other.own && self.start < other.end && other.start < self.end
+        self.space == other.space && self.start < other.end && other.start < self.end
     }
 }
 
@@ -371,6 +396,61 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_operand_carries_its_rank_plus_one_and_is_a_space_of_its_own() {
+        let peer = |rank, buf, offset| Addr::Peer { rank, buf, offset };
+        let own_out = Addr::Own {
+            buf: Buf::Output,
+            offset: 0,
+        };
+        let ops = [
+            Op::Copy {
+                src: peer(3, Buf::Input, 64),
+                dsts: vec![peer(0, Buf::Output, 8)],
+                len: 8,
+            },
+            // The same offsets in the rank's own buffers and in another peer's: no
+            // meeting (distinct spaces), but writing what rank 3's input gave meets.
+            Op::Copy {
+                src: peer(5, Buf::Output, 8),
+                dsts: vec![own_out],
+                len: 8,
+            },
+            Op::Copy {
+                src: Addr::Fixed(0x1000),
+                dsts: vec![peer(0, Buf::Input, 8)],
+                len: 8,
+            },
+        ];
+        let e = encode(&ops).unwrap();
+        assert_eq!(e.words[2], OWN_BIT | 4 << PEER_SHIFT | 64);
+        assert_eq!(e.words[3], OWN_BIT | OUTPUT_BIT | 1 << PEER_SHIFT | 8);
+        let sync: Vec<bool> = heads(&e).iter().map(|h| h & SYNC_BIT != 0).collect();
+        assert_eq!(
+            sync,
+            [false, false, true],
+            "rank 0's Input and Output are one space"
+        );
+        let too_high = Op::Copy {
+            src: peer(PEER_LIMIT as usize - 1, Buf::Input, 0),
+            dsts: vec![own_out],
+            len: 8,
+        };
+        assert!(matches!(
+            encode(&[too_high]),
+            Err(CudaError::PeerRankTooHigh { .. })
+        ));
+        let far = Op::Copy {
+            src: peer(1, Buf::Input, OFFSET_LIMIT as usize),
+            dsts: vec![own_out],
+            len: 8,
+        };
+        assert!(matches!(
+            encode(&[far]),
+            Err(CudaError::OffsetTooLarge { .. })
+        ));
+    }
+
+    #[test]
     fn too_many_operands_is_an_error() {
         let op = Op::Copy {
             src: Addr::Fixed(0x1000),
@@ -387,6 +467,6 @@ mod tests {
 
     #[test]
     fn params_match_the_c_layout() {
-        assert_eq!(std::mem::size_of::<Params>(), 32);
+        assert_eq!(std::mem::size_of::<Params>(), 40);
     }
 }
