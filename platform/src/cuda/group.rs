@@ -13,6 +13,7 @@ use super::driver::{cu, Gpu};
 use super::launch::{Bases, Launch};
 use super::memory::DevAlloc;
 use super::program::{Params, ENTRY_WORDS};
+use super::zero_copy;
 use super::{CudaError, Shared};
 use crate::error::DeviceError;
 use cudarc::driver::sys::{CUevent, CUstream};
@@ -148,13 +149,15 @@ impl GpuGroup {
     /// Stage the runs' host buffers in, then launch the program kernel and record `done`.
     fn launch(&self, shared: &Shared, epoch: u64, runs: &[Arc<Launch>]) -> Result<(), DeviceError> {
         self.gpu.bind()?;
-        let reach = user_reach(shared.config.ranks, runs)?;
+        let ranks = shared.config.ranks;
+        let sides: Vec<_> = runs.iter().map(|r| r.user_side()).collect();
+        let reach = zero_copy::reach(ranks, &sides)?;
         let mut bases = Vec::with_capacity(runs.len());
         for (run, &reach) in runs.iter().zip(&reach) {
             bases.push(run.stage_in(self.stream, reach)?);
         }
-        if runs.iter().any(|r| !r.program().peer_reach.is_empty()) {
-            check_disjoint(runs, &reach)?;
+        if sides.iter().any(|s| !s.peers.is_empty()) {
+            zero_copy::check_disjoint(&sides, &reach)?;
         }
         let entries: usize = runs.iter().map(|r| r.program().streams.len()).sum();
         let (threads, resident) =
@@ -171,7 +174,7 @@ impl GpuGroup {
             .max(1);
         let counters_len = entries + runs.len();
         let fences: Vec<_> = runs.iter().map(|r| r.fence_words()).collect();
-        let users_len = 2 * shared.config.ranks;
+        let users_len = 2 * ranks;
         let desc_len = entries * ENTRY_WORDS
             + fences
                 .iter()
@@ -190,7 +193,8 @@ impl GpuGroup {
         let counters = memory.1.as_ref().map_or(0, |a| a.ptr);
         let mut desc_words = describe(shared, runs, (&bases, &fences), k, counters);
         let users = desc_words.len() as u64;
-        desc_words.extend(user_table(shared.config.ranks, runs, &bases));
+        let pairs: Vec<_> = bases.iter().map(|b| (b.input, b.output)).collect();
+        desc_words.extend(zero_copy::table(ranks, &sides, &pairs));
         debug_assert_eq!(desc_words.len(), desc_len);
         // Progress from the start: a kernel still queued is not mistaken for one that
         // ran its streams to the end.
@@ -241,80 +245,6 @@ fn blocks_per_stream(largest: usize, entries: usize, sms: usize) -> usize {
     let worth = largest.div_ceil(BYTES_PER_BLOCK).max(1);
     let room = (sms / entries.max(1)).max(1);
     worth.min(room).min(MAX_BLOCKS_PER_STREAM)
-}
-
-/// The bytes of (Input, Output) each run's user buffers must hold in this launch: its own
-/// program's reach and every peer program's (zero-copy), each checked against the
-/// binding ([`Launch::admits`]). A program that reaches a rank not in the call is refused.
-fn user_reach(ranks: usize, runs: &[Arc<Launch>]) -> Result<Vec<(usize, usize)>, CudaError> {
-    let mut reach: Vec<(usize, usize)> = runs.iter().map(|r| r.own_reach()).collect();
-    let mut run_of = vec![None; ranks];
-    for (i, run) in runs.iter().enumerate() {
-        if let Some(at) = run_of.get_mut(run.rank()) {
-            *at = Some(i);
-        }
-    }
-    for run in runs {
-        for (peer, wants) in &run.program().peer_reach {
-            let i = run_of
-                .get(*peer)
-                .copied()
-                .flatten()
-                .ok_or(CudaError::PeerNotInCall {
-                    rank: run.rank(),
-                    peer: *peer,
-                })?;
-            runs[i].admits(run.rank(), wants)?;
-            reach[i].0 = reach[i].0.max(wants.extent.0);
-            reach[i].1 = reach[i].1.max(wants.extent.1);
-        }
-    }
-    Ok(reach)
-}
-
-/// Distinct ranks' user buffers in device memory do not overlap where one of them is
-/// written: compile checked a zero-copy program's overlaps with every rank's buffers as
-/// spaces of their own, which this makes true.
-fn check_disjoint(runs: &[Arc<Launch>], reach: &[(usize, usize)]) -> Result<(), CudaError> {
-    let ranges = runs.iter().zip(reach).flat_map(|(run, &reach)| {
-        let rank = run.rank();
-        run.device_ranges(reach)
-            .into_iter()
-            .map(move |(start, end, written)| (start, end, written, rank))
-    });
-    match first_overlap(ranges.collect()) {
-        Some((rank, peer)) => Err(CudaError::UserBuffersOverlap { rank, peer }),
-        None => Ok(()),
-    }
-}
-
-/// Two ranks whose byte ranges `(start, end, written, rank)` overlap where one of them
-/// is written, if any (sorted by start, so each range meets only those that begin
-/// before it ends).
-fn first_overlap(mut ranges: Vec<(u64, u64, bool, usize)>) -> Option<(usize, usize)> {
-    ranges.retain(|r| r.0 < r.1);
-    ranges.sort_unstable();
-    for (i, a) in ranges.iter().enumerate() {
-        for b in ranges[i + 1..].iter().take_while(|b| b.0 < a.1) {
-            if a.3 != b.3 && (a.2 || b.2) {
-                return Some((a.3, b.3));
-            }
-        }
-    }
-    None
-}
-
-/// The launch's table of user buffers: (Input, Output) of every rank of the
-/// communicator, zero for a rank not in the call (which no program reaches: see
-/// [`user_reach`]).
-fn user_table(ranks: usize, runs: &[Arc<Launch>], bases: &[Bases]) -> Vec<u64> {
-    let mut table = vec![0u64; 2 * ranks];
-    for (run, base) in runs.iter().zip(bases) {
-        if let Some(pair) = table.get_mut(2 * run.rank()..2 * run.rank() + 2) {
-            pair.copy_from_slice(&[base.input, base.output]);
-        }
-    }
-    table
 }
 
 /// Make `slot` at least `len` bytes (the previous launch is over: see the module docs).
@@ -395,23 +325,5 @@ mod tests {
         assert_eq!(blocks_per_stream(1 << 30, 8, 132), 16);
         assert_eq!(blocks_per_stream(1 << 30, 1, 132), MAX_BLOCKS_PER_STREAM);
         assert_eq!(blocks_per_stream(1 << 30, 200, 132), 1);
-    }
-
-    #[test]
-    fn ranks_may_share_what_they_read_but_not_what_one_writes() {
-        // Two inputs over the same bytes: both only read.
-        let read = vec![(0, 100, false, 0), (50, 150, false, 1)];
-        assert_eq!(first_overlap(read), None);
-        // Rank 1's output starts inside rank 0's input.
-        let written = vec![(0, 100, false, 0), (200, 300, true, 0), (99, 120, true, 1)];
-        assert_eq!(first_overlap(written), Some((0, 1)));
-        // A rank's own input and output may overlap (in place); empty ranges never do.
-        let own = vec![(0, 100, false, 2), (0, 100, true, 2), (10, 10, true, 3)];
-        assert_eq!(first_overlap(own), None);
-        // Adjacent, not overlapping; and a long range that reaches past a short one.
-        let adjacent = vec![(0, 100, true, 0), (100, 200, true, 1)];
-        assert_eq!(first_overlap(adjacent), None);
-        let long = vec![(0, 1000, true, 0), (10, 20, false, 0), (500, 501, false, 4)];
-        assert_eq!(first_overlap(long), Some((0, 4)));
     }
 }

@@ -8,11 +8,10 @@ use super::device::{Shared, MAX_POLL_SLEEP};
 use super::driver::cu;
 use super::group::{Arrival, GpuGroup};
 use super::memory::staging;
+use super::zero_copy::UserSide;
 use super::CudaError;
 use crate::device::{Compiled, Completion, Submission, UserBuffers};
 use crate::error::{AbortCause, ConfigFault, DeviceError, GateRefusal, TaskLocation};
-use crate::ir::Buf;
-use crate::slice_checks::UserReach;
 use cudarc::driver::sys::{self, CUdeviceptr};
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering;
@@ -214,82 +213,30 @@ impl Launch {
         }
     }
 
-    /// The program's own reach into the user's (Input, Output).
-    pub(crate) fn own_reach(&self) -> (usize, usize) {
-        self.compiled.user_extent
-    }
-
-    /// Whether `peer`'s program may reach `reach` into this rank's user buffers (zero-copy):
-    /// they hold it and, where it reduces, are aligned for it.
-    pub(crate) fn admits(&self, peer: usize, reach: &UserReach) -> Result<(), CudaError> {
-        let rank = self.rank();
-        let addrs = match self.binding {
-            // Staging buffers are allocations of their own: aligned for any element.
-            Binding::Host { .. } => (0, 0),
-            Binding::Device { input, output, .. } => (input, output),
+    /// The run's user buffers and its program's reach, as its launch checks them
+    /// ([`super::zero_copy`]).
+    pub(crate) fn user_side(&self) -> UserSide<'_> {
+        let device = match self.binding {
+            Binding::Host { .. } => None,
+            Binding::Device {
+                input,
+                output,
+                in_place,
+            } => Some((input, output, in_place)),
         };
-        let sides = [
-            (
-                Buf::Input,
-                self.lens.0,
-                reach.extent.0,
-                reach.align.0,
-                addrs.0,
-            ),
-            (
-                Buf::Output,
-                self.lens.1,
-                reach.extent.1,
-                reach.align.1,
-                addrs.1,
-            ),
-        ];
-        for (buf, len, needed, align, addr) in sides {
-            if needed > len {
-                return Err(CudaError::PeerBufferTooShort {
-                    rank,
-                    peer,
-                    buf,
-                    len,
-                    needed,
-                });
-            }
-            if needed > 0 && !addr.is_multiple_of(align as u64) {
-                return Err(CudaError::PeerBufferMisaligned {
-                    rank,
-                    peer,
-                    buf,
-                    align,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// The device ranges of the user's buffers that this launch reaches, each with
-    /// whether it is written (the Output), for the check that distinct ranks' buffers do
-    /// not overlap; none for host slices, which are staged in buffers of the rank's own.
-    pub(crate) fn device_ranges(&self, reach: (usize, usize)) -> Vec<(u64, u64, bool)> {
-        let Binding::Device {
-            input,
-            output,
-            in_place,
-        } = self.binding
-        else {
-            return Vec::new();
-        };
-        let range =
-            |addr: u64, len: usize, written| (addr, addr.saturating_add(len as u64), written);
-        match in_place {
-            true => vec![range(output, reach.0.max(reach.1), true)],
-            false => vec![range(input, reach.0, false), range(output, reach.1, true)],
+        UserSide {
+            rank: self.rank(),
+            lens: self.lens,
+            device,
+            own: self.compiled.user_extent,
+            peers: &self.program.peer_reach,
         }
     }
 
     /// The device addresses of the user's buffers, host slices copied into the staging
     /// buffers first (the output too: bytes the program does not write must come back
     /// as they were). `reach`: the bytes of (Input, Output) the launch's programs reach,
-    /// within the binding ([`Launch::admits`]).
+    /// within the binding ([`super::zero_copy::reach`]).
     pub(crate) fn stage_in(
         &self,
         s0: sys::CUstream,

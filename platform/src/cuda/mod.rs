@@ -44,7 +44,7 @@
 //! communicator is on one GPU, peers reach each other's user buffers (zero-copy,
 //! capability `peer_user_buffers`): a call's ranks meet in one launch, whose table of
 //! user buffers the kernel reads, after the launch checked each peer's reach against
-//! the buffers bound (see `compile` and `group`). Ranks on several GPUs stage through
+//! the buffers bound (see `compile` and `zero_copy`). Ranks on several GPUs stage through
 //! the CCL buffers.
 //!
 //! ## Gates, timeouts and aborts
@@ -61,7 +61,8 @@
 //! Files: `driver` (loading, contexts, the kernel), `memory`, `compile`, `program`
 //! (the encoding and the kernel's argument), `group` (a GPU's ranks and launches),
 //! `launch` (a submission and its completion), `kernels` (CUDA C and NVRTC), `ptx_cache`
-//! (NVRTC's output kept on disk), `user` (memory the user owns on a GPU).
+//! (NVRTC's output kept on disk), `user` (memory the user owns on a GPU), `zero_copy`
+//! (what a launch checks of its ranks' user buffers).
 
 mod error;
 pub mod kernels;
@@ -86,6 +87,8 @@ mod program;
 mod ptx_cache;
 #[cfg(feature = "cuda")]
 mod user;
+#[cfg(feature = "cuda")]
+mod zero_copy;
 
 #[cfg(feature = "cuda")]
 pub(crate) use device::Shared;
