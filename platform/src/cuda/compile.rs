@@ -23,6 +23,7 @@ use crate::error::{DeviceError, SliceFault, TaskFault, TaskLocation};
 use crate::ir::{Buf, NotifyId, Rank, Slice, Task};
 use crate::slice_checks::{check_overlaps, check_slice, within, HasSlice, UserReach};
 use cudarc::driver::sys::CUdeviceptr;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Where an operand's bytes are.
@@ -139,7 +140,7 @@ pub(crate) fn compile(
         shared,
         request: &request,
         user: UserReach::default(),
-        peers: std::collections::BTreeMap::new(),
+        peers: BTreeMap::new(),
     };
     let mut streams = Vec::with_capacity(program.streams.len());
     let mut tasks = 0;
@@ -213,7 +214,7 @@ struct Compiler<'a> {
     /// How far the program reaches into its rank's own user buffers.
     user: UserReach,
     /// How far it reaches into each peer's (zero-copy).
-    peers: std::collections::BTreeMap<Rank, UserReach>,
+    peers: BTreeMap<Rank, UserReach>,
 }
 
 impl Compiler<'_> {

@@ -553,7 +553,8 @@ fn bind(
             let ordinal = shared.ranks[slot].gpu.ordinal;
             let (ext_in, ext_out) = compiled.user_extent;
             for (what, span, extent) in [("input", input, ext_in), ("output", output, ext_out)] {
-                if extent == 0 {
+                // Zero-copy, peers may reach a buffer its own program does not touch.
+                if extent == 0 && span.len == 0 {
                     continue;
                 }
                 shared.ranks[slot].gpu.bind()?;
