@@ -99,6 +99,20 @@ fn a_rank_that_never_calls_is_named_and_every_rank_returns() {
     assert!(again.to_string().contains("abort"), "{again}");
 }
 
+/// Virtual ranks of one GPU run zero-copy unless the config says to stage, so the two
+/// every-executor tests below run the two modes.
+#[test]
+fn virtual_ranks_of_one_gpu_run_zero_copy_unless_told_to_stage() {
+    let Some(_) = gpus() else { return };
+    for (zero_copy, want) in [(true, oxccl::Mode::Direct), (false, oxccl::Mode::Staged)] {
+        let mut cfg = config(4, Duration::from_secs(20));
+        cfg.gpus = vec![0];
+        cfg.zero_copy = zero_copy;
+        let comms = Communicator::init_all(4, cfg).unwrap();
+        assert_eq!(comms[0].framework().mode(), want, "zero_copy {zero_copy}");
+    }
+}
+
 /// Every executor zero-copy (peers reach each other's user buffers on the GPU, the mode a
 /// communicator of virtual ranks runs in).
 #[test]
