@@ -62,6 +62,10 @@ pub struct Setup {
     pub zero_copy: bool,
     /// Bytes of each CCL buffer; small values make the staged loop run several times.
     pub ccl_bytes: usize,
+    /// The backend (`None`: [`test_device`], which `OXCCL_TEST_DEVICE` sets). A test that
+    /// needs one names it here rather than setting the variable, which other threads of
+    /// the test binary (and the CUDA driver) read.
+    pub device: Option<&'static str>,
 }
 
 impl Setup {
@@ -100,7 +104,7 @@ impl Setup {
             zero_copy: self.zero_copy,
             topology: Some(self.topology.clone()),
             exec_timeout: std::time::Duration::from_secs(30),
-            device: test_device(),
+            device: self.device.map_or_else(test_device, str::to_string),
             ..Config::default()
         };
         if let Some(algo) = self.algo {
@@ -512,6 +516,7 @@ pub fn check_on_shapes(
                 topology: topology.clone(),
                 zero_copy,
                 ccl_bytes: SMALL_CCL_BYTES,
+                device: None,
             };
             if let Err(e) = run(&setup) {
                 panic!("{e}");

@@ -208,6 +208,7 @@ pub fn rooted_selection_around_broken_links(kind: OpKind) {
             topology: topology.clone(),
             zero_copy,
             ccl_bytes: SMALL_CCL_BYTES,
+            device: None,
         };
         let cases = rooted_matrix(kind, 8, SMALL_CCL_BYTES);
         run_rooted(kind, &setup, &cases).unwrap_or_else(|e| panic!("{e}"));

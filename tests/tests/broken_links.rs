@@ -37,6 +37,7 @@ fn for_each_broken_mesh(run: impl Fn(&Setup) -> Result<(), String>) {
                 topology: mesh8_without(pairs),
                 zero_copy,
                 ccl_bytes: SMALL_CCL_BYTES,
+                device: None,
             };
             run(&setup).unwrap_or_else(|e| panic!("broken {pairs:?}: {e}"));
         }

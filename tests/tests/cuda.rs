@@ -137,8 +137,6 @@ fn every_executor_on_2_4_and_8_virtual_ranks_of_one_gpu(zero_copy: bool) {
     use oxccl::OpKind;
     use oxccl_tests::{blocks, rooted, Setup};
     let Some(_) = gpus() else { return };
-    // The harness's runners build their communicators on OXCCL_TEST_DEVICE.
-    std::env::set_var("OXCCL_TEST_DEVICE", "cuda");
     let ccl = oxccl_tests::SMALL_CCL_BYTES;
     let kinds = [
         OpKind::AllReduce,
@@ -170,6 +168,7 @@ fn every_executor_on_2_4_and_8_virtual_ranks_of_one_gpu(zero_copy: bool) {
                         topology,
                         zero_copy,
                         ccl_bytes: ccl,
+                        device: Some("cuda"),
                     };
                     let run = match kind {
                         OpKind::AllReduce => {

@@ -50,6 +50,7 @@ fn runs_around_a_broken_link() {
                 topology: topology.clone(),
                 zero_copy,
                 ccl_bytes: SMALL_CCL_BYTES,
+                device: None,
             };
             run(kind, &setup).unwrap_or_else(|e| panic!("{kind}: {e}"));
         }

@@ -195,6 +195,7 @@ fn all_reduce_hier_pipelined_runs_several_segments() {
                     .with_fabric_access(LinkAccess::LoadStore, LinkAccess::LoadStore),
                 zero_copy,
                 ccl_bytes: 2 * segment,
+                device: None,
             };
             let cases: Vec<Case> = [
                 (DataType::F32, ReduceOp::Sum),

@@ -36,6 +36,7 @@ fn refuses_broken_link(kind: OpKind, algo: &'static str, peer: usize) {
         topology: Topology::single_server(8).with_broken(0, peer).unwrap(),
         zero_copy: true,
         ccl_bytes: SMALL_CCL_BYTES,
+        device: None,
     };
     let comms = Communicator::init_all(8, setup.config_for(kind)).expect("init");
     let op = OpParam {

@@ -151,6 +151,7 @@ fn for_each_broken_mesh(
                 topology: mesh_without(ranks, pairs),
                 zero_copy,
                 ccl_bytes: DATA_CCL_BYTES,
+                device: None,
             };
             run(&setup).unwrap_or_else(|e| panic!("{ranks} ranks without {pairs:?}: {e}"));
         }
@@ -197,6 +198,7 @@ fn data_is_exact_with_several_relays_per_link() {
                 topology: mesh_without(ranks, pairs),
                 zero_copy,
                 ccl_bytes: SPREAD_CCL_BYTES,
+                device: None,
             };
             let case = |kind, op, in_place| OxCase {
                 dtype: DataType::F32,

@@ -53,6 +53,7 @@ fn for_each_broken_mesh(
                 topology: mesh_without(ranks, pairs),
                 zero_copy,
                 ccl_bytes,
+                device: None,
             };
             run(&setup).unwrap_or_else(|e| panic!("{ranks} ranks without {pairs:?}: {e}"));
         }

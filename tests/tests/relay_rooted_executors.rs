@@ -168,6 +168,7 @@ fn rooted_data_on_broken_topologies() {
                     topology: topology.clone(),
                     zero_copy,
                     ccl_bytes: SMALL_CCL_BYTES,
+                    device: None,
                 };
                 run_rooted(kind, &setup, &thinned).unwrap_or_else(|e| panic!("{e}"));
             }
@@ -188,6 +189,7 @@ fn vector_data_on_broken_topologies() {
                     topology: topology.clone(),
                     zero_copy,
                     ccl_bytes: SMALL_CCL_BYTES,
+                    device: None,
                 };
                 run_vector(kind, &setup, &thinned).unwrap_or_else(|e| panic!("{e}"));
             }
