@@ -67,8 +67,9 @@
 
 use crate::error::{AbortCause, ConfigFault, DeviceError};
 use crate::gate::Gate;
-use crate::ir::{Buf, Rank, RankProgram};
+use crate::ir::{Rank, RankProgram};
 use crate::notify::NotifyLayout;
+use crate::slice_checks::UserReach;
 use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
@@ -435,39 +436,18 @@ impl Compiled {
             }
             .into());
         }
-        let (input, output) = user.lens();
-        let ptrs = match user {
-            UserBuffers::OutOfPlace { input, output } => (input.as_ptr(), output.as_ptr()),
-            UserBuffers::InPlace(buf) => (buf.as_ptr(), buf.as_ptr()),
-            UserBuffers::Device { input, output, .. } => (
-                input.addr as usize as *const u8,
-                output.addr as usize as *const u8,
-            ),
+        let addrs = match user {
+            UserBuffers::OutOfPlace { input, output } => {
+                (input.as_ptr() as u64, output.as_ptr() as u64)
+            }
+            UserBuffers::InPlace(buf) => (buf.as_ptr() as u64, buf.as_ptr() as u64),
+            UserBuffers::Device { input, output, .. } => (input.addr, output.addr),
         };
-        for (buf, len, needed, ptr, align) in [
-            (
-                Buf::Input,
-                input,
-                self.user_extent.0,
-                ptrs.0,
-                self.user_align.0,
-            ),
-            (
-                Buf::Output,
-                output,
-                self.user_extent.1,
-                ptrs.1,
-                self.user_align.1,
-            ),
-        ] {
-            if len < needed {
-                return Err(ConfigFault::UserBufferTooShort { buf, len, needed }.into());
-            }
-            if needed > 0 && !(ptr as usize).is_multiple_of(align) {
-                return Err(ConfigFault::UserBufferMisaligned { buf, align }.into());
-            }
-        }
-        Ok(())
+        let reach = UserReach {
+            extent: self.user_extent,
+            align: self.user_align,
+        };
+        Ok(reach.fits(user.lens(), addrs).map_err(ConfigFault::from)?)
     }
 }
 

@@ -4,7 +4,7 @@
 //! extent and alignment a binding must have; a task's destinations overlap nothing.
 
 use crate::dtype::DataType;
-use crate::error::SliceFault;
+use crate::error::{ConfigFault, SliceFault};
 use crate::ir::{Buf, Slice};
 
 /// The checks that need nothing but the slice and its task: a rank of the communicator
@@ -77,6 +77,43 @@ impl UserReach {
         *extent = (*extent).max(end);
         *align = (*align).max(need);
         Ok(())
+    }
+
+    /// Whether buffers of `lens` bytes at addresses `addrs` (Input, Output) hold this
+    /// reach and are aligned for its reductions; the first side that does not.
+    pub fn fits(&self, lens: (usize, usize), addrs: (u64, u64)) -> Result<(), Unfit> {
+        let sides = [
+            (Buf::Input, lens.0, self.extent.0, self.align.0, addrs.0),
+            (Buf::Output, lens.1, self.extent.1, self.align.1, addrs.1),
+        ];
+        for (buf, len, needed, align, addr) in sides {
+            if len < needed {
+                return Err(Unfit::TooShort { buf, len, needed });
+            }
+            if needed > 0 && !addr.is_multiple_of(align as u64) {
+                return Err(Unfit::Misaligned { buf, align });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why user buffers do not fit a [`UserReach`]: the rank's own binding reports it as a
+/// [`ConfigFault`], a backend that lets peers reach them names the peer too.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Unfit {
+    TooShort { buf: Buf, len: usize, needed: usize },
+    Misaligned { buf: Buf, align: usize },
+}
+
+impl From<Unfit> for ConfigFault {
+    fn from(u: Unfit) -> Self {
+        match u {
+            Unfit::TooShort { buf, len, needed } => {
+                ConfigFault::UserBufferTooShort { buf, len, needed }
+            }
+            Unfit::Misaligned { buf, align } => ConfigFault::UserBufferMisaligned { buf, align },
+        }
     }
 }
 

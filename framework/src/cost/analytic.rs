@@ -91,8 +91,8 @@ fn rank_time(
     let processor = topology.processor();
     // On a CPU host: the inline path (one thread, no wake-ups) or the workers (a wake-up
     // per stream and per wait on a peer), as the replay has it.
-    // Of the sampled iterations only, when the program is sampled: enough for a host,
-    // whose topologies stay small enough to be replayed whole.
+    // The bytes its data tasks move: of the sampled iterations only when the program is
+    // sampled, which a host's topologies, small enough to be replayed whole, never are.
     let moved = super::moved_bytes(program);
     let inline = processor.is_some_and(|p| {
         let limit = p.inline_limit();

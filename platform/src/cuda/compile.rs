@@ -138,6 +138,7 @@ pub(crate) fn compile(
         .collect::<Result<Vec<_>, _>>()?;
     let mut c = Compiler {
         shared,
+        slot,
         request: &request,
         user: UserReach::default(),
         peers: BTreeMap::new(),
@@ -210,6 +211,8 @@ fn upload(
 
 struct Compiler<'a> {
     shared: &'a Arc<Shared>,
+    /// The program's rank's local slot.
+    slot: usize,
     request: &'a CompileRequest,
     /// How far the program reaches into its rank's own user buffers.
     user: UserReach,
@@ -333,9 +336,8 @@ impl Compiler<'_> {
             }
             Buf::Input | Buf::Output => {
                 let peer = shared.slot(slice.rank)?;
-                let own = shared.slot(self.request.program.rank)?;
                 if !shared.peer_user_buffers()
-                    || shared.group_index[peer] != shared.group_index[own]
+                    || shared.group_index[peer] != shared.group_index[self.slot]
                 {
                     return Err(invalid(SliceFault::UserBufferOutOfReach {
                         rank: slice.rank,

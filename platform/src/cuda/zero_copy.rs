@@ -6,8 +6,8 @@
 //! user buffers the kernel resolves peer operands through.
 
 use super::CudaError;
-use crate::ir::{Buf, Rank};
-use crate::slice_checks::UserReach;
+use crate::ir::Rank;
+use crate::slice_checks::{Unfit, UserReach};
 
 /// One run's user buffers as its launch sees them.
 #[derive(Clone, Copy, Debug)]
@@ -29,43 +29,22 @@ impl UserSide<'_> {
     /// where it reduces, are aligned for it.
     fn admits(&self, peer: Rank, reach: &UserReach) -> Result<(), CudaError> {
         let addrs = self.device.map_or((0, 0), |(i, o, _)| (i, o));
-        let sides = [
-            (
-                Buf::Input,
-                self.lens.0,
-                reach.extent.0,
-                reach.align.0,
-                addrs.0,
-            ),
-            (
-                Buf::Output,
-                self.lens.1,
-                reach.extent.1,
-                reach.align.1,
-                addrs.1,
-            ),
-        ];
         let rank = self.rank;
-        for (buf, len, needed, align, addr) in sides {
-            if needed > len {
-                return Err(CudaError::PeerBufferTooShort {
-                    rank,
-                    peer,
-                    buf,
-                    len,
-                    needed,
-                });
-            }
-            if needed > 0 && !addr.is_multiple_of(align as u64) {
-                return Err(CudaError::PeerBufferMisaligned {
-                    rank,
-                    peer,
-                    buf,
-                    align,
-                });
-            }
-        }
-        Ok(())
+        reach.fits(self.lens, addrs).map_err(|unfit| match unfit {
+            Unfit::Misaligned { buf, align } => CudaError::PeerBufferMisaligned {
+                rank,
+                peer,
+                buf,
+                align,
+            },
+            Unfit::TooShort { buf, len, needed } => CudaError::PeerBufferTooShort {
+                rank,
+                peer,
+                buf,
+                len,
+                needed,
+            },
+        })
     }
 
     /// The device byte ranges `reach` covers, each with whether it is written.
@@ -162,6 +141,7 @@ pub(crate) fn table(ranks: usize, sides: &[UserSide<'_>], bases: &[(u64, u64)]) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ir::Buf;
 
     fn wants(extent: (usize, usize), align: (usize, usize)) -> UserReach {
         UserReach { extent, align }
