@@ -100,6 +100,58 @@ fn tune_writes_a_table_that_parses_and_skips_what_needs_a_broken_link() {
     );
 }
 
+/// The `(executor, time)` pairs of `table` at `bytes`.
+fn times_at(table: &TuneTable, bytes: usize) -> Vec<(&str, f64)> {
+    let mut times: Vec<(&str, f64)> = table
+        .entries
+        .iter()
+        .filter(|e| e.bytes == bytes)
+        .map(|e| (e.executor.as_str(), e.time_us))
+        .collect();
+    times.sort_by(|a, b| a.0.cmp(b.0));
+    times
+}
+
+#[test]
+fn executors_with_the_same_programs_are_measured_once_and_share_the_time() {
+    let path = temp_path("twins.txt");
+    let out = path.to_str().unwrap();
+    let tune = |broken: &[&str]| {
+        let mut args = vec![
+            "tune", "reduce", "--ranks", "4", "-b", "4K", "-e", "4K", "-n", "1", "-w", "0", "-R",
+            "1", "-o", out,
+        ];
+        args.extend(broken);
+        let (ok, text) = oxccl(&args, &[]);
+        let table = TuneTable::load(&path);
+        std::fs::remove_file(&path).ok();
+        assert!(ok, "{text}");
+        (table.unwrap_or_else(|e| panic!("{e}\n{text}")), text)
+    };
+    // Healthy, the relaying mesh plans the mesh's programs: one measurement, two rows.
+    let (table, text) = tune(&[]);
+    let times = times_at(&table, 4096);
+    let time = |name: &str| times.iter().find(|t| t.0 == name).map(|t| t.1);
+    assert_eq!(time("relay-mesh"), time("mesh"), "{text}");
+    assert!(time("mesh").is_some() && time("ring").is_some(), "{text}");
+    let twin_rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("measured once"))
+        .collect();
+    assert_eq!(twin_rows.len(), 1, "{text}");
+    assert!(
+        twin_rows[0].contains("relay-mesh") && twin_rows[0].contains("the programs of mesh"),
+        "{text}"
+    );
+    // With the root's link to rank 1 broken the programs differ: the mesh cannot run and
+    // the relaying mesh is measured on its own.
+    let (table, text) = tune(&["--broken", "0-1"]);
+    let times = times_at(&table, 4096);
+    assert!(times.iter().any(|t| t.0 == "relay-mesh"), "{text}");
+    assert!(!times.iter().any(|t| t.0 == "mesh"), "{text}");
+    assert!(!text.contains("measured once"), "{text}");
+}
+
 #[test]
 fn a_bad_tune_file_stops_perf_naming_the_line() {
     let path = temp_path("bad-tune.txt");

@@ -13,7 +13,9 @@
 //! 20 ms in all is measured again in 5 blocks of calls that take 20 ms in all (the first
 //! measurement was its warm-up), and its fastest block counts: a few calls of a few
 //! microseconds measure the machine's noise, and a burst of load inflates a block, never
-//! shortens one. An executor that cannot be built here (a link it needs
+//! shortens one. Executors that plan the same programs at a size (a relaying executor
+//! on a healthy topology, say) are measured once and share the time ([`twins`]). An
+//! executor that cannot be built here (a link it needs
 //! is broken or missing, or it refuses the shape: `Unsupported`, `NoLink`, `NoExecutor`)
 //! is skipped with the reason printed. One that computes a wrong value, writes out of
 //! bounds or fails on the device is reported as FAILED, none of its figures are recorded,
@@ -29,6 +31,7 @@
 mod candidates;
 mod report;
 mod sweep;
+mod twins;
 
 use crate::perf::{run_config, Settings, GUARD_BYTES};
 use crate::sizes::size_sweep;

@@ -37,6 +37,9 @@ pub fn print(job: &Job, outcome: &Outcome) {
             } else {
                 format!("{ratio:.2}x")
             };
+            if let Some(measured) = outcome.twin_of(size, &p.entry.executor) {
+                mark.push_str(&format!("  (the programs of {measured}, measured once)"));
+            }
             if pick == Some(p.entry.executor.as_str()) {
                 mark.push_str("  <- select_alg");
             }

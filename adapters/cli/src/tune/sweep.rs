@@ -1,6 +1,7 @@
 //! Measuring the candidates of one operator over the size sweep.
 
 use super::candidates::candidates;
+use super::twins::{self, Twins};
 use crate::calls::calls;
 use crate::perf::{measure, Measured, Settings};
 use crate::sizes::count_for_size;
@@ -48,6 +49,9 @@ pub struct Outcome {
     /// What `select_alg` picks at each measured size without a tuning table (the cost
     /// model's choice), or why it picks nothing: the pick check's subject.
     pub picks: Vec<(usize, Pick)>,
+    /// `(size, executor, measured)`: `executor` runs the programs of `measured` at `size`
+    /// and got its measurement ([`twins`]).
+    pub twins: Vec<(usize, &'static str, &'static str)>,
 }
 
 /// The executor `select_alg` picks, or why it picks none.
@@ -73,11 +77,61 @@ impl Outcome {
         pick.as_deref().ok()
     }
 
+    /// The executor whose measurement `executor` got at `size`, when it runs its programs.
+    pub fn twin_of(&self, size: usize, executor: &str) -> Option<&'static str> {
+        self.twins
+            .iter()
+            .find(|(s, twin, _)| *s == size && *twin == executor)
+            .map(|(_, _, measured)| *measured)
+    }
+
     /// True when `executor` was found unable to run `size` in an earlier round.
     fn skips(&self, executor: &str, size: usize) -> bool {
         self.skipped
             .iter()
             .any(|s| s.executor == executor && s.size == Some(size))
+    }
+
+    /// Give `group`'s twins at `size` what its measured executor got there: its time, its
+    /// skip, or its failure (the same programs fail alike).
+    fn share(&mut self, kind: OpKind, size: usize, group: &Twins, failed: &mut Vec<&str>) {
+        let measured = group.measured.name;
+        let point = self
+            .points
+            .iter()
+            .find(|p| p.size == size && p.entry.executor == measured)
+            .map(|p| p.entry.clone());
+        let skip = self
+            .skipped
+            .iter()
+            .find(|s| s.executor == measured && s.size == Some(size))
+            .map(|s| s.why.clone());
+        for twin in &group.twins {
+            if failed.contains(&twin.name) {
+                continue;
+            }
+            if let Some(entry) = &point {
+                let executor = twin.name.to_string();
+                self.points.push(Point {
+                    size,
+                    entry: TuneEntry {
+                        executor,
+                        ..entry.clone()
+                    },
+                });
+            } else if let Some(why) = &skip {
+                self.skipped.push(Skip {
+                    executor: twin.name.to_string(),
+                    size: Some(size),
+                    why: why.clone(),
+                });
+            } else if failed.contains(&measured) {
+                let why = format!("runs the programs of `{measured}`, which failed");
+                self.fail(twin.name, format!("{} {}: {why}", kind.name(), twin.name));
+                failed.push(twin.name);
+            }
+            self.twins.push((size, twin.name, measured));
+        }
     }
 
     /// Record that `executor` failed: its points are dropped, later rounds pass it by.
@@ -113,9 +167,11 @@ pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
     outcome.picks = model_picks(job, &sizes)?;
     let mut failed: Vec<&str> = vec![];
     for &size in &sizes {
+        let groups = twins::group(job, size, &found.run);
         for round in 1..=job.rounds.max(1) {
             eprintln!("# tuning {} at {size} B (round {round})", job.kind.name());
-            let mut order: Vec<&&'static ExecutorEntry> = found.run.iter().collect();
+            let mut order: Vec<&'static ExecutorEntry> =
+                groups.iter().map(|g| g.measured).collect();
             if round % 2 == 0 {
                 order.reverse();
             }
@@ -128,6 +184,9 @@ pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
                     failed.push(entry.name);
                 }
             }
+        }
+        for g in &groups {
+            outcome.share(job.kind, size, g, &mut failed);
         }
     }
     Ok(outcome)
