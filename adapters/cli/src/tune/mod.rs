@@ -5,15 +5,17 @@
 //! override `oxccl perf` uses) on a fresh set of communicators per point and measured with
 //! `oxccl perf`'s own measuring code ([`crate::perf::measure`]), out of place, results
 //! and guard bytes checked. The sweep goes size by size: at each size every executor is
-//! measured `--rounds` times (2 by default), the rounds alternating the executors' order,
-//! before the next size, and each point keeps its fastest round. Other processes on the
+//! measured `--rounds` times (3 by default), the rounds alternating the executors' order,
+//! before the next size, and each point keeps the median of its rounds
+//! ([`sweep::median_of_rounds`]). Other processes on the
 //! machine only ever add time, and their load drifts over seconds to minutes: measured
 //! side by side, the executors compared at one size see the same load (a sweep of one
-//! executor after another measured identical programs up to 1.5x apart). A point whose `-n` calls take less than
-//! 20 ms in all is measured again in 5 blocks of calls that take 20 ms in all (the first
-//! measurement was its warm-up), and its fastest block counts: a few calls of a few
-//! microseconds measure the machine's noise, and a burst of load inflates a block, never
-//! shortens one. Executors that plan the same programs at a size (a relaying executor
+//! executor after another measured identical programs up to 1.5x apart). A point's `-n`
+//! calls, each timed alone, are its warm-up; then it is timed in 5 blocks of at least
+//! `-n` calls that take at least 20 ms in all, and its fastest block's mean counts: a few
+//! calls of a few microseconds measure the machine's noise, the fastest single call is an
+//! extreme of the spread rather than the executor's time, and a burst of load inflates a
+//! block, never shortens one. Executors that plan the same programs at a size (a relaying executor
 //! on a healthy topology, say) are measured once and share the time ([`twins`]). An
 //! executor that cannot be built here (a link it needs
 //! is broken or missing, or it refuses the shape: `Unsupported`, `NoLink`, `NoExecutor`)
@@ -67,16 +69,17 @@ pub struct TuneArgs {
     /// Multiplication factor between sizes.
     #[arg(short = 'f', long = "stepfactor", default_value_t = 4)]
     pub stepfactor: usize,
-    /// Timed iterations per executor, size and round (1 to 1000000), each timed alone,
-    /// the fastest counting; a point whose calls take less than 20 ms in all is measured
-    /// again in 5 blocks of calls that take 20 ms in all, and its fastest block counts.
+    /// Calls per executor, size and round (1 to 1000000), each timed alone, that warm a
+    /// point up and size its blocks; the point is then timed in 5 blocks of at least this
+    /// many calls that take at least 20 ms in all, and its fastest block's mean counts.
     #[arg(short = 'n', long = "iters", default_value_t = 4)]
     pub iters: usize,
     /// Warmup iterations per executor, size and round (0 to 1000000).
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 1)]
     pub warmup: usize,
-    /// Rounds over every executor (1 to 1000000): each measurement keeps its best round.
-    #[arg(short = 'R', long = "rounds", default_value_t = 2)]
+    /// Rounds over every executor (1 to 1000000): each measurement keeps the median of
+    /// its rounds.
+    #[arg(short = 'R', long = "rounds", default_value_t = 3)]
     pub rounds: usize,
     /// Data type (float, half, bfloat16, int32, ...).
     #[arg(short = 'd', long = "datatype", default_value = "float")]

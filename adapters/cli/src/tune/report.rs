@@ -7,7 +7,7 @@ use std::process::ExitCode;
 /// Print one operator's table.
 pub fn print(job: &Job, outcome: &Outcome) {
     outln!(
-        "# oxccl tune {}: {} ranks, topology {}, {}, iters {} (the fastest call counts, or for short calls the fastest block) warmup {}, best of {} rounds (out of place, results checked)",
+        "# oxccl tune {}: {} ranks, topology {}, {}, blocks of at least {} calls (the fastest block's mean counts), warmup {}, median of {} rounds (out of place, results checked)",
         job.kind.name(),
         job.topology.ranks(),
         job.topology.describe(),

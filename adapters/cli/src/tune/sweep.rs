@@ -17,7 +17,7 @@ pub struct Job {
     /// nccl-tests sizes, as `oxccl perf` takes them.
     pub sizes: Vec<usize>,
     pub settings: Settings,
-    /// Rounds over every executor; each point keeps its best round.
+    /// Rounds over every executor; each point keeps the median of its rounds.
     pub rounds: usize,
     /// The communicators' configuration (topology set, no executor forced).
     pub config: Config,
@@ -27,7 +27,22 @@ pub struct Job {
 /// One measured (or skipped) point of the sweep, for the printed table.
 pub struct Point {
     pub size: usize,
+    /// The measurement recorded: its time is the median of `rounds`.
     pub entry: TuneEntry,
+    /// Each round's time (µs), in the order measured.
+    pub rounds: Vec<f64>,
+}
+
+impl Point {
+    /// A point measured once, in one round.
+    pub fn new(size: usize, entry: TuneEntry) -> Self {
+        let rounds = vec![entry.time_us];
+        Point {
+            size,
+            entry,
+            rounds,
+        }
+    }
 }
 
 /// An executor (or every executor) that cannot run here, at one size or at all.
@@ -58,15 +73,18 @@ pub struct Outcome {
 pub type Pick = Result<String, String>;
 
 impl Outcome {
-    /// Keep the faster of `point` and an earlier round's measurement of the same point.
+    /// Add `point`'s round to an earlier round's measurement of the same point, whose time
+    /// becomes the median of its rounds ([`median_of_rounds`]).
     fn record(&mut self, point: Point) {
         let earlier = self
             .points
             .iter_mut()
             .find(|p| p.size == point.size && p.entry.executor == point.entry.executor);
         match earlier {
-            Some(p) if p.entry.time_us <= point.entry.time_us => {}
-            Some(p) => *p = point,
+            Some(p) => {
+                p.rounds.extend(point.rounds);
+                p.entry.time_us = median_of_rounds(&p.rounds);
+            }
             None => self.points.push(point),
         }
     }
@@ -100,7 +118,7 @@ impl Outcome {
             .points
             .iter()
             .find(|p| p.size == size && p.entry.executor == measured)
-            .map(|p| p.entry.clone());
+            .map(|p| (p.entry.clone(), p.rounds.clone()));
         let skip = self
             .skipped
             .iter()
@@ -110,7 +128,7 @@ impl Outcome {
             if failed.contains(&twin.name) {
                 continue;
             }
-            if let Some(entry) = &point {
+            if let Some((entry, rounds)) = &point {
                 let executor = twin.name.to_string();
                 self.points.push(Point {
                     size,
@@ -118,6 +136,7 @@ impl Outcome {
                         executor,
                         ..entry.clone()
                     },
+                    rounds: rounds.clone(),
                 });
             } else if let Some(why) = &skip {
                 self.skipped.push(Skip {
@@ -139,6 +158,25 @@ impl Outcome {
         self.points.retain(|p| p.entry.executor != executor);
         self.failures.push(failure);
     }
+}
+
+/// The median of a point's round times, to the hundredth of a µs: the time it records.
+///
+/// Not the fastest round: on a shared machine a round now and then runs in a quiet
+/// stretch, a third faster than the rest, and the executor measured in it would win by
+/// luck (8 ranks, 32 MiB AllGather, `-R 4`: one executor's best round at 7062 µs, the
+/// others' from 9691 µs, a different executor in each of two tunes). The median keeps
+/// a lone quiet or loud round out; with two rounds it is their mean.
+pub fn median_of_rounds(rounds: &[f64]) -> f64 {
+    let mut sorted = rounds.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    let median = match n {
+        0 => return 0.0,
+        _ if n % 2 == 1 => sorted[n / 2],
+        _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    };
+    ((median * 100.0).round() / 100.0).max(0.01)
 }
 
 /// Errors that say an executor cannot run this shape or topology: skipped, not failed.
@@ -269,7 +307,7 @@ fn tune_point(
             }
             let tuned =
                 sound_entry(job, entry, &m).map_err(|w| failed(format!("at {size} B: {w}")))?;
-            outcome.record(Point { size, entry: tuned });
+            outcome.record(Point::new(size, tuned));
         }
     }
     Ok(())
@@ -279,35 +317,41 @@ fn tune_point(
 /// `-n 4` times is the machine's noise, not the executor.
 const MIN_POINT_SECONDS: f64 = 0.02;
 
-/// A short point's calls are timed in this many blocks, and the fastest block counts:
-/// other processes only ever add time, in bursts that one long block would average in.
+/// A point's calls are timed in this many blocks, and the fastest block counts: other
+/// processes only ever add time, in bursts that one long block would average in.
 const POINT_BLOCKS: usize = 5;
 
 /// Calls one block needs at most, however short they are.
 const MAX_BLOCK_ITERS: usize = 20_000;
 
-/// `m` again, measured in [`POINT_BLOCKS`] blocks of calls that take
-/// [`MIN_POINT_SECONDS`] in all, when the job's `-n` calls took less (the first
-/// measurement then served as a warm-up); `m` itself otherwise. The fastest block counts
-/// ([`Settings::blocks`]); the results are checked after the last.
+/// The point measured again in [`POINT_BLOCKS`] blocks, each of at least `-n` calls and
+/// all of them together of at least [`MIN_POINT_SECONDS`]; the fastest block's mean
+/// counts ([`Settings::blocks`]) and the results are checked after the last. `m`, the
+/// job's `-n` calls each timed alone, served as the warm-up and sizes the blocks.
+///
+/// Never the fastest single call: the fastest of a few calls is an extreme of their
+/// spread, not their time. On the 2-core development machine an 8-rank 32 MiB AllGather
+/// (`relay-mesh`) measured a fastest call of 7396 µs in a tune whose `oxccl perf` runs
+/// minutes later averaged 10088 to 11382 µs per call, and executors whose calls spread
+/// more won the comparison by luck.
 fn steady(
     comms: &[Communicator],
     ops: &[oxccl::OpParam],
     job: &Job,
     m: Measured,
 ) -> Result<Measured, Error> {
+    if m.skipped.is_some() {
+        return Ok(m);
+    }
     let per_call = m.out_of_place.seconds;
     let total = match per_call > 0.0 {
         true => (MIN_POINT_SECONDS / per_call).ceil(),
         false => f64::INFINITY,
     };
-    let calls = job.settings.iters.saturating_mul(job.settings.blocks);
-    if m.skipped.is_some() || total <= calls as f64 {
-        return Ok(m);
-    }
     let block = (total / POINT_BLOCKS as f64)
         .ceil()
         .clamp(1.0, MAX_BLOCK_ITERS as f64) as usize;
+    let block = block.max(job.settings.blocks);
     let settings = Settings {
         iters: block,
         blocks: POINT_BLOCKS,
@@ -348,9 +392,9 @@ fn sound_entry(job: &Job, entry: &ExecutorEntry, m: &Measured) -> Result<TuneEnt
 /// A measured point for tests: an AllReduce of `size` bytes on 4 ranks.
 #[cfg(test)]
 pub(super) fn point(size: usize, executor: &str, time_us: f64) -> Point {
-    Point {
+    Point::new(
         size,
-        entry: TuneEntry {
+        TuneEntry {
             op: OpKind::AllReduce,
             ranks: 4,
             topology: "[4]".into(),
@@ -359,7 +403,7 @@ pub(super) fn point(size: usize, executor: &str, time_us: f64) -> Point {
             executor: executor.into(),
             time_us,
         },
-    }
+    )
 }
 
 #[cfg(test)]
@@ -375,23 +419,32 @@ mod tests {
     }
 
     #[test]
-    fn rounds_keep_the_best_time_and_a_failure_drops_the_executor() {
+    fn rounds_keep_the_median_time_and_a_failure_drops_the_executor() {
         let mut outcome = Outcome::default();
         outcome.record(point(1024, "ring", 30.0));
         outcome.record(point(1024, "mesh", 20.0));
         outcome.record(point(1024, "ring", 10.0));
         outcome.record(point(1024, "mesh", 25.0));
+        outcome.record(point(1024, "mesh", 90.0));
         outcome.record(point(4096, "ring", 40.0));
         assert_eq!(
             times(&outcome),
             vec![
-                (1024, "ring", 10.0),
-                (1024, "mesh", 20.0),
+                (1024, "ring", 20.0),
+                (1024, "mesh", 25.0),
                 (4096, "ring", 40.0)
             ]
         );
         outcome.fail("ring", "all_reduce ring: 3 wrong values".into());
-        assert_eq!(times(&outcome), vec![(1024, "mesh", 20.0)]);
+        assert_eq!(times(&outcome), vec![(1024, "mesh", 25.0)]);
         assert_eq!(outcome.failures.len(), 1);
+    }
+
+    #[test]
+    fn the_median_of_rounds_ignores_a_lone_quiet_round() {
+        assert_eq!(median_of_rounds(&[9691.0, 7062.0, 9800.0]), 9691.0);
+        assert_eq!(median_of_rounds(&[3.0, 4.0]), 3.5);
+        assert_eq!(median_of_rounds(&[1.234_56]), 1.23);
+        assert_eq!(median_of_rounds(&[0.001]), 0.01);
     }
 }
