@@ -7,21 +7,20 @@
 //! and guard bytes checked. The sweep goes size by size: at each size every executor is
 //! measured `--rounds` times (3 by default), the rounds alternating the executors' order,
 //! before the next size, and each point keeps the median of its rounds
-//! ([`sweep::median_of_rounds`]). Other processes on the
-//! machine only ever add time, and their load drifts over seconds to minutes: measured
-//! side by side, the executors compared at one size see the same load (a sweep of one
-//! executor after another measured identical programs up to 1.5x apart). A point's `-n`
-//! calls, each timed alone, are its warm-up; then it is timed in 5 blocks of at least
-//! `-n` calls that take at least 20 ms in all, and its fastest block's mean counts: a few
-//! calls of a few microseconds measure the machine's noise, the fastest single call is an
-//! extreme of the spread rather than the executor's time, and a burst of load inflates a
-//! block, never shortens one. Executors that plan the same programs at a size (a relaying executor
-//! on a healthy topology, say) are measured once and share the time ([`twins`]). An
-//! executor that cannot be built here (a link it needs
-//! is broken or missing, or it refuses the shape: `Unsupported`, `NoLink`, `NoExecutor`)
-//! is skipped with the reason printed. One that computes a wrong value, writes out of
-//! bounds or fails on the device is reported as FAILED, none of its figures are recorded,
-//! and the exit status is non-zero.
+//! ([`sweep::median_of_rounds`]). Other processes on the machine only ever add time, and
+//! their load drifts over seconds to minutes: measured side by side, the executors
+//! compared at one size see the same load (a sweep of one executor after another measured
+//! identical programs up to 1.5x apart). A point's `-n` calls, each timed alone, are its
+//! warm-up; then it is timed in 5 blocks of at least `-n` calls that take at least 20 ms
+//! in all, and its fastest block's mean counts: a few calls of a few microseconds measure
+//! the machine's noise, the fastest single call is an extreme of the spread rather than
+//! the executor's time, and a burst of load inflates a block, never shortens one.
+//! Executors that plan the same programs at a size (a relaying executor on a healthy
+//! topology, say) are measured once and share the time ([`twins`]). An executor that
+//! cannot be built here (a link it needs is broken or missing, or it refuses the shape:
+//! `Unsupported`, `NoLink`, `NoExecutor`) is skipped with the reason printed. One that
+//! computes a wrong value, writes out of bounds or fails on the device is reported as
+//! FAILED, none of its figures are recorded, and the exit status is non-zero.
 //!
 //! The table printed per operator lists every size with its executors from fastest to
 //! slowest; the file (`-o`, `oxccl-tune.txt` by default; see `oxccl::framework::tune` for
