@@ -19,10 +19,12 @@ const PERIOD: usize = 8;
 /// Heap buffers start on a page, not wherever the allocator's history put them: the
 /// distance between a copy's source and destination modulo the page and the cache line
 /// decides how fast `memcpy` runs (4 KiB aliasing, split lines), and a row of `oxccl
-/// perf` or a point of `oxccl tune` must not depend on what was allocated before it. An
-/// 8-rank 64 KiB send/recv by `p2p` (each rank copying a peer's input) measured 1.35x the
-/// time of `put-p2p` late in three `oxccl tune --all` runs, and the same 1.00x to 1.04x
-/// in tunes of send/recv alone, with buffers where the allocator left them.
+/// perf` or a point of `oxccl tune` must not depend on what was allocated before it.
+/// With buffers where the allocator left them, an 8-rank 64 KiB send/recv by `p2p` (each
+/// rank copying a peer's input) measured 1.35x the time of `put-p2p` late in three
+/// `oxccl tune --all` runs, and 1.00x to 1.04x in tunes of send/recv alone; a 512 KiB
+/// Reduce by `mesh` 1.17x to 1.21x that of `relay-reduce-scatter-gather`. Page-aligned,
+/// two `tune --all` runs measured `p2p` at 1.05x and 1.03x, and `mesh` the fastest.
 pub struct Aligned {
     words: Words,
     len: usize,
