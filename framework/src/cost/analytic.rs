@@ -135,7 +135,7 @@ fn rank_time(
                         traffic.memory += super::memory_bytes(task) * (1.0 - cached) * weight;
                         match processor {
                             Some(p) => {
-                                let thread = super::thread_seconds(p, task, cached);
+                                let thread = super::thread_seconds(p, task, cached, moved);
                                 traffic.thread += thread * weight;
                                 let split = super::splits(p, task) && !inline;
                                 let threads = if split { p.workers as f64 } else { 1.0 };

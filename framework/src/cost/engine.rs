@@ -124,6 +124,8 @@ const PARKED: u32 = 2;
 struct Engine<'a> {
     topology: &'a Topology,
     params: &'a CostParams,
+    /// Bytes each rank's program moves ([`super::moved_bytes`]), by rank.
+    moved: Vec<usize>,
     streams: Vec<StreamState<'a>>,
     /// Dense ids of the notifies seen so far, and their states.
     notify_ids: FastMap<NotifyId, u32>,
@@ -202,7 +204,9 @@ impl<'a> Engine<'a> {
             .map(|_| flows.add_resource(1.0))
             .collect();
         let hosts = host_servers(programs, topology, &mut flows);
+        let moved = programs.iter().map(|p| super::moved_bytes(p)).collect();
         Engine {
+            moved,
             topology,
             params,
             streams,
@@ -388,7 +392,7 @@ impl<'a> Engine<'a> {
         match self.processor_of(me) {
             Some((processor, threads)) => {
                 let cached = self.cached_share(me);
-                let work = super::thread_seconds(processor, task, cached);
+                let work = super::thread_seconds(processor, task, cached, self.moved[me]);
                 // A split task is shared by every idle worker; another, by one thread.
                 let on: &[ResourceId] = match super::splits(processor, task) {
                     true => &[threads],

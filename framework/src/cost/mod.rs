@@ -127,32 +127,28 @@ pub(crate) fn moved_bytes(program: &RankProgram) -> usize {
     })
 }
 
-/// Bytes of copying a host thread does for a Copy or Reduce: its [`memory_bytes`],
-/// except for a Copy of more than [`REREAD_FREE_BYTES`] to several destinations, which
-/// costs the thread a full copy per destination (the memory bus still sees the source
-/// once, [`memory_bytes`]). A source of at most [`REREAD_FREE_BYTES`] is read again from
-/// the first-level cache, at no cost worth counting.
+/// Bytes of copying a host thread does for a Copy or Reduce of a program whose data
+/// tasks move `program_bytes` ([`moved_bytes`]): its [`memory_bytes`], except for a Copy
+/// to several destinations that the host kernel does not stream
+/// ([`oxccl_platform::reduce::copy_streams`]): that is one cached copy per destination,
+/// each reading the whole source again. A source of at most [`REREAD_FREE_BYTES`] is read
+/// again from the first-level cache, at no cost worth counting; a larger one comes back
+/// from the outer caches as slowly as a copy's first read, so the task costs a full copy
+/// per destination (the memory bus still sees the source once, [`memory_bytes`]).
 ///
-/// A larger source, copied through the cache, comes back from the outer caches as slowly
-/// as a copy's first read. Measured on 8 in-process ranks (`oxccl tune --all --ranks 8
-/// -b 1K -e 64M -f 8`, two runs): a Broadcast of 512 KiB whose ranks each copy a 64 KiB
-/// piece of the root's input to every output (`mesh-push`) ran 1.1 to 1.2 times slower
-/// than 7 ranks each copying the root's input (`mesh`, `relay-mesh`), which reading each
-/// piece once would have made 1.75 times faster; at 64 KiB (pieces of 8 KiB) `mesh-push`
-/// ran 1.4 times faster.
-///
-/// A copy that streams ([`oxccl_platform::reduce::copy_streams`]) reads each block of its
-/// source once, yet its non-temporal stores to every destination are what the thread
-/// waits for. An 8-rank AllGather of 32 MiB (blocks of 4 MiB), whose `mesh-push` copies
-/// each rank's block once to 7 outputs and whose `mesh` makes 7 copies per rank, took
-/// 10.3 and 10.5 ms (`oxccl perf`, the measurements behind the platform's
-/// `PROGRAM_STREAM_BYTES`), and 9850 and 10092 µs in a tune (`oxccl tune --all --ranks 8
-/// -b 1K -e 64M -f 8`; Broadcast's 9815 and 10136 µs), where reading once would have made
-/// `mesh-push` 1.75 times faster.
-pub(crate) fn thread_bytes(task: &Task) -> f64 {
+/// Measured on 8 in-process ranks (`oxccl tune --all --ranks 8 -b 1K -e 64M -f 8`, two
+/// runs): a Broadcast of 512 KiB whose ranks each copy a 64 KiB piece of the root's input
+/// to every output (`mesh-push`) ran 1.1 to 1.2 times slower than 7 ranks each copying
+/// the root's input (`mesh`, `relay-mesh`), which reading each piece once would have made
+/// 1.75 times faster; at 64 KiB (pieces of 8 KiB) `mesh-push` ran 1.4 times faster.
+pub(crate) fn thread_bytes(task: &Task, program_bytes: usize) -> f64 {
     let len = task.bytes();
     match task {
-        Task::Copy { dsts, .. } if dsts.len() > 1 && len > REREAD_FREE_BYTES => {
+        Task::Copy { dsts, .. }
+            if dsts.len() > 1
+                && len > REREAD_FREE_BYTES
+                && !oxccl_platform::reduce::copy_streams(len, dsts.len(), program_bytes) =>
+        {
             len as f64 * dsts.len() as f64
         }
         _ => memory_bytes(task),
@@ -164,11 +160,16 @@ pub(crate) fn thread_bytes(task: &Task) -> f64 {
 /// (and of most x86 cores), the other half for the destination lines passing through.
 const REREAD_FREE_BYTES: usize = 16 << 10;
 
-/// Seconds of one thread a Copy or Reduce takes on a CPU host: its fixed cost, and its
-/// copying ([`thread_bytes`]) at one thread's copy rate, the share `cached` of it at the
-/// cached rate ([`Processor::cached_share`]).
-pub(crate) fn thread_seconds(processor: &Processor, task: &Task, cached: f64) -> f64 {
-    let bytes = thread_bytes(task);
+/// Seconds of one thread a Copy or Reduce of a program moving `program_bytes` takes on a
+/// CPU host: its fixed cost, and its copying ([`thread_bytes`]) at one thread's copy rate,
+/// the share `cached` of it at the cached rate ([`Processor::cached_share`]).
+pub(crate) fn thread_seconds(
+    processor: &Processor,
+    task: &Task,
+    cached: f64,
+    program_bytes: usize,
+) -> f64 {
+    let bytes = thread_bytes(task, program_bytes);
     processor.task_us * 1e-6 + bytes * processor.seconds_per_byte(cached)
 }
 

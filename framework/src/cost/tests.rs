@@ -614,7 +614,7 @@ fn a_footprint_counts_each_buffer_once_from_its_lowest_byte_to_its_highest() {
 }
 
 #[test]
-fn a_copy_to_several_destinations_costs_a_thread_one_copy_per_destination() {
+fn a_cached_copy_to_several_destinations_costs_a_thread_one_copy_per_destination() {
     let copy = |len: usize, dsts: usize| Task::Copy {
         src: Slice::new(0, Buf::Input, 0, len),
         dsts: (0..dsts)
@@ -623,17 +623,27 @@ fn a_copy_to_several_destinations_costs_a_thread_one_copy_per_destination() {
     };
     // A small source is read again from the first-level cache: read once, as a stream.
     let small = copy(8 << 10, 7);
-    assert_eq!(thread_bytes(&small), memory_bytes(&small));
+    assert_eq!(thread_bytes(&small, 0), memory_bytes(&small));
     assert_eq!(memory_bytes(&small), 4.0 * (8 << 10) as f64);
-    // A larger one is a whole copy per destination for the thread, while the memory bus
-    // still sees its source once: copied through the cache, and streamed (its stores are
-    // what the thread waits for).
-    for len in [64 << 10, 4 << 20] {
-        let large = copy(len, 7);
-        assert_eq!(thread_bytes(&large), 7.0 * len as f64);
-        assert_eq!(memory_bytes(&large), 4.0 * len as f64);
-    }
+    // A larger one, copied through the cache, is a whole copy per destination for the
+    // thread, while the memory bus still sees its source once.
+    let cached = copy(64 << 10, 7);
+    assert_eq!(
+        thread_bytes(&cached, 7 * (64 << 10)),
+        7.0 * (64 << 10) as f64
+    );
+    assert_eq!(memory_bytes(&cached), 4.0 * (64 << 10) as f64);
+    // One that streams goes block by block: each block read once. It streams when it
+    // writes enough itself, or when its program does and it writes enough to be worth it.
+    let streamed = copy(4 << 20, 7);
     assert!(oxccl_platform::reduce::copy_streams(4 << 20, 7, 0));
+    assert_eq!(thread_bytes(&streamed, 0), memory_bytes(&streamed));
+    let in_large = copy(256 << 10, 2);
+    assert!(!oxccl_platform::reduce::copy_streams(256 << 10, 2, 1 << 20));
+    assert!(oxccl_platform::reduce::copy_streams(256 << 10, 2, 64 << 20));
+    assert!(!oxccl_platform::reduce::copy_streams(64 << 10, 2, 64 << 20));
+    assert_eq!(thread_bytes(&in_large, 1 << 20), 2.0 * (256 << 10) as f64);
+    assert_eq!(thread_bytes(&in_large, 64 << 20), memory_bytes(&in_large));
     // One destination is a copy either way.
-    assert_eq!(thread_bytes(&copy(64 << 10, 1)), (64 << 10) as f64);
+    assert_eq!(thread_bytes(&copy(64 << 10, 1), 0), (64 << 10) as f64);
 }
