@@ -16,15 +16,16 @@ const PERIOD: usize = 8;
 /// A buffer viewed as bytes: on the heap, starting on a page boundary, or from
 /// `alloc_shared` where the job's peers map user buffers.
 ///
-/// Heap buffers start on a page, not wherever the allocator's history put them: the
-/// distance between a copy's source and destination modulo the page and the cache line
-/// decides how fast `memcpy` runs (4 KiB aliasing, split lines), and a row of `oxccl
-/// perf` or a point of `oxccl tune` must not depend on what was allocated before it.
-/// With buffers where the allocator left them, an 8-rank 64 KiB send/recv by `p2p` (each
-/// rank copying a peer's input) measured 1.35x the time of `put-p2p` late in three
-/// `oxccl tune --all` runs, and 1.00x to 1.04x in tunes of send/recv alone; a 512 KiB
-/// Reduce by `mesh` 1.17x to 1.21x that of `relay-reduce-scatter-gather`. Page-aligned,
-/// two `tune --all` runs measured `p2p` at 1.05x and 1.03x, and `mesh` the fastest.
+/// Heap buffers start on a page, not wherever the allocator's history put them: a row
+/// of `oxccl perf` or a point of `oxccl tune` must not depend on what was allocated
+/// before it (the relative placement of a copy's source and destination within a page
+/// and a cache line is known to move `memcpy`: 4 KiB aliasing, split lines). With
+/// buffers where the allocator left them, an 8-rank 64 KiB send/recv by `p2p` (each rank
+/// copying a peer's input) measured 1.35x the time of `put-p2p` late in three `oxccl
+/// tune --all` runs, and 1.00x to 1.04x in tunes of send/recv alone; a 512 KiB Reduce by
+/// `mesh` 1.17x to 1.21x that of `relay-reduce-scatter-gather` (90.3 and 93.6 µs in the
+/// last two runs). Page-aligned, four `tune --all` runs measured `p2p` at 1.00x to
+/// 1.11x, and `mesh` the fastest, at 71.8 to 74.5 µs.
 pub struct Aligned {
     words: Words,
     len: usize,

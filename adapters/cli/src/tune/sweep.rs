@@ -164,9 +164,10 @@ impl Outcome {
 ///
 /// Not the fastest round: on a shared machine a round now and then runs in a quiet
 /// stretch, a third faster than the rest, and the executor measured in it would win by
-/// luck (8 ranks, 32 MiB AllGather, `-R 4`: one executor's best round at 7062 µs, the
-/// others' from 9691 µs, a different executor in each of two tunes). The median keeps
-/// a lone quiet or loud round out; with two rounds it is their mean.
+/// luck (AllGather, 8 ranks, 32 MiB, `-R 4`: in one tune `ring`'s best round took 7062
+/// µs and every other executor's at least 9691 µs; in the next, `double-ring` took 7230
+/// µs). The median keeps a lone quiet or loud round out; with two rounds it is their
+/// mean.
 pub fn median_of_rounds(rounds: &[f64]) -> f64 {
     let mut sorted = rounds.to_vec();
     sorted.sort_by(f64::total_cmp);
