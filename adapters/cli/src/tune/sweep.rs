@@ -24,6 +24,23 @@ pub struct Job {
     pub topology: Topology,
 }
 
+impl Job {
+    /// Every rank's call at nccl-tests size `size` (f32 sum, the job's root), as the
+    /// model's pick, the programs compared for twins and the measurement all see it.
+    pub fn calls_at(&self, size: usize) -> Vec<oxccl::OpParam> {
+        let ranks = self.topology.ranks();
+        let count = count_for_size(self.kind, size, self.dtype, ranks);
+        calls(
+            self.kind,
+            count,
+            self.dtype,
+            ReduceOp::Sum,
+            self.root,
+            ranks,
+        )
+    }
+}
+
 /// One measured (or skipped) point of the sweep, for the printed table.
 pub struct Point {
     pub size: usize,
@@ -241,8 +258,7 @@ fn model_picks(job: &Job, sizes: &[usize]) -> Result<Vec<(usize, Pick)>, Error> 
     Ok(sizes
         .iter()
         .map(|&size| {
-            let count = count_for_size(job.kind, size, job.dtype, ranks);
-            let ops = calls(job.kind, count, job.dtype, ReduceOp::Sum, job.root, ranks);
+            let ops = job.calls_at(size);
             let pick = comms[0]
                 .framework()
                 .select(&ops[0], false)
@@ -288,8 +304,7 @@ fn tune_point(
     config.algo.set(Some(job.kind), entry.name);
     let ranks = job.topology.ranks();
     let comms = Communicator::init_all(ranks, config).map_err(|e| failed(format!("init: {e}")))?;
-    let count = count_for_size(job.kind, size, job.dtype, ranks);
-    let ops = calls(job.kind, count, job.dtype, ReduceOp::Sum, job.root, ranks);
+    let ops = job.calls_at(size);
     match measure(&comms, &ops, &job.settings).and_then(|m| steady(&comms, &ops, job, m)) {
         Err(e) if cannot_run_here(&e) => outcome.skipped.push(Skip {
             executor: entry.name.to_string(),

@@ -11,11 +11,11 @@
 //! time, every rank's program and loop layout, zero-copy and staged alike, and each
 //! group is measured once, under its first name; its other names get the same time.
 
-use crate::calls::calls;
-use crate::sizes::count_for_size;
 use oxccl::framework::analyzer::Recording;
 use oxccl::framework::executor::ExecutorEntry;
-use oxccl::ReduceOp;
+use oxccl::framework::planner::Loops;
+use oxccl::framework::platform::RankProgram;
+use std::sync::Arc;
 
 use super::sweep::Job;
 
@@ -56,16 +56,11 @@ pub fn group(job: &Job, size: usize, entries: &[&'static ExecutorEntry]) -> Vec<
 /// What decides an executor's time at a size: every rank's program and loop marks,
 /// zero-copy then staged.
 type Programs = Vec<Recorded>;
-type Recorded = (
-    oxccl::framework::platform::RankProgram,
-    oxccl::framework::planner::Loops,
-);
+type Recorded = (Arc<RankProgram>, Loops);
 
 /// [`Programs`] of `entry` at `size`, or `None` when they cannot be recorded.
 fn programs(job: &Job, size: usize, entry: &ExecutorEntry) -> Option<Programs> {
-    let ranks = job.topology.ranks();
-    let count = count_for_size(job.kind, size, job.dtype, ranks);
-    let ops = calls(job.kind, count, job.dtype, ReduceOp::Sum, job.root, ranks);
+    let ops = job.calls_at(size);
     let mut out = Vec::new();
     for zero_copy in [true, false] {
         let mut config = job.config.clone();
@@ -77,7 +72,7 @@ fn programs(job: &Job, size: usize, entry: &ExecutorEntry) -> Option<Programs> {
             recording
                 .ranks
                 .iter()
-                .map(|r| ((*r.program).clone(), r.loops.clone())),
+                .map(|r| (r.program.clone(), r.loops.clone())),
         );
     }
     Some(out)
