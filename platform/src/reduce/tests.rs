@@ -402,7 +402,8 @@ fn bf16_nans_reduce_to_the_reference_bits() {
 
 #[test]
 fn copies_reach_every_destination_at_every_size_and_alignment() {
-    // Below and above the streaming bar, with a tail that is not a whole block, into
+    // Below and above the streaming bar, in one cached block and several (the last one
+    // short), with a tail that is not a whole block, into
     // aligned destinations and shifted ones: by 4 and 8 bytes (streamed, 4 bytes at a
     // time up to the first 16-byte boundary, when the length is a multiple of 4) and by
     // 1 (stored without streaming); from a source that is not aligned either. Nothing is
@@ -411,7 +412,18 @@ fn copies_reach_every_destination_at_every_size_and_alignment() {
     const GUARD: usize = 16;
     let mut rng = Lcg(0xc0b1);
     let big = COPY_STREAM_BYTES / 3;
-    for len in [0, 1, 15, 4099, 4100, big / 4 * 4 + 20, big + 17] {
+    let blocks = 3 * CACHED_BLOCK_BYTES + 4097;
+    for len in [
+        0,
+        1,
+        15,
+        4099,
+        4100,
+        CACHED_BLOCK_BYTES + 1,
+        blocks,
+        big / 4 * 4 + 20,
+        big + 17,
+    ] {
         let src = random_buf(&mut rng, DataType::U8, len + 1);
         let src = &src.bytes()[1..];
         let mut aligned = [Buf::new(&vec![0xa5; len]), Buf::new(&vec![0x5a; len])];
