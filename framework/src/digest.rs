@@ -273,7 +273,8 @@ fn topology(d: &mut Digest, t: &Topology) {
             .usize(p.split_bytes)
             .str(p.ranks.name())
             .usize(p.cache_bytes)
-            .f64(p.cache_gbps);
+            .f64(p.cache_gbps)
+            .usize(p.llc_bytes);
     });
     let overrides: Vec<_> = t.overrides().collect();
     d.usize(overrides.len());

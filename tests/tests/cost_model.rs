@@ -11,13 +11,39 @@ use std::time::Instant;
 use oxccl_plugin_bidir_ring as _;
 
 fn record(executor: &str, topology: &Topology, bytes: usize) -> Recording {
+    let op = OpParam::all_reduce(bytes / 4, DataType::F32, ReduceOp::Sum);
+    record_op(&op, executor, topology)
+}
+
+fn record_op(op: &OpParam, executor: &str, topology: &Topology) -> Recording {
     let mut config = Config {
         topology: Some(topology.clone()),
         ..Config::default()
     };
-    config.algo.set(Some(OpKind::AllReduce), executor);
-    let op = OpParam::all_reduce(bytes / 4, DataType::F32, ReduceOp::Sum);
-    Recording::record(&op, false, config).unwrap_or_else(|e| panic!("{executor}: {e}"))
+    config.algo.set(Some(op.kind), executor);
+    Recording::record(op, false, config).unwrap_or_else(|e| panic!("{executor}: {e}"))
+}
+
+/// On the host, a copy of every rank's block into every output (`mesh-push`) gains from
+/// reading its block once while the buffers stay within the last-level cache, and costs
+/// more than one copy per destination once they pass it (see the cost model's
+/// `SCATTERED_COPY_COST`): an 8-rank AllGather of 2 MiB (18 MiB of buffers on `host8`,
+/// whose L3 is 32 MiB) goes faster by `mesh-push` than by `rhd`, one of 4 MiB (36 MiB)
+/// slower.
+#[test]
+fn a_hosts_copies_to_every_output_pay_once_the_buffers_pass_the_last_level_cache() {
+    let topology = Topology::parse_spec("host8").unwrap();
+    let params = CostParams::default();
+    let time_us = |executor: &str, bytes: usize| {
+        let op = OpParam::all_gather(bytes / 4 / 8, DataType::F32);
+        let rec = record_op(&op, executor, &topology);
+        let r = model(&rec, &params).unwrap_or_else(|e| panic!("{executor}: {e}"));
+        r.time_s * 1e6
+    };
+    let within = (time_us("mesh-push", 2 << 20), time_us("rhd", 2 << 20));
+    assert!(within.0 < within.1, "2 MiB: mesh-push, rhd {within:?} us");
+    let past = (time_us("mesh-push", 4 << 20), time_us("rhd", 4 << 20));
+    assert!(past.0 > past.1, "4 MiB: mesh-push, rhd {past:?} us");
 }
 
 #[test]

@@ -116,7 +116,9 @@ fn rank_time(
         Some(_) => 0.0,
         None => params.dispatch_s(),
     };
-    let cached = processor.map_or(0.0, |p| p.cached_share(server_footprint(program, topology)));
+    let caches = processor.map_or(super::Caches::NONE, |p| {
+        super::Caches::of(p, server_footprint(program, topology))
+    });
     let mut traffic = Traffic::default();
     let mut longest: f64 = 0.0;
     for (s, stream) in program.streams.iter().enumerate() {
@@ -132,10 +134,11 @@ fn rank_time(
                 let cost = match task {
                     Task::Copy { .. } | Task::Reduce { .. } => {
                         let transfer = transfers(task, at, weight, topology, &mut traffic)?;
-                        traffic.memory += super::memory_bytes(task) * (1.0 - cached) * weight;
+                        traffic.memory +=
+                            super::memory_bytes(task) * (1.0 - caches.cached) * weight;
                         match processor {
                             Some(p) => {
-                                let thread = super::thread_seconds(p, task, cached, moved);
+                                let thread = super::thread_seconds(p, task, caches, moved);
                                 traffic.thread += thread * weight;
                                 let split = super::splits(p, task) && !inline;
                                 let threads = if split { p.workers as f64 } else { 1.0 };
@@ -312,6 +315,7 @@ mod tests {
             // No cache: every byte at thread_gbps, over the memory system.
             cache_bytes: 0,
             cache_gbps: 1.0,
+            llc_bytes: 0,
         };
         // The estimate of one rank's copy of `len` bytes, standing for the host's 4.
         let copy_on = |processor, len: usize| {
@@ -340,6 +344,7 @@ mod tests {
             let cache = crate::topology::Processor {
                 cache_bytes,
                 cache_gbps: 4.0,
+                llc_bytes: 0,
                 ..processor
             };
             copy_on(cache, 1 << 20)

@@ -391,8 +391,8 @@ impl<'a> Engine<'a> {
         let engine = self.engines[me];
         match self.processor_of(me) {
             Some((processor, threads)) => {
-                let cached = self.cached_share(me);
-                let work = super::thread_seconds(processor, task, cached, self.moved[me]);
+                let caches = self.caches(me);
+                let work = super::thread_seconds(processor, task, caches, self.moved[me]);
                 // A split task is shared by every idle worker; another, by one thread.
                 let on: &[ResourceId] = match super::splits(processor, task) {
                     true => &[threads],
@@ -407,7 +407,7 @@ impl<'a> Engine<'a> {
             }
         }
         // What the caches serve does not cross the memory bus.
-        let bus_bytes = super::memory_bytes(task) * (1.0 - self.cached_share(me));
+        let bus_bytes = super::memory_bytes(task) * (1.0 - self.caches(me).cached);
         if bus_bytes > 0.0 {
             if let Some(memory) = self.memory(me) {
                 self.flows
@@ -530,10 +530,11 @@ impl<'a> Engine<'a> {
         super::host_memory(self.topology, a, b)
     }
 
-    /// The share of `rank`'s server's memory traffic its caches serve in this operation
-    /// ([`Processor::cached_share`]); none where the server is no CPU host.
-    fn cached_share(&self, rank: usize) -> f64 {
-        self.host_of(rank).map_or(0.0, |host| host.cached)
+    /// What `rank`'s server's caches do for this operation ([`super::Caches`]); nothing
+    /// where the server is no CPU host.
+    fn caches(&self, rank: usize) -> super::Caches {
+        self.host_of(rank)
+            .map_or(super::Caches::NONE, |host| host.caches)
     }
 
     /// The processor of `rank`'s server, with its threads' resource.
@@ -638,9 +639,8 @@ struct HostServer {
     /// Every rank's program is small enough for the inline path: the submitting thread
     /// runs them all, one task after the other, with no wake-ups.
     inline: bool,
-    /// The share of its memory traffic its caches serve: the operation's footprint on
-    /// the server against the cache ([`Processor::cached_share`]).
-    cached: f64,
+    /// What its caches do for the operation, from its footprint on the server.
+    caches: super::Caches,
 }
 
 /// Per server, when the topology has a [`Processor`]: its threads (the workers, or the
@@ -672,7 +672,7 @@ fn host_servers(
             Some(HostServer {
                 threads: flows.add_resource(threads as f64),
                 inline,
-                cached: processor.cached_share(footprint),
+                caches: super::Caches::of(processor, footprint),
             })
         })
         .collect()

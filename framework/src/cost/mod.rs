@@ -127,50 +127,92 @@ pub(crate) fn moved_bytes(program: &RankProgram) -> usize {
     })
 }
 
+/// What a CPU host's caches do for one operation, from its footprint on the server.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub(crate) struct Caches {
+    /// The share of its memory traffic they serve ([`Processor::cached_share`]).
+    pub cached: f64,
+    /// Its footprint passes the last-level cache ([`Processor::passes_llc`]).
+    pub passes_llc: bool,
+}
+
+impl Caches {
+    /// No cache: what a server that is no CPU host has.
+    pub const NONE: Caches = Caches {
+        cached: 0.0,
+        passes_llc: false,
+    };
+
+    /// The caches of `processor` for an operation touching `footprint` bytes on a server.
+    pub fn of(processor: &Processor, footprint: usize) -> Self {
+        Caches {
+            cached: processor.cached_share(footprint),
+            passes_llc: processor.passes_llc(footprint),
+        }
+    }
+}
+
 /// Bytes of copying a host thread does for a Copy or Reduce of a program whose data
-/// tasks move `program_bytes` ([`moved_bytes`]): its [`memory_bytes`], except for a Copy
-/// to several destinations that the host kernel does not stream
-/// ([`oxccl_platform::reduce::copy_streams`]): that is one cached copy per destination,
-/// each reading the whole source again. A source of at most [`REREAD_FREE_BYTES`] is read
-/// again from the first-level cache, at no cost worth counting; a larger one comes back
-/// from the outer caches as slowly as a copy's first read, so the task costs a full copy
-/// per destination (the memory bus still sees the source once, [`memory_bytes`]).
+/// tasks move `program_bytes` ([`moved_bytes`]), in an operation served by `caches`: its
+/// [`memory_bytes`], except for a Copy to several destinations that the host kernel does
+/// not stream (`oxccl_platform::reduce::copy_streams`) in an operation whose footprint
+/// passes the last-level cache: that costs [`SCATTERED_COPY_COST`] copies per
+/// destination.
 ///
-/// Measured on 8 in-process ranks (`oxccl tune --all --ranks 8 -b 1K -e 64M -f 8`, two
-/// runs): a Broadcast of 512 KiB whose ranks each copy a 64 KiB piece of the root's input
-/// to every output (`mesh-push`) ran 1.1 to 1.2 times slower than 7 ranks each copying
-/// the root's input (`mesh`, `relay-mesh`), which reading each piece once would have made
-/// 1.75 times faster; at 64 KiB (pieces of 8 KiB) `mesh-push` ran 1.4 times faster.
-pub(crate) fn thread_bytes(task: &Task, program_bytes: usize) -> f64 {
+/// The host kernel copies to several destinations a block of the source at a time
+/// (`oxccl_platform::reduce::copy_part`), each block read again from the first-level
+/// cache, so within the last-level cache the source counts once. Measured on 8
+/// in-process ranks, by copies of `mesh-push` (each rank copies a piece into every
+/// output) against the single copies of `mesh` (Broadcast: 7 ranks each copy the root's
+/// input) and `rhd` (AllGather): Broadcast at 512 KiB ran 75.2 and 78.2 µs against 89.4
+/// and 80.8 (two runs of `oxccl tune broadcast --ranks 8 -b 512K -e 4M -f 8`); AllGather
+/// at 2 MiB (18 MiB of buffers) 259 against 331 µs (medians of three alternating runs of
+/// `oxccl perf all-gather --ranks 8 -b 2M -e 4M -f 2 -n 30 -w 5`).
+pub(crate) fn thread_bytes(task: &Task, program_bytes: usize, caches: Caches) -> f64 {
     let len = task.bytes();
     match task {
         Task::Copy { dsts, .. }
             if dsts.len() > 1
-                && len > REREAD_FREE_BYTES
+                && caches.passes_llc
                 && !oxccl_platform::reduce::copy_streams(len, dsts.len(), program_bytes) =>
         {
-            len as f64 * dsts.len() as f64
+            len as f64 * dsts.len() as f64 * SCATTERED_COPY_COST
         }
         _ => memory_bytes(task),
     }
 }
 
-/// The largest source a cached copy to several destinations reads again from the
-/// first-level cache: half of the 32 KiB data cache of the development machine's cores
-/// (and of most x86 cores), the other half for the destination lines passing through.
-const REREAD_FREE_BYTES: usize = 16 << 10;
+/// Copies per destination that a host thread's cached copy to several destinations
+/// costs, in an operation whose buffers pass the last-level cache. Such a copy stores to
+/// memory in as many streams as it has destinations, and it ran slower than as many
+/// copies to one destination each; why was not found. The figure is fitted to these
+/// measurements on 8 in-process ranks at 4 MiB (36 MiB of buffers against a 32 MiB L3),
+/// `mesh-push` against the fastest of the executors that copy to one destination at a
+/// time:
+/// - AllGather, against `rhd`: 1.24x and 1.27x in two runs of `oxccl tune --all --ranks 8
+///   -b 1K -e 64M -f 8`; 1.10x and 1.07x in two of `oxccl tune --all --ranks 8 -b 512K -e
+///   4M -f 8`; 1.12x, medians of three alternating runs of `oxccl perf all-gather --ranks
+///   8 -b 2M -e 4M -f 2 -n 30 -w 5`;
+/// - Broadcast, against `mesh`: 1.26x and 1.18x in two runs of `oxccl tune broadcast
+///   --ranks 8 -b 512K -e 4M -f 8`; 1.16x, medians of three runs of `oxccl perf broadcast`
+///   as above.
+///
+/// Charged a copy per destination and no more, `mesh-push` modelled 0.5% faster than
+/// `rhd` at that AllGather; any factor from 1.05 to 1.3 gives the same choices on `host8`
+/// from 1 KiB to 32 MiB in steps of 8x.
+const SCATTERED_COPY_COST: f64 = 1.15;
 
 /// Seconds of one thread a Copy or Reduce of a program moving `program_bytes` takes on a
 /// CPU host: its fixed cost, and its copying ([`thread_bytes`]) at one thread's copy rate,
-/// the share `cached` of it at the cached rate ([`Processor::cached_share`]).
+/// the share the caches serve of it at the cached rate ([`Processor::cached_share`]).
 pub(crate) fn thread_seconds(
     processor: &Processor,
     task: &Task,
-    cached: f64,
+    caches: Caches,
     program_bytes: usize,
 ) -> f64 {
-    let bytes = thread_bytes(task, program_bytes);
-    processor.task_us * 1e-6 + bytes * processor.seconds_per_byte(cached)
+    let bytes = thread_bytes(task, program_bytes, caches);
+    processor.task_us * 1e-6 + bytes * processor.seconds_per_byte(caches.cached)
 }
 
 /// Whether the host shares `task` among its idle workers: it moves at least

@@ -338,6 +338,7 @@ fn a_small_operation_runs_on_one_thread_one_task_after_the_other() {
         // No cache: every byte at thread_gbps, over the memory system.
         cache_bytes: 0,
         cache_gbps: 1.0,
+        llc_bytes: 0,
     };
     let one_task = p.task_us * 1e-6 + 1024.0 / (p.thread_gbps * 1e9);
     let three = [
@@ -389,6 +390,7 @@ fn processes_pay_a_switch_per_round_of_waits_queued_on_the_cores() {
         // No cache: every byte at thread_gbps, over the memory system.
         cache_bytes: 0,
         cache_gbps: 1.0,
+        llc_bytes: 0,
     };
     let host = crate::topology::presets::host(4)
         .with_processor(Some(p))
@@ -449,6 +451,7 @@ fn slow_threads() -> Processor {
         // No cache: every byte at thread_gbps, over the memory system.
         cache_bytes: 0,
         cache_gbps: 1.0,
+        llc_bytes: 0,
     }
 }
 
@@ -526,6 +529,7 @@ fn an_operation_the_cache_holds_moves_at_the_cached_rate_off_the_memory_bus() {
     let p = Processor {
         thread_gbps: 20.0,
         cache_gbps: 40.0,
+        llc_bytes: 0,
         cache_bytes: 6 * MB,
         workers: 3,
         task_us: 0.0,
@@ -614,36 +618,52 @@ fn a_footprint_counts_each_buffer_once_from_its_lowest_byte_to_its_highest() {
 }
 
 #[test]
-fn a_cached_copy_to_several_destinations_costs_a_thread_one_copy_per_destination() {
+fn a_cached_copy_to_several_destinations_costs_a_thread_more_only_past_the_last_level_cache() {
     let copy = |len: usize, dsts: usize| Task::Copy {
         src: Slice::new(0, Buf::Input, 0, len),
         dsts: (0..dsts)
             .map(|d| Slice::new(d, Buf::Output, 0, len))
             .collect(),
     };
-    // A small source is read again from the first-level cache: read once, as a stream.
-    let small = copy(8 << 10, 7);
-    assert_eq!(thread_bytes(&small, 0), memory_bytes(&small));
-    assert_eq!(memory_bytes(&small), 4.0 * (8 << 10) as f64);
-    // A larger one, copied through the cache, is a whole copy per destination for the
-    // thread, while the memory bus still sees its source once.
-    let cached = copy(64 << 10, 7);
+    let within = Caches {
+        cached: 0.5,
+        passes_llc: false,
+    };
+    let past = Caches {
+        cached: 0.2,
+        passes_llc: true,
+    };
+    // Within the last-level cache, block by block: its source read once, as the memory
+    // bus sees it.
+    let cached = copy(512 << 10, 7);
+    assert!(!oxccl_platform::reduce::copy_streams(512 << 10, 7, 0));
     assert_eq!(
-        thread_bytes(&cached, 7 * (64 << 10)),
-        7.0 * (64 << 10) as f64
+        thread_bytes(&cached, 7 * (512 << 10), within),
+        memory_bytes(&cached)
     );
-    assert_eq!(memory_bytes(&cached), 4.0 * (64 << 10) as f64);
+    assert_eq!(memory_bytes(&cached), 4.0 * (512 << 10) as f64);
+    // Past it: more than a whole copy per destination.
+    let per_destination = (512 << 10) as f64 * SCATTERED_COPY_COST;
+    assert!(SCATTERED_COPY_COST > 1.0);
+    assert_eq!(
+        thread_bytes(&cached, 7 * (512 << 10), past),
+        7.0 * per_destination
+    );
     // One that streams goes block by block: each block read once. It streams when it
     // writes enough itself, or when its program does and it writes enough to be worth it.
     let streamed = copy(4 << 20, 7);
     assert!(oxccl_platform::reduce::copy_streams(4 << 20, 7, 0));
-    assert_eq!(thread_bytes(&streamed, 0), memory_bytes(&streamed));
+    assert_eq!(thread_bytes(&streamed, 0, past), memory_bytes(&streamed));
     let in_large = copy(256 << 10, 2);
     assert!(!oxccl_platform::reduce::copy_streams(256 << 10, 2, 1 << 20));
     assert!(oxccl_platform::reduce::copy_streams(256 << 10, 2, 64 << 20));
     assert!(!oxccl_platform::reduce::copy_streams(64 << 10, 2, 64 << 20));
-    assert_eq!(thread_bytes(&in_large, 1 << 20), 2.0 * (256 << 10) as f64);
-    assert_eq!(thread_bytes(&in_large, 64 << 20), memory_bytes(&in_large));
+    let two_copies = 2.0 * (256 << 10) as f64 * SCATTERED_COPY_COST;
+    assert_eq!(thread_bytes(&in_large, 1 << 20, past), two_copies);
+    assert_eq!(
+        thread_bytes(&in_large, 64 << 20, past),
+        memory_bytes(&in_large)
+    );
     // One destination is a copy either way.
-    assert_eq!(thread_bytes(&copy(64 << 10, 1), 0), (64 << 10) as f64);
+    assert_eq!(thread_bytes(&copy(64 << 10, 1), 0, past), (64 << 10) as f64);
 }

@@ -123,6 +123,7 @@ struct FabricSpec {
     ranks: Option<RanksName>,
     cache_bytes: Option<usize>,
     cache_gbps: Option<f64>,
+    llc_bytes: Option<usize>,
 }
 
 impl FabricSpec {
@@ -137,7 +138,8 @@ impl FabricSpec {
             || self.split_bytes.is_some()
             || self.ranks.is_some()
             || self.cache_bytes.is_some()
-            || self.cache_gbps.is_some();
+            || self.cache_gbps.is_some()
+            || self.llc_bytes.is_some();
         let reference = Processor::reference(presets::HOST_WORKERS);
         given.then(|| Processor {
             workers: self.workers.unwrap_or(reference.workers),
@@ -149,6 +151,7 @@ impl FabricSpec {
             ranks: self.ranks.map_or(reference.ranks, RanksRun::from),
             cache_bytes: self.cache_bytes.unwrap_or(reference.cache_bytes),
             cache_gbps: self.cache_gbps.unwrap_or(reference.cache_gbps),
+            llc_bytes: self.llc_bytes.unwrap_or(reference.llc_bytes),
         })
     }
 }
@@ -349,7 +352,7 @@ impl Topology {
                 out,
                 "workers = {}\ntask_us = {:?}\nwake_us = {:?}\nthread_gbps = {:?}\n\
                  inline_bytes = {}\nsplit_bytes = {}\nranks = \"{}\"\n\
-                 cache_bytes = {}\ncache_gbps = {:?}",
+                 cache_bytes = {}\ncache_gbps = {:?}\nllc_bytes = {}",
                 p.workers,
                 p.task_us,
                 p.wake_us,
@@ -358,7 +361,8 @@ impl Topology {
                 p.split_bytes,
                 p.ranks.name(),
                 p.cache_bytes,
-                p.cache_gbps
+                p.cache_gbps,
+                p.llc_bytes
             );
         }
         write_fabric(&mut out, Table::Inter, &self.inter);
@@ -541,8 +545,8 @@ fn fabric(
         return Err(src.error(
             Some(span),
             "a host's processor belongs in [intra]; move workers, task_us, wake_us, \
-             thread_gbps, inline_bytes, split_bytes, ranks, cache_bytes and cache_gbps \
-             there",
+             thread_gbps, inline_bytes, split_bytes, ranks, cache_bytes, cache_gbps and \
+             llc_bytes there",
         ));
     }
     let spec = LinkSpec {
@@ -890,10 +894,12 @@ mod tests {
         assert_eq!(p.thread_gbps, presets::HOST_LINK_GBPS);
         assert_eq!(p.cache_bytes, presets::HOST_CACHE_BYTES);
         assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
-        let cache = "servers = [4]\n[intra]\ncache_bytes = 1048576\ncache_gbps = 30.0\n";
+        let cache =
+            "servers = [4]\n[intra]\ncache_bytes = 1048576\ncache_gbps = 30.0\nllc_bytes = 4194304\n";
         let t = Topology::from_toml(cache).unwrap();
         let p = t.processor().copied().unwrap();
         assert_eq!((p.cache_bytes, p.cache_gbps), (1 << 20, 30.0));
+        assert_eq!(p.llc_bytes, 4 << 20);
         assert_eq!(p.workers, presets::HOST_WORKERS);
         assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
         assert!(Topology::from_toml("servers = [4]")

@@ -29,7 +29,8 @@
 //! see threads and a memory bus that every rank shares instead of engines and a link per
 //! pair, which is what decides the host's choices (see [`super::processor`]). A file
 //! gives another machine's figures (`[intra]` keys `workers`, `task_us`, `wake_us`,
-//! `thread_gbps`, `inline_bytes`, `split_bytes`, `ranks`, `cache_bytes`, `cache_gbps`).
+//! `thread_gbps`, `inline_bytes`, `split_bytes`, `ranks`, `cache_bytes`, `cache_gbps`,
+//! `llc_bytes`).
 //!
 //! Generic shapes `1xN` and `MxN` (any N, M) reuse these figures: a full mesh of HCCS-class
 //! links inside each server, and every cross-server pair joined by RDMA through each rank's
@@ -60,6 +61,10 @@ pub const HOST_MEMORY_GBPS: f64 = 24.0;
 /// The bytes of an operation's footprint a CPU host's caches keep between calls
 /// (measured, see the module docs).
 pub const HOST_CACHE_BYTES: usize = 8 << 20;
+/// A CPU host's last-level cache, bytes: the development machine's L3 (`lscpu`: 32 MiB,
+/// one instance). `memcpy_bench 1 N 50` falls to 17-20 GB/s with buffers of 32 MiB and to
+/// the thread's memory rate beyond (see the module docs).
+pub const HOST_LLC_BYTES: usize = 32 << 20;
 /// One thread's copy rate on cached memory, GB/s (measured, see the module docs).
 pub const HOST_CACHE_GBPS: f64 = 48.0;
 /// A signal between threads of one host, microseconds (measured).

@@ -20,7 +20,9 @@
 //!   thread and leaves the memory bus alone; a larger one has that share of its traffic
 //!   served so (see [`Processor::cached_share`]). Benchmarks and training loops call a
 //!   collective on the same buffers again and again, so what fits stays there between
-//!   calls;
+//!   calls. An operation whose footprint passes the last-level cache
+//!   ([`Processor::llc_bytes`]) stores to memory, where a cached copy to several
+//!   destinations runs slower than as many copies to one;
 //! - signals are memory writes: free on the inline path, and cost no link latency.
 //!
 //! The cost engine applies this to the servers of a topology that has a processor (the
@@ -59,6 +61,10 @@ pub struct Processor {
     /// What one thread copies per second from and into cached memory, GB/s of data
     /// copied, as `thread_gbps`.
     pub cache_gbps: f64,
+    /// The host's last-level cache, bytes: an operation whose footprint passes it stores
+    /// to memory, where a cached copy to several destinations costs more than as many
+    /// copies (see [`Processor::passes_llc`]). 0: not modelled.
+    pub llc_bytes: usize,
 }
 
 /// How a CPU host's ranks run (a topology file's `ranks`).
@@ -121,6 +127,12 @@ impl Processor {
         }
     }
 
+    /// Whether an operation touching `footprint` bytes in all on the server passes the
+    /// last-level cache ([`Processor::llc_bytes`]; never when that is 0).
+    pub fn passes_llc(&self, footprint: usize) -> bool {
+        self.llc_bytes > 0 && footprint > self.llc_bytes
+    }
+
     /// Seconds one thread takes per byte of memory traffic of which `cached` (0 to 1) the
     /// caches serve.
     pub fn seconds_per_byte(&self, cached: f64) -> f64 {
@@ -140,6 +152,7 @@ impl Processor {
             ranks: RanksRun::InPool,
             cache_bytes: super::presets::HOST_CACHE_BYTES,
             cache_gbps: super::presets::HOST_CACHE_GBPS,
+            llc_bytes: super::presets::HOST_LLC_BYTES,
         }
     }
 
