@@ -242,3 +242,42 @@ fn ranks_must_agree_with_the_topology() {
         "{text}"
     );
 }
+
+#[test]
+fn a_points_rounds_lie_a_sweep_of_sizes_apart() {
+    let path = temp_path("rounds.txt");
+    let out = path.to_str().unwrap();
+    let args = [
+        "tune",
+        "broadcast",
+        "--ranks",
+        "2",
+        "-b",
+        "1K",
+        "-e",
+        "4K",
+        "-f",
+        "2",
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "-R",
+        "2",
+        "-o",
+        out,
+    ];
+    let (ok, text) = oxccl(&args, &[]);
+    std::fs::remove_file(&path).ok();
+    assert!(ok, "{text}");
+    let progress: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("# tuning broadcast at"))
+        .collect();
+    let want: Vec<String> = (1..=2)
+        .flat_map(|round| {
+            [1024, 2048, 4096].map(|size| format!("# tuning broadcast at {size} B (round {round})"))
+        })
+        .collect();
+    assert_eq!(progress, want, "{text}");
+}

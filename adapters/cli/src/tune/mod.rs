@@ -4,13 +4,16 @@
 //! constraints hold on the topology ([`candidates`]). Each one is forced (the `--algo`
 //! override `oxccl perf` uses) on a fresh set of communicators per point and measured with
 //! `oxccl perf`'s own measuring code ([`crate::perf::measure`]), out of place, results
-//! and guard bytes checked. The sweep goes size by size: at each size every executor is
-//! measured `--rounds` times (3 by default), the rounds alternating the executors' order,
-//! before the next size, and each point keeps the median of its rounds
-//! ([`sweep::median_of_rounds`]). Other processes on the machine only ever add time, and
-//! their load drifts over seconds to minutes: measured side by side, the executors
-//! compared at one size see the same load (a sweep of one executor after another measured
-//! identical programs up to 1.5x apart). A point's `-n` calls, each timed alone, are its
+//! and guard bytes checked. The sweep goes in `--rounds` rounds (3 by default), each over
+//! every size, and at each size over every executor, their order alternating from round
+//! to round; each point keeps the median of its rounds ([`sweep::median_of_rounds`]).
+//! Other processes on the machine only ever add time, and their load drifts over seconds
+//! to minutes: measured side by side, the executors compared at one size see the same
+//! load (a sweep of one executor after another measured identical programs up to 1.5x
+//! apart), and a point's rounds, a whole sweep of sizes apart, do not all fall in one
+//! burst of it (with a size's rounds back to back, an 8-rank 4 MiB AllGather once
+//! measured `mesh-push` at 803 µs and the seven executors that the run before had within
+//! 1.33x of the fastest at 1812 to 3136). A point's `-n` calls, each timed alone, are its
 //! warm-up; then it is timed in 5 blocks of at least `-n` calls that take at least 20 ms
 //! in all, and its fastest block's mean counts: a few calls of a few microseconds measure
 //! the machine's noise, the fastest single call is an extreme of the spread rather than

@@ -222,9 +222,12 @@ pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
     let sizes = measurable_sizes(job, &mut outcome);
     outcome.picks = model_picks(job, &sizes)?;
     let mut failed: Vec<&str> = vec![];
-    for &size in &sizes {
-        let groups = twins::group(job, size, &found.run);
-        for round in 1..=job.rounds.max(1) {
+    let groups: Vec<(usize, Vec<Twins>)> = sizes
+        .iter()
+        .map(|&size| (size, twins::group(job, size, &found.run)))
+        .collect();
+    for round in 1..=job.rounds.max(1) {
+        for (size, groups) in &groups {
             eprintln!("# tuning {} at {size} B (round {round})", job.kind.name());
             let mut order: Vec<&'static ExecutorEntry> =
                 groups.iter().map(|g| g.measured).collect();
@@ -232,17 +235,19 @@ pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
                 order.reverse();
             }
             for entry in order {
-                if failed.contains(&entry.name) || outcome.skips(entry.name, size) {
+                if failed.contains(&entry.name) || outcome.skips(entry.name, *size) {
                     continue;
                 }
-                if let Err(failure) = tune_point(job, size, entry, &mut outcome) {
+                if let Err(failure) = tune_point(job, *size, entry, &mut outcome) {
                     outcome.fail(entry.name, failure);
                     failed.push(entry.name);
                 }
             }
         }
-        for g in &groups {
-            outcome.share(job.kind, size, g, &mut failed);
+    }
+    for (size, groups) in &groups {
+        for g in groups {
+            outcome.share(job.kind, *size, g, &mut failed);
         }
     }
     Ok(outcome)
