@@ -187,8 +187,6 @@ pub enum AllocFault {
     Layout(#[from] std::alloc::LayoutError),
     #[error("out of memory")]
     OutOfMemory,
-    #[error("the system refused to map the memory: {0}")]
-    Map(String),
     #[error("the GPU refused: {0}")]
     Device(String),
 }

@@ -8,42 +8,56 @@
 //! waits until those references are dropped, so no task touches a user buffer after its
 //! owner's call returned, even when a failure released the exit fence early.
 
-use super::pages::Pages;
-use crate::error::{DeviceError, SliceFault};
+use crate::error::{AllocFault, DeviceError, SliceFault};
 use crate::ir::{Buf, Rank};
 use parking_lot::{Mutex, RwLock};
 use smallvec::SmallVec;
+use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-/// A zeroed buffer owned by the device, starting on a page: its own mapping
-/// ([`Pages`]: committed page by page as it is touched, so an unused CCL buffer costs
-/// address space, not memory), or a piece of a shared-memory segment. `_keep` keeps
-/// either mapped.
+/// Alignment of device buffers: enough for every element type. Larger alignments would
+/// make the system allocator zero the buffer eagerly instead of taking fresh zeroed pages
+/// from the kernel, committing every CCL buffer up front.
+const ALIGN: usize = 16;
+
+/// A zeroed, 16-byte aligned buffer owned by the device: on the heap, or in a
+/// shared-memory segment that `keep` keeps mapped.
 pub(crate) struct HostBuffer {
     ptr: NonNull<u8>,
     len: usize,
-    _keep: Arc<dyn Send + Sync>,
+    keep: Option<Arc<dyn Send + Sync>>,
 }
 
-// SAFETY: HostBuffer owns its memory (or a reference to the segment holding it);
-// concurrent access goes through raw pointers whose ordering is the program's
-// responsibility (proved by the analyzer), like device memory.
+// SAFETY: HostBuffer owns its allocation; concurrent access goes through raw pointers whose
+// ordering is the program's responsibility (proved by the analyzer), like device memory.
 unsafe impl Send for HostBuffer {}
 // SAFETY: as above; `&HostBuffer` only hands out the raw pointer.
 unsafe impl Sync for HostBuffer {}
 
 impl HostBuffer {
     pub(crate) fn new(len: usize, what: &'static str) -> Result<Self, DeviceError> {
-        let pages = Pages::zeroed(len).map_err(|fault| DeviceError::Alloc {
+        let alloc_err = |fault: AllocFault| DeviceError::Alloc {
             what,
             bytes: len,
             fault,
-        })?;
+        };
+        if len == 0 {
+            return Ok(HostBuffer {
+                ptr: NonNull::<u64>::dangling().cast(),
+                len: 0,
+                keep: None,
+            });
+        }
+        let layout = Layout::from_size_align(len, ALIGN).map_err(|e| alloc_err(e.into()))?;
+        // SAFETY: layout has non-zero size. Large zeroed allocations come from mmap and are
+        // committed lazily, so an unused CCL buffer costs address space, not memory.
+        let raw = unsafe { alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).ok_or_else(|| alloc_err(AllocFault::OutOfMemory))?;
         Ok(HostBuffer {
-            ptr: NonNull::new(pages.as_ptr()).unwrap_or(NonNull::dangling()),
+            ptr,
             len,
-            _keep: Arc::new(pages),
+            keep: None,
         })
     }
 
@@ -52,7 +66,7 @@ impl HostBuffer {
         HostBuffer {
             ptr: NonNull::new(region.ptr).unwrap_or(NonNull::<u64>::dangling().cast()),
             len: region.len,
-            _keep: keep,
+            keep: Some(keep),
         }
     }
 
@@ -65,17 +79,53 @@ impl HostBuffer {
     }
 }
 
-/// `bytes` of zeroed memory on their own pages (what
-/// [`crate::device::Device::alloc_shared`] promises), and what unmaps them.
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        if self.len > 0 && self.keep.is_none() {
+            // SAFETY: allocated in `new` with this exact layout.
+            unsafe {
+                dealloc(
+                    self.ptr.as_ptr(),
+                    Layout::from_size_align_unchecked(self.len, ALIGN),
+                )
+            }
+        }
+    }
+}
+
+/// `bytes` of zeroed heap memory aligned to a page (what [`crate::device::Device::alloc_shared`]
+/// promises), and what frees it.
 pub(crate) fn page_aligned(
     bytes: usize,
 ) -> Result<(*mut u8, Box<dyn std::any::Any + Send + Sync>), DeviceError> {
-    let pages = Pages::zeroed(bytes).map_err(|fault| DeviceError::Alloc {
+    const PAGE: usize = 4096;
+    struct PageAligned(NonNull<u8>, Layout);
+    // SAFETY: owns its allocation; the pointer is only freed on drop.
+    unsafe impl Send for PageAligned {}
+    // SAFETY: as above: `&PageAligned` exposes nothing.
+    unsafe impl Sync for PageAligned {}
+    impl Drop for PageAligned {
+        fn drop(&mut self) {
+            // SAFETY: allocated below with this layout (non-zero size).
+            unsafe { dealloc(self.0.as_ptr(), self.1) }
+        }
+    }
+    if bytes == 0 {
+        return Ok((
+            NonNull::<[u8; PAGE]>::dangling().as_ptr().cast(),
+            Box::new(()),
+        ));
+    }
+    let fault = |fault: AllocFault| DeviceError::Alloc {
         what: "shared user memory",
         bytes,
         fault,
-    })?;
-    Ok((pages.as_ptr(), Box::new(pages)))
+    };
+    let layout = Layout::from_size_align(bytes, PAGE).map_err(|e| fault(e.into()))?;
+    // SAFETY: the layout has a non-zero size.
+    let ptr =
+        NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or(fault(AllocFault::OutOfMemory))?;
+    Ok((ptr.as_ptr(), Box::new(PageAligned(ptr, layout))))
 }
 
 /// A raw memory range that a task may touch.

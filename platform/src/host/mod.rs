@@ -13,8 +13,7 @@
 //!
 //! Files: `memory` (buffers and user-buffer registry), `compile` (programs resolved and
 //! checked once), `launch` (a submission: gate, fences, streams, notifies, timeouts),
-//! `fence` (per-rank `done_epoch`), `exec` (Copy/Reduce), `pool` (workers), `pages`
-//! (the mappings the device's own buffers live in). The signal
+//! `fence` (per-rank `done_epoch`), `exec` (Copy/Reduce), `pool` (workers). The signal
 //! banks are [`crate::signal`]'s.
 
 mod compile;
@@ -24,7 +23,6 @@ mod exec;
 mod fence;
 mod launch;
 mod memory;
-pub mod pages;
 mod pool;
 mod rdma;
 mod serial;

@@ -7,26 +7,24 @@
 //! expected elements need computing.
 
 use oxccl::framework::op::VLayout;
-use oxccl::platform::host::pages::Pages;
 use oxccl::platform::reduce::reduce_scalar;
-use oxccl::{bf16, f16, DataType, DeviceError, OpKind, OpParam, ReduceOp};
+use oxccl::{bf16, f16, DataType, OpKind, OpParam, ReduceOp};
 
 /// Elements per period of the pattern.
 const PERIOD: usize = 8;
 
-/// A buffer viewed as bytes: a mapping of its own ([`Pages`]), or from `alloc_shared`
-/// where the job's peers map user buffers.
+/// A buffer viewed as bytes: on the heap, starting on a page boundary, or from
+/// `alloc_shared` where the job's peers map user buffers.
 ///
-/// A row of `oxccl perf` or a point of `oxccl tune` must not depend on what was
-/// allocated before it: the relative placement of a copy's source and destination within
-/// a page and a cache line is known to move `memcpy` (4 KiB aliasing, split lines), and
-/// glibc serves large allocations from recycled heap memory once a large block was freed
-/// (see [`oxccl::platform::host::pages`]). With buffers where the allocator left them, an
-/// 8-rank 64 KiB send/recv by `p2p` (each rank copying a peer's input) measured 1.35x the
-/// time of `put-p2p` late in three `oxccl tune --all` runs, and 1.00x to 1.04x in tunes
-/// of send/recv alone; a 512 KiB Reduce by `mesh` 1.17x to 1.21x that of
-/// `relay-reduce-scatter-gather` (90.3 and 93.6 µs in the last two runs). Started on a
-/// page (then still on the heap), four `tune --all` runs measured `p2p` at 1.00x to
+/// Heap buffers start on a page, not wherever the allocator's history put them: a row
+/// of `oxccl perf` or a point of `oxccl tune` must not depend on what was allocated
+/// before it (the relative placement of a copy's source and destination within a page
+/// and a cache line is known to move `memcpy`: 4 KiB aliasing, split lines). With
+/// buffers where the allocator left them, an 8-rank 64 KiB send/recv by `p2p` (each rank
+/// copying a peer's input) measured 1.35x the time of `put-p2p` late in three `oxccl
+/// tune --all` runs, and 1.00x to 1.04x in tunes of send/recv alone; a 512 KiB Reduce by
+/// `mesh` 1.17x to 1.21x that of `relay-reduce-scatter-gather` (90.3 and 93.6 µs in the
+/// last two runs). Page-aligned, four `tune --all` runs measured `p2p` at 1.00x to
 /// 1.11x, and `mesh` the fastest, at 71.8 to 74.5 µs.
 pub struct Aligned {
     words: Words,
@@ -34,34 +32,31 @@ pub struct Aligned {
 }
 
 enum Words {
-    /// Whole words, on pages of their own.
-    Pages(Pages),
+    /// The allocation, and the index of the first word of the buffer in it.
+    Heap(Vec<u64>, usize),
     Shared(oxccl::SharedBuffer<u64>),
 }
 
+/// The boundary heap buffers start on.
+const PAGE: usize = 4096;
+
 impl Aligned {
-    /// `len` zeroed bytes on pages of their own; an error when the system has no memory
-    /// for them.
-    pub fn zeroed(len: usize) -> Result<Self, oxccl::Error> {
+    pub fn zeroed(len: usize) -> Self {
         let words = len.div_ceil(8);
-        let bytes = words.checked_mul(8).unwrap_or(usize::MAX);
-        let pages = Pages::zeroed(bytes).map_err(|fault| DeviceError::Alloc {
-            what: "a perf buffer",
-            bytes,
-            fault,
-        })?;
-        Ok(Aligned {
-            words: Words::Pages(pages),
+        let heap = vec![0u64; words + PAGE / 8];
+        let misaligned = heap.as_ptr() as usize % PAGE;
+        let start = (PAGE - misaligned) % PAGE / 8;
+        Aligned {
+            words: Words::Heap(heap, start),
             len,
-        })
+        }
     }
 
     /// `len` zeroed bytes for `comm`'s calls: from `alloc_shared` (a collective
-    /// allocation) when its peers map user buffers (`OXCCL_SHARED_BUFFERS`), else
-    /// [`Aligned::zeroed`].
+    /// allocation) when its peers map user buffers (`OXCCL_SHARED_BUFFERS`), else heap.
     pub fn for_calls(comm: &oxccl::Communicator, len: usize) -> Result<Self, oxccl::Error> {
         if !comm.framework().config().shared_buffers {
-            return Self::zeroed(len);
+            return Ok(Self::zeroed(len));
         }
         Ok(Aligned {
             words: Words::Shared(comm.alloc_shared(len.div_ceil(8))?),
@@ -71,7 +66,7 @@ impl Aligned {
 
     fn words(&self) -> &[u64] {
         match &self.words {
-            Words::Pages(p) => bytemuck::cast_slice(p.as_bytes()),
+            Words::Heap(v, start) => &v[*start..],
             Words::Shared(b) => b,
         }
     }
@@ -82,7 +77,7 @@ impl Aligned {
 
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         let words: &mut [u64] = match &mut self.words {
-            Words::Pages(p) => bytemuck::cast_slice_mut(p.as_bytes_mut()),
+            Words::Heap(v, start) => &mut v[*start..],
             Words::Shared(b) => b,
         };
         &mut bytemuck::cast_slice_mut(words)[..self.len]
@@ -258,12 +253,11 @@ fn count_wrong(out: &[u8], expected: &[u8], elem_size: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oxccl::platform::host::pages::PAGE;
 
     #[test]
-    fn buffers_start_on_a_page_and_hold_their_length() {
+    fn heap_buffers_start_on_a_page_and_hold_their_length() {
         for len in [0, 1, 7, 4096, 65536 + 3] {
-            let mut a = Aligned::zeroed(len).unwrap();
+            let mut a = Aligned::zeroed(len);
             assert_eq!(a.bytes().as_ptr() as usize % PAGE, 0, "{len}");
             assert_eq!(a.bytes().len(), len);
             assert!(a.bytes().iter().all(|&b| b == 0));
@@ -276,7 +270,7 @@ mod tests {
     fn inputs(op: &OpParam, ranks: usize, len: usize) -> Vec<Aligned> {
         (0..ranks)
             .map(|r| {
-                let mut a = Aligned::zeroed(len).unwrap();
+                let mut a = Aligned::zeroed(len);
                 fill_input(op, r, a.bytes_mut());
                 a
             })
