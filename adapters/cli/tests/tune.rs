@@ -247,26 +247,8 @@ fn ranks_must_agree_with_the_topology() {
 fn a_points_rounds_lie_a_sweep_of_sizes_apart() {
     let path = temp_path("rounds.txt");
     let out = path.to_str().unwrap();
-    let args = [
-        "tune",
-        "broadcast",
-        "--ranks",
-        "2",
-        "-b",
-        "1K",
-        "-e",
-        "4K",
-        "-f",
-        "2",
-        "-n",
-        "1",
-        "-w",
-        "0",
-        "-R",
-        "2",
-        "-o",
-        out,
-    ];
+    let flags = "tune broadcast --ranks 2 -b 1K -e 4K -f 2 -n 1 -w 0 -R 2 -o";
+    let args: Vec<&str> = flags.split_whitespace().chain([out]).collect();
     let (ok, text) = oxccl(&args, &[]);
     std::fs::remove_file(&path).ok();
     assert!(ok, "{text}");
