@@ -1,5 +1,5 @@
-//! The cost model on the real executors' programs. Ignored by default: they print the
-//! modelled figures the README quotes; run them with
+//! The cost model on the real executors' programs. All but one are ignored by default:
+//! they print the modelled figures the README quotes; run them with
 //! `cargo test -p oxccl-tests --test cost_model -- --ignored --nocapture`.
 
 use oxccl::framework::analyzer::Recording;

@@ -161,8 +161,9 @@ pub unsafe fn copy_raw(src: *const u8, dsts: &[*mut u8], len: usize) {
 /// [`COPY_STREAM_BYTES`] itself, or writes at least [`STREAM_BYTES`] in a program that
 /// writes [`PROGRAM_STREAM_BYTES`]. Otherwise its stores are cached, block by block
 /// when it has several destinations ([`CACHED_BLOCK_BYTES`]), each block of the source
-/// read again from the first-level cache: what the cost model charges a host thread for
-/// it.
+/// read again from the first-level cache. The cost model charges a host thread the
+/// source once for it, or more than a copy per destination when the operation's buffers
+/// pass the last-level cache (`oxccl_framework`'s `cost::thread_bytes`).
 pub fn copy_streams(len: usize, dsts: usize, program_bytes: usize) -> bool {
     let writes = len.saturating_mul(dsts);
     writes >= COPY_STREAM_BYTES || (writes >= STREAM_BYTES && program_bytes >= PROGRAM_STREAM_BYTES)
