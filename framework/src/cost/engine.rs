@@ -389,9 +389,9 @@ impl<'a> Engine<'a> {
             started += 1;
         }
         let engine = self.engines[me];
+        let caches = self.caches(me);
         match self.processor_of(me) {
             Some((processor, threads)) => {
-                let caches = self.caches(me);
                 let work = super::thread_seconds(processor, task, caches, self.moved[me]);
                 // A split task is shared by every idle worker; another, by one thread.
                 let on: &[ResourceId] = match super::splits(processor, task) {
@@ -407,7 +407,7 @@ impl<'a> Engine<'a> {
             }
         }
         // What the caches serve does not cross the memory bus.
-        let bus_bytes = super::memory_bytes(task) * (1.0 - self.caches(me).cached);
+        let bus_bytes = super::memory_bytes(task) * (1.0 - caches.cached);
         if bus_bytes > 0.0 {
             if let Some(memory) = self.memory(me) {
                 self.flows

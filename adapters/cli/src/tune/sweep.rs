@@ -205,10 +205,11 @@ fn cannot_run_here(err: &Error) -> bool {
     )
 }
 
-/// Measure every candidate of `job.kind` over `job.sizes`: size by size, every round of
-/// a size over every executor before the next size, so that the executors compared at a
-/// size are measured within the same stretch of the machine's load; odd rounds go
-/// through the executors in reverse, so no executor always runs first.
+/// Measure every candidate of `job.kind` over `job.sizes`: round by round, each round
+/// over every size and at each size over every executor, so that the executors compared
+/// at a size are measured within the same stretch of the machine's load and a point's
+/// rounds lie a whole sweep apart; every second round goes through the executors in
+/// reverse, so no executor always runs first.
 pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
     let found = candidates(job.kind, &job.topology)?;
     let mut outcome = Outcome::default();
@@ -222,12 +223,12 @@ pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
     let sizes = measurable_sizes(job, &mut outcome);
     outcome.picks = model_picks(job, &sizes)?;
     let mut failed: Vec<&str> = vec![];
-    let groups: Vec<(usize, Vec<Twins>)> = sizes
+    let by_size: Vec<(usize, Vec<Twins>)> = sizes
         .iter()
         .map(|&size| (size, twins::group(job, size, &found.run)))
         .collect();
     for round in 1..=job.rounds.max(1) {
-        for (size, groups) in &groups {
+        for (size, groups) in &by_size {
             eprintln!("# tuning {} at {size} B (round {round})", job.kind.name());
             let mut order: Vec<&'static ExecutorEntry> =
                 groups.iter().map(|g| g.measured).collect();
@@ -245,7 +246,7 @@ pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
             }
         }
     }
-    for (size, groups) in &groups {
+    for (size, groups) in &by_size {
         for g in groups {
             outcome.share(job.kind, *size, g, &mut failed);
         }
