@@ -43,6 +43,12 @@ use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How long a send that found its peer gone waits for the receiver to stop the device
+/// with the peer's own account (see [`Shared::tcp_send_failed`]). The receiver reads a
+/// dead peer's last frames and its end within microseconds on a live machine; this only
+/// bounds the wait when it cannot.
+const PEER_LOSS_GRACE: Duration = Duration::from_secs(1);
+
 /// What a post hands back to resume a parked stream: the launch and the stream.
 pub(crate) type Waker = (Arc<Launch>, usize);
 
@@ -73,6 +79,8 @@ pub(crate) struct Shared {
     pub tcp: Option<Arc<super::tcp::TcpLinks>>,
     pub pool: WorkerPool,
     pub running: Mutex<Running>,
+    /// Notified when the device stops (`running.failure` is set).
+    pub stopped: Condvar,
     /// Linked groups of sequences, run serially (see `serial`).
     pub schedules: super::serial::Schedules,
     /// Identifies this device's compiled programs.
@@ -187,6 +195,12 @@ impl Shared {
     /// peer's loss, as the end of its stream is to the receiver: stop the device for it and
     /// report it so, naming the rank that died rather than the send that noticed first.
     /// Any other error is returned as it is.
+    ///
+    /// The peer may have gone because it stopped for another rank's loss: it sent a
+    /// `Failed` frame naming that rank before it exited, and the receiver reads it before
+    /// the connection's end. A send can notice the reset before the receiver has read that
+    /// frame, so it first gives the receiver [`PEER_LOSS_GRACE`] to stop the device, and
+    /// blames `to` only if nothing did. Every rank then names the rank lost first.
     pub(crate) fn tcp_send_failed(&self, err: DeviceError) -> DeviceError {
         use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
         let DeviceError::Tcp(crate::transport::tcp::TcpError::Send { from, to, source }) = &err
@@ -199,9 +213,23 @@ impl Shared {
         ) {
             return err;
         }
-        let cause = self.config.lost(*to, None, crate::error::PeerLoss::Died);
-        self.stop(cause.clone(), None);
+        let cause = self
+            .failure_within(PEER_LOSS_GRACE)
+            .unwrap_or_else(|| self.config.lost(*to, None, crate::error::PeerLoss::Died));
+        let cause = self.stop(cause, None);
         DeviceError::Aborted { rank: *from, cause }
+    }
+
+    /// Why the device stopped, waiting up to `grace` for it to stop.
+    fn failure_within(&self, grace: Duration) -> Option<AbortCause> {
+        let deadline = Instant::now() + grace;
+        let mut running = self.running.lock();
+        while running.failure.is_none() {
+            if self.stopped.wait_until(&mut running, deadline).timed_out() {
+                break;
+            }
+        }
+        running.failure.clone()
     }
 
     /// Track `launch`, unless an earlier failure stopped the device.
@@ -224,19 +252,22 @@ impl Shared {
     }
 
     /// Stop the device for `cause`: abort every launch in flight but `except`, release
-    /// every fence waiter, refuse every later launch.
-    pub(crate) fn stop(&self, cause: AbortCause, except: Option<&Arc<Launch>>) {
-        let (others, first) = {
+    /// every fence waiter, refuse every later launch. A device stops once: if it had
+    /// stopped already, its launches keep that first cause. Returns the cause the device
+    /// stopped for.
+    pub(crate) fn stop(&self, cause: AbortCause, except: Option<&Arc<Launch>>) -> AbortCause {
+        let (others, first, cause) = {
             let mut running = self.running.lock();
             let first = running.failure.is_none();
-            running.failure.get_or_insert_with(|| cause.clone());
+            let cause = running.failure.get_or_insert(cause).clone();
             let others = running
                 .launches
                 .iter()
                 .filter_map(std::sync::Weak::upgrade)
                 .collect::<Vec<Arc<Launch>>>();
-            (others, first)
+            (others, first, cause)
         };
+        self.stopped.notify_all();
         // Peers in other processes wait on this device's ranks: tell them at once.
         if let (true, Some(shm)) = (first, &self.shm) {
             shm.announce_failure(&cause);
@@ -255,6 +286,7 @@ impl Shared {
         for fence in &self.fences {
             fence.release_all();
         }
+        cause
     }
 }
 

@@ -132,6 +132,7 @@ impl HostDevice {
             tcp: tcp.clone(),
             pool,
             running: Mutex::new(Default::default()),
+            stopped: parking_lot::Condvar::new(),
             schedules: Default::default(),
             slots,
             layout,

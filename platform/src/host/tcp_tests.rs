@@ -273,29 +273,42 @@ const ROGUE_PID: u32 = 4242;
 /// rogue's connection to the device (on which it sends frames) and the device's to it,
 /// which a compile that fences on rank 1 opens (connections are lazy).
 fn device_with_rogue(timeout: Duration) -> (HostDevice, TcpStream, TcpStream) {
+    device_with_rogue_of(2, timeout)
+}
+
+/// [`device_with_rogue`] in a job of `ranks`: ranks 2 and on are processes of other
+/// hosts (pid `ROGUE_PID + rank`) that the device does not reach.
+fn device_with_rogue_of(ranks: usize, timeout: Duration) -> (HostDevice, TcpStream, TcpStream) {
     let (dev_listener, dev_addr) = listener();
     let (rogue_listener, rogue_addr) = listener();
+    let mut peers = vec![None; ranks];
+    peers[1] = Some(rogue_addr);
     let job = TcpJob {
         secret: SECRET,
         listener: dev_listener,
-        peers: vec![None, Some(rogue_addr)],
+        peers,
         rdma: None,
     };
+    let others = (2..ranks).map(|r| RankProcess {
+        pid: ROGUE_PID + r as u32,
+        host: format!("host-{r}"),
+    });
+    let rogue = RankProcess {
+        pid: ROGUE_PID,
+        host: "rogue-host".into(),
+    };
     let config = DeviceConfig {
-        processes: vec![
-            RankProcess::default(),
-            RankProcess {
-                pid: ROGUE_PID,
-                host: "rogue-host".into(),
-            },
-        ],
-        ..config(2, vec![0], job, timeout)
+        processes: [RankProcess::default(), rogue]
+            .into_iter()
+            .chain(others)
+            .collect(),
+        ..config(ranks, vec![0], job, timeout)
     };
     let hello = Hello {
         secret: SECRET,
         from: 1,
         to: 0,
-        ranks: 2,
+        ranks: ranks as u32,
         ccl_bytes: config.ccl_bytes as u64,
         link_words: config.layout().local_base() as u64,
     };
@@ -565,6 +578,51 @@ fn a_send_to_a_reset_peer_reports_the_peer_dead() {
         .unwrap()
         .unwrap_err();
     assert_the_rogue_died(&err);
+}
+
+/// A peer that stopped for another rank's death relays it and exits, so a send to it can
+/// find its socket reset before the receiver has read the relay. The send waits for the
+/// receiver's account and names the rank the peer names, not the peer.
+#[test]
+fn a_send_to_a_peer_gone_after_relaying_a_loss_names_the_rank_lost_first() {
+    let (dev, _rogue, _inbound) = device_with_rogue_of(3, Duration::from_secs(30));
+    let shared = dev.shared.clone();
+    let relayed = shared.config.lost(2, None, PeerLoss::Died);
+    let receiver = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        shared.stop(relayed, None);
+    });
+    let err = dev.shared.tcp_send_failed(reset_sending(0, 1));
+    receiver.join().unwrap();
+    let named = format!(
+        "rank 2 (process {}) died; it ran on host host-2",
+        ROGUE_PID + 2
+    );
+    assert!(err.to_string().contains(&named), "{err}");
+    assert!(matches!(err, DeviceError::Aborted { rank: 0, .. }), "{err}");
+}
+
+/// With no account from the receiver within the grace, the send blames the peer it
+/// found gone.
+#[test]
+fn a_send_to_a_reset_peer_blames_it_when_nothing_else_stopped_the_device() {
+    let (dev, _rogue, _inbound) = device_with_rogue_of(3, Duration::from_secs(30));
+    let err = dev.shared.tcp_send_failed(reset_sending(0, 1));
+    assert_the_rogue_died(&err);
+    assert!(
+        dev.shared.failure().is_some(),
+        "the send stopped the device"
+    );
+}
+
+/// The error of rank `from`'s send to rank `to`, whose connection was reset.
+fn reset_sending(from: usize, to: usize) -> DeviceError {
+    let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+    DeviceError::Tcp(TcpError::Send {
+        from,
+        to,
+        source: Arc::new(reset),
+    })
 }
 
 /// `err` is rank 0's call aborted because rank 1 of a [`device_with_rogue`] died, named

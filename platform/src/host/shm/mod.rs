@@ -358,25 +358,28 @@ impl ShmLinks {
 
     /// A peer that failed or whose process is gone, if any: the rank lost first, the
     /// process the report names, and how it was lost.
+    ///
+    /// A peer that stopped for another rank's loss raises its failure flag, naming that
+    /// rank, before its process exits. Its status is read again once its process is seen
+    /// gone: it may have raised the flag and exited between the first read and the pid
+    /// check, and then the rank it names is the one lost first, not the peer.
     fn lost_peer(&self, check_pids: bool) -> Option<(Rank, u32, PeerLoss)> {
         let me = std::process::id();
         self.peer_ranks().find_map(|rank| {
             let peer = self.peer(rank)?;
             let c = peer.block.control();
             match c.status.load(Ordering::Acquire) {
-                FAILED => {
-                    let loss = match c.origin_loss.load(Ordering::Relaxed) {
-                        1 => PeerLoss::Died,
-                        _ => PeerLoss::Failed,
-                    };
-                    let origin = c.origin_rank.load(Ordering::Relaxed) as usize;
-                    return Some((origin, c.origin_pid.load(Ordering::Relaxed), loss));
-                }
+                FAILED => return Some(relayed_loss(c)),
                 CLOSED => return None,
                 _ => {}
             }
-            let gone = check_pids && peer.pid != me && !process_alive(peer.pid);
-            gone.then_some((rank, peer.pid, PeerLoss::Died))
+            if !check_pids || peer.pid == me || process_alive(peer.pid) {
+                return None;
+            }
+            match c.status.load(Ordering::Acquire) {
+                FAILED => Some(relayed_loss(c)),
+                _ => Some((rank, peer.pid, PeerLoss::Died)),
+            }
         })
     }
 
@@ -438,6 +441,17 @@ impl ShmLinks {
 /// Whether the process of `rank` still runs, as far as `config` knows its pid.
 fn owner_alive(config: &DeviceConfig, rank: Rank) -> impl Fn() -> bool + '_ {
     move || process_alive(config.pid_of(rank))
+}
+
+/// The loss a failed peer announced: the rank it names, that rank's process, and how it
+/// was lost.
+fn relayed_loss(c: &Control) -> (Rank, u32, PeerLoss) {
+    let loss = match c.origin_loss.load(Ordering::Relaxed) {
+        1 => PeerLoss::Died,
+        _ => PeerLoss::Failed,
+    };
+    let origin = c.origin_rank.load(Ordering::Relaxed) as usize;
+    (origin, c.origin_pid.load(Ordering::Relaxed), loss)
 }
 
 /// True while process `pid` exists and has not exited (a process of another user counts
