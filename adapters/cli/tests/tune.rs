@@ -247,7 +247,7 @@ fn ranks_must_agree_with_the_topology() {
 fn a_points_rounds_lie_a_sweep_of_sizes_apart() {
     let path = temp_path("rounds.txt");
     let out = path.to_str().unwrap();
-    let flags = "tune broadcast --ranks 2 -b 1K -e 4K -f 2 -n 1 -w 0 -R 2 -o";
+    let flags = "tune broadcast --ranks 2 -b 1K -e 4K -f 2 -n 1 -w 0 -R 2 --contender-rounds 1 -o";
     let args: Vec<&str> = flags.split_whitespace().chain([out]).collect();
     let (ok, text) = oxccl(&args, &[]);
     std::fs::remove_file(&path).ok();
@@ -256,10 +256,25 @@ fn a_points_rounds_lie_a_sweep_of_sizes_apart() {
         .lines()
         .filter(|l| l.starts_with("# tuning broadcast at"))
         .collect();
-    let want: Vec<String> = (1..=2)
+    // Two rounds over every executor, then one over each size's contenders (how many
+    // depends on the figures).
+    let want: Vec<String> = (1..=3)
         .flat_map(|round| {
-            [1024, 2048, 4096].map(|size| format!("# tuning broadcast at {size} B (round {round})"))
+            [1024, 2048, 4096].map(|size| match round {
+                3 => format!("# tuning broadcast at {size} B (round 3: "),
+                _ => format!("# tuning broadcast at {size} B (round {round})"),
+            })
         })
         .collect();
-    assert_eq!(progress, want, "{text}");
+    assert_eq!(progress.len(), want.len(), "{text}");
+    for (line, want) in progress.iter().zip(&want) {
+        assert!(
+            line.starts_with(want.as_str()),
+            "{line:?}, not {want:?}\n{text}"
+        );
+    }
+    assert!(
+        text.contains("median of 2 rounds, 3 for the executors within 1.25x of the fastest"),
+        "{text}"
+    );
 }

@@ -7,6 +7,9 @@
 //! and guard bytes checked. The sweep goes in `--rounds` rounds (3 by default), each over
 //! every size, and at each size over every executor, their order alternating from round
 //! to round; each point keeps the median of its rounds ([`sweep::median_of_rounds`]).
+//! `--contender-rounds` rounds more (2 by default) go over each size's contenders only:
+//! the executors near the fastest after the first rounds, and the model's pick
+//! ([`contenders`]).
 //! Other processes on the machine only ever add time, and their load drifts over seconds
 //! to minutes: measured side by side, the executors compared at one size see the same
 //! load (a sweep of one executor after another measured identical programs up to 1.5x
@@ -33,6 +36,7 @@
 //! kept, so one file can collect several operators and topologies.
 
 mod candidates;
+mod contenders;
 mod report;
 mod sweep;
 mod twins;
@@ -83,6 +87,10 @@ pub struct TuneArgs {
     /// its rounds.
     #[arg(short = 'R', long = "rounds", default_value_t = 3)]
     pub rounds: usize,
+    /// Rounds more (0 to 1000000) over each size's contenders: the executors within
+    /// 1.25x of the fastest after the first rounds, and select_alg's pick.
+    #[arg(long = "contender-rounds", default_value_t = 2)]
+    pub contender_rounds: usize,
     /// Data type (float, half, bfloat16, int32, ...).
     #[arg(short = 'd', long = "datatype", default_value = "float")]
     pub datatype: String,
@@ -126,6 +134,7 @@ pub struct TunePlan {
     pub root: usize,
     pub settings: Settings,
     pub rounds: usize,
+    pub contender_rounds: usize,
     /// The communicators' configuration (topology set, no executor forced).
     pub config: oxccl::Config,
     pub topology: oxccl::Topology,
@@ -170,6 +179,7 @@ pub fn plan(args: &TuneArgs) -> Result<TunePlan, Error> {
         root: validate::root(args.root, &topology)?,
         settings,
         rounds: validate::iterations("-R/--rounds", args.rounds, 1)?,
+        contender_rounds: validate::iterations("--contender-rounds", args.contender_rounds, 0)?,
         config,
         topology,
     })
@@ -192,6 +202,7 @@ pub fn run(args: &TuneArgs) -> Result<ExitCode, Error> {
             },
             settings: plan.settings,
             rounds: plan.rounds,
+            contender_rounds: plan.contender_rounds,
             config: plan.config.clone(),
             topology: plan.topology.clone(),
         };

@@ -1,20 +1,22 @@
 //! What `oxccl tune` prints: per operator, every size's executors from fastest to
 //! slowest, then what was skipped and what failed.
 
+use super::contenders::CONTENDER_RATIO;
 use super::sweep::{Job, Outcome, Pick, Point, Skip};
 use std::process::ExitCode;
 
 /// Print one operator's table.
 pub fn print(job: &Job, outcome: &Outcome) {
     outln!(
-        "# oxccl tune {}: {} ranks, topology {}, {}, blocks of at least {} calls (the fastest block's mean counts), warmup {}, median of {} rounds (out of place, results checked)",
+        "# oxccl tune {}: {} ranks, topology {}, {}, blocks of at least {} calls (the fastest block's mean counts), warmup {}, median of {} rounds{} (out of place, results checked)",
         job.kind.name(),
         job.topology.ranks(),
         job.topology.describe(),
         job.dtype.name(),
         job.settings.blocks,
         job.settings.warmup,
-        job.rounds.max(1)
+        job.rounds.max(1),
+        contender_note(job)
     );
     outln!(
         "# {:>10} {:>12}  {:<18} {:>10}  vs fastest",
@@ -52,12 +54,23 @@ pub fn print(job: &Job, outcome: &Outcome) {
             );
         }
     }
-    print_pick_check(&pick_check(&job.sizes, outcome));
+    print_pick_check(&pick_check(&job.sizes, outcome), outcome);
     print_skips(&outcome.skipped);
     for failure in &outcome.failures {
         outln!("# FAILED {failure}");
     }
     outln!("#");
+}
+
+/// What the header says of the contender rounds, if there are any.
+fn contender_note(job: &Job) -> String {
+    match job.contender_rounds {
+        0 => String::new(),
+        more => format!(
+            ", {} for the executors within {CONTENDER_RATIO}x of the fastest after those and the pick",
+            job.rounds.max(1) + more
+        ),
+    }
 }
 
 /// How `select_alg`'s pick (without a tuning table) did at one size.
@@ -89,8 +102,10 @@ pub fn pick_check(sizes: &[usize], outcome: &Outcome) -> Vec<PickCheck> {
         .collect()
 }
 
-/// One summary line, then a line per size where the pick missed.
-fn print_pick_check(checks: &[PickCheck]) {
+/// One summary line, then a line per size where the pick missed, with the rounds of the
+/// pick and of the fastest (a miss by a loud round or two reads differently from one
+/// by every round).
+fn print_pick_check(checks: &[PickCheck], outcome: &Outcome) {
     let worst = checks.iter().filter_map(|c| c.ratio).max_by(f64::total_cmp);
     let misses: Vec<&PickCheck> = checks
         .iter()
@@ -107,9 +122,11 @@ fn print_pick_check(checks: &[PickCheck]) {
     }
     for c in misses {
         match (&c.pick, c.ratio) {
-            (Ok(name), Some(r)) => {
-                outln!("#   at {} B it picks {name}: {r:.2}x the fastest", c.size)
-            }
+            (Ok(name), Some(r)) => outln!(
+                "#   at {} B it picks {name}: {r:.2}x the fastest; rounds (us): {}",
+                c.size,
+                rounds_of_pick_and_fastest(outcome, c.size, name)
+            ),
             (Ok(name), None) => outln!(
                 "#   at {} B it picks {name}, which was not measured",
                 c.size
@@ -117,6 +134,23 @@ fn print_pick_check(checks: &[PickCheck]) {
             (Err(why), _) => outln!("#   at {} B it picks nothing: {why}", c.size),
         }
     }
+}
+
+/// `name`'s rounds at `size` and the fastest executor's, in the order measured:
+/// `mesh-push 179.26 181.02 150.20, mesh 148.41 150.10 151.03`.
+fn rounds_of_pick_and_fastest(outcome: &Outcome, size: usize, name: &str) -> String {
+    let at = || outcome.points.iter().filter(|p| p.size == size);
+    let fastest = at().min_by(|a, b| a.entry.time_us.total_cmp(&b.entry.time_us));
+    let pick = at().find(|p| p.entry.executor == name);
+    let show = |p: &Point| {
+        let rounds: Vec<String> = p.rounds.iter().map(|t| format!("{t:.2}")).collect();
+        format!("{} {}", p.entry.executor, rounds.join(" "))
+    };
+    pick.into_iter()
+        .chain(fastest)
+        .map(show)
+        .collect::<Vec<String>>()
+        .join(", ")
 }
 
 /// One line per executor and reason, with the sizes it was skipped at.
@@ -190,5 +224,20 @@ mod tests {
             ..Outcome::default()
         };
         assert_eq!(pick_check(&[1024], &unmeasured)[0].ratio, None);
+    }
+
+    #[test]
+    fn a_miss_shows_the_rounds_of_the_pick_and_of_the_fastest() {
+        let mut outcome = Outcome::default();
+        for (executor, rounds) in [("mesh", [14.0, 12.0, 13.0]), ("rhd", [9.0, 10.5, 10.0])] {
+            let mut p = point(1024, executor, 13.0);
+            p.rounds = rounds.to_vec();
+            p.entry.time_us = crate::tune::sweep::median_of_rounds(&p.rounds);
+            outcome.points.push(p);
+        }
+        assert_eq!(
+            rounds_of_pick_and_fastest(&outcome, 1024, "mesh"),
+            "mesh 14.00 12.00 13.00, rhd 9.00 10.50 10.00"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! Measuring the candidates of one operator over the size sweep.
 
 use super::candidates::candidates;
+use super::contenders::contenders;
 use super::twins::{self, Twins};
 use crate::calls::calls;
 use crate::perf::{measure, Measured, Settings};
@@ -19,6 +20,8 @@ pub struct Job {
     pub settings: Settings,
     /// Rounds over every executor; each point keeps the median of its rounds.
     pub rounds: usize,
+    /// Rounds more, after those, over each size's contenders ([`contenders`]).
+    pub contender_rounds: usize,
     /// The communicators' configuration (topology set, no executor forced).
     pub config: Config,
     pub topology: Topology,
@@ -209,7 +212,8 @@ fn cannot_run_here(err: &Error) -> bool {
 /// over every size and at each size over every executor, so that the executors compared
 /// at a size are measured within the same stretch of the machine's load and a point's
 /// rounds lie a whole sweep apart; every second round goes through the executors in
-/// reverse, so no executor always runs first.
+/// reverse, so no executor always runs first. Then `job.contender_rounds` rounds more,
+/// the same way, over each size's contenders as the first rounds left them.
 pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
     let found = candidates(job.kind, &job.topology)?;
     let mut outcome = Outcome::default();
@@ -227,23 +231,27 @@ pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
         .iter()
         .map(|&size| (size, twins::group(job, size, &found.run)))
         .collect();
-    for round in 1..=job.rounds.max(1) {
+    let first_rounds = job.rounds.max(1);
+    for round in 1..=first_rounds {
         for (size, groups) in &by_size {
             eprintln!("# tuning {} at {size} B (round {round})", job.kind.name());
-            let mut order: Vec<&'static ExecutorEntry> =
-                groups.iter().map(|g| g.measured).collect();
-            if round % 2 == 0 {
-                order.reverse();
-            }
-            for entry in order {
-                if failed.contains(&entry.name) || outcome.skips(entry.name, *size) {
-                    continue;
-                }
-                if let Err(failure) = tune_point(job, *size, entry, &mut outcome) {
-                    outcome.fail(entry.name, failure);
-                    failed.push(entry.name);
-                }
-            }
+            let order = groups.iter().map(|g| g.measured).collect();
+            measure_round(job, round, *size, order, &mut outcome, &mut failed);
+        }
+    }
+    let contenders: Vec<Vec<&'static ExecutorEntry>> = by_size
+        .iter()
+        .map(|(size, groups)| contenders(&outcome, *size, groups))
+        .collect();
+    for round in first_rounds + 1..=first_rounds + job.contender_rounds {
+        for ((size, _), order) in by_size.iter().zip(&contenders) {
+            let kind = job.kind.name();
+            let n = match order.len() {
+                1 => "1 contender".to_string(),
+                n => format!("{n} contenders"),
+            };
+            eprintln!("# tuning {kind} at {size} B (round {round}: {n})");
+            measure_round(job, round, *size, order.clone(), &mut outcome, &mut failed);
         }
     }
     for (size, groups) in &by_size {
@@ -252,6 +260,30 @@ pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
         }
     }
     Ok(outcome)
+}
+
+/// Measure `order`'s executors at `size` once (`round`), in reverse on even rounds,
+/// passing by those that failed or cannot run `size`; one that fails now is recorded.
+fn measure_round(
+    job: &Job,
+    round: usize,
+    size: usize,
+    mut order: Vec<&'static ExecutorEntry>,
+    outcome: &mut Outcome,
+    failed: &mut Vec<&'static str>,
+) {
+    if round % 2 == 0 {
+        order.reverse();
+    }
+    for entry in order {
+        if failed.contains(&entry.name) || outcome.skips(entry.name, size) {
+            continue;
+        }
+        if let Err(failure) = tune_point(job, size, entry, outcome) {
+            outcome.fail(entry.name, failure);
+            failed.push(entry.name);
+        }
+    }
 }
 
 /// What `select_alg` picks at each of `sizes` on communicators of the job's topology with
