@@ -272,7 +272,7 @@ fn measure_round(
     outcome: &mut Outcome,
     failed: &mut Vec<&'static str>,
 ) {
-    if round % 2 == 0 {
+    if round.is_multiple_of(2) {
         order.reverse();
     }
     for entry in order {
