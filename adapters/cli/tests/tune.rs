@@ -19,6 +19,15 @@ fn oxccl(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// `oxccl` with the words of `flags`, then `more`.
+fn oxccl_words(flags: &str, more: &[&str]) -> (bool, String) {
+    let args: Vec<&str> = flags
+        .split_whitespace()
+        .chain(more.iter().copied())
+        .collect();
+    oxccl(&args, &[])
+}
+
 /// A path in the temporary directory unique to this test process and `name`.
 fn temp_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("oxccl-cli-{}-{name}", std::process::id()))
@@ -248,8 +257,7 @@ fn a_points_rounds_lie_a_sweep_of_sizes_apart() {
     let path = temp_path("rounds.txt");
     let out = path.to_str().unwrap();
     let flags = "tune broadcast --ranks 2 -b 1K -e 4K -f 2 -n 1 -w 0 -R 2 --contender-rounds 1 -o";
-    let args: Vec<&str> = flags.split_whitespace().chain([out]).collect();
-    let (ok, text) = oxccl(&args, &[]);
+    let (ok, text) = oxccl_words(flags, &[out]);
     std::fs::remove_file(&path).ok();
     assert!(ok, "{text}");
     let progress: Vec<&str> = text
@@ -277,4 +285,37 @@ fn a_points_rounds_lie_a_sweep_of_sizes_apart() {
         text.contains("median of 2 rounds, 3 for the executors within 1.25x of the fastest"),
         "{text}"
     );
+}
+
+/// `--reference`: an earlier run's fastest at each size is checked as select_alg's pick
+/// is; a file that is not a tuning table is refused before anything is measured.
+#[test]
+fn an_earlier_runs_fastest_is_checked_beside_the_pick() {
+    let first = temp_path("reference-first.txt");
+    let second = temp_path("reference-second.txt");
+    let flags = "tune broadcast --ranks 2 -b 1K -e 4K -f 2 -n 1 -w 0 -R 1 --contender-rounds 0 -o";
+    let (ok, text) = oxccl_words(flags, &[first.to_str().unwrap()]);
+    assert!(ok, "{text}");
+    let again = [
+        second.to_str().unwrap(),
+        "--reference",
+        first.to_str().unwrap(),
+    ];
+    let (ok, text) = oxccl_words(flags, &again);
+    assert!(ok, "{text}");
+    let line = format!("# the fastest of {} (an earlier run): ", first.display());
+    let summary = text.lines().find(|l| l.starts_with(&line));
+    let summary = summary.unwrap_or_else(|| panic!("no reference check\n{text}"));
+    assert!(
+        summary.contains(" of 3 sizes within 10% of the fastest"),
+        "{summary}"
+    );
+    // Not a table: refused, naming the flag, and nothing is written.
+    std::fs::write(&first, "not a table\n").unwrap();
+    std::fs::remove_file(&second).ok();
+    let (ok, text) = oxccl_words(flags, &again);
+    std::fs::remove_file(&first).ok();
+    assert!(!ok, "{text}");
+    assert!(text.contains("--reference"), "{text}");
+    assert!(!second.exists(), "{text}");
 }

@@ -37,6 +37,7 @@
 
 mod candidates;
 mod contenders;
+mod reference;
 mod report;
 mod sweep;
 mod twins;
@@ -103,6 +104,10 @@ pub struct TuneArgs {
     /// The tuning table to write (merged into it when it exists).
     #[arg(short = 'o', long = "output", default_value = "oxccl-tune.txt")]
     pub output: std::path::PathBuf,
+    /// A tuning table of an earlier run: each size's fastest executor there is checked as
+    /// select_alg's pick is, to tell the model's misses from the machine's noise.
+    #[arg(long, value_name = "FILE")]
+    pub reference: Option<std::path::PathBuf>,
     #[arg(long, value_name = "KIND", help = crate::validate::DEVICE_HELP)]
     pub device: Option<String>,
     #[command(flatten)]
@@ -138,6 +143,8 @@ pub struct TunePlan {
     /// The communicators' configuration (topology set, no executor forced).
     pub config: oxccl::Config,
     pub topology: oxccl::Topology,
+    /// `--reference`, read.
+    pub reference: Option<report::Reference>,
 }
 
 /// Check every flag of `args` and the environment, and say what would be measured.
@@ -182,6 +189,19 @@ pub fn plan(args: &TuneArgs) -> Result<TunePlan, Error> {
         contender_rounds: validate::iterations("--contender-rounds", args.contender_rounds, 0)?,
         config,
         topology,
+        reference: args.reference.as_deref().map(reference_table).transpose()?,
+    })
+}
+
+/// The `--reference` table at `path`.
+fn reference_table(path: &Path) -> Result<report::Reference, Error> {
+    let table = TuneTable::load(path).map_err(|e| {
+        let reason = "--reference must name a tuning table written by `oxccl tune`";
+        refused("--reference", path.display(), reason, e)
+    })?;
+    Ok(report::Reference {
+        path: path.to_path_buf(),
+        table,
     })
 }
 
@@ -190,6 +210,7 @@ pub fn run(args: &TuneArgs) -> Result<ExitCode, Error> {
     let mut table = existing_table(&args.output)?;
     let mut fresh = TuneTable::default();
     let mut failures = Vec::new();
+    let mut totals = report::Tallies::default();
     for &kind in &plan.kinds {
         let job = sweep::Job {
             kind,
@@ -207,12 +228,17 @@ pub fn run(args: &TuneArgs) -> Result<ExitCode, Error> {
             topology: plan.topology.clone(),
         };
         let outcome = sweep::tune_operator(&job)?;
-        report::print(&job, &outcome);
+        let tallies = report::print(&job, &outcome, plan.reference.as_ref());
+        totals.model.add(tallies.model);
+        if let Some(t) = tallies.reference {
+            totals.reference.get_or_insert_with(Default::default).add(t);
+        }
         failures.extend(outcome.failures.iter().cloned());
         fresh
             .entries
             .extend(outcome.points.into_iter().map(|p| p.entry));
     }
+    report::print_totals(plan.kinds.len(), &totals, plan.reference.as_ref());
     let measured = fresh.entries.len();
     table.merge(fresh);
     std::fs::write(&args.output, table.to_text()).map_err(|e| {

@@ -2,11 +2,44 @@
 //! slowest, then what was skipped and what failed.
 
 use super::contenders::CONTENDER_RATIO;
+use super::reference::reference_picks;
 use super::sweep::{Job, Outcome, Pick, Point, Skip};
 use std::process::ExitCode;
 
-/// Print one operator's table.
-pub fn print(job: &Job, outcome: &Outcome) {
+/// How many sizes a pick check passed, of how many it checked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub within: usize,
+    pub checked: usize,
+}
+
+impl Tally {
+    fn of(checks: &[PickCheck]) -> Self {
+        let within = checks
+            .iter()
+            .filter(|c| c.ratio.is_some_and(|r| r <= PICK_TOLERANCE))
+            .count();
+        Tally {
+            within,
+            checked: checks.len(),
+        }
+    }
+
+    pub fn add(&mut self, other: Tally) {
+        self.within += other.within;
+        self.checked += other.checked;
+    }
+}
+
+/// The pick checks of one operator: select_alg's, and the reference table's fastest.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tallies {
+    pub model: Tally,
+    pub reference: Option<Tally>,
+}
+
+/// Print one operator's table; returns how its pick checks went.
+pub fn print(job: &Job, outcome: &Outcome, reference: Option<&Reference>) -> Tallies {
     outln!(
         "# oxccl tune {}: {} ranks, topology {}, {}, blocks of at least {} calls (the fastest block's mean counts), warmup {}, median of {} rounds{} (out of place, results checked)",
         job.kind.name(),
@@ -54,12 +87,54 @@ pub fn print(job: &Job, outcome: &Outcome) {
             );
         }
     }
-    print_pick_check(&pick_check(&job.sizes, outcome), outcome);
+    let model = pick_check(&job.sizes, outcome, &outcome.picks);
+    print_pick_check("select_alg without a table", &model, outcome);
+    let reference = reference.map(|r| {
+        let picks = reference_picks(job, outcome, &r.table);
+        let checks = pick_check(&job.sizes, outcome, &picks);
+        let label = format!("the fastest of {} (an earlier run)", r.path.display());
+        print_pick_check(&label, &checks, outcome);
+        Tally::of(&checks)
+    });
     print_skips(&outcome.skipped);
     for failure in &outcome.failures {
         outln!("# FAILED {failure}");
     }
     outln!("#");
+    Tallies {
+        model: Tally::of(&model),
+        reference,
+    }
+}
+
+/// A tuning table of an earlier run (`--reference`), and where it was read from.
+#[derive(Debug)]
+pub struct Reference {
+    pub path: std::path::PathBuf,
+    pub table: oxccl::framework::tune::TuneTable,
+}
+
+/// The pick checks' totals over every operator tuned, when there was more than one.
+pub fn print_totals(operators: usize, totals: &Tallies, reference: Option<&Reference>) {
+    if operators < 2 {
+        return;
+    }
+    let line = |whose: &str, t: Tally| {
+        outln!(
+            "# pick check, {operators} operators: {whose} {} of {} sizes within {:.0}%",
+            t.within,
+            t.checked,
+            tolerance_percent()
+        )
+    };
+    line("select_alg without a table", totals.model);
+    if let (Some(t), Some(r)) = (totals.reference, reference) {
+        line(&format!("the fastest of {}", r.path.display()), t);
+    }
+}
+
+fn tolerance_percent() -> f64 {
+    (PICK_TOLERANCE - 1.0) * 100.0
 }
 
 /// What the header says of the contender rounds, if there are any.
@@ -85,14 +160,15 @@ pub struct PickCheck {
 /// host cost model's goal: within 10% everywhere).
 pub const PICK_TOLERANCE: f64 = 1.10;
 
-/// The pick check of every one of `sizes` that has measurements.
-pub fn pick_check(sizes: &[usize], outcome: &Outcome) -> Vec<PickCheck> {
+/// The check of `picks` (one per size: select_alg's, or another table's fastest) at every
+/// one of `sizes` that has measurements.
+pub fn pick_check(sizes: &[usize], outcome: &Outcome, picks: &[(usize, Pick)]) -> Vec<PickCheck> {
     sizes
         .iter()
         .filter_map(|&size| {
             let at = || outcome.points.iter().filter(move |p| p.size == size);
             let fastest = at().map(|p| p.entry.time_us).min_by(f64::total_cmp)?;
-            let pick = outcome.picks.iter().find(|(s, _)| *s == size)?.1.clone();
+            let pick = picks.iter().find(|(s, _)| *s == size)?.1.clone();
             let ratio = pick.as_ref().ok().and_then(|name| {
                 at().find(|p| &p.entry.executor == name)
                     .map(|p| p.entry.time_us / fastest)
@@ -102,10 +178,10 @@ pub fn pick_check(sizes: &[usize], outcome: &Outcome) -> Vec<PickCheck> {
         .collect()
 }
 
-/// One summary line, then a line per size where the pick missed, with the rounds of the
-/// pick and of the fastest (a miss by a loud round or two reads differently from one
-/// by every round).
-fn print_pick_check(checks: &[PickCheck], outcome: &Outcome) {
+/// One summary line for the picks of `whose`, then a line per size where the pick
+/// missed, with the rounds of the pick and of the fastest (a miss by a loud round or two
+/// reads differently from one by every round).
+fn print_pick_check(whose: &str, checks: &[PickCheck], outcome: &Outcome) {
     let worst = checks.iter().filter_map(|c| c.ratio).max_by(f64::total_cmp);
     let misses: Vec<&PickCheck> = checks
         .iter()
@@ -113,12 +189,12 @@ fn print_pick_check(checks: &[PickCheck], outcome: &Outcome) {
         .collect();
     match worst {
         Some(worst) => outln!(
-            "# select_alg without a table: {} of {} sizes within {:.0}% of the fastest; worst {worst:.2}x",
+            "# {whose}: {} of {} sizes within {:.0}% of the fastest; worst {worst:.2}x",
             checks.len() - misses.len(),
             checks.len(),
-            (PICK_TOLERANCE - 1.0) * 100.0
+            tolerance_percent()
         ),
-        None => outln!("# select_alg without a table: no pick was measured"),
+        None => outln!("# {whose}: no pick was measured"),
     }
     for c in misses {
         match (&c.pick, c.ratio) {
@@ -210,7 +286,7 @@ mod tests {
             ],
             ..Outcome::default()
         };
-        let checks = pick_check(&[1024, 4096, 16384], &outcome);
+        let checks = pick_check(&[1024, 4096, 16384], &outcome, &outcome.picks);
         // 16384 has no measurement at all, so no check.
         assert_eq!(checks.len(), 2);
         assert_eq!(checks[0].ratio, Some(1.25));
@@ -223,7 +299,15 @@ mod tests {
             picks: vec![(1024, Ok("mesh".into()))],
             ..Outcome::default()
         };
-        assert_eq!(pick_check(&[1024], &unmeasured)[0].ratio, None);
+        let check = pick_check(&[1024], &unmeasured, &unmeasured.picks);
+        assert_eq!(check[0].ratio, None);
+        assert_eq!(
+            Tally::of(&checks),
+            Tally {
+                within: 1,
+                checked: 2
+            }
+        );
     }
 
     #[test]
