@@ -90,7 +90,7 @@ pub struct TuneArgs {
     pub rounds: usize,
     /// Rounds more (0 to 1000000) over each size's contenders: the executors within
     /// 1.25x of the fastest after the first rounds, and select_alg's pick.
-    #[arg(long = "contender-rounds", default_value_t = 2)]
+    #[arg(long = "contender-rounds", value_name = "N", default_value_t = 2)]
     pub contender_rounds: usize,
     /// Data type (float, half, bfloat16, int32, ...).
     #[arg(short = 'd', long = "datatype", default_value = "float")]
