@@ -2,10 +2,12 @@
 //! fastest, and the model's pick.
 //!
 //! The first rounds rank every executor; what the table and the pick check turn on is
-//! the order among the few near the top. On a shared machine one point moves by up to a
-//! fifth between runs (the same 8-rank 512 KiB AllReduce measured 110 to 180 µs in
-//! separate runs of `oxccl tune`), and with a dozen executors at a size the fastest of
-//! their medians is biased low by whichever had the quietest rounds. More rounds for the
+//! the order among the few near the top. On the 2-core development machine the points
+//! within 1.25x of the fastest in two full tunes (294) moved between them by 1.4% in the
+//! median, by 12.5% at the 90th percentile and by up to 29% (across earlier tunes, the
+//! 8-rank 512 KiB AllReduce by `mesh-push` measured 110 to 180 µs); and with a dozen
+//! executors at a size the fastest of their medians is biased low by whichever had the
+//! quietest rounds. More rounds for the
 //! contenders narrow their medians where it matters, without measuring the executors
 //! that are 2x off again.
 
@@ -14,7 +16,8 @@ use super::twins::Twins;
 use oxccl::framework::executor::ExecutorEntry;
 
 /// Executors within this factor of a size's fastest after the first rounds are its
-/// contenders: the spread one point shows between runs on the development machine.
+/// contenders: about the most a point moved between two tunes on the development
+/// machine (see the module doc).
 pub const CONTENDER_RATIO: f64 = 1.25;
 
 /// The measured executors of `groups` (one size's) to measure again at `size`: those
