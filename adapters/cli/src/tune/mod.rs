@@ -144,7 +144,7 @@ pub struct TunePlan {
     pub config: oxccl::Config,
     pub topology: oxccl::Topology,
     /// `--reference`, read.
-    pub reference: Option<report::Reference>,
+    pub reference: Option<reference::Reference>,
 }
 
 /// Check every flag of `args` and the environment, and say what would be measured.
@@ -189,19 +189,11 @@ pub fn plan(args: &TuneArgs) -> Result<TunePlan, Error> {
         contender_rounds: validate::iterations("--contender-rounds", args.contender_rounds, 0)?,
         config,
         topology,
-        reference: args.reference.as_deref().map(reference_table).transpose()?,
-    })
-}
-
-/// The `--reference` table at `path`.
-fn reference_table(path: &Path) -> Result<report::Reference, Error> {
-    let table = TuneTable::load(path).map_err(|e| {
-        let reason = "--reference must name a tuning table written by `oxccl tune`";
-        refused("--reference", path.display(), reason, e)
-    })?;
-    Ok(report::Reference {
-        path: path.to_path_buf(),
-        table,
+        reference: args
+            .reference
+            .as_deref()
+            .map(reference::Reference::load)
+            .transpose()?,
     })
 }
 

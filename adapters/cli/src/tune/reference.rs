@@ -10,7 +10,31 @@
 //! `--reference` to the second's table, the model scored 69 and the table's fastest 67.
 
 use super::sweep::{Job, Outcome, Pick};
+use crate::validate::refused;
 use oxccl::framework::tune::{TuneEntry, TuneTable};
+use oxccl::Error;
+use std::path::{Path, PathBuf};
+
+/// A tuning table of an earlier run, and where it was read from.
+#[derive(Debug)]
+pub struct Reference {
+    pub path: PathBuf,
+    pub table: TuneTable,
+}
+
+impl Reference {
+    /// The `--reference` table at `path`.
+    pub fn load(path: &Path) -> Result<Self, Error> {
+        let table = TuneTable::load(path).map_err(|e| {
+            let reason = "--reference must name a tuning table written by `oxccl tune`";
+            refused("--reference", path.display(), reason, e)
+        })?;
+        Ok(Reference {
+            path: path.to_path_buf(),
+            table,
+        })
+    }
+}
 
 /// Per size of `outcome`, the executor `table` measured fastest for the series `job`
 /// measures (operator, ranks, topology, dtype) at that size's bytes per rank, or why there

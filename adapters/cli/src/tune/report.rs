@@ -2,7 +2,7 @@
 //! slowest, then what was skipped and what failed.
 
 use super::contenders::CONTENDER_RATIO;
-use super::reference::reference_picks;
+use super::reference::{reference_picks, Reference};
 use super::sweep::{Job, Outcome, Pick, Point, Skip};
 use std::process::ExitCode;
 
@@ -15,10 +15,7 @@ pub struct Tally {
 
 impl Tally {
     fn of(checks: &[PickCheck]) -> Self {
-        let within = checks
-            .iter()
-            .filter(|c| c.ratio.is_some_and(|r| r <= PICK_TOLERANCE))
-            .count();
+        let within = checks.iter().filter(|c| c.within()).count();
         Tally {
             within,
             checked: checks.len(),
@@ -107,13 +104,6 @@ pub fn print(job: &Job, outcome: &Outcome, reference: Option<&Reference>) -> Tal
     }
 }
 
-/// A tuning table of an earlier run (`--reference`), and where it was read from.
-#[derive(Debug)]
-pub struct Reference {
-    pub path: std::path::PathBuf,
-    pub table: oxccl::framework::tune::TuneTable,
-}
-
 /// The pick checks' totals over every operator tuned, when there was more than one.
 pub fn print_totals(operators: usize, totals: &Tallies, reference: Option<&Reference>) {
     if operators < 2 {
@@ -156,6 +146,13 @@ pub struct PickCheck {
     pub ratio: Option<f64>,
 }
 
+impl PickCheck {
+    /// The pick was measured, within [`PICK_TOLERANCE`] of the fastest.
+    fn within(&self) -> bool {
+        self.ratio.is_some_and(|r| r <= PICK_TOLERANCE)
+    }
+}
+
 /// Picks more than this much slower than the fastest measured are called out (the
 /// host cost model's goal: within 10% everywhere).
 pub const PICK_TOLERANCE: f64 = 1.10;
@@ -183,10 +180,7 @@ pub fn pick_check(sizes: &[usize], outcome: &Outcome, picks: &[(usize, Pick)]) -
 /// reads differently from one by every round).
 fn print_pick_check(whose: &str, checks: &[PickCheck], outcome: &Outcome) {
     let worst = checks.iter().filter_map(|c| c.ratio).max_by(f64::total_cmp);
-    let misses: Vec<&PickCheck> = checks
-        .iter()
-        .filter(|c| c.ratio.is_none_or(|r| r > PICK_TOLERANCE))
-        .collect();
+    let misses: Vec<&PickCheck> = checks.iter().filter(|c| !c.within()).collect();
     match worst {
         Some(worst) => outln!(
             "# {whose}: {} of {} sizes within {:.0}% of the fastest; worst {worst:.2}x",
