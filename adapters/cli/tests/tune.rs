@@ -282,7 +282,7 @@ fn a_points_rounds_lie_a_sweep_of_sizes_apart() {
         );
     }
     assert!(
-        text.contains("median of 2 rounds, 3 for the executors within 1.25x of the fastest"),
+        text.contains("2 rounds, 3 for the executors within 1.25x of the fastest after those and the pick, each time the median of its rounds with each round's load at its size taken out"),
         "{text}"
     );
 }

@@ -6,10 +6,11 @@
 //! `oxccl perf`'s own measuring code ([`crate::perf::measure`]), out of place, results
 //! and guard bytes checked. The sweep goes in `--rounds` rounds (3 by default), each over
 //! every size, and at each size over every executor, their order alternating from round
-//! to round; each point keeps the median of its rounds ([`sweep::median_of_rounds`]).
-//! `--contender-rounds` rounds more (2 by default) go over each size's contenders only:
-//! the executors near the fastest after the first rounds, and the model's pick
-//! ([`contenders`]).
+//! to round. `--contender-rounds` rounds more (2 by default) go over each size's
+//! contenders only: the executors near the fastest after the first rounds, and the
+//! model's pick ([`contenders`]). Each point's time is the median of its rounds with each
+//! round's load at its size, shared by the executors measured in it, taken out
+//! ([`drift`]).
 //! Other processes on the machine only ever add time, and their load drifts over seconds
 //! to minutes: measured side by side, the executors compared at one size see the same
 //! load (a sweep of one executor after another measured identical programs up to 1.5x
@@ -37,6 +38,7 @@
 
 mod candidates;
 mod contenders;
+mod drift;
 mod reference;
 mod report;
 mod sweep;
@@ -84,8 +86,8 @@ pub struct TuneArgs {
     /// Warmup iterations per executor, size and round (0 to 1000000).
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 1)]
     pub warmup: usize,
-    /// Rounds over every executor (1 to 1000000): each measurement keeps the median of
-    /// its rounds.
+    /// Rounds over every executor (1 to 1000000): each time is the median of its rounds,
+    /// with each round's load at its size taken out.
     #[arg(short = 'R', long = "rounds", default_value_t = 3)]
     pub rounds: usize,
     /// Rounds more (0 to 1000000) over each size's contenders: the executors within

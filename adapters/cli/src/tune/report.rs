@@ -38,7 +38,7 @@ pub struct Tallies {
 /// Print one operator's table; returns how its pick checks went.
 pub fn print(job: &Job, outcome: &Outcome, reference: Option<&Reference>) -> Tallies {
     outln!(
-        "# oxccl tune {}: {} ranks, topology {}, {}, blocks of at least {} calls (the fastest block's mean counts), warmup {}, median of {} rounds{} (out of place, results checked)",
+        "# oxccl tune {}: {} ranks, topology {}, {}, blocks of at least {} calls (the fastest block's mean counts), warmup {}, {} rounds{}, each time the median of its rounds with each round's load at its size taken out (out of place, results checked)",
         job.kind.name(),
         job.topology.ranks(),
         job.topology.describe(),
@@ -176,8 +176,8 @@ pub fn pick_check(sizes: &[usize], outcome: &Outcome, picks: &[(usize, Pick)]) -
 }
 
 /// One summary line for the picks of `whose`, then a line per size where the pick
-/// missed, with the rounds of the pick and of the fastest (a miss by a loud round or two
-/// reads differently from one by every round).
+/// missed, with the rounds of the pick and of the fastest and each round's load (a miss
+/// by a loud round or two reads differently from one by every round).
 fn print_pick_check(whose: &str, checks: &[PickCheck], outcome: &Outcome) {
     let worst = checks.iter().filter_map(|c| c.ratio).max_by(f64::total_cmp);
     let misses: Vec<&PickCheck> = checks.iter().filter(|c| !c.within()).collect();
@@ -193,9 +193,10 @@ fn print_pick_check(whose: &str, checks: &[PickCheck], outcome: &Outcome) {
     for c in misses {
         match (&c.pick, c.ratio) {
             (Ok(name), Some(r)) => outln!(
-                "#   at {} B it picks {name}: {r:.2}x the fastest; rounds (us): {}",
+                "#   at {} B it picks {name}: {r:.2}x the fastest; rounds (us): {}; load: {}",
                 c.size,
-                rounds_of_pick_and_fastest(outcome, c.size, name)
+                rounds_of_pick_and_fastest(outcome, c.size, name),
+                load_of_rounds(outcome, c.size)
             ),
             (Ok(name), None) => outln!(
                 "#   at {} B it picks {name}, which was not measured",
@@ -213,7 +214,7 @@ fn rounds_of_pick_and_fastest(outcome: &Outcome, size: usize, name: &str) -> Str
     let fastest = at().min_by(|a, b| a.entry.time_us.total_cmp(&b.entry.time_us));
     let pick = at().find(|p| p.entry.executor == name);
     let show = |p: &Point| {
-        let rounds: Vec<String> = p.rounds.iter().map(|t| format!("{t:.2}")).collect();
+        let rounds: Vec<String> = p.rounds.iter().map(|t| format!("{:.2}", t.us)).collect();
         format!("{} {}", p.entry.executor, rounds.join(" "))
     };
     pick.into_iter()
@@ -221,6 +222,13 @@ fn rounds_of_pick_and_fastest(outcome: &Outcome, size: usize, name: &str) -> Str
         .map(show)
         .collect::<Vec<String>>()
         .join(", ")
+}
+
+/// Each round's load at `size`, by round: `1.00 1.31 0.97`.
+fn load_of_rounds(outcome: &Outcome, size: usize) -> String {
+    let load = outcome.load_at(size).unwrap_or_default();
+    let each: Vec<String> = load.iter().map(|(_, l)| format!("{l:.2}")).collect();
+    each.join(" ")
 }
 
 /// One line per executor and reason, with the sizes it was skipped at.
@@ -261,7 +269,7 @@ pub fn finish(failures: &[String]) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tune::sweep::point;
+    use crate::tune::sweep::{point, RoundTime};
 
     #[test]
     fn the_pick_is_timed_against_the_fastest_at_each_size() {
@@ -305,17 +313,21 @@ mod tests {
     }
 
     #[test]
-    fn a_miss_shows_the_rounds_of_the_pick_and_of_the_fastest() {
+    fn a_miss_shows_the_rounds_of_the_pick_and_of_the_fastest_and_their_load() {
         let mut outcome = Outcome::default();
-        for (executor, rounds) in [("mesh", [14.0, 12.0, 13.0]), ("rhd", [9.0, 10.5, 10.0])] {
+        for (executor, rounds) in [("mesh", [12.0, 24.0, 12.0]), ("rhd", [10.0, 20.0, 10.0])] {
             let mut p = point(1024, executor, 13.0);
-            p.rounds = rounds.to_vec();
-            p.entry.time_us = crate::tune::sweep::median_of_rounds(&p.rounds);
+            p.rounds = (1..=3)
+                .zip(rounds)
+                .map(|(round, us)| RoundTime { round, us })
+                .collect();
             outcome.points.push(p);
         }
+        outcome.level(1024);
         assert_eq!(
             rounds_of_pick_and_fastest(&outcome, 1024, "mesh"),
-            "mesh 14.00 12.00 13.00, rhd 9.00 10.50 10.00"
+            "mesh 12.00 24.00 12.00, rhd 10.00 20.00 10.00"
         );
+        assert_eq!(load_of_rounds(&outcome, 1024), "1.00 2.00 1.00");
     }
 }

@@ -2,6 +2,7 @@
 
 use super::candidates::candidates;
 use super::contenders::contenders;
+use super::drift;
 use super::twins::{self, Twins};
 use crate::calls::calls;
 use crate::perf::{measure, Measured, Settings};
@@ -18,7 +19,8 @@ pub struct Job {
     /// nccl-tests sizes, as `oxccl perf` takes them.
     pub sizes: Vec<usize>,
     pub settings: Settings,
-    /// Rounds over every executor; each point keeps the median of its rounds.
+    /// Rounds over every executor; each point's time is the median of its rounds with
+    /// each round's load taken out ([`drift`]).
     pub rounds: usize,
     /// Rounds more, after those, over each size's contenders ([`contenders`]).
     pub contender_rounds: usize,
@@ -47,16 +49,28 @@ impl Job {
 /// One measured (or skipped) point of the sweep, for the printed table.
 pub struct Point {
     pub size: usize,
-    /// The measurement recorded: its time is the median of `rounds`.
+    /// The measurement recorded: its time is the median of `rounds`, each round's load
+    /// taken out ([`Outcome::level`]).
     pub entry: TuneEntry,
-    /// Each round's time (µs), in the order measured.
-    pub rounds: Vec<f64>,
+    /// Each round's time, in the order measured.
+    pub rounds: Vec<RoundTime>,
+}
+
+/// One round's measurement of a point.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RoundTime {
+    /// The sweep's round, from 1.
+    pub round: usize,
+    pub us: f64,
 }
 
 impl Point {
-    /// A point measured once, in one round.
-    pub fn new(size: usize, entry: TuneEntry) -> Self {
-        let rounds = vec![entry.time_us];
+    /// A point measured once, in `round`.
+    pub fn new(size: usize, round: usize, entry: TuneEntry) -> Self {
+        let rounds = vec![RoundTime {
+            round,
+            us: entry.time_us,
+        }];
         Point {
             size,
             entry,
@@ -87,26 +101,45 @@ pub struct Outcome {
     /// `(size, executor, measured)`: `executor` runs the programs of `measured` at `size`
     /// and got its measurement ([`twins`]).
     pub twins: Vec<(usize, &'static str, &'static str)>,
+    /// `(size, [(round, load)])`: each round's load at a size, as [`Outcome::level`]
+    /// last estimated it (the median round's 1).
+    pub load: Vec<(usize, Vec<(usize, f64)>)>,
 }
 
 /// The executor `select_alg` picks, or why it picks none.
 pub type Pick = Result<String, String>;
 
 impl Outcome {
-    /// Add `point`'s round to an earlier round's measurement of the same point, whose time
-    /// becomes the median of its rounds ([`median_of_rounds`]).
+    /// Add `point`'s round to an earlier round's measurement of the same point; its time
+    /// is set again by [`Outcome::level`].
     fn record(&mut self, point: Point) {
         let earlier = self
             .points
             .iter_mut()
             .find(|p| p.size == point.size && p.entry.executor == point.entry.executor);
         match earlier {
-            Some(p) => {
-                p.rounds.extend(point.rounds);
-                p.entry.time_us = median_of_rounds(&p.rounds);
-            }
+            Some(p) => p.rounds.extend(point.rounds),
             None => self.points.push(point),
         }
+    }
+
+    /// Set the time of every point at `size` from its rounds, each round's load at that
+    /// size taken out ([`drift`]), and keep the loads for the report.
+    pub(super) fn level(&mut self, size: usize) {
+        let mut at: Vec<&mut Point> = self.points.iter_mut().filter(|p| p.size == size).collect();
+        let rows: Vec<&[RoundTime]> = at.iter().map(|p| p.rounds.as_slice()).collect();
+        let levelled = drift::level(&rows);
+        for (p, time) in at.iter_mut().zip(levelled.times) {
+            p.entry.time_us = time;
+        }
+        self.load.retain(|(s, _)| *s != size);
+        self.load.push((size, levelled.load));
+    }
+
+    /// Each round's load at `size`, if it was estimated.
+    pub fn load_at(&self, size: usize) -> Option<&[(usize, f64)]> {
+        let (_, load) = self.load.iter().find(|(s, _)| *s == size)?;
+        Some(load)
     }
 
     /// What `select_alg` picks at `size` without a table, when it picks one.
@@ -180,26 +213,6 @@ impl Outcome {
     }
 }
 
-/// The median of a point's round times, to the hundredth of a µs: the time it records.
-///
-/// Not the fastest round: on a shared machine a round now and then runs in a quiet
-/// stretch, a third faster than the rest, and the executor measured in it would win by
-/// luck (AllGather, 8 ranks, 32 MiB, `-R 4`: in one tune `ring`'s best round took 7062
-/// µs and every other executor's at least 9691 µs; in the next, `double-ring` took 7230
-/// µs). The median keeps a lone quiet or loud round out; with two rounds it is their
-/// mean.
-pub fn median_of_rounds(rounds: &[f64]) -> f64 {
-    let mut sorted = rounds.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    let median = match n {
-        0 => return 0.0,
-        _ if n % 2 == 1 => sorted[n / 2],
-        _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-    };
-    ((median * 100.0).round() / 100.0).max(0.01)
-}
-
 /// Errors that say an executor cannot run this shape or topology: skipped, not failed.
 fn cannot_run_here(err: &Error) -> bool {
     matches!(
@@ -239,6 +252,9 @@ pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
             measure_round(job, round, *size, order, &mut outcome, &mut failed);
         }
     }
+    for &size in &sizes {
+        outcome.level(size);
+    }
     let contenders: Vec<Vec<&'static ExecutorEntry>> = by_size
         .iter()
         .map(|(size, groups)| contenders(&outcome, *size, groups))
@@ -253,6 +269,9 @@ pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
             eprintln!("# tuning {kind} at {size} B (round {round}: {n})");
             measure_round(job, round, *size, order.clone(), &mut outcome, &mut failed);
         }
+    }
+    for &size in &sizes {
+        outcome.level(size);
     }
     for (size, groups) in &by_size {
         for g in groups {
@@ -279,7 +298,7 @@ fn measure_round(
         if failed.contains(&entry.name) || outcome.skips(entry.name, size) {
             continue;
         }
-        if let Err(failure) = tune_point(job, size, entry, outcome) {
+        if let Err(failure) = tune_point(job, round, size, entry, outcome) {
             outcome.fail(entry.name, failure);
             failed.push(entry.name);
         }
@@ -333,6 +352,7 @@ fn measurable_sizes(job: &Job, outcome: &mut Outcome) -> Vec<usize> {
 /// communicators costs some milliseconds, against a point's tens.
 fn tune_point(
     job: &Job,
+    round: usize,
     size: usize,
     entry: &'static ExecutorEntry,
     outcome: &mut Outcome,
@@ -361,7 +381,7 @@ fn tune_point(
             }
             let tuned =
                 sound_entry(job, entry, &m).map_err(|w| failed(format!("at {size} B: {w}")))?;
-            outcome.record(Point::new(size, tuned));
+            outcome.record(Point::new(size, round, tuned));
         }
     }
     Ok(())
@@ -443,11 +463,12 @@ fn sound_entry(job: &Job, entry: &ExecutorEntry, m: &Measured) -> Result<TuneEnt
     })
 }
 
-/// A measured point for tests: an AllReduce of `size` bytes on 4 ranks.
+/// A measured point for tests: an AllReduce of `size` bytes on 4 ranks, in round 1.
 #[cfg(test)]
 pub(super) fn point(size: usize, executor: &str, time_us: f64) -> Point {
     Point::new(
         size,
+        1,
         TuneEntry {
             op: OpKind::AllReduce,
             ranks: 4,
@@ -472,33 +493,38 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn rounds_keep_the_median_time_and_a_failure_drops_the_executor() {
-        let mut outcome = Outcome::default();
-        outcome.record(point(1024, "ring", 30.0));
-        outcome.record(point(1024, "mesh", 20.0));
-        outcome.record(point(1024, "ring", 10.0));
-        outcome.record(point(1024, "mesh", 25.0));
-        outcome.record(point(1024, "mesh", 90.0));
-        outcome.record(point(4096, "ring", 40.0));
-        assert_eq!(
-            times(&outcome),
-            vec![
-                (1024, "ring", 20.0),
-                (1024, "mesh", 25.0),
-                (4096, "ring", 40.0)
-            ]
-        );
-        outcome.fail("ring", "all_reduce ring: 3 wrong values".into());
-        assert_eq!(times(&outcome), vec![(1024, "mesh", 25.0)]);
-        assert_eq!(outcome.failures.len(), 1);
+    /// `point`, measured in `round`.
+    fn in_round(round: usize, size: usize, executor: &str, us: f64) -> Point {
+        let mut p = point(size, executor, us);
+        p.rounds[0].round = round;
+        p
     }
 
     #[test]
-    fn the_median_of_rounds_ignores_a_lone_quiet_round() {
-        assert_eq!(median_of_rounds(&[9691.0, 7062.0, 9800.0]), 9691.0);
-        assert_eq!(median_of_rounds(&[3.0, 4.0]), 3.5);
-        assert_eq!(median_of_rounds(&[1.234_56]), 1.23);
-        assert_eq!(median_of_rounds(&[0.001]), 0.01);
+    fn rounds_are_levelled_per_size_and_a_failure_drops_the_executor() {
+        let mut outcome = Outcome::default();
+        outcome.record(in_round(1, 1024, "ring", 30.0));
+        outcome.record(in_round(1, 1024, "mesh", 20.0));
+        outcome.record(in_round(1, 4096, "ring", 40.0));
+        // Round 2 at 1024 B loaded 2x for both: the order and ratio stand.
+        outcome.record(in_round(2, 1024, "ring", 60.0));
+        outcome.record(in_round(2, 1024, "mesh", 40.0));
+        // Recorded, not yet levelled: the first round's times.
+        assert_eq!(times(&outcome)[0], (1024, "ring", 30.0));
+        outcome.level(1024);
+        outcome.level(4096);
+        let t = times(&outcome);
+        assert_eq!(
+            (t[0].1, t[1].1, t[2]),
+            ("ring", "mesh", (4096, "ring", 40.0))
+        );
+        assert!((t[0].2 / t[1].2 - 1.5).abs() < 1e-3, "{t:?}");
+        let load = outcome.load_at(1024).expect("levelled");
+        assert!((load[1].1 / load[0].1 - 2.0).abs() < 1e-9, "{load:?}");
+        assert_eq!(outcome.load_at(4096), Some(&[(1, 1.0)][..]));
+        outcome.fail("ring", "all_reduce ring: 3 wrong values".into());
+        assert_eq!(times(&outcome).len(), 1);
+        assert_eq!(outcome.points[0].rounds.len(), 2);
+        assert_eq!(outcome.failures.len(), 1);
     }
 }
