@@ -49,6 +49,7 @@ pub fn level(rows: &[&[RoundTime]]) -> Levelled {
     let mut rounds: Vec<usize> = logs.iter().flatten().map(|(r, _)| *r).collect();
     rounds.sort_unstable();
     rounds.dedup();
+    // Every row's rounds are in `rounds`: the search always finds them.
     let index = |round: usize| rounds.binary_search(&round).unwrap_or(0);
     let mut load = vec![0.0; rounds.len()];
     let mut levels: Vec<f64> = logs.iter().map(|row| level_of(row, &load, index)).collect();
@@ -94,7 +95,7 @@ fn loads(
 }
 
 /// The median of `values` (the mean of the middle two for an even count); none if empty.
-pub fn median(mut values: Vec<f64>) -> Option<f64> {
+fn median(mut values: Vec<f64>) -> Option<f64> {
     values.sort_by(f64::total_cmp);
     let n = values.len();
     match n {
