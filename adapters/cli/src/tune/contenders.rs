@@ -24,15 +24,9 @@ pub const CONTENDER_RATIO: f64 = 1.25;
 /// within [`CONTENDER_RATIO`] of the fastest, and the group of the model's pick, in
 /// `groups`' order. None when nothing was measured at `size`.
 pub fn contenders(outcome: &Outcome, size: usize, groups: &[Twins]) -> Vec<&'static ExecutorEntry> {
-    let time = |name: &str| {
-        outcome
-            .points
-            .iter()
-            .find(|p| p.size == size && p.entry.executor == name)
-            .map(|p| p.entry.time_us)
-    };
+    let time = |name: &str| outcome.point_of(size, name).map(|p| p.entry.time_us);
     let times: Vec<Option<f64>> = groups.iter().map(|g| time(g.measured.name)).collect();
-    let Some(fastest) = times.iter().flatten().copied().min_by(f64::total_cmp) else {
+    let Some(fastest) = outcome.fastest_at(size).map(|p| p.entry.time_us) else {
         return vec![];
     };
     let pick = outcome.pick_at(size);

@@ -105,8 +105,9 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
     }
 }
 
-/// `us` to the hundredth of a µs, never 0 (the table's format refuses 0).
-fn hundredths(us: f64) -> f64 {
+/// `us` to the hundredth of a µs (finer is below the noise), never 0 (the table's format
+/// refuses 0).
+pub fn hundredths(us: f64) -> f64 {
     ((us * 100.0).round() / 100.0).max(0.01)
 }
 

@@ -51,7 +51,7 @@ pub fn reference_picks(job: &Job, outcome: &Outcome, table: &TuneTable) -> Vec<(
     job.sizes
         .iter()
         .filter_map(|&size| {
-            let bytes = outcome.points.iter().find(|p| p.size == size)?.entry.bytes;
+            let bytes = outcome.at(size).next()?.entry.bytes;
             let fastest = entries
                 .iter()
                 .filter(|e| e.bytes == bytes)

@@ -56,7 +56,7 @@ pub fn print(job: &Job, outcome: &Outcome, reference: Option<&Reference>) -> Tal
         "time (us)"
     );
     for &size in &job.sizes {
-        let mut at: Vec<&Point> = outcome.points.iter().filter(|p| p.size == size).collect();
+        let mut at: Vec<&Point> = outcome.at(size).collect();
         at.sort_by(|a, b| a.entry.time_us.total_cmp(&b.entry.time_us));
         let Some(fastest) = at.first().map(|p| p.entry.time_us) else {
             continue;
@@ -163,12 +163,11 @@ pub fn pick_check(sizes: &[usize], outcome: &Outcome, picks: &[(usize, Pick)]) -
     sizes
         .iter()
         .filter_map(|&size| {
-            let at = || outcome.points.iter().filter(move |p| p.size == size);
-            let fastest = at().map(|p| p.entry.time_us).min_by(f64::total_cmp)?;
+            let fastest = outcome.fastest_at(size)?.entry.time_us;
             let pick = picks.iter().find(|(s, _)| *s == size)?.1.clone();
             let ratio = pick.as_ref().ok().and_then(|name| {
-                at().find(|p| &p.entry.executor == name)
-                    .map(|p| p.entry.time_us / fastest)
+                let p = outcome.point_of(size, name)?;
+                Some(p.entry.time_us / fastest)
             });
             Some(PickCheck { size, pick, ratio })
         })
@@ -210,9 +209,8 @@ fn print_pick_check(whose: &str, checks: &[PickCheck], outcome: &Outcome) {
 /// `name`'s rounds at `size` and the fastest executor's, in the order measured:
 /// `mesh-push 179.26 181.02 150.20, mesh 148.41 150.10 151.03`.
 fn rounds_of_pick_and_fastest(outcome: &Outcome, size: usize, name: &str) -> String {
-    let at = || outcome.points.iter().filter(|p| p.size == size);
-    let fastest = at().min_by(|a, b| a.entry.time_us.total_cmp(&b.entry.time_us));
-    let pick = at().find(|p| p.entry.executor == name);
+    let fastest = outcome.fastest_at(size);
+    let pick = outcome.point_of(size, name);
     let show = |p: &Point| {
         let rounds: Vec<String> = p.rounds.iter().map(|t| format!("{:.2}", t.us)).collect();
         format!("{} {}", p.entry.executor, rounds.join(" "))

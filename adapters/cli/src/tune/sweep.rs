@@ -110,6 +110,22 @@ pub struct Outcome {
 pub type Pick = Result<String, String>;
 
 impl Outcome {
+    /// The points measured at `size`.
+    pub fn at(&self, size: usize) -> impl Iterator<Item = &Point> + '_ {
+        self.points.iter().filter(move |p| p.size == size)
+    }
+
+    /// `executor`'s point at `size`, if it was measured there.
+    pub fn point_of(&self, size: usize, executor: &str) -> Option<&Point> {
+        self.at(size).find(|p| p.entry.executor == executor)
+    }
+
+    /// The fastest point at `size`, if any was measured there.
+    pub fn fastest_at(&self, size: usize) -> Option<&Point> {
+        self.at(size)
+            .min_by(|a, b| a.entry.time_us.total_cmp(&b.entry.time_us))
+    }
+
     /// Add `point`'s round to an earlier round's measurement of the same point; its time
     /// is set again by [`Outcome::level`].
     fn record(&mut self, point: Point) {
@@ -168,9 +184,7 @@ impl Outcome {
     fn share(&mut self, kind: OpKind, size: usize, group: &Twins, failed: &mut Vec<&str>) {
         let measured = group.measured.name;
         let point = self
-            .points
-            .iter()
-            .find(|p| p.size == size && p.entry.executor == measured)
+            .point_of(size, measured)
             .map(|p| (p.entry.clone(), p.rounds.clone()));
         let skip = self
             .skipped
@@ -458,8 +472,7 @@ fn sound_entry(job: &Job, entry: &ExecutorEntry, m: &Measured) -> Result<TuneEnt
         // What select_alg looks up: the bytes of one rank's input.
         bytes: m.op.buffer_bytes(0, ranks).0,
         executor: entry.name.to_string(),
-        // Hundredths of a µs are below the noise; never 0, which the format refuses.
-        time_us: ((m.out_of_place.seconds * 1e8).round() / 100.0).max(0.01),
+        time_us: drift::hundredths(m.out_of_place.seconds * 1e6),
     })
 }
 
