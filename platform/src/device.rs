@@ -391,6 +391,11 @@ pub struct CompileRequest {
     pub in_place: bool,
     /// Peers may touch this rank's user buffers (zero-copy): completion waits for them.
     pub exit_fence: bool,
+    /// Bytes the whole operation's user buffers take on this rank's host (every rank's
+    /// input and output there that the operation touches), or 0 when not known: a hint
+    /// for how a backend stores a copy's result (the host's
+    /// [`copy_streams`](crate::reduce::copy_streams)), never a bound.
+    pub footprint: usize,
 }
 
 /// A compiled program: what every backend knows about it, plus the backend's own part.

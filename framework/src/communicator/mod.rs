@@ -718,6 +718,7 @@ impl Communicator {
             local_notifies: request.local_notify_count(),
             in_place,
             exit_fence: plan.mode == Mode::Direct,
+            footprint: self.footprint(op, in_place),
         })?;
         Ok(Prepared {
             selection,
@@ -728,6 +729,13 @@ impl Communicator {
             mode: plan.mode,
             scratch_use,
         })
+    }
+
+    /// What `op`'s user buffers take on this rank's server ([`OpParam::server_footprint`]).
+    fn footprint(&self, op: &OpParam, in_place: bool) -> usize {
+        let topology = &self.group.topology;
+        let server = topology.server_ranks(topology.server_of(self.rank));
+        op.server_footprint(self.rank, self.size(), server, in_place)
     }
 
     /// Run `op` with `user` bound; blocks until this rank's part is done.

@@ -134,6 +134,9 @@ pub(crate) struct Caches {
     pub cached: f64,
     /// Its footprint passes the last-level cache ([`Processor::passes_llc`]).
     pub passes_llc: bool,
+    /// Its footprint on the server, bytes ([`footprints`]): what a communicator tells the
+    /// host kernel as `oxccl_platform::CompileRequest::footprint`.
+    pub footprint: usize,
 }
 
 impl Caches {
@@ -141,6 +144,7 @@ impl Caches {
     pub const NONE: Caches = Caches {
         cached: 0.0,
         passes_llc: false,
+        footprint: 0,
     };
 
     /// The caches of `processor` for an operation touching `footprint` bytes on a server.
@@ -148,6 +152,7 @@ impl Caches {
         Caches {
             cached: processor.cached_share(footprint),
             passes_llc: processor.passes_llc(footprint),
+            footprint,
         }
     }
 }
@@ -170,11 +175,15 @@ impl Caches {
 /// `oxccl perf all-gather --ranks 8 -b 2M -e 4M -f 2 -n 30 -w 5`).
 pub(crate) fn thread_bytes(task: &Task, program_bytes: usize, caches: Caches) -> f64 {
     let len = task.bytes();
+    let scope = oxccl_platform::reduce::CopyScope {
+        program_bytes,
+        footprint: caches.footprint,
+    };
     match task {
         Task::Copy { dsts, .. }
             if dsts.len() > 1
                 && caches.passes_llc
-                && !oxccl_platform::reduce::copy_streams(len, dsts.len(), program_bytes) =>
+                && !oxccl_platform::reduce::copy_streams(len, dsts.len(), scope) =>
         {
             len as f64 * dsts.len() as f64 * SCATTERED_COPY_COST
         }

@@ -320,6 +320,51 @@ impl OpParam {
         (i.saturating_mul(es), o.saturating_mul(es))
     }
 
+    /// Bytes of `rank`'s user buffers the operation touches: its input and output
+    /// ([`OpParam::buffer_bytes`]), the larger alone in place, without the buffer a rooted
+    /// operator leaves alone away from its root (a non-root's output of Gather and
+    /// Reduce, its input of Scatter and Broadcast). The point-to-point operators' layouts
+    /// are this rank's own, so for them it is the bytes of this rank's call.
+    pub fn touched_bytes(&self, rank: Rank, ranks: usize, in_place: bool) -> usize {
+        let (input, output) = self.buffer_bytes(rank, ranks);
+        let at_root = self.root.is_none_or(|root| root == rank);
+        let (input, output) = match self.kind {
+            OpKind::Gather | OpKind::Reduce if !at_root => (input, 0),
+            OpKind::Scatter | OpKind::Broadcast if !at_root => (0, output),
+            _ => (input, output),
+        };
+        match in_place {
+            true => input.max(output),
+            false => input.saturating_add(output),
+        }
+    }
+
+    /// Bytes the operation's user buffers take on a server of `server_ranks` ranks, as
+    /// `rank` (one of them) sees it: [`OpParam::touched_bytes`] summed over them, taking
+    /// every rank but a root to touch what `rank` does (what a rank of a V or
+    /// point-to-point operator knows). A hint for a device's store policy
+    /// ([`CompileRequest::footprint`](oxccl_platform::CompileRequest::footprint)), in
+    /// O(1) whatever the rank count; saturating.
+    pub fn server_footprint(
+        &self,
+        rank: Rank,
+        ranks: usize,
+        server_ranks: std::ops::Range<Rank>,
+        in_place: bool,
+    ) -> usize {
+        let touched = |r: Rank| self.touched_bytes(r, ranks, in_place);
+        let n = server_ranks.len();
+        let root = self.root.filter(|r| server_ranks.contains(r));
+        let other = match root {
+            Some(root) if root == rank => (rank + 1) % ranks.max(1),
+            _ => rank,
+        };
+        match root {
+            Some(root) => touched(root).saturating_add(touched(other).saturating_mul(n - 1)),
+            None => touched(other).saturating_mul(n),
+        }
+    }
+
     /// Byte offsets of `rank`'s input and output data inside the one buffer of an in-place
     /// call (NCCL's convention: the buffer is the larger side; the input of AllGather and
     /// Gather is block `rank` of the output, the output of ReduceScatter and Scatter is
@@ -538,5 +583,34 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn an_operations_footprint_counts_the_buffers_it_touches_on_the_server() {
+        const MIB: usize = 1 << 20;
+        let f32s = |bytes: usize| bytes / 4;
+        // Gather of 32 MiB on 8 ranks: every input (4 MiB) and the root's output; in
+        // place, the root's input is part of its output.
+        let gather = OpParam::rooted(OpKind::Gather, f32s(4 * MIB), DataType::F32, ReduceOp::Sum, 0);
+        for rank in [0, 5] {
+            assert_eq!(gather.server_footprint(rank, 8, 0..8, false), 64 * MIB);
+            assert_eq!(gather.server_footprint(rank, 8, 0..8, true), 60 * MIB);
+        }
+        // A server without the root: only inputs.
+        assert_eq!(gather.server_footprint(9, 16, 8..16, false), 32 * MIB);
+        assert_eq!(gather.touched_bytes(3, 8, false), 4 * MIB);
+        // Broadcast: the root's input and every output.
+        let bcast = OpParam::rooted(OpKind::Broadcast, f32s(4 * MIB), DataType::F32, ReduceOp::Sum, 2);
+        assert_eq!(bcast.server_footprint(2, 8, 0..8, false), 36 * MIB);
+        // AllGather at 4 MiB and AlltoAll at 4 MiB, symmetric.
+        let ag = OpParam::new(OpKind::AllGather, f32s(MIB / 2), DataType::F32, ReduceOp::Sum);
+        assert_eq!(ag.server_footprint(1, 8, 0..8, false), 36 * MIB);
+        assert_eq!(ag.server_footprint(1, 8, 0..8, true), 32 * MIB);
+        let a2a = OpParam::new(OpKind::AlltoAll, f32s(MIB / 2), DataType::F32, ReduceOp::Sum);
+        assert_eq!(a2a.server_footprint(1, 8, 0..8, false), 64 * MIB);
+        // One rank alone, and sizes that would wrap saturate.
+        assert_eq!(gather.server_footprint(0, 1, 0..1, false), 8 * MIB);
+        let huge = OpParam::new(OpKind::AlltoAll, usize::MAX / 2, DataType::F64, ReduceOp::Sum);
+        assert_eq!(huge.server_footprint(0, 8, 0..8, false), usize::MAX);
     }
 }

@@ -131,6 +131,8 @@ pub(crate) struct HostProgram {
     /// small program runs inline ([`HostProgram::small`]), a large one's copies stream
     /// (see `reduce::copy_streams`).
     pub moved: usize,
+    /// The operation's footprint on this host ([`CompileRequest::footprint`]).
+    pub footprint: usize,
 }
 
 impl HostProgram {
@@ -291,6 +293,7 @@ pub(crate) fn compile(
             exit_slots,
             watched,
             moved,
+            footprint: request.footprint,
         }),
     }))
 }

@@ -19,12 +19,12 @@
 //! into 64-byte aligned chunks that idle workers pick up; the worker that finishes the
 //! last chunk resumes the stream.
 
-use super::compile::{DataOp, Kind, Operand, Place};
+use super::compile::{DataOp, HostProgram, Kind, Operand, Place};
 use super::launch::{Launch, Step};
 use super::memory::UserRegions;
 use crate::error::{DeviceError, SliceFault, TaskLocation};
 use crate::ir::{Buf, Slice};
-use crate::reduce::{copy_part, copy_streams, reduce_part};
+use crate::reduce::{copy_part, copy_streams, reduce_part, CopyScope};
 use crate::slice_checks::{check_overlaps, HasSlice};
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -70,21 +70,23 @@ unsafe impl Send for Prepared {}
 unsafe impl Sync for Prepared {}
 
 impl Prepared {
-    /// An unbound task of `task`'s kind and length, in a program that moves
-    /// `program_bytes` in all. A Copy that also sends its result over TCP streams by its
-    /// own size alone: the send reads the result back right away, from the cache unless
-    /// it streamed.
-    fn new(task: &DataOp, program_bytes: usize) -> Self {
-        let program_bytes = match task.remote.is_empty() {
-            true => program_bytes,
-            false => 0,
+    /// An unbound task of `task`'s kind and length, in `program`. A Copy that also sends
+    /// its result over TCP streams by its own size alone: the send reads the result back
+    /// right away, from the cache unless it streamed.
+    fn new(task: &DataOp, program: &HostProgram) -> Self {
+        let scope = match task.remote.is_empty() {
+            true => CopyScope {
+                program_bytes: program.moved,
+                footprint: program.footprint,
+            },
+            false => CopyScope::default(),
         };
         Prepared {
             kind: task.kind,
             srcs: Ptrs::new(),
             dsts: Ptrs::new(),
             len: task.len,
-            streaming: copy_streams(task.len, task.dsts.len(), program_bytes),
+            streaming: copy_streams(task.len, task.dsts.len(), scope),
             keep: SmallVec::new(),
         }
     }
@@ -147,7 +149,7 @@ impl BoundTask {
         at: TaskLocation,
         regions: &[Option<UserRegions>],
     ) -> Result<Self, DeviceError> {
-        let mut prepared = Prepared::new(task, launch.program.moved);
+        let mut prepared = Prepared::new(task, &launch.program);
         bind(
             launch,
             task,
@@ -174,7 +176,7 @@ pub(crate) fn run_data_task(
     task: &DataOp,
     at: TaskLocation,
 ) -> Result<Step, DeviceError> {
-    let mut prepared = Prepared::new(task, launch.program.moved);
+    let mut prepared = Prepared::new(task, &launch.program);
     bind(launch, task, at, PeerRegions::Registered, &mut prepared)?;
     if !task.remote.is_empty() {
         return run_with_puts(launch, task, &prepared).map(|()| Step::Next);

@@ -96,6 +96,7 @@ pub(super) fn request(program: RankProgram, peers: Vec<usize>) -> CompileRequest
         local_notifies: 0,
         in_place: false,
         exit_fence: false,
+        footprint: 0,
     }
 }
 
@@ -245,6 +246,7 @@ fn a_program_cannot_reach_outside_a_peers_shared_buffers() {
             local_notifies: 0,
             in_place: false,
             exit_fence: false,
+            footprint: 0,
         })
     };
     let ccl = a.config().ccl_bytes;

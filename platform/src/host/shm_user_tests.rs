@@ -39,6 +39,7 @@ fn cross(dev: &HostDevice, r: usize, len: usize) -> CompileRequest {
         local_notifies: 0,
         in_place: false,
         exit_fence: true,
+        footprint: 0,
     }
 }
 

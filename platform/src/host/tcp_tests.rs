@@ -250,6 +250,7 @@ fn scratch_is_exchanged_and_bounded_by_the_peers_announced_size() {
             local_notifies: 0,
             in_place: false,
             exit_fence: false,
+            footprint: 0,
         })
     };
     compile(92).expect("inside the peer's scratch");
@@ -345,6 +346,7 @@ fn fence_on_rogue() -> CompileRequest {
         local_notifies: 0,
         in_place: false,
         exit_fence: false,
+        footprint: 0,
     }
 }
 
@@ -372,6 +374,7 @@ fn a_zero_copy_call_does_not_wait_at_exit_for_a_peer_reached_over_tcp() {
     );
     let zero_copy = CompileRequest {
         exit_fence: true,
+        footprint: 0,
         ..request(p, vec![1])
     };
     let mut out = [vec![0u8; 8]];

@@ -74,6 +74,7 @@ fn run_group(dev: &HostDevice, group: Vec<Ex<'_>>) -> Vec<Result<(), DeviceError
             local_notifies: 8,
             in_place: e.user.is_in_place(),
             exit_fence: e.exit_fence,
+            footprint: 0,
         };
         match dev.compile(request) {
             Ok(compiled) => {
@@ -292,6 +293,7 @@ fn a_post_taken_just_before_its_owner_ends_is_no_late_post() {
                 local_notifies: 1,
                 in_place: true,
                 exit_fence: false,
+                footprint: 0,
             })
             .unwrap()
         })
@@ -641,6 +643,7 @@ fn run_sequence_group(dev: &HostDevice, group: Vec<Ex<'_>>) -> Vec<Result<(), De
                     local_notifies: 8,
                     in_place: e.user.is_in_place(),
                     exit_fence: e.exit_fence,
+                    footprint: 0,
                 })
                 .unwrap(),
             user: e.user,
@@ -726,6 +729,7 @@ fn a_linked_group_rebinds_when_its_buffers_change_and_reads_new_data_when_not() 
                 local_notifies: 8,
                 in_place: false,
                 exit_fence: false,
+                footprint: 0,
             })
             .unwrap()
         })
@@ -973,6 +977,7 @@ fn back_to_back_calls_stay_correct_without_a_close_exchange() {
                 local_notifies: 0,
                 in_place: false,
                 exit_fence: false,
+                footprint: 0,
             })
             .unwrap()
         })
@@ -1020,6 +1025,7 @@ fn a_device_serves_a_subset_of_ranks_and_refuses_the_others() {
         local_notifies: 0,
         in_place: false,
         exit_fence: false,
+        footprint: 0,
     };
     let mut ok = RankProgram::new(2, 1);
     ok.streams[0].copy(

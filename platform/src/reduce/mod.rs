@@ -150,23 +150,35 @@ struct Part {
 /// `src` is valid for reads of `len` bytes and each dst for writes of `len` bytes; no dst
 /// overlaps `src` or another dst; nothing else writes those bytes during the call.
 pub unsafe fn copy_raw(src: *const u8, dsts: &[*mut u8], len: usize) {
-    let streaming = copy_streams(len, dsts.len(), 0);
+    let streaming = copy_streams(len, dsts.len(), CopyScope::default());
     // SAFETY: the caller upholds this function's contract, which is `copy_part`'s.
     unsafe { copy_part(src, dsts, len, streaming) }
 }
 
-/// Whether a copy of `len` bytes to `dsts` destinations, a task of a program whose data
-/// tasks move `program_bytes` in all (each one's length times its destinations), goes
-/// block by block with streaming stores, reading its source once: when it writes
+/// What a copy is part of, for [`copy_streams`]: the bytes its program's data tasks move
+/// in all (each one's length times its destinations), and the bytes the whole
+/// operation's user buffers take on the copy's host (0 when not known).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CopyScope {
+    pub program_bytes: usize,
+    pub footprint: usize,
+}
+
+/// Whether a copy of `len` bytes to `dsts` destinations, a task of `scope`, goes block by
+/// block with streaming stores, reading its source once: when it writes
 /// [`COPY_STREAM_BYTES`] itself, or writes at least [`STREAM_BYTES`] in a program that
-/// writes [`PROGRAM_STREAM_BYTES`]. Otherwise its stores are cached, block by block
-/// when it has several destinations ([`CACHED_BLOCK_BYTES`]), each block of the source
-/// read again from the first-level cache. The cost model charges a host thread the
-/// source once for it, or more than a copy per destination when the operation's buffers
-/// pass the last-level cache (`oxccl_framework`'s `cost::thread_bytes`).
-pub fn copy_streams(len: usize, dsts: usize, program_bytes: usize) -> bool {
+/// writes [`PROGRAM_STREAM_BYTES`], or has one destination of at least [`STREAM_BYTES`]
+/// in an operation whose footprint is at least [`FOOTPRINT_STREAM_BYTES`]. Otherwise its stores are
+/// cached, block by block when it has several destinations ([`CACHED_BLOCK_BYTES`]), each
+/// block of the source read again from the first-level cache. The cost model charges a
+/// host thread the source once for it, or more than a copy per destination when the
+/// operation's buffers pass the last-level cache (`oxccl_framework`'s
+/// `cost::thread_bytes`).
+pub fn copy_streams(len: usize, dsts: usize, scope: CopyScope) -> bool {
     let writes = len.saturating_mul(dsts);
-    writes >= COPY_STREAM_BYTES || (writes >= STREAM_BYTES && program_bytes >= PROGRAM_STREAM_BYTES)
+    let large_program = scope.program_bytes >= PROGRAM_STREAM_BYTES;
+    let large_operation = dsts == 1 && scope.footprint >= FOOTPRINT_STREAM_BYTES;
+    writes >= COPY_STREAM_BYTES || (writes >= STREAM_BYTES && (large_program || large_operation))
 }
 
 /// [`copy_raw`] over one part of a larger copy, streaming or not as the whole copy does
@@ -786,6 +798,27 @@ const COPY_STREAM_BYTES: usize = 8 << 20;
 /// At 4 MiB (4 MiB per program) cached stores stay faster (see [`COPY_STREAM_BYTES`]), so
 /// the bar sits above that.
 const PROGRAM_STREAM_BYTES: usize = 8 << 20;
+
+/// A copy to one destination streams when the operation's user buffers take at least this
+/// much on its host, even if its program is below [`PROGRAM_STREAM_BYTES`]: what such an
+/// operation stores is evicted before anyone reads it, and a cached store only adds a
+/// read for ownership. The programs of executors whose ranks each put one block
+/// (`put-mesh` Gather: a 4 MiB copy per rank at 32 MiB) or a few (AlltoAll at 4 MiB:
+/// 512 KiB to each peer) are small, yet their operations' buffers take 60 to 64 MiB. On
+/// 8 in-process ranks of the development machine (32 MiB of last-level cache), cached
+/// stores against streaming ones (`oxccl perf <op> --ranks 8 -b S -e S -n 20 -w 3 --algo
+/// <executor>`, alternating runs):
+/// - Gather at 32 MiB by `put-mesh`: 1810 and 1698 µs against 1511 and 1576 out of place
+///   (64 MiB), 1608 and 1547 against 1187 and 1340 in place (60 MiB);
+/// - AlltoAll at 4 MiB out of place (64 MiB), three runs each: `mesh` 2128 to 2461 µs
+///   against 1491 to 1688, `put-mesh` 2021 to 2561 against 1446 to 1958, `pairwise` 1972
+///   to 2817 against 1487 to 1675.
+///
+/// AllGather at 4 MiB (36 MiB) is faster with cached stores (see [`COPY_STREAM_BYTES`]),
+/// so the bar lies between: 1.5 times that cache. Copies to several destinations keep
+/// the program's bar: `mesh-push` AllReduce at 4 MiB (eight destinations of 512 KiB,
+/// 64 MiB of buffers) gained nothing from streaming in five alternating runs.
+pub const FOOTPRINT_STREAM_BYTES: usize = 48 << 20;
 
 /// Storing a finished block.
 mod store {

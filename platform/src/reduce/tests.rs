@@ -495,3 +495,25 @@ fn the_parts_of_a_streaming_task_store_what_the_whole_would() {
         assert!(c.bytes() == srcs[0].bytes());
     }
 }
+
+#[test]
+fn a_copy_to_one_destination_streams_in_a_large_operation_even_from_a_small_program() {
+    let scope = |program_bytes, footprint| CopyScope {
+        program_bytes,
+        footprint,
+    };
+    // Gather's put-mesh at 32 MiB on 8 ranks: each rank puts one 4 MiB block, in an
+    // operation of 64 MiB of buffers.
+    assert!(copy_streams(4 << 20, 1, scope(4 << 20, 64 << 20)));
+    assert!(copy_streams(4 << 20, 1, scope(4 << 20, FOOTPRINT_STREAM_BYTES)));
+    // An AllGather's 4 MiB program in 36 MiB of buffers keeps its cached stores.
+    assert!(!copy_streams(4 << 20, 1, scope(4 << 20, 36 << 20)));
+    // Not worth it for a short copy, however large the operation.
+    assert!(!copy_streams(128 << 10, 1, scope(128 << 10, 1 << 30)));
+    // A copy to several destinations goes by its program (mesh-push's broadcast of a
+    // reduced block).
+    assert!(!copy_streams(512 << 10, 8, scope(9 << 19, 64 << 20)));
+    assert!(copy_streams(512 << 10, 8, scope(PROGRAM_STREAM_BYTES, 0)));
+    // Unknown footprint: the program's rule alone, as before.
+    assert!(!copy_streams(4 << 20, 1, CopyScope::default()));
+}
