@@ -218,6 +218,13 @@ fn layouts_differ(sigs: &[&Signature]) -> Option<String> {
     let first = sigs.first()?;
     match first.layout.as_deref()? {
         VLayout::Blocks { displs, .. } => {
+            // The common case compares the slices; only a mismatch is formatted.
+            let same = sigs.iter().all(|s| {
+                matches!(s.layout.as_deref(), Some(VLayout::Blocks { displs: d, .. }) if d == displs)
+            });
+            if same {
+                return None;
+            }
             let values: Vec<(Rank, String)> = sigs
                 .iter()
                 .map(|s| match s.layout.as_deref() {
@@ -237,47 +244,70 @@ fn layouts_differ(sigs: &[&Signature]) -> Option<String> {
     }
 }
 
+/// One non-empty item of an ordered pair's stream: `(sender, receiver, count)`.
+type PairItem = (Rank, Rank, usize);
+
 /// The first ordered pair whose sends and receives disagree: the non-empty sends of `a`
 /// to `b`, in call order, against the non-empty receives of `b` from `a`.
+///
+/// Every call of these operators runs it, so it allocates two lists and sorts them, and
+/// hashes nothing: each list sorted stably by pair keeps a pair's counts in call order,
+/// and the two are equal exactly when every pair agrees. Only a mismatch is looked at
+/// pair by pair.
 fn pairs_differ(sigs: &[&Signature]) -> Option<String> {
-    let mut sent: HashMap<(Rank, Rank), Vec<usize>> = HashMap::new();
-    let mut received: HashMap<(Rank, Rank), Vec<usize>> = HashMap::new();
-    let non_empty = |items: &[P2pItem]| {
-        items
-            .iter()
-            .filter(|i| i.count > 0)
-            .copied()
-            .collect::<Vec<_>>()
-    };
+    let mut sent: Vec<PairItem> = Vec::new();
+    let mut received: Vec<PairItem> = Vec::new();
     for sig in sigs {
         let Some((sends, recvs)) = sig.layout.as_deref().and_then(VLayout::p2p) else {
             return Some(format!("rank {} passes no point-to-point layout", sig.rank));
         };
-        for item in non_empty(sends) {
-            sent.entry((sig.rank, item.peer))
-                .or_default()
-                .push(item.count);
-        }
-        for item in non_empty(recvs) {
-            received
-                .entry((item.peer, sig.rank))
-                .or_default()
-                .push(item.count);
-        }
+        sent.extend(non_empty(sends).map(|i| (sig.rank, i.peer, i.count)));
+        received.extend(non_empty(recvs).map(|i| (i.peer, sig.rank, i.count)));
     }
-    let mut pairs: Vec<&(Rank, Rank)> = sent.keys().chain(received.keys()).collect();
-    pairs.sort_unstable();
-    pairs.dedup();
-    pairs.into_iter().find_map(|&(a, b)| {
-        let (s, r) = (sent.get(&(a, b)), received.get(&(a, b)));
-        (s != r).then(|| {
+    sent.sort_by_key(|&(a, b, _)| (a, b));
+    received.sort_by_key(|&(a, b, _)| (a, b));
+    match sent == received {
+        true => None,
+        false => first_differing_pair(&sent, &received),
+    }
+}
+
+/// The non-empty items of `items`, in call order.
+fn non_empty(items: &[P2pItem]) -> impl Iterator<Item = P2pItem> + '_ {
+    items.iter().filter(|i| i.count > 0).copied()
+}
+
+/// The first pair, in (sender, receiver) order, whose counts differ between `sent` and
+/// `received` (each sorted stably by pair), described: one merge of the two lists.
+fn first_differing_pair(sent: &[PairItem], received: &[PairItem]) -> Option<String> {
+    let pair = |g: &[PairItem]| (g[0].0, g[0].1);
+    let same_pair = |x: &PairItem, y: &PairItem| (x.0, x.1) == (y.0, y.1);
+    let mut sent = sent.chunk_by(same_pair).peekable();
+    let mut received = received.chunk_by(same_pair).peekable();
+    loop {
+        let next = match (
+            sent.peek().map(|g| pair(g)),
+            received.peek().map(|g| pair(g)),
+        ) {
+            (None, None) => return None,
+            (Some(s), None) => s,
+            (None, Some(r)) => r,
+            (Some(s), Some(r)) => s.min(r),
+        };
+        let counts = |groups: &mut std::iter::Peekable<_>| -> Option<Vec<usize>> {
+            let group: &[PairItem] = groups.next_if(|g: &&[PairItem]| pair(g) == next)?;
+            Some(group.iter().map(|i| i.2).collect())
+        };
+        let (s, r) = (counts(&mut sent), counts(&mut received));
+        if s != r {
             let show =
-                |v: Option<&Vec<usize>>| v.map_or("nothing".into(), |v| format!("counts {v:?}"));
-            format!(
+                |v: Option<Vec<usize>>| v.map_or("nothing".into(), |v| format!("counts {v:?}"));
+            let (a, b) = next;
+            return Some(format!(
                 "rank {a} sends {} to rank {b}, which receives {} from rank {a}",
                 show(s),
                 show(r)
-            )
-        })
-    })
+            ));
+        }
+    }
 }

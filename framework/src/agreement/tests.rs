@@ -175,3 +175,54 @@ fn a_missing_rank_times_out_naming_it_and_a_failure_wakes_waiters() {
         assert!(matches!(waiter.join().unwrap(), Err(Error::Aborted { .. })));
     });
 }
+
+#[test]
+fn send_recv_pairs_match_in_call_order_whatever_the_interleaving() {
+    let item = |peer, count| crate::op::P2pItem {
+        peer,
+        offset: 0,
+        count,
+    };
+    let send_recv = |sends: Vec<crate::op::P2pItem>, recvs: Vec<crate::op::P2pItem>| {
+        let layout = VLayout::P2p { sends, recvs };
+        OpParam::vector(OpKind::SendRecv, layout, DataType::F32, ReduceOp::Sum)
+    };
+    // Rank 0 sends 2 and 3 elements to rank 1 with a send to rank 2 between them, and an
+    // empty item, which counts for nothing.
+    let rank0 = send_recv(vec![item(1, 2), item(2, 5), item(1, 0), item(1, 3)], vec![]);
+    let rank1 = |counts: &[usize]| send_recv(vec![], counts.iter().map(|&c| item(0, c)).collect());
+    let rank2 = send_recv(vec![], vec![item(0, 5)]);
+    let good = agree(&[rank0.clone(), rank1(&[2, 3]), rank2.clone()]);
+    assert!(good.iter().all(Result::is_ok), "{good:?}");
+    for (counts, says) in [
+        (
+            &[3, 2][..],
+            "rank 0 sends counts [2, 3] to rank 1, which receives counts [3, 2]",
+        ),
+        (
+            &[2][..],
+            "rank 0 sends counts [2, 3] to rank 1, which receives counts [2]",
+        ),
+        (
+            &[][..],
+            "rank 0 sends counts [2, 3] to rank 1, which receives nothing",
+        ),
+    ] {
+        let bad = agree(&[rank0.clone(), rank1(counts), rank2.clone()]);
+        let (field, detail) = mismatch_of(&bad[2]);
+        assert_eq!(field, "layout");
+        assert!(detail.contains(says), "{detail}");
+    }
+    // A receive nobody sends: the first pair in (sender, receiver) order is named.
+    let bad = agree(&[
+        rank0,
+        rank1(&[2, 3]),
+        send_recv(vec![], vec![item(0, 5), item(1, 4)]),
+    ]);
+    assert!(
+        mismatch_of(&bad[0])
+            .1
+            .contains("rank 1 sends nothing to rank 2, which receives counts [4]"),
+        "{bad:?}"
+    );
+}
