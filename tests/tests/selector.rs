@@ -192,7 +192,10 @@ fn every_rank_picks_the_same_point_to_point_executor_around_a_broken_link() {
     let cut = picks(Topology::parse_spec("mesh8-cut").unwrap());
     assert!(cut.iter().all(|&n| n == cut[0]), "{cut:?}");
     for direct in ["p2p", "put-p2p"] {
-        assert_ne!(cut[0], direct, "{direct} needs the broken link on ranks 0 and 1");
+        assert_ne!(
+            cut[0], direct,
+            "{direct} needs the broken link on ranks 0 and 1"
+        );
     }
 }
 

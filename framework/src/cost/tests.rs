@@ -643,7 +643,11 @@ fn a_cached_copy_to_several_destinations_costs_a_thread_more_only_past_the_last_
     // Within the last-level cache, block by block: its source read once, as the memory
     // bus sees it.
     let cached = copy(512 << 10, 7);
-    assert!(!oxccl_platform::reduce::copy_streams(512 << 10, 7, scope(0)));
+    assert!(!oxccl_platform::reduce::copy_streams(
+        512 << 10,
+        7,
+        scope(0)
+    ));
     assert_eq!(
         thread_bytes(&cached, 7 * (512 << 10), within),
         memory_bytes(&cached)
@@ -662,9 +666,21 @@ fn a_cached_copy_to_several_destinations_costs_a_thread_more_only_past_the_last_
     assert!(oxccl_platform::reduce::copy_streams(4 << 20, 7, scope(0)));
     assert_eq!(thread_bytes(&streamed, 0, past), memory_bytes(&streamed));
     let in_large = copy(256 << 10, 2);
-    assert!(!oxccl_platform::reduce::copy_streams(256 << 10, 2, scope(1 << 20)));
-    assert!(oxccl_platform::reduce::copy_streams(256 << 10, 2, scope(64 << 20)));
-    assert!(!oxccl_platform::reduce::copy_streams(64 << 10, 2, scope(64 << 20)));
+    assert!(!oxccl_platform::reduce::copy_streams(
+        256 << 10,
+        2,
+        scope(1 << 20)
+    ));
+    assert!(oxccl_platform::reduce::copy_streams(
+        256 << 10,
+        2,
+        scope(64 << 20)
+    ));
+    assert!(!oxccl_platform::reduce::copy_streams(
+        64 << 10,
+        2,
+        scope(64 << 20)
+    ));
     let two_copies = 2.0 * (256 << 10) as f64 * SCATTERED_COPY_COST;
     assert_eq!(thread_bytes(&in_large, 1 << 20, past), two_copies);
     assert_eq!(

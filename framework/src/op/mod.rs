@@ -591,7 +591,13 @@ mod tests {
         let f32s = |bytes: usize| bytes / 4;
         // Gather of 32 MiB on 8 ranks: every input (4 MiB) and the root's output; in
         // place, the root's input is part of its output.
-        let gather = OpParam::rooted(OpKind::Gather, f32s(4 * MIB), DataType::F32, ReduceOp::Sum, 0);
+        let gather = OpParam::rooted(
+            OpKind::Gather,
+            f32s(4 * MIB),
+            DataType::F32,
+            ReduceOp::Sum,
+            0,
+        );
         for rank in [0, 5] {
             assert_eq!(gather.server_footprint(rank, 8, 0..8, false), 64 * MIB);
             assert_eq!(gather.server_footprint(rank, 8, 0..8, true), 60 * MIB);
@@ -600,17 +606,38 @@ mod tests {
         assert_eq!(gather.server_footprint(9, 16, 8..16, false), 32 * MIB);
         assert_eq!(gather.touched_bytes(3, 8, false), 4 * MIB);
         // Broadcast: the root's input and every output.
-        let bcast = OpParam::rooted(OpKind::Broadcast, f32s(4 * MIB), DataType::F32, ReduceOp::Sum, 2);
+        let bcast = OpParam::rooted(
+            OpKind::Broadcast,
+            f32s(4 * MIB),
+            DataType::F32,
+            ReduceOp::Sum,
+            2,
+        );
         assert_eq!(bcast.server_footprint(2, 8, 0..8, false), 36 * MIB);
         // AllGather at 4 MiB and AlltoAll at 4 MiB, symmetric.
-        let ag = OpParam::new(OpKind::AllGather, f32s(MIB / 2), DataType::F32, ReduceOp::Sum);
+        let ag = OpParam::new(
+            OpKind::AllGather,
+            f32s(MIB / 2),
+            DataType::F32,
+            ReduceOp::Sum,
+        );
         assert_eq!(ag.server_footprint(1, 8, 0..8, false), 36 * MIB);
         assert_eq!(ag.server_footprint(1, 8, 0..8, true), 32 * MIB);
-        let a2a = OpParam::new(OpKind::AlltoAll, f32s(MIB / 2), DataType::F32, ReduceOp::Sum);
+        let a2a = OpParam::new(
+            OpKind::AlltoAll,
+            f32s(MIB / 2),
+            DataType::F32,
+            ReduceOp::Sum,
+        );
         assert_eq!(a2a.server_footprint(1, 8, 0..8, false), 64 * MIB);
         // One rank alone, and sizes that would wrap saturate.
         assert_eq!(gather.server_footprint(0, 1, 0..1, false), 8 * MIB);
-        let huge = OpParam::new(OpKind::AlltoAll, usize::MAX / 2, DataType::F64, ReduceOp::Sum);
+        let huge = OpParam::new(
+            OpKind::AlltoAll,
+            usize::MAX / 2,
+            DataType::F64,
+            ReduceOp::Sum,
+        );
         assert_eq!(huge.server_footprint(0, 8, 0..8, false), usize::MAX);
     }
 }

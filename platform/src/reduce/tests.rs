@@ -505,7 +505,11 @@ fn a_copy_to_one_destination_streams_in_a_large_operation_even_from_a_small_prog
     // Gather's put-mesh at 32 MiB on 8 ranks: each rank puts one 4 MiB block, in an
     // operation of 64 MiB of buffers.
     assert!(copy_streams(4 << 20, 1, scope(4 << 20, 64 << 20)));
-    assert!(copy_streams(4 << 20, 1, scope(4 << 20, FOOTPRINT_STREAM_BYTES)));
+    assert!(copy_streams(
+        4 << 20,
+        1,
+        scope(4 << 20, FOOTPRINT_STREAM_BYTES)
+    ));
     // An AllGather's 4 MiB program in 36 MiB of buffers keeps its cached stores.
     assert!(!copy_streams(4 << 20, 1, scope(4 << 20, 36 << 20)));
     // Not worth it for a short copy, however large the operation.
