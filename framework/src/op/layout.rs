@@ -172,8 +172,8 @@ impl VLayout {
                 }
                 if all_to_all {
                     for (what, items) in [("send", sends), ("receive", recvs)] {
-                        let peers: Vec<Rank> = items.iter().map(|i| i.peer).collect();
-                        if peers != (0..ranks).collect::<Vec<_>>() {
+                        if !items.iter().map(|i| i.peer).eq(0..ranks) {
+                            let peers: Vec<Rank> = items.iter().map(|i| i.peer).collect();
                             return bad(format!(
                                 "all-to-all-v needs one {what} count per rank in rank order, got peers {peers:?}"
                             ));
@@ -252,6 +252,40 @@ mod tests {
         let ok = VLayout::all_to_all_v(&[1, 1], &[0, 1], &[2, 2], &[0, 2]);
         assert!(ok.validate(2, 1, true).is_ok());
         assert!(ok.validate(3, 1, true).is_err());
+    }
+
+    #[test]
+    fn all_to_all_v_needs_one_item_per_rank_in_rank_order() {
+        let item = |peer| P2pItem {
+            peer,
+            offset: peer,
+            count: 1,
+        };
+        let layout = |sends: &[Rank], recvs: &[Rank]| VLayout::P2p {
+            sends: sends.iter().map(|&p| item(p)).collect(),
+            recvs: recvs.iter().map(|&p| item(p)).collect(),
+        };
+        assert!(layout(&[0, 1, 2], &[0, 1, 2]).validate(3, 4, true).is_ok());
+        for (sends, recvs, what) in [
+            (
+                &[0, 2, 1][..],
+                &[0, 1, 2][..],
+                "one send count per rank in rank order, got peers [0, 2, 1]",
+            ),
+            (
+                &[0, 1, 2],
+                &[0, 1],
+                "one receive count per rank in rank order, got peers [0, 1]",
+            ),
+        ] {
+            let err = layout(sends, recvs)
+                .validate(3, 4, true)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(what), "{err}");
+        }
+        // send/recv takes the items in any order.
+        assert!(layout(&[2, 0], &[1]).validate(3, 4, false).is_ok());
     }
 
     #[test]
