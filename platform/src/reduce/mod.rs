@@ -167,13 +167,13 @@ pub struct CopyScope {
 /// Whether a copy of `len` bytes to `dsts` destinations, a task of `scope`, goes block by
 /// block with streaming stores, reading its source once: when it writes
 /// [`COPY_STREAM_BYTES`] itself, or writes at least [`STREAM_BYTES`] in a program that
-/// writes [`PROGRAM_STREAM_BYTES`], or has one destination of at least [`STREAM_BYTES`]
-/// in an operation whose footprint is at least [`FOOTPRINT_STREAM_BYTES`]. Otherwise its stores are
-/// cached, block by block when it has several destinations ([`CACHED_BLOCK_BYTES`]), each
-/// block of the source read again from the first-level cache. The cost model charges a
-/// host thread the source once for it, or more than a copy per destination when the
-/// operation's buffers pass the last-level cache (`oxccl_framework`'s
-/// `cost::thread_bytes`).
+/// writes [`PROGRAM_STREAM_BYTES`], or has one destination of at least [`STREAM_BYTES`] in
+/// an operation whose footprint is at least [`FOOTPRINT_STREAM_BYTES`]. Otherwise its
+/// stores are cached, block by block when it has several destinations
+/// ([`CACHED_BLOCK_BYTES`]), each block of the source read again from the first-level
+/// cache. The cost model charges a host thread the source once for it, or more than a copy
+/// per destination when the operation's buffers pass the last-level cache
+/// (`oxccl_framework`'s `cost::thread_bytes`).
 pub fn copy_streams(len: usize, dsts: usize, scope: CopyScope) -> bool {
     let writes = len.saturating_mul(dsts);
     let large_program = scope.program_bytes >= PROGRAM_STREAM_BYTES;
