@@ -588,16 +588,14 @@ mod tests {
     #[test]
     fn an_operations_footprint_counts_the_buffers_it_touches_on_the_server() {
         const MIB: usize = 1 << 20;
-        let f32s = |bytes: usize| bytes / 4;
+        // An f32 operation of `kind` with blocks of `bytes`, rooted at `root` if any.
+        let f32_op = |kind, bytes: usize, root: Option<Rank>| OpParam {
+            root,
+            ..OpParam::new(kind, bytes / 4, DataType::F32, ReduceOp::Sum)
+        };
         // Gather of 32 MiB on 8 ranks: every input (4 MiB) and the root's output; in
         // place, the root's input is part of its output.
-        let gather = OpParam::rooted(
-            OpKind::Gather,
-            f32s(4 * MIB),
-            DataType::F32,
-            ReduceOp::Sum,
-            0,
-        );
+        let gather = f32_op(OpKind::Gather, 4 * MIB, Some(0));
         for rank in [0, 5] {
             assert_eq!(gather.server_footprint(rank, 8, 0..8, false), 64 * MIB);
             assert_eq!(gather.server_footprint(rank, 8, 0..8, true), 60 * MIB);
@@ -606,38 +604,17 @@ mod tests {
         assert_eq!(gather.server_footprint(9, 16, 8..16, false), 32 * MIB);
         assert_eq!(gather.touched_bytes(3, 8, false), 4 * MIB);
         // Broadcast: the root's input and every output.
-        let bcast = OpParam::rooted(
-            OpKind::Broadcast,
-            f32s(4 * MIB),
-            DataType::F32,
-            ReduceOp::Sum,
-            2,
-        );
+        let bcast = f32_op(OpKind::Broadcast, 4 * MIB, Some(2));
         assert_eq!(bcast.server_footprint(2, 8, 0..8, false), 36 * MIB);
         // AllGather at 4 MiB and AlltoAll at 4 MiB, symmetric.
-        let ag = OpParam::new(
-            OpKind::AllGather,
-            f32s(MIB / 2),
-            DataType::F32,
-            ReduceOp::Sum,
-        );
+        let ag = f32_op(OpKind::AllGather, MIB / 2, None);
         assert_eq!(ag.server_footprint(1, 8, 0..8, false), 36 * MIB);
         assert_eq!(ag.server_footprint(1, 8, 0..8, true), 32 * MIB);
-        let a2a = OpParam::new(
-            OpKind::AlltoAll,
-            f32s(MIB / 2),
-            DataType::F32,
-            ReduceOp::Sum,
-        );
+        let a2a = f32_op(OpKind::AlltoAll, MIB / 2, None);
         assert_eq!(a2a.server_footprint(1, 8, 0..8, false), 64 * MIB);
         // One rank alone, and sizes that would wrap saturate.
         assert_eq!(gather.server_footprint(0, 1, 0..1, false), 8 * MIB);
-        let huge = OpParam::new(
-            OpKind::AlltoAll,
-            usize::MAX / 2,
-            DataType::F64,
-            ReduceOp::Sum,
-        );
+        let huge = f32_op(OpKind::AlltoAll, usize::MAX / 2, None);
         assert_eq!(huge.server_footprint(0, 8, 0..8, false), usize::MAX);
     }
 }
