@@ -11,14 +11,15 @@
 //!
 //! It is the preferred send/recv executor wherever every pair has a link (point-to-point
 //! operators are chosen by preference, not by the cost model: see the framework's
-//! `select::preference`). Its one extra α is off the critical path: every rank opens its
-//! slots first thing, so the Ack has usually landed by the time its sender writes; whereas
-//! `p2p`'s sender can finish a round only after its destination has read the slot, one
-//! wake-up more at the end of every call. On 8 in-process ranks of the 2-core development
-//! host, in the full `oxccl tune` tables kept from earlier work (16 to 29 per size), `p2p`
-//! took 0.998 to 1.005 times `put-p2p`'s time in the median at 1 KiB, 8 KiB, 64 KiB, 4 MiB
-//! and 32 MiB, and 1.064 times at 512 KiB (slower in 23 of 29). And it runs on every link
-//! kind, TCP and RDMA included, where `p2p`'s reads cannot.
+//! `select::preference`). Both forms wait twice per round; they differ in when. Every rank
+//! opens its slots first thing, so the Ack a `put-p2p` sender waits for has usually landed
+//! by the time it writes, while a `p2p` sender ends each round waiting for its destination
+//! to have read the slot, which it rarely has yet. That is the likely reason for what was
+//! measured, not a measurement of it: on 8 in-process ranks of the 2-core development host,
+//! in the full `oxccl tune` tables kept from earlier work (16 to 29 per size), `p2p` took
+//! 0.998 to 1.005 times `put-p2p`'s time in the median at 1 KiB, 8 KiB, 64 KiB, 4 MiB and
+//! 32 MiB, and 1.064 times at 512 KiB (slower in 23 of 29). And it runs on every link kind,
+//! TCP and RDMA included, where `p2p`'s reads cannot.
 
 use super::{direct_p2p_resources, direct_p2p_run};
 use crate::templates::p2p_put_exchange;

@@ -234,11 +234,7 @@ fn layouts_differ(sigs: &[&Signature]) -> Option<String> {
                     _ => (s.rank, "no block layout".into()),
                 })
                 .collect();
-            let reference = format!("displacements {displs:?}");
-            values
-                .iter()
-                .any(|(_, v)| *v != reference)
-                .then(|| by_value(&values))
+            Some(by_value(&values))
         }
         VLayout::P2p { .. } => pairs_differ(sigs),
     }
@@ -278,36 +274,34 @@ fn non_empty(items: &[P2pItem]) -> impl Iterator<Item = P2pItem> + '_ {
 }
 
 /// The first pair, in (sender, receiver) order, whose counts differ between `sent` and
-/// `received` (each sorted stably by pair), described: one merge of the two lists.
+/// `received` (each sorted stably by pair), described. Up to the first item where the
+/// lists part, every pair agrees; the lesser of the two pairs there is the first that
+/// does not (one list has an item of it that the other lacks, or a different count).
 fn first_differing_pair(sent: &[PairItem], received: &[PairItem]) -> Option<String> {
-    let pair = |g: &[PairItem]| (g[0].0, g[0].1);
-    let same_pair = |x: &PairItem, y: &PairItem| (x.0, x.1) == (y.0, y.1);
-    let mut sent = sent.chunk_by(same_pair).peekable();
-    let mut received = received.chunk_by(same_pair).peekable();
-    loop {
-        let next = match (
-            sent.peek().map(|g| pair(g)),
-            received.peek().map(|g| pair(g)),
-        ) {
-            (None, None) => return None,
-            (Some(s), None) => s,
-            (None, Some(r)) => r,
-            (Some(s), Some(r)) => s.min(r),
-        };
-        let counts = |groups: &mut std::iter::Peekable<_>| -> Option<Vec<usize>> {
-            let group: &[PairItem] = groups.next_if(|g: &&[PairItem]| pair(g) == next)?;
-            Some(group.iter().map(|i| i.2).collect())
-        };
-        let (s, r) = (counts(&mut sent), counts(&mut received));
-        if s != r {
-            let show =
-                |v: Option<Vec<usize>>| v.map_or("nothing".into(), |v| format!("counts {v:?}"));
-            let (a, b) = next;
-            return Some(format!(
-                "rank {a} sends {} to rank {b}, which receives {} from rank {a}",
-                show(s),
-                show(r)
-            ));
+    let at = sent
+        .iter()
+        .zip(received)
+        .take_while(|(s, r)| s == r)
+        .count();
+    let pair_at = |items: &[PairItem]| items.get(at).map(|&(a, b, _)| (a, b));
+    let (a, b) = match (pair_at(sent), pair_at(received)) {
+        (Some(s), Some(r)) => s.min(r),
+        (s, r) => s.or(r)?,
+    };
+    let show = |items: &[PairItem]| {
+        let counts: Vec<usize> = items
+            .iter()
+            .filter(|&&(x, y, _)| (x, y) == (a, b))
+            .map(|&(_, _, count)| count)
+            .collect();
+        match counts.is_empty() {
+            true => "nothing".to_string(),
+            false => format!("counts {counts:?}"),
         }
-    }
+    };
+    Some(format!(
+        "rank {a} sends {} to rank {b}, which receives {} from rank {a}",
+        show(sent),
+        show(received)
+    ))
 }

@@ -134,8 +134,10 @@ pub(crate) struct Caches {
     pub cached: f64,
     /// Its footprint passes the last-level cache ([`Processor::passes_llc`]).
     pub passes_llc: bool,
-    /// Its footprint on the server, bytes ([`footprints`]): what a communicator tells the
-    /// host kernel as `oxccl_platform::CompileRequest::footprint`.
+    /// Its footprint on the server, bytes ([`footprints`]). [`thread_bytes`] asks the
+    /// host kernel's `copy_streams` with it, as the kernel asks with the communicator's
+    /// (`oxccl_platform::CompileRequest::footprint`, counted from the buffers rather than
+    /// the tasks), so the model follows that rule whole.
     pub footprint: usize,
 }
 
