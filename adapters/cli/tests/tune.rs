@@ -256,7 +256,7 @@ fn ranks_must_agree_with_the_topology() {
 fn a_points_rounds_lie_a_sweep_of_sizes_apart() {
     let path = temp_path("rounds.txt");
     let out = path.to_str().unwrap();
-    let flags = "tune broadcast --ranks 2 -b 1K -e 4K -f 2 -n 1 -w 0 -R 2 --contender-rounds 1 -o";
+    let flags = "tune broadcast --ranks 2 -b 1K -e 4K -f 2 -n 1 -w 0 -R 2 --contender-rounds 1 --decider-rounds 1 -o";
     let (ok, text) = oxccl_words(flags, &[out]);
     std::fs::remove_file(&path).ok();
     assert!(ok, "{text}");
@@ -265,11 +265,13 @@ fn a_points_rounds_lie_a_sweep_of_sizes_apart() {
         .filter(|l| l.starts_with("# tuning broadcast at"))
         .collect();
     // Two rounds over every executor, then one over each size's contenders (how many
-    // depends on the figures).
-    let want: Vec<String> = (1..=3)
+    // depends on the figures), then one over its pick and the pick's rival (a 2-rank
+    // Broadcast has more than two executors of different programs at every size).
+    let want: Vec<String> = (1..=4)
         .flat_map(|round| {
             [1024, 2048, 4096].map(|size| match round {
                 3 => format!("# tuning broadcast at {size} B (round 3: "),
+                4 => format!("# tuning broadcast at {size} B (round 4: 2 deciders)"),
                 _ => format!("# tuning broadcast at {size} B (round {round})"),
             })
         })
@@ -282,7 +284,7 @@ fn a_points_rounds_lie_a_sweep_of_sizes_apart() {
         );
     }
     assert!(
-        text.contains("2 rounds, 3 for the executors within 1.25x of the fastest after those and the pick, each time the median of its rounds with each round's load at its size taken out"),
+        text.contains("2 rounds, 3 for the executors within 1.25x of the fastest after those and the pick, then 1 more for the pick, the reference's fastest and the fastest of the others, each time the median of its rounds with each round's load at its size taken out"),
         "{text}"
     );
 }

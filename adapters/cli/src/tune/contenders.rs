@@ -30,15 +30,58 @@ pub fn contenders(outcome: &Outcome, size: usize, groups: &[Twins]) -> Vec<&'sta
         return vec![];
     };
     let pick = outcome.pick_at(size);
-    let holds_pick = |g: &Twins| {
-        pick.is_some_and(|p| g.measured.name == p || g.twins.iter().any(|t| t.name == p))
-    };
+    let holds_pick = |g: &Twins| pick.is_some_and(|p| g.holds(p));
     groups
         .iter()
         .zip(&times)
         .filter(|(g, t)| t.is_some_and(|t| t <= fastest * CONTENDER_RATIO || holds_pick(g)))
         .map(|(g, _)| g.measured)
         .collect()
+}
+
+/// The measured executors of `groups` (one size's) that decide its pick checks, to
+/// measure again side by side at `size`: the groups of the `named` executors (select_alg's
+/// pick, and a reference table's fastest) and the fastest group holding none of them,
+/// their rival, in `groups`' order. None when fewer than two such groups were measured.
+///
+/// The contender rounds leave each point with five rounds, and one executor's rounds at a
+/// size sometimes run slow in a stretch of three (an 8-rank 8 KiB ReduceScatter,
+/// `hier-ring`: 4.77, 5.54, 5.45, 4.15, 4.22 µs, against `hier-put-ring`'s 4.39, 4.17,
+/// 4.15, 4.12, 4.17), so a check turns on which of two close executors had the quieter
+/// stretch. Every pick is measured again with its rival, whether it passes or not, so
+/// the rounds that decide it do not depend on how it came out.
+pub fn deciders(
+    outcome: &Outcome,
+    size: usize,
+    groups: &[Twins],
+    named: &[&str],
+) -> Vec<&'static ExecutorEntry> {
+    let measured = |g: &&Twins| outcome.point_of(size, g.measured.name).is_some();
+    let holds_named = |g: &Twins| named.iter().any(|n| g.holds(n));
+    let time = |g: &Twins| {
+        outcome
+            .point_of(size, g.measured.name)
+            .map(|p| p.entry.time_us)
+    };
+    let rival = groups
+        .iter()
+        .filter(measured)
+        .filter(|g| !holds_named(g))
+        .min_by(|a, b| {
+            time(a)
+                .unwrap_or(f64::INFINITY)
+                .total_cmp(&time(b).unwrap_or(f64::INFINITY))
+        });
+    let chosen: Vec<&'static ExecutorEntry> = groups
+        .iter()
+        .filter(measured)
+        .filter(|g| holds_named(g) || rival.is_some_and(|r| std::ptr::eq(r, *g)))
+        .map(|g| g.measured)
+        .collect();
+    match chosen.len() {
+        0 | 1 => vec![],
+        _ => chosen,
+    }
 }
 
 #[cfg(test)]
@@ -98,5 +141,43 @@ mod tests {
         // Nothing measured at a size: no contenders, even for a pick.
         outcome.picks.push((4096, Ok("mesh".into())));
         assert!(contenders(&outcome, 4096, &groups).is_empty());
+    }
+
+    #[test]
+    fn deciders_are_the_named_picks_groups_and_their_fastest_rival() {
+        let groups = vec![
+            alone("ring"),
+            alone("mesh"),
+            Twins {
+                measured: entry("relay-mesh"),
+                twins: vec![entry("relay-mesh-single")],
+            },
+            alone("rhd"),
+        ];
+        let outcome = Outcome {
+            points: vec![
+                point(1024, "ring", 20.0),
+                point(1024, "mesh", 10.0),
+                point(1024, "relay-mesh", 30.0),
+                point(1024, "rhd", 12.5),
+            ],
+            ..Outcome::default()
+        };
+        // A pick that is not the fastest: it and the fastest.
+        let d = deciders(&outcome, 1024, &groups, &["ring"]);
+        assert_eq!(names(&d), vec!["ring", "mesh"]);
+        // The fastest picked: it and the runner-up, so that a pick that passes is
+        // measured again as one that misses is.
+        let d = deciders(&outcome, 1024, &groups, &["mesh"]);
+        assert_eq!(names(&d), vec!["mesh", "rhd"]);
+        // A twin names its group; two named picks bring both, and the fastest of the
+        // rest.
+        let d = deciders(&outcome, 1024, &groups, &["relay-mesh-single", "mesh"]);
+        assert_eq!(names(&d), vec!["mesh", "relay-mesh", "rhd"]);
+        // No pick: nothing to decide. One group measured: no rival.
+        assert!(deciders(&outcome, 1024, &groups, &[]).is_empty());
+        assert!(deciders(&outcome, 1024, &groups[..1], &["ring"]).is_empty());
+        // A size not measured: nothing.
+        assert!(deciders(&outcome, 4096, &groups, &["ring"]).is_empty());
     }
 }

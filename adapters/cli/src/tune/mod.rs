@@ -8,9 +8,11 @@
 //! every size, and at each size over every executor, their order alternating from round
 //! to round. `--contender-rounds` rounds more (2 by default) go over each size's
 //! contenders only: the executors near the fastest after the first rounds, and the
-//! model's pick ([`contenders`]). Each point's time is the median of its rounds with each
-//! round's load at its size, shared by the executors measured in it, taken out
-//! ([`drift`]).
+//! model's pick ([`contenders`]). `--decider-rounds` rounds more (4 by default) go over
+//! the executors each size's pick checks turn on: select_alg's pick, the `--reference`
+//! table's fastest, and the fastest executor that is neither ([`deciders`]). Each point's
+//! time is the median of its rounds with each round's load at its size, shared by the
+//! executors measured in it, taken out ([`drift`]).
 //! Other processes on the machine only ever add time, and their load drifts over seconds
 //! to minutes: measured side by side, the executors compared at one size see the same
 //! load (a sweep of one executor after another measured identical programs up to 1.5x
@@ -94,6 +96,10 @@ pub struct TuneArgs {
     /// 1.25x of the fastest after the first rounds, and select_alg's pick.
     #[arg(long = "contender-rounds", value_name = "N", default_value_t = 2)]
     pub contender_rounds: usize,
+    /// Rounds more (0 to 1000000) over each size's deciders: select_alg's pick, the
+    /// --reference table's fastest, and the fastest executor that is neither.
+    #[arg(long = "decider-rounds", value_name = "N", default_value_t = 4)]
+    pub decider_rounds: usize,
     /// Data type (float, half, bfloat16, int32, ...).
     #[arg(short = 'd', long = "datatype", default_value = "float")]
     pub datatype: String,
@@ -142,6 +148,7 @@ pub struct TunePlan {
     pub settings: Settings,
     pub rounds: usize,
     pub contender_rounds: usize,
+    pub decider_rounds: usize,
     /// The communicators' configuration (topology set, no executor forced).
     pub config: oxccl::Config,
     pub topology: oxccl::Topology,
@@ -189,6 +196,7 @@ pub fn plan(args: &TuneArgs) -> Result<TunePlan, Error> {
         settings,
         rounds: validate::iterations("-R/--rounds", args.rounds, 1)?,
         contender_rounds: validate::iterations("--contender-rounds", args.contender_rounds, 0)?,
+        decider_rounds: validate::iterations("--decider-rounds", args.decider_rounds, 0)?,
         config,
         topology,
         reference: args
@@ -218,10 +226,12 @@ pub fn run(args: &TuneArgs) -> Result<ExitCode, Error> {
             settings: plan.settings,
             rounds: plan.rounds,
             contender_rounds: plan.contender_rounds,
+            decider_rounds: plan.decider_rounds,
             config: plan.config.clone(),
             topology: plan.topology.clone(),
         };
-        let outcome = sweep::tune_operator(&job)?;
+        let reference = plan.reference.as_ref().map(|r| &r.table);
+        let outcome = sweep::tune_operator(&job, reference)?;
         let tallies = report::print(&job, &outcome, plan.reference.as_ref());
         totals.model.add(tallies.model);
         if let Some(t) = tallies.reference {

@@ -90,6 +90,7 @@ mod tests {
             settings,
             rounds: 1,
             contender_rounds: 0,
+            decider_rounds: 0,
             config: Config::default(),
             topology: Topology::single_server(4),
         }

@@ -127,15 +127,22 @@ fn tolerance_percent() -> f64 {
     (PICK_TOLERANCE - 1.0) * 100.0
 }
 
-/// What the header says of the contender rounds, if there are any.
+/// What the header says of the contender and decider rounds, if there are any.
 fn contender_note(job: &Job) -> String {
-    match job.contender_rounds {
+    let contenders = match job.contender_rounds {
         0 => String::new(),
         more => format!(
             ", {} for the executors within {CONTENDER_RATIO}x of the fastest after those and the pick",
             job.rounds.max(1) + more
         ),
-    }
+    };
+    let deciders = match job.decider_rounds {
+        0 => String::new(),
+        more => format!(
+            ", then {more} more for the pick, the reference's fastest and the fastest of the others"
+        ),
+    };
+    contenders + &deciders
 }
 
 /// How `select_alg`'s pick (without a tuning table) did at one size.

@@ -1,14 +1,15 @@
 //! Measuring the candidates of one operator over the size sweep.
 
 use super::candidates::candidates;
-use super::contenders::contenders;
+use super::contenders::{contenders, deciders};
 use super::drift;
+use super::reference::reference_picks;
 use super::twins::{self, Twins};
 use crate::calls::calls;
 use crate::perf::{measure, Measured, Settings};
 use crate::sizes::count_for_size;
 use oxccl::framework::executor::ExecutorEntry;
-use oxccl::framework::tune::TuneEntry;
+use oxccl::framework::tune::{TuneEntry, TuneTable};
 use oxccl::{Communicator, Config, DataType, Error, OpKind, ReduceOp, Topology};
 
 /// What to tune: one operator on one topology.
@@ -24,6 +25,8 @@ pub struct Job {
     pub rounds: usize,
     /// Rounds more, after those, over each size's contenders ([`contenders`]).
     pub contender_rounds: usize,
+    /// Rounds more, after those, over each size's deciders ([`deciders`]).
+    pub decider_rounds: usize,
     /// The communicators' configuration (topology set, no executor forced).
     pub config: Config,
     pub topology: Topology,
@@ -240,8 +243,10 @@ fn cannot_run_here(err: &Error) -> bool {
 /// at a size are measured within the same stretch of the machine's load and a point's
 /// rounds lie a whole sweep apart; every second round goes through the executors in
 /// reverse, so no executor always runs first. Then `job.contender_rounds` rounds more,
-/// the same way, over each size's contenders as the first rounds left them.
-pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
+/// the same way, over each size's contenders as the first rounds left them, and
+/// `job.decider_rounds` over each size's deciders: select_alg's pick, `reference`'s
+/// fastest, and their rival ([`deciders`]).
+pub fn tune_operator(job: &Job, reference: Option<&TuneTable>) -> Result<Outcome, Error> {
     let found = candidates(job.kind, &job.topology)?;
     let mut outcome = Outcome::default();
     for (name, why) in found.skipped {
@@ -253,46 +258,111 @@ pub fn tune_operator(job: &Job) -> Result<Outcome, Error> {
     }
     let sizes = measurable_sizes(job, &mut outcome);
     outcome.picks = model_picks(job, &sizes)?;
-    let mut failed: Vec<&str> = vec![];
-    let by_size: Vec<(usize, Vec<Twins>)> = sizes
+    let mut sweep = Sweep {
+        job,
+        by_size: sizes
+            .iter()
+            .map(|&size| (size, twins::group(job, size, &found.run)))
+            .collect(),
+        next_round: 1,
+        outcome,
+        failed: vec![],
+    };
+    let every: Vec<Vec<&'static ExecutorEntry>> = sweep
+        .by_size
         .iter()
-        .map(|&size| (size, twins::group(job, size, &found.run)))
+        .map(|(_, groups)| groups.iter().map(|g| g.measured).collect())
         .collect();
-    let first_rounds = job.rounds.max(1);
-    for round in 1..=first_rounds {
-        for (size, groups) in &by_size {
-            eprintln!("# tuning {} at {size} B (round {round})", job.kind.name());
-            let order = groups.iter().map(|g| g.measured).collect();
-            measure_round(job, round, *size, order, &mut outcome, &mut failed);
-        }
-    }
-    for &size in &sizes {
-        outcome.level(size);
-    }
-    let contenders: Vec<Vec<&'static ExecutorEntry>> = by_size
+    sweep.rounds(job.rounds.max(1), &every, "");
+    let contenders: Vec<Vec<&'static ExecutorEntry>> = sweep
+        .by_size
         .iter()
-        .map(|(size, groups)| contenders(&outcome, *size, groups))
+        .map(|(size, groups)| contenders(&sweep.outcome, *size, groups))
         .collect();
-    for round in first_rounds + 1..=first_rounds + job.contender_rounds {
-        for ((size, _), order) in by_size.iter().zip(&contenders) {
-            let kind = job.kind.name();
-            let n = match order.len() {
-                1 => "1 contender".to_string(),
-                n => format!("{n} contenders"),
-            };
-            eprintln!("# tuning {kind} at {size} B (round {round}: {n})");
-            measure_round(job, round, *size, order.clone(), &mut outcome, &mut failed);
-        }
-    }
-    for &size in &sizes {
-        outcome.level(size);
-    }
+    sweep.rounds(job.contender_rounds, &contenders, "contender");
+    let reference = reference.map(|table| reference_picks(job, &sweep.outcome, table));
+    let deciders: Vec<Vec<&'static ExecutorEntry>> = sweep
+        .by_size
+        .iter()
+        .map(|(size, groups)| {
+            let named = named_picks(&sweep.outcome, *size, reference.as_deref());
+            deciders(&sweep.outcome, *size, groups, &named)
+        })
+        .collect();
+    sweep.rounds(job.decider_rounds, &deciders, "decider");
+    let Sweep {
+        by_size,
+        mut outcome,
+        mut failed,
+        ..
+    } = sweep;
     for (size, groups) in &by_size {
         for g in groups {
             outcome.share(job.kind, *size, g, &mut failed);
         }
     }
     Ok(outcome)
+}
+
+/// The executors whose pick checks `size` decides: select_alg's pick and the reference
+/// table's fastest, where there are such.
+fn named_picks<'a>(
+    outcome: &'a Outcome,
+    size: usize,
+    reference: Option<&'a [(usize, Pick)]>,
+) -> Vec<&'a str> {
+    let reference = reference
+        .into_iter()
+        .flatten()
+        .filter(|(s, _)| *s == size)
+        .filter_map(|(_, pick)| pick.as_deref().ok());
+    outcome.pick_at(size).into_iter().chain(reference).collect()
+}
+
+/// A sweep in progress: the groups measured at each size, the outcome so far.
+struct Sweep<'a> {
+    job: &'a Job,
+    by_size: Vec<(usize, Vec<Twins>)>,
+    /// The number of the next round to measure, from 1.
+    next_round: usize,
+    outcome: Outcome,
+    failed: Vec<&'static str>,
+}
+
+impl Sweep<'_> {
+    /// `count` rounds, each over every size, at each size over its executors in `orders`
+    /// (one list per size, in `by_size`'s order; an empty list measures nothing there),
+    /// then every size levelled. `what` names the executors in the progress lines.
+    fn rounds(&mut self, count: usize, orders: &[Vec<&'static ExecutorEntry>], what: &str) {
+        for _ in 0..count {
+            let round = self.next_round;
+            self.next_round += 1;
+            for ((size, _), order) in self.by_size.iter().zip(orders) {
+                if order.is_empty() {
+                    continue;
+                }
+                let kind = self.job.kind.name();
+                let n = match (what, order.len()) {
+                    ("", _) => String::new(),
+                    (_, 1) => format!(": 1 {what}"),
+                    (_, n) => format!(": {n} {what}s"),
+                };
+                eprintln!("# tuning {kind} at {size} B (round {round}{n})");
+                let outcome = &mut self.outcome;
+                measure_round(
+                    self.job,
+                    round,
+                    *size,
+                    order.clone(),
+                    outcome,
+                    &mut self.failed,
+                );
+            }
+        }
+        for (size, _) in &self.by_size {
+            self.outcome.level(*size);
+        }
+    }
 }
 
 /// Measure `order`'s executors at `size` once (`round`), in reverse on even rounds,

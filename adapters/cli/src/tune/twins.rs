@@ -27,6 +27,13 @@ pub struct Twins {
     pub twins: Vec<&'static ExecutorEntry>,
 }
 
+impl Twins {
+    /// True when `executor` is the group's measured executor or one of its twins.
+    pub fn holds(&self, executor: &str) -> bool {
+        self.measured.name == executor || self.twins.iter().any(|t| t.name == executor)
+    }
+}
+
 /// `entries` grouped by their programs at `size`, in `entries`' order (a group under its
 /// first member). An executor whose programs cannot be recorded here is a group alone:
 /// measuring it then reports why it cannot run.
