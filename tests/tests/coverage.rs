@@ -131,7 +131,13 @@ fn every_registered_executor_is_covered_by_a_test_file() {
         ),
         (
             OpKind::AlltoAllV,
-            &["pairwise", "put-pairwise", "relay-pairwise"],
+            &[
+                "mesh",
+                "pairwise",
+                "put-mesh",
+                "put-pairwise",
+                "relay-pairwise",
+            ],
         ),
         // send_recv_executors, barrier_executors, relay_p2p_executors.
         (OpKind::SendRecv, &["p2p", "put-p2p", "relay-p2p"]),

@@ -55,9 +55,9 @@ fn reduce_scatter_v_ring() {
     check_blocks(OpKind::ReduceScatterV, "ring");
 }
 
-#[test]
-fn all_to_all_v_put_pairwise() {
-    check_on_every_shape("put-pairwise", |setup| {
+/// AlltoAllV executor `algo` on every shape, over [`all_to_all_v_layouts`].
+fn check_all_to_all_v(algo: &'static str) {
+    check_on_every_shape(algo, |setup| {
         let n = setup.topology.ranks();
         run_vector(
             OpKind::AlltoAllV,
@@ -67,27 +67,36 @@ fn all_to_all_v_put_pairwise() {
     });
 }
 
-/// put-pairwise passes the analyzer on the put-only shapes (`tcp8`, `2x8`) and on one
-/// server, where it runs in both modes.
 #[test]
-fn all_to_all_v_put_pairwise_passes_the_analyzer_on_put_only_links() {
+fn all_to_all_v_put_pairwise() {
+    check_all_to_all_v("put-pairwise");
+}
+
+#[test]
+fn all_to_all_v_mesh() {
+    check_all_to_all_v("mesh");
+}
+
+#[test]
+fn all_to_all_v_put_mesh() {
+    check_all_to_all_v("put-mesh");
+}
+
+/// put-pairwise and put-mesh pass the analyzer on the put-only shapes (`tcp8`, `2x8`)
+/// and on one server, where they run in both modes.
+#[test]
+fn all_to_all_v_put_executors_pass_the_analyzer_on_put_only_links() {
     let mut shapes = oxccl_tests::put_only_shapes();
     shapes.push(Topology::single_server(5));
     for topology in shapes {
-        analyze_all_to_all_v("put-pairwise", topology);
+        analyze_all_to_all_v("put-pairwise", topology.clone());
+        analyze_all_to_all_v("put-mesh", topology);
     }
 }
 
 #[test]
 fn all_to_all_v_pairwise() {
-    check_on_every_shape("pairwise", |setup| {
-        let n = setup.topology.ranks();
-        run_vector(
-            OpKind::AlltoAllV,
-            setup,
-            &p2p_matrix(n, &all_to_all_v_layouts(n)),
-        )
-    });
+    check_all_to_all_v("pairwise");
 }
 
 fn analyze_case(kind: OpKind, algo: &str, ranks: usize, case: &VCase, zero_copy: bool) {
@@ -158,5 +167,6 @@ fn vector_executors_pass_the_analyzer() {
     analyze_blocks(OpKind::ReduceScatterV, "mesh");
     for ranks in [1, 2, 3, 5, 8] {
         analyze_all_to_all_v("pairwise", Topology::single_server(ranks));
+        analyze_all_to_all_v("mesh", Topology::single_server(ranks));
     }
 }

@@ -4,7 +4,9 @@
 //!
 //! [`VLayout::P2p`]: oxccl_framework::op::VLayout::P2p
 
+pub mod mesh;
 pub mod pairwise;
+pub mod put_mesh;
 pub mod put_pairwise;
 pub mod relay_pairwise;
 
