@@ -142,15 +142,14 @@ impl VLayout {
                         displs.len()
                     ));
                 }
-                let ranges = counts
-                    .iter()
-                    .zip(displs)
-                    .enumerate()
-                    .map(|(r, (&count, &offset))| {
-                        checked_range("block", r, offset, count, elem_size)
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                no_overlap("block", &ranges)
+                for (r, (&count, &offset)) in counts.iter().zip(displs).enumerate() {
+                    checked_range("block", r, offset, count, elem_size)?;
+                }
+                // Each end was checked above: no sum wraps.
+                no_overlap(
+                    "block",
+                    counts.iter().zip(displs).map(|(&c, &o)| (o, o + c)),
+                )
             }
             VLayout::P2p { sends, recvs } => {
                 let items = sends.len().saturating_add(recvs.len());
@@ -180,8 +179,7 @@ impl VLayout {
                         }
                     }
                 }
-                let ranges: Vec<_> = recvs.iter().map(|i| (i.offset, i.end())).collect();
-                no_overlap("receive", &ranges)
+                no_overlap("receive", recvs.iter().map(|i| (i.offset, i.end())))
             }
         }
     }
@@ -209,10 +207,27 @@ fn checked_range(
     }
 }
 
-/// An error when two non-empty ranges overlap.
-fn no_overlap(what: &str, ranges: &[(usize, usize)]) -> Result<(), ArgError> {
+/// An error when two non-empty ranges of `ranges` (`(start, end)`, by index) overlap.
+///
+/// Every vector call validates its layout, so the usual one costs no allocation: ranges
+/// that come in increasing order, each non-empty one starting at or after the end of the
+/// one before (packed displacements, or gaps), are proven apart in one pass. Others are
+/// sorted and compared neighbour by neighbour, which also finds the pair to report.
+fn no_overlap(
+    what: &str,
+    ranges: impl Iterator<Item = (usize, usize)> + Clone,
+) -> Result<(), ArgError> {
+    let in_order = ranges
+        .clone()
+        .filter(|r| r.1 > r.0)
+        .try_fold(0, |end, (start, next_end)| {
+            (start >= end).then_some(next_end)
+        })
+        .is_some();
+    if in_order {
+        return Ok(());
+    }
     let mut sorted: Vec<(usize, usize, usize)> = ranges
-        .iter()
         .enumerate()
         .filter(|(_, r)| r.1 > r.0)
         .map(|(i, r)| (r.0, r.1, i))
@@ -252,6 +267,31 @@ mod tests {
         let ok = VLayout::all_to_all_v(&[1, 1], &[0, 1], &[2, 2], &[0, 2]);
         assert!(ok.validate(2, 1, true).is_ok());
         assert!(ok.validate(3, 1, true).is_err());
+    }
+
+    #[test]
+    fn blocks_in_any_order_are_checked_for_overlap() {
+        let blocks = |counts: &[usize], displs: &[usize]| VLayout::Blocks {
+            counts: counts.to_vec(),
+            displs: displs.to_vec(),
+        };
+        let overlap = |l: VLayout| l.validate(3, 4, false).unwrap_err().to_string();
+        // In order with a gap, in reverse order, an empty block inside another: apart.
+        assert!(blocks(&[2, 3, 1], &[0, 4, 7]).validate(3, 4, false).is_ok());
+        assert!(blocks(&[2, 3, 1], &[9, 4, 0]).validate(3, 4, false).is_ok());
+        assert!(blocks(&[4, 0, 1], &[0, 2, 4]).validate(3, 4, false).is_ok());
+        // Block 0 overlaps block 2, out of order, with block 1 between them in memory.
+        let err = overlap(blocks(&[3, 1, 2], &[4, 0, 6]));
+        assert!(
+            err.contains("block 0 [4, 7) overlaps block 2 [6, 8)"),
+            "{err}"
+        );
+        // In increasing order, block 1 starting inside block 0.
+        let err = overlap(blocks(&[3, 3, 1], &[0, 2, 9]));
+        assert!(
+            err.contains("block 0 [0, 3) overlaps block 1 [2, 5)"),
+            "{err}"
+        );
     }
 
     #[test]
