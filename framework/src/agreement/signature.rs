@@ -252,19 +252,19 @@ type PairItem = (Rank, Rank, usize);
 /// pair by pair.
 fn pairs_differ(sigs: &[&Signature]) -> Option<String> {
     let mut layouts = Vec::with_capacity(sigs.len());
+    let (mut send_items, mut recv_items) = (0usize, 0usize);
     for sig in sigs {
         let Some((sends, recvs)) = sig.layout.as_deref().and_then(VLayout::p2p) else {
             return Some(format!("rank {} passes no point-to-point layout", sig.rank));
         };
+        send_items = send_items.saturating_add(sends.len());
+        recv_items = recv_items.saturating_add(recvs.len());
         layouts.push((sig.rank, sends, recvs));
     }
     // Sized once: grown item by item, the two lists took most of the comparison's time.
-    let items = |pick: fn(&(Rank, &[P2pItem], &[P2pItem])) -> usize| {
-        layouts.iter().map(pick).fold(0, usize::saturating_add)
-    };
-    let mut sent: Vec<PairItem> = Vec::with_capacity(items(|l| l.1.len()));
-    let mut received: Vec<PairItem> = Vec::with_capacity(items(|l| l.2.len()));
-    for &(rank, sends, recvs) in &layouts {
+    let mut sent: Vec<PairItem> = Vec::with_capacity(send_items);
+    let mut received: Vec<PairItem> = Vec::with_capacity(recv_items);
+    for (rank, sends, recvs) in layouts {
         sent.extend(non_empty(sends).map(|i| (rank, i.peer, i.count)));
         received.extend(non_empty(recvs).map(|i| (i.peer, rank, i.count)));
     }
