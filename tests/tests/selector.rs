@@ -157,8 +157,8 @@ fn point_to_point_operators_keep_the_preference_choice() {
         .map(|x| x.preference)
         .max();
     assert_eq!(Some(chosen.executor.preference), best, "{e}");
-    // Every pair at once, the sender putting: as send/recv's `put-p2p`.
-    assert_eq!(chosen.executor.name, "put-mesh", "{e}");
+    // Every pair at once, in one phase.
+    assert_eq!(chosen.executor.name, "mesh", "{e}");
 }
 
 #[test]

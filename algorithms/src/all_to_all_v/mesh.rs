@@ -8,9 +8,17 @@
 //! without a signal; the own block is a local copy. Cost with `m` bytes per pair and slots
 //! of `s` bytes: `⌈m/s⌉·2α + 2(n−1)mβ`, the links all busy at once (on a network that
 //! shares a port among its peers, pairwise keeps them from crowding one receiver).
-//! Needs a full mesh. Preferred after `put-mesh` and before `pairwise`: in the tune that
-//! set those preferences (see [`super::put_mesh`]) it was within 1.05x of the fastest at
-//! every size.
+//! Needs a full mesh.
+//!
+//! It is the preferred AlltoAllV executor wherever every pair has a link that loads and
+//! stores (point-to-point operators are chosen by preference, not by the cost model: see
+//! the framework's `select::preference`), as NCCL runs an all-to-all as one group of sends
+//! and receives; over put-only links `put-mesh` runs instead. On 8 in-process ranks of the
+//! 2-core development host, in two runs of `oxccl tune all-to-all-v --ranks 8 -b 1K -e 64M
+//! -f 8`, it was within 1.05x of the fastest at every size (1K to 32M), `put-mesh` within
+//! 1.02x in the first and 1.15x at 512 KiB in the second (163.31 against 142.35 µs), and
+//! `pairwise`, the preference before them, took 1.09x at 64 KiB and 4 MiB and 1.17x and
+//! 1.20x at 512 KiB.
 
 use crate::send_recv::{direct_p2p_resources, direct_p2p_run};
 use crate::templates::p2p_exchange;
@@ -26,7 +34,7 @@ oxccl_framework::register_executor! {
     op: OpKind::AlltoAllV,
     description: "every pair at once in one phase, staged through per-destination CclIn slots",
     constraints: Constraints { full_mesh: true, ..Constraints::ANY },
-    preference: 12,
+    preference: 15,
     make: || Box::new(MeshAlltoAllV),
 }
 

@@ -7,13 +7,8 @@
 //! takes one round of signals. Cost with `m` bytes per pair and slots of `s` bytes:
 //! `⌈m/s⌉·3α + 2(n−1)mβ`. Needs a full mesh.
 //!
-//! It is the preferred AlltoAllV executor wherever every pair has a link, as `put-p2p` is
-//! for send/recv (point-to-point operators are chosen by preference, not by the cost
-//! model: see the framework's `select::preference`), and as NCCL runs an all-to-all as one
-//! group of sends and receives. On 8 in-process ranks of the 2-core development host
-//! (`oxccl tune all-to-all-v --ranks 8 -b 1K -e 64M -f 8`) it was within 1.02x of the
-//! fastest at every size, where `pairwise` took 1.09x at 64 KiB and 4 MiB and 1.17x at
-//! 512 KiB (60.68 against 65.93 µs, 150.16 against 171.65, 2820.82 against 3071.37).
+//! Preferred after [`super::mesh`], whose pulls take one signal less per round, and before
+//! `pairwise`: the AlltoAllV executor of put-only links.
 
 use crate::send_recv::{direct_p2p_resources, direct_p2p_run};
 use crate::templates::p2p_put_exchange;
@@ -33,7 +28,7 @@ oxccl_framework::register_executor! {
         links: LinkNeed::Put,
         ..Constraints::ANY
     },
-    preference: 15,
+    preference: 12,
     make: || Box::new(PutMeshAlltoAllV),
 }
 

@@ -261,7 +261,8 @@ fn pairs_differ(sigs: &[&Signature]) -> Option<String> {
         recv_items = recv_items.saturating_add(recvs.len());
         layouts.push((sig.rank, sends, recvs));
     }
-    // Sized once: grown item by item, the two lists took most of the comparison's time.
+    // Sized once: grown item by item, reallocating them took half of the comparison's
+    // time (perf, a 1 KiB AlltoAllV on 8 ranks).
     let mut sent: Vec<PairItem> = Vec::with_capacity(send_items);
     let mut received: Vec<PairItem> = Vec::with_capacity(recv_items);
     for (rank, sends, recvs) in layouts {

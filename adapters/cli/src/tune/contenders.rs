@@ -56,27 +56,20 @@ pub fn deciders(
     groups: &[Twins],
     named: &[&str],
 ) -> Vec<&'static ExecutorEntry> {
-    let measured = |g: &&Twins| outcome.point_of(size, g.measured.name).is_some();
+    let measured: Vec<(&Twins, f64)> = groups
+        .iter()
+        .filter_map(|g| Some((g, outcome.point_of(size, g.measured.name)?.entry.time_us)))
+        .collect();
     let holds_named = |g: &Twins| named.iter().any(|n| g.holds(n));
-    let time = |g: &Twins| {
-        outcome
-            .point_of(size, g.measured.name)
-            .map(|p| p.entry.time_us)
-    };
-    let rival = groups
+    let rival = measured
         .iter()
-        .filter(measured)
-        .filter(|g| !holds_named(g))
-        .min_by(|a, b| {
-            time(a)
-                .unwrap_or(f64::INFINITY)
-                .total_cmp(&time(b).unwrap_or(f64::INFINITY))
-        });
-    let chosen: Vec<&'static ExecutorEntry> = groups
+        .filter(|(g, _)| !holds_named(g))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(g, _)| *g);
+    let chosen: Vec<&'static ExecutorEntry> = measured
         .iter()
-        .filter(measured)
-        .filter(|g| holds_named(g) || rival.is_some_and(|r| std::ptr::eq(r, *g)))
-        .map(|g| g.measured)
+        .filter(|(g, _)| holds_named(g) || rival.is_some_and(|r| std::ptr::eq(r, *g)))
+        .map(|(g, _)| g.measured)
         .collect();
     match chosen.len() {
         0 | 1 => vec![],

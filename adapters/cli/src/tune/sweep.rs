@@ -348,15 +348,8 @@ impl Sweep<'_> {
                     (_, n) => format!(": {n} {what}s"),
                 };
                 eprintln!("# tuning {kind} at {size} B (round {round}{n})");
-                let outcome = &mut self.outcome;
-                measure_round(
-                    self.job,
-                    round,
-                    *size,
-                    order.clone(),
-                    outcome,
-                    &mut self.failed,
-                );
+                let (outcome, failed) = (&mut self.outcome, &mut self.failed);
+                measure_round(self.job, round, *size, order.clone(), outcome, failed);
             }
         }
         for (size, _) in &self.by_size {
