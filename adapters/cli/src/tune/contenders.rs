@@ -102,8 +102,10 @@ mod tests {
         entries.iter().map(|e| e.name).collect()
     }
 
-    #[test]
-    fn contenders_are_the_executors_near_the_fastest_and_the_picks_group() {
+    /// Five groups measured at 1024 B, `relay-mesh` with a twin: `mesh` the fastest
+    /// (10 µs), `rhd` (12.5) and `nb` (12.6) beside 1.25x of it, `ring` and `relay-mesh`
+    /// 2x and 3x off.
+    fn sample() -> (Vec<Twins>, Outcome) {
         let groups = vec![
             alone("ring"),
             alone("mesh"),
@@ -114,7 +116,7 @@ mod tests {
             alone("rhd"),
             alone("nb"),
         ];
-        let mut outcome = Outcome {
+        let outcome = Outcome {
             points: vec![
                 point(1024, "ring", 20.0),
                 point(1024, "mesh", 10.0),
@@ -124,6 +126,12 @@ mod tests {
             ],
             ..Outcome::default()
         };
+        (groups, outcome)
+    }
+
+    #[test]
+    fn contenders_are_the_executors_near_the_fastest_and_the_picks_group() {
+        let (groups, mut outcome) = sample();
         // 1.25x of 10 is the edge: rhd is in, nb just out.
         let near = contenders(&outcome, 1024, &groups);
         assert_eq!(names(&near), vec!["mesh", "rhd"]);
@@ -138,24 +146,7 @@ mod tests {
 
     #[test]
     fn deciders_are_the_named_picks_groups_and_their_fastest_rival() {
-        let groups = vec![
-            alone("ring"),
-            alone("mesh"),
-            Twins {
-                measured: entry("relay-mesh"),
-                twins: vec![entry("relay-mesh-single")],
-            },
-            alone("rhd"),
-        ];
-        let outcome = Outcome {
-            points: vec![
-                point(1024, "ring", 20.0),
-                point(1024, "mesh", 10.0),
-                point(1024, "relay-mesh", 30.0),
-                point(1024, "rhd", 12.5),
-            ],
-            ..Outcome::default()
-        };
+        let (groups, outcome) = sample();
         // A pick that is not the fastest: it and the fastest.
         let d = deciders(&outcome, 1024, &groups, &["ring"]);
         assert_eq!(names(&d), vec!["ring", "mesh"]);
