@@ -14,11 +14,12 @@
 //! stores (point-to-point operators are chosen by preference, not by the cost model: see
 //! the framework's `select::preference`), as NCCL runs an all-to-all as one group of sends
 //! and receives; over put-only links `put-mesh` runs instead. On 8 in-process ranks of the
-//! 2-core development host, in two runs of `oxccl tune all-to-all-v --ranks 8 -b 1K -e 64M
-//! -f 8`, it was within 1.05x of the fastest at every size (1K to 32M), `put-mesh` within
-//! 1.02x in the first and 1.15x at 512 KiB in the second (163.31 against 142.35 µs), and
-//! `pairwise`, the preference before them, took 1.09x at 64 KiB and 4 MiB and 1.17x and
-//! 1.20x at 512 KiB.
+//! 2-core development host, in five tunes of AlltoAllV (`oxccl tune all-to-all-v --ranks 8
+//! -b 1K -e 64M -f 8` once, and the AlltoAllV part of four `oxccl tune --all` runs with
+//! the same sizes), it was within 1.05x of the fastest at every size from 1 KiB to 32 MiB
+//! and the fastest at 512 KiB in all five; `put-mesh` took 1.10x to 1.15x there in three
+//! of them (163.31 against 142.35 µs once), and `pairwise`, the preference before them,
+//! 1.05x to 1.09x at 64 KiB and 1.08x to 1.20x at 512 KiB.
 
 use crate::send_recv::{direct_p2p_resources, direct_p2p_run};
 use crate::templates::p2p_exchange;
