@@ -2,7 +2,7 @@
 //! slowest, then what was skipped and what failed.
 
 use super::contenders::CONTENDER_RATIO;
-use super::reference::{reference_picks, Reference};
+use super::reference::Reference;
 use super::sweep::{Job, Outcome, Pick, Point, Skip};
 use std::process::ExitCode;
 
@@ -87,8 +87,7 @@ pub fn print(job: &Job, outcome: &Outcome, reference: Option<&Reference>) -> Tal
     let model = pick_check(&job.sizes, outcome, &outcome.picks);
     print_pick_check("select_alg without a table", &model, outcome);
     let reference = reference.map(|r| {
-        let picks = reference_picks(job, outcome, &r.table);
-        let checks = pick_check(&job.sizes, outcome, &picks);
+        let checks = pick_check(&job.sizes, outcome, &outcome.reference_picks);
         let label = format!("the fastest of {} (an earlier run)", r.path.display());
         print_pick_check(&label, &checks, outcome);
         Tally::of(&checks)

@@ -101,6 +101,10 @@ pub struct Outcome {
     /// What `select_alg` picks at each measured size without a tuning table (the cost
     /// model's choice), or why it picks nothing: the pick check's subject.
     pub picks: Vec<(usize, Pick)>,
+    /// With `--reference`, the executor that table measured fastest at each measured size,
+    /// or why it has none ([`reference_picks`]): the deciders measure it and the report
+    /// checks it.
+    pub reference_picks: Vec<(usize, Pick)>,
     /// `(size, executor, measured)`: `executor` runs the programs of `measured` at `size`
     /// and got its measurement ([`twins`]).
     pub twins: Vec<(usize, &'static str, &'static str)>,
@@ -280,12 +284,14 @@ pub fn tune_operator(job: &Job, reference: Option<&TuneTable>) -> Result<Outcome
         .map(|(size, groups)| contenders(&sweep.outcome, *size, groups))
         .collect();
     sweep.rounds(job.contender_rounds, &contenders, "contender");
-    let reference = reference.map(|table| reference_picks(job, &sweep.outcome, table));
+    if let Some(table) = reference {
+        sweep.outcome.reference_picks = reference_picks(job, &sweep.outcome, table);
+    }
     let deciders: Vec<Vec<&'static ExecutorEntry>> = sweep
         .by_size
         .iter()
         .map(|(size, groups)| {
-            let named = named_picks(&sweep.outcome, *size, reference.as_deref());
+            let named = named_picks(&sweep.outcome, *size);
             deciders(&sweep.outcome, *size, groups, &named)
         })
         .collect();
@@ -306,14 +312,10 @@ pub fn tune_operator(job: &Job, reference: Option<&TuneTable>) -> Result<Outcome
 
 /// The executors whose pick checks `size` decides: select_alg's pick and the reference
 /// table's fastest, where there are such.
-fn named_picks<'a>(
-    outcome: &'a Outcome,
-    size: usize,
-    reference: Option<&'a [(usize, Pick)]>,
-) -> Vec<&'a str> {
-    let reference = reference
-        .into_iter()
-        .flatten()
+fn named_picks(outcome: &Outcome, size: usize) -> Vec<&str> {
+    let reference = outcome
+        .reference_picks
+        .iter()
         .filter(|(s, _)| *s == size)
         .filter_map(|(_, pick)| pick.as_deref().ok());
     outcome.pick_at(size).into_iter().chain(reference).collect()
