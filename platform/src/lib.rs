@@ -24,6 +24,7 @@
 
 pub mod cuda;
 pub mod device;
+pub mod disk_cache;
 pub mod dtype;
 pub mod error;
 pub mod gate;
