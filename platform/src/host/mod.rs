@@ -16,6 +16,7 @@
 //! `fence` (per-rank `done_epoch`), `exec` (Copy/Reduce), `pool` (workers). The signal
 //! banks are [`crate::signal`]'s.
 
+pub mod calibration;
 mod compile;
 pub use compile::INLINE_BYTES;
 pub use exec::{traffic_bytes, SPLIT_BYTES};

@@ -1,0 +1,135 @@
+//! The host's own figures for the cost model: measured once per machine, kept on disk.
+//!
+//! The host cost model (the framework's `Processor`) needs what one thread copies per
+//! second in and out of the caches, how much the caches hold, and what the memory
+//! system carries with every worker copying. Those figures differ between machines by
+//! more than the choices they decide: a model with one machine's figures picks
+//! executors 1.36x and 1.65x slower than the fastest on another (a 4 MiB Broadcast and
+//! AllGather on 8 ranks; see the framework's `topology::presets`). So the host device
+//! measures them ([`probe`]), fits the model's one cache level to them ([`fit`]) and
+//! keeps them per machine ([`cache`]): the first process on a machine pays about a second
+//! once, the others read a file.
+//!
+//! The per-task and wake-up costs are not measured here: they need the device running a
+//! program, and they decide small operations only, where the reference machine's figures
+//! have held (see the framework's `topology::presets`).
+
+mod cache;
+pub mod fit;
+mod probe;
+
+use fit::Rate;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+
+/// What the host device measured of this machine (see the module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostFigures {
+    /// The worker threads the memory rate was measured with.
+    pub workers: usize,
+    /// One thread's copy rate past the caches, GB/s of data copied.
+    pub thread_gbps: f64,
+    /// Every worker copying at once, past the caches, GB/s in all.
+    pub memory_gbps: f64,
+    /// The footprint (bytes read and written) the caches hold between calls.
+    pub cache_bytes: usize,
+    /// One thread's copy rate within `cache_bytes`, GB/s.
+    pub cache_gbps: f64,
+    /// The footprint past which copies store to memory; 0: none seen.
+    pub llc_bytes: usize,
+    /// The measurements the cache figures were fitted to.
+    pub ladder: Vec<Rate>,
+}
+
+impl HostFigures {
+    /// Measure this machine now, with `workers` threads for the memory rate; `None`
+    /// when its buffers (256 MiB for the ladder, 128 MiB per worker) cannot be had.
+    pub fn measure(workers: usize) -> Option<HostFigures> {
+        let ladder = probe::ladder()?;
+        let cache = fit::fit(&ladder)?;
+        let figures = HostFigures {
+            workers: workers.max(1),
+            thread_gbps: cache.thread_gbps,
+            memory_gbps: probe::memory_gbps(workers)?,
+            cache_bytes: cache.cache_bytes,
+            cache_gbps: cache.cache_gbps,
+            llc_bytes: cache.llc_bytes,
+            ladder,
+        };
+        figures.valid().then_some(figures)
+    }
+
+    /// Rates positive and finite, a worker at least, a ladder.
+    fn valid(&self) -> bool {
+        let rate = |g: f64| g.is_finite() && g > 0.0;
+        self.workers > 0
+            && rate(self.thread_gbps)
+            && rate(self.memory_gbps)
+            && rate(self.cache_gbps)
+            && !self.ladder.is_empty()
+            && self.ladder.iter().all(|r| rate(r.gbps))
+    }
+}
+
+/// Where [`this_host`]'s figures came from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Measured by this call (and stored, where there is a cache folder).
+    Measured,
+    /// Read from the cache folder.
+    Cached,
+}
+
+/// This machine's figures with `workers` workers: the cache folder's when it holds them
+/// (and `again` is false), else measured now and stored. Once per process and worker
+/// count; a second call returns the first's (measuring `again` replaces them). `None`
+/// when the machine could not be measured (the caller keeps its reference figures).
+pub fn this_host(workers: usize, again: bool) -> Option<(HostFigures, Origin)> {
+    static KNOWN: Mutex<BTreeMap<usize, (HostFigures, Origin)>> = Mutex::new(BTreeMap::new());
+    let mut known = KNOWN.lock();
+    if !again {
+        if let Some(found) = known.get(&workers) {
+            return Some(found.clone());
+        }
+    }
+    let found = match cache::folder() {
+        Some(dir) => cache::locked(&dir, || {
+            let file = dir.join(cache::file_name(workers));
+            let cached = std::fs::read_to_string(&file)
+                .ok()
+                .and_then(|t| cache::read(&t))
+                .filter(|_| !again);
+            match cached {
+                Some(f) => Some((f, Origin::Cached)),
+                None => {
+                    let f = HostFigures::measure(workers)?;
+                    crate::disk_cache::store(&dir, &cache::file_name(workers), &cache::write(&f));
+                    Some((f, Origin::Measured))
+                }
+            }
+        }),
+        None => HostFigures::measure(workers).map(|f| (f, Origin::Measured)),
+    }?;
+    tracing::debug!(?found, "host figures");
+    known.insert(workers, found.clone());
+    Some(found)
+}
+
+/// The file [`this_host`] keeps `workers`' figures in; `None` without a cache folder.
+pub fn figures_file(workers: usize) -> Option<std::path::PathBuf> {
+    Some(cache::folder()?.join(cache::file_name(workers)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_machine_measures_to_valid_figures() {
+        let f = HostFigures::measure(2).expect("256 MiB to measure with");
+        assert!(f.valid(), "{f:?}");
+        assert_eq!(f.ladder.len(), probe::LADDER_MIB.len());
+        assert!(f.cache_gbps >= f.thread_gbps, "{f:?}");
+        assert!(f.cache_bytes <= f.ladder.last().unwrap().footprint, "{f:?}");
+    }
+}

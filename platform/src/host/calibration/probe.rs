@@ -1,0 +1,131 @@
+//! Measuring the host: one thread's copy rate over a ladder of footprints, and the
+//! memory system's rate with every worker copying at once.
+//!
+//! Copies are `memcpy`s of byte slices, as `../shared/bench/peers/memcpy_bench.c` makes
+//! them, and as the host device's Copy tasks are. A point copies for at least
+//! [`POINT_TIME`] and [`MIN_REPS`] times after one copy that faults its pages in, and its
+//! fastest copy counts: on a shared machine the fastest copy is the one another tenant
+//! disturbed least, which makes the figures steadier from run to run than a mean.
+
+use super::fit::Rate;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+const MIB: usize = 1 << 20;
+/// The ladder's copy sizes, MiB: footprints of 2 MiB (within a core's cache on current
+/// CPUs) to 256 MiB (past the last-level cache of most hosts).
+pub const LADDER_MIB: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+/// Least time a point copies for.
+const POINT_TIME: Duration = Duration::from_millis(15);
+/// Least copies per point, after the first.
+const MIN_REPS: usize = 3;
+/// Most copies per point (a machine that copies 1 MiB in under a microsecond).
+const MAX_REPS: usize = 100_000;
+/// What each worker copies at once in the memory measurement: past the caches of the
+/// ladder's machines, several times over with every worker at it.
+const MEMORY_COPY: usize = 64 * MIB;
+/// Rounds of the memory measurement; the fastest counts.
+const MEMORY_ROUNDS: usize = 4;
+
+/// `len` bytes of ones, touched; `None` when the memory is not there.
+fn buffer(len: usize) -> Option<Vec<u8>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).ok()?;
+    v.resize(len, 1);
+    Some(v)
+}
+
+/// Seconds the fastest of one point's copies of `src` into `dst` took.
+fn fastest_copy(src: &[u8], dst: &mut [u8]) -> f64 {
+    dst.copy_from_slice(src);
+    let start = Instant::now();
+    let mut best = f64::INFINITY;
+    let mut reps = 0;
+    while reps < MIN_REPS || (start.elapsed() < POINT_TIME && reps < MAX_REPS) {
+        let t = Instant::now();
+        dst.copy_from_slice(std::hint::black_box(src));
+        std::hint::black_box(&mut *dst);
+        best = best.min(t.elapsed().as_secs_f64());
+        reps += 1;
+    }
+    best.max(1e-9)
+}
+
+/// One thread's copy rate at every footprint of the ladder; `None` when its buffers
+/// cannot be allocated.
+pub fn ladder() -> Option<Vec<Rate>> {
+    let largest = LADDER_MIB[LADDER_MIB.len() - 1] * MIB;
+    let src = buffer(largest)?;
+    let mut dst = buffer(largest)?;
+    let rate = |len: usize, dst: &mut [u8]| Rate {
+        footprint: 2 * len,
+        gbps: len as f64 / fastest_copy(&src[..len], &mut dst[..len]) / 1e9,
+    };
+    Some(
+        LADDER_MIB
+            .iter()
+            .map(|&mib| rate(mib * MIB, &mut dst))
+            .collect(),
+    )
+}
+
+/// The rate of `workers` threads copying [`MEMORY_COPY`] bytes each at once, GB/s of
+/// data copied in all: the fastest of [`MEMORY_ROUNDS`] rounds, a round lasting until
+/// its slowest thread is done. `None` when a thread's buffers cannot be allocated.
+pub fn memory_gbps(workers: usize) -> Option<f64> {
+    let workers = workers.max(1);
+    let start = Barrier::new(workers);
+    let times: Vec<Option<Vec<f64>>> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..workers)
+            .map(|_| s.spawn(|| copy_rounds(&start)))
+            .collect();
+        threads.into_iter().map(|t| t.join().ok()?).collect()
+    });
+    let mut slowest = vec![0.0f64; MEMORY_ROUNDS];
+    for thread in times {
+        for (round, t) in thread?.into_iter().enumerate() {
+            slowest[round] = slowest[round].max(t);
+        }
+    }
+    let best = slowest.into_iter().fold(f64::INFINITY, f64::min).max(1e-9);
+    Some((workers * MEMORY_COPY) as f64 / best / 1e9)
+}
+
+/// One thread's part of [`memory_gbps`]: each round's copy time, the rounds started
+/// together. A thread that cannot allocate still meets the others at every round.
+fn copy_rounds(start: &Barrier) -> Option<Vec<f64>> {
+    let mut buffers = buffer(MEMORY_COPY).zip(buffer(MEMORY_COPY));
+    let mut times = Vec::with_capacity(MEMORY_ROUNDS);
+    for _ in 0..MEMORY_ROUNDS {
+        start.wait();
+        let t = Instant::now();
+        if let Some((src, dst)) = buffers.as_mut() {
+            dst.copy_from_slice(std::hint::black_box(src));
+            std::hint::black_box(&mut *dst);
+        }
+        times.push(t.elapsed().as_secs_f64());
+    }
+    buffers.map(|_| times)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_is_timed_and_its_rate_is_positive() {
+        let src = buffer(MIB).unwrap();
+        let mut dst = buffer(MIB).unwrap();
+        let t = fastest_copy(&src, &mut dst);
+        assert!(t > 0.0 && t < 1.0, "{t}");
+        assert_eq!(src, dst);
+    }
+
+    #[test]
+    fn the_memory_rate_of_one_and_two_threads_is_positive() {
+        for workers in [0, 1, 2] {
+            let gbps = memory_gbps(workers).unwrap();
+            assert!(gbps.is_finite() && gbps > 0.0, "{workers}: {gbps}");
+        }
+    }
+}
