@@ -19,6 +19,8 @@
 //! | `OXCCL_CUDA_DEVICES` | the cuda backend's placement: one CUDA device ordinal for every local rank (`0`: all on GPU 0, as virtual ranks), or one per local rank (`0,0,1,1`) | round-robin over the GPUs (one rank per GPU when there are enough) |
 //! | `OXCCL_LINK_CHANNELS` | notify channels per link, 1 to 64: how many handshakes two ranks may have in flight at once (an imported MSCCL-IR file needs one per message slot of each of its channels, and pipelines deeper with more) | 2, or what the imported files need when more |
 //! | `OXCCL_ALGO_FILES` | MSCCL-IR algorithm files imported as executors (see [`crate::msccl`]): files or folders (their `*.xml`), `:`-separated; read when the registry is first built | none |
+//! | `OXCCL_HOST_FIGURES` | where the host device's cost model takes its copy rates and cache sizes: `measured` (this machine's, measured once and kept in the cache folder; see `oxccl_platform::host::calibration`) or `reference` (the development machine's, the same everywhere; see [`crate::topology::presets`]). In-process communicators only: a job of processes takes the reference figures, which every host agrees on | measured |
+//! | `OXCCL_HOST_CACHE` | the folder the measured host figures are kept in (`off`: measure in every process) | `$XDG_CACHE_HOME/oxccl`, else `$HOME/.cache/oxccl` |
 //! | `OXCCL_LOG` | `tracing` filter (`info`, `oxccl=debug`, ...); one that does not parse is an error | off |
 //!
 //! Every error names its variable, the value found and what would be valid.
@@ -81,6 +83,40 @@ pub struct Config {
     /// The cuda backend's placement (`OXCCL_CUDA_DEVICES`): one ordinal for every local
     /// rank, or one per local rank; empty: round-robin over the GPUs.
     pub gpus: Vec<usize>,
+    /// Where an in-process CPU host's cost-model figures come from
+    /// (`OXCCL_HOST_FIGURES`).
+    pub host_figures: HostFiguresFrom,
+}
+
+/// Where the cost model's figures of a CPU host come from, for a communicator given no
+/// topology (`OXCCL_HOST_FIGURES`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum HostFiguresFrom {
+    /// This machine's copy rates and caches, measured once per machine
+    /// (`oxccl_platform::host::calibration`), for communicators whose ranks are all in
+    /// this process; a job of processes takes the reference figures, so that hosts
+    /// measured apart still agree on every selection.
+    #[default]
+    Measured,
+    /// The development machine's figures ([`crate::topology::presets`]): the same
+    /// selections on every machine.
+    Reference,
+}
+
+impl std::str::FromStr for HostFiguresFrom {
+    type Err = ConfigError;
+
+    fn from_str(value: &str) -> Result<Self, ConfigError> {
+        match value.trim() {
+            "measured" => Ok(HostFiguresFrom::Measured),
+            "reference" => Ok(HostFiguresFrom::Reference),
+            _ => Err(ConfigError::new(
+                "OXCCL_HOST_FIGURES",
+                value,
+                "use `measured` (this machine's, the default) or `reference` (the same everywhere)",
+            )),
+        }
+    }
 }
 
 impl Default for Config {
@@ -103,6 +139,7 @@ impl Default for Config {
             transport: Default::default(),
             rdma_nic: None,
             gpus: Vec::new(),
+            host_figures: HostFiguresFrom::Measured,
         }
     }
 }
@@ -305,6 +342,9 @@ impl Config {
             })?;
             config.topology = Some(topology);
         }
+        if let Some(v) = get("OXCCL_HOST_FIGURES") {
+            config.host_figures = v.parse()?;
+        }
         if let Some(v) = get("OXCCL_TUNE_FILE") {
             config.tune = Some(std::sync::Arc::new(load_tune_file(&v)?));
         }
@@ -409,6 +449,25 @@ mod tests {
         assert_eq!(c.log_filter.as_deref(), Some("debug"));
         let c = Config::from_lookup(env(&[("OXCCL_TOPO_FILE", "2x8")])).unwrap();
         assert_eq!(c.topology.map(|t| t.ranks()), Some(16));
+    }
+
+    #[test]
+    fn host_figures_are_measured_unless_the_reference_is_asked_for() {
+        assert_eq!(Config::default().host_figures, HostFiguresFrom::Measured);
+        for (value, from) in [
+            ("measured", HostFiguresFrom::Measured),
+            (" reference ", HostFiguresFrom::Reference),
+        ] {
+            let c = Config::from_lookup(env(&[("OXCCL_HOST_FIGURES", value)])).unwrap();
+            assert_eq!(c.host_figures, from);
+        }
+        let err = Config::from_lookup(env(&[("OXCCL_HOST_FIGURES", "fast")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("OXCCL_HOST_FIGURES") && err.contains("fast") && err.contains("reference"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -67,7 +67,7 @@ pub mod transport;
 pub mod tune;
 
 pub use communicator::{Communicator, GroupCall, Step};
-pub use config::Config;
+pub use config::{Config, HostFiguresFrom};
 pub use error::{ArgError, ConfigError, Error};
 pub use executor::{
     BufRange, Constraints, Executor, ExecutorEntry, KernelArgs, KernelCtx, LinkNeed, Mode, Peers,

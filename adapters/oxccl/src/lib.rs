@@ -56,7 +56,6 @@ pub use half::{bf16, f16};
 pub use oxccl_algorithms as algorithms;
 pub use oxccl_algorithms::templates;
 pub use oxccl_framework::bootstrap::UniqueId;
-pub use oxccl_framework::Config;
 pub use oxccl_framework::{
     self as framework, registry, select_alg, AlgoOverride, ArgError, BufRange, ConfigError,
     Constraints, Error, Executor, ExecutorEntry, KernelArgs, KernelCtx, LinkNeed, Mode, OpKind,
@@ -64,6 +63,7 @@ pub use oxccl_framework::{
     TemplateEntry, Topology,
 };
 pub use oxccl_framework::{register_executor, register_selector, register_template};
+pub use oxccl_framework::{Config, HostFiguresFrom};
 pub use oxccl_platform::{
     self as platform, Buf, DataType, DeviceError, DeviceSpan, Element, Rank, ReduceOp, Slice,
     UserBuffers,

@@ -322,13 +322,26 @@ fn topology_of(config: &Config, sizes: Vec<usize>) -> Result<Topology, Error> {
     }
 }
 
+/// The topology of `n` ranks in this process: the configured one, else the device's
+/// machine, a CPU host with this machine's measured figures unless the configuration
+/// asks for the reference ones ([`crate::HostFiguresFrom`]). Only in-process ranks
+/// measure: the processes of a job on several hosts would measure apart and disagree on
+/// selections, so `init_rank` keeps the reference figures.
+pub fn in_process_topology(config: &Config, n: usize) -> Result<Topology, Error> {
+    let topology = topology_of(config, vec![n])?;
+    Ok(match (&config.topology, config.host_figures) {
+        (None, crate::HostFiguresFrom::Measured) => topology.with_measured_host(),
+        _ => topology,
+    })
+}
+
 impl Communicator {
     /// Create `n` in-process ranks sharing one device. Refuses a topology whose healthy
     /// links do not join every rank to every other ([`Error::Disconnected`]): no
     /// collective could run on it.
     pub fn init_all(n: usize, config: Config) -> Result<Vec<Communicator>, Error> {
         check_rank_count(n)?;
-        let topology = topology_of(&config, vec![n])?;
+        let topology = in_process_topology(&config, n)?;
         check_init(n, &config, &topology)?;
         topology.check_connected()?;
         config.algo.validate()?;

@@ -279,6 +279,29 @@ impl Topology {
         )
     }
 
+    /// This topology with this machine's measured copy rates and caches
+    /// (`oxccl_platform::host::calibration`, measured once per machine) in place of the
+    /// reference figures, where it is a CPU host (it has a processor); other topologies,
+    /// and a host that could not be measured, are returned as they are. The links within
+    /// a server take the thread's copy rate (a rank copies a peer's memory with one
+    /// thread), the memory system the rate of the processor's workers copying at once.
+    pub fn with_measured_host(mut self) -> Self {
+        let Some(p) = self.processor else {
+            return self;
+        };
+        let Some((measured, _)) = oxccl_platform::host::calibration::this_host(p.workers, false)
+        else {
+            tracing::warn!(
+                "could not measure this host's copy rates; the model keeps the reference machine's"
+            );
+            return self;
+        };
+        self.processor = Some(p.with_measured(&measured));
+        self.memory_gbps = Some(measured.memory_gbps);
+        self.intra.spec.bandwidth_gbps = measured.thread_gbps;
+        self
+    }
+
     /// This topology with the access of its two fabrics replaced (per-pair overrides
     /// keep theirs): e.g. servers joined by load/store links across servers (a scale-up
     /// domain spanning servers), or a single server whose links are put-only.
@@ -873,6 +896,53 @@ pub(crate) fn describe_parts(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_takes_this_machines_measured_figures_and_a_server_keeps_its_own() {
+        let host = presets::host(8).with_measured_host();
+        let p = *host.processor().expect("a host");
+        let (measured, _) = oxccl_platform::host::calibration::this_host(p.workers, false)
+            .expect("this machine measures");
+        assert_eq!(p.thread_gbps, measured.thread_gbps);
+        assert_eq!(
+            (p.cache_bytes, p.cache_gbps, p.llc_bytes),
+            (
+                measured.cache_bytes,
+                measured.cache_gbps,
+                measured.llc_bytes
+            )
+        );
+        assert_eq!(host.memory_gbps(), Some(measured.memory_gbps));
+        assert_eq!(
+            host.link(0, 7).unwrap().bandwidth_gbps,
+            measured.thread_gbps
+        );
+        // What is not measured stays the reference's.
+        assert_eq!(
+            (p.task_us, p.wake_us),
+            (presets::HOST_TASK_US, presets::HOST_WAKE_US)
+        );
+        let npu = Topology::single_server(8);
+        assert_eq!(npu.clone().with_measured_host(), npu);
+    }
+
+    #[test]
+    fn only_a_defaulted_in_process_host_is_measured() {
+        use crate::communicator::in_process_topology;
+        let reference = crate::Config {
+            host_figures: crate::HostFiguresFrom::Reference,
+            ..crate::Config::default()
+        };
+        let default = Topology::default_for_device("host", vec![4]).unwrap();
+        assert_eq!(in_process_topology(&reference, 4).unwrap(), default);
+        let measured = in_process_topology(&crate::Config::default(), 4).unwrap();
+        assert_eq!(measured, default.clone().with_measured_host());
+        let given = crate::Config {
+            topology: Some(presets::host(4)),
+            ..crate::Config::default()
+        };
+        assert_eq!(in_process_topology(&given, 4).unwrap(), presets::host(4));
+    }
 
     #[test]
     fn kinds_and_broken_links() {

@@ -25,12 +25,22 @@
 //! | host wake-up, ranks in processes | 20 us | measured: `oxccl perf all-reduce --procs 8 -b 1K` over shared memory on the same machine, `put-rd` (3 rounds of signals): 61-66 us per call, about 20 us per round for 8 processes on 2 cores |
 //! | host wake-up | 5 us | **estimate**: 8-rank AllReduce at 64 KiB on the same machine, two `oxccl tune` runs: `ring` 167 and 105 us, `mesh-push` 45 and 32 us; ring has 14 steps of signals against mesh-push's 2, some 6-10 us per extra step, part of it data and part a worker picking up the resumed stream on an oversubscribed pool; 5 us was taken |
 //!
-//! The host figures are one machine's, not calibrated per machine: they make the model
-//! see threads and a memory bus that every rank shares instead of engines and a link per
-//! pair, which is what decides the host's choices (see [`super::processor`]). A file
-//! gives another machine's figures (`[intra]` keys `workers`, `task_us`, `wake_us`,
-//! `thread_gbps`, `inline_bytes`, `split_bytes`, `ranks`, `cache_bytes`, `cache_gbps`,
-//! `llc_bytes`).
+//! The host figures make the model see threads and a memory bus that every rank shares
+//! instead of engines and a link per pair, which is what decides the host's choices (see
+//! [`super::processor`]). The ones above are the development machine's: the reference
+//! figures, which the `hostN` presets, a job of processes and `OXCCL_HOST_FIGURES=reference`
+//! take. An in-process communicator given no topology takes its own machine's copy rates
+//! and caches instead, measured once per machine
+//! ([`Topology::with_measured_host`], `oxccl calibrate` shows them): the rates differ
+//! between machines by more than the choices they decide. On a later 2-core VM (one
+//! thread: 31 GB/s at a 2 MiB footprint, 13-15 GB/s from 4 to 64 MiB, 6.6 GB/s at
+//! 256 MiB; two threads: 12 GB/s), the reference figures picked executors 1.65x
+//! (AllGather, `rhd`), 1.36x (Broadcast, `mesh`) and 1.10x (AlltoAll, `put-mesh`) slower
+//! than the fastest at 4 MiB on 8 ranks (`oxccl tune --all --ranks 8 -b 1K -e 64M -f 8`),
+//! while its measured figures pick `mesh-push`, `mesh-push` and `pairwise`, the fastest
+//! there. A file gives another machine's figures (`[intra]` keys `workers`, `task_us`,
+//! `wake_us`, `thread_gbps`, `inline_bytes`, `split_bytes`, `ranks`, `cache_bytes`,
+//! `cache_gbps`, `llc_bytes`).
 //!
 //! Generic shapes `1xN` and `MxN` (any N, M) reuse these figures: a full mesh of HCCS-class
 //! links inside each server, and every cross-server pair joined by RDMA through each rank's

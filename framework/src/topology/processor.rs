@@ -29,6 +29,7 @@
 //! host device's topologies, [`super::presets::host`]); NPU and GPU topologies have none.
 
 use crate::error::ConfigError;
+use oxccl_platform::host::calibration::HostFigures;
 
 /// The figures of a CPU host's execution, per server (see the module docs).
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -153,6 +154,18 @@ impl Processor {
             cache_bytes: super::presets::HOST_CACHE_BYTES,
             cache_gbps: super::presets::HOST_CACHE_GBPS,
             llc_bytes: super::presets::HOST_LLC_BYTES,
+        }
+    }
+
+    /// These figures with the copy rates and caches measured on this machine
+    /// (`oxccl_platform::host::calibration`); the task and wake-up costs stay.
+    pub fn with_measured(self, measured: &HostFigures) -> Processor {
+        Processor {
+            thread_gbps: measured.thread_gbps,
+            cache_bytes: measured.cache_bytes,
+            cache_gbps: measured.cache_gbps,
+            llc_bytes: measured.llc_bytes,
+            ..self
         }
     }
 
