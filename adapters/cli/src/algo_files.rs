@@ -29,6 +29,9 @@ pub struct AlgoFiles {
     pub paths: Vec<PathBuf>,
 }
 
+/// No files: what a command that imports none (`calibrate`) has.
+pub static NONE: AlgoFiles = AlgoFiles { paths: Vec::new() };
+
 impl AlgoFiles {
     /// Read, check and import every file, for the registry to register when it is built.
     pub fn load(&self) -> Result<(), Error> {

@@ -32,6 +32,7 @@ mod output;
 
 mod algo_files;
 mod algs;
+mod calibrate;
 mod calls;
 mod check;
 mod columns;
@@ -67,6 +68,9 @@ enum Command {
     Tune(tune::TuneArgs),
     /// List registered executors, templates and plugin selectors.
     Algs(algs::AlgsArgs),
+    /// Show (or measure again) the copy rates and caches of this machine that the host
+    /// device's cost model uses.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 impl Command {
@@ -95,6 +99,7 @@ impl Command {
             Command::Check(args) => &args.files,
             Command::Tune(args) => &args.files,
             Command::Algs(args) => &args.files,
+            Command::Calibrate(_) => &algo_files::NONE,
         }
     }
 }
@@ -110,7 +115,7 @@ fn plan(argv: &[String]) -> Result<(), String> {
         Command::Perf(args) => perf::plan(args, None).map(drop),
         Command::Check(args) => check::plan_command(args).map(drop),
         Command::Tune(args) => tune::plan(args).map(drop),
-        Command::Algs(_) => Ok(()),
+        Command::Algs(_) | Command::Calibrate(_) => Ok(()),
     };
     planned.map_err(|e| report(&e))
 }
@@ -136,7 +141,7 @@ fn report(err: &oxccl::Error) -> String {
     text
 }
 
-/// Run the command line of this process (`perf`, `check`, `tune` or `algs`) and return
+/// Run the command line of this process (`perf`, `check`, `tune`, `algs` or `calibrate`) and return
 /// its exit status: 0 on success, 1 when a check found wrong results, 2 when the command
 /// was refused or failed, with the error and its causes on stderr, 3 when `perf
 /// --skip-oom` skipped sizes that did not fit in memory (everything it ran was right).
@@ -153,6 +158,7 @@ pub fn main() -> ExitCode {
             Command::Check(args) => check::run(&args),
             Command::Tune(args) => tune::run(&args),
             Command::Algs(_) => algs::run(),
+            Command::Calibrate(args) => calibrate::run(&args),
         });
     match result {
         Ok(code) => code,

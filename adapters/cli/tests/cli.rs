@@ -407,3 +407,46 @@ fn algs_columns_stay_aligned_past_long_names_and_constraints() {
         }
     }
 }
+
+#[test]
+fn calibrate_measures_once_then_shows_the_kept_figures() {
+    let dir = std::env::temp_dir().join(format!("oxccl-calibrate-{}", std::process::id()));
+    let calibrate = |args: &[&str], cache: &std::path::Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_oxccl"))
+            .arg("calibrate")
+            .args(args)
+            .env("OXCCL_HOST_CACHE", cache)
+            .output()
+            .expect("runs");
+        (out.status.code(), output_text(&out))
+    };
+    let (code, text) = calibrate(&["--workers", "2"], &dir);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("measured now") && text.contains(&*dir.to_string_lossy()),
+        "{text}"
+    );
+    let thread: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("thread_gbps"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .expect("a thread rate");
+    assert!(thread > 0.0, "{text}");
+    let (_, again) = calibrate(&["--workers", "2"], &dir);
+    assert!(
+        again.contains("kept from an earlier measurement"),
+        "{again}"
+    );
+    assert_eq!(
+        rows(&again),
+        rows(&text),
+        "the kept figures are the measured ones"
+    );
+    let (_, fresh) = calibrate(&["--workers", "2", "--again"], &dir);
+    assert!(fresh.contains("measured now"), "{fresh}");
+    let (_, none) = calibrate(&["--workers", "1"], std::path::Path::new("off"));
+    assert!(none.contains("file: none"), "{none}");
+    let (code, refused) = calibrate(&["--workers", "0"], &dir);
+    assert_eq!(code, Some(2), "{refused}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -91,6 +91,11 @@ fn tune_writes_a_table_that_parses_and_skips_what_needs_a_broken_link() {
     assert_eq!(at(1024), at(4096), "{text}");
     assert!(!at(1024).contains(&"mesh"), "{text}");
     assert!(text.contains("# skipped mesh"), "{text}");
+    assert!(
+        text.contains("# select_alg's host figures: ")
+            && text.contains(" workers; a thread copies "),
+        "{text}"
+    );
     // Each size's rows are fastest first, and the printed table agrees with the file.
     let printed = rows(&text);
     assert_eq!(printed.len(), table.entries.len(), "{text}");

@@ -194,6 +194,7 @@ pub fn plan(args: &PerfArgs, launched: Option<usize>) -> Result<PerfPlan, Error>
         &args.broken,
         forced,
         args.device.as_deref(),
+        launched.is_none(),
     )?;
     // A job of processes takes its hosts as the topology unless one is given.
     if launched.is_some() && !given {
@@ -254,19 +255,22 @@ fn graph_steps(args: &PerfArgs, config: &Config) -> Result<Option<usize>, Error>
 /// The communicator's configuration: the environment's, with `--device` (`device`) and
 /// `--topo`/`--broken`/`--ranks` applied and `forced` = (operator, executor) set when
 /// given; and whether a topology was given at all (`--topo`, `--broken` or
-/// `OXCCL_TOPO_FILE`) rather than defaulted.
+/// `OXCCL_TOPO_FILE`) rather than defaulted. A defaulted CPU host of ranks `in_process`
+/// takes this machine's measured figures, as `Communicator::init_all` does.
 pub(crate) fn run_config(
     ranks: Option<usize>,
     topo: Option<&str>,
     broken: &[String],
     forced: Option<(OpKind, &str)>,
     device: Option<&str>,
+    in_process: bool,
 ) -> Result<(Config, Topology, bool), Error> {
     let mut config = Config::from_env()?;
     if let Some(kind) = device {
         config.device = validate::device(kind)?;
     }
     let given = topo.is_some() || !broken.is_empty() || config.topology.is_some();
+    let defaulted = topo.is_none() && config.topology.is_none();
     let topology = crate::topo_args::run_topology(
         ranks,
         topo,
@@ -274,6 +278,12 @@ pub(crate) fn run_config(
         config.topology.as_ref(),
         &config.device,
     )?;
+    // What `Communicator::init_all` would take without a topology: this machine's
+    // figures, measured (see `oxccl::framework::communicator::in_process_topology`).
+    let topology = match (defaulted && in_process, config.host_figures) {
+        (true, oxccl::HostFiguresFrom::Measured) => topology.with_measured_host(),
+        _ => topology,
+    };
     config.topology = Some(topology.clone());
     if let Some((kind, name)) = forced {
         config.algo.set(Some(kind), name);

@@ -171,6 +171,7 @@ pub fn plan(args: &TuneArgs) -> Result<TunePlan, Error> {
         &args.broken,
         None,
         args.device.as_deref(),
+        true,
     )?;
     let ranks = topology.ranks();
     let largest = sizes.last().copied().unwrap_or(0);

@@ -35,6 +35,23 @@ pub struct Tallies {
     pub reference: Option<Tally>,
 }
 
+/// The figures select_alg models a CPU host with (this machine's measured ones, unless
+/// a topology or `OXCCL_HOST_FIGURES=reference` gave others), as a header line; `None`
+/// for a topology that is not a host.
+fn host_figures(topology: &oxccl::Topology) -> Option<String> {
+    let p = topology.processor()?;
+    let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    Some(format!(
+        "# select_alg's host figures: {} workers; a thread copies {:.2} GB/s, {:.2} within {:.1} MiB of cache (last level {:.1} MiB); memory {:.2} GB/s",
+        p.workers,
+        p.thread_gbps,
+        p.cache_gbps,
+        mib(p.cache_bytes),
+        mib(p.llc_bytes),
+        topology.memory_gbps().unwrap_or(f64::INFINITY),
+    ))
+}
+
 /// Print one operator's table; returns how its pick checks went.
 pub fn print(job: &Job, outcome: &Outcome, reference: Option<&Reference>) -> Tallies {
     outln!(
@@ -48,6 +65,9 @@ pub fn print(job: &Job, outcome: &Outcome, reference: Option<&Reference>) -> Tal
         job.rounds.max(1),
         contender_note(job)
     );
+    if let Some(line) = host_figures(&job.topology) {
+        outln!("{line}");
+    }
     outln!(
         "# {:>10} {:>12}  {:<18} {:>10}  vs fastest",
         "size",
