@@ -37,7 +37,11 @@ pub fn run(args: &CalibrateArgs) -> Result<ExitCode, Error> {
     let file = figures_file(workers).map_or("none (OXCCL_HOST_CACHE=off)".into(), |p| {
         p.display().to_string()
     });
-    outln!("# host figures, {whence}; file: {file}");
+    let machine = match measured.quiet {
+        true => "a quiet machine",
+        false => "a busy machine (slow figures: a process that finds it quiet measures again)",
+    };
+    outln!("# host figures, {whence}, on {machine}; file: {file}");
     let reference = Processor::reference(workers);
     let mine = reference.with_measured(&measured);
     let gb = |g: f64| format!("{g:.2}");

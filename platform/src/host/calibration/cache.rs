@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 /// This format's version: part of the key, so that a change of what is measured or
 /// how makes every machine measure again.
-const VERSION: &str = "1";
+const VERSION: &str = "2";
 
 /// The cache folder; `None`: none.
 pub fn folder() -> Option<PathBuf> {
@@ -92,6 +92,7 @@ pub fn read(text: &str) -> Option<HostFigures> {
         cache_gbps: value("cache_gbps")?.parse().ok()?,
         llc_bytes: value("llc_bytes")?.parse().ok()?,
         ladder,
+        quiet: value("quiet")?.parse().ok()?,
     };
     figures.valid().then_some(figures)
 }
@@ -109,7 +110,7 @@ pub fn write(figures: &HostFigures) -> String {
         .collect();
     let _ = write!(
         text,
-        "workers = {}\nthread_gbps = {}\nmemory_gbps = {}\ncache_bytes = {}\ncache_gbps = {}\nllc_bytes = {}\nladder = {}\n",
+        "workers = {}\nthread_gbps = {}\nmemory_gbps = {}\ncache_bytes = {}\ncache_gbps = {}\nllc_bytes = {}\nladder = {}\nquiet = {}\n",
         figures.workers,
         figures.thread_gbps,
         figures.memory_gbps,
@@ -117,6 +118,7 @@ pub fn write(figures: &HostFigures) -> String {
         figures.cache_gbps,
         figures.llc_bytes,
         ladder.join(","),
+        figures.quiet,
     );
     text
 }
@@ -143,6 +145,7 @@ mod tests {
                     gbps: 6.25,
                 },
             ],
+            quiet: false,
         }
     }
 
@@ -153,6 +156,7 @@ mod tests {
         assert_eq!(read(&text.replace("workers", "wrkers")), None);
         assert_eq!(read(&text.replace("11.5", "-1")), None);
         assert_eq!(read(&text.replace(":28.3", "")), None);
+        assert_eq!(read(&text.replace("quiet = false", "quiet = maybe")), None);
         assert_eq!(read(&text[..text.len() / 2]), None);
         assert_eq!(read(""), None);
     }

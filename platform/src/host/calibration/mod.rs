@@ -39,12 +39,17 @@ pub struct HostFigures {
     pub llc_bytes: usize,
     /// The measurements the cache figures were fitted to.
     pub ladder: Vec<Rate>,
+    /// Measured while the rest of the machine kept less than [`probe::QUIET_SHARE`] of
+    /// its CPUs busy (or where that cannot be told). Figures measured on a busy machine
+    /// are slow; a process that finds the machine quiet measures them again.
+    pub quiet: bool,
 }
 
 impl HostFigures {
     /// Measure this machine now, with `workers` threads for the memory rate; `None`
     /// when its buffers (256 MiB for the ladder, 128 MiB per worker) cannot be had.
     pub fn measure(workers: usize) -> Option<HostFigures> {
+        let quiet = machine_is_quiet();
         let ladder = probe::ladder()?;
         let cache = fit::fit(&ladder)?;
         let figures = HostFigures {
@@ -55,6 +60,7 @@ impl HostFigures {
             cache_gbps: cache.cache_gbps,
             llc_bytes: cache.llc_bytes,
             ladder,
+            quiet,
         };
         figures.valid().then_some(figures)
     }
@@ -71,6 +77,23 @@ impl HostFigures {
     }
 }
 
+/// Whether the rest of the machine keeps less than [`probe::QUIET_SHARE`] of its CPUs
+/// busy (watched for [`probe::WATCH`]); `true` where that cannot be told.
+fn machine_is_quiet() -> bool {
+    probe::busy_share(probe::WATCH).is_none_or(|busy| busy < probe::QUIET_SHARE)
+}
+
+/// Whether kept figures serve, or the machine is measured (again).
+fn keep(kept: Option<&HostFigures>, again: bool, quiet_now: impl FnOnce() -> bool) -> bool {
+    match kept {
+        None => false,
+        Some(_) if again => false,
+        Some(f) if f.quiet => true,
+        // Measured on a busy machine: measured again once the machine is quiet.
+        Some(_) => !quiet_now(),
+    }
+}
+
 /// Where [`this_host`]'s figures came from.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Origin {
@@ -81,9 +104,11 @@ pub enum Origin {
 }
 
 /// This machine's figures with `workers` workers: the cache folder's when it holds them
-/// (and `again` is false), else measured now and stored. Once per process and worker
-/// count; a second call returns the first's (measuring `again` replaces them). `None`
-/// when the machine could not be measured (the caller keeps its reference figures).
+/// (and `again` is false), else measured now and stored. Figures the folder holds from a
+/// busy machine are measured again when this one finds the machine quiet. Once per
+/// process and worker count; a second call returns the first's (measuring `again`
+/// replaces them). `None` when the machine could not be measured (the caller keeps its
+/// reference figures).
 pub fn this_host(workers: usize, again: bool) -> Option<(HostFigures, Origin)> {
     static KNOWN: Mutex<BTreeMap<usize, (HostFigures, Origin)>> = Mutex::new(BTreeMap::new());
     let mut known = KNOWN.lock();
@@ -95,13 +120,12 @@ pub fn this_host(workers: usize, again: bool) -> Option<(HostFigures, Origin)> {
     let found = match cache::folder() {
         Some(dir) => cache::locked(&dir, || {
             let file = dir.join(cache::file_name(workers));
-            let cached = std::fs::read_to_string(&file)
+            let kept = std::fs::read_to_string(&file)
                 .ok()
-                .and_then(|t| cache::read(&t))
-                .filter(|_| !again);
-            match cached {
-                Some(f) => Some((f, Origin::Cached)),
-                None => {
+                .and_then(|t| cache::read(&t));
+            match kept {
+                Some(f) if keep(Some(&f), again, machine_is_quiet) => Some((f, Origin::Cached)),
+                _ => {
                     let f = HostFigures::measure(workers)?;
                     crate::disk_cache::store(&dir, &cache::file_name(workers), &cache::write(&f));
                     Some((f, Origin::Measured))
@@ -131,5 +155,28 @@ mod tests {
         assert_eq!(f.ladder.len(), probe::LADDER_MIB.len());
         assert!(f.cache_gbps >= f.thread_gbps, "{f:?}");
         assert!(f.cache_bytes <= f.ladder.last().unwrap().footprint, "{f:?}");
+    }
+
+    #[test]
+    fn kept_figures_serve_unless_made_busy_and_the_machine_is_quiet_now() {
+        let f = |quiet| HostFigures {
+            workers: 1,
+            thread_gbps: 1.0,
+            memory_gbps: 1.0,
+            cache_bytes: 0,
+            cache_gbps: 1.0,
+            llc_bytes: 0,
+            ladder: vec![Rate {
+                footprint: 1,
+                gbps: 1.0,
+            }],
+            quiet,
+        };
+        let unasked = || -> bool { panic!("quiet figures need no look at the machine") };
+        assert!(keep(Some(&f(true)), false, unasked));
+        assert!(keep(Some(&f(false)), false, || false));
+        assert!(!keep(Some(&f(false)), false, || true));
+        assert!(!keep(Some(&f(true)), true, || true));
+        assert!(!keep(None, false, || false));
     }
 }

@@ -27,6 +27,40 @@ const MEMORY_COPY: usize = 64 * MIB;
 /// Rounds of the memory measurement; the fastest counts.
 const MEMORY_ROUNDS: usize = 4;
 
+/// The most of the machine's CPU time others may keep busy for a measurement to count as
+/// made on a quiet machine.
+pub const QUIET_SHARE: f64 = 0.25;
+/// How long [`busy_share`] watches the machine before a measurement.
+pub const WATCH: Duration = Duration::from_millis(50);
+
+/// The share of every CPU's time that was busy (not idle, not waiting for I/O) over
+/// `interval`, while this thread slept: what the rest of the machine was doing. `None`
+/// where `/proc/stat` cannot be read.
+pub fn busy_share(interval: Duration) -> Option<f64> {
+    let before = cpu_times()?;
+    std::thread::sleep(interval);
+    let after = cpu_times()?;
+    let total = after.1.saturating_sub(before.1);
+    let busy = after.0.saturating_sub(before.0);
+    (total > 0).then(|| busy as f64 / total as f64)
+}
+
+/// (busy, total) jiffies of all CPUs, from `/proc/stat`'s first line.
+fn cpu_times() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let times: Vec<u64> = stat
+        .lines()
+        .next()?
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .map(|t| t.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal [guest guest_nice, within user]
+    let total: u64 = times.iter().take(8).sum();
+    let idle = times.get(3)? + times.get(4).copied().unwrap_or(0);
+    Some((total.saturating_sub(idle), total))
+}
+
 /// `len` bytes of ones, touched; `None` when the memory is not there.
 fn buffer(len: usize) -> Option<Vec<u8>> {
     let mut v = Vec::new();
@@ -119,6 +153,14 @@ mod tests {
         let t = fastest_copy(&src, &mut dst);
         assert!(t > 0.0 && t < 1.0, "{t}");
         assert_eq!(src, dst);
+    }
+
+    #[test]
+    fn the_busy_share_is_a_share() {
+        if let Some(share) = busy_share(Duration::from_millis(20)) {
+            assert!((0.0..=1.0).contains(&share), "{share}");
+        }
+        assert!(cpu_times().is_none_or(|(busy, total)| busy <= total));
     }
 
     #[test]
