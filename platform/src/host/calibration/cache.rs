@@ -3,9 +3,10 @@
 //!
 //! The file is `host-figures-<key>.txt`, the key a hash of what the figures depend on:
 //! the CPU model, the logical CPUs, the memory, the worker count and this format's
-//! version. A process that finds no file measures under an exclusive lock on
-//! `host-figures.lock` and writes the file before it lets go, so processes of a job
-//! starting together on a new machine measure once and read the same figures. The
+//! version. A process that finds no file (or one measured on a busy machine, while the
+//! machine is quiet now) measures under an exclusive lock on `host-figures.lock` and
+//! writes the file before it lets go, so processes starting together on a new machine
+//! (test binaries, a script's commands) measure once and read the same figures. The
 //! folder is `OXCCL_HOST_CACHE` (`off`: none), else the user's cache folder.
 
 use super::fit::Rate;

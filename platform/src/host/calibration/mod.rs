@@ -7,8 +7,8 @@
 //! executors 1.36x and 1.65x slower than the fastest on another (a 4 MiB Broadcast and
 //! AllGather on 8 ranks; see the framework's `topology::presets`). So the host device
 //! measures them ([`probe`]), fits the model's one cache level to them ([`fit`]) and
-//! keeps them per machine ([`cache`]): the first process on a machine pays about a second
-//! once, the others read a file.
+//! keeps them per machine ([`cache`]): the first process on a machine pays about half a
+//! second once, the others read a file.
 //!
 //! The per-task and wake-up costs are not measured here: they need the device running a
 //! program, and they decide small operations only, where the reference machine's figures
