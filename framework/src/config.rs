@@ -103,6 +103,18 @@ pub enum HostFiguresFrom {
     Reference,
 }
 
+impl HostFiguresFrom {
+    /// `topology`, a defaulted one (given by no file or caller), with the figures this
+    /// choice names: this machine's measured ones where it is a CPU host
+    /// ([`Topology::with_measured_host`]), or as it is.
+    pub fn apply(self, topology: Topology) -> Topology {
+        match self {
+            HostFiguresFrom::Measured => topology.with_measured_host(),
+            HostFiguresFrom::Reference => topology,
+        }
+    }
+}
+
 impl std::str::FromStr for HostFiguresFrom {
     type Err = ConfigError;
 

@@ -329,9 +329,9 @@ fn topology_of(config: &Config, sizes: Vec<usize>) -> Result<Topology, Error> {
 /// selections, so `init_rank` keeps the reference figures.
 pub fn in_process_topology(config: &Config, n: usize) -> Result<Topology, Error> {
     let topology = topology_of(config, vec![n])?;
-    Ok(match (&config.topology, config.host_figures) {
-        (None, crate::HostFiguresFrom::Measured) => topology.with_measured_host(),
-        _ => topology,
+    Ok(match config.topology {
+        Some(_) => topology,
+        None => config.host_figures.apply(topology),
     })
 }
 

@@ -33,8 +33,8 @@
 //! and caches instead, measured once per machine
 //! ([`Topology::with_measured_host`], `oxccl calibrate` shows them): the rates differ
 //! between machines by more than the choices they decide. On a later 2-core VM (one
-//! thread: 31 GB/s at a 2 MiB footprint, 13-15 GB/s from 4 to 64 MiB, 6.6 GB/s at
-//! 256 MiB; two threads: 12 GB/s), the reference figures picked executors 1.65x
+//! thread: 31 GB/s at a 2 MiB footprint, 13.4-14.7 GB/s from 4 to 32 MiB, 12.8 at 64 MiB,
+//! 6.6 GB/s at 256 MiB; two threads: 12 GB/s; `oxccl calibrate`), the reference figures picked executors 1.65x
 //! (AllGather, `rhd`), 1.36x (Broadcast, `mesh`) and 1.10x (AlltoAll, `put-mesh`) slower
 //! than the fastest at 4 MiB on 8 ranks (`oxccl tune --all --ranks 8 -b 1K -e 64M -f 8`),
 //! while its measured figures pick `mesh-push`, `mesh-push` and `pairwise`, the fastest

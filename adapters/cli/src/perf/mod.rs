@@ -280,9 +280,9 @@ pub(crate) fn run_config(
     )?;
     // What `Communicator::init_all` would take without a topology: this machine's
     // figures, measured (see `oxccl::framework::communicator::in_process_topology`).
-    let topology = match (defaulted && in_process, config.host_figures) {
-        (true, oxccl::HostFiguresFrom::Measured) => topology.with_measured_host(),
-        _ => topology,
+    let topology = match defaulted && in_process {
+        true => config.host_figures.apply(topology),
+        false => topology,
     };
     config.topology = Some(topology.clone());
     if let Some((kind, name)) = forced {

@@ -48,8 +48,9 @@ pub fn contenders(outcome: &Outcome, size: usize, groups: &[Twins]) -> Vec<&'sta
 /// executor's rounds at a size sometimes run slow in a stretch of three (an 8-rank 8 KiB
 /// ReduceScatter, `hier-ring`: 4.77, 5.54, 5.45, 4.15, 4.22 µs, against
 /// `hier-put-ring`'s 4.39, 4.17, 4.15, 4.12, 4.17), so a check turns on which of two
-/// close executors had the quieter stretch. Every pick is measured again with its rival, whether it passes or not, so
-/// the rounds that decide it do not depend on how it came out.
+/// close executors had the quieter stretch. Every pick is measured again with its rival,
+/// whether it passes or not, so the rounds that decide it do not depend on how it came
+/// out.
 pub fn deciders(
     outcome: &Outcome,
     size: usize,

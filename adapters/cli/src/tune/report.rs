@@ -41,14 +41,16 @@ pub struct Tallies {
 fn host_figures(topology: &oxccl::Topology) -> Option<String> {
     let p = topology.processor()?;
     let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    let memory = topology
+        .memory_gbps()
+        .map_or("not shared".to_string(), |g| format!("{g:.2} GB/s"));
     Some(format!(
-        "# select_alg's host figures: {} workers; a thread copies {:.2} GB/s, {:.2} within {:.1} MiB of cache (last level {:.1} MiB); memory {:.2} GB/s",
+        "# select_alg's host figures: {} workers; a thread copies {:.2} GB/s, {:.2} within {:.1} MiB of cache (last level {:.1} MiB); memory {memory}",
         p.workers,
         p.thread_gbps,
         p.cache_gbps,
         mib(p.cache_bytes),
         mib(p.llc_bytes),
-        topology.memory_gbps().unwrap_or(f64::INFINITY),
     ))
 }
 

@@ -145,8 +145,8 @@ mod tests {
 
     #[test]
     fn a_machine_whose_rate_falls_twice_is_fitted_at_its_last_level() {
-        // This session's 2-core VM (`memcpy_bench 1 N 50`, best of 50): L2 up to 2 MiB,
-        // then the last level at about 13 GB/s to 64 MiB, then memory.
+        // A 2-core VM of November 2026 (`memcpy_bench 1 N 50`, best of 50, footprints
+        // 2N): L2 up to 2 MiB, then the last level at about 13 GB/s to 64 MiB, then memory.
         let f = fit(&ladder(&[
             (2, 28.3),
             (4, 13.9),

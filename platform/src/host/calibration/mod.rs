@@ -119,15 +119,15 @@ pub fn this_host(workers: usize, again: bool) -> Option<(HostFigures, Origin)> {
     }
     let found = match cache::folder() {
         Some(dir) => cache::locked(&dir, || {
-            let file = dir.join(cache::file_name(workers));
-            let kept = std::fs::read_to_string(&file)
+            let name = cache::file_name(workers);
+            let kept = std::fs::read_to_string(dir.join(&name))
                 .ok()
                 .and_then(|t| cache::read(&t));
             match kept {
                 Some(f) if keep(Some(&f), again, machine_is_quiet) => Some((f, Origin::Cached)),
                 _ => {
                     let f = HostFigures::measure(workers)?;
-                    crate::disk_cache::store(&dir, &cache::file_name(workers), &cache::write(&f));
+                    crate::disk_cache::store(&dir, &name, &cache::write(&f));
                     Some((f, Origin::Measured))
                 }
             }

@@ -122,7 +122,7 @@ pub fn memory_gbps(workers: usize) -> Option<f64> {
         }
     }
     let best = slowest.into_iter().fold(f64::INFINITY, f64::min).max(1e-9);
-    Some((workers * MEMORY_COPY) as f64 / best / 1e9)
+    Some(workers as f64 * MEMORY_COPY as f64 / best / 1e9)
 }
 
 /// One thread's part of [`memory_gbps`]: each round's copy time, the rounds started
