@@ -6,20 +6,23 @@
 //! four [`ReduceOp`]s, plus [`reduce_scalar`], a deliberately naive one-element version
 //! that serves as the oracle other reduction paths are tested against.
 //!
-//! The loop works in blocks of 2 KiB. The first two sources' blocks are combined into an
-//! accumulator on the stack, each further source's block is folded into it, and the
-//! finished block is stored to every destination. Accumulating on the stack is what
-//! makes in-place reduction safe: a destination may be one of the sources, because no
-//! byte of a block is written until every source has been read for that block. It also
-//! hands LLVM short loops over slices that provably do not alias (the accumulator
-//! ping-pongs between two stack buffers), which it vectorises. The element type and the
-//! operator (a zero-sized type) are compile-time parameters of those loops; the
-//! `(dtype, op)` pair is matched once per call, never per element.
+//! The loop works in blocks of 2 KiB. Each block of the sources is folded into an
+//! accumulator on the stack, and the finished block is stored to every destination.
+//! Accumulating apart is what makes in-place reduction safe: a destination may be one of
+//! the sources, because no byte of a block is written until every source has been read
+//! for that block. Within a block the fold goes strip by strip (128 bytes for the native
+//! types, 256 bytes of `f32` for `f16` and `bf16`, see `widening`), each strip's partial
+//! result held in registers while every source is folded into it, and every source's
+//! lines a kilobyte ahead requested meanwhile (`prefetch`): the hardware prefetchers
+//! follow too few of a reduction's many streams. The element type and the operator (a
+//! zero-sized type) are compile-time parameters of those loops; the `(dtype, op)` pair
+//! is matched once per call, never per element.
 //!
 //! `f16` is the one type LLVM cannot vectorise on its own: on x86-64 CPUs with F16C the
 //! conversions are done inline with those instructions, elsewhere through `half`'s slice
-//! conversions. `bf16` converts with branch-free bit operations of its own (a shift to
-//! widen, an add and a shift to round), which LLVM vectorises.
+//! conversions (with the sources ping-ponged through two stack buffers). `bf16` converts
+//! with branch-free bit operations of its own (a shift to widen, an add and a mask to
+//! round), which LLVM vectorises.
 //!
 //! # Semantics
 //!
@@ -54,6 +57,8 @@ use half::{bf16, f16};
 use crate::dtype::{DataType, ReduceOp};
 
 mod copy;
+mod prefetch;
+mod widening;
 pub use copy::copy_bytes;
 
 /// Bytes per block of the kernel loop: the stack accumulator's size.
@@ -370,6 +375,11 @@ fn is_multiple(x: usize, size: usize) -> bool {
 
 /// A reduction operator on `T`, as a zero-sized type so that kernels monomorphise per op.
 trait Op<T> {
+    /// Whether the operator is IEEE arithmetic (`Sum`, `Prod`), whose NaN results are
+    /// always quiet and carry an operand's payload or the default one; `Max` and `Min`
+    /// return an operand as it is.
+    const ARITHMETIC: bool = false;
+
     fn apply(a: T, b: T) -> T;
 }
 
@@ -383,10 +393,12 @@ struct Min;
 macro_rules! ops {
     ($sum:ident, $prod:ident: $($t:ty),*) => {$(
         impl Op<$t> for Sum {
+            const ARITHMETIC: bool = true;
             #[inline(always)]
             fn apply(a: $t, b: $t) -> $t { a.$sum(b) }
         }
         impl Op<$t> for Prod {
+            const ARITHMETIC: bool = true;
             #[inline(always)]
             fn apply(a: $t, b: $t) -> $t { a.$prod(b) }
         }
@@ -416,7 +428,8 @@ trait Lane: bytemuck::Pod {
     /// `out[i] = O(...O(O(s0[i], s1[i]), s2[i])..., sk[i])` over elements `start..` of
     /// every source, with `spare` (as long as `out`) as scratch, in the order and
     /// rounding of repeated [`Lane::combine`]s, which is what this default does: two
-    /// buffers ping-ponged through the cache.
+    /// buffers ping-ponged through the cache. `end` is the elements every source holds
+    /// (at least `start + out.len()`): a fold may prefetch up to there.
     ///
     /// # Safety
     /// Every source is aligned for `Self` and valid for reads of `start + out.len()`
@@ -427,13 +440,43 @@ trait Lane: bytemuck::Pod {
         spare: &mut [Self],
         srcs: &[*const u8],
         start: usize,
+        end: usize,
     ) {
         // SAFETY: forwarded from this function's contract.
+        unsafe { fold_pingpong::<Self, O>(out, spare, srcs, start, end) }
+    }
+}
+
+/// [`Lane::fold`]'s default: [`WIDE_STRIP_BYTES`] at a time, each strip folded by
+/// [`reduce_block`] (the sources ping-ponged through two buffers in the first-level
+/// cache) after the lines ahead of it in every source were requested.
+///
+/// # Safety
+/// As [`Lane::fold`].
+#[inline(always)]
+unsafe fn fold_pingpong<T: Lane, O: Op<T::Compute>>(
+    out: &mut [T],
+    spare: &mut [T],
+    srcs: &[*const u8],
+    start: usize,
+    end: usize,
+) {
+    let size = std::mem::size_of::<T>();
+    let strip = WIDE_STRIP_BYTES / size;
+    let mut at = start;
+    for (out, spare) in out.chunks_mut(strip).zip(spare.chunks_mut(strip)) {
+        let lines = prefetch::Lines::ahead_of(at * size, std::mem::size_of_val(out), end * size);
+        for &src in srcs {
+            lines.request(src);
+        }
+        // SAFETY: forwarded from this function's contract, for elements
+        // `at..at + out.len()`, within `start..start + out.len()` of the whole.
         let in_spare =
-            unsafe { reduce_block::<Self, O>(srcs, start, out, spare) }.as_ptr() == spare.as_ptr();
+            unsafe { reduce_block::<T, O>(srcs, at, out, spare) }.as_ptr() == spare.as_ptr();
         if in_spare {
             out.copy_from_slice(spare);
         }
+        at += out.len();
     }
 }
 
@@ -459,7 +502,9 @@ macro_rules! native_lanes {
                 _spare: &mut [$t],
                 srcs: &[*const u8],
                 start: usize,
+                end: usize,
             ) {
+                let end_byte = end * std::mem::size_of::<$t>();
                 const STRIP: usize = STRIP_BYTES / std::mem::size_of::<$t>();
                 let (first, rest) = srcs.split_first().expect("fold: no sources");
                 let mut strips = out.chunks_exact_mut(STRIP);
@@ -468,18 +513,21 @@ macro_rules! native_lanes {
                     let mut acc = [<$t>::default(); STRIP];
                     // SAFETY: forwarded from this function's contract, for elements
                     // `at..at + STRIP`, within `start..start + out.len()`.
-                    unsafe { fold_span::<$t, O>(&mut acc, *first, rest, at) };
+                    unsafe { fold_span::<$t, O>(&mut acc, *first, rest, at, end_byte) };
                     strip.copy_from_slice(&acc);
                     at += STRIP;
                 }
                 // SAFETY: as above, for the elements after the last whole strip.
-                unsafe { fold_span::<$t, O>(strips.into_remainder(), *first, rest, at) };
+                unsafe {
+                    fold_span::<$t, O>(strips.into_remainder(), *first, rest, at, end_byte)
+                };
             }
         }
     )*};
 }
 
-/// `acc[i] = O(...O(first[start + i], rest[0][start + i])..., rest[k][start + i])`.
+/// `acc[i] = O(...O(first[start + i], rest[0][start + i])..., rest[k][start + i])`,
+/// prefetching ahead in every source up to its byte `end_byte`.
 ///
 /// # Safety
 /// Every source is aligned for `T` and valid for reads of `start + acc.len()` elements,
@@ -490,10 +538,15 @@ unsafe fn fold_span<T: Lane, O: Op<T>>(
     first: *const u8,
     rest: &[*const u8],
     start: usize,
+    end_byte: usize,
 ) {
+    let at = start * std::mem::size_of::<T>();
+    let lines = prefetch::Lines::ahead_of(at, std::mem::size_of_val(acc), end_byte);
+    lines.request(first);
     // SAFETY: forwarded from this function's contract.
     acc.copy_from_slice(unsafe { src_block::<T>(first, start, acc.len()) });
     for &src in rest {
+        lines.request(src);
         // SAFETY: forwarded from this function's contract.
         let more = unsafe { src_block::<T>(src, start, acc.len()) };
         for (a, &b) in acc.iter_mut().zip(more) {
@@ -504,6 +557,10 @@ unsafe fn fold_span<T: Lane, O: Op<T>>(
 
 /// Bytes of one strip of [`Lane::fold`] for the native types: eight SSE registers.
 const STRIP_BYTES: usize = 128;
+
+/// Bytes of one strip of [`Lane::fold`]'s default, for the types that compute in a wider
+/// one (`f16`, `bf16`).
+const WIDE_STRIP_BYTES: usize = 256;
 
 native_lanes!(i8, u8, i16, u16, i32, u32, i64, u64, f32, f64);
 
@@ -518,6 +575,27 @@ impl Lane for f16 {
             return unsafe { f16c::combine::<O>(out, a, b) };
         }
         combine_f16_chunked::<O>(out, a, b);
+    }
+
+    /// In `f32` registers with F16C where the CPU has it ([`widening`]), the tail of
+    /// fewer than eight elements, and every `f16` elsewhere, by the ping-pong fold.
+    #[inline(always)]
+    unsafe fn fold<O: Op<f32>>(
+        out: &mut [f16],
+        spare: &mut [f16],
+        srcs: &[*const u8],
+        start: usize,
+        end: usize,
+    ) {
+        let mut done = 0;
+        #[cfg(target_arch = "x86_64")]
+        if f16c::available() {
+            // SAFETY: the CPU has AVX and F16C; the rest is this function's contract.
+            done = unsafe { widening::f16c::fold_f16::<O>(out, srcs, start, end) };
+        }
+        let (out, spare) = (&mut out[done..], &mut spare[done..]);
+        // SAFETY: forwarded from this function's contract, for the elements after `done`.
+        unsafe { fold_pingpong::<f16, O>(out, spare, srcs, start + done, end) };
     }
 }
 
@@ -606,6 +684,24 @@ impl Lane for bf16 {
             return unsafe { avx2::combine_bf16::<O>(out, a, b) };
         }
         combine_bf16::<O>(out, a, b);
+    }
+
+    /// In `f32` registers ([`widening`]), compiled for AVX2 where the CPU has it.
+    #[inline(always)]
+    unsafe fn fold<O: Op<f32>>(
+        out: &mut [bf16],
+        _spare: &mut [bf16],
+        srcs: &[*const u8],
+        start: usize,
+        end: usize,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if avx2::available() {
+            // SAFETY: the CPU has AVX2; the rest is this function's contract.
+            return unsafe { widening::avx2::fold_bf16::<O>(out, srcs, start, end) };
+        }
+        // SAFETY: forwarded from this function's contract.
+        unsafe { widening::fold_bf16::<O>(out, srcs, start, end) }
     }
 }
 
@@ -725,7 +821,7 @@ unsafe fn reduce_blocks<T: Lane, O: Op<T::Compute>>(
         let n = front.len().min(count - start);
         // SAFETY: `start + n <= count`; the destinations are written only below, after
         // `fold` has returned and its borrows of the sources have ended.
-        unsafe { T::fold::<O>(&mut front[..n], &mut back[..n], srcs, start) };
+        unsafe { T::fold::<O>(&mut front[..n], &mut back[..n], srcs, start, count) };
         // SAFETY: every destination is valid for writes of `count` aligned `T`s and
         // `start + n <= count`; the block is on this stack frame, so it overlaps none.
         unsafe {
