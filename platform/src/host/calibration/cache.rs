@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 /// This format's version: part of the key, so that a change of what is measured or
 /// how makes every machine measure again.
-const VERSION: &str = "2";
+const VERSION: &str = "3";
 
 /// The cache folder; `None`: none.
 pub fn folder() -> Option<PathBuf> {
@@ -92,6 +92,10 @@ pub fn read(text: &str) -> Option<HostFigures> {
         cache_bytes: value("cache_bytes")?.parse().ok()?,
         cache_gbps: value("cache_gbps")?.parse().ok()?,
         llc_bytes: value("llc_bytes")?.parse().ok()?,
+        forward_gbps: match value("forward_gbps")? {
+            "none" => None,
+            gbps => Some(gbps.parse().ok()?),
+        },
         ladder,
         quiet: value("quiet")?.parse().ok()?,
     };
@@ -111,13 +115,14 @@ pub fn write(figures: &HostFigures) -> String {
         .collect();
     let _ = write!(
         text,
-        "workers = {}\nthread_gbps = {}\nmemory_gbps = {}\ncache_bytes = {}\ncache_gbps = {}\nllc_bytes = {}\nladder = {}\nquiet = {}\n",
+        "workers = {}\nthread_gbps = {}\nmemory_gbps = {}\ncache_bytes = {}\ncache_gbps = {}\nllc_bytes = {}\nforward_gbps = {}\nladder = {}\nquiet = {}\n",
         figures.workers,
         figures.thread_gbps,
         figures.memory_gbps,
         figures.cache_bytes,
         figures.cache_gbps,
         figures.llc_bytes,
+        figures.forward_gbps.map_or("none".to_string(), |g| g.to_string()),
         ladder.join(","),
         figures.quiet,
     );
@@ -136,6 +141,7 @@ mod tests {
             cache_bytes: 64 << 20,
             cache_gbps: 13.4,
             llc_bytes: 64 << 20,
+            forward_gbps: Some(10.5),
             ladder: vec![
                 Rate {
                     footprint: 2 << 20,
@@ -158,6 +164,10 @@ mod tests {
         assert_eq!(read(&text.replace("11.5", "-1")), None);
         assert_eq!(read(&text.replace(":28.3", "")), None);
         assert_eq!(read(&text.replace("quiet = false", "quiet = maybe")), None);
+        assert_eq!(read(&text.replace("= 10.5", "= fast")), None);
+        assert_eq!(read(&text.replace("= 10.5", "= 0")), None);
+        let unmeasured = read(&text.replace("= 10.5", "= none")).unwrap();
+        assert_eq!(unmeasured.forward_gbps, None);
         assert_eq!(read(&text[..text.len() / 2]), None);
         assert_eq!(read(""), None);
     }

@@ -10,6 +10,9 @@
 //! keeps them per machine ([`cache`]): the first process on a machine pays about half a
 //! second once, the others read a file.
 //!
+//! It also measures what a copy of a block another CPU has just written runs at
+//! ([`probe::forward_gbps`]), which staged executors pay at every step.
+//!
 //! The per-task and wake-up costs are not measured here: they need the device running a
 //! program, and they decide small operations only, where the reference machine's figures
 //! have held (see the framework's `topology::presets`).
@@ -37,6 +40,9 @@ pub struct HostFigures {
     pub cache_gbps: f64,
     /// The footprint past which copies store to memory; 0: none seen.
     pub llc_bytes: usize,
+    /// One thread's copy rate of a block another CPU has just written, GB/s
+    /// ([`probe::forward_gbps`]); `None`: not measured (one CPU, or no pinning).
+    pub forward_gbps: Option<f64>,
     /// The measurements the cache figures were fitted to.
     pub ladder: Vec<Rate>,
     /// Measured while the rest of the machine kept less than [`probe::QUIET_SHARE`] of
@@ -59,6 +65,7 @@ impl HostFigures {
             cache_bytes: cache.cache_bytes,
             cache_gbps: cache.cache_gbps,
             llc_bytes: cache.llc_bytes,
+            forward_gbps: probe::forward_gbps(),
             ladder,
             quiet,
         };
@@ -72,6 +79,7 @@ impl HostFigures {
             && rate(self.thread_gbps)
             && rate(self.memory_gbps)
             && rate(self.cache_gbps)
+            && self.forward_gbps.is_none_or(rate)
             && !self.ladder.is_empty()
             && self.ladder.iter().all(|r| rate(r.gbps))
     }
@@ -166,6 +174,7 @@ mod tests {
             cache_bytes: 0,
             cache_gbps: 1.0,
             llc_bytes: 0,
+            forward_gbps: None,
             ladder: vec![Rate {
                 footprint: 1,
                 gbps: 1.0,

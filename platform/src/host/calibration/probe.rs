@@ -142,6 +142,76 @@ fn copy_rounds(start: &Barrier) -> Option<Vec<f64>> {
     buffers.map(|_| times)
 }
 
+/// What the forwarding measurement copies: a block of the size a ring step of a few
+/// MiB moves on eight ranks, within a core's caches.
+const FORWARD_COPY: usize = MIB / 2;
+/// Rounds of the forwarding measurement.
+const FORWARD_ROUNDS: usize = 192;
+
+/// One thread's copy rate, GB/s of data copied, of [`FORWARD_COPY`] bytes that a thread
+/// on another CPU has just written: what a staged executor's step pays for the block
+/// the step before wrote (a ring's or a recursive halving's), where a copy of data at
+/// rest reads it from its own caches or memory. The writer and the reader are pinned
+/// to two CPUs this process may run on, so that every round crosses between them.
+///
+/// On the 2-core CI VM the rounds' rates are bimodal, about 4 and about 11 to 15 GB/s,
+/// the slow ones in bursts (the hypervisor placing the two virtual CPUs apart, likely),
+/// so the mean time counts: what a step pays on average, slow rounds and fast. In scratch
+/// runs of this measurement there, batches of 128 rounds gave means of 8 to 9.8 GB/s in
+/// 13 of 18 batches and 4.2 to 7.4 in the others, and medians of 8 to 13 GB/s swinging
+/// to 4.1. The host model's picks on 8 ranks do not change for rates from 4.5 to 11.5
+/// GB/s but for AllGatherV at 512 KiB and 4 MiB (`ring` to `mesh`, as measured there),
+/// and at 12 and above that one falls back (`oxccl check --topo` with each rate).
+/// `None` with fewer than two CPUs, or where threads cannot be pinned.
+pub fn forward_gbps() -> Option<f64> {
+    let cpus = rustix::thread::sched_getaffinity(None).ok()?;
+    let mut allowed = (0..rustix::thread::CpuSet::MAX_CPU).filter(|&c| cpus.is_set(c));
+    let (writer_cpu, reader_cpu) = (allowed.next()?, allowed.next()?);
+    let block = parking_lot::Mutex::new(buffer(FORWARD_COPY)?);
+    let mut dst = buffer(FORWARD_COPY)?;
+    let turn = Barrier::new(2);
+    // Both ends run on threads of their own, so that the caller's affinity is left as
+    // it was.
+    let times = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let pinned = pin(writer_cpu);
+            for round in 0..FORWARD_ROUNDS {
+                block.lock().fill(round as u8);
+                turn.wait(); // written
+                turn.wait(); // read
+            }
+            pinned
+        });
+        let reader = s.spawn(|| {
+            let pinned = pin(reader_cpu);
+            let mut times = Vec::with_capacity(FORWARD_ROUNDS);
+            for _ in 0..FORWARD_ROUNDS {
+                turn.wait();
+                let src = block.lock();
+                let t = Instant::now();
+                dst.copy_from_slice(std::hint::black_box(&src));
+                std::hint::black_box(&mut dst);
+                times.push(t.elapsed().as_secs_f64());
+                drop(src);
+                turn.wait();
+            }
+            pinned.then_some(times)
+        });
+        let writer_pinned = writer.join().unwrap_or(false);
+        let times = reader.join().ok().flatten();
+        times.filter(|_| writer_pinned)
+    })?;
+    let mean = (times.iter().sum::<f64>() / times.len() as f64).max(1e-9);
+    Some(FORWARD_COPY as f64 / mean / 1e9)
+}
+
+/// Pin this thread to `cpu`; whether it worked.
+fn pin(cpu: usize) -> bool {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +223,14 @@ mod tests {
         let t = fastest_copy(&src, &mut dst);
         assert!(t > 0.0 && t < 1.0, "{t}");
         assert_eq!(src, dst);
+    }
+
+    #[test]
+    fn a_forwarded_copy_has_a_positive_rate_where_two_cpus_can_be_had() {
+        match forward_gbps() {
+            Some(gbps) => assert!(gbps.is_finite() && gbps > 0.0, "{gbps}"),
+            None => eprintln!("skipped: fewer than two CPUs to pin, or no pinning here"),
+        }
     }
 
     #[test]
