@@ -274,7 +274,8 @@ fn topology(d: &mut Digest, t: &Topology) {
             .str(p.ranks.name())
             .usize(p.cache_bytes)
             .f64(p.cache_gbps)
-            .usize(p.llc_bytes);
+            .usize(p.llc_bytes)
+            .f64(p.forward_gbps);
     });
     let overrides: Vec<_> = t.overrides().collect();
     d.usize(overrides.len());

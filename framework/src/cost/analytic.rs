@@ -51,9 +51,14 @@ pub fn estimate(
     params: &CostParams,
 ) -> Result<f64, CostError> {
     params.validate()?;
+    let writers = match topology.processor() {
+        Some(_) => super::Writers::of(programs.iter().map(|(p, _)| *p)),
+        None => super::Writers::default(),
+    };
     let mut worst: f64 = 0.0;
     for (program, loops) in programs {
-        worst = worst.max(rank_time(program, loops, topology, layout, params)?);
+        let time = rank_time(program, loops, topology, layout, params, &writers)?;
+        worst = worst.max(time);
     }
     Ok(worst)
 }
@@ -86,6 +91,7 @@ fn rank_time(
     topology: &Topology,
     layout: NotifyLayout,
     params: &CostParams,
+    writers: &super::Writers,
 ) -> Result<f64, CostError> {
     let me = program.rank;
     let processor = topology.processor();
@@ -138,7 +144,12 @@ fn rank_time(
                             super::memory_bytes(task) * (1.0 - caches.cached) * weight;
                         match processor {
                             Some(p) => {
-                                let thread = super::thread_seconds(p, task, caches, moved);
+                                let forwarded = match inline {
+                                    true => 0.0,
+                                    false => writers.forwarded_share(me, task),
+                                };
+                                let thread =
+                                    super::thread_seconds(p, task, caches, moved, forwarded);
                                 traffic.thread += thread * weight;
                                 let split = super::splits(p, task) && !inline;
                                 let threads = if split { p.workers as f64 } else { 1.0 };
@@ -316,6 +327,7 @@ mod tests {
             cache_bytes: 0,
             cache_gbps: 1.0,
             llc_bytes: 0,
+            forward_gbps: 0.0,
         };
         // The estimate of one rank's copy of `len` bytes, standing for the host's 4.
         let copy_on = |processor, len: usize| {

@@ -126,6 +126,8 @@ struct Engine<'a> {
     params: &'a CostParams,
     /// Bytes each rank's program moves ([`super::moved_bytes`]), by rank.
     moved: Vec<usize>,
+    /// Who writes each buffer, on a CPU host ([`super::Writers`]).
+    writers: super::Writers,
     streams: Vec<StreamState<'a>>,
     /// Dense ids of the notifies seen so far, and their states.
     notify_ids: FastMap<NotifyId, u32>,
@@ -205,8 +207,13 @@ impl<'a> Engine<'a> {
             .collect();
         let hosts = host_servers(programs, topology, &mut flows);
         let moved = programs.iter().map(|p| super::moved_bytes(p)).collect();
+        let writers = match topology.processor() {
+            Some(_) => super::Writers::of(programs.iter().copied()),
+            None => super::Writers::default(),
+        };
         Engine {
             moved,
+            writers,
             topology,
             params,
             streams,
@@ -392,7 +399,13 @@ impl<'a> Engine<'a> {
         let caches = self.caches(me);
         match self.processor_of(me) {
             Some((processor, threads)) => {
-                let work = super::thread_seconds(processor, task, caches, self.moved[me]);
+                // On the inline path one thread runs every task: nothing crosses cores.
+                let forwarded = match self.host_of(me).is_some_and(|h| h.inline) {
+                    true => 0.0,
+                    false => self.writers.forwarded_share(me, task),
+                };
+                let work =
+                    super::thread_seconds(processor, task, caches, self.moved[me], forwarded);
                 // A split task is shared by every idle worker; another, by one thread.
                 let on: &[ResourceId] = match super::splits(processor, task) {
                     true => &[threads],

@@ -31,6 +31,7 @@
 pub mod analytic;
 mod engine;
 mod flows;
+mod forwarding;
 pub mod trace;
 
 use crate::planner::Recording;
@@ -39,6 +40,7 @@ use oxccl_platform::{RankProgram, Task};
 use std::fmt;
 
 pub use analytic::estimate;
+pub(crate) use forwarding::Writers;
 pub use trace::{write_chrome_trace, TraceError};
 
 /// The device figures of the model (links come from the topology).
@@ -215,15 +217,21 @@ const SCATTERED_COPY_COST: f64 = 1.15;
 
 /// Seconds of one thread a Copy or Reduce of a program moving `program_bytes` takes on a
 /// CPU host: its fixed cost, and its copying ([`thread_bytes`]) at one thread's copy rate,
-/// the share the caches serve of it at the cached rate ([`Processor::cached_share`]).
+/// the share the caches serve of it at the cached rate ([`Processor::cached_share`]), and
+/// the share `forwarded` of it (what it reads of blocks other ranks write in the
+/// operation, [`Writers::forwarded_share`]) at the rate of a block another core has just
+/// written ([`Processor::forward_seconds_per_byte`]).
 pub(crate) fn thread_seconds(
     processor: &Processor,
     task: &Task,
     caches: Caches,
     program_bytes: usize,
+    forwarded: f64,
 ) -> f64 {
     let bytes = thread_bytes(task, program_bytes, caches);
-    processor.task_us * 1e-6 + bytes * processor.seconds_per_byte(caches.cached)
+    let own = processor.seconds_per_byte(caches.cached);
+    let relayed = processor.forward_seconds_per_byte(caches.cached);
+    processor.task_us * 1e-6 + bytes * ((1.0 - forwarded) * own + forwarded * relayed)
 }
 
 /// Whether the host shares `task` among its idle workers: it moves at least

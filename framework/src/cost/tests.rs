@@ -339,6 +339,7 @@ fn a_small_operation_runs_on_one_thread_one_task_after_the_other() {
         cache_bytes: 0,
         cache_gbps: 1.0,
         llc_bytes: 0,
+        forward_gbps: 0.0,
     };
     let one_task = p.task_us * 1e-6 + 1024.0 / (p.thread_gbps * 1e9);
     let three = [
@@ -391,6 +392,7 @@ fn processes_pay_a_switch_per_round_of_waits_queued_on_the_cores() {
         cache_bytes: 0,
         cache_gbps: 1.0,
         llc_bytes: 0,
+        forward_gbps: 0.0,
     };
     let host = crate::topology::presets::host(4)
         .with_processor(Some(p))
@@ -452,6 +454,7 @@ fn slow_threads() -> Processor {
         cache_bytes: 0,
         cache_gbps: 1.0,
         llc_bytes: 0,
+        forward_gbps: 0.0,
     }
 }
 

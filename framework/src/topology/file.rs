@@ -124,6 +124,7 @@ struct FabricSpec {
     cache_bytes: Option<usize>,
     cache_gbps: Option<f64>,
     llc_bytes: Option<usize>,
+    forward_gbps: Option<f64>,
 }
 
 impl FabricSpec {
@@ -139,7 +140,8 @@ impl FabricSpec {
             || self.ranks.is_some()
             || self.cache_bytes.is_some()
             || self.cache_gbps.is_some()
-            || self.llc_bytes.is_some();
+            || self.llc_bytes.is_some()
+            || self.forward_gbps.is_some();
         let reference = Processor::reference(presets::HOST_WORKERS);
         given.then(|| Processor {
             workers: self.workers.unwrap_or(reference.workers),
@@ -152,6 +154,7 @@ impl FabricSpec {
             cache_bytes: self.cache_bytes.unwrap_or(reference.cache_bytes),
             cache_gbps: self.cache_gbps.unwrap_or(reference.cache_gbps),
             llc_bytes: self.llc_bytes.unwrap_or(reference.llc_bytes),
+            forward_gbps: self.forward_gbps.unwrap_or(reference.forward_gbps),
         })
     }
 }
@@ -352,7 +355,7 @@ impl Topology {
                 out,
                 "workers = {}\ntask_us = {:?}\nwake_us = {:?}\nthread_gbps = {:?}\n\
                  inline_bytes = {}\nsplit_bytes = {}\nranks = \"{}\"\n\
-                 cache_bytes = {}\ncache_gbps = {:?}\nllc_bytes = {}",
+                 cache_bytes = {}\ncache_gbps = {:?}\nllc_bytes = {}\nforward_gbps = {:?}",
                 p.workers,
                 p.task_us,
                 p.wake_us,
@@ -362,7 +365,8 @@ impl Topology {
                 p.ranks.name(),
                 p.cache_bytes,
                 p.cache_gbps,
-                p.llc_bytes
+                p.llc_bytes,
+                p.forward_gbps
             );
         }
         write_fabric(&mut out, Table::Inter, &self.inter);
@@ -545,8 +549,8 @@ fn fabric(
         return Err(src.error(
             Some(span),
             "a host's processor belongs in [intra]; move workers, task_us, wake_us, \
-             thread_gbps, inline_bytes, split_bytes, ranks, cache_bytes, cache_gbps and \
-             llc_bytes there",
+             thread_gbps, inline_bytes, split_bytes, ranks, cache_bytes, cache_gbps, \
+             llc_bytes and forward_gbps there",
         ));
     }
     let spec = LinkSpec {
@@ -895,11 +899,12 @@ mod tests {
         assert_eq!(p.cache_bytes, presets::HOST_CACHE_BYTES);
         assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
         let cache =
-            "servers = [4]\n[intra]\ncache_bytes = 1048576\ncache_gbps = 30.0\nllc_bytes = 4194304\n";
+            "servers = [4]\n[intra]\ncache_bytes = 1048576\ncache_gbps = 30.0\nllc_bytes = 4194304\nforward_gbps = 9.5\n";
         let t = Topology::from_toml(cache).unwrap();
         let p = t.processor().copied().unwrap();
         assert_eq!((p.cache_bytes, p.cache_gbps), (1 << 20, 30.0));
         assert_eq!(p.llc_bytes, 4 << 20);
+        assert_eq!(p.forward_gbps, 9.5);
         assert_eq!(p.workers, presets::HOST_WORKERS);
         assert_eq!(Topology::from_toml(&t.to_toml()).unwrap(), t);
         assert!(Topology::from_toml("servers = [4]")

@@ -912,6 +912,12 @@ mod tests {
                 measured.llc_bytes
             )
         );
+        assert_eq!(
+            p.forward_gbps,
+            measured
+                .forward_gbps
+                .unwrap_or(Processor::reference(p.workers).forward_gbps)
+        );
         assert_eq!(host.memory_gbps(), Some(measured.memory_gbps));
         assert_eq!(
             host.link(0, 7).unwrap().bandwidth_gbps,

@@ -23,6 +23,7 @@
 //! | host workers | 2 | the development machine's cores, which the host device's pool has; a communicator given no topology gets its own machine's cores instead ([`Topology::default_for_device`]) |
 //! | host task cost | 0.05 us | measured: `oxccl perf all-reduce --ranks 8 -b 32 -e 32 -n 3000` on the same machine, `ring` (112 data tasks, 11.7 us) against `mesh-push` (8 data tasks, 7.5 us): 0.04 us per task on the inline path |
 //! | host wake-up, ranks in processes | 20 us | measured: `oxccl perf all-reduce --procs 8 -b 1K` over shared memory on the same machine, `put-rd` (3 rounds of signals): 61-66 us per call, about 20 us per round for 8 processes on 2 cores |
+//! | host forwarding | not modelled | the development machine's rate of copying a block another core has just written was not measured, so the reference figures leave it out (`forward_gbps = 0`); a measured host takes its own ([`Processor::forward_gbps`](super::Processor::forward_gbps)) |
 //! | host wake-up | 5 us | **estimate**: 8-rank AllReduce at 64 KiB on the same machine, two `oxccl tune` runs: `ring` 167 and 105 us, `mesh-push` 45 and 32 us; ring has 14 steps of signals against mesh-push's 2, some 6-10 us per extra step, part of it data and part a worker picking up the resumed stream on an oversubscribed pool; 5 us was taken |
 //!
 //! The host figures make the model see threads and a memory bus that every rank shares

@@ -23,6 +23,13 @@
 //!   calls. An operation whose footprint passes the last-level cache
 //!   ([`Processor::llc_bytes`]) stores to memory, where a cached copy to several
 //!   destinations runs slower than as many copies to one;
+//! - **forwarding** ([`Processor::forward_gbps`]): a copy of a block that another rank
+//!   wrote in the same operation (a ring's or a recursive halving's step) reads it from
+//!   the writing core's cache, slower than cached data at rest: on the 2-core CI VM 8 to
+//!   12 GB/s against 14, and an 8-rank AllGatherV of 4 MiB ran `ring` 1.11x to 1.15x
+//!   slower than the fastest (`mesh` or `relay-mesh`) in three `oxccl tune` runs, where
+//!   the model without it put `ring` 1% ahead of `mesh`. A block that several peers pull
+//!   pays once among them (the cost module's `forwarding`);
 //! - signals are memory writes: free on the inline path, and cost no link latency.
 //!
 //! The cost engine applies this to the servers of a topology that has a processor (the
@@ -66,6 +73,11 @@ pub struct Processor {
     /// to memory, where a cached copy to several destinations costs more than as many
     /// copies (see [`Processor::passes_llc`]). 0: not modelled.
     pub llc_bytes: usize,
+    /// What one thread copies per second of a block that another core has just written
+    /// (the block a staged executor's previous step stored), GB/s of data copied: such
+    /// a copy runs at this rate where its caches would serve it faster (see
+    /// [`Processor::forward_seconds_per_byte`]). 0: not modelled.
+    pub forward_gbps: f64,
 }
 
 /// How a CPU host's ranks run (a topology file's `ranks`).
@@ -140,6 +152,21 @@ impl Processor {
         cached / (self.cache_gbps * 1e9) + (1.0 - cached) / (self.thread_gbps * 1e9)
     }
 
+    /// Seconds one thread takes per byte of a block another core has just written, in
+    /// an operation of which `cached` the caches serve: the slower of the forwarding
+    /// rate and [`Processor::seconds_per_byte`] (past the caches, the bytes come from
+    /// memory either way). With `workers` threads, the writer is another one
+    /// `(workers - 1) / workers` of the time, so that share of the bytes pays it.
+    pub fn forward_seconds_per_byte(&self, cached: f64) -> f64 {
+        let own = self.seconds_per_byte(cached);
+        if self.forward_gbps <= 0.0 || self.workers < 2 {
+            return own;
+        }
+        let forwarded = own.max(1.0 / (self.forward_gbps * 1e9));
+        let other = (self.workers - 1) as f64 / self.workers as f64;
+        other * forwarded + (1.0 - other) * own
+    }
+
     /// The figures measured on the reference machine (see [`super::presets`]), with
     /// `workers` threads.
     pub fn reference(workers: usize) -> Processor {
@@ -154,6 +181,7 @@ impl Processor {
             cache_bytes: super::presets::HOST_CACHE_BYTES,
             cache_gbps: super::presets::HOST_CACHE_GBPS,
             llc_bytes: super::presets::HOST_LLC_BYTES,
+            forward_gbps: 0.0,
         }
     }
 
@@ -165,6 +193,7 @@ impl Processor {
             cache_bytes: measured.cache_bytes,
             cache_gbps: measured.cache_gbps,
             llc_bytes: measured.llc_bytes,
+            forward_gbps: measured.forward_gbps.unwrap_or(self.forward_gbps),
             ..self
         }
     }
@@ -198,6 +227,12 @@ impl Processor {
                 );
             }
         }
+        if !(self.forward_gbps.is_finite() && self.forward_gbps >= 0.0) {
+            return bad(
+                format!("forward_gbps = {}", self.forward_gbps),
+                "a forwarding rate must be a positive number of GB/s, or 0 for none",
+            );
+        }
         Ok(())
     }
 }
@@ -229,6 +264,38 @@ mod tests {
         p = Processor::reference(2);
         p.workers = 0;
         assert!(p.validate().unwrap_err().to_string().contains("workers"));
+        p = Processor::reference(2);
+        p.forward_gbps = -1.0;
+        assert!(p
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("forward_gbps"));
+    }
+
+    #[test]
+    fn a_forwarded_byte_costs_the_slower_rate_on_the_share_another_thread_wrote() {
+        let mut p = Processor::reference(2);
+        (p.cache_gbps, p.thread_gbps, p.forward_gbps) = (16.0, 4.0, 8.0);
+        // Not modelled, or one thread: a forwarded byte is any byte.
+        let unmodelled = Processor {
+            forward_gbps: 0.0,
+            ..p
+        };
+        assert_eq!(unmodelled.forward_seconds_per_byte(1.0), 1.0 / 16e9);
+        let alone = Processor { workers: 1, ..p };
+        assert_eq!(alone.forward_seconds_per_byte(1.0), 1.0 / 16e9);
+        // Cached: half the bytes (two workers) at the forwarding rate.
+        let cached = p.forward_seconds_per_byte(1.0);
+        assert!(
+            (cached - (0.5 / 8e9 + 0.5 / 16e9)).abs() < 1e-18,
+            "{cached}"
+        );
+        // From memory, slower than forwarding: unchanged.
+        assert_eq!(p.forward_seconds_per_byte(0.0), 1.0 / 4e9);
+        p.workers = 4;
+        let more = p.forward_seconds_per_byte(1.0);
+        assert!((more - (0.75 / 8e9 + 0.25 / 16e9)).abs() < 1e-18, "{more}");
     }
 
     #[test]
