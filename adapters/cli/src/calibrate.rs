@@ -79,6 +79,11 @@ pub fn run(args: &CalibrateArgs) -> Result<ExitCode, Error> {
             mib(measured.llc_bytes),
             mib(reference.llc_bytes),
         ],
+        vec![
+            "forward_gbps".into(),
+            measured.forward_gbps.map_or("-".into(), gb),
+            "-".into(),
+        ],
     ];
     for line in lines(&[Left, Right, Right], &rows) {
         outln!("{line}");

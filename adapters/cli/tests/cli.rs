@@ -434,6 +434,16 @@ fn calibrate_measures_once_then_shows_the_kept_figures() {
         .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
         .expect("a thread rate");
     assert!(thread > 0.0, "{text}");
+    // The forwarding rate: measured where two CPUs can be pinned, `-` where not.
+    let forward = text
+        .lines()
+        .find_map(|l| l.strip_prefix("forward_gbps"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("a forwarding row");
+    assert!(
+        forward == "-" || forward.parse::<f64>().is_ok_and(|g| g > 0.0),
+        "{text}"
+    );
     let (_, again) = calibrate(&["--workers", "2"], &dir);
     if quiet || again.contains("kept from an earlier measurement") {
         assert!(

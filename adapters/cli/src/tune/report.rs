@@ -44,8 +44,12 @@ fn host_figures(topology: &oxccl::Topology) -> Option<String> {
     let memory = topology
         .memory_gbps()
         .map_or("not shared".to_string(), |g| format!("{g:.2} GB/s"));
+    let forward = match p.forward_gbps {
+        0.0 => "forwarding not modelled".to_string(),
+        g => format!("{g:.2} of a block another core just wrote"),
+    };
     Some(format!(
-        "# select_alg's host figures: {} workers; a thread copies {:.2} GB/s, {:.2} within {:.1} MiB of cache (last level {:.1} MiB); memory {memory}",
+        "# select_alg's host figures: {} workers; a thread copies {:.2} GB/s, {:.2} within {:.1} MiB of cache (last level {:.1} MiB), {forward}; memory {memory}",
         p.workers,
         p.thread_gbps,
         p.cache_gbps,
