@@ -6,12 +6,12 @@
 //! more than the choices they decide: a model with one machine's figures picks
 //! executors 1.36x and 1.65x slower than the fastest on another (a 4 MiB Broadcast and
 //! AllGather on 8 ranks; see the framework's `topology::presets`). So the host device
-//! measures them ([`probe`]), fits the model's one cache level to them ([`fit`]) and
-//! keeps them per machine ([`cache`]): the first process on a machine pays about half a
+//! measures them (`probe`), fits the model's one cache level to them ([`fit`]) and
+//! keeps them per machine (`cache`): the first process on a machine pays about half a
 //! second once, the others read a file.
 //!
 //! It also measures what a copy of a block another CPU has just written runs at
-//! ([`probe::forward_gbps`]), which staged executors pay at every step.
+//! (`probe::forward_gbps`), which staged executors pay at every step.
 //!
 //! The per-task and wake-up costs are not measured here: they need the device running a
 //! program, and they decide small operations only, where the reference machine's figures
@@ -41,11 +41,11 @@ pub struct HostFigures {
     /// The footprint past which copies store to memory; 0: none seen.
     pub llc_bytes: usize,
     /// One thread's copy rate of a block another CPU has just written, GB/s
-    /// ([`probe::forward_gbps`]); `None`: not measured (one CPU, or no pinning).
+    /// (`probe::forward_gbps`); `None`: not measured (one CPU, or no pinning).
     pub forward_gbps: Option<f64>,
     /// The measurements the cache figures were fitted to.
     pub ladder: Vec<Rate>,
-    /// Measured while the rest of the machine kept less than [`probe::QUIET_SHARE`] of
+    /// Measured while the rest of the machine kept less than `probe::QUIET_SHARE` of
     /// its CPUs busy (or where that cannot be told). Figures measured on a busy machine
     /// are slow; a process that finds the machine quiet measures them again.
     pub quiet: bool,
@@ -85,7 +85,7 @@ impl HostFigures {
     }
 }
 
-/// Whether the rest of the machine keeps less than [`probe::QUIET_SHARE`] of its CPUs
+/// Whether the rest of the machine keeps less than `probe::QUIET_SHARE` of its CPUs
 /// busy (watched for [`probe::WATCH`]); `true` where that cannot be told.
 fn machine_is_quiet() -> bool {
     probe::busy_share(probe::WATCH).is_none_or(|busy| busy < probe::QUIET_SHARE)
