@@ -51,6 +51,8 @@ pub fn estimate(
     params: &CostParams,
 ) -> Result<f64, CostError> {
     params.validate()?;
+    // From the programs given: on a topology sampled by representative ranks, a write by
+    // a rank not sampled is not seen (a host small enough is replayed whole instead).
     let writers = match topology.processor() {
         Some(_) => super::Writers::of(programs.iter().map(|(p, _)| *p)),
         None => super::Writers::default(),

@@ -134,10 +134,7 @@ impl Processor {
     /// gradually from its cached rate as the buffers grow past the cache (see
     /// [`super::presets`]).
     pub fn cached_share(&self, footprint: usize) -> f64 {
-        match footprint <= self.cache_bytes {
-            true => 1.0,
-            false => self.cache_bytes as f64 / footprint as f64,
-        }
+        oxccl_platform::host::calibration::fit::cached_share(self.cache_bytes, footprint)
     }
 
     /// Whether an operation touching `footprint` bytes in all on the server passes the

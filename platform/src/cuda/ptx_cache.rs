@@ -22,8 +22,13 @@ pub fn dir(var: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
 
 pub use crate::disk_cache::key;
 
+/// The name of the file holding the PTX of `key`.
+fn name(key: &str) -> String {
+    format!("ptx-{key}.ptx")
+}
+
 fn file(dir: &Path, key: &str) -> PathBuf {
-    dir.join(format!("ptx-{key}.ptx"))
+    dir.join(name(key))
 }
 
 /// The PTX stored under `key`, if there is a whole one.
@@ -34,7 +39,7 @@ pub fn load(dir: &Path, key: &str) -> Option<String> {
 
 /// Store `ptx` under `key` (best effort: a cache).
 pub fn store(dir: &Path, key: &str, ptx: &str) {
-    crate::disk_cache::store(dir, &format!("ptx-{key}.ptx"), ptx);
+    crate::disk_cache::store(dir, &name(key), ptx);
 }
 
 #[cfg(test)]

@@ -672,18 +672,15 @@ mod f16c {
 impl Lane for bf16 {
     type Compute = f32;
 
-    /// Through `f32` with branch-free conversions (a shift each way, rounding by an add),
-    /// which LLVM vectorises; `half`'s own conversions branch per element and do not.
-    /// On x86-64 the loop is compiled a second time for AVX2, whose 16-bit packs the
-    /// narrowing needs (the baseline, SSE2, has none that fits, and scalarises it).
+    /// Through `f32` with branch-free conversions (a shift each way, rounding by an add).
+    /// Only the trait's ping-pong fold calls it, which `bf16` does not use (its fold
+    /// is [`widening`]'s), so it is not compiled a second time for AVX2.
     #[inline(always)]
     fn combine<O: Op<f32>>(out: &mut [bf16], a: &[bf16], b: &[bf16]) {
-        #[cfg(target_arch = "x86_64")]
-        if avx2::available() {
-            // SAFETY: the CPU has AVX2.
-            return unsafe { avx2::combine_bf16::<O>(out, a, b) };
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            let wide = O::apply(bf16_to_f32(x.to_bits()), bf16_to_f32(y.to_bits()));
+            *o = bf16::from_bits(f32_to_bf16(wide));
         }
-        combine_bf16::<O>(out, a, b);
     }
 
     /// In `f32` registers ([`widening`]), compiled for AVX2 where the CPU has it.
@@ -696,43 +693,12 @@ impl Lane for bf16 {
         end: usize,
     ) {
         #[cfg(target_arch = "x86_64")]
-        if avx2::available() {
+        if widening::avx2::available() {
             // SAFETY: the CPU has AVX2; the rest is this function's contract.
             return unsafe { widening::avx2::fold_bf16::<O>(out, srcs, start, end) };
         }
         // SAFETY: forwarded from this function's contract.
         unsafe { widening::fold_bf16::<O>(out, srcs, start, end) }
-    }
-}
-
-/// The `bf16` loop (see [`Lane::combine`] for `bf16`).
-#[inline(always)]
-fn combine_bf16<O: Op<f32>>(out: &mut [bf16], a: &[bf16], b: &[bf16]) {
-    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-        let wide = O::apply(bf16_to_f32(x.to_bits()), bf16_to_f32(y.to_bits()));
-        *o = bf16::from_bits(f32_to_bf16(wide));
-    }
-}
-
-/// Loops compiled for AVX2, chosen at run time.
-#[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use half::bf16;
-
-    use super::Op;
-
-    /// Whether this CPU can run this module's functions.
-    pub(super) fn available() -> bool {
-        is_x86_feature_detected!("avx2")
-    }
-
-    /// [`super::combine_bf16`], vectorised with AVX2.
-    ///
-    /// # Safety
-    /// The CPU has AVX2 ([`available`]).
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn combine_bf16<O: Op<f32>>(out: &mut [bf16], a: &[bf16], b: &[bf16]) {
-        super::combine_bf16::<O>(out, a, b)
     }
 }
 
@@ -747,20 +713,32 @@ fn bf16_to_f32(bits: u16) -> f32 {
 }
 
 /// The `bf16` nearest to `x`, ties to even, as `half::bf16::from_f32` rounds (the tests
-/// compare every result with it): adding `0x7FFF` plus the kept part's lowest bit carries
-/// into the kept half exactly when the dropped half is above one half, or is one half and
-/// the kept part is odd. A NaN keeps its upper bits with the quiet bit set. Both results
-/// are computed and one is selected, so the loop has no branch.
+/// compare every result with it). A NaN keeps its upper bits with the quiet bit set. Both
+/// results are computed and one is selected, so the loop has no branch.
 #[inline(always)]
 fn f32_to_bf16(x: f32) -> u16 {
     let bits = x.to_bits();
-    let rounded = (bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) >> 16) as u16;
-    let quiet_nan = ((bits >> 16) | 0x0040) as u16;
-    if x.is_nan() {
-        quiet_nan
+    let wide = if x.is_nan() {
+        bf16_quieted(bits)
     } else {
-        rounded
-    }
+        bf16_rounded(bits)
+    };
+    (wide >> 16) as u16
+}
+
+/// The bits of a number `x` (not a NaN) rounded to `bf16`, ties to even, in the upper
+/// half of an `f32`'s: adding `0x7FFF` plus the kept part's lowest bit carries into the
+/// kept half exactly when the dropped half is above one half, or is one half and the
+/// kept part is odd.
+#[inline(always)]
+fn bf16_rounded(bits: u32) -> u32 {
+    bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) & 0xFFFF_0000
+}
+
+/// The bits of a NaN cut to `bf16`: its upper half, with the quiet bit set.
+#[inline(always)]
+fn bf16_quieted(bits: u32) -> u32 {
+    (bits | 0x0040_0000) & 0xFFFF_0000
 }
 
 /// Dispatches on `op` for element type `T`.

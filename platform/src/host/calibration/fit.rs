@@ -65,8 +65,11 @@ pub fn fit(ladder: &[Rate]) -> Option<CacheFit> {
     })
 }
 
-/// The share of a footprint's traffic a cache of `cache` bytes serves.
-fn share(cache: usize, footprint: usize) -> f64 {
+/// The share of a footprint's traffic a cache of `cache` bytes serves: all of it when the
+/// footprint fits, else the share of the footprint it holds. The host model's rule
+/// (the framework's `Processor::cached_share` calls this), so the fit reproduces the
+/// ladder with the very formula the model applies.
+pub fn cached_share(cache: usize, footprint: usize) -> f64 {
     match footprint <= cache {
         true => 1.0,
         false => cache as f64 / footprint as f64,
@@ -96,7 +99,7 @@ fn error(ladder: &[Rate], cache: usize, cache_gbps: f64, thread_gbps: f64) -> f6
     ladder
         .iter()
         .map(|r| {
-            let s = share(cache, r.footprint);
+            let s = cached_share(cache, r.footprint);
             let modelled = s / cache_gbps + (1.0 - s) / thread_gbps;
             (r.gbps * modelled - 1.0).powi(2)
         })
@@ -125,7 +128,7 @@ mod tests {
         let points: Vec<Rate> = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096]
             .iter()
             .map(|&mib| {
-                let s = share(cache, mib * MIB);
+                let s = cached_share(cache, mib * MIB);
                 Rate {
                     footprint: mib * MIB,
                     gbps: 1.0 / (s / cache_gbps + (1.0 - s) / thread),

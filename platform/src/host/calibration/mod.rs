@@ -91,15 +91,10 @@ fn machine_is_quiet() -> bool {
     probe::busy_share(probe::WATCH).is_none_or(|busy| busy < probe::QUIET_SHARE)
 }
 
-/// Whether kept figures serve, or the machine is measured (again).
-fn keep(kept: Option<&HostFigures>, again: bool, quiet_now: impl FnOnce() -> bool) -> bool {
-    match kept {
-        None => false,
-        Some(_) if again => false,
-        Some(f) if f.quiet => true,
-        // Measured on a busy machine: measured again once the machine is quiet.
-        Some(_) => !quiet_now(),
-    }
+/// Whether `kept` figures serve, or the machine is measured again: not when asked
+/// `again`, and figures measured on a busy machine only while it stays busy.
+fn keep(kept: &HostFigures, again: bool, quiet_now: impl FnOnce() -> bool) -> bool {
+    !again && (kept.quiet || !quiet_now())
 }
 
 /// Where [`this_host`]'s figures came from.
@@ -132,7 +127,7 @@ pub fn this_host(workers: usize, again: bool) -> Option<(HostFigures, Origin)> {
                 .ok()
                 .and_then(|t| cache::read(&t));
             match kept {
-                Some(f) if keep(Some(&f), again, machine_is_quiet) => Some((f, Origin::Cached)),
+                Some(f) if keep(&f, again, machine_is_quiet) => Some((f, Origin::Cached)),
                 _ => {
                     let f = HostFigures::measure(workers)?;
                     crate::disk_cache::store(&dir, &name, &cache::write(&f));
@@ -182,10 +177,9 @@ mod tests {
             quiet,
         };
         let unasked = || -> bool { panic!("quiet figures need no look at the machine") };
-        assert!(keep(Some(&f(true)), false, unasked));
-        assert!(keep(Some(&f(false)), false, || false));
-        assert!(!keep(Some(&f(false)), false, || true));
-        assert!(!keep(Some(&f(true)), true, || true));
-        assert!(!keep(None, false, || false));
+        assert!(keep(&f(true), false, unasked));
+        assert!(keep(&f(false), false, || false));
+        assert!(!keep(&f(false), false, || true));
+        assert!(!keep(&f(true), true, || true));
     }
 }

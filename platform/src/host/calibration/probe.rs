@@ -1,5 +1,6 @@
-//! Measuring the host: one thread's copy rate over a ladder of footprints, and the
-//! memory system's rate with every worker copying at once.
+//! Measuring the host: one thread's copy rate over a ladder of footprints, the memory
+//! system's rate with every worker copying at once, and one thread's rate copying a
+//! block another CPU has just written ([`forward_gbps`]).
 //!
 //! Copies are `memcpy`s of byte slices, as `../shared/bench/peers/memcpy_bench.c` makes
 //! them, and as the host device's Copy tasks are. A point copies for at least
