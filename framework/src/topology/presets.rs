@@ -23,8 +23,8 @@
 //! | host workers | 2 | the development machine's cores, which the host device's pool has; a communicator given no topology gets its own machine's cores instead ([`Topology::default_for_device`]) |
 //! | host task cost | 0.05 us | measured: `oxccl perf all-reduce --ranks 8 -b 32 -e 32 -n 3000` on the same machine, `ring` (112 data tasks, 11.7 us) against `mesh-push` (8 data tasks, 7.5 us): 0.04 us per task on the inline path |
 //! | host wake-up, ranks in processes | 20 us | measured: `oxccl perf all-reduce --procs 8 -b 1K` over shared memory on the same machine, `put-rd` (3 rounds of signals): 61-66 us per call, about 20 us per round for 8 processes on 2 cores |
-//! | host forwarding | not modelled | the development machine's rate of copying a block another core has just written was not measured, so the reference figures leave it out (`forward_gbps = 0`); a measured host takes its own ([`Processor::forward_gbps`](super::Processor::forward_gbps)) |
 //! | host wake-up | 5 us | **estimate**: 8-rank AllReduce at 64 KiB on the same machine, two `oxccl tune` runs: `ring` 167 and 105 us, `mesh-push` 45 and 32 us; ring has 14 steps of signals against mesh-push's 2, some 6-10 us per extra step, part of it data and part a worker picking up the resumed stream on an oversubscribed pool; 5 us was taken |
+//! | host forwarding | not modelled | the development machine's rate of copying a block another core has just written was not measured, so the reference figures leave it out (`forward_gbps = 0`); a measured host takes its own ([`Processor::forward_gbps`](super::Processor::forward_gbps)) |
 //!
 //! The host figures make the model see threads and a memory bus that every rank shares
 //! instead of engines and a link per pair, which is what decides the host's choices (see
@@ -41,7 +41,7 @@
 //! while its measured figures pick `mesh-push`, `mesh-push` and `pairwise`, the fastest
 //! there. A file gives another machine's figures (`[intra]` keys `workers`, `task_us`,
 //! `wake_us`, `thread_gbps`, `inline_bytes`, `split_bytes`, `ranks`, `cache_bytes`,
-//! `cache_gbps`, `llc_bytes`).
+//! `cache_gbps`, `llc_bytes`, `forward_gbps`).
 //!
 //! Generic shapes `1xN` and `MxN` (any N, M) reuse these figures: a full mesh of HCCS-class
 //! links inside each server, and every cross-server pair joined by RDMA through each rank's
