@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 /// This format's version: part of the key, so that a change of what is measured or
 /// how makes every machine measure again.
-const VERSION: &str = "3";
+const VERSION: &str = "4";
 
 /// The cache folder; `None`: none.
 pub fn folder() -> Option<PathBuf> {
@@ -92,14 +92,26 @@ pub fn read(text: &str) -> Option<HostFigures> {
         cache_bytes: value("cache_bytes")?.parse().ok()?,
         cache_gbps: value("cache_gbps")?.parse().ok()?,
         llc_bytes: value("llc_bytes")?.parse().ok()?,
-        forward_gbps: match value("forward_gbps")? {
-            "none" => None,
-            gbps => Some(gbps.parse().ok()?),
-        },
+        forward_gbps: optional(value("forward_gbps")?)?,
+        task_us: optional(value("task_us")?)?,
         ladder,
         quiet: value("quiet")?.parse().ok()?,
     };
     figures.valid().then_some(figures)
+}
+
+/// A figure that may be `none` (not measured): `Some(None)` for that, `None` for text
+/// that is neither `none` nor a number.
+fn optional(text: &str) -> Option<Option<f64>> {
+    match text {
+        "none" => Some(None),
+        number => Some(Some(number.parse().ok()?)),
+    }
+}
+
+/// A figure that may be missing, as [`optional`] reads it.
+fn or_none(figure: Option<f64>) -> String {
+    figure.map_or("none".to_string(), |f| f.to_string())
 }
 
 /// `figures` as text: `name = value` lines that [`read`] takes back.
@@ -115,14 +127,15 @@ pub fn write(figures: &HostFigures) -> String {
         .collect();
     let _ = write!(
         text,
-        "workers = {}\nthread_gbps = {}\nmemory_gbps = {}\ncache_bytes = {}\ncache_gbps = {}\nllc_bytes = {}\nforward_gbps = {}\nladder = {}\nquiet = {}\n",
+        "workers = {}\nthread_gbps = {}\nmemory_gbps = {}\ncache_bytes = {}\ncache_gbps = {}\nllc_bytes = {}\nforward_gbps = {}\ntask_us = {}\nladder = {}\nquiet = {}\n",
         figures.workers,
         figures.thread_gbps,
         figures.memory_gbps,
         figures.cache_bytes,
         figures.cache_gbps,
         figures.llc_bytes,
-        figures.forward_gbps.map_or("none".to_string(), |g| g.to_string()),
+        or_none(figures.forward_gbps),
+        or_none(figures.task_us),
         ladder.join(","),
         figures.quiet,
     );
@@ -142,6 +155,7 @@ mod tests {
             cache_gbps: 13.4,
             llc_bytes: 64 << 20,
             forward_gbps: Some(10.5),
+            task_us: Some(0.03),
             ladder: vec![
                 Rate {
                     footprint: 2 << 20,
@@ -168,6 +182,11 @@ mod tests {
         assert_eq!(read(&text.replace("= 10.5", "= 0")), None);
         let unmeasured = read(&text.replace("= 10.5", "= none")).unwrap();
         assert_eq!(unmeasured.forward_gbps, None);
+        assert_eq!(read(&text.replace("= 0.03", "= -1")), None);
+        assert_eq!(read(&text.replace("= 0.03", "= soon")), None);
+        assert_eq!(read(&text.replace("task_us", "tsk_us")), None);
+        let no_cost = read(&text.replace("= 0.03", "= none"));
+        assert_eq!(no_cost.map(|f| f.task_us), Some(None));
         assert_eq!(read(&text[..text.len() / 2]), None);
         assert_eq!(read(""), None);
     }

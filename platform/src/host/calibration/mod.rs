@@ -11,13 +11,12 @@
 //! second once, the others read a file.
 //!
 //! It also measures what a copy of a block another CPU has just written runs at
-//! (`probe::forward_gbps`), which staged executors pay at every step.
-//!
-//! The per-task and wake-up costs are not measured here: they need the device running a
-//! program, and they decide small operations only, where the reference machine's figures
-//! have held (see the framework's `topology::presets`).
+//! (`probe::forward_gbps`), which staged executors pay at every step, and, running
+//! programs on a host device of its own (`dispatch`), what a task costs a thread besides
+//! its bytes. The wake-up stays the reference machine's (`dispatch` says why).
 
 mod cache;
+mod dispatch;
 pub mod fit;
 mod probe;
 
@@ -43,6 +42,9 @@ pub struct HostFigures {
     /// One thread's copy rate of a block another CPU has just written, GB/s
     /// (`probe::forward_gbps`); `None`: not measured (one CPU, or no pinning).
     pub forward_gbps: Option<f64>,
+    /// The thread time a Copy task costs besides its bytes, microseconds
+    /// (`dispatch::task_us`); `None`: not measured (the probe's device could not run).
+    pub task_us: Option<f64>,
     /// The measurements the cache figures were fitted to.
     pub ladder: Vec<Rate>,
     /// Measured while the rest of the machine kept less than `probe::QUIET_SHARE` of
@@ -66,10 +68,24 @@ impl HostFigures {
             cache_gbps: cache.cache_gbps,
             llc_bytes: cache.llc_bytes,
             forward_gbps: probe::forward_gbps(),
+            task_us: dispatch::task_us(),
             ladder,
             quiet,
         };
         figures.valid().then_some(figures)
+    }
+
+    /// These figures as the text the cache folder keeps (`name = value` lines), which
+    /// [`HostFigures::from_text`] reads back: how a job's rank 0 hands its figures to the
+    /// other ranks.
+    pub fn to_text(&self) -> String {
+        cache::write(self)
+    }
+
+    /// The figures in `text` as [`HostFigures::to_text`] wrote them; `None` for text
+    /// that is not that, or figures that are not valid.
+    pub fn from_text(text: &str) -> Option<HostFigures> {
+        cache::read(text)
     }
 
     /// Rates positive and finite, a worker at least, a ladder.
@@ -80,6 +96,7 @@ impl HostFigures {
             && rate(self.memory_gbps)
             && rate(self.cache_gbps)
             && self.forward_gbps.is_none_or(rate)
+            && self.task_us.is_none_or(|us| us.is_finite() && us >= 0.0)
             && !self.ladder.is_empty()
             && self.ladder.iter().all(|r| rate(r.gbps))
     }
@@ -144,7 +161,13 @@ pub fn this_host(workers: usize, again: bool) -> Option<(HostFigures, Origin)> {
 
 /// The file [`this_host`] keeps `workers`' figures in; `None` without a cache folder.
 pub fn figures_file(workers: usize) -> Option<std::path::PathBuf> {
-    Some(cache::folder()?.join(cache::file_name(workers)))
+    Some(cache::folder()?.join(figures_file_name(workers)))
+}
+
+/// The name of the file in a cache folder (`OXCCL_HOST_CACHE`) that holds this machine's
+/// figures with `workers` workers.
+pub fn figures_file_name(workers: usize) -> String {
+    cache::file_name(workers)
 }
 
 #[cfg(test)]
@@ -170,6 +193,7 @@ mod tests {
             cache_gbps: 1.0,
             llc_bytes: 0,
             forward_gbps: None,
+            task_us: None,
             ladder: vec![Rate {
                 footprint: 1,
                 gbps: 1.0,
