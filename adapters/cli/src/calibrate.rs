@@ -44,6 +44,7 @@ pub fn run(args: &CalibrateArgs) -> Result<ExitCode, Error> {
     outln!("# host figures, {whence}, on {machine}; file: {file}");
     let reference = Processor::reference(workers);
     let gb = |g: f64| format!("{g:.2}");
+    let us = |t: f64| format!("{t:.3}");
     let mib = |b: usize| format!("{:.1}", b as f64 / (1 << 20) as f64);
     let rows = [
         ["figure", "this host", "reference"]
@@ -83,6 +84,11 @@ pub fn run(args: &CalibrateArgs) -> Result<ExitCode, Error> {
             "forward_gbps".into(),
             measured.forward_gbps.map_or("-".into(), gb),
             "-".into(),
+        ],
+        vec![
+            "task_us".into(),
+            measured.task_us.map_or("-".into(), us),
+            us(reference.task_us),
         ],
     ];
     for line in lines(&[Left, Right, Right], &rows) {

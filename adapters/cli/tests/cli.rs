@@ -444,6 +444,20 @@ fn calibrate_measures_once_then_shows_the_kept_figures() {
         forward == "-" || forward.parse::<f64>().is_ok_and(|g| g > 0.0),
         "{text}"
     );
+    // The task cost: measured on a device the probe makes, beside the reference's.
+    let task: Vec<f64> = text
+        .lines()
+        .find_map(|l| l.strip_prefix("task_us"))
+        .map(|rest| {
+            rest.split_whitespace()
+                .filter_map(|t| t.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        task.len() == 2 && task.iter().all(|us| *us >= 0.0),
+        "{text}"
+    );
     let (_, again) = calibrate(&["--workers", "2"], &dir);
     if quiet || again.contains("kept from an earlier measurement") {
         assert!(

@@ -33,6 +33,7 @@ pub mod processor;
 
 use crate::error::ConfigError;
 use crate::limits::MAX_RANKS;
+use oxccl_platform::host::calibration::HostFigures;
 use oxccl_platform::{LinkAccess, LinkKind, Rank};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -285,20 +286,37 @@ impl Topology {
     /// and a host that could not be measured, are returned as they are. The links within
     /// a server take the thread's copy rate (a rank copies a peer's memory with one
     /// thread), the memory system the rate of the processor's workers copying at once.
-    pub fn with_measured_host(mut self) -> Self {
-        let Some(p) = self.processor else {
-            return self;
-        };
-        let Some((measured, _)) = oxccl_platform::host::calibration::this_host(p.workers, false)
-        else {
+    pub fn with_measured_host(self) -> Self {
+        match self.measured_host_figures() {
+            Some(measured) => self.with_host_figures(&measured),
+            None => self,
+        }
+    }
+
+    /// What [`Topology::with_measured_host`] applies: this machine's figures with the
+    /// processor's workers; `None` for a topology without a processor, or a host that
+    /// could not be measured.
+    pub fn measured_host_figures(&self) -> Option<HostFigures> {
+        let p = self.processor?;
+        let measured = oxccl_platform::host::calibration::this_host(p.workers, false);
+        if measured.is_none() {
             tracing::warn!(
                 "could not measure this host's copy rates; the model keeps the reference machine's"
             );
+        }
+        measured.map(|(figures, _)| figures)
+    }
+
+    /// This topology with `figures` (a host's measurement, this machine's or a job's
+    /// rank 0's) in place of its processor's, memory system's and intra-server links'
+    /// figures, where it is a CPU host; other topologies are returned as they are.
+    pub fn with_host_figures(mut self, figures: &HostFigures) -> Self {
+        let Some(p) = self.processor else {
             return self;
         };
-        self.processor = Some(p.with_measured(&measured));
-        self.memory_gbps = Some(measured.memory_gbps);
-        self.intra.spec.bandwidth_gbps = measured.thread_gbps;
+        self.processor = Some(p.with_measured(figures));
+        self.memory_gbps = Some(figures.memory_gbps);
+        self.intra.spec.bandwidth_gbps = figures.thread_gbps;
         self
     }
 
@@ -923,11 +941,9 @@ mod tests {
             host.link(0, 7).unwrap().bandwidth_gbps,
             measured.thread_gbps
         );
+        assert_eq!(p.task_us, measured.task_us.unwrap_or(presets::HOST_TASK_US));
         // What is not measured stays the reference's.
-        assert_eq!(
-            (p.task_us, p.wake_us),
-            (presets::HOST_TASK_US, presets::HOST_WAKE_US)
-        );
+        assert_eq!(p.wake_us, presets::HOST_WAKE_US);
         let npu = Topology::single_server(8);
         assert_eq!(npu.clone().with_measured_host(), npu);
     }

@@ -21,17 +21,17 @@
 //! | host link latency | 0.5 us | measured: the per-task cost fitted to 53 executors' 1 KiB times on 8 ranks of the same machine (0.45 us) |
 //! | host access | load/store | the ranks are threads (or processes mapping shared memory) of one host |
 //! | host workers | 2 | the development machine's cores, which the host device's pool has; a communicator given no topology gets its own machine's cores instead ([`Topology::default_for_device`]) |
-//! | host task cost | 0.05 us | measured: `oxccl perf all-reduce --ranks 8 -b 32 -e 32 -n 3000` on the same machine, `ring` (112 data tasks, 11.7 us) against `mesh-push` (8 data tasks, 7.5 us): 0.04 us per task on the inline path |
+//! | host task cost | 0.05 us | measured: `oxccl perf all-reduce --ranks 8 -b 32 -e 32 -n 3000` on the same machine, `ring` (112 data tasks, 11.7 us) against `mesh-push` (8 data tasks, 7.5 us): 0.04 us per task on the inline path; a measured host takes its own (the host device's probe: a data task with its signals on the inline path) |
 //! | host wake-up, ranks in processes | 20 us | measured: `oxccl perf all-reduce --procs 8 -b 1K` over shared memory on the same machine, `put-rd` (3 rounds of signals): 61-66 us per call, about 20 us per round for 8 processes on 2 cores |
-//! | host wake-up | 5 us | **estimate**: 8-rank AllReduce at 64 KiB on the same machine, two `oxccl tune` runs: `ring` 167 and 105 us, `mesh-push` 45 and 32 us; ring has 14 steps of signals against mesh-push's 2, some 6-10 us per extra step, part of it data and part a worker picking up the resumed stream on an oversubscribed pool; 5 us was taken |
+//! | host wake-up | 5 us | **estimate**: 8-rank AllReduce at 64 KiB on the same machine, two `oxccl tune` runs: `ring` 167 and 105 us, `mesh-push` 45 and 32 us; ring has 14 steps of signals against mesh-push's 2, some 6-10 us per extra step, part of it data and part a worker picking up the resumed stream on an oversubscribed pool; 5 us was taken. A measured host keeps it: the pickup alone, which a probe can time, is not this figure (`oxccl_platform::host::calibration`'s `dispatch` says why) |
 //! | host forwarding | not modelled | the development machine's rate of copying a block another core has just written was not measured, so the reference figures leave it out (`forward_gbps = 0`); a measured host takes its own ([`Processor::forward_gbps`](super::Processor::forward_gbps)) |
 //!
 //! The host figures make the model see threads and a memory bus that every rank shares
 //! instead of engines and a link per pair, which is what decides the host's choices (see
 //! [`super::processor`]). The ones above are the development machine's: the reference
-//! figures, which the `hostN` presets, a job of processes and `OXCCL_HOST_FIGURES=reference`
-//! take. An in-process communicator given no topology takes its own machine's copy rates
-//! and caches instead, measured once per machine
+//! figures, which the `hostN` presets and `OXCCL_HOST_FIGURES=reference` take. A
+//! communicator given no topology takes its own machine's copy rates, caches and task
+//! cost instead (a job of processes its rank 0's machine's), measured once per machine
 //! ([`Topology::with_measured_host`], `oxccl calibrate` shows them): the rates differ
 //! between machines by more than the choices they decide. On a later 2-core VM (one
 //! thread: 31 GB/s at a 2 MiB footprint, 13.4-14.7 GB/s from 4 to 32 MiB, 12.8 at 64 MiB,

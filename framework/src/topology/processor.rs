@@ -182,10 +182,13 @@ impl Processor {
         }
     }
 
-    /// These figures with the copy rates and caches measured on this machine
-    /// (`oxccl_platform::host::calibration`); the task and wake-up costs stay.
+    /// These figures with the workers, copy rates, caches and task cost measured on a
+    /// machine (`oxccl_platform::host::calibration`); a figure it could not measure
+    /// stays, and so does the wake-up, which it does not measure.
     pub fn with_measured(self, measured: &HostFigures) -> Processor {
         Processor {
+            workers: measured.workers,
+            task_us: measured.task_us.unwrap_or(self.task_us),
             thread_gbps: measured.thread_gbps,
             cache_bytes: measured.cache_bytes,
             cache_gbps: measured.cache_gbps,

@@ -49,12 +49,14 @@ fn host_figures(topology: &oxccl::Topology) -> Option<String> {
         g => format!("{g:.2} of a block another core just wrote"),
     };
     Some(format!(
-        "# select_alg's host figures: {} workers; a thread copies {:.2} GB/s, {:.2} within {:.1} MiB of cache (last level {:.1} MiB), {forward}; memory {memory}",
+        "# select_alg's host figures: {} workers; a thread copies {:.2} GB/s, {:.2} within {:.1} MiB of cache (last level {:.1} MiB), {forward}; memory {memory}; a data task {:.3} us, a wake-up {:.1} us",
         p.workers,
         p.thread_gbps,
         p.cache_gbps,
         mib(p.cache_bytes),
         mib(p.llc_bytes),
+        p.task_us,
+        p.wake_us,
     ))
 }
 
