@@ -19,7 +19,7 @@
 //! | `OXCCL_CUDA_DEVICES` | the cuda backend's placement: one CUDA device ordinal for every local rank (`0`: all on GPU 0, as virtual ranks), or one per local rank (`0,0,1,1`) | round-robin over the GPUs (one rank per GPU when there are enough) |
 //! | `OXCCL_LINK_CHANNELS` | notify channels per link, 1 to 64: how many handshakes two ranks may have in flight at once (an imported MSCCL-IR file needs one per message slot of each of its channels, and pipelines deeper with more) | 2, or what the imported files need when more |
 //! | `OXCCL_ALGO_FILES` | MSCCL-IR algorithm files imported as executors (see [`crate::msccl`]): files or folders (their `*.xml`), `:`-separated; read when the registry is first built | none |
-//! | `OXCCL_HOST_FIGURES` | where the host device's cost model takes its copy rates and cache sizes: `measured` (this machine's, measured once and kept in the cache folder; see `oxccl_platform::host::calibration`) or `reference` (the development machine's, the same everywhere; see [`crate::topology::presets`]). In-process communicators only: a job of processes takes the reference figures, which every host agrees on | measured |
+//! | `OXCCL_HOST_FIGURES` | where the host device's cost model takes its copy rates and cache sizes: `measured` (this machine's, measured once and kept in the cache folder; see `oxccl_platform::host::calibration`) or `reference` (the development machine's, the same everywhere; see [`crate::topology::presets`]). A job of processes takes rank 0's setting and its host's figures, which every rank then models its host with | measured |
 //! | `OXCCL_HOST_CACHE` | the folder the measured host figures are kept in (`off`: measure in every process) | `$XDG_CACHE_HOME/oxccl`, else `$HOME/.cache/oxccl` |
 //! | `OXCCL_LOG` | `tracing` filter (`info`, `oxccl=debug`, ...); one that does not parse is an error | off |
 //!
@@ -92,10 +92,10 @@ pub struct Config {
 /// topology (`OXCCL_HOST_FIGURES`).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum HostFiguresFrom {
-    /// This machine's copy rates and caches, measured once per machine
-    /// (`oxccl_platform::host::calibration`), for communicators whose ranks are all in
-    /// this process; a job of processes takes the reference figures, so that hosts
-    /// measured apart still agree on every selection.
+    /// This machine's copy rates, caches and task costs, measured once per machine
+    /// (`oxccl_platform::host::calibration`). A job of processes takes its rank 0's
+    /// (whose setting decides for the job), so that hosts measured apart still agree
+    /// on every selection.
     #[default]
     Measured,
     /// The development machine's figures ([`crate::topology::presets`]): the same

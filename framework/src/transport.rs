@@ -322,6 +322,7 @@ mod tests {
                     digests: Vec::new(),
                     tcp: tcp.then(|| format!("127.0.0.1:{}", 1000 + rank)),
                     rdma: rdma.contains(&rank).then(|| "mlx5_0 port 1".to_string()),
+                    host_figures: None,
                 })
                 .collect(),
         }

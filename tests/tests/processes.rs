@@ -212,6 +212,61 @@ fn a_zero_copy_job_refuses_buffers_its_peers_cannot_map() {
     assert_eq!(named_segments(&id), Vec::<String>::new());
 }
 
+/// A job of processes models its hosts with its rank 0's figures: rank 0 reads them
+/// from its cache folder (made-up figures, kept there as if measured), the others have
+/// none (`OXCCL_HOST_CACHE=off`: they would measure this machine), and every rank's cost
+/// model has rank 0's.
+#[test]
+fn every_rank_of_a_job_models_its_host_with_rank_0s_figures() {
+    use oxccl::platform::host::calibration::{figures_file_name, fit::Rate, HostFigures};
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let made_up = HostFigures {
+        workers: cores,
+        thread_gbps: 3.21,
+        memory_gbps: 6.5,
+        cache_bytes: 32 << 20,
+        cache_gbps: 12.5,
+        llc_bytes: 64 << 20,
+        forward_gbps: Some(7.5),
+        task_us: Some(0.0123),
+        ladder: vec![
+            Rate {
+                footprint: 2 << 20,
+                gbps: 20.0,
+            },
+            Rate {
+                footprint: 256 << 20,
+                gbps: 3.21,
+            },
+        ],
+        quiet: true,
+    };
+    let dir = std::env::temp_dir().join(format!("oxccl-job-figures-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(figures_file_name(cores)), made_up.to_text()).unwrap();
+    let id = job(4);
+    let children = (0..4)
+        .map(|r| {
+            let cache = match r {
+                0 => dir.to_string_lossy().into_owned(),
+                _ => "off".to_string(),
+            };
+            let env = [
+                ("OXCCL_RANK", r.to_string()),
+                ("OXCCL_TEST_OPS", "private".to_string()),
+                ("OXCCL_HOST_CACHE", cache),
+            ];
+            spawn(&id, 4, &env)
+        })
+        .collect();
+    let outputs = finish(children);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_all_ok(&outputs, 4);
+    let rank_0s = format!("workers {cores} thread_gbps 3.21 task_us 0.0123");
+    let expected: Vec<(usize, String)> = (0..4).map(|r| (r, rank_0s.clone())).collect();
+    assert_eq!(plans_of(&outputs, "host_figures"), expected);
+}
+
 #[test]
 fn two_processes_of_two_ranks_each() {
     two_processes_of_two_ranks("auto");

@@ -69,6 +69,11 @@ pub struct RankInfo {
     /// The RDMA port this rank opened (`mlx5_0 port 1`), if it did.
     #[serde(default)]
     pub rdma: Option<String>,
+    /// Rank 0 only: its host's measured figures for the cost model
+    /// (`HostFigures::to_text`), which every rank of the job models its host with, so
+    /// that all reach the same selections (see `Communicator::init_rank`).
+    #[serde(default)]
+    pub host_figures: Option<String>,
 }
 
 impl RankInfo {
@@ -81,6 +86,7 @@ impl RankInfo {
             digests,
             tcp: None,
             rdma: None,
+            host_figures: None,
         }
     }
 }

@@ -114,6 +114,7 @@ fn hosts_become_servers_when_their_ranks_are_consecutive() {
         digests: parts(1),
         tcp: None,
         rdma: None,
+        host_figures: None,
     };
     let blocks = JobTable {
         ranks: vec![on("b", 0), on("b", 1), on("a", 2), on("a", 3), on("a", 4)],
@@ -425,4 +426,70 @@ fn a_rank_on_another_host_is_refused_listing_every_transport() {
         assert!(text.contains(says), "{says:?} in {text}");
     }
     remote.join().unwrap().expect("the other rank joined");
+}
+
+/// A job's table whose rank 0 shared `figures` (or nothing).
+fn table_sharing(figures: Option<String>) -> JobTable {
+    let first = RankInfo {
+        host_figures: figures,
+        ..RankInfo::this(0, parts(1))
+    };
+    JobTable {
+        ranks: vec![first, RankInfo::this(1, parts(1))],
+    }
+}
+
+#[test]
+fn a_job_models_its_hosts_with_the_figures_its_rank_0_shared() {
+    use oxccl_platform::host::calibration::HostFigures;
+    let host = crate::Topology::default_for_device("host", vec![2]).expect("host");
+    let config = crate::Config::default();
+    // Rank 0 shares what it measured; the other ranks share nothing.
+    let shared = crate::communicator::host_figures_to_share(&config, 0, &host);
+    let text = shared.clone().expect("rank 0 measures its host");
+    assert_eq!(
+        crate::communicator::host_figures_to_share(&config, 1, &host),
+        None
+    );
+    let figures = HostFigures::from_text(&text).expect("what rank 0 wrote reads back");
+    let modelled =
+        crate::communicator::job_host_figures(&config, &table_sharing(shared), host.clone())
+            .expect("rank 0's figures apply");
+    assert_eq!(modelled, host.clone().with_host_figures(&figures));
+    assert_eq!(
+        modelled.processor().map(|p| p.thread_gbps),
+        Some(figures.thread_gbps)
+    );
+    // Rank 0 asked for the reference figures: nothing is shared, nothing changes.
+    let reference = crate::Config {
+        host_figures: crate::HostFiguresFrom::Reference,
+        ..crate::Config::default()
+    };
+    assert_eq!(
+        crate::communicator::host_figures_to_share(&reference, 0, &host),
+        None
+    );
+    let kept = crate::communicator::job_host_figures(&config, &table_sharing(None), host.clone());
+    assert_eq!(kept.expect("nothing to apply"), host);
+    // A configured topology is the job's, whatever rank 0 measured.
+    let given = crate::Config {
+        topology: Some(host.clone()),
+        ..crate::Config::default()
+    };
+    assert_eq!(
+        crate::communicator::host_figures_to_share(&given, 0, &host),
+        None
+    );
+    let file =
+        crate::communicator::job_host_figures(&given, &table_sharing(Some(text)), host.clone());
+    assert_eq!(file.expect("the file's figures"), host);
+    // Figures this rank cannot read are an error, not another rank's model.
+    let unreadable = table_sharing(Some("thread_gbps = fast".into()));
+    let err = crate::communicator::job_host_figures(&config, &unreadable, host)
+        .expect_err("unreadable figures")
+        .to_string();
+    assert!(
+        err.contains("rank 0") && err.contains("same oxccl build"),
+        "{err}"
+    );
 }

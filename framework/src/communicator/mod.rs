@@ -315,6 +315,43 @@ pub(crate) fn ranks_apart(topology: Topology) -> Result<Topology, Error> {
     Ok(topology.with_processor(apart)?)
 }
 
+/// What rank `rank` of a job of processes tells the others of its host's figures: rank
+/// 0 its measured ones, when its configuration models a defaulted CPU host with
+/// measured figures; every other rank nothing. `pre` is the topology rank 0 has before
+/// the job's table (its own host's).
+pub(crate) fn host_figures_to_share(config: &Config, rank: Rank, pre: &Topology) -> Option<String> {
+    let measured = rank == 0
+        && config.topology.is_none()
+        && config.host_figures == crate::HostFiguresFrom::Measured;
+    measured.then(|| pre.measured_host_figures().map(|f| f.to_text()))?
+}
+
+/// `topology`, a job's, with the host figures its rank 0 measured (see
+/// [`host_figures_to_share`]), where it shared them and no topology was configured.
+/// Every process of a job must reach the same selection from the same inputs, and its
+/// hosts, measured apart, would differ: one host's figures (rank 0's) model them all,
+/// and rank 0's configuration decides whether they are measured or the reference's.
+/// Figures a rank cannot read (processes of different oxccl versions) are an error,
+/// never a quiet fall back to other figures.
+pub(crate) fn job_host_figures(
+    config: &Config,
+    table: &crate::bootstrap::JobTable,
+    topology: Topology,
+) -> Result<Topology, Error> {
+    let shared = table.ranks.first().and_then(|r| r.host_figures.as_deref());
+    let Some(text) = shared.filter(|_| config.topology.is_none()) else {
+        return Ok(topology);
+    };
+    let figures = oxccl_platform::host::calibration::HostFigures::from_text(text).ok_or_else(|| {
+        crate::error::ConfigError::new(
+            "host figures",
+            "rank 0's",
+            "this rank cannot read the host figures rank 0 measured; run every rank of the job with the same oxccl build, or set OXCCL_HOST_FIGURES=reference on rank 0",
+        )
+    })?;
+    Ok(topology.with_host_figures(&figures))
+}
+
 fn topology_of(config: &Config, sizes: Vec<usize>) -> Result<Topology, Error> {
     match &config.topology {
         Some(t) => Ok(t.clone()),
@@ -324,9 +361,8 @@ fn topology_of(config: &Config, sizes: Vec<usize>) -> Result<Topology, Error> {
 
 /// The topology of `n` ranks in this process: the configured one, else the device's
 /// machine, a CPU host with this machine's measured figures unless the configuration
-/// asks for the reference ones ([`crate::HostFiguresFrom`]). Only in-process ranks
-/// measure: the processes of a job on several hosts would measure apart and disagree on
-/// selections, so `init_rank` keeps the reference figures.
+/// asks for the reference ones ([`crate::HostFiguresFrom`]). A job of processes models
+/// its hosts with its rank 0's figures instead ([`job_host_figures`]).
 pub fn in_process_topology(config: &Config, n: usize) -> Result<Topology, Error> {
     let topology = topology_of(config, vec![n])?;
     Ok(match config.topology {
@@ -411,6 +447,7 @@ impl Communicator {
         let pre = ranks_apart(topology_of(&config, vec![n])?)?;
         let digests = digest_parts(&config, &pre, Mode::Staged)?;
         let mut info = RankInfo::this(rank, digests);
+        info.host_figures = host_figures_to_share(&config, rank, &pre);
         if let Some(name) = &config.host_id {
             info.host = crate::bootstrap::HostId::claimed(name);
         }
@@ -441,6 +478,7 @@ impl Communicator {
         let table = join(id, n, info, config.exec_timeout)?;
         let links = transport::links_of(&table, rank, config.transport, no_rdma)?;
         let topology = topology_of(&config, table.server_sizes()?)?;
+        let topology = job_host_figures(&config, &table, topology)?;
         let topology = transport::with_transport_access(topology, &table, config.transport);
         let topology = ranks_apart(topology)?;
         check_init(n, &config, &topology)?;

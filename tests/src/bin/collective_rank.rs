@@ -10,7 +10,8 @@
 //! with `init_rank` through `OXCCL_COMM_ID` and `OXCCL_SIZE` (a job of processes that
 //! each hold several ranks). After its cases a rank also prints how it runs an AllReduce,
 //! an AllGather, a ReduceScatter, a Broadcast, a Scatter, a Gather and an AlltoAll of
-//! 1 MiB: `rank R all_reduce: EXECUTOR MODE` (`Direct`: zero-copy).
+//! 1 MiB: `rank R all_reduce: EXECUTOR MODE` (`Direct`: zero-copy), and the figures its
+//! cost model has of its host: `rank R host_figures: workers W thread_gbps G task_us T`.
 
 use oxccl::{Communicator, Config};
 use oxccl_tests::every::every_operator as run;
@@ -63,7 +64,8 @@ fn plans(comm: &Communicator) -> Result<Vec<String>, String> {
         OpParam::rooted(oxccl::OpKind::Gather, count, F32, Sum, 0),
         OpParam::new(oxccl::OpKind::AlltoAll, count, F32, Sum),
     ];
-    ops.iter()
+    let mut lines = ops
+        .iter()
         .map(|op| {
             let prepared = comm.framework().prepare(op, false).map_err(|e| chain(&e))?;
             Ok(format!(
@@ -74,7 +76,17 @@ fn plans(comm: &Communicator) -> Result<Vec<String>, String> {
                 prepared.mode
             ))
         })
-        .collect()
+        .collect::<Result<Vec<_>, String>>()?;
+    if let Some(p) = comm.framework().topology().processor() {
+        lines.push(format!(
+            "rank {} host_figures: workers {} thread_gbps {} task_us {}",
+            comm.rank(),
+            p.workers,
+            p.thread_gbps,
+            p.task_us
+        ));
+    }
+    Ok(lines)
 }
 
 fn chain(e: &oxccl::Error) -> String {
