@@ -110,12 +110,11 @@ pub fn ladder() -> Option<Vec<Rate>> {
 pub fn memory_gbps(workers: usize) -> Option<f64> {
     let workers = workers.max(1);
     let start = Barrier::new(workers);
-    let times: Vec<Option<Vec<f64>>> = std::thread::scope(|s| {
-        let threads: Vec<_> = (0..workers)
-            .map(|_| s.spawn(|| copy_rounds(&start)))
-            .collect();
-        threads.into_iter().map(|t| t.join().ok()?).collect()
-    });
+    let times = run_together(
+        (0..workers)
+            .map(|_| Box::new(|| copy_rounds(&start)) as Body<'_, Option<Vec<f64>>>)
+            .collect(),
+    )?;
     let mut slowest = vec![0.0f64; MEMORY_ROUNDS];
     for thread in times {
         for (round, t) in thread?.into_iter().enumerate() {
@@ -172,38 +171,109 @@ pub fn forward_gbps() -> Option<f64> {
     let mut dst = buffer(FORWARD_COPY)?;
     let turn = Barrier::new(2);
     // Both ends run on threads of their own, so that the caller's affinity is left as
-    // it was.
-    let times = std::thread::scope(|s| {
-        let writer = s.spawn(|| {
-            let pinned = pin(writer_cpu);
-            for round in 0..FORWARD_ROUNDS {
-                block.lock().fill(round as u8);
-                turn.wait(); // written
-                turn.wait(); // read
-            }
-            pinned
-        });
-        let reader = s.spawn(|| {
-            let pinned = pin(reader_cpu);
-            let mut times = Vec::with_capacity(FORWARD_ROUNDS);
-            for _ in 0..FORWARD_ROUNDS {
-                turn.wait();
-                let src = block.lock();
-                let t = Instant::now();
-                dst.copy_from_slice(std::hint::black_box(&src));
-                std::hint::black_box(&mut dst);
-                times.push(t.elapsed().as_secs_f64());
-                drop(src);
-                turn.wait();
-            }
-            pinned.then_some(times)
-        });
-        let writer_pinned = writer.join().unwrap_or(false);
-        let times = reader.join().ok().flatten();
-        times.filter(|_| writer_pinned)
-    })?;
+    // it was. Each gives its times (the writer none) where it could be pinned.
+    let writer = || {
+        let pinned = pin(writer_cpu);
+        for round in 0..FORWARD_ROUNDS {
+            block.lock().fill(round as u8);
+            turn.wait(); // written
+            turn.wait(); // read
+        }
+        pinned.then(Vec::new)
+    };
+    let reader = || {
+        let pinned = pin(reader_cpu);
+        let mut times = Vec::with_capacity(FORWARD_ROUNDS);
+        for _ in 0..FORWARD_ROUNDS {
+            turn.wait();
+            let src = block.lock();
+            let t = Instant::now();
+            dst.copy_from_slice(std::hint::black_box(&src));
+            std::hint::black_box(&mut dst);
+            times.push(t.elapsed().as_secs_f64());
+            drop(src);
+            turn.wait();
+        }
+        pinned.then_some(times)
+    };
+    let ends = run_together(vec![Box::new(writer) as Body<'_, _>, Box::new(reader)])?;
+    let [written, times]: [Option<Vec<f64>>; 2] = ends.try_into().ok()?;
+    let times = times.filter(|_| written.is_some())?;
     let mean = (times.iter().sum::<f64>() / times.len() as f64).max(1e-9);
     Some(FORWARD_COPY as f64 / mean / 1e9)
+}
+
+/// What one thread of a measurement runs.
+type Body<'a, T> = Box<dyn FnOnce() -> T + Send + 'a>;
+
+/// Whether a measurement's threads may start, decided once every one of them exists.
+struct StartGate {
+    go: parking_lot::Mutex<Option<bool>>,
+    decided: parking_lot::Condvar,
+}
+
+impl StartGate {
+    fn new() -> Self {
+        StartGate {
+            go: parking_lot::Mutex::new(None),
+            decided: parking_lot::Condvar::new(),
+        }
+    }
+
+    /// Wait for the decision; whether to run.
+    fn wait(&self) -> bool {
+        let mut go = self.go.lock();
+        loop {
+            match *go {
+                Some(go) => return go,
+                None => self.decided.wait(&mut go),
+            }
+        }
+    }
+
+    fn decide(&self, go: bool) {
+        *self.go.lock() = Some(go);
+        self.decided.notify_all();
+    }
+}
+
+/// Run `bodies` on threads of their own, each with what it returns, or `None` when one
+/// panics or the OS refuses one of the threads. The bodies meet at barriers, so none of
+/// them starts before all the threads exist: a thread the OS refused would leave the
+/// others waiting for it for ever. Then none of them runs.
+fn run_together<T: Send>(bodies: Vec<Body<'_, T>>) -> Option<Vec<T>> {
+    run_together_spawning(bodies, usize::MAX)
+}
+
+/// [`run_together`], as if the OS refused every thread past the first `spawnable`.
+fn run_together_spawning<T: Send>(bodies: Vec<Body<'_, T>>, spawnable: usize) -> Option<Vec<T>> {
+    let wanted = bodies.len();
+    let gate = StartGate::new();
+    std::thread::scope(|s| {
+        let mut threads = Vec::with_capacity(wanted);
+        for (i, body) in bodies.into_iter().enumerate() {
+            let gate = &gate;
+            let run = move || gate.wait().then(body);
+            let thread = match i < spawnable {
+                true => std::thread::Builder::new().spawn_scoped(s, run).ok(),
+                false => None,
+            };
+            match thread {
+                Some(thread) => threads.push(thread),
+                None => break,
+            }
+        }
+        let all = threads.len() == wanted;
+        gate.decide(all);
+        let results: Vec<Option<T>> = threads
+            .into_iter()
+            .map(|t| t.join().ok().flatten())
+            .collect();
+        results
+            .into_iter()
+            .collect::<Option<Vec<T>>>()
+            .filter(|_| all)
+    })
 }
 
 /// Pin this thread to `cpu`; whether it worked.
@@ -240,6 +310,29 @@ mod tests {
             assert!((0.0..=1.0).contains(&share), "{share}");
         }
         assert!(cpu_times().is_none_or(|(busy, total)| busy <= total));
+    }
+
+    #[test]
+    fn threads_meeting_at_a_barrier_run_all_or_none() {
+        let meet = Barrier::new(3);
+        let bodies = || -> Vec<Body<'_, usize>> {
+            (0..3usize)
+                .map(|i| {
+                    let meet = &meet;
+                    Box::new(move || {
+                        meet.wait();
+                        i
+                    }) as Body<'_, usize>
+                })
+                .collect()
+        };
+        assert_eq!(run_together(bodies()), Some(vec![0, 1, 2]));
+        // The third thread refused: the two that exist are not left at the barrier.
+        assert_eq!(run_together_spawning(bodies(), 2), None);
+        assert_eq!(run_together_spawning(bodies(), 0), None);
+        // A body that panics fails the measurement, not the caller.
+        let panics: Vec<Body<'_, usize>> = vec![Box::new(|| 1), Box::new(|| panic!("a probe"))];
+        assert_eq!(run_together(panics), None);
     }
 
     #[test]
