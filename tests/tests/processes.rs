@@ -255,6 +255,7 @@ fn every_rank_of_a_job_models_its_host_with_rank_0s_figures() {
                 ("OXCCL_RANK", r.to_string()),
                 ("OXCCL_TEST_OPS", "private".to_string()),
                 ("OXCCL_HOST_CACHE", cache),
+                ("OXCCL_HOST_FIGURES", "measured".to_string()),
             ];
             spawn(&id, 4, &env)
         })

@@ -329,8 +329,9 @@ pub(crate) fn host_figures_to_share(config: &Config, rank: Rank, pre: &Topology)
 /// `topology`, a job's, with the host figures its rank 0 measured (see
 /// [`host_figures_to_share`]), where it shared them and no topology was configured.
 /// Every process of a job must reach the same selection from the same inputs, and its
-/// hosts, measured apart, would differ: one host's figures (rank 0's) model them all,
-/// and rank 0's configuration decides whether they are measured or the reference's.
+/// hosts, measured apart, would differ: one host's figures (rank 0's, its worker count
+/// among them) model them all, and rank 0's configuration decides whether they are
+/// measured or the reference's.
 /// Figures a rank cannot read (processes of different oxccl versions) are an error,
 /// never a quiet fall back to other figures.
 pub(crate) fn job_host_figures(

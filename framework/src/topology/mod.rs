@@ -280,7 +280,7 @@ impl Topology {
         )
     }
 
-    /// This topology with this machine's measured copy rates and caches
+    /// This topology with this machine's measured copy rates, caches and task cost
     /// (`oxccl_platform::host::calibration`, measured once per machine) in place of the
     /// reference figures, where it is a CPU host (it has a processor); other topologies,
     /// and a host that could not be measured, are returned as they are. The links within

@@ -42,8 +42,9 @@ pub struct HostFigures {
     /// One thread's copy rate of a block another CPU has just written, GB/s
     /// (`probe::forward_gbps`); `None`: not measured (one CPU, or no pinning).
     pub forward_gbps: Option<f64>,
-    /// The thread time a Copy task costs besides its bytes, microseconds
-    /// (`dispatch::task_us`); `None`: not measured (the probe's device could not run).
+    /// The thread time a data task costs besides its bytes, with the Post, Wait and
+    /// stream switch a staged executor gives it, microseconds (`dispatch::task_us`);
+    /// `None`: not measured (the probe's device could not run).
     pub task_us: Option<f64>,
     /// The measurements the cache figures were fitted to.
     pub ladder: Vec<Rate>,

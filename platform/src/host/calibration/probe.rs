@@ -240,7 +240,9 @@ impl StartGate {
 /// Run `bodies` on threads of their own, each with what it returns, or `None` when one
 /// panics or the OS refuses one of the threads. The bodies meet at barriers, so none of
 /// them starts before all the threads exist: a thread the OS refused would leave the
-/// others waiting for it for ever. Then none of them runs.
+/// others waiting for it for ever. Then none of them runs. (A body that panicked between
+/// barriers would leave the others waiting too; the probes' bodies copy slices of equal
+/// lengths and wait, which does not panic.)
 fn run_together<T: Send>(bodies: Vec<Body<'_, T>>) -> Option<Vec<T>> {
     run_together_spawning(bodies, usize::MAX)
 }
