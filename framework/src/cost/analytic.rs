@@ -53,10 +53,7 @@ pub fn estimate(
     params.validate()?;
     // From the programs given: on a topology sampled by representative ranks, a write by
     // a rank not sampled is not seen (a host small enough is replayed whole instead).
-    let writers = match topology.processor() {
-        Some(_) => super::Writers::of(programs.iter().map(|(p, _)| *p)),
-        None => super::Writers::default(),
-    };
+    let writers = super::Writers::on(topology, programs.iter().map(|(p, _)| *p));
     let mut worst: f64 = 0.0;
     for (program, loops) in programs {
         let time = rank_time(program, loops, topology, layout, params, &writers)?;

@@ -126,7 +126,7 @@ struct Engine<'a> {
     params: &'a CostParams,
     /// Bytes each rank's program moves ([`super::moved_bytes`]), by rank.
     moved: Vec<usize>,
-    /// Who writes each buffer, on a CPU host ([`super::Writers`]).
+    /// Who writes each buffer, on a CPU host whose forwarding is modelled ([`super::Writers`]).
     writers: super::Writers,
     streams: Vec<StreamState<'a>>,
     /// Dense ids of the notifies seen so far, and their states.
@@ -207,10 +207,7 @@ impl<'a> Engine<'a> {
             .collect();
         let hosts = host_servers(programs, topology, &mut flows);
         let moved = programs.iter().map(|p| super::moved_bytes(p)).collect();
-        let writers = match topology.processor() {
-            Some(_) => super::Writers::of(programs.iter().copied()),
-            None => super::Writers::default(),
-        };
+        let writers = super::Writers::on(topology, programs.iter().copied());
         Engine {
             moved,
             writers,

@@ -45,6 +45,20 @@ struct Piece {
 }
 
 impl Writers {
+    /// The writers and readers of `programs`' buffers where `topology` is a CPU host
+    /// whose forwarding is modelled ([`crate::topology::Processor::forward_gbps`]); none
+    /// elsewhere, where no read is charged for forwarding and the summary would go
+    /// unused.
+    pub fn on<'p>(
+        topology: &crate::topology::Topology,
+        programs: impl IntoIterator<Item = &'p RankProgram> + Clone,
+    ) -> Writers {
+        match topology.processor() {
+            Some(p) if p.forward_gbps > 0.0 => Writers::of(programs),
+            _ => Writers::default(),
+        }
+    }
+
     /// The writers and readers of `programs`' buffers.
     pub fn of<'p>(programs: impl IntoIterator<Item = &'p RankProgram> + Clone) -> Writers {
         let mut writers = Writers::default();
@@ -62,7 +76,10 @@ impl Writers {
         for program in programs {
             for slice in tasks(program).flat_map(|t| t.reads()) {
                 let span = (slice.offset, end(slice));
-                if writers.others_wrote(program.rank, slice.rank, slice.buf, span) {
+                if writers
+                    .others_wrote(program.rank, slice.rank, slice.buf, span)
+                    .is_some()
+                {
                     reads.entry((slice.rank, slice.buf)).or_default().push(span);
                 }
             }
@@ -93,11 +110,17 @@ impl Writers {
             });
     }
 
-    /// Whether ranks other than `reader` write within `span` of `owner`'s `buf`.
-    fn others_wrote(&self, reader: usize, owner: usize, buf: Buf, span: (usize, usize)) -> bool {
-        self.0.get(&(owner, buf)).is_some_and(|w| {
-            (w.many || w.first != reader) && span.0 < w.span.1 && w.span.0 < span.1
-        })
+    /// What `owner`'s `buf` has of writes by ranks other than `reader` within `span`.
+    fn others_wrote(
+        &self,
+        reader: usize,
+        owner: usize,
+        buf: Buf,
+        span: (usize, usize),
+    ) -> Option<&Written> {
+        self.0
+            .get(&(owner, buf))
+            .filter(|w| (w.many || w.first != reader) && span.0 < w.span.1 && w.span.0 < span.1)
     }
 
     /// The share of `task`'s read bytes (0 to 1) that it forwards: of each read of a
@@ -107,10 +130,8 @@ impl Writers {
         for slice in task.reads() {
             all = all.saturating_add(slice.len);
             let span = (slice.offset, end(slice));
-            if self.others_wrote(me, slice.rank, slice.buf, span) {
-                if let Some(w) = self.0.get(&(slice.rank, slice.buf)) {
-                    forwarded += weight_before(&w.cover, span.1) - weight_before(&w.cover, span.0);
-                }
+            if let Some(w) = self.others_wrote(me, slice.rank, slice.buf, span) {
+                forwarded += weight_before(&w.cover, span.1) - weight_before(&w.cover, span.0);
             }
         }
         match all {
