@@ -17,6 +17,7 @@
 //! | `OXCCL_RDMA_DEVICE`, `OXCCL_RDMA_PORT`, `OXCCL_RDMA_GID_INDEX`, `OXCCL_RDMA_TC` | the RDMA port a rank opens (a build with the `rdma` feature; see `oxccl_platform::transport::rdma::Settings`): the device by name, its port, the GID index (RoCE) and the traffic class | the first device, port 1, GID 0, class 0 |
 //! | `OXCCL_DEVICE` | the backend: `host` (threads of this process), `cuda` (NVIDIA GPUs; a build with the `cuda` feature), `sim` (records programs) | host |
 //! | `OXCCL_CUDA_DEVICES` | the cuda backend's placement: one CUDA device ordinal for every local rank (`0`: all on GPU 0, as virtual ranks), or one per local rank (`0,0,1,1`) | round-robin over the GPUs (one rank per GPU when there are enough) |
+//! | `OXCCL_CUDA_GRAPHS` | 1: the cuda backend runs a graph launch (`oxccl-graph`) that holds every local rank's steps on device buffers as one CUDA graph per GPU, built on its first launch and replayed after; 0: step by step, as eager calls | 1 |
 //! | `OXCCL_LINK_CHANNELS` | notify channels per link, 1 to 64: how many handshakes two ranks may have in flight at once (an imported MSCCL-IR file needs one per message slot of each of its channels, and pipelines deeper with more) | 2, or what the imported files need when more |
 //! | `OXCCL_ALGO_FILES` | MSCCL-IR algorithm files imported as executors (see [`crate::msccl`]): files or folders (their `*.xml`), `:`-separated; read when the registry is first built | none |
 //! | `OXCCL_HOST_FIGURES` | where the host device's cost model takes its copy rates, cache sizes and task cost: `measured` (this machine's, measured once and kept in the cache folder; see `oxccl_platform::host::calibration`) or `reference` (the development machine's, the same everywhere; see [`crate::topology::presets`]). A job of processes takes rank 0's setting and its host's figures, which every rank then models its host with | measured |
@@ -83,6 +84,9 @@ pub struct Config {
     /// The cuda backend's placement (`OXCCL_CUDA_DEVICES`): one ordinal for every local
     /// rank, or one per local rank; empty: round-robin over the GPUs.
     pub gpus: Vec<usize>,
+    /// The cuda backend replays graph mode's launches as CUDA graphs where it can
+    /// (`OXCCL_CUDA_GRAPHS`).
+    pub cuda_graphs: bool,
     /// Where an in-process CPU host's cost-model figures come from
     /// (`OXCCL_HOST_FIGURES`).
     pub host_figures: HostFiguresFrom,
@@ -151,6 +155,7 @@ impl Default for Config {
             transport: Default::default(),
             rdma_nic: None,
             gpus: Vec::new(),
+            cuda_graphs: true,
             host_figures: HostFiguresFrom::Measured,
         }
     }
@@ -345,6 +350,9 @@ impl Config {
         if let Some(v) = get("OXCCL_GRAPH_CHECK") {
             config.graph_check = parse_switch("OXCCL_GRAPH_CHECK", &v)?;
         }
+        if let Some(v) = get("OXCCL_CUDA_GRAPHS") {
+            config.cuda_graphs = parse_switch("OXCCL_CUDA_GRAPHS", &v)?;
+        }
         if let Some(v) = get("OXCCL_ALGO") {
             config.algo = v.parse()?;
         }
@@ -450,9 +458,15 @@ mod tests {
             ("OXCCL_SHARED_BUFFERS", "1"),
             ("OXCCL_HOSTID", " node-7 "),
             ("OXCCL_LOG", "debug"),
+            ("OXCCL_CUDA_GRAPHS", "0"),
         ]))
         .unwrap();
         assert!(c.shared_buffers);
+        assert!(!c.cuda_graphs);
+        assert!(
+            Config::default().cuda_graphs,
+            "CUDA graphs are on by default"
+        );
         assert_eq!(c.host_id.as_deref(), Some("node-7"));
         assert_eq!(c.ccl_buffer_bytes, 4 << 20);
         assert_eq!(c.exec_timeout, Duration::from_millis(500));
@@ -505,6 +519,7 @@ mod tests {
             ("OXCCL_CHECK_CALLS", "2", "use 1"),
             ("OXCCL_SHARED_BUFFERS", "2", "use 1"),
             ("OXCCL_GRAPH_CHECK", "yes", "use 1"),
+            ("OXCCL_CUDA_GRAPHS", "yes", "use 1"),
             ("OXCCL_HOSTID", " ", "give a name"),
             ("OXCCL_HOSTID", "a\nb", "printable"),
             ("OXCCL_LOG", "oxccl=[", "e.g. `oxccl=debug,info`"),

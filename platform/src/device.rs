@@ -108,6 +108,9 @@ pub struct DeviceConfig {
     /// index in `local_ranks`), or one ordinal for all; empty: round-robin over the
     /// machine's GPUs. Other backends ignore it.
     pub gpus: Vec<usize>,
+    /// The cuda backend runs graph mode's launches as CUDA graphs where it can (else step
+    /// by step). Other backends ignore it.
+    pub cuda_graphs: bool,
 }
 
 /// The process a rank runs in.
@@ -185,6 +188,7 @@ impl DeviceConfig {
             tcp: None,
             processes: Vec::new(),
             gpus: Vec::new(),
+            cuda_graphs: true,
         }
     }
 
@@ -250,6 +254,11 @@ pub struct Capabilities {
     /// call at a time, without the caller's thread in between. Graph mode hands a whole
     /// sequence of calls to such a device at once; on others it submits step by step.
     pub queued_submissions: bool,
+    /// [`Device::run_sequence_group`] takes whole sequences (every step of a graph
+    /// launch's ranks at once, several submissions per rank in epoch order) even where
+    /// `submit` does not queue: the backend runs them its own way (the cuda backend as
+    /// CUDA graphs) and step by step where it cannot.
+    pub whole_sequences: bool,
     /// Where the CCL buffers, scratch and signal banks live.
     pub memory: MemoryKind,
 }
@@ -645,6 +654,23 @@ impl dyn Device {
     }
 }
 
+/// How a group of sequences runs step by step: the `k`-th submission of every sequence
+/// together, wave after wave. `sequences[i]` names the sequence entry `i` belongs to (a
+/// rank, a graph launch's entry); returns the entries' indices per wave, in order.
+pub fn waves(sequences: &[usize]) -> Vec<Vec<usize>> {
+    let mut waves: Vec<Vec<usize>> = Vec::new();
+    let mut position: std::collections::BTreeMap<usize, usize> = Default::default();
+    for (index, &sequence) in sequences.iter().enumerate() {
+        let k = position.entry(sequence).or_default();
+        if waves.len() <= *k {
+            waves.push(Vec::new());
+        }
+        waves[*k].push(index);
+        *k += 1;
+    }
+    waves
+}
+
 /// Wait for `completion` until it reports its outcome, `timeout` at a time.
 pub fn wait_out(completion: &mut dyn Completion, timeout: Duration) -> Result<(), DeviceError> {
     loop {
@@ -678,6 +704,18 @@ mod tests {
             len: usize::MAX,
         };
         assert_eq!(top.slice(8, 1), None, "the address would wrap");
+    }
+
+    #[test]
+    fn sequences_run_in_waves_of_their_kth_submissions() {
+        assert!(waves(&[]).is_empty());
+        // Two ranks' three steps, interleaved as a group launch may bring them.
+        assert_eq!(
+            waves(&[0, 0, 1, 0, 1, 1]),
+            vec![vec![0, 2], vec![1, 4], vec![3, 5]]
+        );
+        // A sequence longer than the others runs its last steps alone.
+        assert_eq!(waves(&[3, 3, 3, 7]), vec![vec![0, 3], vec![1], vec![2]]);
     }
 
     #[test]

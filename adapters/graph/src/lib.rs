@@ -23,7 +23,9 @@
 //! - **Fused.** A launch hands every step to the device at once when the device queues a
 //!   rank's submissions (the host device does): consecutive steps are ordered by the
 //!   epoch fence alone, each step waiting only for the ranks its data depends on, and the
-//!   calling thread returns once, at the end. Launches are numbered like calls, so graph
+//!   calling thread returns once, at the end. The cuda backend runs a group launch of
+//!   every rank's steps on device buffers as one CUDA graph per GPU, built once and
+//!   replayed (`OXCCL_CUDA_GRAPHS`). Launches are numbered like calls, so graph
 //!   launches and eager calls may be mixed, in the same order on every rank.
 //! - **Checked, optionally.** With `OXCCL_GRAPH_CHECK=1` compile also proves the whole
 //!   sequence with the analyzer (each step, and the steps back to back under the epoch

@@ -231,6 +231,7 @@ fn create_device_for(
         tcp: reach.tcp,
         processes: reach.processes,
         gpus: config.gpus.clone(),
+        cuda_graphs: config.cuda_graphs,
     };
     Ok(oxccl_platform::registry::create(&config.device, dc)?)
 }

@@ -10,7 +10,9 @@
 //! device in one submission when the device queues a rank's submissions
 //! ([`oxccl_platform::Capabilities::queued_submissions`]): the steps are then ordered by
 //! the epoch fence alone — step `k + 1` of a rank starts once the rank and its fence peers
-//! finished step `k` — with no return to the calling thread in between.
+//! finished step `k` — with no return to the calling thread in between — or when it
+//! takes whole sequences ([`oxccl_platform::Capabilities::whole_sequences`]: the cuda
+//! backend replays them as CUDA graphs, else runs them step by step itself).
 //!
 //! A step with no work (count 0) takes no call number and reaches no device: every rank
 //! captured it alike (the capture is agreed when it is compiled), so every rank skips it.
@@ -330,24 +332,24 @@ struct Queued<'c, 's, 'a> {
 }
 
 /// Hand every queued step to the device — all at once when it queues a rank's
-/// submissions, else the `k`-th step of every sequence together, step by step — and
+/// submissions or takes whole sequences, else the `k`-th step of every sequence together,
+/// step by step — and
 /// settle each; a sequence's result is its first error.
 fn run_queued(group: &Shared, queued: Vec<Queued<'_, '_, '_>>, results: &mut [Result<(), Error>]) {
     let device = &group.device;
-    let mut waves: Vec<Vec<Queued<'_, '_, '_>>> = Vec::new();
-    if device.capabilities().queued_submissions {
-        waves.push(queued);
+    let capabilities = device.capabilities();
+    let waves: Vec<Vec<Queued<'_, '_, '_>>> = if capabilities.queued_submissions
+        || capabilities.whole_sequences
+    {
+        vec![queued]
     } else {
-        let mut position = vec![0usize; results.len()];
-        for q in queued {
-            let k = position[q.slot];
-            position[q.slot] += 1;
-            if waves.len() <= k {
-                waves.push(Vec::new());
-            }
-            waves[k].push(q);
-        }
-    }
+        let slots: Vec<usize> = queued.iter().map(|q| q.slot).collect();
+        let mut pending: Vec<Option<Queued<'_, '_, '_>>> = queued.into_iter().map(Some).collect();
+        oxccl_platform::device::waves(&slots)
+            .into_iter()
+            .map(|wave| wave.into_iter().filter_map(|i| pending[i].take()).collect())
+            .collect()
+    };
     for wave in waves {
         let mut submissions = Vec::with_capacity(wave.len());
         let mut settles = Vec::with_capacity(wave.len());

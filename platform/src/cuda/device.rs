@@ -56,6 +56,8 @@ pub(crate) struct Shared {
     pub busy: Vec<AtomicBool>,
     /// Set once the device stopped: every later submission is refused with it.
     pub failure: Mutex<Option<AbortCause>>,
+    /// Whether graph mode's launches replay as CUDA graphs, and how often they did.
+    pub graphs: GraphUse,
     pub id: usize,
 }
 
@@ -64,6 +66,33 @@ pub(crate) struct Shared {
 unsafe impl Send for Shared {}
 // SAFETY: as above.
 unsafe impl Sync for Shared {}
+
+/// Whether graph mode's launches replay as CUDA graphs (`OXCCL_CUDA_GRAPHS`; off for good
+/// once the driver refused to build one), with counts of what happened.
+#[derive(Debug, Default)]
+pub(crate) struct GraphUse {
+    pub on: AtomicBool,
+    /// Graphs built.
+    pub built: AtomicU64,
+    /// Launches replayed as graphs.
+    pub replays: AtomicU64,
+    /// Why the driver refused to build a graph, which turned graphs off.
+    pub refused: Mutex<Option<String>>,
+}
+
+/// What graph mode's launches did on a cuda device ([`CudaDevice::graph_counts`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GraphCounts {
+    /// Whether launches replay as CUDA graphs (`OXCCL_CUDA_GRAPHS`, and the driver built
+    /// every graph asked of it).
+    pub on: bool,
+    /// CUDA graphs built (one per GPU and sequence of programs, kept for its replays).
+    pub built: u64,
+    /// Graph launches that ran as CUDA graphs.
+    pub replays: u64,
+    /// Why the driver refused to build a graph (which turned graphs off), if it did.
+    pub refused: Option<String>,
+}
 
 /// Words per local slot in the mapped block: the epoch, the fault, then progress per
 /// stream.
@@ -257,10 +286,26 @@ impl CudaDevice {
             scratch: Mutex::new(Vec::new()),
             mapped,
             failure: Mutex::new(None),
+            graphs: GraphUse {
+                on: AtomicBool::new(config.cuda_graphs),
+                ..GraphUse::default()
+            },
             config,
             id: crate::device::next_device_id(),
         });
         Ok(CudaDevice { shared })
+    }
+
+    /// What graph mode's launches did on this device: whether they replay as CUDA graphs,
+    /// how many graphs were built and how many launches replayed one.
+    pub fn graph_counts(&self) -> GraphCounts {
+        let graphs = &self.shared.graphs;
+        GraphCounts {
+            on: graphs.on.load(Ordering::Acquire),
+            built: graphs.built.load(Ordering::Relaxed),
+            replays: graphs.replays.load(Ordering::Relaxed),
+            refused: graphs.refused.lock().clone(),
+        }
     }
 
     /// The CUDA device ordinal local rank `rank` runs on.
@@ -307,6 +352,8 @@ impl Device for CudaDevice {
             peer_user_buffers: self.shared.peer_user_buffers(),
             executes: true,
             queued_submissions: false,
+            // As CUDA graphs (`replay`), else step by step.
+            whole_sequences: true,
             memory: MemoryKind::Device,
         }
     }
@@ -368,6 +415,15 @@ impl Device for CudaDevice {
             .into_iter()
             .map(|c| c.map(|c| Box::new(c) as Box<dyn Completion>))
             .collect()
+    }
+
+    /// Graph mode's launches: as CUDA graphs where the launch allows it (see `replay`),
+    /// else step by step.
+    fn run_sequence_group(&self, group: Vec<Submission<'_>>) -> Vec<Result<(), DeviceError>> {
+        match super::replay::run_sequences(&self.shared, group) {
+            Ok(outcomes) => outcomes,
+            Err(group) => super::replay::in_waves(self, group),
+        }
     }
 
     fn retire(&self, rank: Rank, epoch: u64) -> Result<(), DeviceError> {

@@ -194,4 +194,10 @@ pub enum CudaError {
         task: String,
         waited: Duration,
     },
+    #[error(
+        "a step of a CUDA graph needs a descriptor of {words} words, but the graph holds \
+         {capacity} for it (a bug in the cuda backend: please report it); set \
+         OXCCL_CUDA_GRAPHS=0 to launch graph mode's steps one by one"
+    )]
+    GraphDescriptor { words: usize, capacity: usize },
 }

@@ -9,8 +9,10 @@
 //! GPU: the descriptor and barrier counters are reused, and the done event is recorded
 //! again only after every rank of the previous launch read it.
 
+use super::compile::CudaProgram;
 use super::driver::{cu, Gpu};
-use super::launch::{Bases, Launch};
+use super::graph::SequenceGraph;
+use super::launch::{Bases, Launch, Word};
 use super::memory::DevAlloc;
 use super::program::{Params, ENTRY_WORDS};
 use super::zero_copy;
@@ -47,6 +49,9 @@ pub(crate) struct GpuGroup {
     pending: Mutex<BTreeMap<u64, Vec<Option<Arrival>>>>,
     /// The descriptor and the barrier counters, grown on demand.
     memory: Mutex<(Option<DevAlloc>, Option<DevAlloc>)>,
+    /// Graph mode's sequences of this GPU as CUDA graphs (see `replay`), the most
+    /// recently used last.
+    pub graphs: Mutex<Vec<SequenceGraph>>,
 }
 
 // SAFETY: the stream and event are driver handles usable from any thread with the GPU's
@@ -67,6 +72,7 @@ impl GpuGroup {
             done,
             pending: Mutex::new(BTreeMap::new()),
             memory: Mutex::new((None, None)),
+            graphs: Mutex::new(Vec::new()),
         })
     }
 
@@ -149,6 +155,85 @@ impl GpuGroup {
     /// Stage the runs' host buffers in, then launch the program kernel and record `done`.
     fn launch(&self, shared: &Shared, epoch: u64, runs: &[Arc<Launch>]) -> Result<(), DeviceError> {
         self.gpu.bind()?;
+        let grid = self.grid(runs.iter().map(|r| r.program()))?;
+        let counters_len = grid.counters(runs.len());
+        let mut memory = self.memory.lock();
+        grow(
+            &self.gpu,
+            &mut memory.1,
+            counters_len * 4,
+            "barrier counters",
+        )?;
+        let counters = memory.1.as_ref().map_or(0, |a| a.ptr);
+        let (desc_words, users) = self.descriptor(shared, runs, grid, counters)?;
+        let desc_bytes = desc_words.len() * 8;
+        grow(&self.gpu, &mut memory.0, desc_bytes, "launch descriptor")?;
+        for run in runs {
+            run.reset_progress();
+        }
+        let desc = memory.0.as_ref().map_or(0, |a| a.ptr);
+        cu!(cuMemcpyHtoDAsync_v2(
+            desc,
+            desc_words.as_ptr().cast(),
+            desc_bytes,
+            self.stream
+        ))?;
+        cu!(cuMemsetD32Async(counters, 0, counters_len, self.stream))?;
+        let mut params = grid.params(shared, desc, users, epoch);
+        let mut args = [(&mut params as *mut Params).cast::<std::ffi::c_void>()];
+        cu!(cuLaunchCooperativeKernel(
+            self.gpu.program,
+            grid.blocks(),
+            1,
+            1,
+            grid.threads,
+            1,
+            1,
+            0,
+            self.stream,
+            args.as_mut_ptr(),
+        ))?;
+        cu!(cuEventRecord(self.done, self.stream))?;
+        Ok(())
+    }
+
+    /// The grid of a launch of `programs` on this GPU: it depends on the programs alone,
+    /// so a CUDA graph fixes it when it is built.
+    pub(crate) fn grid<'p>(
+        &self,
+        programs: impl Iterator<Item = &'p CudaProgram>,
+    ) -> Result<Grid, DeviceError> {
+        let (entries, largest) = programs.fold((0, 0), |(entries, largest), p| {
+            (entries + p.streams.len(), largest.max(p.largest))
+        });
+        let (threads, resident) =
+            self.gpu
+                .block_size_for(entries)
+                .ok_or_else(|| CudaError::TooManyBlocks {
+                    ordinal: self.gpu.ordinal,
+                    needed: entries,
+                    capacity: self.gpu.resident_blocks.last().copied().unwrap_or(0) as usize,
+                })?;
+        let k = blocks_per_stream(largest, entries, self.gpu.sms as usize)
+            .min(resident / entries.max(1))
+            .max(1);
+        Ok(Grid {
+            threads,
+            k,
+            entries,
+        })
+    }
+
+    /// The descriptor of a launch of `runs` (their host buffers staged in first, on the
+    /// GPU's stream), with the index of its table of user buffers: the runs' buffers are
+    /// checked against every program that reaches them (zero-copy) here.
+    pub(crate) fn descriptor(
+        &self,
+        shared: &Shared,
+        runs: &[Arc<Launch>],
+        grid: Grid,
+        counters: u64,
+    ) -> Result<(Vec<u64>, usize), DeviceError> {
         let ranks = shared.config.ranks;
         let sides: Vec<_> = runs.iter().map(|r| r.user_side()).collect();
         let reach = zero_copy::reach(ranks, &sides)?;
@@ -159,82 +244,45 @@ impl GpuGroup {
         if sides.iter().any(|s| !s.peers.is_empty()) {
             zero_copy::check_disjoint(&sides, &reach)?;
         }
-        let entries: usize = runs.iter().map(|r| r.program().streams.len()).sum();
-        let (threads, resident) =
-            self.gpu
-                .block_size_for(entries)
-                .ok_or_else(|| CudaError::TooManyBlocks {
-                    ordinal: self.gpu.ordinal,
-                    needed: entries,
-                    capacity: self.gpu.resident_blocks.last().copied().unwrap_or(0) as usize,
-                })?;
-        let largest = runs.iter().map(|r| r.program().largest).max().unwrap_or(0);
-        let k = blocks_per_stream(largest, entries, self.gpu.sms as usize)
-            .min(resident / entries.max(1))
-            .max(1);
-        let counters_len = entries + runs.len();
         let fences: Vec<_> = runs.iter().map(|r| r.fence_words()).collect();
-        let users_len = 2 * ranks;
-        let desc_len = entries * ENTRY_WORDS
-            + fences
-                .iter()
-                .map(|(a, b)| 2 + a.len() + b.len())
-                .sum::<usize>()
-            + users_len;
-        let desc_bytes = desc_len * 8;
-        let mut memory = self.memory.lock();
-        grow(&self.gpu, &mut memory.0, desc_bytes, "launch descriptor")?;
-        grow(
-            &self.gpu,
-            &mut memory.1,
-            counters_len * 4,
-            "barrier counters",
-        )?;
-        let counters = memory.1.as_ref().map_or(0, |a| a.ptr);
-        let mut desc_words = describe(shared, runs, (&bases, &fences), k, counters);
-        let users = desc_words.len() as u64;
+        let mut words = describe(shared, runs, (&bases, &fences), grid.k, counters);
+        let users = words.len();
         let pairs: Vec<_> = bases.iter().map(|b| (b.input, b.output)).collect();
-        desc_words.extend(zero_copy::table(ranks, &sides, &pairs));
-        debug_assert_eq!(desc_words.len(), desc_len);
-        // Progress from the start: a kernel still queued is not mistaken for one that
-        // ran its streams to the end.
-        for run in runs {
-            let slot = run.program().slot;
-            for s in 0..run.program().streams.len() {
-                shared.mapped.store(shared.progress_word(slot, s), 0);
-            }
-        }
-        let desc = memory.0.as_ref().map_or(0, |a| a.ptr);
-        cu!(cuMemcpyHtoDAsync_v2(
-            desc,
-            desc_words.as_ptr().cast(),
-            desc_bytes,
-            self.stream
-        ))?;
-        cu!(cuMemsetD32Async(counters, 0, counters_len, self.stream))?;
-        let mut params = Params {
+        words.extend(zero_copy::table(ranks, &sides, &pairs));
+        Ok((words, users))
+    }
+}
+
+/// A launch's grid: `k` blocks of `threads` for each of its `entries` (streams).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Grid {
+    pub threads: u32,
+    pub k: usize,
+    pub entries: usize,
+}
+
+impl Grid {
+    /// Blocks in the grid: `k <= resident / entries`, and the device reports `resident`
+    /// as a u32, so it fits.
+    pub fn blocks(&self) -> u32 {
+        (self.entries * self.k) as u32
+    }
+
+    /// Barrier counters of a launch of `runs` programs: one per entry, one per run.
+    pub fn counters(&self, runs: usize) -> usize {
+        self.entries + runs
+    }
+
+    /// The kernel's argument for a descriptor at `desc` whose table of user buffers is
+    /// at word `users`.
+    pub fn params(&self, shared: &Shared, desc: u64, users: usize, epoch: u64) -> Params {
+        Params {
             desc,
             epoch,
             abort: shared.mapped.dev_addr(shared.abort_word()),
-            users: desc + users * 8,
-            k: k as u32,
-        };
-        let mut args = [(&mut params as *mut Params).cast::<std::ffi::c_void>()];
-        cu!(cuLaunchCooperativeKernel(
-            self.gpu.program,
-            // k <= resident / entries, and the device reports `resident` as a u32.
-            (entries * k) as u32,
-            1,
-            1,
-            threads,
-            1,
-            1,
-            0,
-            self.stream,
-            args.as_mut_ptr(),
-        ))?;
-        cu!(cuEventRecord(self.done, self.stream))?;
-        Ok(())
+            users: desc + users as u64 * 8,
+            k: self.k as u32,
+        }
     }
 }
 
@@ -290,8 +338,8 @@ fn describe(
             e[0] = program.start(s);
             e[1] = base.input;
             e[2] = base.output;
-            e[3] = shared.mapped.dev_addr(shared.progress_word(slot, s));
-            e[4] = shared.mapped.dev_addr(shared.fault_word(slot));
+            e[3] = run.word_addr(Word::Progress(s));
+            e[4] = run.word_addr(Word::Fault);
             e[5] = counters + 4 * entry as u64;
             e[6] = counters + 4 * (entries + r) as u64;
             e[7] = s as u64 | rank_blocks << 16;

@@ -7,7 +7,7 @@ use super::compile::{CudaProgram, Op};
 use super::device::{Shared, MAX_POLL_SLEEP};
 use super::driver::cu;
 use super::group::{Arrival, GpuGroup};
-use super::memory::staging;
+use super::memory::{staging, Mapped};
 use super::zero_copy::UserSide;
 use super::CudaError;
 use crate::device::{Compiled, Completion, Submission, UserBuffers};
@@ -15,7 +15,7 @@ use crate::error::{AbortCause, ConfigFault, DeviceError, GateRefusal, TaskLocati
 use cudarc::driver::sys::{self, CUdeviceptr};
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Where the rank's own Input and Output are for one launch.
@@ -74,6 +74,14 @@ pub(crate) struct Launch {
     state: Mutex<State>,
     /// The watchdog's verdict on this launch, reported once the kernel exited.
     hung: Mutex<Option<DeviceError>>,
+    /// Where its fault and progress words are when a CUDA graph runs it (a block of
+    /// the graph's, and the index of its fault word there, its progress words after it):
+    /// each step of a replayed sequence has words of its own, so the watchdog tells a
+    /// stuck step from those before it. Unset: the rank's words in the device's block,
+    /// which every eager call of the rank reuses.
+    graph_words: OnceLock<(Arc<Mapped>, usize)>,
+    /// It marked its rank busy, and frees it when it ends.
+    claims_busy: bool,
 }
 
 // SAFETY: the raw pointers of `Binding` are the user's buffers, which `submit`'s contract
@@ -82,13 +90,39 @@ unsafe impl Send for Launch {}
 // SAFETY: as above; the mutable state is behind locks.
 unsafe impl Sync for Launch {}
 
+/// A submission that passed the checks every launch makes: its program and buffers.
+pub(crate) struct Checked<'s, 'a> {
+    submission: &'s Submission<'a>,
+    program: Arc<CudaProgram>,
+    binding: Binding,
+}
+
+impl Checked<'_, '_> {
+    /// The program, as compiled for this device.
+    pub(crate) fn program(&self) -> &Arc<CudaProgram> {
+        &self.program
+    }
+
+    /// The program as every backend knows it.
+    pub(crate) fn compiled(&self) -> &Arc<Compiled> {
+        &self.submission.compiled
+    }
+
+    /// The call's epoch.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.submission.epoch
+    }
+}
+
 impl Launch {
-    /// Check and start `s`: queued now, or when its gate opens.
-    pub(crate) fn start(
-        shared: &Arc<Shared>,
-        s: Submission<'_>,
-    ) -> Result<CudaCompletion, DeviceError> {
-        let compiled = s.compiled;
+    /// What every launch checks of `s` before it touches any state: its program is this
+    /// device's, its buffers fit the program, device memory is on the rank's GPU, and the
+    /// device has not stopped.
+    pub(crate) fn check<'s, 'a>(
+        shared: &Shared,
+        s: &'s Submission<'a>,
+    ) -> Result<Checked<'s, 'a>, DeviceError> {
+        let compiled = &s.compiled;
         if compiled.device_id != shared.id {
             return Err(ConfigFault::ForeignProgram.into());
         }
@@ -99,35 +133,30 @@ impl Launch {
             .map_err(|_| DeviceError::from(ConfigFault::ForeignProgram))?;
         compiled.check_binding(&s.user)?;
         let rank = compiled.rank;
-        let slot = program.slot;
-        let binding = bind(shared, slot, rank, &compiled, &s.user)?;
+        let binding = bind(shared, program.slot, rank, compiled, &s.user)?;
         if let Some(cause) = shared.stopped() {
             return Err(DeviceError::Aborted { rank, cause });
         }
-        if shared.busy[slot].swap(true, Ordering::AcqRel) {
-            return Err(DeviceError::Busy { rank });
-        }
-        let entry_slots = {
-            let mut prev = shared.prev_peers[slot].lock();
-            let mut all = program.peer_slots.clone();
-            all.extend(prev.iter().filter(|p| !program.peer_slots.contains(p)));
-            *prev = program.peer_slots.clone();
-            all.retain(|&p| p != slot);
-            all
-        };
-        let launch = Arc::new(Launch {
-            shared: shared.clone(),
-            compiled,
+        Ok(Checked {
+            submission: s,
             program,
-            epoch: s.epoch,
             binding,
-            lens: s.user.lens(),
-            reach: Mutex::new((0, 0)),
-            entry_slots,
-            started: Instant::now(),
-            state: Mutex::new(State::Gated),
-            hung: Mutex::new(None),
-        });
+        })
+    }
+
+    /// Check and start `s`: queued now, or when its gate opens.
+    pub(crate) fn start(
+        shared: &Arc<Shared>,
+        s: Submission<'_>,
+    ) -> Result<CudaCompletion, DeviceError> {
+        let checked = Self::check(shared, &s)?;
+        let slot = checked.program.slot;
+        if shared.busy[slot].swap(true, Ordering::AcqRel) {
+            return Err(DeviceError::Busy {
+                rank: s.compiled.rank,
+            });
+        }
+        let launch = Self::prepare(shared, checked, true);
         match s.gate {
             Some(gate) => {
                 let gated = launch.clone();
@@ -138,8 +167,55 @@ impl Launch {
         Ok(CudaCompletion { launch })
     }
 
+    /// The launch of a checked submission, not yet brought to its GPU: its entry fence
+    /// (this program's peers and the previous call's) is fixed here, so submissions of a
+    /// rank are prepared in epoch order. `claims_busy`: the launch marked its rank busy
+    /// and frees it when it ends (a graph replay claims its ranks for all its steps).
+    pub(crate) fn prepare(
+        shared: &Arc<Shared>,
+        checked: Checked<'_, '_>,
+        claims_busy: bool,
+    ) -> Arc<Launch> {
+        let Checked {
+            submission: s,
+            program,
+            binding,
+        } = checked;
+        let slot = program.slot;
+        let entry_slots = {
+            let mut prev = shared.prev_peers[slot].lock();
+            let mut all = program.peer_slots.clone();
+            all.extend(prev.iter().filter(|p| !program.peer_slots.contains(p)));
+            *prev = program.peer_slots.clone();
+            all.retain(|&p| p != slot);
+            all
+        };
+        Arc::new(Launch {
+            shared: shared.clone(),
+            compiled: s.compiled.clone(),
+            program,
+            epoch: s.epoch,
+            binding,
+            lens: s.user.lens(),
+            reach: Mutex::new((0, 0)),
+            entry_slots,
+            started: Instant::now(),
+            state: Mutex::new(State::Gated),
+            hung: Mutex::new(None),
+            graph_words: OnceLock::new(),
+            claims_busy,
+        })
+    }
+
     pub(crate) fn program(&self) -> &CudaProgram {
         &self.program
+    }
+
+    /// The completion of a launch that is under way (a graph replay's step).
+    pub(crate) fn completion(self: &Arc<Self>) -> CudaCompletion {
+        CudaCompletion {
+            launch: self.clone(),
+        }
     }
 
     fn group(&self) -> &GpuGroup {
@@ -155,9 +231,10 @@ impl Launch {
     }
 
     /// The group launched the call (`Ok`) or could not (the device's stop cause).
+    /// A graph's launches are never gated: they go from prepared to launched.
     pub(crate) fn launched(&self, outcome: Result<(), AbortCause>) {
         let mut state = self.state.lock();
-        if !matches!(*state, State::Gathering) {
+        if !matches!(*state, State::Gathering | State::Gated) {
             return;
         }
         *state = match outcome {
@@ -383,8 +460,7 @@ impl Launch {
             sys::CUresult::CUDA_ERROR_NOT_READY => {
                 if shared.stopped().is_none() && self.started.elapsed() > shared.config.exec_timeout
                 {
-                    let error = self.watchdog();
-                    *self.hung.lock() = Some(error.clone());
+                    let error = self.declare_hung();
                     shared.stop(AbortCause::PeerFailed {
                         rank: self.rank(),
                         error: Arc::new(error),
@@ -424,12 +500,10 @@ impl Launch {
     /// A Post of this rank that found its word set, as the kernel recorded it.
     fn lost_wakeup(&self) -> Option<DeviceError> {
         let shared = &self.shared;
-        let word = shared.fault_word(self.program.slot);
-        let fault = shared.mapped.load(word);
+        let fault = self.word(Word::Fault, |m, i| m.swap(i, 0));
         if fault == 0 {
             return None;
         }
-        shared.mapped.store(word, 0);
         let stream = (fault >> 24) as usize;
         let task = ((fault & 0xff_ffff) as usize).checked_sub(1)?;
         let at = TaskLocation {
@@ -448,15 +522,64 @@ impl Launch {
         })
     }
 
+    /// Run `f` on the block holding `word` of this launch and the word's index there.
+    fn word<R>(&self, word: Word, f: impl FnOnce(&Mapped, usize) -> R) -> R {
+        if let Some((block, first)) = self.graph_words.get() {
+            let index = match word {
+                Word::Fault => *first,
+                Word::Progress(s) => first + 1 + s,
+            };
+            return f(block, index);
+        }
+        let shared = &self.shared;
+        let slot = self.program.slot;
+        let index = match word {
+            Word::Fault => shared.fault_word(slot),
+            Word::Progress(s) => shared.progress_word(slot, s),
+        };
+        f(&shared.mapped, index)
+    }
+
+    /// The device address of `word` of this launch, for its descriptor.
+    pub(crate) fn word_addr(&self, word: Word) -> u64 {
+        self.word(word, |m, i| m.dev_addr(i))
+    }
+
+    /// Zero the progress words before the launch, so a kernel still queued is not
+    /// mistaken for one that ran its streams to the end.
+    pub(crate) fn reset_progress(&self) {
+        for s in 0..self.program.streams.len() {
+            self.word(Word::Progress(s), |m, i| m.store(i, 0));
+        }
+    }
+
+    /// Let a CUDA graph's block hold this launch's words, from index `first` (the fault
+    /// word, then a progress word per stream); once, before the launch.
+    pub(crate) fn use_graph_words(&self, block: Arc<Mapped>, first: usize) {
+        let _ = self.graph_words.set((block, first));
+    }
+
+    /// Whether every stream of the launch ran to its end (its progress words say so).
+    pub(crate) fn streams_done(&self) -> bool {
+        (0..self.program.streams.len())
+            .all(|s| self.word(Word::Progress(s), |m, i| m.load(i)) == PROGRESS_DONE)
+    }
+
+    /// Take the watchdog's verdict on this launch as its outcome, and return it.
+    pub(crate) fn declare_hung(&self) -> DeviceError {
+        let error = self.watchdog();
+        *self.hung.lock() = Some(error.clone());
+        error
+    }
+
     /// Which stream of the rank never finished, and where it was: the last Wait its
     /// progress word names (the kernel writes it before each Wait, and a mark at the end).
     fn watchdog(&self) -> DeviceError {
         let shared = &self.shared;
-        let slot = self.program.slot;
         let rank = self.rank();
         let waited = self.started.elapsed();
         let n = self.program.streams.len();
-        let progress = |s: usize| shared.mapped.load(shared.progress_word(slot, s));
+        let progress = |s: usize| self.word(Word::Progress(s), |m, i| m.load(i));
         let Some(s) = (0..n).find(|&s| progress(s) != PROGRESS_DONE) else {
             return CudaError::Hung {
                 rank,
@@ -501,12 +624,16 @@ impl Launch {
         let shared = &self.shared;
         let slot = self.program.slot;
         if matches!(outcome, Ok(()) | Err(DeviceError::Refused { .. })) {
-            shared.done[slot].fetch_max(self.epoch, Ordering::AcqRel);
-            shared
-                .mapped
-                .store(shared.epoch_word(slot), self.epoch as u32);
+            // The highest epoch finished: a graph's steps are settled after its end, and
+            // the word must never go back to an earlier one that peers' fences read.
+            let done = shared.done[slot]
+                .fetch_max(self.epoch, Ordering::AcqRel)
+                .max(self.epoch);
+            shared.mapped.store(shared.epoch_word(slot), done as u32);
         }
-        shared.busy[slot].store(false, Ordering::Release);
+        if self.claims_busy {
+            shared.busy[slot].store(false, Ordering::Release);
+        }
         outcome
     }
 }
@@ -600,6 +727,15 @@ fn ordinal_of(addr: CUdeviceptr) -> Option<usize> {
     ))
     .ok()?;
     usize::try_from(ordinal).ok()
+}
+
+/// A launch's word in mapped host memory ([`Launch::word_addr`]).
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum Word {
+    /// Where a Post that found its word set records itself.
+    Fault,
+    /// How far stream `s` got: the task of its last Wait, [`PROGRESS_DONE`] at its end.
+    Progress(usize),
 }
 
 /// How long a waiter polls without sleeping.

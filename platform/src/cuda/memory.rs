@@ -140,6 +140,11 @@ impl Mapped {
     pub fn store(&self, i: usize, v: u32) {
         self.word(i).store(v, Ordering::Release)
     }
+
+    /// Word `i`'s value, replaced by `v`.
+    pub fn swap(&self, i: usize, v: u32) -> u32 {
+        self.word(i).swap(v, Ordering::AcqRel)
+    }
 }
 
 impl Drop for Mapped {

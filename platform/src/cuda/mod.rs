@@ -58,11 +58,19 @@
 //! [`DeviceError::Aborted`](crate::DeviceError::Aborted) promptly and nothing runs on a
 //! buffer after its call returned.
 //!
+//! ## Graph mode
+//!
+//! A graph launch that holds every local rank's steps on device buffers runs as one CUDA
+//! graph per GPU: the same program kernels, one node per step, built once per sequence
+//! of programs and replayed with the buffers of each launch (`replay`, `graph`). Other
+//! launches run step by step, as eager calls.
+//!
 //! Files: `driver` (loading, contexts, the kernel), `memory`, `compile`, `program`
 //! (the encoding and the kernel's argument), `group` (a GPU's ranks and launches),
 //! `launch` (a submission and its completion), `kernels` (CUDA C and NVRTC), `ptx_cache`
 //! (NVRTC's output kept on disk), `user` (memory the user owns on a GPU), `zero_copy`
-//! (what a launch checks of its ranks' user buffers).
+//! (what a launch checks of its ranks' user buffers), `graph` (a sequence as a CUDA
+//! graph), `replay` (graph mode's launches: replayed, or step by step).
 
 mod error;
 pub mod kernels;
@@ -76,6 +84,8 @@ mod device;
 #[cfg(feature = "cuda")]
 mod driver;
 #[cfg(feature = "cuda")]
+mod graph;
+#[cfg(feature = "cuda")]
 mod group;
 #[cfg(feature = "cuda")]
 mod launch;
@@ -86,6 +96,8 @@ mod program;
 #[cfg(feature = "cuda")]
 mod ptx_cache;
 #[cfg(feature = "cuda")]
+mod replay;
+#[cfg(feature = "cuda")]
 mod user;
 #[cfg(feature = "cuda")]
 mod zero_copy;
@@ -93,6 +105,6 @@ mod zero_copy;
 #[cfg(feature = "cuda")]
 pub(crate) use device::Shared;
 #[cfg(feature = "cuda")]
-pub use device::{gpu_count, CudaDevice};
+pub use device::{gpu_count, CudaDevice, GraphCounts};
 #[cfg(feature = "cuda")]
 pub use user::{copy_bandwidth, CopyBandwidth, DeviceBytes};

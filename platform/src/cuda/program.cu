@@ -107,7 +107,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) oxccl_program(Params p) {
   const u32 epoch = (u32)p.epoch;
   u32 entry_passed = 0, rank_passed = 0;
   if (threadIdx.x == 0) {
-    stopped = 0;
+    // A stopped device runs nothing more: a CUDA graph's later steps still launch after
+    // an abort released the earlier ones.
+    stopped = *p.abort != 0 ? 1 : 0;
     // Entry fence: peers on other GPUs finished the previous call.
     if (leader) {
       const u64 n = fences[0];

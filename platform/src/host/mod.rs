@@ -550,6 +550,7 @@ impl Device for HostDevice {
             peer_user_buffers: shm_maps_user,
             executes: true,
             queued_submissions: true,
+            whole_sequences: true,
             memory: match shared_memory {
                 true => MemoryKind::SharedSegment,
                 false => MemoryKind::ProcessHeap,

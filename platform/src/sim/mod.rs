@@ -88,6 +88,7 @@ impl Device for SimDevice {
             peer_user_buffers: self.config.zero_copy,
             executes: false,
             queued_submissions: false,
+            whole_sequences: false,
             memory: MemoryKind::None,
         }
     }

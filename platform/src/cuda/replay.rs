@@ -1,0 +1,326 @@
+//! Graph mode's launches on the cuda backend
+//! ([`Device::run_sequence_group`](crate::Device::run_sequence_group)): a launch that holds
+//! every local rank's steps, on device buffers, runs as one CUDA graph per GPU
+//! ([`super::graph`]), built on its first launch and replayed on the next ones.
+//!
+//! What a replay takes: the launch brings, for every epoch of the sequence, one
+//! submission of every local rank (a group launch from one thread, `Graph::launch_group`,
+//! whose calls the framework agreed without gates), each bound to device memory (host
+//! slices are staged through copies a graph cannot hold), every one passing the checks
+//! an eager launch makes, on a device that has not stopped and whose ranks are idle.
+//! Anything else is launched step by step, as eager calls are, with the same outcome: so
+//! is a sequence whose graph the driver refuses to build (which also turns graphs off
+//! for the device, with a warning, rather than fail every launch).
+//!
+//! A replay claims its ranks for all its steps, prepares every step's launch in epoch
+//! order (the entry fences as consecutive calls would have them), replays each GPU's
+//! graph on its stream, and waits for the GPUs' done events. Past `exec_timeout` the
+//! waiting thread is the watchdog: the first step, in epoch order, with a stream that did
+//! not reach its end is the one reported (each step has progress words of its own), and
+//! the device is stopped, which releases every kernel, later steps' included (a kernel
+//! of a stopped device runs nothing).
+
+use super::graph::{SequenceGraph, StepPrograms, GRAPHS_KEPT};
+use super::group::GpuGroup;
+use super::launch::{Checked, Launch};
+use super::Shared;
+use crate::device::{wait_out, Device, Submission};
+use crate::error::{AbortCause, DeviceError};
+use cudarc::driver::sys;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Run `group` step by step, as eager calls: the `k`-th submission of every rank
+/// together (what the framework does for a device that does not take whole sequences).
+pub(crate) fn in_waves(
+    device: &dyn Device,
+    group: Vec<Submission<'_>>,
+) -> Vec<Result<(), DeviceError>> {
+    let ranks: Vec<usize> = group.iter().map(|s| s.compiled.rank).collect();
+    let mut pending: Vec<Option<Submission<'_>>> = group.into_iter().map(Some).collect();
+    let mut outcomes: Vec<Option<Result<(), DeviceError>>> =
+        (0..pending.len()).map(|_| None).collect();
+    for wave in crate::device::waves(&ranks) {
+        let submissions = wave.iter().filter_map(|&i| pending[i].take()).collect();
+        for (&index, outcome) in wave.iter().zip(device.run(submissions)) {
+            outcomes[index] = Some(outcome);
+        }
+    }
+    outcomes
+        .into_iter()
+        .map(|o| o.expect("every submission is in one wave"))
+        .collect()
+}
+
+/// Replay `group` as CUDA graphs, or give it back (`Err`) to be launched step by step.
+pub(crate) fn run_sequences<'a>(
+    shared: &Arc<Shared>,
+    group: Vec<Submission<'a>>,
+) -> Result<Vec<Result<(), DeviceError>>, Vec<Submission<'a>>> {
+    if !shared.graphs.on.load(Ordering::Acquire) {
+        return Err(group);
+    }
+    if let Some(plan) = plan(shared, &group) {
+        if let Some(outcomes) = replay(shared, plan) {
+            return Ok(outcomes);
+        }
+    }
+    Err(group)
+}
+
+/// A launch that can replay: its checked submissions by step (epoch order), each step
+/// holding every local rank in slot order, with each one's index in the launch.
+struct Plan<'s, 'a> {
+    steps: Vec<(u64, Vec<(usize, Checked<'s, 'a>)>)>,
+    len: usize,
+}
+
+/// The plan of `group`, or `None` when it cannot replay (see the module docs).
+fn plan<'s, 'a>(shared: &Shared, group: &'s [Submission<'a>]) -> Option<Plan<'s, 'a>> {
+    let local = shared.ranks.len();
+    if group.is_empty() || !group.len().is_multiple_of(local) {
+        return None;
+    }
+    if group
+        .iter()
+        .any(|s| s.gate.is_some() || !s.user.is_device())
+    {
+        return None;
+    }
+    let mut checked = Vec::with_capacity(group.len());
+    for (index, s) in group.iter().enumerate() {
+        checked.push((index, Launch::check(shared, s).ok()?));
+    }
+    checked.sort_by_key(|(_, c)| (c.epoch(), c.program().slot));
+    let mut steps: Vec<(u64, Vec<(usize, Checked<'s, 'a>)>)> = Vec::new();
+    let mut runs = checked.into_iter();
+    for _ in 0..group.len() / local {
+        let step: Vec<_> = runs.by_ref().take(local).collect();
+        let epoch = step[0].1.epoch();
+        let whole = step
+            .iter()
+            .enumerate()
+            .all(|(slot, (_, c))| c.epoch() == epoch && c.program().slot == slot);
+        if !whole || steps.last().is_some_and(|(last, _)| *last >= epoch) {
+            return None;
+        }
+        steps.push((epoch, step));
+    }
+    Some(Plan {
+        steps,
+        len: group.len(),
+    })
+}
+
+/// Run `plan`; `None` when it cannot after all (a rank busy, a graph the driver would not
+/// build), before anything ran.
+fn replay(shared: &Arc<Shared>, plan: Plan<'_, '_>) -> Option<Vec<Result<(), DeviceError>>> {
+    let _claim = Claim::all(shared)?;
+    let mut graphs = Vec::with_capacity(shared.groups.len());
+    for group in &shared.groups {
+        let programs: Vec<StepPrograms<'_>> = plan
+            .steps
+            .iter()
+            .map(|(_, runs)| step_programs(group, runs))
+            .collect();
+        let mut kept = group.graphs.lock();
+        let at = find_or_build(shared, group, &mut kept, &programs)?;
+        graphs.push((kept, at));
+    }
+    let mut order = Vec::with_capacity(plan.len);
+    let mut steps: Vec<(u64, Vec<Arc<Launch>>)> = Vec::with_capacity(plan.steps.len());
+    for (epoch, runs) in plan.steps {
+        let mut launches = Vec::with_capacity(runs.len());
+        for (index, checked) in runs {
+            let launch = Launch::prepare(shared, checked, false);
+            order.push((index, launch.clone()));
+            launches.push(launch);
+        }
+        steps.push((epoch, launches));
+    }
+    // The launches that went to a GPU, by epoch: the watchdog looks for the first that
+    // did not end.
+    let mut replayed: Vec<(u64, Arc<Launch>)> = Vec::new();
+    for (group, (kept, at)) in shared.groups.iter().zip(&graphs) {
+        let runs: Vec<(u64, Vec<Arc<Launch>>)> = steps
+            .iter()
+            .map(|(epoch, launches)| (*epoch, on_group(group, launches)))
+            .collect();
+        let outcome = match shared.stopped() {
+            Some(cause) => Err(cause),
+            None => kept[*at].replay(shared, group, &runs).map_err(|error| {
+                let rank = runs[0].1.first().map_or(0, |l| l.rank());
+                let cause = AbortCause::PeerFailed {
+                    rank,
+                    error: Arc::new(error),
+                };
+                shared.stop(cause.clone());
+                cause
+            }),
+        };
+        if outcome.is_ok() {
+            for (epoch, launches) in &runs {
+                replayed.extend(launches.iter().map(|l| (*epoch, l.clone())));
+            }
+        }
+        for launch in runs.iter().flat_map(|(_, l)| l) {
+            launch.launched(outcome.clone());
+        }
+    }
+    if shared.stopped().is_none() {
+        shared.graphs.replays.fetch_add(1, Ordering::Relaxed);
+    }
+    drop(graphs);
+    replayed.sort_by_key(|(epoch, _)| *epoch);
+    let replayed: Vec<Arc<Launch>> = replayed.into_iter().map(|(_, l)| l).collect();
+    watch(shared, &replayed);
+    order.sort_by_key(|(index, _)| *index);
+    let timeout = shared.config.exec_timeout;
+    Some(
+        order
+            .into_iter()
+            .map(|(_, launch)| wait_out(&mut launch.completion(), timeout))
+            .collect(),
+    )
+}
+
+/// The programs of `group`'s ranks in one step.
+fn step_programs<'c>(group: &GpuGroup, runs: &'c [(usize, Checked<'_, '_>)]) -> StepPrograms<'c> {
+    let here: Vec<&Checked<'_, '_>> = runs
+        .iter()
+        .map(|(_, c)| c)
+        .filter(|c| group.slots.contains(&c.program().slot))
+        .collect();
+    StepPrograms {
+        compiled: here.iter().map(|c| c.compiled()).collect(),
+        programs: here.iter().map(|c| &**c.program()).collect(),
+    }
+}
+
+/// The launches of `group`'s ranks in one step, by slot.
+fn on_group(group: &GpuGroup, launches: &[Arc<Launch>]) -> Vec<Arc<Launch>> {
+    launches
+        .iter()
+        .filter(|l| group.slots.contains(&l.program().slot))
+        .cloned()
+        .collect()
+}
+
+/// The index in `kept` of the graph of `programs`, built if none fits (the least
+/// recently used dropped past [`GRAPHS_KEPT`]); `None` when the driver refuses to build
+/// it, which turns graphs off for the device.
+fn find_or_build(
+    shared: &Shared,
+    group: &GpuGroup,
+    kept: &mut Vec<SequenceGraph>,
+    programs: &[StepPrograms<'_>],
+) -> Option<usize> {
+    if let Some(at) = kept.iter().position(|g| g.fits(programs)) {
+        let graph = kept.remove(at);
+        kept.push(graph);
+        return Some(kept.len() - 1);
+    }
+    kept.retain(SequenceGraph::is_live);
+    match SequenceGraph::build(shared, group, programs) {
+        Ok(graph) => {
+            shared.graphs.built.fetch_add(1, Ordering::Relaxed);
+            if kept.len() >= GRAPHS_KEPT {
+                kept.remove(0);
+            }
+            kept.push(graph);
+            Some(kept.len() - 1)
+        }
+        Err(error) => {
+            tracing::warn!(
+                gpu = group.gpu.ordinal,
+                %error,
+                "CUDA graphs turned off: graph mode's launches run step by step"
+            );
+            shared
+                .graphs
+                .refused
+                .lock()
+                .get_or_insert(error.to_string());
+            shared.graphs.on.store(false, Ordering::Release);
+            None
+        }
+    }
+}
+
+/// Every local rank marked busy for a replay, freed when dropped.
+struct Claim<'s> {
+    shared: &'s Shared,
+}
+
+impl<'s> Claim<'s> {
+    /// Claim every local rank, or none (`None`) when one is busy.
+    fn all(shared: &'s Shared) -> Option<Claim<'s>> {
+        for (slot, busy) in shared.busy.iter().enumerate() {
+            if busy.swap(true, Ordering::AcqRel) {
+                shared.busy[..slot]
+                    .iter()
+                    .for_each(|b| b.store(false, Ordering::Release));
+                return None;
+            }
+        }
+        Some(Claim { shared })
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        for busy in &self.shared.busy {
+            busy.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Wait until every GPU's done event fired; past `exec_timeout`, report the first step
+/// of `launched` (epoch order) that did not run to its end, and stop the device.
+fn watch(shared: &Shared, launched: &[Arc<Launch>]) {
+    let start = Instant::now();
+    let timeout = shared.config.exec_timeout;
+    let mut gpus: Vec<&GpuGroup> = shared.groups.iter().collect();
+    loop {
+        gpus.retain(|group| !settled(group));
+        if gpus.is_empty() {
+            return;
+        }
+        if shared.stopped().is_none() && start.elapsed() > timeout {
+            let stuck = launched
+                .iter()
+                .find(|l| !l.streams_done())
+                .or(launched.last());
+            if let Some(launch) = stuck {
+                let error = launch.declare_hung();
+                shared.stop(AbortCause::PeerFailed {
+                    rank: launch.rank(),
+                    error: Arc::new(error),
+                });
+            }
+        }
+        pause(start.elapsed());
+    }
+}
+
+/// Whether `group`'s done event fired (or its query failed: the launches' own polls
+/// report that).
+fn settled(group: &GpuGroup) -> bool {
+    if group.gpu.bind().is_err() {
+        return true;
+    }
+    // SAFETY: `done` is a live event of the group.
+    let state = unsafe { sys::cuEventQuery(group.done) };
+    state != sys::CUresult::CUDA_ERROR_NOT_READY
+}
+
+/// A waiter's pause after `waited`: a yield at first, then a sixteenth of the time
+/// waited, at most a millisecond (as a completion's wait).
+fn pause(waited: Duration) {
+    if waited < Duration::from_micros(200) {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep((waited / 16).min(super::device::MAX_POLL_SLEEP));
+    }
+}
