@@ -152,3 +152,21 @@ fn perf_on_a_gpu_checks_device_buffers_and_shows_the_copy_bound() {
         assert_eq!(row["concurrent_copies"], 2, "{row}");
     }
 }
+
+#[test]
+fn perf_graph_on_a_gpu_checks_every_step_of_its_cuda_graphs() {
+    if let Some(why) = gpu_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let gpu0 = [("OXCCL_CUDA_DEVICES", "0")];
+    let args = perf(&["--device", "cuda", "--graph", "--graph-steps", "4"]);
+    let (code, text) = oxccl(&strs(&args), &gpu0);
+    assert_eq!(code, Some(0), "{text}");
+    let rows = rows(&text);
+    assert_eq!(rows.len(), 2, "{text}");
+    for cols in rows {
+        assert_eq!((cols[8], cols[12]), ("0", "0"), "no wrong values: {cols:?}");
+    }
+    assert!(text.contains("# Out of bounds values : 0 OK"), "{text}");
+}

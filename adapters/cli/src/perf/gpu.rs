@@ -65,10 +65,12 @@ mod on_gpu {
         }))
     }
 
-    /// A rank's input and receive buffer (guards included) on its GPU.
+    /// A rank's input and receive buffer (guards included) on its GPU, and the receive
+    /// buffers of a graph's steps after the first (`--graph-steps`).
     pub struct GpuCopy {
         input: DeviceBuffer<u8>,
         output: DeviceBuffer<u8>,
+        steps: Vec<DeviceBuffer<u8>>,
     }
 
     impl GpuCopy {
@@ -85,13 +87,56 @@ mod on_gpu {
             Ok(Some(GpuCopy {
                 input: DeviceBuffer::from_host(comm, input)?,
                 output: DeviceBuffer::from_host(comm, output)?,
+                steps: Vec::new(),
             }))
+        }
+
+        /// Receive buffers of `len` bytes on the GPU for `more` steps of a graph after
+        /// its first (which binds the row's buffers).
+        pub fn add_steps(
+            &mut self,
+            comm: &Communicator,
+            more: usize,
+            len: usize,
+        ) -> Result<(), Error> {
+            self.steps = (0..more)
+                .map(|_| DeviceBuffer::zeroed(comm, len))
+                .collect::<Result<_, _>>()?;
+            Ok(())
+        }
+
+        /// Every step's binding of a graph of `steps` calls of `len` bytes: the row's
+        /// buffers (the receive buffer after `guard`) for the first, the step buffers
+        /// after it.
+        pub fn step_users(
+            &self,
+            guard: usize,
+            len: usize,
+            in_place: bool,
+            steps: usize,
+        ) -> Result<Vec<UserBuffers<'_>>, Error> {
+            let mut users = vec![self.user(guard, len, in_place)?];
+            let input = self.input.span();
+            for buf in self.steps.iter().take(steps.saturating_sub(1)) {
+                let recv = buf.span().slice(0, len).ok_or_else(|| {
+                    super::super::bad_arg(format!(
+                        "{len} bytes do not fit a graph step's {}-byte device receive buffer",
+                        buf.len()
+                    ))
+                })?;
+                users.push(UserBuffers::Device {
+                    input: if in_place { recv } else { input },
+                    output: recv,
+                    in_place,
+                });
+            }
+            Ok(users)
         }
 
         /// The binding of one call: the input and the `len` bytes after `guard` of the
         /// receive buffer (alone, in place).
         pub fn user(
-            &mut self,
+            &self,
             guard: usize,
             len: usize,
             in_place: bool,
@@ -144,7 +189,21 @@ mod host_only {
             Ok(None)
         }
 
-        pub fn user(&mut self, _: usize, _: usize, _: bool) -> Result<UserBuffers<'_>, Error> {
+        pub fn user(&self, _: usize, _: usize, _: bool) -> Result<UserBuffers<'_>, Error> {
+            match *self {}
+        }
+
+        pub fn add_steps(&mut self, _: &Communicator, _: usize, _: usize) -> Result<(), Error> {
+            match *self {}
+        }
+
+        pub fn step_users(
+            &self,
+            _: usize,
+            _: usize,
+            _: bool,
+            _: usize,
+        ) -> Result<Vec<UserBuffers<'_>>, Error> {
             match *self {}
         }
 

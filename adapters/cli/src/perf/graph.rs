@@ -5,9 +5,12 @@
 //! each timed iteration is one launch of every rank's graph (a group launch over the
 //! ranks this thread drives). The time reported is per call (per launch over `steps`),
 //! so a row compares directly with the eager row of the same size. The in-place result
-//! is checked with a one-step graph of its own.
+//! is checked with a one-step graph of its own. On GPUs (`--device cuda`) the steps bind
+//! device buffers (the row's device copies, then a device receive buffer per step), so
+//! the cuda backend replays each launch as a CUDA graph.
 
 use super::data::Aligned;
+use super::gpu::GpuCopy;
 use oxccl::{Communicator, Error, OpCall, OpParam, UserBuffers};
 use oxccl_graph::{Capture, Graph};
 
@@ -25,16 +28,29 @@ pub struct RankBinding<'b> {
     pub input: &'b [u8],
     pub output: &'b mut [u8],
     pub extra: &'b mut [Aligned],
+    /// The rank's device copies on GPUs (bound instead of the host buffers), and the
+    /// guard bytes before the receive buffer in them.
+    pub gpu: Option<(&'b GpuCopy, usize)>,
 }
 
 impl RankBinding<'_> {
-    /// Every step's call: the row's buffers for the first, the extra ones after.
-    fn calls(&mut self, in_place: bool) -> Vec<OpCall<'_>> {
+    /// The first `steps` steps' calls: the row's buffers for the first, the extra ones
+    /// after (on the GPU where the rank runs on one).
+    fn calls(&mut self, in_place: bool, steps: usize) -> Result<Vec<OpCall<'_>>, Error> {
         let len = self.output.len();
+        let op = self.op;
+        if let Some((gpu, guard)) = &self.gpu {
+            let users = gpu.step_users(*guard, len, in_place, steps)?;
+            return Ok(users
+                .into_iter()
+                .map(|user| OpCall::new(op.clone(), user))
+                .collect());
+        }
         let rest = self.extra.iter_mut().map(|a| &mut a.bytes_mut()[..len]);
-        let (input, op) = (self.input, self.op);
-        std::iter::once(&mut *self.output)
+        let input = self.input;
+        Ok(std::iter::once(&mut *self.output)
             .chain(rest)
+            .take(steps)
             .map(|output| {
                 let user = match in_place {
                     true => UserBuffers::InPlace(output),
@@ -42,7 +58,7 @@ impl RankBinding<'_> {
                 };
                 OpCall::new(op.clone(), user)
             })
-            .collect()
+            .collect())
     }
 }
 
@@ -57,7 +73,7 @@ impl Graphs {
             .iter_mut()
             .map(|rank| {
                 let mut capture = Capture::new();
-                for call in rank.calls(in_place).into_iter().take(steps) {
+                for call in rank.calls(in_place, steps)? {
                     capture.record(&call)?;
                 }
                 Ok((capture, rank.comm))
@@ -77,10 +93,9 @@ impl Graphs {
             .zip(ranks.iter_mut())
             .map(|(graph, rank)| {
                 let comm = rank.comm;
-                let calls = rank.calls(in_place).into_iter().take(self.steps).collect();
-                (graph, comm, calls)
+                Ok((graph, comm, rank.calls(in_place, self.steps)?))
             })
-            .collect();
+            .collect::<Result<Vec<_>, Error>>()?;
         Graph::launch_group(launches).into_iter().collect()
     }
 }

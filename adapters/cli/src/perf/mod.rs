@@ -106,7 +106,8 @@ pub struct PerfArgs {
     #[arg(long, value_name = "KIND", help = crate::validate::DEVICE_HELP)]
     pub device: Option<String>,
     /// Measure through graph mode: every rank captures the call once, compiles it, and
-    /// each iteration replays it with its buffers bound (`oxccl-graph`). Host device.
+    /// each iteration replays it with its buffers bound (`oxccl-graph`). Host device, and
+    /// GPUs (`--device cuda`: each launch one CUDA graph).
     #[arg(long)]
     pub graph: bool,
     /// With --graph: calls per captured graph (1 to 1000), each with its own receive
@@ -236,10 +237,10 @@ fn graph_steps(args: &PerfArgs, config: &Config) -> Result<Option<usize>, Error>
     if !args.graph {
         return Ok(None);
     }
-    if config.device != "host" {
+    if config.device != "host" && config.device != "cuda" {
         return Err(bad_arg(format!(
-            "--graph measures graph mode on the host device; --device {} runs eager calls \
-             only here, so drop --graph or use --device host",
+            "--graph measures graph mode on the host device and on GPUs (cuda); --device \
+             {} runs eager calls only here, so drop --graph or use --device host",
             config.device
         )));
     }

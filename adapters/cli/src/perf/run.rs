@@ -384,6 +384,7 @@ fn bindings<'b>(states: &'b mut [RankState<'_>], len: usize) -> Vec<RankBinding<
             input: st.input.bytes(),
             output: recv(&mut st.output, len),
             extra: &mut st.extra,
+            gpu: st.gpu.as_ref().map(|gpu| (gpu, GUARD)),
         })
         .collect()
 }
@@ -423,9 +424,14 @@ impl FormGraphs {
         };
         let (out_bytes, one_bytes) = lens;
         for st in states.iter_mut() {
-            st.extra = (1..steps)
-                .map(|_| Aligned::for_calls(st.comm, one_bytes))
-                .collect::<Result<_, _>>()?;
+            match &mut st.gpu {
+                Some(gpu) => gpu.add_steps(st.comm, steps - 1, one_bytes)?,
+                None => {
+                    st.extra = (1..steps)
+                        .map(|_| Aligned::for_calls(st.comm, one_bytes))
+                        .collect::<Result<_, _>>()?;
+                }
+            }
         }
         let oop = Graphs::compile(&mut bindings(states, out_bytes), steps, false)?;
         let (ip, ip_check) = match in_place {
