@@ -78,10 +78,6 @@ struct Plan<'s, 'a> {
 
 /// The plan of `group`, or `None` when it cannot replay (see the module docs).
 fn plan<'s, 'a>(shared: &Shared, group: &'s [Submission<'a>]) -> Option<Plan<'s, 'a>> {
-    let local = shared.ranks.len();
-    if group.is_empty() || !group.len().is_multiple_of(local) {
-        return None;
-    }
     if group
         .iter()
         .any(|s| s.gate.is_some() || !s.user.is_device())
@@ -89,28 +85,51 @@ fn plan<'s, 'a>(shared: &Shared, group: &'s [Submission<'a>]) -> Option<Plan<'s,
         return None;
     }
     let mut checked = Vec::with_capacity(group.len());
-    for (index, s) in group.iter().enumerate() {
-        checked.push((index, Launch::check(shared, s).ok()?));
+    for s in group {
+        checked.push(Some(Launch::check(shared, s).ok()?));
     }
-    checked.sort_by_key(|(_, c)| (c.epoch(), c.program().slot));
-    let mut steps: Vec<(u64, Vec<(usize, Checked<'s, 'a>)>)> = Vec::new();
-    let mut runs = checked.into_iter();
-    for _ in 0..group.len() / local {
-        let step: Vec<_> = runs.by_ref().take(local).collect();
-        let epoch = step[0].1.epoch();
-        let whole = step
-            .iter()
-            .enumerate()
-            .all(|(slot, (_, c))| c.epoch() == epoch && c.program().slot == slot);
-        if !whole || steps.last().is_some_and(|(last, _)| *last >= epoch) {
-            return None;
-        }
-        steps.push((epoch, step));
-    }
+    let keys: Vec<(u64, usize)> = checked
+        .iter()
+        .flatten()
+        .map(|c| (c.epoch(), c.program().slot))
+        .collect();
+    let steps = steps_of(&keys, shared.ranks.len())?
+        .into_iter()
+        .map(|(epoch, indices)| {
+            let runs = indices
+                .into_iter()
+                .map(|i| (i, checked[i].take().expect("each submission in one step")))
+                .collect();
+            (epoch, runs)
+        })
+        .collect();
     Some(Plan {
         steps,
         len: group.len(),
     })
+}
+
+/// The steps of a launch whose `i`-th submission is of `keys[i]` = (epoch, local slot):
+/// per epoch, ascending, the indices of its submissions by slot; `None` unless every
+/// epoch holds exactly one submission of each of the `local` slots.
+fn steps_of(keys: &[(u64, usize)], local: usize) -> Option<Vec<(u64, Vec<usize>)>> {
+    if local == 0 || keys.is_empty() || !keys.len().is_multiple_of(local) {
+        return None;
+    }
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by_key(|&i| keys[i]);
+    // Sorted, each chunk must be (epoch, 0), ..., (epoch, local - 1); a slot missing or
+    // twice at an epoch breaks its chunk, so the chunks' epochs also differ.
+    order
+        .chunks(local)
+        .map(|chunk| {
+            let epoch = keys[chunk[0]].0;
+            let whole = (0..local)
+                .zip(chunk)
+                .all(|(slot, &i)| keys[i] == (epoch, slot));
+            whole.then(|| (epoch, chunk.to_vec()))
+        })
+        .collect()
 }
 
 /// Run `plan`; `None` when it cannot after all (a rank busy, a graph the driver would not
@@ -322,5 +341,32 @@ fn pause(waited: Duration) {
         std::thread::yield_now();
     } else {
         std::thread::sleep((waited / 16).min(super::device::MAX_POLL_SLEEP));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::steps_of;
+
+    #[test]
+    fn a_launch_replays_only_when_every_epoch_holds_every_local_rank_once() {
+        // Two ranks' three steps, in the order a group launch brings them (rank by rank).
+        let keys = [(5, 0), (6, 0), (7, 0), (5, 1), (6, 1), (7, 1)];
+        assert_eq!(
+            steps_of(&keys, 2),
+            Some(vec![(5, vec![0, 3]), (6, vec![1, 4]), (7, vec![2, 5])])
+        );
+        // One local rank: every submission is a step of its own.
+        assert_eq!(
+            steps_of(&[(9, 0), (8, 0)], 1),
+            Some(vec![(8, vec![1]), (9, vec![0])])
+        );
+        // A rank missing at an epoch (and another there twice), ranks at different
+        // epochs (a launch per rank's thread), a count that is no multiple, nothing.
+        assert_eq!(steps_of(&[(5, 0), (5, 0), (6, 1), (6, 1)], 2), None);
+        assert_eq!(steps_of(&[(5, 0), (6, 1)], 2), None);
+        assert_eq!(steps_of(&[(5, 0), (5, 1), (6, 0)], 2), None);
+        assert_eq!(steps_of(&[], 2), None);
+        assert_eq!(steps_of(&[(5, 0)], 0), None);
     }
 }
