@@ -182,7 +182,8 @@ impl SequenceGraph {
         Ok(node)
     }
 
-    /// Whether the graph was built for exactly these programs, every one still alive.
+    /// Whether the graph was built for exactly these programs (a weak reference keeps
+    /// its program's allocation, so no other program can have the same address).
     pub fn fits(&self, steps: &[StepPrograms<'_>]) -> bool {
         self.programs.len() == steps.len()
             && self.programs.iter().zip(steps).all(|(kept, step)| {
@@ -192,7 +193,6 @@ impl SequenceGraph {
                         .zip(&step.compiled)
                         .all(|(k, c)| std::ptr::eq(k.as_ptr(), Arc::as_ptr(c)))
             })
-            && self.is_live()
     }
 
     /// Whether every program it was built for is still alive.

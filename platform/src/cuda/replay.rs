@@ -20,6 +20,7 @@
 //! the device is stopped, which releases every kernel, later steps' included (a kernel
 //! of a stopped device runs nothing).
 
+use super::driver::cu;
 use super::graph::{SequenceGraph, StepPrograms, GRAPHS_KEPT};
 use super::group::GpuGroup;
 use super::launch::{Checked, Launch};
@@ -175,6 +176,12 @@ fn replay(shared: &Arc<Shared>, plan: Plan<'_, '_>) -> Option<Vec<Result<(), Dev
                     error: Arc::new(error),
                 };
                 shared.stop(cause.clone());
+                // What the failed replay queued before it failed may run: stopped, its
+                // kernels exit at once, and nothing may touch the buffers once the call
+                // returns.
+                if group.gpu.bind().is_ok() {
+                    let _ = cu!(cuStreamSynchronize(group.stream));
+                }
                 cause
             }),
         };

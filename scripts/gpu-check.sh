@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU and a CUDA toolkit: run what scripts/gpu-pack.sh packed
+# (target/gpu-pack/bins.tar.xz), every part under its own time limit, and write each
+# part's log and a summary (`part: exit N`) to $OUT (default target/gpu-check):
+#
+#   platform    the cuda backend's unit tests (kernels compiled by the toolkit's NVRTC)
+#   cuda, cuda_device_buffer, cuda_graph
+#               the backend's GPU tests: virtual ranks of GPU 0, device buffers, graph
+#               mode replayed as CUDA graphs (none of them skips on a GPU)
+#   executors   every executor test binary with OXCCL_TEST_DEVICE=cuda (GPU 0)
+#   perf        oxccl perf all-reduce --device cuda --ranks 8 -b 1K -e 1G -f 4, beside
+#               the device-to-device copy bound (issue 13's figure)
+#   perf-graph  the same through graph mode (--graph --graph-steps 8), to 64 MiB
+#
+# Arguments name the parts to run (default: all, in this order). NVRTC comes from the
+# toolkit (CUDA_HOME, default /usr/local/cuda): cudarc loads libnvrtc.so, so a toolkit
+# that ships only a versioned library gets a link to it in a scratch folder.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-target/gpu-check}
+mkdir -p "$out"
+: > "$out/summary.txt"
+pack=target/gpu-pack/bins.tar.xz
+[ -e "$pack" ] || { echo "gpu-check: no $pack: run scripts/gpu-pack.sh first" >&2; exit 2; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+tar -C "$work" -xJf "$pack"
+bin=$work/bin
+
+cuda=${CUDA_HOME:-/usr/local/cuda}
+mkdir -p "$work/lib"
+nvrtc=$(ls "$cuda"/lib64/libnvrtc.so* "$cuda"/targets/*/lib/libnvrtc.so* 2>/dev/null | grep -v builtins | head -1)
+if [ -n "$nvrtc" ]; then
+  ln -sf "$nvrtc" "$work/lib/libnvrtc.so"
+else
+  echo "gpu-check: no libnvrtc.so* under $cuda; set CUDA_HOME" | tee -a "$out/summary.txt"
+fi
+export LD_LIBRARY_PATH=$work/lib:$cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export OXCCL_CUDA_INCLUDE=${OXCCL_CUDA_INCLUDE:-$cuda/include}
+export OXCCL_CUDA_CACHE=$work/ptx
+export OXCCL_CUDA_DEVICES=0
+nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+
+# run PART SECONDS COMMAND...: the command's output in $OUT/PART.log, its status in the
+# summary.
+run() {
+  local part=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  timeout "$limit" "$@" > "$out/$part.log" 2>&1
+  local code=$?
+  echo "$part: exit $code in $((SECONDS - start)) s" | tee -a "$out/summary.txt"
+}
+
+part() {
+  case "$1" in
+    platform) run platform 300 "$bin/oxccl_platform" cuda:: ;;
+    cuda | cuda_device_buffer | cuda_graph) run "$1" 300 "$bin/$1" ;;
+    executors)
+      for exe in "$bin"/*_executors; do
+        OXCCL_TEST_DEVICE=cuda run "executors-$(basename "$exe")" 300 "$exe"
+      done
+      ;;
+    perf) run perf 300 "$bin/oxccl" perf all-reduce --device cuda --ranks 8 -b 1K -e 1G -f 4 ;;
+    perf-graph)
+      run perf-graph 300 "$bin/oxccl" perf all-reduce --device cuda --ranks 8 -b 1K -e 64M -f 4 \
+        --graph --graph-steps 8
+      ;;
+    *) echo "gpu-check: unknown part $1" | tee -a "$out/summary.txt" ;;
+  esac
+}
+
+parts=("$@")
+[ ${#parts[@]} -gt 0 ] || parts=(platform cuda cuda_device_buffer cuda_graph executors perf perf-graph)
+for p in "${parts[@]}"; do
+  part "$p"
+done
