@@ -14,11 +14,11 @@
 //!
 //! A replay claims its ranks for all its steps, prepares every step's launch in epoch
 //! order (the entry fences as consecutive calls would have them), replays each GPU's
-//! graph on its stream, and waits for the GPUs' done events. Past `exec_timeout` the
-//! waiting thread is the watchdog: the first step, in epoch order, with a stream that did
-//! not reach its end is the one reported (each step has progress words of its own), and
-//! the device is stopped, which releases every kernel, later steps' included (a kernel
-//! of a stopped device runs nothing).
+//! graph on its stream, and waits for the GPUs' done events. The waiting thread is the
+//! watchdog: when no further step ended for `exec_timeout`, the first step, in epoch
+//! order, with a stream that did not reach its end is the one reported (each step has
+//! progress words of its own), and the device is stopped, which releases every kernel,
+//! later steps' included (a kernel of a stopped device runs nothing).
 
 use super::driver::cu;
 use super::graph::{SequenceGraph, StepPrograms, GRAPHS_KEPT};
@@ -302,23 +302,25 @@ impl Drop for Claim<'_> {
     }
 }
 
-/// Wait until every GPU's done event fired; past `exec_timeout`, report the first step
-/// of `launched` (epoch order) that did not run to its end, and stop the device.
+/// Wait until every GPU's done event fired. The watchdog's clock restarts whenever more
+/// of `launched` (epoch order) ran to their end, so each step may take `exec_timeout`, as
+/// an eager call may; past it, the first that did not end is reported and the device
+/// stopped.
 fn watch(shared: &Shared, launched: &[Arc<Launch>]) {
     let start = Instant::now();
     let timeout = shared.config.exec_timeout;
+    let (mut since, mut ended) = (start, 0);
     let mut gpus: Vec<&GpuGroup> = shared.groups.iter().collect();
     loop {
         gpus.retain(|group| !settled(group));
         if gpus.is_empty() {
             return;
         }
-        if shared.stopped().is_none() && start.elapsed() > timeout {
-            let stuck = launched
-                .iter()
-                .find(|l| !l.streams_done())
-                .or(launched.last());
-            if let Some(launch) = stuck {
+        if shared.stopped().is_none() && since.elapsed() > timeout {
+            let now = launched.iter().take_while(|l| l.streams_done()).count();
+            if now > ended {
+                (since, ended) = (Instant::now(), now);
+            } else if let Some(launch) = launched.get(now).or(launched.last()) {
                 let error = launch.declare_hung();
                 shared.stop(AbortCause::PeerFailed {
                     rank: launch.rank(),
