@@ -333,8 +333,7 @@ struct Queued<'c, 's, 'a> {
 
 /// Hand every queued step to the device — all at once when it queues a rank's
 /// submissions or takes whole sequences, else the `k`-th step of every sequence together,
-/// step by step — and
-/// settle each; a sequence's result is its first error.
+/// step by step — and settle each; a sequence's result is its first error.
 fn run_queued(group: &Shared, queued: Vec<Queued<'_, '_, '_>>, results: &mut [Result<(), Error>]) {
     let device = &group.device;
     let capabilities = device.capabilities();
