@@ -671,6 +671,29 @@ pub fn waves(sequences: &[usize]) -> Vec<Vec<usize>> {
     waves
 }
 
+/// Run `group` (sequences of several submissions per rank, in epoch order) step by step
+/// on `device`: the [`waves`] of its ranks' submissions, one [`Device::run`] each. For a
+/// backend that takes whole sequences but cannot run one its own way.
+pub fn run_in_waves(
+    device: &dyn Device,
+    group: Vec<Submission<'_>>,
+) -> Vec<Result<(), DeviceError>> {
+    let ranks: Vec<usize> = group.iter().map(|s| s.compiled.rank).collect();
+    let mut pending: Vec<Option<Submission<'_>>> = group.into_iter().map(Some).collect();
+    let mut outcomes: Vec<Option<Result<(), DeviceError>>> =
+        (0..pending.len()).map(|_| None).collect();
+    for wave in waves(&ranks) {
+        let submissions = wave.iter().filter_map(|&i| pending[i].take()).collect();
+        for (&index, outcome) in wave.iter().zip(device.run(submissions)) {
+            outcomes[index] = Some(outcome);
+        }
+    }
+    outcomes
+        .into_iter()
+        .map(|o| o.expect("every submission is in one wave"))
+        .collect()
+}
+
 /// Wait for `completion` until it reports its outcome, `timeout` at a time.
 pub fn wait_out(completion: &mut dyn Completion, timeout: Duration) -> Result<(), DeviceError> {
     loop {

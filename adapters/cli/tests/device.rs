@@ -154,7 +154,7 @@ fn perf_on_a_gpu_checks_device_buffers_and_shows_the_copy_bound() {
 }
 
 #[test]
-fn perf_graph_on_a_gpu_checks_every_step_of_its_cuda_graphs() {
+fn perf_graph_on_a_gpu_checks_its_rows_values_and_guards() {
     if let Some(why) = gpu_reason() {
         eprintln!("skipped: {why}");
         return;

@@ -67,11 +67,10 @@ unsafe impl Send for Shared {}
 // SAFETY: as above.
 unsafe impl Sync for Shared {}
 
-/// Whether graph mode's launches replay as CUDA graphs (`OXCCL_CUDA_GRAPHS`; off for good
-/// once the driver refused to build one), with counts of what happened.
+/// What graph mode's launches did: counts, and why the driver refused a graph, which
+/// turns graphs off for good (see [`Shared::graphs_on`]).
 #[derive(Debug, Default)]
 pub(crate) struct GraphUse {
-    pub on: AtomicBool,
     /// Graphs built.
     pub built: AtomicU64,
     /// Launches replayed as graphs.
@@ -175,6 +174,12 @@ impl Shared {
 
     pub fn stopped(&self) -> Option<AbortCause> {
         self.failure.lock().clone()
+    }
+
+    /// Whether graph mode's launches replay as CUDA graphs: asked for
+    /// (`OXCCL_CUDA_GRAPHS`), and the driver never refused to build one.
+    pub fn graphs_on(&self) -> bool {
+        self.config.cuda_graphs && self.graphs.refused.lock().is_none()
     }
 }
 
@@ -286,10 +291,7 @@ impl CudaDevice {
             scratch: Mutex::new(Vec::new()),
             mapped,
             failure: Mutex::new(None),
-            graphs: GraphUse {
-                on: AtomicBool::new(config.cuda_graphs),
-                ..GraphUse::default()
-            },
+            graphs: GraphUse::default(),
             config,
             id: crate::device::next_device_id(),
         });
@@ -301,7 +303,7 @@ impl CudaDevice {
     pub fn graph_counts(&self) -> GraphCounts {
         let graphs = &self.shared.graphs;
         GraphCounts {
-            on: graphs.on.load(Ordering::Acquire),
+            on: self.shared.graphs_on(),
             built: graphs.built.load(Ordering::Relaxed),
             replays: graphs.replays.load(Ordering::Relaxed),
             refused: graphs.refused.lock().clone(),
@@ -422,7 +424,7 @@ impl Device for CudaDevice {
     fn run_sequence_group(&self, group: Vec<Submission<'_>>) -> Vec<Result<(), DeviceError>> {
         match super::replay::run_sequences(&self.shared, group) {
             Ok(outcomes) => outcomes,
-            Err(group) => super::replay::in_waves(self, group),
+            Err(group) => crate::device::run_in_waves(self, group),
         }
     }
 

@@ -99,6 +99,7 @@ impl SequenceGraph {
             })
         };
         let (local, ranks) = (shared.ranks.len(), shared.config.ranks);
+        // Each step's place in the graph's memory; its node is added once the graph exists.
         let mut layout = Vec::with_capacity(steps.len());
         let (mut desc_len, mut counters_len, mut words_len) = (0usize, 0usize, 0usize);
         for step in steps {
@@ -112,7 +113,14 @@ impl SequenceGraph {
                     .checked_add(1 + program.streams.len())
                     .ok_or_else(too_large)?;
             }
-            layout.push((grid, desc_len, desc_words, counters_len, words_at));
+            layout.push(GraphStep {
+                node: std::ptr::null_mut(),
+                grid,
+                desc_at: desc_len,
+                desc_words,
+                counters_at: counters_len,
+                words_at,
+            });
             desc_len = desc_len.checked_add(desc_words).ok_or_else(too_large)?;
             counters_len = counters_len
                 .checked_add(grid.counters(runs))
@@ -124,7 +132,7 @@ impl SequenceGraph {
             gpu: gpu.clone(),
             graph: std::ptr::null_mut(),
             exec: std::ptr::null_mut(),
-            steps: Vec::with_capacity(steps.len()),
+            steps: Vec::new(),
             desc: DevAlloc::zeroed(gpu, desc_bytes, "a CUDA graph's descriptors")?,
             counters: DevAlloc::zeroed(gpu, counters_bytes, "a CUDA graph's counters")?,
             counters_len,
@@ -135,20 +143,14 @@ impl SequenceGraph {
                 .collect(),
         };
         cu!(cuGraphCreate(&mut built.graph, 0))?;
-        for (grid, desc_at, desc_words, counters_at, words_at) in layout {
-            let previous = built.steps.last().map(|s| s.node);
-            let desc = built.desc.ptr + desc_at as u64 * 8;
-            let params = grid.params(shared, desc, 0, 0);
-            let node = built.add_node(grid, params, previous)?;
-            built.steps.push(GraphStep {
-                node,
-                grid,
-                desc_at,
-                desc_words,
-                counters_at,
-                words_at,
-            });
+        let mut previous = None;
+        for step in &mut layout {
+            let desc = built.desc.ptr + step.desc_at as u64 * 8;
+            let params = step.grid.params(shared, desc, 0, 0);
+            step.node = built.add_node(step.grid, params, previous)?;
+            previous = Some(step.node);
         }
+        built.steps = layout;
         cu!(cuGraphInstantiateWithFlags(&mut built.exec, built.graph, 0))?;
         Ok(built)
     }

@@ -25,41 +25,19 @@ use super::graph::{SequenceGraph, StepPrograms, GRAPHS_KEPT};
 use super::group::GpuGroup;
 use super::launch::{Checked, Launch};
 use super::Shared;
-use crate::device::{wait_out, Device, Submission};
+use crate::device::{wait_out, Submission};
 use crate::error::{AbortCause, DeviceError};
 use cudarc::driver::sys;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Run `group` step by step, as eager calls: the `k`-th submission of every rank
-/// together (what the framework does for a device that does not take whole sequences).
-pub(crate) fn in_waves(
-    device: &dyn Device,
-    group: Vec<Submission<'_>>,
-) -> Vec<Result<(), DeviceError>> {
-    let ranks: Vec<usize> = group.iter().map(|s| s.compiled.rank).collect();
-    let mut pending: Vec<Option<Submission<'_>>> = group.into_iter().map(Some).collect();
-    let mut outcomes: Vec<Option<Result<(), DeviceError>>> =
-        (0..pending.len()).map(|_| None).collect();
-    for wave in crate::device::waves(&ranks) {
-        let submissions = wave.iter().filter_map(|&i| pending[i].take()).collect();
-        for (&index, outcome) in wave.iter().zip(device.run(submissions)) {
-            outcomes[index] = Some(outcome);
-        }
-    }
-    outcomes
-        .into_iter()
-        .map(|o| o.expect("every submission is in one wave"))
-        .collect()
-}
-
 /// Replay `group` as CUDA graphs, or give it back (`Err`) to be launched step by step.
 pub(crate) fn run_sequences<'a>(
     shared: &Arc<Shared>,
     group: Vec<Submission<'a>>,
 ) -> Result<Vec<Result<(), DeviceError>>, Vec<Submission<'a>>> {
-    if !shared.graphs.on.load(Ordering::Acquire) {
+    if !shared.graphs_on() {
         return Err(group);
     }
     if let Some(plan) = plan(shared, &group) {
@@ -159,37 +137,14 @@ fn replay(shared: &Arc<Shared>, plan: Plan<'_, '_>) -> Option<Vec<Result<(), Dev
         }
         steps.push((epoch, launches));
     }
-    // The launches that went to a GPU, by epoch: the watchdog looks for the first that
-    // did not end.
-    let mut replayed: Vec<(u64, Arc<Launch>)> = Vec::new();
+    let mut replayed_on = Vec::with_capacity(graphs.len());
     for (group, (kept, at)) in shared.groups.iter().zip(&graphs) {
         let runs: Vec<(u64, Vec<Arc<Launch>>)> = steps
             .iter()
             .map(|(epoch, launches)| (*epoch, on_group(group, launches)))
             .collect();
-        let outcome = match shared.stopped() {
-            Some(cause) => Err(cause),
-            None => kept[*at].replay(shared, group, &runs).map_err(|error| {
-                let rank = runs[0].1.first().map_or(0, |l| l.rank());
-                let cause = AbortCause::PeerFailed {
-                    rank,
-                    error: Arc::new(error),
-                };
-                shared.stop(cause.clone());
-                // What the failed replay queued before it failed may run: stopped, its
-                // kernels exit at once, and nothing may touch the buffers once the call
-                // returns.
-                if group.gpu.bind().is_ok() {
-                    let _ = cu!(cuStreamSynchronize(group.stream));
-                }
-                cause
-            }),
-        };
-        if outcome.is_ok() {
-            for (epoch, launches) in &runs {
-                replayed.extend(launches.iter().map(|l| (*epoch, l.clone())));
-            }
-        }
+        let outcome = replay_on(shared, group, &kept[*at], &runs);
+        replayed_on.push(outcome.is_ok());
         for launch in runs.iter().flat_map(|(_, l)| l) {
             launch.launched(outcome.clone());
         }
@@ -198,8 +153,14 @@ fn replay(shared: &Arc<Shared>, plan: Plan<'_, '_>) -> Option<Vec<Result<(), Dev
         shared.graphs.replays.fetch_add(1, Ordering::Relaxed);
     }
     drop(graphs);
-    replayed.sort_by_key(|(epoch, _)| *epoch);
-    let replayed: Vec<Arc<Launch>> = replayed.into_iter().map(|(_, l)| l).collect();
+    // The launches that went to a GPU, by epoch: the watchdog looks for the first that
+    // did not end.
+    let replayed: Vec<Arc<Launch>> = steps
+        .iter()
+        .flat_map(|(_, launches)| launches)
+        .filter(|l| replayed_on[shared.group_index[l.program().slot]])
+        .cloned()
+        .collect();
     watch(shared, &replayed);
     order.sort_by_key(|(index, _)| *index);
     let timeout = shared.config.exec_timeout;
@@ -209,6 +170,34 @@ fn replay(shared: &Arc<Shared>, plan: Plan<'_, '_>) -> Option<Vec<Result<(), Dev
             .map(|(_, launch)| wait_out(&mut launch.completion(), timeout))
             .collect(),
     )
+}
+
+/// Replay `graph` with `runs` on `group`'s GPU, unless the device stopped; a failure
+/// stops the device, and is the cause every run of the GPU reports.
+fn replay_on(
+    shared: &Shared,
+    group: &GpuGroup,
+    graph: &SequenceGraph,
+    runs: &[(u64, Vec<Arc<Launch>>)],
+) -> Result<(), AbortCause> {
+    if let Some(cause) = shared.stopped() {
+        return Err(cause);
+    }
+    graph.replay(shared, group, runs).map_err(|error| {
+        let first = runs.iter().flat_map(|(_, l)| l).next();
+        let rank = first.map_or(0, |l| l.rank());
+        let cause = AbortCause::PeerFailed {
+            rank,
+            error: Arc::new(error),
+        };
+        shared.stop(cause.clone());
+        // What the failed replay queued before it failed may run: stopped, its kernels
+        // exit at once, and nothing may touch the buffers once the call returns.
+        if group.gpu.bind().is_ok() {
+            let _ = cu!(cuStreamSynchronize(group.stream));
+        }
+        cause
+    })
 }
 
 /// The programs of `group`'s ranks in one step.
@@ -268,7 +257,6 @@ fn find_or_build(
                 .refused
                 .lock()
                 .get_or_insert(error.to_string());
-            shared.graphs.on.store(false, Ordering::Release);
             None
         }
     }

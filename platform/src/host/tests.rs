@@ -632,7 +632,12 @@ fn a_rank_s_queued_submissions_run_in_epoch_order() {
 
 /// Compile `group` and run it as a sequence group (graph mode's path).
 fn run_sequence_group(dev: &HostDevice, group: Vec<Ex<'_>>) -> Vec<Result<(), DeviceError>> {
-    let submissions = group
+    dev.run_sequence_group(compile_all(dev, group))
+}
+
+/// Every entry of `group` compiled into a submission.
+fn compile_all<'a>(dev: &HostDevice, group: Vec<Ex<'a>>) -> Vec<Submission<'a>> {
+    group
         .into_iter()
         .map(|e| Submission {
             compiled: dev
@@ -650,8 +655,34 @@ fn run_sequence_group(dev: &HostDevice, group: Vec<Ex<'_>>) -> Vec<Result<(), De
             epoch: e.epoch,
             gate: e.gate,
         })
+        .collect()
+}
+
+#[test]
+fn sequences_run_in_waves_report_each_submission_in_its_place() {
+    let dev = device(2, 1, 10_000);
+    let inputs: Vec<[u8; 8]> = (0..6u8).map(|i| [i + 1; 8]).collect();
+    let mut outputs = vec![[0u8; 8]; 6];
+    let mut short = [0u8; 4];
+    let mut steps = ping_pong_steps(&dev, 1, &inputs, &mut outputs, 1);
+    // Rank 1's second step bound to a receive buffer shorter than its program writes.
+    steps[3].user = UserBuffers::OutOfPlace {
+        input: &inputs[3],
+        output: &mut short,
+    };
+    // Rank by rank, as a launch may bring them: (0, 1) (0, 2) (0, 3) (1, 1) (1, 2) (1, 3).
+    let mut by_rank: Vec<Option<Ex<'_>>> = steps.into_iter().map(Some).collect();
+    let group: Vec<Ex<'_>> = [0, 2, 4, 1, 3, 5]
+        .iter()
+        .map(|&i| by_rank[i].take().unwrap())
         .collect();
-    dev.run_sequence_group(submissions)
+    let results = crate::device::run_in_waves(&dev, compile_all(&dev, group));
+    assert_eq!(results.len(), 6);
+    assert!(results[0].is_ok() && results[3].is_ok(), "{results:?}");
+    assert!(
+        matches!(results[4], Err(DeviceError::Config(_))),
+        "the short buffer's refusal is its own submission's: {results:?}"
+    );
 }
 
 /// Epochs `first..first + 3` of a two-rank ping-pong that copies input to output.
