@@ -52,7 +52,6 @@ pub(crate) fn run_sequences<'a>(
 /// holding every local rank in slot order, with each one's index in the launch.
 struct Plan<'s, 'a> {
     steps: Vec<(u64, Vec<(usize, Checked<'s, 'a>)>)>,
-    len: usize,
 }
 
 /// The plan of `group`, or `None` when it cannot replay (see the module docs).
@@ -82,10 +81,7 @@ fn plan<'s, 'a>(shared: &Shared, group: &'s [Submission<'a>]) -> Option<Plan<'s,
             (epoch, runs)
         })
         .collect();
-    Some(Plan {
-        steps,
-        len: group.len(),
-    })
+    Some(Plan { steps })
 }
 
 /// The steps of a launch whose `i`-th submission is of `keys[i]` = (epoch, local slot):
@@ -126,7 +122,7 @@ fn replay(shared: &Arc<Shared>, plan: Plan<'_, '_>) -> Option<Vec<Result<(), Dev
         let at = find_or_build(shared, group, &mut kept, &programs)?;
         graphs.push((kept, at));
     }
-    let mut order = Vec::with_capacity(plan.len);
+    let mut order = Vec::new();
     let mut steps: Vec<(u64, Vec<Arc<Launch>>)> = Vec::with_capacity(plan.steps.len());
     for (epoch, runs) in plan.steps {
         let mut launches = Vec::with_capacity(runs.len());
