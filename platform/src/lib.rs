@@ -18,6 +18,8 @@
 //! - [`host`]: the default backend, a worker pool that schedules every stream of every
 //!   in-process rank without a thread per stream and without busy-waiting.
 //! - [`sim`]: records programs instead of running them, for the analyzer and cost model.
+//! - [`staged`]: a device whose users' buffers are accelerator memory, run by the host
+//!   device through host memory (the cuda backend's ranks in a job of processes).
 //!
 //! Executors never touch memory; they append tasks. The same program therefore runs on the
 //! host, is checked by the analyzer, and is replayed by graph mode with new buffers bound.
@@ -37,6 +39,7 @@ pub mod registry;
 pub mod signal;
 pub mod sim;
 mod slice_checks;
+pub mod staged;
 pub mod transport;
 
 #[doc(hidden)]
