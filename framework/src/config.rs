@@ -16,7 +16,7 @@
 //! | `OXCCL_TRANSPORT` | how ranks in other processes are reached (see [`crate::transport`]): `auto` (shared memory on a host; between hosts RDMA where both ranks opened a port, else TCP), `shm`, `tcp` or `rdma` (every peer over TCP, or over RDMA, also on one host) | auto |
 //! | `OXCCL_RDMA_DEVICE`, `OXCCL_RDMA_PORT`, `OXCCL_RDMA_GID_INDEX`, `OXCCL_RDMA_TC` | the RDMA port a rank opens (a build with the `rdma` feature; see `oxccl_platform::transport::rdma::Settings`): the device by name, its port, the GID index (RoCE) and the traffic class | the first device, port 1, GID 0, class 0 |
 //! | `OXCCL_DEVICE` | the backend: `host` (threads of this process), `cuda` (NVIDIA GPUs; a build with the `cuda` feature), `sim` (records programs) | host |
-//! | `OXCCL_CUDA_DEVICES` | the cuda backend's placement: one CUDA device ordinal for every local rank (`0`: all on GPU 0, as virtual ranks), or one per local rank (`0,0,1,1`) | round-robin over the GPUs (one rank per GPU when there are enough) |
+//! | `OXCCL_CUDA_DEVICES` | the cuda backend's placement: one CUDA device ordinal for every local rank (`0`: all on GPU 0, as virtual ranks), one per local rank (`0,0,1,1`), or in a job of processes one per rank of the host, of which each process takes its own | round-robin over the GPUs from the process's place among its host's ranks (`LOCAL_RANK`): one rank per GPU when there are enough |
 //! | `OXCCL_CUDA_GRAPHS` | 1: the cuda backend runs a graph launch (`oxccl-graph`) that holds every local rank's steps on device buffers as one CUDA graph per GPU, built on its first launch and replayed after; 0: step by step, as eager calls | 1 |
 //! | `OXCCL_LINK_CHANNELS` | notify channels per link, 1 to 64: how many handshakes two ranks may have in flight at once (an imported MSCCL-IR file needs one per message slot of each of its channels, and pipelines deeper with more) | 2, or what the imported files need when more |
 //! | `OXCCL_ALGO_FILES` | MSCCL-IR algorithm files imported as executors (see [`crate::msccl`]): files or folders (their `*.xml`), `:`-separated; read when the registry is first built | none |
@@ -82,7 +82,8 @@ pub struct Config {
     /// completion of the NIC, so communicators must not share one.
     pub rdma_nic: Option<crate::transport::RdmaNic>,
     /// The cuda backend's placement (`OXCCL_CUDA_DEVICES`): one ordinal for every local
-    /// rank, or one per local rank; empty: round-robin over the GPUs.
+    /// rank, one per local rank, or in a job of processes one per rank of the host;
+    /// empty: round-robin over the GPUs from the process's place on its host.
     pub gpus: Vec<usize>,
     /// The cuda backend replays graph mode's launches as CUDA graphs where it can
     /// (`OXCCL_CUDA_GRAPHS`).

@@ -105,8 +105,9 @@ pub struct DeviceConfig {
     /// is lost.
     pub processes: Vec<RankProcess>,
     /// The cuda backend's placement: the CUDA device ordinal of each local rank (by its
-    /// index in `local_ranks`), or one ordinal for all; empty: round-robin over the
-    /// machine's GPUs. Other backends ignore it.
+    /// index in `local_ranks`), one ordinal for all, or one per rank of the host (each
+    /// process takes its own); empty: round-robin over the machine's GPUs from the
+    /// process's place among its host's ranks. Other backends ignore it.
     pub gpus: Vec<usize>,
     /// The cuda backend runs graph mode's launches as CUDA graphs where it can (else step
     /// by step). Other backends ignore it.

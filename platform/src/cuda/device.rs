@@ -1,4 +1,5 @@
-//! The device: its GPUs, per-rank memory and streams, and the [`Device`] implementation.
+//! The one-process engine: its GPUs, per-rank memory and streams, and its [`Device`]
+//! implementation.
 
 use super::driver::{self, cu, Gpu};
 use super::group::{Arrival, GpuGroup};
@@ -17,13 +18,6 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-crate::register_backend!(
-    "cuda",
-    "NVIDIA GPUs through the CUDA driver (one or several ranks per GPU)",
-    crate::registry::Memory::PerRank,
-    |config| Ok(Arc::new(CudaDevice::new(config)?))
-);
 
 /// CUDA devices on this machine (an error when there is no driver).
 pub fn gpu_count() -> Result<usize, CudaError> {
@@ -79,7 +73,7 @@ pub(crate) struct GraphUse {
     pub refused: Mutex<Option<String>>,
 }
 
-/// What graph mode's launches did on a cuda device ([`CudaDevice::graph_counts`]).
+/// What graph mode's launches did on a cuda device ([`super::CudaDevice::graph_counts`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GraphCounts {
     /// Whether launches replay as CUDA graphs (`OXCCL_CUDA_GRAPHS`, and the driver built
@@ -183,56 +177,28 @@ impl Shared {
     }
 }
 
-/// NVIDIA GPUs as a device.
-pub struct CudaDevice {
+/// The cuda backend's engine when every rank of the communicator is in this process
+/// (see [`super::CudaDevice`]).
+pub(super) struct OneProcess {
     shared: Arc<Shared>,
 }
 
-impl std::fmt::Debug for CudaDevice {
+impl std::fmt::Debug for OneProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let gpus: Vec<_> = self.shared.ranks.iter().map(|m| m.gpu.ordinal).collect();
-        f.debug_struct("CudaDevice")
+        f.debug_struct("OneProcess")
             .field("ranks", &self.shared.config.ranks)
             .field("gpus", &gpus)
             .finish()
     }
 }
 
-/// The ordinal of each local rank: `config.gpus`, or round-robin over `count` GPUs.
-fn placement(config: &DeviceConfig, count: usize) -> Result<Vec<usize>, CudaError> {
-    let local = config.local_ranks.len();
-    let ordinals: Vec<usize> = match config.gpus.as_slice() {
-        [] => (0..local).map(|i| i % count.max(1)).collect(),
-        [one] => vec![*one; local],
-        many if many.len() == local => many.to_vec(),
-        many => {
-            return Err(CudaError::Placement {
-                given: many.len(),
-                local,
-            })
-        }
-    };
-    for (i, &ordinal) in ordinals.iter().enumerate() {
-        if ordinal >= count {
-            return Err(CudaError::NoDevice {
-                rank: config.local_ranks.get(i).copied().unwrap_or(i),
-                ordinal,
-                count,
-            });
-        }
-    }
-    Ok(ordinals)
-}
-
-impl CudaDevice {
+impl OneProcess {
     /// Open the GPUs the local ranks are placed on and allocate every rank's memory.
     pub fn new(config: DeviceConfig) -> Result<Self, DeviceError> {
         let slots = config.local_slots()?;
-        if config.shm.is_some() || config.tcp.is_some() {
-            return Err(CudaError::NoTransport.into());
-        }
         let count = driver::init()?;
-        let ordinals = placement(&config, count)?;
+        let ordinals = super::placement::placement(&config, count)?;
         let mut gpus: Vec<Arc<Gpu>> = Vec::new();
         for &ordinal in &ordinals {
             if !gpus.iter().any(|g| g.ordinal == ordinal) {
@@ -295,7 +261,7 @@ impl CudaDevice {
             config,
             id: crate::device::next_device_id(),
         });
-        Ok(CudaDevice { shared })
+        Ok(OneProcess { shared })
     }
 
     /// What graph mode's launches did on this device: whether they replay as CUDA graphs,
@@ -339,7 +305,7 @@ impl CudaDevice {
     }
 }
 
-impl Device for CudaDevice {
+impl Device for OneProcess {
     fn kind(&self) -> &'static str {
         "cuda"
     }

@@ -40,10 +40,15 @@ pub enum CudaError {
         count: usize,
     },
     #[error(
-        "OXCCL_CUDA_DEVICES lists {given} devices for {local} local ranks: give one ordinal \
-         for all of them, or one per local rank"
+        "OXCCL_CUDA_DEVICES lists {given} devices for {local} local ranks, this process's \
+         first being rank {first} of its host: give one ordinal for all of them, one per \
+         local rank, or one per rank of the host"
     )]
-    Placement { given: usize, local: usize },
+    Placement {
+        given: usize,
+        local: usize,
+        first: usize,
+    },
     #[error(
         "a task with {operands} sources and destinations: the cuda backend runs at most {max} \
          per task"
@@ -103,12 +108,6 @@ pub enum CudaError {
     NoHeaders { tried: Vec<String> },
     #[error("NVRTC could not compile the program kernel for {arch}:\n{log}")]
     Compile { arch: String, log: String },
-    #[error(
-        "the cuda backend reaches ranks of other processes through neither shared memory nor \
-         TCP yet: run every rank of a communicator in one process (virtual ranks), or use \
-         the host device"
-    )]
-    NoTransport,
     #[error(
         "rank {rank}'s programs need {needed} local notifies; the cuda backend has room for \
          {capacity} per rank"

@@ -11,6 +11,17 @@
 //! *virtual ranks* of it). Every rank has its own streams, CCL buffers, scratch and
 //! signal words on its GPU; ranks on different GPUs need peer access between them.
 //!
+//! ## Ranks in other processes
+//!
+//! A device created with a transport to other processes (a rank of a job under
+//! `oxccl launch`, `mpirun` or `torchrun`, one process per GPU or several) runs its calls
+//! staged through host memory by the host device ([`crate::staged`], `across`): its
+//! device buffers are copied to the host, the collective runs over the host transports
+//! (shared memory, RDMA, TCP), and the result is copied back. Placement then starts at
+//! the process's place among its host's ranks (`placement`), so each process of a host
+//! takes its own GPU. What follows (kernels, device signals, CUDA graphs) is the
+//! one-process engine, for communicators whose every rank is in this process.
+//!
 //! ## The IR in one kernel per GPU and call
 //!
 //! Every local rank of a GPU makes each call: it brings its compiled program, or
@@ -65,7 +76,9 @@
 //! of programs and replayed with the buffers of each launch (`replay`, `graph`). Other
 //! launches run step by step, as eager calls.
 //!
-//! Files: `driver` (loading, contexts, the kernel), `memory`, `compile`, `program`
+//! Files: `engine` ([`CudaDevice`] and which engine runs it), `placement` (a GPU per local
+//! rank), `across` (ranks in other processes), `device` (the one-process engine),
+//! `driver` (loading, contexts, the kernel), `memory`, `compile`, `program`
 //! (the encoding and the kernel's argument), `group` (a GPU's ranks and launches),
 //! `launch` (a submission and its completion), `kernels` (CUDA C and NVRTC), `ptx_cache`
 //! (NVRTC's output kept on disk), `user` (memory the user owns on a GPU), `zero_copy`
@@ -78,11 +91,15 @@ pub mod kernels;
 pub use error::CudaError;
 
 #[cfg(feature = "cuda")]
+mod across;
+#[cfg(feature = "cuda")]
 mod compile;
 #[cfg(feature = "cuda")]
 mod device;
 #[cfg(feature = "cuda")]
 mod driver;
+#[cfg(feature = "cuda")]
+mod engine;
 #[cfg(feature = "cuda")]
 mod graph;
 #[cfg(feature = "cuda")]
@@ -91,6 +108,8 @@ mod group;
 mod launch;
 #[cfg(feature = "cuda")]
 mod memory;
+#[cfg(feature = "cuda")]
+mod placement;
 #[cfg(feature = "cuda")]
 mod program;
 #[cfg(feature = "cuda")]
@@ -105,6 +124,8 @@ mod zero_copy;
 #[cfg(feature = "cuda")]
 pub(crate) use device::Shared;
 #[cfg(feature = "cuda")]
-pub use device::{gpu_count, CudaDevice, GraphCounts};
+pub use device::{gpu_count, GraphCounts};
+#[cfg(feature = "cuda")]
+pub use engine::CudaDevice;
 #[cfg(feature = "cuda")]
 pub use user::{copy_bandwidth, CopyBandwidth, DeviceBytes};

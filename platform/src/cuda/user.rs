@@ -35,14 +35,14 @@ use crate::ir::Rank;
 use cudarc::driver::sys;
 
 /// A retained primary context of one CUDA device, released on drop.
-struct PrimaryContext {
-    ordinal: usize,
+pub(super) struct PrimaryContext {
+    pub(super) ordinal: usize,
     device: sys::CUdevice,
     context: sys::CUcontext,
 }
 
 impl PrimaryContext {
-    fn retain(ordinal: usize) -> Result<Self, CudaError> {
+    pub(super) fn retain(ordinal: usize) -> Result<Self, CudaError> {
         let count = driver::init()?;
         let index = i32::try_from(ordinal)
             .ok()
@@ -60,7 +60,7 @@ impl PrimaryContext {
     }
 
     /// Make the context current on the calling thread.
-    fn bind(&self) -> Result<(), CudaError> {
+    pub(super) fn bind(&self) -> Result<(), CudaError> {
         cu!(cuCtxSetCurrent(self.context))
     }
 }

@@ -1,0 +1,176 @@
+//! Ranks of a job of processes on GPUs: each process's ranks on their GPUs, the job's
+//! collectives run by the host device through host memory ([`crate::staged`]).
+//!
+//! A device created with a transport to other processes (`DeviceConfig::shm` or `tcp`:
+//! `Communicator::init_rank` under `oxccl launch`, `mpirun` or `torchrun`) takes this
+//! path: every call bound to a rank's device buffers is copied into host memory, run over
+//! the host transports (shared memory on a host; RDMA or TCP between hosts), and what it
+//! wrote copied back. Each rank has its GPU's primary context (the memory its
+//! `DeviceBuffer`s come from) and a stream of its own for those copies. Graph mode runs
+//! step by step here, and no CUDA graph is built.
+
+use super::driver::{self, cu};
+use super::placement::placement;
+use super::user::PrimaryContext;
+use super::CudaError;
+use crate::device::{DeviceConfig, DeviceSpan};
+use crate::error::DeviceError;
+use crate::ir::Rank;
+use crate::staged::{StageCopies, StagedDevice};
+use cudarc::driver::sys;
+
+/// The cuda backend's engine for ranks in a job of processes.
+pub(super) struct AcrossProcesses {
+    pub device: StagedDevice,
+    /// Per communicator rank, its local slot.
+    slots: Vec<Option<usize>>,
+    /// Per local slot, its GPU.
+    ordinals: Vec<usize>,
+}
+
+impl std::fmt::Debug for AcrossProcesses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcrossProcesses")
+            .field("gpus", &self.ordinals)
+            .field("device", &self.device)
+            .finish()
+    }
+}
+
+impl AcrossProcesses {
+    /// Place the local ranks (see [`placement`]), open their GPUs' contexts and the host
+    /// device that joins them to the job.
+    pub fn new(config: DeviceConfig) -> Result<Self, DeviceError> {
+        let slots = config.local_slots()?;
+        let count = driver::init()?;
+        let ordinals = placement(&config, count)?;
+        let ranks = ordinals
+            .iter()
+            .map(|&o| RankCopies::open(o))
+            .collect::<Result<Vec<_>, _>>()?;
+        let copies = CudaCopies {
+            slots: slots.clone(),
+            local: config.local_ranks.clone(),
+            ranks,
+        };
+        let device = StagedDevice::new("cuda", config, Box::new(copies))?;
+        Ok(AcrossProcesses {
+            device,
+            slots,
+            ordinals,
+        })
+    }
+
+    /// The CUDA device ordinal local rank `rank` runs on.
+    pub fn ordinal_of(&self, rank: Rank) -> Result<usize, DeviceError> {
+        let local = &crate::device::Device::config(&self.device).local_ranks;
+        Ok(self.ordinals[slot_of(&self.slots, rank, local)?])
+    }
+}
+
+/// Local rank `rank`'s slot, or the refusal naming the ranks served here (`local`).
+fn slot_of(slots: &[Option<usize>], rank: Rank, local: &[Rank]) -> Result<usize, DeviceError> {
+    slots.get(rank).copied().flatten().ok_or_else(|| {
+        crate::error::ConfigFault::NotServed {
+            rank,
+            local: local.to_vec(),
+        }
+        .into()
+    })
+}
+
+/// One local rank's way to its GPU's memory.
+struct RankCopies {
+    /// Its copies are ordered on it alone.
+    stream: sys::CUstream,
+    /// Dropped last: the stream belongs to it.
+    context: PrimaryContext,
+}
+
+impl RankCopies {
+    fn open(ordinal: usize) -> Result<Self, CudaError> {
+        let context = PrimaryContext::retain(ordinal)?;
+        context.bind()?;
+        let stream = driver::new_stream()?;
+        Ok(RankCopies { stream, context })
+    }
+
+    /// Bind the context, let `copy` order a copy on the stream, and wait for it.
+    fn copy(
+        &self,
+        copy: impl FnOnce(sys::CUstream) -> Result<(), CudaError>,
+    ) -> Result<(), DeviceError> {
+        self.context.bind()?;
+        copy(self.stream)?;
+        Ok(cu!(cuStreamSynchronize(self.stream))?)
+    }
+}
+
+impl Drop for RankCopies {
+    fn drop(&mut self) {
+        if self.context.bind().is_ok() {
+            let _ = cu!(cuStreamSynchronize(self.stream));
+            let _ = cu!(cuStreamDestroy_v2(self.stream));
+        }
+    }
+}
+
+/// Staging copies through each local rank's context and stream.
+struct CudaCopies {
+    slots: Vec<Option<usize>>,
+    local: Vec<Rank>,
+    ranks: Vec<RankCopies>,
+}
+
+// SAFETY: the streams and contexts are driver handles usable from any thread once the
+// context is current, which every copy makes it first; the driver orders concurrent
+// copies on one stream, and each copy waits for the stream before it returns.
+unsafe impl Send for CudaCopies {}
+// SAFETY: as above.
+unsafe impl Sync for CudaCopies {}
+
+impl CudaCopies {
+    fn rank(&self, rank: Rank) -> Result<&RankCopies, DeviceError> {
+        Ok(&self.ranks[slot_of(&self.slots, rank, &self.local)?])
+    }
+}
+
+impl StageCopies for CudaCopies {
+    fn to_host(&self, rank: Rank, src: DeviceSpan, dst: &mut [u8]) -> Result<(), DeviceError> {
+        equal(src.len, dst.len())?;
+        // `dst` is borrowed, and `src` is the caller's device memory, until the copy is
+        // waited for.
+        self.rank(rank)?.copy(|stream| {
+            cu!(cuMemcpyDtoHAsync_v2(
+                dst.as_mut_ptr().cast(),
+                src.addr,
+                dst.len(),
+                stream
+            ))
+        })
+    }
+
+    fn to_device(&self, rank: Rank, src: &[u8], dst: DeviceSpan) -> Result<(), DeviceError> {
+        equal(src.len(), dst.len)?;
+        self.rank(rank)?.copy(|stream| {
+            cu!(cuMemcpyHtoDAsync_v2(
+                dst.addr,
+                src.as_ptr().cast(),
+                src.len(),
+                stream
+            ))
+        })
+    }
+}
+
+/// A staging copy's two sides have one length (the staged device sizes them so).
+fn equal(device: usize, host: usize) -> Result<(), CudaError> {
+    match device == host {
+        true => Ok(()),
+        false => Err(CudaError::CopyLength {
+            what: "staging copy",
+            source_len: device,
+            destination_len: host,
+        }),
+    }
+}
