@@ -170,3 +170,39 @@ fn perf_graph_on_a_gpu_checks_its_rows_values_and_guards() {
     }
     assert!(text.contains("# Out of bounds values : 0 OK"), "{text}");
 }
+
+/// `--procs 2 --device cuda`: two processes on GPU 0, each call staged through host
+/// memory between them; the rows' values and guards checked as in one process.
+#[test]
+fn perf_across_processes_on_a_gpu_checks_its_rows_values() {
+    if let Some(why) = gpu_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let args = [
+        "perf",
+        "all-reduce",
+        "--procs",
+        "2",
+        "--device",
+        "cuda",
+        "-b",
+        "1K",
+        "-e",
+        "1M",
+        "-f",
+        "32",
+        "-n",
+        "2",
+        "-w",
+        "1",
+    ];
+    let (code, text) = oxccl(&args, &[("OXCCL_CUDA_DEVICES", "0")]);
+    assert_eq!(code, Some(0), "{text}");
+    let rows = rows(&text);
+    assert_eq!(rows.len(), 3, "1K, 32K, 1M: {text}");
+    for cols in rows {
+        assert_eq!((cols[8], cols[12]), ("0", "0"), "no wrong values: {cols:?}");
+    }
+    assert!(text.contains("# Out of bounds values : 0 OK"), "{text}");
+}
