@@ -15,6 +15,7 @@ pub mod msccl;
 pub mod oracle;
 pub mod puts;
 pub mod rooted;
+pub mod staged_host;
 pub mod vector;
 
 use std::sync::Arc;
@@ -330,7 +331,8 @@ pub fn on_every_rank<D: Send>(
     })
 }
 
-/// Run `param` on `comm` over `input` and `out` (`out` alone when `in_place`). In a job
+/// Run `param` on `comm` over `input` and `out` (`out` alone when `in_place`): bound as
+/// device spans on the `staged-host` kind ([`staged_host`]). In a job
 /// whose peers map user buffers (`OXCCL_SHARED_BUFFERS=1`), which refuses other memory,
 /// through copies in buffers from `alloc_shared` (a collective allocation, which every
 /// rank makes at the same call).
@@ -348,6 +350,10 @@ pub fn execute_on(
             oxccl::framework::error::with_causes(&e)
         )
     };
+    if staged_host::runs_staged(comm) {
+        let user = staged_host::device_binding(in_place, input.bytes(), out.bytes_mut());
+        return comm.execute(param, user).map_err(failed);
+    }
     if !comm.framework().config().shared_buffers {
         let user = binding(in_place, input.bytes(), out.bytes_mut());
         return comm.execute(param, user).map_err(failed);

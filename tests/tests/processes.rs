@@ -1,8 +1,9 @@
 //! Ranks in separate processes run every operator through shared memory and over TCP on
 //! loopback (`OXCCL_TRANSPORT=tcp`): real processes (the `collective_rank` binary), the
 //! job's root in the test process, results compared with the reference in every rank.
-//! Also: processes holding two ranks each, a peer killed mid-operation, and nothing left
-//! in /dev/shm.
+//! Also: processes holding two ranks each, a peer killed mid-operation, calls staged
+//! from device spans (the cuda backend's path across processes), and nothing left in
+//! /dev/shm.
 
 use oxccl::UniqueId;
 use std::process::{Child, Command, Output, Stdio};
@@ -106,6 +107,21 @@ fn every_operator_over_four_processes_through_shared_memory() {
 #[test]
 fn every_operator_over_four_processes_over_tcp() {
     every_operator_over_four_processes("tcp");
+}
+
+/// Every operator over 4 processes on the `staged-host` kind: each call bound as device
+/// spans and staged through host memory, as the cuda backend runs a job of processes
+/// (with host memory standing for the GPU's).
+#[test]
+fn every_operator_over_four_processes_on_staged_device_spans() {
+    let id = job(4);
+    let device = [(
+        "OXCCL_DEVICE",
+        oxccl_tests::staged_host::STAGED_HOST.to_string(),
+    )];
+    let children = spawn_ranks(&id, "shm", &device);
+    assert_all_ok(&finish(children), 4);
+    assert_eq!(named_segments(&id), Vec::<String>::new());
 }
 
 /// Every operator over 4 processes that map each other's user buffers
