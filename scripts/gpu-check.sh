@@ -4,13 +4,16 @@
 # part's log and a summary (`part: exit N`) to $OUT (default target/gpu-check):
 #
 #   platform    the cuda backend's unit tests (kernels compiled by the toolkit's NVRTC)
-#   cuda, cuda_device_buffer, cuda_graph
+#   cuda, cuda_device_buffer, cuda_graph, cuda_processes
 #               the backend's GPU tests: virtual ranks of GPU 0, device buffers, graph
-#               mode replayed as CUDA graphs (none of them skips on a GPU)
+#               mode replayed as CUDA graphs, ranks of a job joined over shared memory
+#               and TCP (none of them skips on a GPU)
 #   executors   every executor test binary with OXCCL_TEST_DEVICE=cuda (GPU 0)
 #   perf        oxccl perf all-reduce --device cuda --ranks 8 -b 1K -e 1G -f 4, beside
 #               the device-to-device copy bound (issue 13's figure)
 #   perf-graph  the same through graph mode (--graph --graph-steps 8), to 64 MiB
+#   perf-procs  oxccl perf all-reduce --device cuda --procs 2, to 256 MiB: two processes
+#               on GPU 0, staged through host memory, beside the copy bound
 #
 # Arguments name the parts to run (default: all, in this order). NVRTC comes from the
 # toolkit (CUDA_HOME, default /usr/local/cuda): cudarc loads libnvrtc.so, so a toolkit
@@ -55,7 +58,7 @@ run() {
 part() {
   case "$1" in
     platform) run platform 300 "$bin/oxccl_platform" cuda:: ;;
-    cuda | cuda_device_buffer | cuda_graph) run "$1" 300 "$bin/$1" ;;
+    cuda | cuda_device_buffer | cuda_graph | cuda_processes) run "$1" 300 "$bin/$1" ;;
     executors)
       for exe in "$bin"/*_executors; do
         OXCCL_TEST_DEVICE=cuda run "executors-$(basename "$exe")" 300 "$exe"
@@ -66,12 +69,15 @@ part() {
       run perf-graph 300 "$bin/oxccl" perf all-reduce --device cuda --ranks 8 -b 1K -e 64M -f 4 \
         --graph --graph-steps 8
       ;;
+    perf-procs)
+      run perf-procs 300 "$bin/oxccl" perf all-reduce --device cuda --procs 2 -b 1K -e 256M -f 4
+      ;;
     *) echo "gpu-check: unknown part $1" | tee -a "$out/summary.txt" ;;
   esac
 }
 
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(platform cuda cuda_device_buffer cuda_graph executors perf perf-graph)
+[ ${#parts[@]} -gt 0 ] || parts=(platform cuda cuda_device_buffer cuda_graph cuda_processes executors perf perf-graph perf-procs)
 for p in "${parts[@]}"; do
   part "$p"
 done
