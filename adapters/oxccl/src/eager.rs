@@ -156,7 +156,9 @@ impl Communicator {
     /// AllGather of `send` into a new vector (block `s` from rank `s`), through buffers it
     /// allocates with [`Communicator::alloc_shared`]: it runs in any job, zero-copy ones
     /// (`OXCCL_SHARED_BUFFERS=1`) included, which is how oxccl's own exchanges (a graph's
-    /// agreement) travel. Collective, as both the allocations and the call are.
+    /// agreement) travel. On a device without host memory for users (cuda, whose peers
+    /// never map host slices: it stages them), through vectors of this process.
+    /// Collective, as both the allocations and the call are.
     pub fn all_gather_to_vec<T: Element>(&self, send: &[T]) -> Result<Vec<T>, Error> {
         let total = send
             .len()
@@ -166,7 +168,14 @@ impl Communicator {
                 dtype: T::DTYPE,
                 limit: oxccl_framework::limits::MAX_BUFFER_BYTES,
             })?;
-        let mut mine = self.alloc_shared::<T>(send.len())?;
+        let mut mine = match self.alloc_shared::<T>(send.len()) {
+            Err(e) if no_shared_memory(&e) => {
+                let mut all = vec![<T as bytemuck::Zeroable>::zeroed(); total];
+                self.all_gather(send, &mut all)?;
+                return Ok(all);
+            }
+            other => other?,
+        };
         let mut all = self.alloc_shared::<T>(total)?;
         mine.copy_from_slice(send);
         self.all_gather(&mine, &mut all)?;
@@ -343,4 +352,14 @@ impl Communicator {
             .expect("one result per call");
         refused.map_or(ran, Err)
     }
+}
+
+/// Whether `err` is a device's refusal to allocate host memory for users (it has none).
+fn no_shared_memory(err: &Error) -> bool {
+    matches!(
+        err,
+        Error::Device(oxccl_platform::DeviceError::Config(
+            oxccl_platform::ConfigFault::NoSharedMemory { .. }
+        ))
+    )
 }
