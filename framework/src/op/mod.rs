@@ -6,7 +6,7 @@ pub use layout::{P2pItem, VLayout};
 
 use crate::error::{ArgError, Error};
 use crate::limits::{MAX_BUFFER_BYTES, MAX_RANKS};
-use oxccl_platform::{DataType, Rank, ReduceOp};
+use oxccl_platform::{Buf, DataType, Rank, ReduceOp};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -320,6 +320,20 @@ impl OpParam {
         (i.saturating_mul(es), o.saturating_mul(es))
     }
 
+    /// The user buffer a rooted operator leaves alone on `rank` away from its root, as
+    /// NCCL does: the output of Gather and Reduce (`Buf::Output`), the input of Scatter
+    /// and Broadcast (`Buf::Input`). `None` at the root, and for other operators.
+    pub fn unused_buffer(&self, rank: Rank) -> Option<Buf> {
+        if self.root.is_none_or(|root| root == rank) {
+            return None;
+        }
+        match self.kind {
+            OpKind::Gather | OpKind::Reduce => Some(Buf::Output),
+            OpKind::Scatter | OpKind::Broadcast => Some(Buf::Input),
+            _ => None,
+        }
+    }
+
     /// Bytes of `rank`'s user buffers the operation touches: its input and output
     /// ([`OpParam::buffer_bytes`]), the larger alone in place, without the buffer a rooted
     /// operator leaves alone away from its root (a non-root's output of Gather and
@@ -327,11 +341,10 @@ impl OpParam {
     /// are this rank's own, so for them it is the bytes of this rank's call.
     pub fn touched_bytes(&self, rank: Rank, ranks: usize, in_place: bool) -> usize {
         let (input, output) = self.buffer_bytes(rank, ranks);
-        let at_root = self.root.is_none_or(|root| root == rank);
-        let (input, output) = match self.kind {
-            OpKind::Gather | OpKind::Reduce if !at_root => (input, 0),
-            OpKind::Scatter | OpKind::Broadcast if !at_root => (0, output),
-            _ => (input, output),
+        let (input, output) = match self.unused_buffer(rank) {
+            Some(Buf::Output) => (input, 0),
+            Some(_) => (0, output),
+            None => (input, output),
         };
         match in_place {
             true => input.max(output),

@@ -109,13 +109,19 @@ pub(super) fn stage_in(
     });
 }
 
-/// Staged: copy this iteration's result (one slice per output block) out of CclOut.
+/// Staged: copy this iteration's result (one slice per output block) out of CclOut;
+/// nothing into an output the operator leaves alone on this rank (a non-root's of Gather
+/// and Reduce): the executor wrote nothing for it there, and what CclOut holds (zeros,
+/// or an earlier call's data) must not reach the user's buffer.
 pub(super) fn stage_out(
     program: &mut RankProgram,
     plan: &PlanCtx<'_>,
     args: &KernelArgs,
     first: usize,
 ) {
+    if plan.op.unused_buffer(plan.rank) == Some(Buf::Output) {
+        return;
+    }
     let (_, out_blocks) = block_sides(plan.op.kind).unwrap_or((false, false));
     let (_, base) = user_bases(plan);
     for_blocks(plan, args, first, out_blocks, |staged, user| {

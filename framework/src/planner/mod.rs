@@ -288,6 +288,53 @@ mod tests {
         assert_eq!(planned.program.task_count(), 64 * 3);
     }
 
+    /// Staged, the result is copied out of CclOut into every rank's output but a
+    /// non-root's of Reduce and Gather, which the operator leaves alone: CclOut holds
+    /// nothing of this call there (zeros, or an earlier call's data).
+    #[test]
+    fn staged_plans_copy_nothing_into_an_output_the_operator_leaves_alone() {
+        struct CopyThrough;
+        impl Executor for CopyThrough {
+            fn resources(&self, _: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+                Ok(ResourceRequest::with_peers(Peers::List(vec![])))
+            }
+            fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+                args.copy_input_to_output(ctx);
+                Ok(())
+            }
+        }
+        let topology = Topology::single_server(4);
+        let setting = Setting {
+            topology: &topology,
+            mode: Mode::Staged,
+            ccl_bytes: 1 << 16,
+            link_channels: 2,
+            in_place: false,
+        };
+        let writes_output = |op: &OpParam, rank| {
+            let planned = plan(
+                "copy",
+                &CopyThrough,
+                &setting.ctx(rank, op),
+                setting.layout(),
+            );
+            let program = planned.unwrap().program;
+            let writes = program.streams.iter().flat_map(|s| &s.tasks);
+            writes
+                .flat_map(|t| t.writes())
+                .any(|w| w.buf == oxccl_platform::Buf::Output)
+        };
+        for kind in [OpKind::Reduce, OpKind::Gather] {
+            let op = OpParam::rooted(kind, 1 << 15, DataType::F32, ReduceOp::Sum, 2);
+            assert!(writes_output(&op, 2), "{kind}: the root's output");
+            assert!(!writes_output(&op, 1), "{kind}: a non-root's output");
+        }
+        for kind in [OpKind::Broadcast, OpKind::Scatter] {
+            let op = OpParam::rooted(kind, 1 << 15, DataType::F32, ReduceOp::Sum, 2);
+            assert!(writes_output(&op, 1), "{kind}: every rank's output");
+        }
+    }
+
     #[test]
     fn a_plan_of_another_type_is_a_typed_error_naming_both() {
         let err = plan_with::<String>().unwrap_err();
