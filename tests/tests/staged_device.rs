@@ -9,7 +9,8 @@
 
 use oxccl::framework::transport::TransportChoice;
 use oxccl::{
-    Communicator, Config, DataType, DeviceSpan, OpCall, OpParam, ReduceOp, UniqueId, UserBuffers,
+    Communicator, Config, DataType, DeviceSpan, OpCall, OpKind, OpParam, ReduceOp, UniqueId,
+    UserBuffers,
 };
 use oxccl_graph::Capture;
 use oxccl_tests::every::every_operator;
@@ -121,4 +122,40 @@ fn a_graph_whose_step_reads_the_last_one_s_output_runs_step_by_step() {
             });
         }
     });
+}
+
+/// A Reduce to rank 1 on device spans: the root gets the sum, and the other ranks'
+/// receive buffers come back as they were (what the cuda test on a GPU checks too).
+#[test]
+fn a_reduce_leaves_the_non_roots_device_receive_buffers_as_they_were() {
+    let comms = join(3, TransportChoice::Shm);
+    for count in [1usize, 1001, 20_000] {
+        let param = OpParam::rooted(OpKind::Reduce, count, DataType::I32, ReduceOp::Sum, 1);
+        let input =
+            |r: usize| -> Vec<i32> { (0..count).map(|i| (r * 5 + i % 11) as i32).collect() };
+        std::thread::scope(|s| {
+            for comm in &comms {
+                let param = &param;
+                s.spawn(move || {
+                    let r = comm.rank();
+                    let mut send: Vec<u8> = bytemuck::cast_slice(&input(r)).to_vec();
+                    let mut recv: Vec<u8> = bytemuck::cast_slice(&vec![-7i32; count]).to_vec();
+                    let user = UserBuffers::Device {
+                        input: span(&mut send),
+                        output: span(&mut recv),
+                        in_place: false,
+                    };
+                    comm.execute(param, user).unwrap();
+                    let got: Vec<i32> = bytemuck::cast_slice(&recv).to_vec();
+                    let want: Vec<i32> = match r {
+                        1 => (0..count)
+                            .map(|i| (0..3).map(|q| input(q)[i]).sum())
+                            .collect(),
+                        _ => vec![-7; count],
+                    };
+                    assert_eq!(got, want, "rank {r}, count {count}");
+                });
+            }
+        });
+    }
 }
