@@ -117,7 +117,8 @@ impl Setup {
 
 /// The backend the executor tests run on: `OXCCL_TEST_DEVICE` (`cuda` runs every
 /// executor test on the GPU, as virtual ranks of GPU 0 unless `OXCCL_CUDA_DEVICES` places
-/// them), else the host device.
+/// them; `staged-host` binds every call as device spans staged through host memory, see
+/// [`staged_host`]), else the host device.
 pub fn test_device() -> String {
     std::env::var("OXCCL_TEST_DEVICE").unwrap_or_else(|_| "host".into())
 }

@@ -22,9 +22,11 @@
 //! What is copied:
 //! - out of place: the input's first `extent.0` bytes in; the output's first `extent.1`
 //!   bytes back, and also in beforehand unless the rank's own program writes all of them
-//!   and no peer touches its buffers (bytes a program leaves alone, a non-root's output
-//!   say, must come back as they were);
-//! - in place: the one buffer's reach in, and back.
+//!   (bytes a program leaves alone must come back as they were);
+//! - in place: the one buffer's reach in, and back;
+//! - where peers reach the rank's buffers (zero-copy among the ranks of one device, which
+//!   the ranks of a job of processes never are): whole spans in and back, since what the
+//!   peers reach is not the rank's own program's to say.
 //!
 //! A call that fails copies nothing back (its output is undefined, as NCCL's is); a copy
 //! that fails before the call stops the device like any submission that cannot start,
@@ -89,6 +91,8 @@ pub(crate) struct StagedProgram {
     extent: (usize, usize),
     /// Copy the output in before the call (see the module docs).
     preload_output: bool,
+    /// Peers reach the rank's buffers (zero-copy): copy whole spans in and back.
+    whole_buffers: bool,
 }
 
 impl StagedProgram {
@@ -209,9 +213,8 @@ impl Device for StagedDevice {
         let peers_touch_buffers = request.exit_fence;
         let host = self.host.compile(request)?;
         let extent = host.user_extent;
-        let preload_output = !host.in_place
-            && extent.1 > 0
-            && (peers_touch_buffers || !writes_whole_output(&program, extent.1));
+        let preload_output =
+            !host.in_place && extent.1 > 0 && !writes_whole_output(&program, extent.1);
         Ok(Arc::new(Compiled {
             rank: host.rank,
             peers: host.peers.clone(),
@@ -225,6 +228,7 @@ impl Device for StagedDevice {
                 host,
                 extent,
                 preload_output,
+                whole_buffers: peers_touch_buffers,
             }),
         }))
     }

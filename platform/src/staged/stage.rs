@@ -91,7 +91,10 @@ impl Stage {
         output: DeviceSpan,
         in_place: bool,
     ) -> Result<Self, DeviceError> {
-        let (read_in, reach_out) = program.extent;
+        let (read_in, reach_out) = match program.whole_buffers {
+            true => (input.len, output.len),
+            false => program.extent,
+        };
         let mut stage = Stage {
             rank,
             input: HostBytes::zeroed(if in_place { 0 } else { input.len })?,
@@ -107,7 +110,7 @@ impl Stage {
             load(copies, rank, output, &mut stage.output, reach)?;
         } else {
             load(copies, rank, input, &mut stage.input, read_in)?;
-            if program.preload_output {
+            if program.preload_output || program.whole_buffers {
                 load(copies, rank, output, &mut stage.output, reach_out)?;
             }
         }

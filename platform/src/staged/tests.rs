@@ -72,13 +72,23 @@ fn submission<'a>(
     program: RankProgram,
     user: UserBuffers<'a>,
 ) -> Result<Submission<'a>, DeviceError> {
+    fenced(dev, program, user, Vec::new())
+}
+
+/// A submission whose `peers` touch its buffers (zero-copy): fenced on them at its exit.
+fn fenced<'a>(
+    dev: &StagedDevice,
+    program: RankProgram,
+    user: UserBuffers<'a>,
+    peers: Vec<Rank>,
+) -> Result<Submission<'a>, DeviceError> {
     let compiled = dev.compile(CompileRequest {
         program: Arc::new(program),
         scratch: None,
-        peers: Vec::new(),
+        exit_fence: !peers.is_empty(),
+        peers,
         local_notifies: 1,
         in_place: user.is_in_place(),
-        exit_fence: false,
         footprint: 0,
     })?;
     Ok(Submission {
@@ -204,6 +214,32 @@ fn an_in_place_buffer_is_copied_in_and_back_whole() {
         .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
         .collect();
     assert_eq!(words, vec![1, 2, 3, 4, 11, 22, 33, 44]);
+}
+
+#[test]
+fn what_a_peer_writes_into_a_rank_s_buffer_comes_back_whole() {
+    let dev = device(HostSpans::default(), 10_000);
+    // Zero-copy: rank 0 writes its input into rank 1's output, which rank 1's own
+    // program never reaches; rank 1 only waits for the post.
+    let notify = dev.config().layout().local(1, 0);
+    let mut p0 = RankProgram::new(0, 1);
+    p0.streams[0].copy(
+        Slice::new(0, Buf::Input, 0, 32),
+        Slice::new(1, Buf::Output, 16, 32),
+    );
+    p0.streams[0].post(notify);
+    let mut p1 = RankProgram::new(1, 1);
+    p1.streams[0].wait(notify);
+    let mut in0: Vec<u8> = (1..=32).collect();
+    let mut out0 = vec![0u8; 8];
+    let (mut in1, mut out1) = (vec![0u8; 8], vec![5u8; 64]);
+    let results = dev.run(vec![
+        fenced(&dev, p0, out_of_place(&mut in0, &mut out0), vec![1]).unwrap(),
+        fenced(&dev, p1, out_of_place(&mut in1, &mut out1), vec![0]).unwrap(),
+    ]);
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(&out1[16..48], &in0[..], "the peer's write");
+    assert_eq!((&out1[..16], &out1[48..]), (&[5; 16][..], &[5; 16][..]));
 }
 
 #[test]
