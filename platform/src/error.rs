@@ -216,6 +216,21 @@ pub enum AbortCause {
     CallFailed { rank: Rank, reason: String },
 }
 
+impl AbortCause {
+    /// Why a device stops when `rank`'s submission could not start with `err` (its peers
+    /// would wait for it), or `None` when nothing more stops: the submission met the
+    /// device's own stop (`Aborted`) or a refused gate (`Refused`).
+    pub fn failed_start(rank: Rank, err: &DeviceError) -> Option<AbortCause> {
+        match err {
+            DeviceError::Aborted { .. } | DeviceError::Refused { .. } => None,
+            _ => Some(AbortCause::PeerFailed {
+                rank,
+                error: Arc::new(err.clone()),
+            }),
+        }
+    }
+}
+
 /// `; it ran on host H`, or nothing for an unknown host.
 fn on_host(host: &str) -> String {
     match host {

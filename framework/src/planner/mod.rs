@@ -250,6 +250,17 @@ mod tests {
         assert_eq!(on_two_hosts(LinkNeed::LoadStore), Mode::Staged);
     }
 
+    /// Out of place, staged through 64 KiB CCL buffers, on `topology`.
+    fn staged_on(topology: &Topology) -> Setting<'_> {
+        Setting {
+            topology,
+            mode: Mode::Staged,
+            ccl_bytes: 1 << 16,
+            link_channels: 2,
+            in_place: false,
+        }
+    }
+
     /// Stores its rank count as its plan in `resources()`, and reads it back as `T`.
     struct Planned<T>(std::marker::PhantomData<T>);
 
@@ -268,13 +279,7 @@ mod tests {
     fn plan_with<T: std::any::Any + Send + Sync>() -> Result<super::Planned, Error> {
         let topology = Topology::single_server(4);
         let op = OpParam::all_reduce(1 << 20, DataType::F32, ReduceOp::Sum);
-        let setting = Setting {
-            topology: &topology,
-            mode: Mode::Staged,
-            ccl_bytes: 1 << 16,
-            link_channels: 2,
-            in_place: false,
-        };
+        let setting = staged_on(&topology);
         let executor = Planned::<T>(std::marker::PhantomData);
         plan("planned", &executor, &setting.ctx(1, &op), setting.layout())
     }
@@ -304,13 +309,7 @@ mod tests {
             }
         }
         let topology = Topology::single_server(4);
-        let setting = Setting {
-            topology: &topology,
-            mode: Mode::Staged,
-            ccl_bytes: 1 << 16,
-            link_channels: 2,
-            in_place: false,
-        };
+        let setting = staged_on(&topology);
         let writes_output = |op: &OpParam, rank| {
             let planned = plan(
                 "copy",
@@ -348,13 +347,7 @@ mod tests {
     #[test]
     fn an_invalid_shape_is_refused_before_the_executor_is_asked() {
         let topology = Topology::single_server(4);
-        let setting = Setting {
-            topology: &topology,
-            mode: Mode::Staged,
-            ccl_bytes: 1 << 16,
-            link_channels: 2,
-            in_place: false,
-        };
+        let setting = staged_on(&topology);
         // Root 9 of 4 ranks, and a count whose blocks times the ranks pass every limit.
         let bad_root = OpParam::rooted(OpKind::Broadcast, 8, DataType::F32, ReduceOp::Sum, 9);
         let huge = OpParam::all_gather(usize::MAX / 2, DataType::F32);

@@ -287,17 +287,13 @@ impl OneProcess {
         for s in group {
             let rank = s.compiled.rank;
             let started = Launch::start(&self.shared, s);
-            if let Err(err) = &started {
-                if !matches!(
-                    err,
-                    DeviceError::Aborted { .. } | DeviceError::Refused { .. }
-                ) {
-                    // Its peers would wait for it: stop the device, which releases them.
-                    self.shared.stop(AbortCause::PeerFailed {
-                        rank,
-                        error: Arc::new(err.clone()),
-                    });
-                }
+            // Its peers would wait for it: stop the device, which releases them.
+            if let Some(cause) = started
+                .as_ref()
+                .err()
+                .and_then(|e| AbortCause::failed_start(rank, e))
+            {
+                self.shared.stop(cause);
             }
             results.push(started);
         }

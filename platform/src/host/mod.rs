@@ -426,12 +426,8 @@ impl HostDevice {
             match self.start(s) {
                 Ok(c) => results.push(Ok(c)),
                 Err(err) => {
-                    let stops = !matches!(
-                        err,
-                        DeviceError::Aborted { .. } | DeviceError::Refused { .. }
-                    );
-                    if stops && start_error.is_none() {
-                        start_error = Some((rank, err.clone()));
+                    if start_error.is_none() {
+                        start_error = AbortCause::failed_start(rank, &err);
                     }
                     results.push(Err(err));
                 }
@@ -439,11 +435,7 @@ impl HostDevice {
         }
         // A part of the group that could not start leaves its peers waiting for it: stop
         // the device, which aborts every launch in flight (this group's and others').
-        if let Some((rank, error)) = start_error {
-            let cause = AbortCause::PeerFailed {
-                rank,
-                error: Arc::new(error),
-            };
+        if let Some(cause) = start_error {
             self.shared.stop(cause, None);
         }
         results
@@ -700,4 +692,4 @@ mod shm_user_tests;
 #[cfg(test)]
 mod tcp_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -100,9 +100,14 @@ fn run(dev: &HostDevice, e: Ex<'_>) -> Result<(), DeviceError> {
     run_group(dev, vec![e]).pop().unwrap()
 }
 
-/// Rank 0 writes its input into rank 1's CclIn and posts; rank 1 waits and copies it out.
-fn hand_off(dev: &HostDevice, len: usize) -> (RankProgram, RankProgram) {
-    let notify = local(dev, 1, 0);
+/// Rank 0 writes its input's first `len` bytes into rank 1's CclIn and posts; rank 1
+/// waits and copies them to its Output at `at` (rank 1's local notify 0 of `layout`).
+pub(crate) fn hand_off(
+    layout: crate::notify::NotifyLayout,
+    len: usize,
+    at: usize,
+) -> (RankProgram, RankProgram) {
+    let notify = layout.local(1, 0);
     let mut p0 = RankProgram::new(0, 1);
     p0.streams[0].copy(
         Slice::new(0, Buf::Input, 0, len),
@@ -113,7 +118,7 @@ fn hand_off(dev: &HostDevice, len: usize) -> (RankProgram, RankProgram) {
     p1.streams[0].wait(notify);
     p1.streams[0].copy(
         Slice::new(1, Buf::CclIn, 0, len),
-        Slice::new(1, Buf::Output, 0, len),
+        Slice::new(1, Buf::Output, at, len),
     );
     (p0, p1)
 }
@@ -153,7 +158,7 @@ fn a_post_orders_a_remote_write_before_the_waiting_stream() {
         let dev = device(2, threads, 5000);
         let input: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
         let mut out = vec![0u8; len];
-        let (p0, p1) = hand_off(&dev, len);
+        let (p0, p1) = hand_off(dev.config().layout(), len, 0);
         assert!(run2(&dev, p0, p1, &input, &mut out)
             .into_iter()
             .all(|r| r.is_ok()));
@@ -167,7 +172,7 @@ fn small_groups_run_on_the_submitting_thread_and_wake_no_worker() {
     let input: Vec<u8> = (0..1000).map(|i| (i * 7 % 251) as u8).collect();
     for epoch in 1..=50 {
         let mut out = vec![0u8; input.len()];
-        let (p0, p1) = hand_off(&dev, input.len());
+        let (p0, p1) = hand_off(dev.config().layout(), input.len(), 0);
         let (mut scratch_out, scratch_in) = (vec![0u8; out.len()], vec![0u8; input.len()]);
         let group = vec![
             Ex {

@@ -145,14 +145,8 @@ impl StagedDevice {
                     stages.push(Ok(stage));
                 }
                 Err(err) => {
-                    if !matches!(
-                        err,
-                        DeviceError::Aborted { .. } | DeviceError::Refused { .. }
-                    ) {
-                        self.host.abort(AbortCause::PeerFailed {
-                            rank,
-                            error: Arc::new(err.clone()),
-                        });
+                    if let Some(cause) = AbortCause::failed_start(rank, &err) {
+                        self.host.abort(cause);
                     }
                     stages.push(Err(err));
                 }

@@ -8,7 +8,7 @@ use crate::device::{
     wait_out, CompileRequest, Device, DeviceConfig, DeviceSpan, Submission, UserBuffers,
 };
 use crate::error::{AbortCause, ConfigFault, DeviceError};
-use crate::ir::{Buf, NotifyId, Rank, RankProgram, Slice};
+use crate::ir::{Buf, Rank, RankProgram, Slice};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
@@ -99,23 +99,10 @@ fn fenced<'a>(
     })
 }
 
-/// Rank 0 puts its input's first `len` bytes into rank 1's CclIn and posts; rank 1 waits
-/// and copies them to its Output at `at`.
+/// Rank 0 hands its input's first `len` bytes to rank 1's Output at `at` (the host
+/// tests' program).
 fn hand_off(dev: &StagedDevice, len: usize, at: usize) -> (RankProgram, RankProgram) {
-    let notify: NotifyId = dev.config().layout().local(1, 0);
-    let mut p0 = RankProgram::new(0, 1);
-    p0.streams[0].copy(
-        Slice::new(0, Buf::Input, 0, len),
-        Slice::new(1, Buf::CclIn, 0, len),
-    );
-    p0.streams[0].post(notify);
-    let mut p1 = RankProgram::new(1, 1);
-    p1.streams[0].wait(notify);
-    p1.streams[0].copy(
-        Slice::new(1, Buf::CclIn, 0, len),
-        Slice::new(1, Buf::Output, at, len),
-    );
-    (p0, p1)
+    crate::host::tests::hand_off(dev.config().layout(), len, at)
 }
 
 #[test]
