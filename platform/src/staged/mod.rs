@@ -51,7 +51,7 @@ use crate::device::{
 use crate::error::{AbortCause, ConfigFault, DeviceError};
 use crate::host::HostDevice;
 use crate::ir::{Buf, Rank, RankProgram};
-use stage::{Stage, Staged};
+use stage::{Stage, StagePool, Staged};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,6 +72,7 @@ pub struct StagedDevice {
     kind: &'static str,
     host: HostDevice,
     copies: Box<dyn StageCopies>,
+    pool: Arc<StagePool>,
     id: usize,
 }
 
@@ -121,10 +122,12 @@ impl StagedDevice {
         if let Some(shm) = &mut config.shm {
             shm.user_buffers = false;
         }
+        let keep = config.local_ranks.len().saturating_mul(2);
         Ok(StagedDevice {
             kind,
             host: HostDevice::new(config)?,
             copies,
+            pool: StagePool::new(keep),
             id: crate::device::next_device_id(),
         })
     }
@@ -139,7 +142,7 @@ impl StagedDevice {
         let mut stages = Vec::with_capacity(group.len());
         for s in group {
             let rank = s.compiled.rank;
-            match stage::stage(&*self.copies, self.id, s) {
+            match stage::stage(&*self.copies, &self.pool, self.id, s) {
                 Ok(Staged { host: h, stage }) => {
                     host.push(h);
                     stages.push(Ok(stage));

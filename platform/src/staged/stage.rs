@@ -5,6 +5,7 @@ use super::{StageCopies, StagedProgram};
 use crate::device::{DeviceSpan, Submission, UserBuffers};
 use crate::error::{AllocFault, DeviceError};
 use crate::ir::Rank;
+use parking_lot::Mutex;
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -12,10 +13,11 @@ use std::sync::Arc;
 /// Alignment of staging memory: a cache line, more than any reduction needs.
 const ALIGN: usize = 64;
 
-/// Zeroed host memory of a fixed length, aligned to [`ALIGN`], freed on drop.
+/// Host memory of a fixed capacity, aligned to [`ALIGN`], zeroed when allocated, freed on
+/// drop; kept between calls by the [`StagePool`].
 pub(super) struct HostBytes {
     ptr: NonNull<u8>,
-    len: usize,
+    cap: usize,
 }
 
 // SAFETY: `HostBytes` owns its allocation; `&self` gives shared reads, `&mut self` the
@@ -25,58 +27,139 @@ unsafe impl Send for HostBytes {}
 unsafe impl Sync for HostBytes {}
 
 impl HostBytes {
-    /// `len` zeroed bytes (the allocator maps large zeroed blocks lazily, so bytes a call
-    /// never reaches cost no copy and, mostly, no memory).
-    pub(super) fn zeroed(len: usize) -> Result<Self, DeviceError> {
+    /// `cap` zeroed bytes (the allocator maps large zeroed blocks lazily).
+    fn zeroed(cap: usize) -> Result<Self, DeviceError> {
         let alloc = |fault| DeviceError::Alloc {
             what: "host staging buffer",
-            bytes: len,
+            bytes: cap,
             fault,
         };
-        if len == 0 {
+        if cap == 0 {
             // A dangling, aligned, never dereferenced pointer: an empty slice's address.
             let ptr = NonNull::new(ALIGN as *mut u8).expect("non-zero");
-            return Ok(HostBytes { ptr, len });
+            return Ok(HostBytes { ptr, cap });
         }
-        let layout = Layout::from_size_align(len, ALIGN).map_err(|e| alloc(e.into()))?;
+        let layout = Layout::from_size_align(cap, ALIGN).map_err(|e| alloc(e.into()))?;
         // SAFETY: the layout's size is not zero.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).ok_or_else(|| alloc(AllocFault::OutOfMemory))?;
-        Ok(HostBytes { ptr, len })
+        Ok(HostBytes { ptr, cap })
     }
 
-    pub(super) fn as_slice(&self) -> &[u8] {
-        // SAFETY: `len` initialised (zeroed) bytes at `ptr`, owned by `self`.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    /// The first `len` bytes (at most the capacity).
+    fn slice(&self, len: usize) -> &[u8] {
+        assert!(len <= self.cap, "a staged span within its block");
+        // SAFETY: `cap` initialised bytes at `ptr` (zeroed, then only ever written),
+        // owned by `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), len) }
     }
 
-    pub(super) fn as_mut_slice(&mut self) -> &mut [u8] {
+    /// The first `len` bytes, writable (at most the capacity).
+    fn slice_mut(&mut self, len: usize) -> &mut [u8] {
+        assert!(len <= self.cap, "a staged span within its block");
         // SAFETY: as above, and `&mut self` is the only access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), len) }
     }
 }
 
 impl Drop for HostBytes {
     fn drop(&mut self) {
-        if self.len > 0 {
-            let layout = Layout::from_size_align(self.len, ALIGN).expect("allocated with it");
+        if self.cap > 0 {
+            let layout = Layout::from_size_align(self.cap, ALIGN).expect("allocated with it");
             // SAFETY: allocated by `zeroed` with this layout.
             unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
         }
     }
 }
 
+/// Staging blocks kept between calls, so that a call of a size seen before neither
+/// allocates nor faults its pages in again (a fresh gigabyte is a quarter of a million
+/// page faults, which would cost more than the copies across the bus). At most `keep`
+/// blocks are kept: two per local rank, its input's and its output's.
+pub(super) struct StagePool {
+    free: Mutex<Vec<HostBytes>>,
+    keep: usize,
+}
+
+impl StagePool {
+    pub(super) fn new(keep: usize) -> Arc<Self> {
+        Arc::new(StagePool {
+            free: Mutex::new(Vec::new()),
+            keep,
+        })
+    }
+
+    /// A block of at least `len` bytes: the smallest kept one that holds them, else a
+    /// new one.
+    fn take(&self, len: usize) -> Result<HostBytes, DeviceError> {
+        if len == 0 {
+            return HostBytes::zeroed(0);
+        }
+        let mut free = self.free.lock();
+        let fits = (0..free.len())
+            .filter(|&i| free[i].cap >= len)
+            .min_by_key(|&i| free[i].cap);
+        match fits {
+            Some(i) => Ok(free.swap_remove(i)),
+            None => {
+                drop(free);
+                HostBytes::zeroed(len)
+            }
+        }
+    }
+
+    /// Keep `block` for a later call; past `keep` blocks, the smallest goes.
+    fn give(&self, block: HostBytes) {
+        if block.cap == 0 {
+            return;
+        }
+        let mut free = self.free.lock();
+        free.push(block);
+        if free.len() > self.keep {
+            let smallest = (0..free.len()).min_by_key(|&i| free[i].cap);
+            if let Some(i) = smallest {
+                let gone = free.swap_remove(i);
+                drop(free);
+                drop(gone);
+            }
+        }
+    }
+
+    /// The capacities of the blocks kept now, smallest first.
+    #[cfg(test)]
+    fn kept(&self) -> Vec<usize> {
+        let mut caps: Vec<usize> = self.free.lock().iter().map(|b| b.cap).collect();
+        caps.sort_unstable();
+        caps
+    }
+}
+
 /// The host copies of one submission's device buffers, and where its result goes back.
+/// Its blocks return to the pool when it drops.
 pub(super) struct Stage {
     rank: Rank,
     /// Out of place: the input's copy (empty in place).
-    input: HostBytes,
+    input: Option<HostBytes>,
     /// The output's copy (in place: the one buffer's).
-    output: HostBytes,
+    output: Option<HostBytes>,
     in_place: bool,
+    /// The input's span (in place: the output's).
+    input_span: DeviceSpan,
     /// Where the output's first `back` bytes go once the call succeeded.
     output_span: DeviceSpan,
     back: usize,
+    pool: Arc<StagePool>,
+}
+
+impl Drop for Stage {
+    fn drop(&mut self) {
+        for block in [self.input.take(), self.output.take()]
+            .into_iter()
+            .flatten()
+        {
+            self.pool.give(block);
+        }
+    }
 }
 
 impl Stage {
@@ -85,11 +168,10 @@ impl Stage {
     /// were).
     pub(super) fn copy_in(
         copies: &dyn StageCopies,
+        pool: &Arc<StagePool>,
         program: &StagedProgram,
         rank: Rank,
-        input: DeviceSpan,
-        output: DeviceSpan,
-        in_place: bool,
+        (input, output, in_place): (DeviceSpan, DeviceSpan, bool),
     ) -> Result<Self, DeviceError> {
         let (read_in, reach_out) = match program.whole_buffers {
             true => (input.len, output.len),
@@ -97,24 +179,36 @@ impl Stage {
         };
         let mut stage = Stage {
             rank,
-            input: HostBytes::zeroed(if in_place { 0 } else { input.len })?,
-            output: HostBytes::zeroed(output.len)?,
+            input: None,
+            output: None,
             in_place,
+            input_span: input,
             output_span: output,
             back: reach_out,
+            pool: pool.clone(),
         };
+        // Owned by the stage from here: an error below gives them back.
+        stage.output = Some(pool.take(output.len)?);
         if in_place {
             // One buffer read and written through both names: what either reaches.
             stage.back = read_in.max(reach_out);
             let reach = stage.back;
-            load(copies, rank, output, &mut stage.output, reach)?;
-        } else {
-            load(copies, rank, input, &mut stage.input, read_in)?;
-            if program.preload_output || program.whole_buffers {
-                load(copies, rank, output, &mut stage.output, reach_out)?;
-            }
+            load(copies, rank, output, stage.output_mut(), reach)?;
+            return Ok(stage);
+        }
+        stage.input = Some(pool.take(input.len)?);
+        let block = stage.input.as_mut().expect("just taken");
+        load(copies, rank, input, block.slice_mut(input.len), read_in)?;
+        if program.preload_output || program.whole_buffers {
+            load(copies, rank, output, stage.output_mut(), reach_out)?;
         }
         Ok(stage)
+    }
+
+    /// The output's copy, the output span's length.
+    fn output_mut(&mut self) -> &mut [u8] {
+        let len = self.output_span.len;
+        self.output.as_mut().expect("taken").slice_mut(len)
     }
 
     /// The host buffers bound for the host device.
@@ -124,13 +218,19 @@ impl Stage {
     /// The buffers live as long as `self`: the caller keeps `self` alive, and does not
     /// touch it, until whatever runs on the returned bindings ended.
     pub(super) unsafe fn bindings<'a>(&mut self) -> UserBuffers<'a> {
-        let output = self.output.as_mut_slice();
-        // SAFETY: the caller's promise above; the two allocations are distinct.
+        let output = self.output_mut();
+        // SAFETY: the caller's promise above; the two blocks are distinct.
         let output: &'a mut [u8] = unsafe { &mut *(output as *mut [u8]) };
         if self.in_place {
             return UserBuffers::InPlace(output);
         }
-        let input: &'a [u8] = unsafe { &*(self.input.as_slice() as *const [u8]) };
+        let input = self
+            .input
+            .as_ref()
+            .expect("taken")
+            .slice(self.input_span.len);
+        // SAFETY: as above.
+        let input: &'a [u8] = unsafe { &*(input as *const [u8]) };
         UserBuffers::OutOfPlace { input, output }
     }
 
@@ -143,7 +243,8 @@ impl Stage {
             .output_span
             .slice(0, self.back)
             .expect("checked binding");
-        copies.to_device(self.rank, &self.output.as_slice()[..self.back], span)
+        let block = self.output.as_ref().expect("taken");
+        copies.to_device(self.rank, block.slice(self.back), span)
     }
 }
 
@@ -152,14 +253,14 @@ fn load(
     copies: &dyn StageCopies,
     rank: Rank,
     span: DeviceSpan,
-    host: &mut HostBytes,
+    host: &mut [u8],
     len: usize,
 ) -> Result<(), DeviceError> {
     if len == 0 {
         return Ok(());
     }
     let span = span.slice(0, len).expect("checked binding");
-    copies.to_host(rank, span, &mut host.as_mut_slice()[..len])
+    copies.to_host(rank, span, &mut host[..len])
 }
 
 /// A submission as the host device takes it, and its stage when it had device buffers.
@@ -172,6 +273,7 @@ pub(super) struct Staged<'a> {
 /// unwrapped, its device buffers copied into host memory.
 pub(super) fn stage<'a>(
     copies: &dyn StageCopies,
+    pool: &Arc<StagePool>,
     device_id: usize,
     s: Submission<'a>,
 ) -> Result<Staged<'a>, DeviceError> {
@@ -185,7 +287,8 @@ pub(super) fn stage<'a>(
             in_place,
         } => {
             let rank = s.compiled.rank;
-            let mut stage = Stage::copy_in(copies, &program, rank, input, output, in_place)?;
+            let spans = (input, output, in_place);
+            let mut stage = Stage::copy_in(copies, pool, &program, rank, spans)?;
             // SAFETY: the bindings point into the stage's heap blocks, which moving the
             // stage leaves where they are; the stage is returned with the submission and
             // kept until the host device's completion ended (see `Staged`'s users).
@@ -203,4 +306,41 @@ pub(super) fn stage<'a>(
         },
         stage,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_lends_the_smallest_block_that_fits_and_keeps_the_largest() {
+        let pool = StagePool::new(2);
+        let blocks: Vec<HostBytes> = [100, 300, 200]
+            .into_iter()
+            .map(|len| pool.take(len).unwrap())
+            .collect();
+        assert!(blocks
+            .iter()
+            .all(|b| b.slice(b.cap).iter().all(|&x| x == 0)));
+        let at = |b: &HostBytes| b.slice(0).as_ptr();
+        let two_hundred = at(&blocks[2]);
+        blocks.into_iter().for_each(|b| pool.give(b));
+        assert_eq!(pool.kept(), vec![200, 300], "past two, the smallest went");
+        let lent = pool.take(150).unwrap();
+        assert_eq!(
+            (lent.cap, at(&lent)),
+            (200, two_hundred),
+            "the same block again"
+        );
+        assert_eq!(pool.kept(), vec![300]);
+        let fresh = pool.take(400).unwrap();
+        assert_eq!(
+            (fresh.cap, pool.kept()),
+            (400, vec![300]),
+            "none fits: a new one"
+        );
+        assert_eq!(pool.take(0).unwrap().cap, 0);
+        pool.give(pool.take(0).unwrap());
+        assert_eq!(pool.kept(), vec![300], "empty blocks are not kept");
+    }
 }
