@@ -17,7 +17,8 @@
 //! processes runs correctly on this one, on any machine the host transports reach: a
 //! correct path first, as NCCL keeps its host-memory paths for what P2P cannot reach.
 //! The cost is two copies across the bus per call (in, and back) beside the host
-//! collective.
+//! collective; the host blocks they use are kept between calls (`stage::StagePool`), so
+//! a size seen before neither allocates nor faults pages in again.
 //!
 //! What is copied:
 //! - out of place: the input's first `extent.0` bytes in; the output's first `extent.1`
