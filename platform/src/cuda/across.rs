@@ -2,8 +2,8 @@
 //! collectives run by the host device through host memory ([`crate::staged`]).
 //!
 //! A device created with a transport to other processes (`DeviceConfig::shm` or `tcp`:
-//! `Communicator::init_rank` under `oxccl launch`, `mpirun` or `torchrun`) takes this
-//! path: every call bound to a rank's device buffers is copied into host memory, run over
+//! `Communicator::init_rank` under `oxccl perf --procs`, `mpirun` or `torchrun`) takes
+//! this path: every call bound to a rank's device buffers is copied into host memory, run over
 //! the host transports (shared memory on a host; RDMA or TCP between hosts), and what it
 //! wrote copied back. Each rank has its GPU's primary context (the memory its
 //! `DeviceBuffer`s come from) and a stream of its own for those copies. Graph mode runs

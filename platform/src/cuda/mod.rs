@@ -13,10 +13,10 @@
 //!
 //! ## Ranks in other processes
 //!
-//! A device created with a transport to other processes (a rank of a job under
-//! `oxccl launch`, `mpirun` or `torchrun`, one process per GPU or several) runs its calls
-//! staged through host memory by the host device ([`crate::staged`], `across`): its
-//! device buffers are copied to the host, the collective runs over the host transports
+//! A device created with a transport to other processes (a rank of a job under `oxccl
+//! perf --procs`, `mpirun` or `torchrun`, one process per GPU or several) runs its
+//! calls staged through host memory by the host device ([`crate::staged`], `across`):
+//! its device buffers are copied to the host, the collective runs over the host transports
 //! (shared memory, RDMA, TCP), and the result is copied back. Placement then starts at
 //! the process's place among its host's ranks (`placement`), so each process of a host
 //! takes its own GPU. What follows (kernels, device signals, CUDA graphs) is the
