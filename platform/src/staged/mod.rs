@@ -1,8 +1,9 @@
 //! A device whose users' buffers are accelerator memory, run by the host device through
 //! host memory: the cuda backend's ranks in a job of processes.
 //!
-//! Each call bound to device memory ([`UserBuffers::Device`](crate::UserBuffers::Device)) is staged: what its program
-//! may read is copied from the device into host memory, the [`HostDevice`] runs the call
+//! Each call bound to device memory
+//! ([`UserBuffers::Device`](crate::UserBuffers::Device)) is staged: what its program may
+//! read is copied from the device into host memory, the [`HostDevice`] runs the call
 //! there (its programs, its transports to other processes and hosts — shared memory, TCP,
 //! RDMA — its fences, watchdog and failure propagation, all unchanged), and once the call
 //! succeeded what it wrote is copied back. Calls bound to host slices run as on the host.
