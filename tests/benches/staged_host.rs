@@ -9,7 +9,7 @@
 //!     cargo bench -p oxccl-tests --bench staged_host
 
 use oxccl::framework::transport::TransportChoice;
-use oxccl::{Communicator, Config, DataType, OpParam, ReduceOp, UniqueId};
+use oxccl::{Communicator, Config, DataType, OpParam, ReduceOp};
 use oxccl_tests::staged_host::STAGED_HOST;
 use oxccl_tests::{execute_on, Aligned};
 use std::time::{Duration, Instant};
@@ -19,24 +19,13 @@ const WARMUP: u32 = 2;
 const CALLS: u32 = 5;
 
 fn join(n: usize, device: &str) -> Vec<Communicator> {
-    let id = UniqueId::create(n, Duration::from_secs(60)).expect("root");
     let config = Config {
         device: device.into(),
         transport: TransportChoice::Shm,
         ..Config::default()
     };
-    std::thread::scope(|s| {
-        let joins: Vec<_> = (0..n)
-            .map(|r| {
-                let (id, config) = (&id, config.clone());
-                s.spawn(move || Communicator::init_rank(id, n, r, config))
-            })
-            .collect();
-        joins
-            .into_iter()
-            .map(|j| j.join().expect("joins").expect("init"))
-            .collect()
-    })
+    let joined = oxccl_tests::join_ranks(n, |_| config.clone());
+    joined.into_iter().map(|c| c.expect("init")).collect()
 }
 
 /// Seconds per call on `device`, after the warm-up calls.

@@ -115,6 +115,28 @@ impl Setup {
     }
 }
 
+/// A job of `n` ranks joined with `Communicator::init_rank`, each from a thread of its
+/// own (standing for a process: each rank gets a device and transports of its own), rank
+/// `r` configured with `config(r)`; every rank's outcome, by rank.
+pub fn join_ranks(
+    n: usize,
+    config: impl Fn(usize) -> Config,
+) -> Vec<Result<Communicator, oxccl::Error>> {
+    let id = oxccl::UniqueId::create(n, std::time::Duration::from_secs(60)).expect("root");
+    std::thread::scope(|s| {
+        let joins: Vec<_> = (0..n)
+            .map(|r| {
+                let (id, config) = (&id, config(r));
+                s.spawn(move || Communicator::init_rank(id, n, r, config))
+            })
+            .collect();
+        joins
+            .into_iter()
+            .map(|j| j.join().expect("a joining thread"))
+            .collect()
+    })
+}
+
 /// The backend the executor tests run on: `OXCCL_TEST_DEVICE` (`cuda` runs every
 /// executor test on the GPU, as virtual ranks of GPU 0 unless `OXCCL_CUDA_DEVICES` places
 /// them; `staged-host` binds every call as device spans staged through host memory, see

@@ -16,7 +16,6 @@ use oxccl::framework::transport::TransportChoice;
 use oxccl::platform::cuda::CudaError;
 use oxccl::{
     Communicator, Config, DataType, DeviceBuffer, DeviceError, Error, OpKind, OpParam, ReduceOp,
-    UniqueId,
 };
 use oxccl_tests::every::every_operator;
 use oxccl_tests::SMALL_CCL_BYTES;
@@ -35,16 +34,7 @@ fn config(transport: TransportChoice) -> Config {
 
 /// `n` ranks joined over `transport`, each from a thread of its own.
 fn join(n: usize, transport: TransportChoice) -> Vec<Result<Communicator, Error>> {
-    let id = UniqueId::create(n, Duration::from_secs(60)).expect("root");
-    std::thread::scope(|s| {
-        let joins: Vec<_> = (0..n)
-            .map(|r| {
-                let id = &id;
-                s.spawn(move || Communicator::init_rank(id, n, r, config(transport)))
-            })
-            .collect();
-        joins.into_iter().map(|j| j.join().unwrap()).collect()
-    })
+    oxccl_tests::join_ranks(n, |_| config(transport))
 }
 
 /// The job's communicators when this machine has a GPU; `None` (and why, printed)

@@ -7,7 +7,7 @@
 use oxccl::framework::transport::{RdmaNic, TransportChoice};
 use oxccl::platform::transport::rdma::fake::Fabric;
 use oxccl::platform::transport::rdma::verbs::SendOp;
-use oxccl::{Communicator, Config, UniqueId};
+use oxccl::{Communicator, Config};
 use oxccl_tests::every::every_operator;
 use oxccl_tests::SMALL_CCL_BYTES;
 use std::time::Duration;
@@ -28,17 +28,7 @@ fn join(
     transport: TransportChoice,
     nic: impl Fn(usize) -> Option<RdmaNic>,
 ) -> Vec<Result<Communicator, oxccl::Error>> {
-    let id = UniqueId::create(n, Duration::from_secs(60)).expect("root");
-    std::thread::scope(|s| {
-        let joins: Vec<_> = (0..n)
-            .map(|r| {
-                let config = config(transport, nic(r));
-                let id = &id;
-                s.spawn(move || Communicator::init_rank(id, n, r, config))
-            })
-            .collect();
-        joins.into_iter().map(|j| j.join().unwrap()).collect()
-    })
+    oxccl_tests::join_ranks(n, |r| config(transport, nic(r)))
 }
 
 #[test]

@@ -9,8 +9,7 @@
 
 use oxccl::framework::transport::TransportChoice;
 use oxccl::{
-    Communicator, Config, DataType, DeviceSpan, OpCall, OpKind, OpParam, ReduceOp, UniqueId,
-    UserBuffers,
+    Communicator, Config, DataType, DeviceSpan, OpCall, OpKind, OpParam, ReduceOp, UserBuffers,
 };
 use oxccl_graph::Capture;
 use oxccl_tests::every::every_operator;
@@ -19,7 +18,6 @@ use oxccl_tests::SMALL_CCL_BYTES;
 use std::time::Duration;
 
 fn join(n: usize, transport: TransportChoice) -> Vec<Communicator> {
-    let id = UniqueId::create(n, Duration::from_secs(60)).expect("root");
     let config = Config {
         device: STAGED_HOST.into(),
         transport,
@@ -27,18 +25,8 @@ fn join(n: usize, transport: TransportChoice) -> Vec<Communicator> {
         exec_timeout: Duration::from_secs(30),
         ..Config::default()
     };
-    std::thread::scope(|s| {
-        let joins: Vec<_> = (0..n)
-            .map(|r| {
-                let (id, config) = (&id, config.clone());
-                s.spawn(move || Communicator::init_rank(id, n, r, config))
-            })
-            .collect();
-        joins
-            .into_iter()
-            .map(|j| j.join().unwrap().unwrap())
-            .collect()
-    })
+    let joined = oxccl_tests::join_ranks(n, |_| config.clone());
+    joined.into_iter().map(Result::unwrap).collect()
 }
 
 #[test]
