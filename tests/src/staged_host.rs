@@ -35,20 +35,23 @@ pub fn runs_staged(comm: &Communicator) -> bool {
     comm.framework().device().kind() == STAGED_HOST
 }
 
+/// `bytes` as a span of "device memory" for the `staged-host` kind: its address and
+/// length.
+pub fn span_of(bytes: &[u8]) -> DeviceSpan {
+    DeviceSpan {
+        addr: bytes.as_ptr() as u64,
+        len: bytes.len(),
+    }
+}
+
 /// `input` and `out` as a call's device buffers (`out` alone when `in_place`): the
 /// spans of host memory the `staged-host` kind copies from and back to. Both borrows
 /// outlive the call made with the binding.
 pub fn device_binding<'a>(in_place: bool, input: &'a [u8], out: &'a mut [u8]) -> UserBuffers<'a> {
-    let output = DeviceSpan {
-        addr: out.as_mut_ptr() as u64,
-        len: out.len(),
-    };
+    let output = span_of(out);
     let input = match in_place {
         true => output,
-        false => DeviceSpan {
-            addr: input.as_ptr() as u64,
-            len: input.len(),
-        },
+        false => span_of(input),
     };
     UserBuffers::Device {
         input,

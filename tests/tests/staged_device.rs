@@ -8,12 +8,10 @@
 //! operator in real processes.
 
 use oxccl::framework::transport::TransportChoice;
-use oxccl::{
-    Communicator, Config, DataType, DeviceSpan, OpCall, OpKind, OpParam, ReduceOp, UserBuffers,
-};
+use oxccl::{Communicator, Config, DataType, OpCall, OpKind, OpParam, ReduceOp, UserBuffers};
 use oxccl_graph::Capture;
 use oxccl_tests::every::every_operator;
-use oxccl_tests::staged_host::STAGED_HOST;
+use oxccl_tests::staged_host::{device_binding, span_of, STAGED_HOST};
 use oxccl_tests::SMALL_CCL_BYTES;
 use std::time::Duration;
 
@@ -42,13 +40,6 @@ fn every_operator_on_device_spans_across_four_ranks_over_tcp() {
     every_operator(&comms, true).unwrap();
 }
 
-fn span(v: &mut [u8]) -> DeviceSpan {
-    DeviceSpan {
-        addr: v.as_mut_ptr() as u64,
-        len: v.len(),
-    }
-}
-
 /// Each rank's graph: an AllReduce (sum) of its input into `mid`, then an in-place
 /// AllReduce (sum) of `mid`, which reads what the first step wrote: a device that ran
 /// the second step before the first copied its output back would read stale bytes.
@@ -74,7 +65,7 @@ fn a_graph_whose_step_reads_the_last_one_s_output_runs_step_by_step() {
                 // Device spans are addresses: both calls name `mid` (the vectors outlive
                 // every launch and are not touched while one runs).
                 let calls = |send: &mut Vec<u8>, mid: &mut Vec<u8>| {
-                    let (send, mid) = (span(send), span(mid));
+                    let (send, mid) = (span_of(send), span_of(mid));
                     let first = UserBuffers::Device {
                         input: send,
                         output: mid,
@@ -126,13 +117,9 @@ fn a_reduce_leaves_the_non_roots_device_receive_buffers_as_they_were() {
                 let param = &param;
                 s.spawn(move || {
                     let r = comm.rank();
-                    let mut send: Vec<u8> = bytemuck::cast_slice(&input(r)).to_vec();
+                    let send: Vec<u8> = bytemuck::cast_slice(&input(r)).to_vec();
                     let mut recv: Vec<u8> = bytemuck::cast_slice(&vec![-7i32; count]).to_vec();
-                    let user = UserBuffers::Device {
-                        input: span(&mut send),
-                        output: span(&mut recv),
-                        in_place: false,
-                    };
+                    let user = device_binding(false, &send, &mut recv);
                     comm.execute(param, user).unwrap();
                     let got: Vec<i32> = bytemuck::cast_slice(&recv).to_vec();
                     let want: Vec<i32> = match r {

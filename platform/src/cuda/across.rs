@@ -22,9 +22,7 @@ use cudarc::driver::sys;
 /// The cuda backend's engine for ranks in a job of processes.
 pub(super) struct AcrossProcesses {
     pub device: StagedDevice,
-    /// Per communicator rank, its local slot.
-    slots: Vec<Option<usize>>,
-    /// Per local slot, its GPU.
+    /// Per local rank (by its index in the config's `local_ranks`), its GPU.
     ordinals: Vec<usize>,
 }
 
@@ -41,7 +39,7 @@ impl AcrossProcesses {
     /// Place the local ranks (see [`placement`]), open their GPUs' contexts and the host
     /// device that joins them to the job.
     pub fn new(config: DeviceConfig) -> Result<Self, DeviceError> {
-        let slots = config.local_slots()?;
+        config.local_slots()?;
         let count = driver::init()?;
         let ordinals = placement(&config, count)?;
         let ranks = ordinals
@@ -49,28 +47,24 @@ impl AcrossProcesses {
             .map(|&o| RankCopies::open(o))
             .collect::<Result<Vec<_>, _>>()?;
         let copies = CudaCopies {
-            slots: slots.clone(),
             local: config.local_ranks.clone(),
             ranks,
         };
         let device = StagedDevice::new("cuda", config, Box::new(copies))?;
-        Ok(AcrossProcesses {
-            device,
-            slots,
-            ordinals,
-        })
+        Ok(AcrossProcesses { device, ordinals })
     }
 
     /// The CUDA device ordinal local rank `rank` runs on.
     pub fn ordinal_of(&self, rank: Rank) -> Result<usize, DeviceError> {
-        let local = &crate::device::Device::config(&self.device).local_ranks;
-        Ok(self.ordinals[slot_of(&self.slots, rank, local)?])
+        let config = crate::device::Device::config(&self.device);
+        Ok(self.ordinals[slot_of(&config.local_ranks, rank)?])
     }
 }
 
-/// Local rank `rank`'s slot, or the refusal naming the ranks served here (`local`).
-fn slot_of(slots: &[Option<usize>], rank: Rank, local: &[Rank]) -> Result<usize, DeviceError> {
-    slots.get(rank).copied().flatten().ok_or_else(|| {
+/// Where local rank `rank` stands in `local` (a process serves one rank, or a few), or
+/// the refusal naming the ranks served here.
+fn slot_of(local: &[Rank], rank: Rank) -> Result<usize, DeviceError> {
+    local.iter().position(|&r| r == rank).ok_or_else(|| {
         crate::error::ConfigFault::NotServed {
             rank,
             local: local.to_vec(),
@@ -117,7 +111,7 @@ impl Drop for RankCopies {
 
 /// Staging copies through each local rank's context and stream.
 struct CudaCopies {
-    slots: Vec<Option<usize>>,
+    /// The local ranks, in the order of `ranks`.
     local: Vec<Rank>,
     ranks: Vec<RankCopies>,
 }
@@ -131,7 +125,7 @@ unsafe impl Sync for CudaCopies {}
 
 impl CudaCopies {
     fn rank(&self, rank: Rank) -> Result<&RankCopies, DeviceError> {
-        Ok(&self.ranks[slot_of(&self.slots, rank, &self.local)?])
+        Ok(&self.ranks[slot_of(&self.local, rank)?])
     }
 }
 

@@ -67,12 +67,7 @@ impl CudaDevice {
     pub fn graph_counts(&self) -> GraphCounts {
         match &self.engine {
             Engine::OneProcess(d) => d.graph_counts(),
-            Engine::AcrossProcesses(_) => GraphCounts {
-                on: false,
-                built: 0,
-                replays: 0,
-                refused: None,
-            },
+            Engine::AcrossProcesses(_) => GraphCounts::default(),
         }
     }
 

@@ -87,11 +87,10 @@ impl std::fmt::Debug for StagedDevice {
     }
 }
 
-/// A program compiled by a [`StagedDevice`]: the host device's, and what staging needs.
-pub(crate) struct StagedProgram {
+/// A program compiled by a [`StagedDevice`]: the host device's (whose `user_extent` says
+/// what the program reaches on its rank), and what staging needs.
+struct StagedProgram {
     host: Arc<Compiled>,
-    /// Bytes of (Input, Output) the program reaches on its rank.
-    extent: (usize, usize),
     /// Copy the output in before the call (see the module docs).
     preload_output: bool,
     /// Peers reach the rank's buffers (zero-copy): copy whole spans in and back.
@@ -225,7 +224,6 @@ impl Device for StagedDevice {
             device_id: self.id,
             backend: Arc::new(StagedProgram {
                 host,
-                extent,
                 preload_output,
                 whole_buffers: peers_touch_buffers,
             }),

@@ -20,11 +20,8 @@ pub(super) struct HostBytes {
     cap: usize,
 }
 
-// SAFETY: `HostBytes` owns its allocation; `&self` gives shared reads, `&mut self` the
-// only writes.
+// SAFETY: `HostBytes` owns its allocation, as a `Box<[u8]>` does.
 unsafe impl Send for HostBytes {}
-// SAFETY: as above.
-unsafe impl Sync for HostBytes {}
 
 impl HostBytes {
     /// `cap` zeroed bytes (the allocator maps large zeroed blocks lazily).
@@ -175,7 +172,7 @@ impl Stage {
     ) -> Result<Self, DeviceError> {
         let (read_in, reach_out) = match program.whole_buffers {
             true => (input.len, output.len),
-            false => program.extent,
+            false => program.host.user_extent,
         };
         let mut stage = Stage {
             rank,
