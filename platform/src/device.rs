@@ -70,6 +70,7 @@ use crate::gate::Gate;
 use crate::ir::{Rank, RankProgram};
 use crate::notify::NotifyLayout;
 use crate::slice_checks::UserReach;
+use crate::user_memory::UserMemory;
 use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
@@ -576,6 +577,13 @@ pub trait Device: Any + Send + Sync + std::fmt::Debug {
     fn alloc_shared(&self, rank: Rank, bytes: usize) -> Result<SharedMemory, DeviceError> {
         let _ = (rank, bytes);
         Err(ConfigFault::NoSharedMemory { kind: self.kind() }.into())
+    }
+
+    /// The device's user memory by address, when its calls may bind accelerator memory
+    /// ([`UserBuffers::Device`]); `None` (the default) for a device whose calls bind host
+    /// memory only. What an adapter that holds raw pointers (the C ABI) binds through.
+    fn user_memory(&self) -> Option<&dyn UserMemory> {
+        None
     }
 
     /// A local rank's resource, for a transport to export, map or register.

@@ -168,6 +168,16 @@ pub enum ConfigFault {
          allocate the buffers its way (a DeviceBuffer on cuda)"
     )]
     NoSharedMemory { kind: &'static str },
+    #[error(
+        "the {kind} device has no streams of a caller's to wait for (stream {stream:#x}); \
+         pass NULL"
+    )]
+    NoStreams { kind: &'static str, stream: usize },
+    #[error("a copy of {source_len} bytes into {destination_len}: a copy takes equal spans")]
+    CopyLengths {
+        source_len: usize,
+        destination_len: usize,
+    },
     #[error("the {what} is too large to lay out")]
     TooLarge { what: &'static str },
 }

@@ -20,6 +20,8 @@
 //! - [`sim`]: records programs instead of running them, for the analyzer and cost model.
 //! - [`staged`]: a device whose users' buffers are accelerator memory, run by the host
 //!   device through host memory (the cuda backend's ranks in a job of processes).
+//! - [`user_memory`]: a device's user memory by address, for adapters that hold raw
+//!   pointers (the C ABI on cuda).
 //!
 //! Executors never touch memory; they append tasks. The same program therefore runs on the
 //! host, is checked by the analyzer, and is replayed by graph mode with new buffers bound.
@@ -41,6 +43,7 @@ pub mod sim;
 mod slice_checks;
 pub mod staged;
 pub mod transport;
+pub mod user_memory;
 
 #[doc(hidden)]
 pub use inventory;
@@ -59,3 +62,4 @@ pub use gate::Gate;
 pub use ir::{Buf, NotifyId, Rank, RankProgram, Slice, StreamProgram, Task};
 pub use link::{Link, LinkAccess, LinkKind};
 pub use notify::{LinkSignal, NotifyLayout};
+pub use user_memory::{UserBlock, UserMemory};

@@ -15,6 +15,7 @@ use crate::device::{
 };
 use crate::error::{AbortCause, DeviceError};
 use crate::ir::Rank;
+use crate::user_memory::UserMemory;
 use std::sync::Arc;
 
 crate::register_backend!(
@@ -99,6 +100,11 @@ impl Device for CudaDevice {
 
     fn alloc_shared(&self, rank: Rank, bytes: usize) -> Result<SharedMemory, DeviceError> {
         self.engine().alloc_shared(rank, bytes)
+    }
+
+    /// Both engines: user memory is the rank's GPU's (`pointers`).
+    fn user_memory(&self) -> Option<&dyn UserMemory> {
+        Some(self)
     }
 
     fn resource(&self, rank: Rank, resource: Resource) -> Result<ResourceHandle, DeviceError> {

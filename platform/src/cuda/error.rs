@@ -135,6 +135,19 @@ pub enum CudaError {
         ordinal: usize,
         found: Option<usize>,
     },
+    #[error(
+        "rank {rank}: {what} [{addr:#x}; {len} bytes] is not memory the rank may bind on CUDA \
+         device {ordinal}: {found}; pass memory allocated on that device (cudaMalloc after \
+         cudaSetDevice({ordinal})) holding the whole count"
+    )]
+    Pointer {
+        rank: Rank,
+        what: String,
+        addr: u64,
+        len: usize,
+        ordinal: usize,
+        found: String,
+    },
     #[error("there is no CUDA device {ordinal}: this machine has {count}")]
     NoOrdinal { ordinal: usize, count: usize },
     #[error(

@@ -8,6 +8,7 @@ use super::device::{Shared, MAX_POLL_SLEEP};
 use super::driver::cu;
 use super::group::{Arrival, GpuGroup};
 use super::memory::{staging, Mapped};
+use super::pointers::ordinal_of;
 use super::zero_copy::UserSide;
 use super::CudaError;
 use crate::device::{Compiled, Completion, Submission, UserBuffers};
@@ -703,30 +704,6 @@ fn bind(
             }
         }
     })
-}
-
-/// The CUDA device whose memory `addr` is (`None`: not device memory).
-fn ordinal_of(addr: CUdeviceptr) -> Option<usize> {
-    let mut ordinal: i32 = -1;
-    let attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
-    let mut kind: u32 = 0;
-    let kind_attr = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
-    cu!(cuPointerGetAttribute(
-        (&mut kind as *mut u32).cast(),
-        kind_attr,
-        addr
-    ))
-    .ok()?;
-    if kind != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
-        return None;
-    }
-    cu!(cuPointerGetAttribute(
-        (&mut ordinal as *mut i32).cast(),
-        attr,
-        addr
-    ))
-    .ok()?;
-    usize::try_from(ordinal).ok()
 }
 
 /// A launch's word in mapped host memory ([`Launch::word_addr`]).

@@ -82,7 +82,8 @@
 //! (the encoding and the kernel's argument), `group` (a GPU's ranks and launches),
 //! `launch` (a submission and its completion), `kernels` (CUDA C and NVRTC), `ptx_cache`
 //! (NVRTC's output kept on disk), `user` (memory the user owns on a GPU), `zero_copy`
-//! (what a launch checks of its ranks' user buffers), `graph` (a sequence as a CUDA
+//! (what a launch checks of its ranks' user buffers), `pointers` (what the driver knows
+//! of an address; user memory by address, for the C ABI), `graph` (a sequence as a CUDA
 //! graph), `replay` (graph mode's launches: replayed, or step by step).
 
 mod error;
@@ -110,6 +111,8 @@ mod launch;
 mod memory;
 #[cfg(feature = "cuda")]
 mod placement;
+#[cfg(feature = "cuda")]
+mod pointers;
 #[cfg(feature = "cuda")]
 mod program;
 #[cfg(feature = "cuda")]

@@ -2,8 +2,9 @@
 
 use super::StageCopies;
 use crate::device::DeviceSpan;
-use crate::error::DeviceError;
+use crate::error::{AllocFault, ConfigFault, DeviceError};
 use crate::ir::Rank;
+use crate::user_memory::{UserBlock, UserMemory};
 
 /// [`StageCopies`] whose "device addresses" are host addresses: a [`StagedDevice`]
 /// built on it runs every path a GPU's staging does (what is copied in and back, and
@@ -42,5 +43,74 @@ impl StageCopies for HostAddressed {
         let dst = unsafe { std::slice::from_raw_parts_mut(dst.addr as usize as *mut u8, len) };
         dst.copy_from_slice(&src[..len]);
         Ok(())
+    }
+}
+
+/// The addresses are host memory of this process, so the fake's "device memory" for an
+/// adapter's blocks is heap memory, its copies `memcpy`, and it has no streams (only the
+/// default one, 0, which has nothing queued). It checks no span: its constructor's
+/// contract is what vouches for them.
+impl UserMemory for HostAddressed {
+    fn check_span(&self, _rank: Rank, _what: &str, _span: DeviceSpan) -> Result<(), DeviceError> {
+        Ok(())
+    }
+
+    fn alloc(&self, _rank: Rank, bytes: usize) -> Result<UserBlock, DeviceError> {
+        // Words of 8 bytes: aligned for every data type's elements.
+        let words = bytes.div_ceil(8);
+        let mut memory = Vec::<u64>::new();
+        memory
+            .try_reserve_exact(words)
+            .map_err(|_| DeviceError::Alloc {
+                what: "user block",
+                bytes,
+                fault: AllocFault::OutOfMemory,
+            })?;
+        memory.resize(words, 0);
+        let span = DeviceSpan {
+            addr: memory.as_ptr() as u64,
+            len: bytes,
+        };
+        // SAFETY: the vector's heap memory holds `bytes` bytes and does not move when the
+        // vector does; nothing else holds it.
+        Ok(unsafe { UserBlock::new(span, Box::new(memory)) })
+    }
+
+    unsafe fn copy(
+        &self,
+        _rank: Rank,
+        src: DeviceSpan,
+        dst: DeviceSpan,
+    ) -> Result<(), DeviceError> {
+        if src.len != dst.len {
+            return Err(ConfigFault::CopyLengths {
+                source_len: src.len,
+                destination_len: dst.len,
+            }
+            .into());
+        }
+        if src.len > 0 {
+            // SAFETY: both spans are live host memory (the constructor's contract and
+            // this function's), `dst` unused by others; `copy` allows overlap.
+            unsafe {
+                std::ptr::copy(
+                    src.addr as usize as *const u8,
+                    dst.addr as usize as *mut u8,
+                    src.len,
+                )
+            };
+        }
+        Ok(())
+    }
+
+    fn sync_stream(&self, _rank: Rank, stream: usize) -> Result<(), DeviceError> {
+        match stream {
+            0 => Ok(()),
+            _ => Err(ConfigFault::NoStreams {
+                kind: "staged test",
+                stream,
+            }
+            .into()),
+        }
     }
 }

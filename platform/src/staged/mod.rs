@@ -53,6 +53,7 @@ use crate::device::{
 use crate::error::{AbortCause, ConfigFault, DeviceError};
 use crate::host::HostDevice;
 use crate::ir::{Buf, Rank, RankProgram};
+use crate::user_memory::UserMemory;
 use stage::{Stage, StagePool, Staged};
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,6 +75,8 @@ pub struct StagedDevice {
     kind: &'static str,
     host: HostDevice,
     copies: Box<dyn StageCopies>,
+    /// What [`Device::user_memory`] offers (see [`StagedDevice::with_user_memory`]).
+    user_memory: Option<Box<dyn UserMemory>>,
     pool: Arc<StagePool>,
     id: usize,
 }
@@ -128,9 +131,18 @@ impl StagedDevice {
             kind,
             host: HostDevice::new(config)?,
             copies,
+            user_memory: None,
             pool: StagePool::new(keep),
             id: crate::device::next_device_id(),
         })
+    }
+
+    /// The device, offering `memory` as its user memory by address
+    /// ([`Device::user_memory`]: what the C ABI binds raw pointers through). A device
+    /// whose facade offers its own (the cuda backend's) leaves it out.
+    pub fn with_user_memory(mut self, memory: Box<dyn UserMemory>) -> Self {
+        self.user_memory = Some(memory);
+        self
     }
 
     /// Stage every submission; one that cannot be staged stops the device (its peers
@@ -196,6 +208,10 @@ impl Device for StagedDevice {
             whole_sequences: false,
             ..self.host.capabilities()
         }
+    }
+
+    fn user_memory(&self) -> Option<&dyn UserMemory> {
+        self.user_memory.as_deref()
     }
 
     fn alloc_scratch(&self, bytes_per_rank: usize) -> Result<ScratchId, DeviceError> {

@@ -1,0 +1,226 @@
+//! What the driver knows of an address, and the cuda backend's user memory by address
+//! ([`UserMemory`]: the C ABI's device pointers).
+//!
+//! [`PointerFacts`] are one `cuPointerGetAttributes` query: the memory's kind, its device
+//! and the allocation it lies in. [`PointerFacts::refusal`] judges a span by them, so
+//! what a span is refused for is plain code, tested without a GPU. Host memory the driver
+//! does not know reads as `Unknown` (the query fills defaults for it and succeeds).
+//!
+//! The user memory: spans are checked against their allocation (memory of the rank's
+//! GPU, or managed memory, holding the whole span); blocks are [`DeviceBytes`](super::DeviceBytes); copies run
+//! on a stream of their own, made and destroyed per copy, so they never wait for the
+//! ranks' streams or the caller's; a caller's stream is synchronised with the rank's GPU
+//! current (its primary context, where the runtime API's streams live).
+
+use super::driver::cu;
+use super::user::PrimaryContext;
+use super::{driver, CudaDevice, CudaError};
+use crate::device::DeviceSpan;
+use crate::error::{ConfigFault, DeviceError};
+use crate::ir::Rank;
+use crate::user_memory::{UserBlock, UserMemory};
+use cudarc::driver::sys;
+
+/// What kind of memory an address is, as the driver says.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum MemoryType {
+    /// Not memory the driver knows: pageable host memory, or no memory at all.
+    Unknown,
+    /// Host memory registered with or allocated by the driver.
+    Host,
+    /// Memory of one GPU.
+    Device,
+    /// Managed (unified) memory.
+    Managed,
+}
+
+/// What the driver knows of one address.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PointerFacts {
+    pub memory: MemoryType,
+    /// The device of device memory (`None` otherwise).
+    pub ordinal: Option<usize>,
+    /// The allocation the address lies in: its first address and its bytes.
+    pub range: (u64, u64),
+}
+
+impl PointerFacts {
+    /// Ask the driver about `addr` (a context current on this thread).
+    pub fn of(addr: u64) -> Result<PointerFacts, CudaError> {
+        use sys::CUpointer_attribute as A;
+        let mut memory: u32 = 0;
+        let mut ordinal: i32 = -1;
+        let mut start: sys::CUdeviceptr = 0;
+        let mut size: usize = 0;
+        let mut attributes = [
+            A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+        ];
+        let mut data: [*mut std::ffi::c_void; 4] = [
+            (&mut memory as *mut u32).cast(),
+            (&mut ordinal as *mut i32).cast(),
+            (&mut start as *mut sys::CUdeviceptr).cast(),
+            (&mut size as *mut usize).cast(),
+        ];
+        // Each data pointer points at a value of the attribute's type (unsigned int, int,
+        // CUdeviceptr, size_t), alive for the call.
+        cu!(cuPointerGetAttributes(
+            4,
+            attributes.as_mut_ptr(),
+            data.as_mut_ptr(),
+            addr
+        ))?;
+        let memory = match memory {
+            m if m == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32 => MemoryType::Host,
+            m if m == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 => MemoryType::Device,
+            m if m == sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED as u32 => MemoryType::Managed,
+            _ => MemoryType::Unknown,
+        };
+        Ok(PointerFacts {
+            memory,
+            ordinal: usize::try_from(ordinal)
+                .ok()
+                .filter(|_| memory == MemoryType::Device),
+            range: (start, size as u64),
+        })
+    }
+
+    /// Why a span of `len` bytes at `addr`, facts `self`, may not be bound by a rank on
+    /// CUDA device `ordinal`, or `None` when it may.
+    pub fn refusal(&self, addr: u64, len: usize, ordinal: usize) -> Option<String> {
+        match self.memory {
+            MemoryType::Unknown => {
+                return Some("not memory CUDA knows (a host pointer?)".to_string())
+            }
+            MemoryType::Host => return Some("host memory (pinned or registered)".to_string()),
+            MemoryType::Device if self.ordinal != Some(ordinal) => {
+                return Some(match self.ordinal {
+                    Some(other) => format!("memory of CUDA device {other}"),
+                    None => "device memory of an unknown device".to_string(),
+                })
+            }
+            MemoryType::Device | MemoryType::Managed => {}
+        }
+        let (start, size) = self.range;
+        let end = start.saturating_add(size);
+        let fits = addr >= start && addr.checked_add(len as u64).is_some_and(|e| e <= end);
+        (!fits).then(|| {
+            format!("its allocation is [{start:#x}, {end:#x}), which does not hold all of it")
+        })
+    }
+}
+
+/// The CUDA device whose memory `addr` is (`None`: not device memory, or the driver
+/// could not say).
+pub(crate) fn ordinal_of(addr: u64) -> Option<usize> {
+    PointerFacts::of(addr).ok()?.ordinal
+}
+
+impl CudaDevice {
+    /// The primary context of local rank `rank`'s GPU, retained and current.
+    fn current(&self, rank: Rank) -> Result<PrimaryContext, DeviceError> {
+        let context = PrimaryContext::retain(self.ordinal_of(rank)?)?;
+        context.bind()?;
+        Ok(context)
+    }
+}
+
+impl UserMemory for CudaDevice {
+    fn check_span(&self, rank: Rank, what: &str, span: DeviceSpan) -> Result<(), DeviceError> {
+        if span.len == 0 {
+            return Ok(());
+        }
+        let context = self.current(rank)?;
+        let facts = PointerFacts::of(span.addr)?;
+        match facts.refusal(span.addr, span.len, context.ordinal) {
+            None => Ok(()),
+            Some(found) => Err(CudaError::Pointer {
+                rank,
+                what: what.to_string(),
+                addr: span.addr,
+                len: span.len,
+                ordinal: context.ordinal,
+                found,
+            }
+            .into()),
+        }
+    }
+
+    fn alloc(&self, rank: Rank, bytes: usize) -> Result<UserBlock, DeviceError> {
+        let memory = self.alloc_user(rank, bytes)?;
+        // SAFETY: the span is the allocation `memory` owns until it drops, and nothing
+        // else holds it.
+        Ok(unsafe { UserBlock::new(memory.span(), Box::new(memory)) })
+    }
+
+    unsafe fn copy(&self, rank: Rank, src: DeviceSpan, dst: DeviceSpan) -> Result<(), DeviceError> {
+        if src.len != dst.len {
+            return Err(ConfigFault::CopyLengths {
+                source_len: src.len,
+                destination_len: dst.len,
+            }
+            .into());
+        }
+        if src.len == 0 {
+            return Ok(());
+        }
+        let _context = self.current(rank)?;
+        let stream = driver::new_stream()?;
+        // Both spans are live memory of the rank's GPU (this function's contract).
+        let copied = cu!(cuMemcpyDtoDAsync_v2(dst.addr, src.addr, src.len, stream))
+            .and_then(|()| cu!(cuStreamSynchronize(stream)));
+        let _ = cu!(cuStreamDestroy_v2(stream));
+        Ok(copied?)
+    }
+
+    fn sync_stream(&self, rank: Rank, stream: usize) -> Result<(), DeviceError> {
+        let _context = self.current(rank)?;
+        // `stream` is the caller's handle (NCCL's contract: a stream of the rank's
+        // device, or 0 for its default stream); the driver refuses a stale one.
+        Ok(cu!(cuStreamSynchronize(stream as sys::CUstream))?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(memory: MemoryType, ordinal: Option<usize>, start: u64, size: u64) -> PointerFacts {
+        PointerFacts {
+            memory,
+            ordinal,
+            range: (start, size),
+        }
+    }
+
+    #[test]
+    fn a_span_inside_an_allocation_of_the_rank_s_gpu_passes() {
+        let f = facts(MemoryType::Device, Some(1), 0x1000, 0x100);
+        assert_eq!(f.refusal(0x1000, 0x100, 1), None);
+        assert_eq!(f.refusal(0x1080, 0x80, 1), None);
+        let managed = facts(MemoryType::Managed, None, 0x1000, 0x100);
+        assert_eq!(managed.refusal(0x1010, 0x10, 3), None);
+    }
+
+    #[test]
+    fn host_memory_another_gpu_and_spans_past_the_allocation_are_refused() {
+        let unknown = facts(MemoryType::Unknown, None, 0, 0);
+        assert!(unknown
+            .refusal(0x1000, 4, 0)
+            .unwrap()
+            .contains("host pointer"));
+        let host = facts(MemoryType::Host, None, 0x1000, 0x100);
+        assert!(host.refusal(0x1000, 4, 0).unwrap().contains("host memory"));
+        let other = facts(MemoryType::Device, Some(2), 0x1000, 0x100);
+        assert!(other.refusal(0x1000, 4, 0).unwrap().contains("device 2"));
+        let f = facts(MemoryType::Device, Some(0), 0x1000, 0x100);
+        assert!(f
+            .refusal(0x1080, 0x81, 0)
+            .unwrap()
+            .contains("[0x1000, 0x1100)"));
+        assert!(f.refusal(0xff0, 0x20, 0).is_some());
+        assert!(f.refusal(u64::MAX - 1, 4, 0).is_some());
+    }
+}
