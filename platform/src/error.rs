@@ -397,6 +397,13 @@ impl From<crate::transport::rdma::RdmaError> for DeviceError {
     }
 }
 
+/// In every build: the error type is the same with or without the `cuda` feature.
+impl From<crate::cuda::CudaError> for DeviceError {
+    fn from(e: crate::cuda::CudaError) -> Self {
+        DeviceError::Cuda(e)
+    }
+}
+
 impl From<ConfigFault> for DeviceError {
     fn from(fault: ConfigFault) -> Self {
         DeviceError::Config(fault)

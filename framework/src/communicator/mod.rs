@@ -580,6 +580,17 @@ impl Communicator {
         self.stop_everywhere(AbortCause::UserAbort { rank: self.rank });
     }
 
+    /// This rank cannot make the call its peers are making (an adapter could not make
+    /// its input ready: the caller's stream failed, a staging copy failed): fail the
+    /// communicator and stop it everywhere, naming `reason`, so that the peers return at
+    /// once instead of waiting out `OXCCL_EXEC_TIMEOUT` for this rank.
+    pub fn abort_failed_call(&self, reason: impl Into<String>) {
+        self.stop_everywhere(AbortCause::CallFailed {
+            rank: self.rank,
+            reason: reason.into(),
+        });
+    }
+
     /// Fail the communicator and stop its device with `cause`: every call in flight on
     /// a rank of the device, or on a peer it reaches through a transport, ends at once
     /// naming this rank, instead of waiting out `OXCCL_EXEC_TIMEOUT` for tasks that

@@ -3,7 +3,6 @@
 //! memory per device for the words both the host and the GPUs read (epochs, progress).
 
 use super::driver::{cu, Gpu};
-use super::CudaError;
 use crate::error::{AllocFault, DeviceError};
 use cudarc::driver::sys;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -208,10 +207,4 @@ pub(crate) fn staging(
         *slot = Some(DevAlloc::zeroed(gpu, len, what)?);
     }
     Ok(slot.as_ref().map_or(0, |a| a.ptr))
-}
-
-impl From<CudaError> for DeviceError {
-    fn from(e: CudaError) -> Self {
-        DeviceError::Cuda(e)
-    }
 }
