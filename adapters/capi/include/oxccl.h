@@ -6,9 +6,12 @@
  * values oxccl cannot serve (ncclAvg, user-defined ops) are refused with oxcclInvalidArgument.
  *
  * What differs from NCCL, in short (the README's "C ABI" section says more):
- * - Buffers are host memory and every call is blocking: it returns when this rank's part is
- *   done. The stream argument is an opaque oxcclStream_t that must be NULL (oxccl's host
- *   device has no streams); any other value is oxcclInvalidArgument.
+ * - Every call is blocking: it returns when this rank's part is done. On the host device
+ *   buffers are host memory and the stream argument, an opaque oxcclStream_t, must be NULL
+ *   (oxcclInvalidArgument otherwise). On cuda (OXCCL_DEVICE=cuda) buffers are device
+ *   pointers, checked against their allocation on the rank's GPU, and the stream is a
+ *   cudaStream_t (NULL: the default stream): the call waits for the work queued on it
+ *   when it runs (at oxcclGroupEnd in a group), so work queued after it sees its results.
  * - Every argument is checked before anything runs (NULL pointers, buffers misaligned for
  *   the data type, counts whose byte size overflows, roots and peers out of range, unknown
  *   enum values, buffers that overlap without being NCCL's in-place form): the call returns
@@ -39,7 +42,7 @@ extern "C" {
 
 /* Opaque handles. */
 typedef struct oxcclComm* oxcclComm_t;
-typedef struct oxcclStream* oxcclStream_t; /* NULL: blocking on the host device */
+typedef struct oxcclStream* oxcclStream_t; /* a cudaStream_t on cuda; NULL on the host device */
 typedef struct oxcclGraph* oxcclGraph_t;
 
 #define OXCCL_UNIQUE_ID_BYTES 128
@@ -143,8 +146,8 @@ oxcclResult_t oxcclCommInitRank(oxcclComm_t* comm, int nranks, oxcclUniqueId com
 oxcclResult_t oxcclCommInitRankConfig(oxcclComm_t* comm, int nranks, oxcclUniqueId commId,
                                       int rank, oxcclConfig_t* config);
 /* ndev ranks in this process, one communicator each; drive them from one thread with
- * oxcclGroupStart/oxcclGroupEnd, or one thread each. devlist names CUDA devices in NCCL;
- * the host device has none: pass NULL, or ndev distinct non-negative ints (ignored). */
+ * oxcclGroupStart/oxcclGroupEnd, or one thread each. devlist: NULL, or ndev distinct
+ * non-negative ints, rank i's CUDA device on cuda (ignored by the host device). */
 oxcclResult_t oxcclCommInitAll(oxcclComm_t* comms, int ndev, const int* devlist);
 /* Finish outstanding work (calls are blocking: there is none) and refuse every later call
  * but the queries and oxcclCommDestroy/oxcclCommAbort (oxcclInvalidUsage). */
@@ -166,7 +169,8 @@ oxcclResult_t oxcclCommUserRank(const oxcclComm_t comm, int* rank);
  * at *ptr. With OXCCL_SHARED_BUFFERS=1 the ranks of a host map each other's allocations
  * and calls run zero-copy across processes, on such memory only; elsewhere it is heap
  * memory that serves any call. Collective: every rank allocates, in the same order (sizes
- * may differ), each from its own thread. */
+ * may differ), each from its own thread. On cuda: memory of the rank's GPU, not
+ * collective. */
 oxcclResult_t oxcclMemAlloc(oxcclComm_t comm, void** ptr, size_t size);
 /* Free memory from oxcclMemAlloc that no call is using; any other pointer is
  * oxcclInvalidArgument. */
@@ -257,7 +261,8 @@ oxcclResult_t oxcclGraphCaptureBegin(oxcclComm_t comm);
 /* Compile the captured steps (collective: every rank ends its capture, each rank having
  * captured the same sequence) and return the graph. */
 oxcclResult_t oxcclGraphCaptureEnd(oxcclComm_t comm, oxcclGraph_t* graph);
-/* Run every captured step on its captured buffers (collective); stream must be NULL. */
+/* Run every captured step on its captured buffers (collective), on cuda after the work
+ * queued on stream; on the host device stream must be NULL. */
 oxcclResult_t oxcclGraphLaunch(oxcclGraph_t graph, oxcclStream_t stream);
 oxcclResult_t oxcclGraphDestroy(oxcclGraph_t graph);
 

@@ -176,18 +176,6 @@ impl HostBlock {
             len: self.len,
         }
     }
-
-    /// `len` bytes at `offset` of the block.
-    pub fn part(&self, offset: usize, len: usize) -> Span {
-        assert!(
-            offset.checked_add(len).is_some_and(|end| end <= self.len),
-            "a part inside the block"
-        );
-        Span {
-            addr: self.ptr.as_ptr() as usize + offset,
-            len,
-        }
-    }
 }
 
 impl Drop for HostBlock {
@@ -287,6 +275,5 @@ mod tests {
         assert_eq!(span.addr % BLOCK_ALIGN, 0);
         // SAFETY: the block is ours and nothing else uses it.
         assert!(unsafe { span.slice() }.iter().all(|&b| b == 0));
-        assert_eq!(block.part(8, 16).addr, span.addr + 8);
     }
 }

@@ -22,7 +22,7 @@
 //! launches, the ranks of `oxcclCommInitAll`, which must all take part at once.
 
 use crate::buffers::write_out;
-use crate::collectives::{check_stream, OxcclStream};
+use crate::collectives::OxcclStream;
 use crate::group::{self, Pending};
 use crate::handles::{Comm, OxcclComm, Table};
 use crate::result::{guard, CError, OxcclResult};
@@ -65,11 +65,10 @@ pub struct GraphObj {
 /// Graph work deferred to a group's end.
 pub enum GraphWork {
     /// Compile `comm`'s capture and write the graph's handle to `out`.
-    End {
-        comm: Arc<Comm>,
-        out: usize,
-    },
-    Launch(Arc<GraphObj>),
+    End { comm: Arc<Comm>, out: usize },
+    /// Launch the graph after the work queued on the caller's stream (device memory
+    /// only).
+    Launch(Arc<GraphObj>, Option<usize>),
 }
 
 /// Record `step` into `comm`'s open capture instead of running it.
@@ -123,7 +122,7 @@ impl GraphWork {
     fn comm(&self) -> &Arc<Comm> {
         match self {
             GraphWork::End { comm, .. } => comm,
-            GraphWork::Launch(graph) => &graph.comm,
+            GraphWork::Launch(graph, _) => &graph.comm,
         }
     }
 }
@@ -131,7 +130,7 @@ impl GraphWork {
 fn run_one(work: GraphWork) -> Result<(), CError> {
     match work {
         GraphWork::End { comm, out } => end_capture(&comm, out),
-        GraphWork::Launch(graph) => launch(&graph),
+        GraphWork::Launch(graph, stream) => launch(&graph, stream),
     }
 }
 
@@ -214,24 +213,30 @@ fn agree_parts(comm: &Comm, open: &Capturing) -> Result<Vec<Range<usize>>, CErro
     Ok(bounds.windows(2).map(|w| w[0]..w[1]).collect())
 }
 
-/// Bind every captured step's buffers again and run the graph's parts in order.
-fn launch(obj: &GraphObj) -> Result<(), CError> {
+/// Bind every captured step's buffers again and run the graph's parts in order, after
+/// the work queued on `stream` (the launch's stream, as a CUDA graph launches on one: the
+/// streams the steps were captured on are not waited for).
+fn launch(obj: &GraphObj, stream: Option<usize>) -> Result<(), CError> {
     obj.comm.check_usable()?;
+    let comm = &obj.comm;
+    let streams: Vec<usize> = stream.into_iter().collect();
+    comm.sync_streams(&streams)
+        .map_err(|e| comm.failed_to_start(&e))?;
     let steps = obj.steps.lock();
     for (range, graph) in &obj.parts {
         let part = &steps[range.clone()];
         for step in part {
             // SAFETY: the captured buffers stay valid for every launch (the contract of
             // oxcclGraphCaptureBegin); the steps' own blocks are locked for this launch.
-            unsafe { step.copy_in() };
+            unsafe { step.copy_in() }.map_err(|e| comm.failed_to_start(&e))?;
         }
         // SAFETY: as above; no two steps of a part share a byte that one writes (the
         // capture's footprint), so the slices of one part's launch do not alias.
         let calls = part.iter().map(|s| unsafe { s.op_call() }).collect();
-        obj.comm.outcome(graph.launch(&obj.comm.inner, calls))?;
+        comm.outcome(graph.launch(&comm.inner, calls))?;
         for step in part {
             // SAFETY: as for `copy_in`; the part's slices are gone.
-            unsafe { step.copy_out() };
+            comm.outcome(unsafe { step.copy_out() })?;
         }
     }
     Ok(())
@@ -294,9 +299,9 @@ pub unsafe extern "C" fn oxcclGraphLaunch(
 ) -> OxcclResult {
     group::call("oxcclGraphLaunch", || {
         let obj = GRAPHS.get(graph as usize)?;
-        check_stream(stream)?;
+        let stream = obj.comm.stream(stream)?;
         obj.comm.check_usable()?;
-        Ok(Pending::Graph(GraphWork::Launch(obj)))
+        Ok(Pending::Graph(GraphWork::Launch(obj, stream)))
     })
 }
 

@@ -20,10 +20,11 @@
 //! one writing them); the errors of the calls that ran come from `oxcclGroupEnd`, the
 //! first one returned.
 
-use crate::buffers::{HostBlock, Span};
+use crate::buffers::Span;
 use crate::graph::{self, GraphWork};
 use crate::handles::Comm;
 use crate::result::{guard, CError, OxcclResult};
+use crate::side::Block;
 use crate::step::{check_disjoint, Binding, Stage, Step};
 use oxccl::framework::op::{P2pItem, VLayout};
 use oxccl::framework::GroupCall;
@@ -39,6 +40,8 @@ pub struct P2pPart {
     pub span: Span,
     pub peer: Rank,
     pub send: bool,
+    /// The caller's stream (device memory only).
+    pub stream: Option<usize>,
 }
 
 /// A checked call, run now or deferred to the group's end.
@@ -234,6 +237,12 @@ fn into_rounds(runs: Vec<Vec<Step>>) -> Vec<Vec<Step>> {
 /// receive there). One send and one receive bind the caller's buffers; more are staged
 /// through blocks of oxccl's, since one call binds one buffer each way.
 fn fuse(comm: &Arc<Comm>, parts: Vec<P2pPart>) -> Result<Step, CError> {
+    let streams: Vec<usize> = parts.iter().filter_map(|p| p.stream).collect();
+    Ok(fused(comm, parts)?.on_streams(streams))
+}
+
+/// [`fuse`]'s step, before it waits for the parts' streams.
+fn fused(comm: &Arc<Comm>, parts: Vec<P2pPart>) -> Result<Step, CError> {
     let (sends, recvs): (Vec<P2pPart>, Vec<P2pPart>) = parts
         .into_iter()
         .filter(|p| p.span.len > 0)
@@ -256,8 +265,8 @@ fn fuse(comm: &Arc<Comm>, parts: Vec<P2pPart>) -> Result<Step, CError> {
         );
         return Step::new(comm.clone(), op, Binding::OutOfPlace { input, output });
     }
-    let (send_block, send_items, stage_in) = stage(&sends, &item)?;
-    let (recv_block, recv_items, stage_out) = stage(&recvs, &item)?;
+    let (send_block, send_items, stage_in) = stage(comm, &sends, &item)?;
+    let (recv_block, recv_items, stage_out) = stage(comm, &recvs, &item)?;
     let binding = Binding::OutOfPlace {
         input: send_block.span(),
         output: recv_block.span(),
@@ -277,14 +286,15 @@ fn fuse(comm: &Arc<Comm>, parts: Vec<P2pPart>) -> Result<Step, CError> {
 /// A block holding `parts` one after the other, their items at those offsets, and the
 /// copies between the caller's buffers and the block.
 fn stage(
+    comm: &Comm,
     parts: &[P2pPart],
     item: &dyn Fn(&P2pPart, usize) -> P2pItem,
-) -> Result<(HostBlock, Vec<P2pItem>, Vec<Stage>), CError> {
+) -> Result<(Block, Vec<P2pItem>, Vec<Stage>), CError> {
     let total = parts
         .iter()
         .try_fold(0usize, |sum, p| sum.checked_add(p.span.len))
         .ok_or_else(|| CError::invalid("the group's sends or receives overflow a byte count"))?;
-    let block = HostBlock::zeroed(total)?;
+    let block = comm.zeroed_block(total)?;
     let mut items = Vec::with_capacity(parts.len());
     let mut stages = Vec::with_capacity(parts.len());
     let mut offset = 0;
@@ -325,13 +335,25 @@ fn run_round(round: Vec<Step>) -> Vec<Result<(), CError>> {
 }
 
 /// Run the calls of ranks that share one device as one framework group call.
+///
+/// A step that cannot start (its stream or a staging copy failed) does not run, and
+/// aborts its communicator, which releases the peers that would wait for it.
 fn run_batch(steps: Vec<Step>) -> Vec<Result<(), CError>> {
-    for step in &steps {
-        // SAFETY: the staged spans are the callers' live buffers (NCCL's contract), and
-        // no other step of the round writes them (checked before the round).
-        unsafe { step.copy_in() };
-    }
-    let calls: Vec<GroupCall<'_, '_>> = steps
+    let mut outcomes: Vec<Result<(), CError>> = steps
+        .iter()
+        .map(|step| {
+            // SAFETY: the staged spans are the callers' live buffers (NCCL's contract),
+            // and no other step of the round writes them (checked before the round).
+            unsafe { step.prepare() }.map_err(|e| step.comm.failed_to_start(&e))
+        })
+        .collect();
+    let ready: Vec<&Step> = steps
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, prepared)| prepared.is_ok())
+        .map(|(step, _)| step)
+        .collect();
+    let calls: Vec<GroupCall<'_, '_>> = ready
         .iter()
         .map(|s| {
             // SAFETY: the callers' live buffers, checked disjoint across the round where
@@ -340,17 +362,16 @@ fn run_batch(steps: Vec<Step>) -> Vec<Result<(), CError>> {
             GroupCall::Run(s.comm.inner.framework(), s.param.clone(), user)
         })
         .collect();
-    let results = oxccl::framework::Communicator::execute_calls(calls);
-    steps
-        .iter()
-        .zip(results)
-        .map(|(step, result)| {
-            let outcome = step.comm.outcome(result);
-            if outcome.is_ok() {
-                // SAFETY: as for `copy_in`; the call's slices are gone.
-                unsafe { step.copy_out() };
-            }
-            outcome
-        })
-        .collect()
+    let mut results = oxccl::framework::Communicator::execute_calls(calls).into_iter();
+    for (step, outcome) in steps.iter().zip(&mut outcomes) {
+        if outcome.is_err() {
+            continue;
+        }
+        let result = results.next().expect("one result per call run");
+        // SAFETY: as for `prepare`; the call's slices are gone.
+        *outcome = step
+            .comm
+            .outcome(result.and_then(|()| unsafe { step.copy_out() }));
+    }
+    outcomes
 }

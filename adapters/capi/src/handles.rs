@@ -181,6 +181,16 @@ impl Comm {
         c
     }
 
+    /// An error that keeps this rank from starting a call its peers make (its stream,
+    /// a staging copy): the communicator is aborted, so that they return instead of
+    /// waiting for it, and the error kept for `oxcclCommGetAsyncError`.
+    pub fn failed_to_start(&self, err: &Error) -> CError {
+        let c = CError::from_oxccl(err, Some(self.rank()));
+        self.inner.framework().abort_failed_call(c.message.clone());
+        self.state.lock().failure.get_or_insert_with(|| c.clone());
+        c
+    }
+
     /// What `oxcclCommGetAsyncError` reports.
     pub fn async_error(&self) -> OxcclResult {
         if let Some(failure) = &self.state.lock().failure {

@@ -154,13 +154,22 @@ fn env_config(algo: Option<&str>) -> Result<Config, CError> {
         _ => std::env::var(var).ok(),
     })
     .map_err(|e| CError::from_oxccl(&e.into(), None))?;
-    if config.device != "host" {
+    Ok(config)
+}
+
+/// `comm` as C holds it, refused when its device does not run calls (`sim` records
+/// them: a C caller would get no data back). Pointers are host memory, or the device's
+/// when it offers user memory by address (see [`crate::side`]).
+fn admitted(comm: Communicator) -> Result<Comm, CError> {
+    let device = comm.framework().device();
+    if !device.capabilities().executes {
         return Err(CError::invalid(format!(
-            "OXCCL_DEVICE={}: the C ABI binds host memory, so it runs on the host device only",
-            config.device
+            "OXCCL_DEVICE={}: this device records calls without running them; the C ABI \
+             runs on the host device or cuda",
+            device.kind()
         )));
     }
-    Ok(config)
+    Ok(Comm::new(comm))
 }
 
 /// Refuse to create communicators when no algorithm is linked in: what a static link
@@ -182,7 +191,7 @@ fn check_linked() -> Result<(), CError> {
 /// # Safety
 /// As [`write_out`]'s.
 unsafe fn hand_out(out: *mut *mut OxcclComm, comm: Communicator) -> Result<(), CError> {
-    let handle = COMMS.insert(Arc::new(Comm::new(comm)));
+    let handle = COMMS.insert(Arc::new(admitted(comm)?));
     // SAFETY: this function's contract.
     unsafe { write_out("comm", out, handle as *mut OxcclComm) }
 }
@@ -375,12 +384,19 @@ pub unsafe extern "C" fn oxcclCommInitAll(
             .map_err(|_| CError::invalid(format!("ndev {ndev}: pass 1 to {MAX_RANKS}")))?;
         let out = Span::array("comms", comms.cast_const(), n)?;
         // SAFETY: `devlist` holds `ndev` ints when valid (this function's contract).
-        unsafe { check_devlist(devlist, n) }?;
+        let gpus = unsafe { check_devlist(devlist, n) }?;
         check_linked()?;
-        let made = Communicator::init_all(n, env_config(None)?)
-            .map_err(|e| CError::from_oxccl(&e, None))?;
-        for (i, comm) in made.into_iter().enumerate() {
-            let handle = COMMS.insert(Arc::new(Comm::new(comm)));
+        let mut config = env_config(None)?;
+        if !gpus.is_empty() {
+            config.gpus = gpus;
+        }
+        let made = Communicator::init_all(n, config).map_err(|e| CError::from_oxccl(&e, None))?;
+        let admitted = made
+            .into_iter()
+            .map(admitted)
+            .collect::<Result<Vec<Comm>, CError>>()?;
+        for (i, comm) in admitted.into_iter().enumerate() {
+            let handle = COMMS.insert(Arc::new(comm));
             // SAFETY: `out` holds `n` aligned handles (checked), writable by the caller's
             // promise; `i < n`.
             unsafe {
@@ -393,13 +409,15 @@ pub unsafe extern "C" fn oxcclCommInitAll(
     })
 }
 
-/// NULL, or `n` distinct non-negative device numbers (ignored: the host device has none).
+/// NULL (empty), or `n` distinct non-negative device numbers: rank `i`'s CUDA device on
+/// cuda (the placement `OXCCL_CUDA_DEVICES` gives otherwise; several ranks on one GPU
+/// come from there, as NCCL's devlist refuses repeats), ignored by the host device.
 ///
 /// # Safety
 /// `devlist`, when not NULL and aligned, points at `n` readable ints.
-unsafe fn check_devlist(devlist: *const c_int, n: usize) -> Result<(), CError> {
+unsafe fn check_devlist(devlist: *const c_int, n: usize) -> Result<Vec<usize>, CError> {
     if devlist.is_null() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     // SAFETY: `n` readable ints when valid (this function's contract).
     let list = unsafe { read_array("devlist", devlist, n) }?;
@@ -410,7 +428,7 @@ unsafe fn check_devlist(devlist: *const c_int, n: usize) -> Result<(), CError> {
             "devlist {list:?}: pass NULL, or {n} distinct non-negative device numbers"
         )));
     }
-    Ok(())
+    Ok(list.into_iter().map(|d| d as usize).collect())
 }
 
 /// `ncclCommFinalize`: calls are blocking, so nothing is outstanding; later calls but

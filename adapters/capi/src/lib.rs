@@ -30,10 +30,16 @@
 //!   communicators launched together (how one thread drives the ranks of
 //!   `oxcclCommInitAll`).
 //! - `memory`: `oxcclMemAlloc`/`oxcclMemFree`, user buffers the ranks in other processes
-//!   of the host map (for zero-copy jobs: `OXCCL_SHARED_BUFFERS=1`).
+//!   of the host map (for zero-copy jobs: `OXCCL_SHARED_BUFFERS=1`), or device memory of
+//!   the rank on cuda.
+//! - `side`: which memory a communicator's pointers are (host memory, or its device's:
+//!   cuda), and what differs between the two: bindings, oxccl's own blocks, copies,
+//!   pointer checks and streams.
 //! - `collectives`, `init` and `graph`: the exported functions.
 //!
-//! Every call is blocking and runs on host memory: the `stream` argument must be NULL.
+//! Every call is blocking. On the host device pointers are host memory and the `stream`
+//! argument must be NULL; on cuda they are device pointers and the call waits for the
+//! caller's stream before it runs (see `side`).
 
 mod buffers;
 mod collectives;
@@ -43,5 +49,6 @@ mod handles;
 mod init;
 mod memory;
 mod result;
+mod side;
 mod step;
 mod types;

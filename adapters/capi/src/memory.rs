@@ -2,21 +2,28 @@
 //! host map (NCCL's `ncclMemAlloc`, made collective as MPI's `MPI_Win_allocate_shared`).
 //!
 //! With `OXCCL_SHARED_BUFFERS=1`, a job's calls run zero-copy across processes and must
-//! be given such memory; elsewhere it is heap memory that serves any call. Allocations
-//! are kept in a table by address, so freeing an address oxccl did not hand out (or
+//! be given such memory; elsewhere it is heap memory that serves any call. On a
+//! communicator whose pointers are device memory (cuda: see [`crate::side`]) it is
+//! memory of the rank's device, as NCCL's, and not collective. Allocations are kept in
+//! a table by address, so freeing an address oxccl did not hand out (or
 //! freeing one twice) is `oxcclInvalidArgument`, not undefined behaviour.
 
 use crate::buffers::write_out;
 use crate::handles::{Comm, OxcclComm};
 use crate::result::{guard, CError, OxcclResult};
-use oxccl::platform::SharedMemory;
 use parking_lot::Mutex;
+use std::any::Any;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::LazyLock;
 
+/// A live allocation, kept until freed: host memory the host's ranks map
+/// ([`SharedMemory`](oxccl::platform::SharedMemory)), or device memory of a rank
+/// ([`Block`](crate::side::Block)).
+type Allocation = Box<dyn Any + Send>;
+
 /// The live allocations, by address.
-static ALLOCATIONS: LazyLock<Mutex<HashMap<usize, SharedMemory>>> = LazyLock::new(Default::default);
+static ALLOCATIONS: LazyLock<Mutex<HashMap<usize, Allocation>>> = LazyLock::new(Default::default);
 
 /// `ncclMemAlloc`, with the communicator whose peers map the memory: `size` zeroed bytes,
 /// page aligned, at `*ptr`. Collective: every rank of `comm` allocates, in the same order
@@ -36,15 +43,23 @@ pub unsafe extern "C" fn oxcclMemAlloc(
         // so a bad `ptr` allocates nothing.
         unsafe { write_out("ptr", ptr, std::ptr::null_mut()) }?;
         // One byte at least: every live allocation has an address of its own.
-        let memory = comm
-            .inner
-            .framework()
-            .alloc_shared(size.max(1))
-            .map_err(|e| CError::from_oxccl(&e, Some(comm.rank())))?;
-        let addr = memory.as_ptr();
-        ALLOCATIONS.lock().insert(addr as usize, memory);
+        let (addr, memory) = match comm.user_memory() {
+            Some(_) => {
+                let block = comm.zeroed_block(size.max(1))?;
+                (block.span().addr, Box::new(block) as Allocation)
+            }
+            None => {
+                let shared = comm
+                    .inner
+                    .framework()
+                    .alloc_shared(size.max(1))
+                    .map_err(|e| CError::from_oxccl(&e, Some(comm.rank())))?;
+                (shared.as_ptr() as usize, Box::new(shared) as Allocation)
+            }
+        };
+        ALLOCATIONS.lock().insert(addr, memory);
         // SAFETY: as above.
-        unsafe { write_out("ptr", ptr, addr.cast::<c_void>()) }
+        unsafe { write_out("ptr", ptr, addr as *mut c_void) }
     })
 }
 

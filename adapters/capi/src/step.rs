@@ -10,10 +10,12 @@
 //! receive buffer that overlap in any other way are refused, since the two would become
 //! a shared and a mutable slice of the same bytes.
 
-use crate::buffers::{copy, HostBlock, Span};
+use crate::buffers::Span;
+use crate::collectives::OxcclStream;
 use crate::handles::Comm;
 use crate::result::CError;
-use oxccl::{OpCall, OpParam, UserBuffers};
+use crate::side::{device_span, Block};
+use oxccl::{Error, OpCall, OpParam, UserBuffers};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -85,7 +87,10 @@ pub struct Step {
     /// Copied from the binding into the caller's buffers after the call succeeded.
     stage_out: Vec<Stage>,
     /// Memory the binding points into that oxccl owns (kept for the step's life).
-    _owned: Vec<HostBlock>,
+    _owned: Vec<Block>,
+    /// The caller's streams the step waits for before it runs (device memory only: see
+    /// [`crate::side`]).
+    streams: Vec<usize>,
 }
 
 impl Step {
@@ -100,7 +105,7 @@ impl Step {
         comm: Arc<Comm>,
         param: OpParam,
         binding: Binding,
-        owned: Vec<HostBlock>,
+        owned: Vec<Block>,
     ) -> Result<Step, CError> {
         Self::staged(comm, param, binding, owned, Vec::new(), Vec::new())
     }
@@ -110,7 +115,7 @@ impl Step {
         comm: Arc<Comm>,
         param: OpParam,
         binding: Binding,
-        owned: Vec<HostBlock>,
+        owned: Vec<Block>,
         stage_in: Vec<Stage>,
         stage_out: Vec<Stage>,
     ) -> Result<Step, CError> {
@@ -134,14 +139,40 @@ impl Step {
         param
             .validate(comm.rank(), comm.size(), input_len, output_len)
             .map_err(|e| CError::invalid(e.to_string()))?;
-        Ok(Step {
+        let step = Step {
             comm,
             param,
             binding,
             stage_in,
             stage_out,
             _owned: owned,
-        })
+            streams: Vec::new(),
+        };
+        for (span, writes) in step.touched() {
+            let what = if writes { "recvbuff" } else { "sendbuff" };
+            step.comm.check_span(what, span)?;
+        }
+        Ok(step)
+    }
+
+    /// The step, waiting for the caller's `stream` before it runs (refused when the
+    /// communicator has no streams and `stream` is not NULL).
+    pub fn on_stream(mut self, stream: *const OxcclStream) -> Result<Step, CError> {
+        self.streams.extend(self.comm.stream(stream)?);
+        Ok(self)
+    }
+
+    /// The step, waiting for each of `streams` before it runs.
+    pub fn on_streams(mut self, streams: impl IntoIterator<Item = usize>) -> Step {
+        self.streams.extend(streams);
+        self.streams.sort_unstable();
+        self.streams.dedup();
+        self
+    }
+
+    /// Wait for the work the caller queued on the step's streams.
+    pub fn sync_streams(&self) -> Result<(), Error> {
+        self.comm.sync_streams(&self.streams)
     }
 
     /// The binding's spans, and the caller's spans that staging reads (`false`) and
@@ -159,6 +190,9 @@ impl Step {
     /// The spans must be the caller's live buffers (NCCL's contract), and no slice of
     /// another step overlapping a written span may be alive while these are.
     pub unsafe fn user_buffers(&self) -> UserBuffers<'_> {
+        if self.comm.user_memory().is_some() {
+            return self.device_buffers();
+        }
         // SAFETY: the binding's spans do not overlap each other unless they are one
         // in-place span (`Step::new`); the rest is the caller's promise.
         unsafe {
@@ -172,6 +206,19 @@ impl Step {
         }
     }
 
+    /// The binding as device spans (checked by the device when the step was made).
+    fn device_buffers(&self) -> UserBuffers<'_> {
+        let (input, output, in_place) = match self.binding {
+            Binding::OutOfPlace { input, output } => (input, output, false),
+            Binding::InPlace(buf) => (buf, buf, true),
+        };
+        UserBuffers::Device {
+            input: device_span(input),
+            output: device_span(output),
+            in_place,
+        }
+    }
+
     /// The step as a facade call (what graph capture records).
     ///
     /// # Safety
@@ -181,26 +228,39 @@ impl Step {
         OpCall::new(self.param.clone(), unsafe { self.user_buffers() })
     }
 
+    /// Make the step ready to run: wait for the caller's streams, copy the staged sends
+    /// in.
+    ///
+    /// # Safety
+    /// As [`Step::copy_in`].
+    pub unsafe fn prepare(&self) -> Result<(), Error> {
+        self.sync_streams()?;
+        // SAFETY: the caller's promise.
+        unsafe { self.copy_in() }
+    }
+
     /// Copy the staged sends in, before the step runs.
     ///
     /// # Safety
     /// The caller's staged spans must be live, and unused by other steps meanwhile.
-    pub unsafe fn copy_in(&self) {
+    pub unsafe fn copy_in(&self) -> Result<(), Error> {
         for s in &self.stage_in {
             // SAFETY: `staged` is oxccl's own block; `user` is the caller's promise.
-            unsafe { copy(s.user, s.staged, s.user.len) }
+            unsafe { self.comm.copy(s.user, s.staged, s.user.len) }?;
         }
+        Ok(())
     }
 
     /// Copy the staged receives out, after the step succeeded.
     ///
     /// # Safety
     /// As [`Step::copy_in`].
-    pub unsafe fn copy_out(&self) {
+    pub unsafe fn copy_out(&self) -> Result<(), Error> {
         for s in &self.stage_out {
             // SAFETY: as in `copy_in`.
-            unsafe { copy(s.staged, s.user, s.user.len) }
+            unsafe { self.comm.copy(s.staged, s.user, s.user.len) }?;
         }
+        Ok(())
     }
 }
 

@@ -2,11 +2,12 @@
 //! fixed-size operators here, the V operators in `vector`, send, receive, barrier and
 //! the group calls in `p2p`).
 //!
-//! Each function checks its communicator (live, not finalized), its stream (NULL: the
-//! host device has no streams), its data type and reduce op numbers, its roots and
+//! Each function checks its communicator (live, not finalized), its stream (NULL on
+//! the host device, which has none), its data type and reduce op numbers, its roots and
 //! peers, and every pointer ([`Span`]), recognises NCCL's in-place form, builds the step
-//! (which the framework's validation checks against the buffers), and hands it to the
-//! group: run now, deferred to `oxcclGroupEnd`, or recorded by a capture.
+//! (which the framework's validation, and on cuda the device, checks against the
+//! buffers), and hands it to the group: run now, deferred to `oxcclGroupEnd`, or
+//! recorded by a capture.
 //!
 //! A buffer NCCL leaves unused on some ranks (the send buffer of Broadcast and Scatter
 //! off the root, the receive buffer of Reduce and Gather off the root) is never read as
@@ -20,10 +21,11 @@
 mod p2p;
 mod vector;
 
-use crate::buffers::{byte_len, times, HostBlock, Span};
+use crate::buffers::{byte_len, times, Span};
 use crate::group::{self, Pending};
 use crate::handles::{Comm, OxcclComm};
 use crate::result::{CError, OxcclResult};
+use crate::side::Block;
 use crate::step::{Binding, Step};
 use crate::types::{data_type, reduce_op};
 use oxccl::{DataType, OpKind, OpParam, Rank, ReduceOp};
@@ -36,17 +38,6 @@ pub struct OxcclStream {
     _opaque: [u8; 0],
 }
 
-/// Refuse a stream: the host device has none (NULL means blocking on the host).
-pub fn check_stream(stream: *const OxcclStream) -> Result<(), CError> {
-    if stream.is_null() {
-        return Ok(());
-    }
-    Err(CError::invalid(format!(
-        "stream {stream:p}: oxccl's host device has no streams and every call blocks; pass \
-         NULL"
-    )))
-}
-
 /// The communicator, checked stream and data type every collective starts with.
 fn begin(
     comm: *const OxcclComm,
@@ -54,7 +45,7 @@ fn begin(
     datatype: c_int,
 ) -> Result<(Arc<Comm>, DataType), CError> {
     let comm = Comm::usable(comm)?;
-    check_stream(stream)?;
+    comm.stream(stream)?;
     Ok((comm, data_type(datatype)?))
 }
 
@@ -74,7 +65,8 @@ fn rank_arg(what: &str, value: c_int, comm: &Comm) -> Result<Rank, CError> {
 /// The buffer `what` of `elements` elements at `ptr` where the call uses it; elsewhere
 /// (NCCL leaves it unused there) a zeroed block of oxccl's, kept in `owned`.
 fn used_or_zeroed(
-    owned: &mut Vec<HostBlock>,
+    comm: &Comm,
+    owned: &mut Vec<Block>,
     used: bool,
     what: &str,
     ptr: *const c_void,
@@ -84,7 +76,7 @@ fn used_or_zeroed(
     if used {
         return Span::of(what, ptr, elements, dtype);
     }
-    let block = HostBlock::zeroed(byte_len("the unused buffer", elements, dtype)?)?;
+    let block = comm.zeroed_block(byte_len("the unused buffer", elements, dtype)?)?;
     let span = block.span();
     owned.push(block);
     Ok(span)
@@ -115,9 +107,14 @@ fn extent(what: &str, counts: &[usize], displs: &[usize]) -> Result<usize, CErro
     })
 }
 
-/// Run `build`'s step (or refusal) as exported function `name`.
-fn collective(name: &str, build: impl FnOnce() -> Result<Step, CError>) -> OxcclResult {
-    group::call(name, || build().map(Pending::Step))
+/// Run `build`'s step (or refusal) as exported function `name`, on the caller's
+/// `stream`.
+fn collective(
+    name: &str,
+    stream: *const OxcclStream,
+    build: impl FnOnce() -> Result<Step, CError>,
+) -> OxcclResult {
+    group::call(name, || build()?.on_stream(stream).map(Pending::Step))
 }
 
 /// `ncclAllReduce`.
@@ -134,7 +131,7 @@ pub unsafe extern "C" fn oxcclAllReduce(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclAllReduce", || {
+    collective("oxcclAllReduce", stream, || {
         let (comm, dtype) = begin(comm, stream, datatype)?;
         let op = reduce_op(op)?;
         let recv = Span::of("recvbuff", recvbuff, count, dtype)?;
@@ -159,14 +156,16 @@ pub unsafe extern "C" fn oxcclBroadcast(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclBroadcast", || {
+    collective("oxcclBroadcast", stream, || {
         let (comm, dtype) = begin(comm, stream, datatype)?;
         let root = rank_arg("root", root, &comm)?;
         let recv = Span::of("recvbuff", recvbuff, count, dtype)?;
         let mut owned = Vec::new();
         let binding = Binding::onto(recv, sendbuff == recvbuff.cast_const(), || {
             let at_root = comm.rank() == root;
-            used_or_zeroed(&mut owned, at_root, "sendbuff", sendbuff, count, dtype)
+            used_or_zeroed(
+                &comm, &mut owned, at_root, "sendbuff", sendbuff, count, dtype,
+            )
         })?;
         let param = OpParam::rooted(OpKind::Broadcast, count, dtype, ReduceOp::Sum, root);
         Step::with_owned(comm, param, binding, owned)
@@ -188,7 +187,7 @@ pub unsafe extern "C" fn oxcclReduce(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclReduce", || {
+    collective("oxcclReduce", stream, || {
         let (comm, dtype) = begin(comm, stream, datatype)?;
         let op = reduce_op(op)?;
         let root = rank_arg("root", root, &comm)?;
@@ -196,7 +195,9 @@ pub unsafe extern "C" fn oxcclReduce(
         let mut owned = Vec::new();
         let binding = Binding::from(send, sendbuff == recvbuff.cast_const(), || {
             let at_root = comm.rank() == root;
-            used_or_zeroed(&mut owned, at_root, "recvbuff", recvbuff, count, dtype)
+            used_or_zeroed(
+                &comm, &mut owned, at_root, "recvbuff", recvbuff, count, dtype,
+            )
         })?;
         let param = OpParam::rooted(OpKind::Reduce, count, dtype, op, root);
         Step::with_owned(comm, param, binding, owned)
@@ -216,7 +217,7 @@ pub unsafe extern "C" fn oxcclAllGather(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclAllGather", || {
+    collective("oxcclAllGather", stream, || {
         let (comm, dtype) = begin(comm, stream, datatype)?;
         let total = times("sendcount", sendcount, comm.size())?;
         let recv = Span::of("recvbuff", recvbuff, total, dtype)?;
@@ -242,7 +243,7 @@ pub unsafe extern "C" fn oxcclReduceScatter(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclReduceScatter", || {
+    collective("oxcclReduceScatter", stream, || {
         let (comm, dtype) = begin(comm, stream, datatype)?;
         let op = reduce_op(op)?;
         let total = times("recvcount", recvcount, comm.size())?;
@@ -268,7 +269,7 @@ pub unsafe extern "C" fn oxcclAlltoAll(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclAlltoAll", || {
+    collective("oxcclAlltoAll", stream, || {
         let (comm, dtype) = begin(comm, stream, datatype)?;
         let total = times("count", count, comm.size())?;
         let binding = Binding::OutOfPlace {
@@ -295,7 +296,7 @@ pub unsafe extern "C" fn oxcclGather(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclGather", || {
+    collective("oxcclGather", stream, || {
         let (comm, dtype) = begin(comm, stream, datatype)?;
         let root = rank_arg("root", root, &comm)?;
         let total = times("count", count, comm.size())?;
@@ -303,7 +304,7 @@ pub unsafe extern "C" fn oxcclGather(
         // In place, every rank's receive buffer is the one buffer.
         let in_place = at_block(sendbuff, recvbuff, comm.rank(), count, dtype);
         let used = in_place || comm.rank() == root;
-        let recv = used_or_zeroed(&mut owned, used, "recvbuff", recvbuff, total, dtype)?;
+        let recv = used_or_zeroed(&comm, &mut owned, used, "recvbuff", recvbuff, total, dtype)?;
         let binding = Binding::onto(recv, in_place, || {
             Span::of("sendbuff", sendbuff, count, dtype)
         })?;
@@ -327,7 +328,7 @@ pub unsafe extern "C" fn oxcclScatter(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclScatter", || {
+    collective("oxcclScatter", stream, || {
         let (comm, dtype) = begin(comm, stream, datatype)?;
         let root = rank_arg("root", root, &comm)?;
         let total = times("count", count, comm.size())?;
@@ -335,7 +336,7 @@ pub unsafe extern "C" fn oxcclScatter(
         // In place, every rank's send buffer is the one buffer.
         let in_place = at_block(recvbuff, sendbuff, comm.rank(), count, dtype);
         let used = in_place || comm.rank() == root;
-        let send = used_or_zeroed(&mut owned, used, "sendbuff", sendbuff, total, dtype)?;
+        let send = used_or_zeroed(&comm, &mut owned, used, "sendbuff", sendbuff, total, dtype)?;
         let binding = Binding::from(send, in_place, || {
             Span::of("recvbuff", recvbuff, count, dtype)
         })?;

@@ -7,7 +7,7 @@
 // NCCL's argument lists are the ABI: they are as long as NCCL made them.
 #![allow(clippy::too_many_arguments)]
 
-use super::{begin, check_stream, collective, rank_arg, OxcclStream};
+use super::{begin, collective, rank_arg, OxcclStream};
 use crate::buffers::Span;
 use crate::group::{self, P2pPart, Pending};
 use crate::handles::{Comm, OxcclComm};
@@ -32,11 +32,13 @@ fn p2p(
         let peer = rank_arg("peer", peer, &comm)?;
         let what = if send { "sendbuff" } else { "recvbuff" };
         let span = Span::of(what, buff, count, dtype)?;
+        let stream = comm.stream(stream)?;
         Ok(Pending::P2p(P2pPart {
             comm,
             span,
             peer,
             send,
+            stream,
         }))
     })
 }
@@ -100,9 +102,8 @@ pub unsafe extern "C" fn oxcclBarrier(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclBarrier", || {
+    collective("oxcclBarrier", stream, || {
         let comm = Comm::usable(comm)?;
-        check_stream(stream)?;
         let binding = Binding::OutOfPlace {
             input: Span::EMPTY,
             output: Span::EMPTY,

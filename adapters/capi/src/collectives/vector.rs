@@ -64,7 +64,7 @@ pub unsafe extern "C" fn oxcclAllGatherV(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclAllGatherV", || {
+    collective("oxcclAllGatherV", stream, || {
         let (comm, dtype) = begin(comm, stream, datatype)?;
         // SAFETY: the arrays hold nranks entries each (this function's contract).
         let (counts, displs, recv) = unsafe {
@@ -104,7 +104,7 @@ pub unsafe extern "C" fn oxcclReduceScatterV(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclReduceScatterV", || {
+    collective("oxcclReduceScatterV", stream, || {
         let (comm, dtype) = begin(comm, stream, datatype)?;
         let op = reduce_op(op)?;
         // SAFETY: the arrays hold nranks entries each (this function's contract).
@@ -144,7 +144,7 @@ pub unsafe extern "C" fn oxcclAlltoAllV(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclAlltoAllV", || {
+    collective("oxcclAlltoAllV", stream, || {
         let (comm, dtype) = begin(comm, stream, datatype)?;
         let n = comm.size();
         // SAFETY: the arrays hold nranks entries each (this function's contract).
