@@ -5,11 +5,20 @@
 //! its copies across the bus; CI has no GPU, so the framework, the transports and real
 //! processes drive that path through this kind. [`crate::execute_on`] binds its calls as
 //! device spans (`UserBuffers::Device`) over the test's host buffers.
+//!
+//! It offers user memory by address ([`oxccl::platform::UserMemory`], what the C ABI
+//! binds pointers through) and records what passes through it ([`Record`]): the streams
+//! it waited for, the blocks it lent, the copies it made, and the spans it checked, so
+//! that a test sees the C ABI's calls take the device path. Any stream handle is
+//! accepted except [`REFUSED_STREAM`], and any span except one starting at an address
+//! given to [`refuse_spans_at`].
 
+use oxccl::platform::cuda::CudaError;
 use oxccl::platform::registry::Memory;
-use oxccl::platform::staged::{HostAddressed, StagedDevice};
-use oxccl::{Communicator, DeviceSpan, UserBuffers};
-use std::sync::Arc;
+use oxccl::platform::staged::{HostAddressed, StageCopies, StagedDevice};
+use oxccl::platform::{ConfigFault, DeviceError, UserBlock, UserMemory};
+use oxccl::{Communicator, DeviceSpan, Rank, UserBuffers};
+use std::sync::{Arc, Mutex};
 
 /// The kind's name, for `Config::device` or `OXCCL_DEVICE`.
 pub const STAGED_HOST: &str = "staged-host";
@@ -19,16 +28,117 @@ oxccl::platform::register_backend!(
     "tests only: the cuda backend's staging across processes, host memory for a GPU's",
     Memory::PerRank,
     |config| {
-        // SAFETY: device spans reach this kind only through `device_binding`, which
-        // spans buffers the caller borrows for the whole call.
-        let copies = unsafe { HostAddressed::new() };
-        Ok(Arc::new(StagedDevice::new(
-            STAGED_HOST,
-            config,
-            Box::new(copies),
-        )?))
+        // SAFETY: device spans reach this kind through `device_binding`, which spans
+        // buffers the caller borrows for the whole call, and through the C ABI, whose
+        // tests pass host buffers alive for their calls (NCCL's contract).
+        let (copies, memory) = unsafe { (HostAddressed::new(), HostAddressed::new()) };
+        let device = StagedDevice::new(STAGED_HOST, config, Box::new(Recorded(copies)))?
+            .with_user_memory(Box::new(Recorded(memory)));
+        Ok(Arc::new(device))
     }
 );
+
+/// A stream handle the kind's user memory refuses to wait for, as a driver refuses a
+/// stale one.
+pub const REFUSED_STREAM: usize = usize::MAX - 0xfff;
+
+/// What the kind's user memory and staging did, process-wide (tests of one binary run
+/// at once: look for what a test's own handles and buffers left).
+#[derive(Clone, Debug, Default)]
+pub struct Record {
+    /// (rank, stream) of every stream waited for.
+    pub synced: Vec<(Rank, usize)>,
+    /// Bytes of every block lent.
+    pub blocks: Vec<usize>,
+    /// (source, destination) of every copy between user memory.
+    pub copies: Vec<(u64, u64)>,
+    /// Device addresses staged in to the host or back.
+    pub staged: Vec<u64>,
+}
+
+static RECORD: Mutex<Record> = Mutex::new(Record {
+    synced: Vec::new(),
+    blocks: Vec::new(),
+    copies: Vec::new(),
+    staged: Vec::new(),
+});
+
+/// Span starts `check_span` refuses.
+static REFUSED_SPANS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// What the kind did so far.
+pub fn record() -> Record {
+    RECORD.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Make the kind's user memory refuse spans that start at `addr`, as cuda refuses memory
+/// of another GPU.
+pub fn refuse_spans_at(addr: u64) {
+    REFUSED_SPANS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(addr);
+}
+
+fn note(f: impl FnOnce(&mut Record)) {
+    f(&mut RECORD.lock().unwrap_or_else(|p| p.into_inner()));
+}
+
+/// [`HostAddressed`], recording what passes through it.
+struct Recorded(HostAddressed);
+
+impl StageCopies for Recorded {
+    fn to_host(&self, rank: Rank, src: DeviceSpan, dst: &mut [u8]) -> Result<(), DeviceError> {
+        note(|r| r.staged.push(src.addr));
+        self.0.to_host(rank, src, dst)
+    }
+
+    fn to_device(&self, rank: Rank, src: &[u8], dst: DeviceSpan) -> Result<(), DeviceError> {
+        note(|r| r.staged.push(dst.addr));
+        self.0.to_device(rank, src, dst)
+    }
+}
+
+impl UserMemory for Recorded {
+    fn check_span(&self, rank: Rank, what: &str, span: DeviceSpan) -> Result<(), DeviceError> {
+        let refused = REFUSED_SPANS.lock().unwrap_or_else(|p| p.into_inner());
+        if span.len > 0 && refused.contains(&span.addr) {
+            return Err(CudaError::Pointer {
+                rank,
+                what: what.to_string(),
+                addr: span.addr,
+                len: span.len,
+                ordinal: 0,
+                found: "a span the test refused".to_string(),
+            }
+            .into());
+        }
+        self.0.check_span(rank, what, span)
+    }
+
+    fn alloc(&self, rank: Rank, bytes: usize) -> Result<UserBlock, DeviceError> {
+        note(|r| r.blocks.push(bytes));
+        self.0.alloc(rank, bytes)
+    }
+
+    unsafe fn copy(&self, rank: Rank, src: DeviceSpan, dst: DeviceSpan) -> Result<(), DeviceError> {
+        note(|r| r.copies.push((src.addr, dst.addr)));
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.0.copy(rank, src, dst) }
+    }
+
+    fn sync_stream(&self, rank: Rank, stream: usize) -> Result<(), DeviceError> {
+        if stream == REFUSED_STREAM {
+            return Err(ConfigFault::NoStreams {
+                kind: "staged-host",
+                stream,
+            }
+            .into());
+        }
+        note(|r| r.synced.push((rank, stream)));
+        Ok(())
+    }
+}
 
 /// Whether `comm` runs on the `staged-host` kind.
 pub fn runs_staged(comm: &Communicator) -> bool {

@@ -1,0 +1,412 @@
+//! The C ABI on a device whose pointers are device memory, as on cuda: calls bind the
+//! caller's pointers as device spans, check them with the device, wait for the caller's
+//! stream when they run, lend device blocks for NCCL's unused buffers and stage grouped
+//! sends and receives with device copies. CI has no GPU, so the device is the tests'
+//! `staged-host` kind (host memory standing for a GPU's), whose [`staged_host::record`]
+//! shows which of those paths a call took. Every test here runs with
+//! `OXCCL_DEVICE=staged-host` (set once, before any communicator).
+
+use oxccl_capi as _;
+use oxccl_tests::staged_host::{self, REFUSED_STREAM};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ptr::null_mut;
+use std::sync::Once;
+
+type Comm = *mut c_void;
+type Stream = *mut c_void;
+type Graph = *mut c_void;
+
+const SUCCESS: c_int = 0;
+const INVALID_ARGUMENT: c_int = 4;
+const UINT8: c_int = 1;
+const INT32: c_int = 2;
+const FLOAT: c_int = 7;
+const SUM: c_int = 0;
+const MAX: c_int = 2;
+
+extern "C" {
+    fn oxcclCommInitAll(comms: *mut Comm, ndev: c_int, devlist: *const c_int) -> c_int;
+    fn oxcclCommDestroy(comm: Comm) -> c_int;
+    fn oxcclCommGetAsyncError(comm: Comm, error: *mut c_int) -> c_int;
+    fn oxcclGetLastError(comm: Comm) -> *const c_char;
+    fn oxcclGroupStart() -> c_int;
+    fn oxcclGroupEnd() -> c_int;
+    fn oxcclAllReduce(
+        send: *const c_void,
+        recv: *mut c_void,
+        count: usize,
+        dtype: c_int,
+        op: c_int,
+        comm: Comm,
+        stream: Stream,
+    ) -> c_int;
+    fn oxcclReduce(
+        send: *const c_void,
+        recv: *mut c_void,
+        count: usize,
+        dtype: c_int,
+        op: c_int,
+        root: c_int,
+        comm: Comm,
+        stream: Stream,
+    ) -> c_int;
+    fn oxcclSend(
+        send: *const c_void,
+        count: usize,
+        dtype: c_int,
+        peer: c_int,
+        comm: Comm,
+        stream: Stream,
+    ) -> c_int;
+    fn oxcclRecv(
+        recv: *mut c_void,
+        count: usize,
+        dtype: c_int,
+        peer: c_int,
+        comm: Comm,
+        stream: Stream,
+    ) -> c_int;
+    fn oxcclGraphCaptureBegin(comm: Comm) -> c_int;
+    fn oxcclGraphCaptureEnd(comm: Comm, graph: *mut Graph) -> c_int;
+    fn oxcclGraphLaunch(graph: Graph, stream: Stream) -> c_int;
+    fn oxcclGraphDestroy(graph: Graph) -> c_int;
+    fn oxcclMemAlloc(comm: Comm, ptr: *mut *mut c_void, size: usize) -> c_int;
+    fn oxcclMemFree(ptr: *mut c_void) -> c_int;
+}
+
+/// `ranks` communicators of one process on the `staged-host` kind.
+fn init_all(ranks: usize) -> Vec<Comm> {
+    static DEVICE: Once = Once::new();
+    DEVICE.call_once(|| std::env::set_var("OXCCL_DEVICE", staged_host::STAGED_HOST));
+    let mut comms = vec![null_mut(); ranks];
+    // SAFETY: `comms` holds `ranks` handles; no devlist.
+    let rc = unsafe { oxcclCommInitAll(comms.as_mut_ptr(), ranks as c_int, std::ptr::null()) };
+    assert_eq!(rc, SUCCESS, "{}", last_error());
+    comms
+}
+
+fn destroy(comms: Vec<Comm>) {
+    for comm in comms {
+        // SAFETY: a live handle from `init_all`.
+        assert_eq!(unsafe { oxcclCommDestroy(comm) }, SUCCESS);
+    }
+}
+
+/// This thread's last error message.
+fn last_error() -> String {
+    // SAFETY: the library returns a NUL-terminated string valid until this thread's next
+    // failing call.
+    unsafe { CStr::from_ptr(oxcclGetLastError(null_mut())) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Run `call(rank)` for every rank inside one group; the group's result.
+fn grouped(ranks: usize, mut call: impl FnMut(usize) -> c_int) -> c_int {
+    // SAFETY: group calls take no arguments.
+    assert_eq!(unsafe { oxcclGroupStart() }, SUCCESS);
+    for rank in 0..ranks {
+        assert_eq!(call(rank), SUCCESS, "rank {rank}: {}", last_error());
+    }
+    // SAFETY: as above.
+    unsafe { oxcclGroupEnd() }
+}
+
+/// A stream handle for `rank` of the test `test`: distinct across the binary's tests.
+fn stream(test: usize, rank: usize) -> Stream {
+    (0x5700_0000 + test * 0x100 + rank) as Stream
+}
+
+#[test]
+fn all_reduce_binds_device_pointers_and_waits_for_each_rank_s_stream() {
+    let ranks = 4;
+    let count = 1001;
+    let comms = init_all(ranks);
+    let sends: Vec<Vec<f32>> = (0..ranks)
+        .map(|r| (0..count).map(|i| ((r + 1) * (i % 7)) as f32).collect())
+        .collect();
+    let mut recvs = vec![vec![0f32; count]; ranks];
+    let rc = grouped(ranks, |r| {
+        // SAFETY: both buffers hold `count` floats and outlive the group.
+        unsafe {
+            oxcclAllReduce(
+                sends[r].as_ptr().cast(),
+                recvs[r].as_mut_ptr().cast(),
+                count,
+                FLOAT,
+                SUM,
+                comms[r],
+                stream(1, r),
+            )
+        }
+    });
+    assert_eq!(rc, SUCCESS, "{}", last_error());
+    for recv in &recvs {
+        for (i, &x) in recv.iter().enumerate() {
+            assert_eq!(x, (10 * (i % 7)) as f32, "element {i}");
+        }
+    }
+    let record = staged_host::record();
+    for (r, send) in sends.iter().enumerate() {
+        assert!(
+            record.synced.contains(&(r, stream(1, r) as usize)),
+            "rank {r}'s stream"
+        );
+        assert!(
+            record.staged.contains(&(send.as_ptr() as u64)),
+            "rank {r}'s send buffer was bound as device memory"
+        );
+    }
+    // In place, on the default stream (NULL).
+    let rc = grouped(ranks, |r| {
+        let buf = recvs[r].as_mut_ptr().cast::<c_void>();
+        // SAFETY: the buffer holds `count` floats and outlives the group.
+        unsafe { oxcclAllReduce(buf, buf, count, FLOAT, SUM, comms[r], null_mut()) }
+    });
+    assert_eq!(rc, SUCCESS, "{}", last_error());
+    assert!(recvs.iter().all(|v| v
+        .iter()
+        .enumerate()
+        .all(|(i, &x)| x == (40 * (i % 7)) as f32)));
+    assert!(staged_host::record().synced.contains(&(3, 0)));
+    destroy(comms);
+}
+
+#[test]
+fn reduce_lends_device_blocks_to_non_roots_that_pass_null() {
+    let (ranks, count, root) = (3, 333, 2);
+    let comms = init_all(ranks);
+    let sends: Vec<Vec<i32>> = (0..ranks)
+        .map(|r| {
+            (0..count)
+                .map(|i| (i as i32 * 3 + r as i32) % 11 - 5)
+                .collect()
+        })
+        .collect();
+    let mut result = vec![0i32; count];
+    let rc = grouped(ranks, |r| {
+        let recv = match r == root {
+            true => result.as_mut_ptr().cast(),
+            false => null_mut(),
+        };
+        // SAFETY: the send buffer holds `count` ints, the root's receive buffer too.
+        unsafe {
+            oxcclReduce(
+                sends[r].as_ptr().cast(),
+                recv,
+                count,
+                INT32,
+                MAX,
+                root as c_int,
+                comms[r],
+                null_mut(),
+            )
+        }
+    });
+    assert_eq!(rc, SUCCESS, "{}", last_error());
+    for (i, &x) in result.iter().enumerate() {
+        let want = sends.iter().map(|s| s[i]).max().unwrap();
+        assert_eq!(x, want, "element {i}");
+    }
+    let lent = staged_host::record().blocks;
+    let bytes = count * 4;
+    assert!(
+        lent.iter().filter(|&&b| b == bytes).count() >= ranks - 1,
+        "each non-root binds a device block of {bytes} bytes: {lent:?}"
+    );
+    destroy(comms);
+}
+
+#[test]
+fn grouped_sends_and_receives_stage_through_device_copies() {
+    let (ranks, count) = (4, 77);
+    let comms = init_all(ranks);
+    let right: Vec<Vec<u8>> = (0..ranks).map(|r| vec![r as u8 + 1; count]).collect();
+    let left: Vec<Vec<u8>> = (0..ranks).map(|r| vec![r as u8 + 101; count]).collect();
+    let mut from_left = vec![vec![0u8; count]; ranks];
+    let mut from_right = vec![vec![0u8; count]; ranks];
+    // SAFETY: group calls take no arguments.
+    assert_eq!(unsafe { oxcclGroupStart() }, SUCCESS);
+    for r in 0..ranks {
+        let (next, prev) = (
+            ((r + 1) % ranks) as c_int,
+            ((r + ranks - 1) % ranks) as c_int,
+        );
+        let (comm, s) = (comms[r], stream(3, r));
+        // SAFETY: every buffer holds `count` bytes and outlives the group.
+        unsafe {
+            assert_eq!(
+                oxcclSend(right[r].as_ptr().cast(), count, UINT8, next, comm, s),
+                0
+            );
+            assert_eq!(
+                oxcclSend(left[r].as_ptr().cast(), count, UINT8, prev, comm, s),
+                0
+            );
+            let into_left = from_left[r].as_mut_ptr().cast();
+            assert_eq!(oxcclRecv(into_left, count, UINT8, prev, comm, s), 0);
+            let into_right = from_right[r].as_mut_ptr().cast();
+            assert_eq!(oxcclRecv(into_right, count, UINT8, next, comm, s), 0);
+        }
+    }
+    // SAFETY: as above.
+    assert_eq!(unsafe { oxcclGroupEnd() }, SUCCESS, "{}", last_error());
+    for r in 0..ranks {
+        let (next, prev) = ((r + 1) % ranks, (r + ranks - 1) % ranks);
+        assert!(
+            from_left[r].iter().all(|&b| b == prev as u8 + 1),
+            "rank {r}"
+        );
+        assert!(
+            from_right[r].iter().all(|&b| b == next as u8 + 101),
+            "rank {r}"
+        );
+    }
+    let record = staged_host::record();
+    for r in 0..ranks {
+        let sent = right[r].as_ptr() as u64;
+        let received = from_left[r].as_ptr() as u64;
+        assert!(
+            record.copies.iter().any(|&(src, _)| src == sent),
+            "rank {r}'s send copied in"
+        );
+        assert!(
+            record.copies.iter().any(|&(_, dst)| dst == received),
+            "rank {r}'s receive copied out"
+        );
+        assert!(record.synced.contains(&(r, stream(3, r) as usize)));
+    }
+    destroy(comms);
+}
+
+#[test]
+fn a_stream_the_device_refuses_fails_the_call_on_every_rank_without_a_hang() {
+    let ranks = 3;
+    let comms = init_all(ranks);
+    let sends = vec![vec![1f32; 64]; ranks];
+    let mut recvs = vec![vec![0f32; 64]; ranks];
+    let rc = grouped(ranks, |r| {
+        let s = match r {
+            1 => REFUSED_STREAM as Stream,
+            _ => stream(4, r),
+        };
+        // SAFETY: both buffers hold 64 floats and outlive the group.
+        unsafe {
+            let recv = recvs[r].as_mut_ptr().cast();
+            oxcclAllReduce(sends[r].as_ptr().cast(), recv, 64, FLOAT, SUM, comms[r], s)
+        }
+    });
+    assert_ne!(rc, SUCCESS);
+    let message = last_error();
+    assert!(message.contains("stream"), "{message}");
+    for (r, &comm) in comms.iter().enumerate() {
+        let mut error = SUCCESS;
+        // SAFETY: a live handle and a writable result.
+        assert_eq!(unsafe { oxcclCommGetAsyncError(comm, &mut error) }, SUCCESS);
+        assert_ne!(error, SUCCESS, "rank {r} knows the communicator broke");
+    }
+    assert!(recvs.iter().all(|v| v.iter().all(|&x| x == 0.0)));
+    destroy(comms);
+}
+
+#[test]
+fn a_pointer_the_device_refuses_is_an_argument_error_before_anything_runs() {
+    let comms = init_all(1);
+    let send = [1f32; 16];
+    let mut recv = vec![0f32; 16];
+    staged_host::refuse_spans_at(recv.as_ptr() as u64);
+    // SAFETY: both buffers hold 16 floats.
+    let rc = unsafe {
+        let recv = recv.as_mut_ptr().cast();
+        oxcclAllReduce(
+            send.as_ptr().cast(),
+            recv,
+            16,
+            FLOAT,
+            SUM,
+            comms[0],
+            null_mut(),
+        )
+    };
+    assert_eq!(rc, INVALID_ARGUMENT);
+    let message = last_error();
+    assert!(
+        message.contains("recvbuff") && message.contains("refused"),
+        "{message}"
+    );
+    assert!(recv.iter().all(|&x| x == 0.0));
+    destroy(comms);
+}
+
+#[test]
+fn a_graph_launches_after_the_launch_stream_on_its_captured_device_pointers() {
+    let ranks = 2;
+    let comms = init_all(ranks);
+    let mut bufs: Vec<Vec<f32>> = (0..ranks).map(|r| vec![r as f32 + 1.0; 100]).collect();
+    for &comm in &comms {
+        // SAFETY: a live handle.
+        assert_eq!(unsafe { oxcclGraphCaptureBegin(comm) }, SUCCESS);
+    }
+    let rc = grouped(ranks, |r| {
+        let buf = bufs[r].as_mut_ptr().cast::<c_void>();
+        // SAFETY: the buffer holds 100 floats and outlives every launch.
+        unsafe { oxcclAllReduce(buf, buf, 100, FLOAT, SUM, comms[r], stream(5, r)) }
+    });
+    assert_eq!(rc, SUCCESS, "{}", last_error());
+    let mut graphs = vec![null_mut(); ranks];
+    let rc = grouped(ranks, |r| {
+        // SAFETY: a live handle; `graphs` outlives the group.
+        unsafe { oxcclGraphCaptureEnd(comms[r], &mut graphs[r]) }
+    });
+    assert_eq!(rc, SUCCESS, "{}", last_error());
+    for (r, buf) in bufs.iter().enumerate() {
+        assert!(
+            buf.iter().all(|&x| x == r as f32 + 1.0),
+            "captured, not run"
+        );
+    }
+    for launch in 0..2 {
+        let rc = grouped(ranks, |r| {
+            // SAFETY: a live graph whose buffers are alive.
+            unsafe { oxcclGraphLaunch(graphs[r], stream(5, 10 + 2 * launch + r)) }
+        });
+        assert_eq!(rc, SUCCESS, "{}", last_error());
+    }
+    // 1 and 2, summed twice: 3, then 6.
+    assert!(
+        bufs.iter().all(|b| b.iter().all(|&x| x == 6.0)),
+        "{:?}",
+        &bufs[0][..4]
+    );
+    let synced = staged_host::record().synced;
+    for r in 0..ranks {
+        for launch in 0..2 {
+            assert!(synced.contains(&(r, stream(5, 10 + 2 * launch + r) as usize)));
+        }
+    }
+    for graph in graphs {
+        // SAFETY: a live graph.
+        assert_eq!(unsafe { oxcclGraphDestroy(graph) }, SUCCESS);
+    }
+    destroy(comms);
+}
+
+#[test]
+fn mem_alloc_lends_device_memory_of_the_rank() {
+    let comms = init_all(1);
+    let mut ptr = null_mut();
+    let size = 4093;
+    // SAFETY: a live handle and a writable pointer.
+    assert_eq!(unsafe { oxcclMemAlloc(comms[0], &mut ptr, size) }, SUCCESS);
+    assert!(!ptr.is_null());
+    assert!(staged_host::record().blocks.contains(&size));
+    // SAFETY: the staged-host kind's device memory is host memory of this process:
+    // `size` zeroed bytes at `ptr`.
+    let bytes = unsafe { std::slice::from_raw_parts(ptr as *const u8, size) };
+    assert!(bytes.iter().all(|&b| b == 0));
+    // SAFETY: memory from oxcclMemAlloc, unused.
+    assert_eq!(unsafe { oxcclMemFree(ptr) }, SUCCESS);
+    // SAFETY: freeing twice is refused, not undefined.
+    assert_eq!(unsafe { oxcclMemFree(ptr) }, INVALID_ARGUMENT);
+    destroy(comms);
+}
