@@ -4,10 +4,10 @@
 # part's log and a summary (`part: exit N`) to $OUT (default target/gpu-check):
 #
 #   platform    the cuda backend's unit tests (kernels compiled by the toolkit's NVRTC)
-#   cuda, cuda_device_buffer, cuda_graph, cuda_processes
+#   cuda, cuda_device_buffer, cuda_graph, cuda_processes, cuda_capi
 #               the backend's GPU tests: virtual ranks of GPU 0, device buffers, graph
 #               mode replayed as CUDA graphs, ranks of a job joined over shared memory
-#               and TCP (none of them skips on a GPU)
+#               and TCP, the C ABI on device pointers (none of them skips on a GPU)
 #   executors   every executor test binary with OXCCL_TEST_DEVICE=cuda (GPU 0)
 #   perf        oxccl perf all-reduce --device cuda --ranks 8 -b 1K -e 1G -f 4, beside
 #               the device-to-device copy bound (issue 13's figure)
@@ -58,7 +58,7 @@ run() {
 part() {
   case "$1" in
     platform) run platform 300 "$bin/oxccl_platform" cuda:: ;;
-    cuda | cuda_device_buffer | cuda_graph | cuda_processes) run "$1" 300 "$bin/$1" ;;
+    cuda | cuda_device_buffer | cuda_graph | cuda_processes | cuda_capi) run "$1" 300 "$bin/$1" ;;
     executors)
       for exe in "$bin"/*_executors; do
         OXCCL_TEST_DEVICE=cuda run "executors-$(basename "$exe")" 300 "$exe"
@@ -77,7 +77,7 @@ part() {
 }
 
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(platform cuda cuda_device_buffer cuda_graph cuda_processes executors perf perf-graph perf-procs)
+[ ${#parts[@]} -gt 0 ] || parts=(platform cuda cuda_device_buffer cuda_graph cuda_processes cuda_capi executors perf perf-graph perf-procs)
 for p in "${parts[@]}"; do
   part "$p"
 done

@@ -9,7 +9,7 @@
 #   scripts/gpu-check.sh                     # logs and a summary in $OUT (or target/gpu-check)
 #
 # The test binaries: the cuda unit tests of the platform, tests/cuda.rs,
-# cuda_device_buffer.rs, cuda_graph.rs, cuda_processes.rs, and every executor test (run there with
+# cuda_device_buffer.rs, cuda_graph.rs, cuda_processes.rs, cuda_capi.rs, and every executor test (run there with
 # OXCCL_TEST_DEVICE=cuda). Needs python3 (to read cargo's list of test binaries).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +39,7 @@ cp target/debug/oxccl "$out/bin/oxccl"
   test_binaries -p oxccl-tests --features cuda --tests
 } | while read -r name exe; do
   case "$name" in
-    oxccl_platform | cuda | cuda_device_buffer | cuda_graph | cuda_processes | *_executors) cp "$exe" "$out/bin/$name" ;;
+    oxccl_platform | cuda | cuda_device_buffer | cuda_graph | cuda_processes | cuda_capi | *_executors) cp "$exe" "$out/bin/$name" ;;
   esac
 done
 strip --strip-debug "$out"/bin/*

@@ -6,110 +6,20 @@
 //! shows which of those paths a call took. Every test here runs with
 //! `OXCCL_DEVICE=staged-host` (set once, before any communicator).
 
+mod capi_abi;
+
+use capi_abi::*;
 use oxccl_capi as _;
 use oxccl_tests::staged_host::{self, REFUSED_STREAM};
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::Once;
-
-type Comm = *mut c_void;
-type Stream = *mut c_void;
-type Graph = *mut c_void;
-
-const SUCCESS: c_int = 0;
-const INVALID_ARGUMENT: c_int = 4;
-const UINT8: c_int = 1;
-const INT32: c_int = 2;
-const FLOAT: c_int = 7;
-const SUM: c_int = 0;
-const MAX: c_int = 2;
-
-extern "C" {
-    fn oxcclCommInitAll(comms: *mut Comm, ndev: c_int, devlist: *const c_int) -> c_int;
-    fn oxcclCommDestroy(comm: Comm) -> c_int;
-    fn oxcclCommGetAsyncError(comm: Comm, error: *mut c_int) -> c_int;
-    fn oxcclGetLastError(comm: Comm) -> *const c_char;
-    fn oxcclGroupStart() -> c_int;
-    fn oxcclGroupEnd() -> c_int;
-    fn oxcclAllReduce(
-        send: *const c_void,
-        recv: *mut c_void,
-        count: usize,
-        dtype: c_int,
-        op: c_int,
-        comm: Comm,
-        stream: Stream,
-    ) -> c_int;
-    fn oxcclReduce(
-        send: *const c_void,
-        recv: *mut c_void,
-        count: usize,
-        dtype: c_int,
-        op: c_int,
-        root: c_int,
-        comm: Comm,
-        stream: Stream,
-    ) -> c_int;
-    fn oxcclSend(
-        send: *const c_void,
-        count: usize,
-        dtype: c_int,
-        peer: c_int,
-        comm: Comm,
-        stream: Stream,
-    ) -> c_int;
-    fn oxcclRecv(
-        recv: *mut c_void,
-        count: usize,
-        dtype: c_int,
-        peer: c_int,
-        comm: Comm,
-        stream: Stream,
-    ) -> c_int;
-    fn oxcclGraphCaptureBegin(comm: Comm) -> c_int;
-    fn oxcclGraphCaptureEnd(comm: Comm, graph: *mut Graph) -> c_int;
-    fn oxcclGraphLaunch(graph: Graph, stream: Stream) -> c_int;
-    fn oxcclGraphDestroy(graph: Graph) -> c_int;
-    fn oxcclMemAlloc(comm: Comm, ptr: *mut *mut c_void, size: usize) -> c_int;
-    fn oxcclMemFree(ptr: *mut c_void) -> c_int;
-}
 
 /// `ranks` communicators of one process on the `staged-host` kind.
 fn init_all(ranks: usize) -> Vec<Comm> {
     static DEVICE: Once = Once::new();
     DEVICE.call_once(|| std::env::set_var("OXCCL_DEVICE", staged_host::STAGED_HOST));
-    let mut comms = vec![null_mut(); ranks];
-    // SAFETY: `comms` holds `ranks` handles; no devlist.
-    let rc = unsafe { oxcclCommInitAll(comms.as_mut_ptr(), ranks as c_int, std::ptr::null()) };
-    assert_eq!(rc, SUCCESS, "{}", last_error());
-    comms
-}
-
-fn destroy(comms: Vec<Comm>) {
-    for comm in comms {
-        // SAFETY: a live handle from `init_all`.
-        assert_eq!(unsafe { oxcclCommDestroy(comm) }, SUCCESS);
-    }
-}
-
-/// This thread's last error message.
-fn last_error() -> String {
-    // SAFETY: the library returns a NUL-terminated string valid until this thread's next
-    // failing call.
-    unsafe { CStr::from_ptr(oxcclGetLastError(null_mut())) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// Run `call(rank)` for every rank inside one group; the group's result.
-fn grouped(ranks: usize, mut call: impl FnMut(usize) -> c_int) -> c_int {
-    // SAFETY: group calls take no arguments.
-    assert_eq!(unsafe { oxcclGroupStart() }, SUCCESS);
-    for rank in 0..ranks {
-        assert_eq!(call(rank), SUCCESS, "rank {rank}: {}", last_error());
-    }
-    // SAFETY: as above.
-    unsafe { oxcclGroupEnd() }
+    capi_abi::init_all(ranks)
 }
 
 /// A stream handle for `rank` of the test `test`: distinct across the binary's tests.
