@@ -384,3 +384,40 @@ fn whole_output_coverage_counts_only_the_rank_s_own_output_writes() {
     ));
     assert!(writes_whole_output(&writes(&[]), 0));
 }
+
+#[test]
+fn host_addressed_user_memory_lends_zeroed_blocks_copies_and_has_one_stream() {
+    use crate::user_memory::UserMemory;
+    // SAFETY: only the blocks it lends are used below.
+    let memory = unsafe { HostAddressed::new() };
+    let a = memory.alloc(0, 13).unwrap();
+    let b = memory.alloc(0, 13).unwrap();
+    assert_eq!(a.span().len, 13);
+    assert_eq!(a.span().addr % 8, 0, "aligned for every data type");
+    // SAFETY: the block's 13 bytes, unused elsewhere.
+    let bytes = |span: DeviceSpan| unsafe {
+        std::slice::from_raw_parts_mut(span.addr as usize as *mut u8, span.len)
+    };
+    assert!(bytes(a.span()).iter().all(|&x| x == 0));
+    bytes(a.span()).copy_from_slice(b"thirteen byte");
+    // SAFETY: both blocks are live and ours.
+    unsafe { memory.copy(0, a.span(), b.span()) }.unwrap();
+    assert_eq!(bytes(b.span()), b"thirteen byte");
+    let short = DeviceSpan {
+        len: 12,
+        ..b.span()
+    };
+    // SAFETY: as above (refused before any byte moves).
+    let err = unsafe { memory.copy(0, a.span(), short) }.unwrap_err();
+    assert!(matches!(
+        err,
+        DeviceError::Config(ConfigFault::CopyLengths {
+            source_len: 13,
+            destination_len: 12
+        })
+    ));
+    assert!(memory.sync_stream(0, 0).is_ok());
+    let err = memory.sync_stream(0, 0x77).unwrap_err();
+    assert!(err.to_string().contains("0x77"), "{err}");
+    assert!(memory.check_span(0, "sendbuff", a.span()).is_ok());
+}
