@@ -39,15 +39,8 @@ fn all_reduce_binds_device_pointers_and_waits_for_each_rank_s_stream() {
     let rc = grouped(ranks, |r| {
         // SAFETY: both buffers hold `count` floats and outlive the group.
         unsafe {
-            oxcclAllReduce(
-                sends[r].as_ptr().cast(),
-                recvs[r].as_mut_ptr().cast(),
-                count,
-                FLOAT,
-                SUM,
-                comms[r],
-                stream(1, r),
-            )
+            let (send, recv) = (sends[r].as_ptr().cast(), recvs[r].as_mut_ptr().cast());
+            sum_floats(send, recv, count, comms[r], stream(1, r))
         }
     });
     assert_eq!(rc, SUCCESS, "{}", last_error());
@@ -71,7 +64,7 @@ fn all_reduce_binds_device_pointers_and_waits_for_each_rank_s_stream() {
     let rc = grouped(ranks, |r| {
         let buf = recvs[r].as_mut_ptr().cast::<c_void>();
         // SAFETY: the buffer holds `count` floats and outlives the group.
-        unsafe { oxcclAllReduce(buf, buf, count, FLOAT, SUM, comms[r], null_mut()) }
+        unsafe { sum_floats(buf, buf, count, comms[r], null_mut()) }
     });
     assert_eq!(rc, SUCCESS, "{}", last_error());
     assert!(recvs.iter().all(|v| v
@@ -100,18 +93,7 @@ fn reduce_lends_device_blocks_to_non_roots_that_pass_null() {
             false => null_mut(),
         };
         // SAFETY: the send buffer holds `count` ints, the root's receive buffer too.
-        unsafe {
-            oxcclReduce(
-                sends[r].as_ptr().cast(),
-                recv,
-                count,
-                INT32,
-                MAX,
-                root as c_int,
-                comms[r],
-                null_mut(),
-            )
-        }
+        unsafe { max_ints_onto(sends[r].as_ptr().cast(), recv, count, root, comms[r]) }
     });
     assert_eq!(rc, SUCCESS, "{}", last_error());
     for (i, &x) in result.iter().enumerate() {
@@ -203,7 +185,7 @@ fn a_stream_the_device_refuses_fails_the_call_on_every_rank_without_a_hang() {
         // SAFETY: both buffers hold 64 floats and outlive the group.
         unsafe {
             let recv = recvs[r].as_mut_ptr().cast();
-            oxcclAllReduce(sends[r].as_ptr().cast(), recv, 64, FLOAT, SUM, comms[r], s)
+            sum_floats(sends[r].as_ptr().cast(), recv, 64, comms[r], s)
         }
     });
     assert_ne!(rc, SUCCESS);
@@ -228,22 +210,9 @@ fn a_pointer_the_device_refuses_is_an_argument_error_before_anything_runs() {
     // SAFETY: both buffers hold 16 floats.
     let rc = unsafe {
         let recv = recv.as_mut_ptr().cast();
-        oxcclAllReduce(
-            send.as_ptr().cast(),
-            recv,
-            16,
-            FLOAT,
-            SUM,
-            comms[0],
-            null_mut(),
-        )
+        sum_floats(send.as_ptr().cast(), recv, 16, comms[0], null_mut())
     };
-    assert_eq!(rc, INVALID_ARGUMENT);
-    let message = last_error();
-    assert!(
-        message.contains("recvbuff") && message.contains("refused"),
-        "{message}"
-    );
+    assert_invalid(rc, &["recvbuff", "refused"]);
     assert!(recv.iter().all(|&x| x == 0.0));
     destroy(comms);
 }
@@ -260,7 +229,7 @@ fn a_graph_launches_after_the_launch_stream_on_its_captured_device_pointers() {
     let rc = grouped(ranks, |r| {
         let buf = bufs[r].as_mut_ptr().cast::<c_void>();
         // SAFETY: the buffer holds 100 floats and outlives every launch.
-        unsafe { oxcclAllReduce(buf, buf, 100, FLOAT, SUM, comms[r], stream(5, r)) }
+        unsafe { sum_floats(buf, buf, 100, comms[r], stream(5, r)) }
     });
     assert_eq!(rc, SUCCESS, "{}", last_error());
     let mut graphs = vec![null_mut(); ranks];

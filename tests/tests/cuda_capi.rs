@@ -96,17 +96,7 @@ fn all_reduce_on_device_pointers_of_virtual_ranks() {
         let recvs: Vec<DeviceBytes> = (0..ranks).map(|_| on_gpu(&vec![0f32; count])).collect();
         let rc = grouped(ranks, |r| {
             // SAFETY: device memory of `count` floats on the rank's GPU, alive for the group.
-            unsafe {
-                oxcclAllReduce(
-                    ptr(&sends[r]),
-                    ptr(&recvs[r]),
-                    count,
-                    FLOAT,
-                    SUM,
-                    comms[r],
-                    null_mut(),
-                )
-            }
+            unsafe { sum_floats(ptr(&sends[r]), ptr(&recvs[r]), count, comms[r], null_mut()) }
         });
         assert_eq!(rc, SUCCESS, "count {count}: {}", last_error());
         let want: Vec<f32> = (0..count).map(|i| (21 + 3 * (i % 13)) as f32).collect();
@@ -117,7 +107,7 @@ fn all_reduce_on_device_pointers_of_virtual_ranks() {
         let rc = grouped(ranks, |r| {
             let buf = ptr(&recvs[r]);
             // SAFETY: as above.
-            unsafe { oxcclAllReduce(buf, buf, count, FLOAT, SUM, comms[r], null_mut()) }
+            unsafe { sum_floats(buf, buf, count, comms[r], null_mut()) }
         });
         assert_eq!(rc, SUCCESS, "count {count} in place: {}", last_error());
         let thrice: Vec<f32> = want.iter().map(|x| x * 3.0).collect();
@@ -143,18 +133,7 @@ fn reduce_with_null_receive_buffers_off_the_root() {
     let rc = grouped(ranks, |r| {
         let recv = if r == root { ptr(&result) } else { null_mut() };
         // SAFETY: device memory of `count` ints; NULL off the root, as NCCL allows.
-        unsafe {
-            oxcclReduce(
-                ptr(&sends[r]),
-                recv,
-                count,
-                INT32,
-                MAX,
-                root as c_int,
-                comms[r],
-                null_mut(),
-            )
-        }
+        unsafe { max_ints_onto(ptr(&sends[r]), recv, count, root, comms[r]) }
     });
     assert_eq!(rc, SUCCESS, "{}", last_error());
     let want: Vec<i32> = (0..count)
@@ -265,23 +244,8 @@ fn a_host_pointer_is_refused_before_anything_runs() {
     let host = [1f32; 16];
     let recv = on_gpu(&[0f32; 16]);
     // SAFETY: the pointers are checked before use; the host one is refused.
-    let rc = unsafe {
-        oxcclAllReduce(
-            host.as_ptr().cast(),
-            ptr(&recv),
-            16,
-            FLOAT,
-            SUM,
-            comms[0],
-            null_mut(),
-        )
-    };
-    assert_eq!(rc, INVALID_ARGUMENT);
-    let message = last_error();
-    assert!(
-        message.contains("sendbuff") && message.contains("not memory"),
-        "{message}"
-    );
+    let rc = unsafe { sum_floats(host.as_ptr().cast(), ptr(&recv), 16, comms[0], null_mut()) };
+    assert_invalid(rc, &["sendbuff", "not memory"]);
     assert_eq!(from_gpu::<f32>(&recv), vec![0f32; 16]);
     destroy(comms);
 }

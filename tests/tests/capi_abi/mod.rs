@@ -120,3 +120,51 @@ pub fn grouped(ranks: usize, mut call: impl FnMut(usize) -> c_int) -> c_int {
     // SAFETY: as above.
     unsafe { oxcclGroupEnd() }
 }
+
+/// `oxcclAllReduce` summing `count` floats of `send` into `recv`.
+///
+/// # Safety
+/// `oxcclAllReduce`'s: both buffers hold `count` floats and stay valid for the call.
+pub unsafe fn sum_floats(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    comm: Comm,
+    stream: Stream,
+) -> c_int {
+    // SAFETY: this function's contract.
+    unsafe { oxcclAllReduce(send, recv, count, FLOAT, SUM, comm, stream) }
+}
+
+/// Assert that `rc` is `oxcclInvalidArgument` with a message naming each of `words`.
+pub fn assert_invalid(rc: c_int, words: &[&str]) {
+    assert_eq!(rc, INVALID_ARGUMENT);
+    let message = last_error();
+    assert!(words.iter().all(|w| message.contains(w)), "{message}");
+}
+
+/// `oxcclReduce` of `count` ints by their maximum onto `root`, on the default stream.
+///
+/// # Safety
+/// `oxcclReduce`'s: `send` holds `count` ints, `recv` too on the root (NULL elsewhere).
+pub unsafe fn max_ints_onto(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    root: usize,
+    comm: Comm,
+) -> c_int {
+    // SAFETY: this function's contract.
+    unsafe {
+        oxcclReduce(
+            send,
+            recv,
+            count,
+            INT32,
+            MAX,
+            root as c_int,
+            comm,
+            null_mut(),
+        )
+    }
+}
