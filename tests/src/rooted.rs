@@ -80,12 +80,15 @@ fn prepare(kind: OpKind, n: usize, root: usize, case: &Case, seed: u64) -> Vec<R
             }
             (OpKind::Reduce, in_place) => {
                 let refs: Vec<&[u8]> = inputs.iter().map(Aligned::bytes).collect();
-                let expected = (r == root).then(|| oracle::fold(case.dtype, case.op, &refs).into());
                 let start = match in_place {
                     true => inputs[r].clone(),
                     false => garbage(block),
                 };
-                (start, expected)
+                let expected = match r == root {
+                    true => oracle::fold(case.dtype, case.op, &refs).into(),
+                    false => Arc::from(start.bytes()),
+                };
+                (start, Some(expected))
             }
             (OpKind::Scatter, false) => (garbage(block), Some(inputs[root][own(r)].into())),
             (OpKind::Scatter, true) => {
@@ -102,7 +105,11 @@ fn prepare(kind: OpKind, n: usize, root: usize, case: &Case, seed: u64) -> Vec<R
                 if in_place {
                     start[own(r)].copy_from_slice(&inputs[r]);
                 }
-                (start, (r == root).then(|| inputs.concat().into()))
+                let expected = match r == root {
+                    true => inputs.concat().into(),
+                    false => Arc::from(start.bytes()),
+                };
+                (start, Some(expected))
             }
         })
         .collect();

@@ -7,7 +7,8 @@
 //! through the root's link; on 1024 ranks a 16 MiB Reduce is thousands of iterations.
 //! Here the reduction is spread: a put RHD reduce-scatter
 //! ([`put_rhd_reduce_scatter`](crate::templates::put_rhd)) leaves chunk `r` of the sum on
-//! rank `r` (in its output, which only the root's must hold the result), then the root
+//! rank `r` (in its partials: see [`Partials`]; zero-copy after the receive area), then
+//! the root
 //! opens its output to every rank (Ack), each puts its chunk where it belongs and
 //! signals, and the root waits for all (see [`crate::templates::put`](mod@crate::templates::put)).
 //! The root receives `(n - 1)/n` of the vector once; an iteration holds a whole CCL
@@ -15,6 +16,7 @@
 //! declares `full_mesh`, and a topology with a broken or missing link refuses it
 //! (`relay-mesh` and `ring` run there).
 
+use super::{with_partials, Partials};
 use crate::broadcast::root_of;
 use crate::templates::{
     await_puts, finish_puts, open_for_puts, put, put_rhd_reduce_scatter, require_links, rhd_peers,
@@ -64,8 +66,9 @@ impl Executor for PutRhdReduce {
         if ctx.ranks == 1 {
             return Ok(request);
         }
-        // The receive area: one iteration, capped at one CCL buffer.
-        Ok(crate::all_reduce::with_chunk_slots(ctx, request, ctx.ranks))
+        // The receive area: one iteration, capped at one CCL buffer; then the partials.
+        let request = crate::all_reduce::with_chunk_slots(ctx, request, ctx.ranks);
+        Ok(with_partials(ctx, request))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
@@ -78,9 +81,9 @@ impl Executor for PutRhdReduce {
         let (count, es) = (args.op.count, args.op.dtype.size());
         let shape = ctx.memo((count, es), || PutRhdShape::even(n, count, es));
         let g = PutRhd::on_shape(&shape, args, false);
-        // Partial sums in the output: only the root's output is defined afterwards.
+        let partials = Partials::new(args, root, shape.recv_bytes()).of(me);
         let targets = RingTargets {
-            partials: args.output,
+            partials,
             partial_chunks: &shape.chunks,
             result: None,
         };
@@ -102,7 +105,7 @@ impl Executor for PutRhdReduce {
             return Ok(());
         }
         let (offset, len) = shape.chunks[me];
-        let mine = args.output.at(me, offset, len);
+        let mine = partials.at(me, offset, len);
         let link = put(ctx, 0, root, &[(landing.at(root, offset, len), mine)])?;
         finish_puts(ctx, 0, &[link]);
         Ok(())

@@ -4,12 +4,13 @@
 //!
 //! The vector is cut into one chunk per rank. Phase 1 is the relayed mesh reduce-scatter
 //! ([`relayed_reduce_scatter`]): rank `d` reduces chunk `d` of every rank's input into its
-//! output, common neighbours of an unlinked pair pre-reducing the far contribution. Phase
+//! partials ([`Partials`]: the root's output; zero-copy, a non-root's Scratch after the
+//! relays' slots), common neighbours of an unlinked pair pre-reducing the far contribution. Phase
 //! 2 gathers the reduced chunks into the root's output: a rank linked to the root offers
 //! its chunk (DataSignal, channel 0); the chunk of a *far* rank (no link to the root)
 //! travels in pieces through its relays
 //! ([`relay_rooted`](crate::templates::relay_rooted)), each pulling its piece into its own
-//! output (where nothing defined lives) before it offers its chunk; the root pulls every
+//! partials before it offers its chunk; the root pulls every
 //! linked rank's chunk and relayed pieces on that rank's slave stream. Every link carries
 //! about two chunks instead of the whole vector: cost `3α + 2·n/p·β` plus `1/m` of a chunk
 //! per relayed pair and the reductions, against the star's `nβ`.
@@ -17,10 +18,11 @@
 //! Signals on a link, in order: the reduce-scatter's Ack round (channel 0) and relay Acks
 //! (channel 1), the gather's DataSignal (channel 0, toward the root), and a DataSignal
 //! round on channel 1 ("done reading") where the inputs or the relays' scratch are refilled
-//! next: staged, or zero-copy where some pair is unlinked (the scratch then holds one
-//! iteration of at most a CCL buffer). It needs a route through at most one relay between
+//! next: staged, zero-copy where some pair is unlinked, and zero-copy between iterations
+//! (the non-roots' partials are in Scratch; an iteration holds at most a CCL buffer). It needs a route through at most one relay between
 //! every pair of ranks.
 
+use super::{with_partials, Partials};
 use crate::broadcast::root_of;
 use crate::templates::even_chunks;
 use crate::templates::relay_rooted::{
@@ -67,14 +69,15 @@ impl Executor for RelayReduceScatterGatherReduce {
             slave_streams: if ctx.rank == root { ctx.ranks - 1 } else { 0 },
             ..ResourceRequest::with_peers(Peers::List(linked_peers(ctx.topology, ctx.rank)))
         };
-        Ok(match per_loop(ctx) {
+        let request = match per_loop(ctx) {
             None => request,
             Some(count) => ResourceRequest {
                 scratch_bytes: ctx.ranks * slot_bytes(count, ctx.ranks, ctx.op.dtype.size()),
                 max_count_per_loop: Some(count),
                 ..request
             },
-        })
+        };
+        Ok(with_partials(ctx, request))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
@@ -87,15 +90,18 @@ impl Executor for RelayReduceScatterGatherReduce {
         }
         let chunks = even_chunks(args.op.count, n, es);
         let relayed = has_far_pairs(ctx.topology);
+        let slot = match relayed {
+            true => slot_bytes(args.ccl_bytes / es, n, es),
+            false => 0,
+        };
+        // The relays' slots, then the partials (see `resources`).
+        let partials = Partials::new(args, root, n * slot);
         let p = RelayedReduceScatter {
             input: args.input,
             chunks: &chunks,
-            output: args.output,
+            output: partials.of(me),
             out_at: chunks[me].0,
-            slot: match relayed {
-                true => slot_bytes(args.ccl_bytes / es, n, es),
-                false => 0,
-            },
+            slot,
             dtype: args.op.dtype,
             op: args.op.op,
             release: false,
@@ -104,15 +110,17 @@ impl Executor for RelayReduceScatterGatherReduce {
         };
         relayed_reduce_scatter(ctx, &p)?;
         match (me == root, far.iter().find(|f| f.rank == me)) {
-            (true, _) => root_gathers(ctx, args, &far, &chunks)?,
+            (true, _) => root_gathers(ctx, args, &partials, &far, &chunks)?,
             (false, Some(f)) => {
                 for &k in &f.relays {
                     ctx.link(k, 0)?.tx_data_signal(ctx.main());
                 }
             }
-            (false, None) => linked_offers(ctx, args, root, &far, &chunks)?,
+            (false, None) => linked_offers(ctx, args, &partials, root, &far, &chunks)?,
         }
-        if args.mode == Mode::Staged || relayed {
+        // Zero-copy, a non-root's partials live in Scratch, which the next iteration
+        // refills: so do the relays' slots.
+        if args.mode == Mode::Staged || relayed || !args.last {
             let linked = linked_peers(ctx.topology, me);
             peers_round(ctx, &linked, 1, Round::DataSignal)?;
         }
@@ -133,11 +141,12 @@ fn relay_piece(
         .map(|(_, piece)| piece)
 }
 
-/// A linked rank: pull its pieces of the far chunks it relays into its output, then tell
-/// the root that its chunk and those pieces are ready.
+/// A linked rank: pull its pieces of the far chunks it relays into its partials, then
+/// tell the root that its chunk and those pieces are ready.
 fn linked_offers(
     ctx: &mut KernelCtx<'_>,
     args: &KernelArgs,
+    partials: &Partials,
     root: Rank,
     far: &[FarRank],
     chunks: &[(usize, usize)],
@@ -147,8 +156,8 @@ fn linked_offers(
         ctx.link(f.rank, 0)?.rx_data_signal(ctx.main());
         if let Some((off, len)) = relay_piece(f, me, chunks[f.rank], es) {
             let (src, dst) = (
-                args.output.at(f.rank, off, len),
-                args.output.at(me, off, len),
+                partials.of(f.rank).at(f.rank, off, len),
+                partials.of(me).at(me, off, len),
             );
             ctx.main().copy(src, dst);
         }
@@ -161,6 +170,7 @@ fn linked_offers(
 fn root_gathers(
     ctx: &mut KernelCtx<'_>,
     args: &KernelArgs,
+    partials: &Partials,
     far: &[FarRank],
     chunks: &[(usize, usize)],
 ) -> Result<(), Error> {
@@ -181,7 +191,7 @@ fn root_gathers(
         let s = ctx.stream(slave);
         link.rx_data_signal(s);
         for (off, len) in ranges {
-            s.copy(args.output.at(k, off, len), args.output.at(me, off, len));
+            s.copy(partials.of(k).at(k, off, len), args.output.at(me, off, len));
         }
     }
     streams.iter().for_each(|&s| ctx.join(s..=s));

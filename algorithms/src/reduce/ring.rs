@@ -2,9 +2,8 @@
 //!
 //! The chain of [`RingBroadcast`](crate::broadcast::ring::RingBroadcast), run backwards:
 //! the last rank of the chain offers its input, every other rank reduces its successor's
-//! partial chunk with its own input into its output (the root's output holds the result,
-//! the others' are undefined by Reduce anyway), chunk by chunk, as soon as the successor
-//! has it. Cost with `c` chunks `(p − 2 + c)(α + n/c·(β + γ))`: close to `n(β + γ)` for
+//! partial chunk with its own input into its partials (the root's output holds the
+//! result; see [`Partials`]), chunk by chunk, as soon as the successor has it. Cost with `c` chunks `(p − 2 + c)(α + n/c·(β + γ))`: close to `n(β + γ)` for
 //! large messages. It needs only the links between chain neighbours.
 //!
 //! Per chunk a successor posts "chunk `k` is ready" and its predecessor answers "done
@@ -12,6 +11,7 @@
 //! for the answer to chunk `k − 2` before it announces chunk `k`, and for the open
 //! answers before its iteration ends.
 
+use super::{with_partials, Partials};
 use crate::broadcast::ring::{chain_peers, pipeline_chunks};
 use crate::broadcast::{chain_from_root, chain_neighbours, root_of, rx_chunk, tx_chunk};
 use oxccl_framework::{
@@ -34,7 +34,7 @@ impl Executor for RingReduce {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let root = root_of(ctx.op, "ring")?;
         let chain = chain_from_root(ctx.topology, root, "ring", OpKind::Reduce)?;
-        Ok(chain_peers(&chain, ctx.rank))
+        Ok(with_partials(ctx, chain_peers(&chain, ctx.rank)))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
@@ -52,17 +52,18 @@ impl Executor for RingReduce {
             args.copy_input_to_output(ctx);
             return Ok(());
         }
+        let partials = Partials::new(args, root, 0);
         let chunks = pipeline_chunks(op.count, op.dtype.size());
         for (k, &(off, len)) in chunks.iter().enumerate() {
             if let Some(up) = &up {
-                let partial = match Some(up.remote) == last {
+                let theirs = match Some(up.remote) == last {
                     true => args.input,
-                    false => args.output,
+                    false => partials.of(up.remote),
                 };
-                let srcs = vec![partial.at(up.remote, off, len), args.input.at(me, off, len)];
+                let srcs = vec![theirs.at(up.remote, off, len), args.input.at(me, off, len)];
                 rx_chunk(up, ctx.main(), k);
-                ctx.main()
-                    .reduce(srcs, args.output.at(me, off, len), op.dtype, op.op);
+                let dst = partials.of(me).at(me, off, len);
+                ctx.main().reduce(srcs, dst, op.dtype, op.op);
                 tx_chunk(up, ctx.main(), k);
             }
             if let Some(down) = &down {

@@ -1,9 +1,9 @@
 //! Reduce tree: a binomial tree towards the root, `ceil(log2 p)` rounds.
 //!
 //! Each rank waits until every child has its partial reduction ready (Ack), then reduces
-//! its own input with the children's partials in one Reduce into its output (a leaf's
-//! partial is its input, an inner rank's its output, which Reduce leaves undefined on
-//! non-roots anyway), answers every child "done reading" (DataSignal), and tells its
+//! its own input with the children's partials in one Reduce into its partials (a leaf's
+//! partial is its input, an inner rank's where [`Partials`] says), answers every child
+//! "done reading" (DataSignal), and tells its
 //! parent its own partial is ready. The root's Reduce writes the result
 //! ([`crate::templates::BinomialTree`], MPICH's numbering). Cost
 //! `⌈log2 p⌉(α + nβ + nγ)`; it needs only the `p − 1` links of the tree.
@@ -11,6 +11,7 @@
 //! Every rank but the root waits for its parent's DataSignal before its iteration ends,
 //! so nobody reads its buffers any more and the staged loop may reuse them.
 
+use super::{with_partials, Partials};
 use crate::broadcast::root_of;
 use crate::templates::BinomialTree;
 use oxccl_framework::{
@@ -32,13 +33,14 @@ oxccl_framework::register_executor! {
 impl Executor for TreeReduce {
     fn resources(&self, ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
         let tree = BinomialTree::new(ctx.ranks, root_of(ctx.op, "tree")?);
-        Ok(ResourceRequest::with_peers(Peers::List(
-            tree.neighbours(ctx.rank),
-        )))
+        let request = ResourceRequest::with_peers(Peers::List(tree.neighbours(ctx.rank)));
+        Ok(with_partials(ctx, request))
     }
 
     fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
-        let tree = BinomialTree::new(ctx.ranks, root_of(&args.op, "tree")?);
+        let root = root_of(&args.op, "tree")?;
+        let tree = BinomialTree::new(ctx.ranks, root);
+        let partials = Partials::new(args, root, 0);
         let op = &args.op;
         let (me, len) = (ctx.rank, op.count * op.dtype.size());
         if ctx.ranks == 1 {
@@ -53,13 +55,13 @@ impl Executor for TreeReduce {
         links.iter().for_each(|l| l.rx_ack(ctx.main()));
         let mut srcs = vec![args.input.at(me, 0, len)];
         for &c in &children {
-            let partial = match tree.children(c).is_empty() {
+            let theirs = match tree.children(c).is_empty() {
                 true => args.input,
-                false => args.output,
+                false => partials.of(c),
             };
-            srcs.push(partial.at(c, 0, len));
+            srcs.push(theirs.at(c, 0, len));
         }
-        let dst = args.output.at(me, 0, len);
+        let dst = partials.of(me).at(me, 0, len);
         // A leaf's partial is its input: it has nothing to write.
         if !children.is_empty() {
             ctx.main().reduce(srcs, dst, op.dtype, op.op);
