@@ -160,6 +160,43 @@ bad_executor!("bad-no-join", 1, |ctx, args| {
     Ok(())
 });
 
+/// A Reduce whose non-roots keep a copy of their input in their output (where a chain
+/// would keep its partials): the root's result is right, but NCCL leaves a non-root's
+/// receive buffer unused.
+struct ScribblingReduce;
+
+impl Executor for ScribblingReduce {
+    fn resources(&self, _: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+        Ok(ResourceRequest::with_peers(Peers::All))
+    }
+
+    fn kernel_run(&self, ctx: &mut KernelCtx<'_>, args: &KernelArgs) -> Result<(), Error> {
+        let root = args.op.root.expect("a rooted operator");
+        ready_round(ctx)?;
+        match ctx.rank == root {
+            true => reduce_from(ctx, args, (0..ctx.ranks).collect(), 0),
+            false => {
+                let len = bytes(args);
+                let (src, dst) = (
+                    args.input.at(ctx.rank, 0, len),
+                    args.output.at(ctx.rank, 0, len),
+                );
+                ctx.main().copy(src, dst);
+            }
+        }
+        Ok(())
+    }
+}
+
+oxccl::register_executor! {
+    name: "bad-scribble",
+    op: OpKind::Reduce,
+    description: "deliberately wrong (analyzer test)",
+    constraints: Constraints::ANY,
+    preference: -100,
+    make: || Box::new(ScribblingReduce),
+}
+
 fn record(algo: &str, ranks: usize) -> Recording {
     oxccl_tests::record_all_reduce(algo, ranks, 1000)
 }
@@ -232,6 +269,31 @@ fn out_of_bounds_slice() {
 #[test]
 fn slave_stream_that_never_joins() {
     caught("bad-no-join", Check::ForkJoin, &["stream 1"]);
+}
+
+#[test]
+fn a_non_root_s_reduce_output_written() {
+    let mut config = oxccl::Config {
+        topology: Some(Topology::single_server(4)),
+        ..oxccl::Config::default()
+    };
+    config.algo.set(Some(OpKind::Reduce), "bad-scribble");
+    let op = oxccl::OpParam::rooted(
+        OpKind::Reduce,
+        1000,
+        oxccl::DataType::F32,
+        oxccl::ReduceOp::Sum,
+        2,
+    );
+    let report = analyze(&Recording::record(&op, false, config).expect("record"));
+    let f = report
+        .failures
+        .iter()
+        .find(|f| f.check == Check::Semantics)
+        .unwrap_or_else(|| panic!("no Semantics failure in {:#?}", report.failures));
+    for part in ["rank 0 Output", "non-root's output", "recvbuff"] {
+        assert!(f.message.contains(part), "`{part}` not in: {}", f.message);
+    }
 }
 
 #[test]

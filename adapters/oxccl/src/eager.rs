@@ -224,7 +224,8 @@ impl Communicator {
     }
 
     /// Reduce: the root's `recv` = `op` over every rank's `send`; other ranks' `recv` is
-    /// undefined afterwards.
+    /// left as it was (NCCL's `recvbuff` is unused off the root; oxccl's analyzer holds
+    /// every executor to it).
     pub fn reduce<T: Element>(
         &self,
         send: &[T],

@@ -145,7 +145,7 @@ impl<'a> Group<'a> {
     }
 
     /// Add a Reduce: the root's `recv` = `op` over every rank's `send`; other ranks'
-    /// `recv` is left undefined (pass a buffer of the same length).
+    /// `recv` is left as it was (pass a buffer of the same length).
     pub fn reduce<T: Element>(
         &mut self,
         comm: &'a Communicator,
@@ -192,7 +192,7 @@ impl<'a> Group<'a> {
     }
 
     /// Add a Gather: block `s` of the root's `recv` = rank `s`'s `send`; `recv` holds
-    /// exactly `comm.size() * send.len()` elements (undefined on other ranks).
+    /// exactly `comm.size() * send.len()` elements (left as it was on other ranks).
     pub fn gather<T: Element>(
         &mut self,
         comm: &'a Communicator,

@@ -36,8 +36,12 @@ use oxccl_platform::Rank;
 pub enum Expected {
     /// Exactly this value.
     Exactly(Value),
-    /// Anything (a non-root rank's output of a rooted reduction or gather).
+    /// Anything (bytes of a vector operator's output that no receive covers).
     Anything,
+    /// What the bytes held before the call: a non-root rank's output of a rooted
+    /// reduction or gather, which the operator leaves alone, as NCCL leaves `recvbuff`
+    /// unused off the root (in place, the rank's input stays where it was).
+    Unchanged,
     /// A receive from `peer` that no send of `peer` matches (count or number of items
     /// differ): no program can be right.
     Unmatched { peer: Rank },
@@ -90,7 +94,11 @@ pub fn expected_output(ops: &[OpParam], rank: Rank) -> Vec<ExpectedRange> {
         OpKind::Gather if rank == root => blocks(&|s| from(s, -(s as i64) * b)),
         OpKind::Reduce | OpKind::Gather => {
             let (_, end) = op.buffer_bytes(rank, ranks);
-            anything(0, end)
+            vec![ExpectedRange {
+                start: 0,
+                end,
+                expected: Expected::Unchanged,
+            }]
         }
         OpKind::AlltoAll => blocks(&|s| from(s, (rank as i64 - s as i64) * b)),
         _ => Vec::new(),

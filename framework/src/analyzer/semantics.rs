@@ -44,6 +44,10 @@ pub(crate) fn check(
         let value = Value::input(rank, -(base as i64));
         mems[idx.mem(rank, Buf::Input)].assign(base, base + input_len, Some(value));
     }
+    // What every output held before the call (nothing; in place, the input).
+    let before: Memories = (0..rec.rank_count())
+        .map(|rank| mems[idx.mem(rank, Buf::Output)].clone())
+        .collect();
     for t in ex.data_tasks() {
         let task = idx.task(t);
         if !idx.addressable(task) {
@@ -66,7 +70,7 @@ pub(crate) fn check(
         }
     }
     if ex.stuck.is_empty() {
-        compare_outputs(idx, &mems, covered, out);
+        compare_outputs(idx, &mems, &before, covered, out);
     }
 }
 
@@ -245,6 +249,7 @@ fn covered_parts(
 fn compare_outputs(
     idx: &Index<'_>,
     mems: &Memories,
+    before: &Memories,
     covered: Option<&[(usize, usize)]>,
     out: &mut Collector,
 ) {
@@ -258,6 +263,20 @@ fn compare_outputs(
             let want = match range.expected {
                 Expected::Exactly(want) => want,
                 Expected::Anything => continue,
+                Expected::Unchanged => {
+                    let (a, b) = (base + range.start, base + range.end);
+                    if let Some((x, y)) = first_change(&before[rank], map, a, b) {
+                        out.at(Check::Semantics, None, || {
+                            format!(
+                                "rank {rank} Output[{x}..{y}] was written, but the operator \
+                                 leaves a non-root's output as it was (NCCL's recvbuff is \
+                                 unused off the root): keep partial results in Scratch or \
+                                 the CCL buffers"
+                            )
+                        });
+                    }
+                    continue;
+                }
                 Expected::Unmatched { peer } => {
                     out.at(Check::Semantics, None, || {
                         format!(
@@ -284,6 +303,20 @@ fn compare_outputs(
             }
         }
     }
+}
+
+/// The first bytes of `[a, b)` where `after` holds something else than `before`.
+fn first_change(
+    before: &IntervalMap<Value>,
+    after: &IntervalMap<Value>,
+    a: usize,
+    b: usize,
+) -> Option<(usize, usize)> {
+    after.pieces(a, b).into_iter().find_map(|(x, y, have)| {
+        let was = before.pieces(x, y);
+        let same = matches!(was.as_slice(), [(_, _, w)] if *w == have);
+        (!same).then_some((x, y))
+    })
 }
 
 /// Why `have` is not `want` on output bytes `[a, b)`.
