@@ -13,6 +13,10 @@ use oxccl::{bf16, f16, DataType, OpKind, OpParam, ReduceOp};
 /// Elements per period of the pattern.
 const PERIOD: usize = 8;
 
+/// What every receive buffer is filled with before the first call (its guard bytes too):
+/// what a non-root's Reduce or Gather buffer must still hold afterwards.
+pub const FILL: u8 = 0xA5;
+
 /// A buffer viewed as bytes: on the heap, starting on a page boundary, or from
 /// `alloc_shared` where the job's peers map user buffers.
 ///
@@ -132,9 +136,10 @@ pub fn fill_input(op: &OpParam, rank: usize, buf: &mut [u8]) {
 /// the reduced period rotated by `r * count`; Scatter the same of the root's input.
 /// Broadcast: the root's period. AlltoAll: block `s` is block `r` of rank `s`'s input.
 /// Send/recv (each rank from the previous one): the previous rank's period. The V forms
-/// use uniform packed layouts and match their fixed forms. Non-root outputs of Reduce and
-/// Gather are undefined and not checked. Comparing against a period keeps the check
-/// linear and cheap at 64 MiB.
+/// use uniform packed layouts and match their fixed forms. A non-root's buffer of Reduce
+/// and Gather is left as it was ([`FILL`]; in place, the rank's input where the call
+/// put it), as NCCL leaves `recvbuff` unused off the root. Comparing against a period
+/// keeps the check linear and cheap at 64 MiB.
 pub struct Expected {
     op: OpParam,
     ranks: usize,
@@ -193,7 +198,7 @@ impl Expected {
             OpKind::Gather if rank == root => {
                 (0..n).map(|s| block_wrong(s, &self.inputs[s], 0)).sum()
             }
-            OpKind::Gather | OpKind::Reduce if rank != root => 0,
+            OpKind::Gather | OpKind::Reduce if rank != root => self.changed(rank, in_place, buf),
             OpKind::ReduceScatter | OpKind::ReduceScatterV => {
                 block_wrong(own, &self.reduced, rank * count)
             }
@@ -206,6 +211,25 @@ impl Expected {
             OpKind::Barrier => 0,
             _ => block_wrong(0, &self.reduced, 0),
         }
+    }
+}
+
+impl Expected {
+    /// Elements of a non-root's Reduce or Gather buffer `buf` that the call changed: it
+    /// must hold [`FILL`], and in place its input where the call put it.
+    fn changed(&self, rank: usize, in_place: bool, buf: &[u8]) -> usize {
+        let es = self.op.dtype.size();
+        let own = match in_place {
+            true => {
+                let (at, _) = self.op.in_place_offsets(rank);
+                at..at + block_count(&self.op) * es
+            }
+            false => 0..0,
+        };
+        let fill = vec![FILL; PERIOD * es];
+        count_wrong(&buf[..own.start], &fill, es)
+            + count_wrong(&buf[own.clone()], &self.inputs[rank], es)
+            + count_wrong(&buf[own.end..], &fill, es)
     }
 }
 

@@ -4,7 +4,7 @@
 //! fills and checks, the calls bind the device copies, and the receive buffers are read
 //! back after each form's timed loop.
 
-use super::data::{fill_input, Aligned, Expected};
+use super::data::{fill_input, Aligned, Expected, FILL};
 use super::gpu::GpuCopy;
 use super::graph::{Graphs, RankBinding};
 use oxccl::{Communicator, DataType, Error, Group, OpKind, OpParam, ReduceOp, UserBuffers};
@@ -15,7 +15,6 @@ use std::time::Instant;
 const GUARD: usize = 64;
 /// Guard bytes of one rank's receive buffer, both sides.
 pub const GUARD_BYTES: usize = 2 * GUARD;
-const GUARD_BYTE: u8 = 0xA5;
 
 /// How to measure a row: `oxccl perf` and `oxccl tune` both measure with this.
 #[derive(Clone, Copy, Debug)]
@@ -483,7 +482,7 @@ fn run_thread<'c>(
             let mut input = Aligned::for_calls(comm, in_bytes)?;
             fill_input(op, comm.rank(), input.bytes_mut());
             let mut output = Aligned::for_calls(comm, one_bytes + 2 * GUARD)?;
-            output.bytes_mut().fill(GUARD_BYTE);
+            output.bytes_mut().fill(FILL);
             let gpu = GpuCopy::for_rank(comm, input.bytes(), output.bytes())?;
             Ok(RankState {
                 comm,
@@ -591,7 +590,7 @@ fn guard_damage(output: &Aligned, len: usize) -> usize {
     bytes[..GUARD]
         .iter()
         .chain(&bytes[GUARD + len..])
-        .filter(|&&b| b != GUARD_BYTE)
+        .filter(|&&b| b != FILL)
         .count()
 }
 
