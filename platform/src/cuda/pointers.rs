@@ -7,7 +7,8 @@
 //! does not know reads as `Unknown` (the query fills defaults for it and succeeds).
 //!
 //! The user memory: spans are checked against their allocation (memory of the rank's
-//! GPU, or managed memory, holding the whole span); blocks are [`DeviceBytes`](super::DeviceBytes); copies run
+//! GPU, or managed memory, holding the whole span, where the driver gives the
+//! allocation's extent); blocks are [`DeviceBytes`](super::DeviceBytes); copies run
 //! on a stream of their own, made and destroyed per copy, so they never wait for the
 //! ranks' streams or the caller's; a caller's stream is synchronised with the rank's GPU
 //! current (its primary context, where the runtime API's streams live).
@@ -104,6 +105,11 @@ impl PointerFacts {
             MemoryType::Device | MemoryType::Managed => {}
         }
         let (start, size) = self.range;
+        if size == 0 {
+            // The driver did not say where the allocation ends: trust the count, as NCCL
+            // does, rather than refuse memory it allocated.
+            return None;
+        }
         let end = start.saturating_add(size);
         let fits = addr >= start && addr.checked_add(len as u64).is_some_and(|e| e <= end);
         (!fits).then(|| {
@@ -202,6 +208,12 @@ mod tests {
         assert_eq!(f.refusal(0x1080, 0x80, 1), None);
         let managed = facts(MemoryType::Managed, None, 0x1000, 0x100);
         assert_eq!(managed.refusal(0x1010, 0x10, 3), None);
+        let no_range = facts(MemoryType::Device, Some(1), 0, 0);
+        assert_eq!(
+            no_range.refusal(0x1000, 1 << 20, 1),
+            None,
+            "an extent unknown"
+        );
     }
 
     #[test]
