@@ -8,8 +8,7 @@
 //! Here the reduction is spread: a put RHD reduce-scatter
 //! ([`put_rhd_reduce_scatter`](crate::templates::put_rhd)) leaves chunk `r` of the sum on
 //! rank `r` (in its partials: see [`Partials`]; zero-copy after the receive area), then
-//! the root
-//! opens its output to every rank (Ack), each puts its chunk where it belongs and
+//! the root opens its output to every rank (Ack), each puts its chunk where it belongs and
 //! signals, and the root waits for all (see [`crate::templates::put`](mod@crate::templates::put)).
 //! The root receives `(n - 1)/n` of the vector once; an iteration holds a whole CCL
 //! buffer. Links: the RHD partners and the root. It cannot route around a broken one: it

@@ -5,13 +5,14 @@
 //! The vector is cut into one chunk per rank. Phase 1 is the relayed mesh reduce-scatter
 //! ([`relayed_reduce_scatter`]): rank `d` reduces chunk `d` of every rank's input into its
 //! partials ([`Partials`]: the root's output; zero-copy, a non-root's Scratch after the
-//! relays' slots), common neighbours of an unlinked pair pre-reducing the far contribution. Phase
-//! 2 gathers the reduced chunks into the root's output: a rank linked to the root offers
+//! relays' slots), common neighbours of an unlinked pair pre-reducing the far
+//! contribution. Phase 2 gathers the reduced chunks into the root's output: a rank linked
+//! to the root offers
 //! its chunk (DataSignal, channel 0); the chunk of a *far* rank (no link to the root)
 //! travels in pieces through its relays
 //! ([`relay_rooted`](crate::templates::relay_rooted)), each pulling its piece into its own
-//! partials before it offers its chunk; the root pulls every
-//! linked rank's chunk and relayed pieces on that rank's slave stream. Every link carries
+//! partials before it offers its chunk; the root pulls every linked rank's chunk and
+//! relayed pieces on that rank's slave stream. Every link carries
 //! about two chunks instead of the whole vector: cost `3α + 2·n/p·β` plus `1/m` of a chunk
 //! per relayed pair and the reductions, against the star's `nβ`.
 //!
@@ -19,8 +20,8 @@
 //! (channel 1), the gather's DataSignal (channel 0, toward the root), and a DataSignal
 //! round on channel 1 ("done reading") where the inputs or the relays' scratch are refilled
 //! next: staged, zero-copy where some pair is unlinked, and zero-copy between iterations
-//! (the non-roots' partials are in Scratch; an iteration holds at most a CCL buffer). It needs a route through at most one relay between
-//! every pair of ranks.
+//! (the non-roots' partials are in Scratch; an iteration holds at most a CCL buffer). It
+//! needs a route through at most one relay between every pair of ranks.
 
 use super::{with_partials, Partials};
 use crate::broadcast::root_of;

@@ -3,8 +3,9 @@
 //! The chain of [`RingBroadcast`](crate::broadcast::ring::RingBroadcast), run backwards:
 //! the last rank of the chain offers its input, every other rank reduces its successor's
 //! partial chunk with its own input into its partials (the root's output holds the
-//! result; see [`Partials`]), chunk by chunk, as soon as the successor has it. Cost with `c` chunks `(p − 2 + c)(α + n/c·(β + γ))`: close to `n(β + γ)` for
-//! large messages. It needs only the links between chain neighbours.
+//! result; see [`Partials`]), chunk by chunk, as soon as the successor has it. Cost with
+//! `c` chunks `(p − 2 + c)(α + n/c·(β + γ))`: close to `n(β + γ)` for large messages. It
+//! needs only the links between chain neighbours.
 //!
 //! Per chunk a successor posts "chunk `k` is ready" and its predecessor answers "done
 //! reading chunk `k`", alternating Ack and DataSignal by the chunk's parity; a rank waits
