@@ -21,7 +21,7 @@
 //!   caller queues on that stream afterwards sees them.
 
 use crate::device::DeviceSpan;
-use crate::error::DeviceError;
+use crate::error::{ConfigFault, DeviceError};
 use crate::ir::Rank;
 use std::any::Any;
 
@@ -46,6 +46,19 @@ pub trait UserMemory: Send + Sync {
     /// handle: a `CUstream` on cuda; 0 is the device's default stream), with local rank
     /// `rank`'s device current.
     fn sync_stream(&self, rank: Rank, stream: usize) -> Result<(), DeviceError>;
+}
+
+/// The bytes a [`UserMemory::copy`] of `src` into `dst` moves (0: nothing to do), or
+/// its refusal when their lengths differ: every implementation's first step.
+pub fn copy_len(src: DeviceSpan, dst: DeviceSpan) -> Result<usize, DeviceError> {
+    if src.len != dst.len {
+        return Err(ConfigFault::CopyLengths {
+            source_len: src.len,
+            destination_len: dst.len,
+        }
+        .into());
+    }
+    Ok(src.len)
 }
 
 /// A block from [`UserMemory::alloc`]: its span, and what keeps the memory allocated.

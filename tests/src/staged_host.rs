@@ -7,9 +7,10 @@
 //! device spans (`UserBuffers::Device`) over the test's host buffers.
 //!
 //! It offers user memory by address ([`oxccl::platform::UserMemory`], what the C ABI
-//! binds pointers through) and records what passes through it ([`Record`]): the streams
-//! it waited for, the blocks it lent, the copies it made, and the spans it checked, so
-//! that a test sees the C ABI's calls take the device path. Any stream handle is
+//! binds pointers through) and, once a test asked for it ([`start_recording`]), records
+//! what passes through it ([`Record`]): the streams it waited for, the blocks it lent, the
+//! copies it made and the spans it staged, so that a test sees the C ABI's calls take the
+//! device path. Off by default: the executor matrix runs millions of staged calls. Any stream handle is
 //! accepted except [`REFUSED_STREAM`], and any span except one starting at an address
 //! given to [`refuse_spans_at`].
 
@@ -18,6 +19,7 @@ use oxccl::platform::registry::Memory;
 use oxccl::platform::staged::{HostAddressed, StageCopies, StagedDevice};
 use oxccl::platform::{ConfigFault, DeviceError, UserBlock, UserMemory};
 use oxccl::{Communicator, DeviceSpan, Rank, UserBuffers};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The kind's name, for `Config::device` or `OXCCL_DEVICE`.
@@ -63,6 +65,14 @@ static RECORD: Mutex<Record> = Mutex::new(Record {
     staged: Vec::new(),
 });
 
+/// Whether [`note`] records (see [`start_recording`]).
+static RECORDING: AtomicBool = AtomicBool::new(false);
+
+/// Record from now on what the kind does, in every test of this process.
+pub fn start_recording() {
+    RECORDING.store(true, Ordering::Relaxed);
+}
+
 /// Span starts `check_span` refuses.
 static REFUSED_SPANS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 
@@ -81,7 +91,9 @@ pub fn refuse_spans_at(addr: u64) {
 }
 
 fn note(f: impl FnOnce(&mut Record)) {
-    f(&mut RECORD.lock().unwrap_or_else(|p| p.into_inner()));
+    if RECORDING.load(Ordering::Relaxed) {
+        f(&mut RECORD.lock().unwrap_or_else(|p| p.into_inner()));
+    }
 }
 
 /// [`HostAddressed`], recording what passes through it.

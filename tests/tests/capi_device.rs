@@ -18,7 +18,10 @@ use std::sync::Once;
 /// `ranks` communicators of one process on the `staged-host` kind.
 fn init_all(ranks: usize) -> Vec<Comm> {
     static DEVICE: Once = Once::new();
-    DEVICE.call_once(|| std::env::set_var("OXCCL_DEVICE", staged_host::STAGED_HOST));
+    DEVICE.call_once(|| {
+        std::env::set_var("OXCCL_DEVICE", staged_host::STAGED_HOST);
+        staged_host::start_recording();
+    });
     capi_abi::init_all(ranks)
 }
 

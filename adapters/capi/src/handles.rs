@@ -176,9 +176,14 @@ impl Comm {
     pub fn failed(&self, err: &Error) -> CError {
         let c = CError::from_oxccl(err, Some(self.rank()));
         if is_fatal(err) {
-            self.state.lock().failure.get_or_insert_with(|| c.clone());
+            self.keep_failure(&c);
         }
         c
+    }
+
+    /// Keep `c` for `oxcclCommGetAsyncError` unless an earlier failure is kept.
+    fn keep_failure(&self, c: &CError) {
+        self.state.lock().failure.get_or_insert_with(|| c.clone());
     }
 
     /// An error that keeps this rank from starting a call its peers make (its stream,
@@ -187,7 +192,7 @@ impl Comm {
     pub fn failed_to_start(&self, err: &Error) -> CError {
         let c = CError::from_oxccl(err, Some(self.rank()));
         self.inner.framework().abort_failed_call(c.message.clone());
-        self.state.lock().failure.get_or_insert_with(|| c.clone());
+        self.keep_failure(&c);
         c
     }
 

@@ -102,15 +102,20 @@ impl Comm {
         }
     }
 
-    /// Refuse `span`, the argument named `what`, when the device says the rank may not
-    /// bind it (host memory never refuses: its pointers are the caller's promise).
-    pub fn check_span(&self, what: &str, span: Span) -> Result<(), CError> {
-        match self.user_memory() {
-            Some(memory) => memory
+    /// Refuse the first of `spans` (each with whether the call writes it: a `recvbuff`,
+    /// else a `sendbuff`) that the device says the rank may not bind. Host memory never
+    /// refuses: its pointers are the caller's promise.
+    pub fn check_spans(&self, spans: &[(Span, bool)]) -> Result<(), CError> {
+        let Some(memory) = self.user_memory() else {
+            return Ok(());
+        };
+        for &(span, writes) in spans {
+            let what = if writes { "recvbuff" } else { "sendbuff" };
+            memory
                 .check_span(self.rank(), what, device_span(span))
-                .map_err(|e| CError::invalid(e.to_string())),
-            None => Ok(()),
+                .map_err(|e| CError::invalid(e.to_string()))?;
         }
+        Ok(())
     }
 
     /// Wait for the work queued on `streams` (device memory only; none on host).
@@ -124,18 +129,18 @@ impl Comm {
         Ok(())
     }
 
-    /// Copy `len` bytes from `from` to `to`, where the communicator's memory is.
+    /// Copy `from` into `to`, a span of the same length, where the communicator's memory
+    /// is.
     ///
     /// # Safety
-    /// `from` must be readable and `to` writable for `len` bytes, disjoint, neither used
-    /// elsewhere meanwhile.
-    pub unsafe fn copy(&self, from: Span, to: Span, len: usize) -> Result<(), Error> {
-        assert!(len <= from.len && len <= to.len && !from.overlaps(&to));
-        let (from, to) = (Span { len, ..from }, Span { len, ..to });
+    /// `from` must be readable and `to` writable, disjoint, neither used elsewhere
+    /// meanwhile.
+    pub unsafe fn copy(&self, from: Span, to: Span) -> Result<(), Error> {
         match self.user_memory() {
-            // SAFETY: this function's contract.
-            None => unsafe { buffers::copy(from, to, len) },
-            // SAFETY: as above, both the rank's memory (checked when the step was made).
+            // SAFETY: this function's contract (`buffers::copy` checks the lengths).
+            None => unsafe { buffers::copy(from, to, from.len) },
+            // SAFETY: as above, both the rank's memory (checked when the step was made);
+            // the device checks the lengths.
             Some(memory) => unsafe {
                 memory.copy(self.rank(), device_span(from), device_span(to))?
             },

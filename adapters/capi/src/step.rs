@@ -148,10 +148,7 @@ impl Step {
             _owned: owned,
             streams: Vec::new(),
         };
-        for (span, writes) in step.touched() {
-            let what = if writes { "recvbuff" } else { "sendbuff" };
-            step.comm.check_span(what, span)?;
-        }
+        step.comm.check_spans(&step.touched())?;
         Ok(step)
     }
 
@@ -168,11 +165,6 @@ impl Step {
         self.streams.sort_unstable();
         self.streams.dedup();
         self
-    }
-
-    /// Wait for the work the caller queued on the step's streams.
-    pub fn sync_streams(&self) -> Result<(), Error> {
-        self.comm.sync_streams(&self.streams)
     }
 
     /// The binding's spans, and the caller's spans that staging reads (`false`) and
@@ -234,7 +226,7 @@ impl Step {
     /// # Safety
     /// As [`Step::copy_in`].
     pub unsafe fn prepare(&self) -> Result<(), Error> {
-        self.sync_streams()?;
+        self.comm.sync_streams(&self.streams)?;
         // SAFETY: the caller's promise.
         unsafe { self.copy_in() }
     }
@@ -246,7 +238,7 @@ impl Step {
     pub unsafe fn copy_in(&self) -> Result<(), Error> {
         for s in &self.stage_in {
             // SAFETY: `staged` is oxccl's own block; `user` is the caller's promise.
-            unsafe { self.comm.copy(s.user, s.staged, s.user.len) }?;
+            unsafe { self.comm.copy(s.user, s.staged) }?;
         }
         Ok(())
     }
@@ -258,7 +250,7 @@ impl Step {
     pub unsafe fn copy_out(&self) -> Result<(), Error> {
         for s in &self.stage_out {
             // SAFETY: as in `copy_in`.
-            unsafe { self.comm.copy(s.staged, s.user, s.user.len) }?;
+            unsafe { self.comm.copy(s.staged, s.user) }?;
         }
         Ok(())
     }

@@ -69,7 +69,10 @@ pub(crate) fn with_partials(ctx: &PlanCtx<'_>, request: ResourceRequest) -> Reso
     let cap = (ctx.ccl_bytes / es).max(1);
     let cap = request.max_count_per_loop.map_or(cap, |c| c.min(cap));
     ResourceRequest {
-        scratch_bytes: request.scratch_bytes + cap.min(ctx.op.count) * es,
+        // Saturating: a request past the limits is refused by `ResourceRequest::check`.
+        scratch_bytes: request
+            .scratch_bytes
+            .saturating_add(cap.min(ctx.op.count).saturating_mul(es)),
         max_count_per_loop: Some(cap),
         ..request
     }

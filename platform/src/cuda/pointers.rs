@@ -17,9 +17,9 @@ use super::driver::cu;
 use super::user::PrimaryContext;
 use super::{driver, CudaDevice, CudaError};
 use crate::device::DeviceSpan;
-use crate::error::{ConfigFault, DeviceError};
+use crate::error::DeviceError;
 use crate::ir::Rank;
-use crate::user_memory::{UserBlock, UserMemory};
+use crate::user_memory::{copy_len, UserBlock, UserMemory};
 use cudarc::driver::sys;
 
 /// What kind of memory an address is, as the driver says.
@@ -162,20 +162,14 @@ impl UserMemory for CudaDevice {
     }
 
     unsafe fn copy(&self, rank: Rank, src: DeviceSpan, dst: DeviceSpan) -> Result<(), DeviceError> {
-        if src.len != dst.len {
-            return Err(ConfigFault::CopyLengths {
-                source_len: src.len,
-                destination_len: dst.len,
-            }
-            .into());
-        }
-        if src.len == 0 {
+        let len = copy_len(src, dst)?;
+        if len == 0 {
             return Ok(());
         }
         let _context = self.current(rank)?;
         let stream = driver::new_stream()?;
         // Both spans are live memory of the rank's GPU (this function's contract).
-        let copied = cu!(cuMemcpyDtoDAsync_v2(dst.addr, src.addr, src.len, stream))
+        let copied = cu!(cuMemcpyDtoDAsync_v2(dst.addr, src.addr, len, stream))
             .and_then(|()| cu!(cuStreamSynchronize(stream)));
         let _ = cu!(cuStreamDestroy_v2(stream));
         Ok(copied?)

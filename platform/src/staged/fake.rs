@@ -4,7 +4,7 @@ use super::StageCopies;
 use crate::device::DeviceSpan;
 use crate::error::{AllocFault, ConfigFault, DeviceError};
 use crate::ir::Rank;
-use crate::user_memory::{UserBlock, UserMemory};
+use crate::user_memory::{copy_len, UserBlock, UserMemory};
 
 /// [`StageCopies`] whose "device addresses" are host addresses: a [`StagedDevice`]
 /// built on it runs every path a GPU's staging does (what is copied in and back, and
@@ -82,21 +82,15 @@ impl UserMemory for HostAddressed {
         src: DeviceSpan,
         dst: DeviceSpan,
     ) -> Result<(), DeviceError> {
-        if src.len != dst.len {
-            return Err(ConfigFault::CopyLengths {
-                source_len: src.len,
-                destination_len: dst.len,
-            }
-            .into());
-        }
-        if src.len > 0 {
+        let len = copy_len(src, dst)?;
+        if len > 0 {
             // SAFETY: both spans are live host memory (the constructor's contract and
             // this function's), `dst` unused by others; `copy` allows overlap.
             unsafe {
                 std::ptr::copy(
                     src.addr as usize as *const u8,
                     dst.addr as usize as *mut u8,
-                    src.len,
+                    len,
                 )
             };
         }

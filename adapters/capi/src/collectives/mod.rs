@@ -38,14 +38,10 @@ pub struct OxcclStream {
     _opaque: [u8; 0],
 }
 
-/// The communicator, checked stream and data type every collective starts with.
-fn begin(
-    comm: *const OxcclComm,
-    stream: *const OxcclStream,
-    datatype: c_int,
-) -> Result<(Arc<Comm>, DataType), CError> {
+/// The communicator and data type every collective starts with (its stream is checked
+/// once, where the call takes it: [`collective`], or the send or receive part).
+fn begin(comm: *const OxcclComm, datatype: c_int) -> Result<(Arc<Comm>, DataType), CError> {
     let comm = Comm::usable(comm)?;
-    comm.stream(stream)?;
     Ok((comm, data_type(datatype)?))
 }
 
@@ -132,7 +128,7 @@ pub unsafe extern "C" fn oxcclAllReduce(
     stream: *mut OxcclStream,
 ) -> OxcclResult {
     collective("oxcclAllReduce", stream, || {
-        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let (comm, dtype) = begin(comm, datatype)?;
         let op = reduce_op(op)?;
         let recv = Span::of("recvbuff", recvbuff, count, dtype)?;
         let binding = Binding::onto(recv, sendbuff == recvbuff.cast_const(), || {
@@ -157,7 +153,7 @@ pub unsafe extern "C" fn oxcclBroadcast(
     stream: *mut OxcclStream,
 ) -> OxcclResult {
     collective("oxcclBroadcast", stream, || {
-        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let (comm, dtype) = begin(comm, datatype)?;
         let root = rank_arg("root", root, &comm)?;
         let recv = Span::of("recvbuff", recvbuff, count, dtype)?;
         let mut owned = Vec::new();
@@ -188,7 +184,7 @@ pub unsafe extern "C" fn oxcclReduce(
     stream: *mut OxcclStream,
 ) -> OxcclResult {
     collective("oxcclReduce", stream, || {
-        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let (comm, dtype) = begin(comm, datatype)?;
         let op = reduce_op(op)?;
         let root = rank_arg("root", root, &comm)?;
         let send = Span::of("sendbuff", sendbuff, count, dtype)?;
@@ -218,7 +214,7 @@ pub unsafe extern "C" fn oxcclAllGather(
     stream: *mut OxcclStream,
 ) -> OxcclResult {
     collective("oxcclAllGather", stream, || {
-        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let (comm, dtype) = begin(comm, datatype)?;
         let total = times("sendcount", sendcount, comm.size())?;
         let recv = Span::of("recvbuff", recvbuff, total, dtype)?;
         let in_place = at_block(sendbuff, recvbuff, comm.rank(), sendcount, dtype);
@@ -244,7 +240,7 @@ pub unsafe extern "C" fn oxcclReduceScatter(
     stream: *mut OxcclStream,
 ) -> OxcclResult {
     collective("oxcclReduceScatter", stream, || {
-        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let (comm, dtype) = begin(comm, datatype)?;
         let op = reduce_op(op)?;
         let total = times("recvcount", recvcount, comm.size())?;
         let send = Span::of("sendbuff", sendbuff, total, dtype)?;
@@ -270,7 +266,7 @@ pub unsafe extern "C" fn oxcclAlltoAll(
     stream: *mut OxcclStream,
 ) -> OxcclResult {
     collective("oxcclAlltoAll", stream, || {
-        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let (comm, dtype) = begin(comm, datatype)?;
         let total = times("count", count, comm.size())?;
         let binding = Binding::OutOfPlace {
             input: Span::of("sendbuff", sendbuff, total, dtype)?,
@@ -297,7 +293,7 @@ pub unsafe extern "C" fn oxcclGather(
     stream: *mut OxcclStream,
 ) -> OxcclResult {
     collective("oxcclGather", stream, || {
-        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let (comm, dtype) = begin(comm, datatype)?;
         let root = rank_arg("root", root, &comm)?;
         let total = times("count", count, comm.size())?;
         let mut owned = Vec::new();
@@ -329,7 +325,7 @@ pub unsafe extern "C" fn oxcclScatter(
     stream: *mut OxcclStream,
 ) -> OxcclResult {
     collective("oxcclScatter", stream, || {
-        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let (comm, dtype) = begin(comm, datatype)?;
         let root = rank_arg("root", root, &comm)?;
         let total = times("count", count, comm.size())?;
         let mut owned = Vec::new();

@@ -28,7 +28,7 @@ fn p2p(
     send: bool,
 ) -> OxcclResult {
     group::call(name, || {
-        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let (comm, dtype) = begin(comm, datatype)?;
         let peer = rank_arg("peer", peer, &comm)?;
         let what = if send { "sendbuff" } else { "recvbuff" };
         let span = Span::of(what, buff, count, dtype)?;

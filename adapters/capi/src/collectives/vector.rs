@@ -65,7 +65,7 @@ pub unsafe extern "C" fn oxcclAllGatherV(
     stream: *mut OxcclStream,
 ) -> OxcclResult {
     collective("oxcclAllGatherV", stream, || {
-        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let (comm, dtype) = begin(comm, datatype)?;
         // SAFETY: the arrays hold nranks entries each (this function's contract).
         let (counts, displs, recv) = unsafe {
             blocks(
@@ -105,7 +105,7 @@ pub unsafe extern "C" fn oxcclReduceScatterV(
     stream: *mut OxcclStream,
 ) -> OxcclResult {
     collective("oxcclReduceScatterV", stream, || {
-        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let (comm, dtype) = begin(comm, datatype)?;
         let op = reduce_op(op)?;
         // SAFETY: the arrays hold nranks entries each (this function's contract).
         let (counts, displs, send) = unsafe {
@@ -145,7 +145,7 @@ pub unsafe extern "C" fn oxcclAlltoAllV(
     stream: *mut OxcclStream,
 ) -> OxcclResult {
     collective("oxcclAlltoAllV", stream, || {
-        let (comm, dtype) = begin(comm, stream, datatype)?;
+        let (comm, dtype) = begin(comm, datatype)?;
         let n = comm.size();
         // SAFETY: the arrays hold nranks entries each (this function's contract).
         let [send_counts, send_displs, recv_counts, recv_displs] = unsafe {
