@@ -714,15 +714,34 @@ inventory::collect!(TemplateEntry);
 
 /// Register an executor at link time.
 ///
-/// ```ignore
+/// ```
+/// use oxccl_framework::{
+///     Constraints, Error, Executor, KernelArgs, KernelCtx, OpKind, Peers, PlanCtx,
+///     ResourceRequest,
+/// };
+///
+/// struct RingAllReduce;
+///
+/// impl Executor for RingAllReduce {
+///     fn resources(&self, _ctx: &PlanCtx<'_>) -> Result<ResourceRequest, Error> {
+///         Ok(ResourceRequest::with_peers(Peers::All))
+///     }
+///     fn kernel_run(&self, _ctx: &mut KernelCtx<'_>, _args: &KernelArgs) -> Result<(), Error> {
+///         Ok(()) // a real executor appends its tasks here
+///     }
+/// }
+///
 /// oxccl_framework::register_executor! {
-///     name: "ring",
+///     name: "doc-ring",
 ///     op: OpKind::AllReduce,
 ///     description: "ring reduce-scatter then ring all-gather",
 ///     constraints: Constraints::ANY,
 ///     preference: 10,
 ///     make: || Box::new(RingAllReduce),
 /// }
+///
+/// let registry = oxccl_framework::registry().unwrap();
+/// assert!(registry.executor(OpKind::AllReduce, "doc-ring").is_ok());
 /// ```
 #[macro_export]
 macro_rules! register_executor {

@@ -14,10 +14,10 @@
 //!
 //! Executors register at link time, so the toolbox sees exactly the plugins its binary
 //! links. The `oxccl` binary of this crate links the bundled example plugin; a vendor's
-//! binary links its own and gets every command for its executors:
+//! binary links its own (here the bundled one) and gets every command for its executors:
 //!
-//! ```ignore
-//! use my_plugin as _;
+//! ```no_run
+//! use oxccl_plugin_bidir_ring as _;
 //!
 //! fn main() -> std::process::ExitCode {
 //!     oxccl_cli::main()

@@ -16,8 +16,11 @@
 //!
 //! A plugin's own test proves its executor in one line:
 //!
-//! ```ignore
-//! oxccl::framework::analyzer::conformance::assert_conforms(OpKind::AllReduce, "my-ring");
+//! ```no_run
+//! use oxccl_framework::analyzer::conformance::assert_conforms;
+//! use oxccl_framework::OpKind;
+//!
+//! assert_conforms(OpKind::AllReduce, "my-ring");
 //! ```
 
 use super::layouts::vector_ops;
