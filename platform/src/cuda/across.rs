@@ -9,9 +9,8 @@
 //! `DeviceBuffer`s come from) and a stream of its own for those copies. Graph mode runs
 //! step by step here, and no CUDA graph is built.
 
-use super::driver::{self, cu};
+use super::driver::{self, cu, PrimaryContext};
 use super::placement::placement;
-use super::user::PrimaryContext;
 use super::CudaError;
 use crate::device::{DeviceConfig, DeviceSpan};
 use crate::error::DeviceError;
@@ -77,14 +76,14 @@ fn slot_of(local: &[Rank], rank: Rank) -> Result<usize, DeviceError> {
 struct RankCopies {
     /// Its copies are ordered on it alone.
     stream: sys::CUstream,
-    /// Dropped last: the stream belongs to it.
+    /// The context the stream belongs to.
     context: PrimaryContext,
 }
 
 impl RankCopies {
     fn open(ordinal: usize) -> Result<Self, CudaError> {
-        let context = PrimaryContext::retain(ordinal)?;
-        context.bind()?;
+        let context = PrimaryContext::of(ordinal)?;
+        let _current = context.bind()?;
         let stream = driver::new_stream()?;
         Ok(RankCopies { stream, context })
     }
@@ -94,7 +93,7 @@ impl RankCopies {
         &self,
         copy: impl FnOnce(sys::CUstream) -> Result<(), CudaError>,
     ) -> Result<(), DeviceError> {
-        self.context.bind()?;
+        let _current = self.context.bind()?;
         copy(self.stream)?;
         Ok(cu!(cuStreamSynchronize(self.stream))?)
     }
@@ -102,7 +101,7 @@ impl RankCopies {
 
 impl Drop for RankCopies {
     fn drop(&mut self) {
-        if self.context.bind().is_ok() {
+        if let Ok(_current) = self.context.bind() {
             let _ = cu!(cuStreamSynchronize(self.stream));
             let _ = cu!(cuStreamDestroy_v2(self.stream));
         }

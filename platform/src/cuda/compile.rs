@@ -158,6 +158,12 @@ pub(crate) fn compile(
         }
         streams.push(ops);
     }
+    if streams.is_empty() {
+        // The kernel gives each stream its blocks, and the first block of stream 0 keeps
+        // the rank's fences and epoch word: a program of no streams (the IR's fields are
+        // public) runs as one empty stream, so its call still ends and fences its peers.
+        streams.push(Vec::new());
+    }
     let (tasks_alloc, starts, largest) = upload(shared, slot, &streams)?;
     Ok(Arc::new(Compiled {
         rank,

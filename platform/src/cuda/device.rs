@@ -241,7 +241,7 @@ impl OneProcess {
         }
         let mut stage_streams = Vec::with_capacity(local);
         for memory in &ranks {
-            memory.gpu.bind()?;
+            let _current = memory.gpu.bind()?;
             stage_streams.push(driver::new_stream()?);
         }
         let shared = Arc::new(Shared {
@@ -413,9 +413,19 @@ impl Device for OneProcess {
 }
 
 impl Drop for Shared {
+    /// Nothing of the device may still run when its memory goes: the fields drop after
+    /// this, `ranks` (frees ordered on the allocation stream, not on the kernels' streams)
+    /// before `groups`. A kernel normally finished before its last completion let go of
+    /// the device, but one whose done event failed to record or to query may not have:
+    /// the abort word releases it (a kernel spinning on a peer that never came would
+    /// otherwise hold the synchronize forever), then every stream is drained.
     fn drop(&mut self) {
+        self.mapped.store(self.abort_word(), 1);
+        for group in &self.groups {
+            group.drain();
+        }
         for (memory, &stream) in self.ranks.iter().zip(&self.stage_streams) {
-            if memory.gpu.bind().is_ok() {
+            if let Ok(_current) = memory.gpu.bind() {
                 let _ = cu!(cuStreamSynchronize(stream));
                 let _ = cu!(cuStreamDestroy_v2(stream));
             }

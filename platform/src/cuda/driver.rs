@@ -73,6 +73,95 @@ pub(crate) fn init() -> Result<usize, CudaError> {
     .clone()
 }
 
+/// A CUDA device's primary context (the one the runtime API, and so PyTorch and JAX,
+/// use), retained the first time the process asks for it and never released.
+///
+/// Releasing the last retain resets the context: the next user pays its creation again
+/// (and the backend its module load), which tests and tools that open devices one after
+/// another would pay each time. The runtime API keeps its primary contexts for the life
+/// of the process too, and so does NCCL through it.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct PrimaryContext {
+    pub ordinal: usize,
+    pub device: sys::CUdevice,
+    pub context: sys::CUcontext,
+}
+
+// SAFETY: a context handle may be made current on any thread; the handle itself is never
+// written after it is retained.
+unsafe impl Send for PrimaryContext {}
+// SAFETY: as above.
+unsafe impl Sync for PrimaryContext {}
+
+impl PrimaryContext {
+    /// Device `ordinal`'s primary context, retained once per process.
+    pub fn of(ordinal: usize) -> Result<Self, CudaError> {
+        static RETAINED: OnceLock<parking_lot::Mutex<Vec<PrimaryContext>>> = OnceLock::new();
+        let count = init()?;
+        let index = i32::try_from(ordinal)
+            .ok()
+            .filter(|_| ordinal < count)
+            .ok_or(CudaError::NoOrdinal { ordinal, count })?;
+        let mut retained = RETAINED.get_or_init(Default::default).lock();
+        if let Some(found) = retained.iter().find(|c| c.ordinal == ordinal) {
+            return Ok(*found);
+        }
+        let mut device = 0;
+        cu!(cuDeviceGet(&mut device, index))?;
+        let mut context = std::ptr::null_mut();
+        cu!(cuDevicePrimaryCtxRetain(&mut context, device))?;
+        let primary = PrimaryContext {
+            ordinal,
+            device,
+            context,
+        };
+        retained.push(primary);
+        Ok(primary)
+    }
+
+    /// Make the context current on the calling thread while the guard lives.
+    pub fn bind(&self) -> Result<Current, CudaError> {
+        Current::make(self.context)
+    }
+}
+
+/// A context made current on this thread; dropping it puts back the context that was
+/// current before. A caller's thread may be working on another GPU (PyTorch sets its
+/// device per thread, and a thread may drive ranks of several GPUs): a call into oxccl
+/// leaves the thread's context as it found it, as NCCL leaves the thread's device.
+#[must_use = "the context is current only while the guard lives"]
+pub(crate) struct Current {
+    /// The context to put back; `None`: it was this one already.
+    previous: Option<sys::CUcontext>,
+}
+
+impl Current {
+    fn make(context: sys::CUcontext) -> Result<Self, CudaError> {
+        let mut previous = std::ptr::null_mut();
+        cu!(cuCtxGetCurrent(&mut previous))?;
+        if previous == context {
+            return Ok(Current { previous: None });
+        }
+        cu!(cuCtxSetCurrent(context))?;
+        Ok(Current {
+            previous: Some(previous),
+        })
+    }
+}
+
+impl Drop for Current {
+    fn drop(&mut self) {
+        let Some(previous) = self.previous else {
+            return;
+        };
+        // Best effort: a context destroyed meanwhile cannot be made current again, and
+        // the thread is left with none rather than a dangling one.
+        if cu!(cuCtxSetCurrent(previous)).is_err() {
+            let _ = cu!(cuCtxSetCurrent(std::ptr::null_mut()));
+        }
+    }
+}
+
 /// Threads per block of the program kernel, tried in order: the largest whose grid fits
 /// the GPU at once (many ranks of many streams on one GPU get smaller blocks).
 pub(crate) const BLOCK_SIZES: [u32; 4] = [kernels::THREADS, 256, 128, 64];
@@ -113,8 +202,8 @@ impl Gpu {
     /// Retain device `ordinal`'s primary context and load the kernels for its
     /// architecture (compiled by NVRTC on the first use in the process).
     pub fn open(ordinal: usize) -> Result<Gpu, CudaError> {
-        let mut device = 0;
-        cu!(cuDeviceGet(&mut device, ordinal as i32))?;
+        let primary = PrimaryContext::of(ordinal)?;
+        let device = primary.device;
         let name = device_name(device);
         let attr = |a| -> Result<i32, CudaError> {
             let mut v = 0;
@@ -139,12 +228,15 @@ impl Gpu {
         if attr(A::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)? == 0 {
             return Err(lacks("cooperative launches"));
         }
-        let mut context = std::ptr::null_mut();
-        cu!(cuDevicePrimaryCtxRetain(&mut context, device))?;
+        // Every allocation is stream-ordered (see `alloc_stream`); some virtualised GPUs
+        // have no pools, where each allocation would fail with a bare driver error.
+        if attr(A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)? == 0 {
+            return Err(lacks("stream-ordered memory pools (cuMemAllocAsync)"));
+        }
         let mut gpu = Gpu {
             ordinal,
             device,
-            context,
+            context: primary.context,
             name,
             sms: sms.max(1) as u32,
             resident_blocks: Vec::new(),
@@ -152,15 +244,16 @@ impl Gpu {
             alloc_stream: std::ptr::null_mut(),
             module: std::ptr::null_mut(),
         };
-        gpu.bind()?;
+        let current = gpu.bind()?;
         gpu.alloc_stream = new_stream()?;
         gpu.load_kernels(&format!("sm_{major}{minor}"))?;
+        drop(current);
         Ok(gpu)
     }
 
-    /// Make this GPU's context current on the calling thread.
-    pub fn bind(&self) -> Result<(), CudaError> {
-        cu!(cuCtxSetCurrent(self.context))
+    /// Make this GPU's context current on the calling thread while the guard lives.
+    pub fn bind(&self) -> Result<Current, CudaError> {
+        Current::make(self.context)
     }
 
     fn load_kernels(&mut self, arch: &str) -> Result<(), CudaError> {
@@ -213,7 +306,7 @@ impl Gpu {
                 b: other.ordinal,
             });
         }
-        self.bind()?;
+        let _current = self.bind()?;
         // Pool allocations (every buffer here) are reachable from another device only
         // when the pool says so.
         let mut pool = std::ptr::null_mut();
@@ -238,8 +331,9 @@ impl Gpu {
 }
 
 impl Drop for Gpu {
+    /// The primary context stays retained ([`PrimaryContext`]).
     fn drop(&mut self) {
-        if self.bind().is_ok() {
+        if let Ok(_current) = self.bind() {
             if !self.alloc_stream.is_null() {
                 let _ = cu!(cuStreamSynchronize(self.alloc_stream));
                 let _ = cu!(cuStreamDestroy_v2(self.alloc_stream));
@@ -248,7 +342,6 @@ impl Drop for Gpu {
                 let _ = cu!(cuModuleUnload(self.module));
             }
         }
-        let _ = cu!(cuDevicePrimaryCtxRelease_v2(self.device));
     }
 }
 

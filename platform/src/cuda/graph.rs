@@ -92,7 +92,7 @@ impl SequenceGraph {
         steps: &[StepPrograms<'_>],
     ) -> Result<SequenceGraph, DeviceError> {
         let gpu = &group.gpu;
-        gpu.bind()?;
+        let _current = gpu.bind()?;
         let too_large = || {
             DeviceError::from(ConfigFault::TooLarge {
                 what: "a CUDA graph's descriptors",
@@ -211,7 +211,7 @@ impl SequenceGraph {
         group: &GpuGroup,
         steps: &[(u64, Vec<Arc<Launch>>)],
     ) -> Result<(), DeviceError> {
-        self.gpu.bind()?;
+        let _current = self.gpu.bind()?;
         let total = self.steps.last().map_or(0, |s| s.desc_at + s.desc_words);
         let mut host = vec![0u64; total];
         for (at, (epoch, runs)) in self.steps.iter().zip(steps) {
@@ -283,9 +283,9 @@ fn kernel_node(
 
 impl Drop for SequenceGraph {
     fn drop(&mut self) {
-        if self.gpu.bind().is_err() {
+        let Ok(_current) = self.gpu.bind() else {
             return;
-        }
+        };
         if !self.exec.is_null() {
             let _ = cu!(cuGraphExecDestroy(self.exec));
         }

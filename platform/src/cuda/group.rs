@@ -62,7 +62,7 @@ unsafe impl Sync for GpuGroup {}
 
 impl GpuGroup {
     pub fn new(gpu: Arc<Gpu>, slots: Vec<usize>) -> Result<Self, DeviceError> {
-        gpu.bind()?;
+        let _current = gpu.bind()?;
         let stream = super::driver::new_stream()?;
         let done = super::driver::new_event(false)?;
         Ok(GpuGroup {
@@ -113,6 +113,9 @@ impl GpuGroup {
                     error: Arc::new(error),
                 };
                 shared.stop(cause.clone());
+                // The kernel may be queued already (a failed event record): it sees the
+                // abort word and ends; none of the runs returns before it did.
+                self.drain();
                 cause
             }),
         };
@@ -154,12 +157,13 @@ impl GpuGroup {
 
     /// Stage the runs' host buffers in, then launch the program kernel and record `done`.
     fn launch(&self, shared: &Shared, epoch: u64, runs: &[Arc<Launch>]) -> Result<(), DeviceError> {
-        self.gpu.bind()?;
+        let _current = self.gpu.bind()?;
         let grid = self.grid(runs.iter().map(|r| r.program()))?;
         let counters_len = grid.counters(runs.len());
         let mut memory = self.memory.lock();
         grow(
             &self.gpu,
+            self.done,
             &mut memory.1,
             counters_len * 4,
             "barrier counters",
@@ -167,7 +171,13 @@ impl GpuGroup {
         let counters = memory.1.as_ref().map_or(0, |a| a.ptr);
         let (desc_words, users) = self.descriptor(shared, runs, grid, counters)?;
         let desc_bytes = desc_words.len() * 8;
-        grow(&self.gpu, &mut memory.0, desc_bytes, "launch descriptor")?;
+        grow(
+            &self.gpu,
+            self.done,
+            &mut memory.0,
+            desc_bytes,
+            "launch descriptor",
+        )?;
         for run in runs {
             run.reset_progress();
         }
@@ -296,13 +306,21 @@ fn blocks_per_stream(largest: usize, entries: usize, sms: usize) -> usize {
 }
 
 /// Make `slot` at least `len` bytes (the previous launch is over: see the module docs).
+///
+/// The old allocation is freed on the allocation stream once `done` (recorded after the
+/// GPU's last launch) fired: a launch's kernel reads it, and the allocation stream is
+/// not otherwise ordered after the GPU's stream.
 fn grow(
     gpu: &Arc<Gpu>,
+    done: CUevent,
     slot: &mut Option<DevAlloc>,
     len: usize,
     what: &'static str,
 ) -> Result<(), DeviceError> {
     if slot.as_ref().is_none_or(|a| a.len < len) {
+        if slot.is_some() {
+            cu!(cuStreamWaitEvent(gpu.alloc_stream, done, 0))?;
+        }
         *slot = None;
         *slot = Some(DevAlloc::zeroed(gpu, len.next_power_of_two(), what)?);
     }
@@ -351,9 +369,18 @@ fn describe(
     words
 }
 
+impl GpuGroup {
+    /// Wait for everything launched on this GPU's stream (best effort: at teardown).
+    pub fn drain(&self) {
+        if let Ok(_current) = self.gpu.bind() {
+            let _ = cu!(cuStreamSynchronize(self.stream));
+        }
+    }
+}
+
 impl Drop for GpuGroup {
     fn drop(&mut self) {
-        if self.gpu.bind().is_ok() {
+        if let Ok(_current) = self.gpu.bind() {
             let _ = cu!(cuStreamSynchronize(self.stream));
             let _ = cu!(cuStreamDestroy_v2(self.stream));
             let _ = cu!(cuEventDestroy_v2(self.done));

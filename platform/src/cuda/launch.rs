@@ -376,7 +376,7 @@ impl Launch {
         }
         let slot = self.program.slot;
         let memory = &self.shared.ranks[slot];
-        memory.gpu.bind()?;
+        let _current = memory.gpu.bind()?;
         let st = memory.staging.lock();
         let dev = st.1.as_ref().map_or(0, |a| a.ptr);
         // On the rank's own stream: a synchronous copy would order itself after the
@@ -451,9 +451,19 @@ impl Launch {
     fn poll_queued(&self) -> Option<Result<(), DeviceError>> {
         let shared = &self.shared;
         let group = self.group();
-        if group.gpu.bind().is_err() {
-            return None;
-        }
+        let _current = match group.gpu.bind() {
+            Ok(current) => current,
+            Err(e) => {
+                // Without its context nothing of the call can be waited for or read back:
+                // a lasting failure (polling again would spin for ever), so the device stops.
+                let error = DeviceError::from(e);
+                shared.stop(AbortCause::PeerFailed {
+                    rank: self.rank(),
+                    error: Arc::new(error.clone()),
+                });
+                return Some(Err(error));
+            }
+        };
         // SAFETY: `done` is a live event of the group.
         let ready = unsafe { sys::cuEventQuery(group.done) };
         match ready {
@@ -685,7 +695,7 @@ fn bind(
                 if extent == 0 && span.len == 0 {
                     continue;
                 }
-                shared.ranks[slot].gpu.bind()?;
+                let _current = shared.ranks[slot].gpu.bind()?;
                 let found = ordinal_of(span.addr);
                 if found != Some(ordinal) {
                     return Err(CudaError::ForeignMemory {

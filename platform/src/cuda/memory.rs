@@ -49,7 +49,7 @@ impl DevAlloc {
 
     /// `len` bytes (at least one), not yet written.
     fn new(gpu: &Arc<Gpu>, len: usize, what: &'static str) -> Result<Self, DeviceError> {
-        gpu.bind()?;
+        let _current = gpu.bind()?;
         let mut ptr = 0;
         cu!(cuMemAllocAsync(&mut ptr, len.max(1), gpu.alloc_stream)).map_err(|e| {
             DeviceError::Alloc {
@@ -68,7 +68,7 @@ impl DevAlloc {
 
 impl Drop for DevAlloc {
     fn drop(&mut self) {
-        if self.gpu.bind().is_ok() {
+        if let Ok(_current) = self.gpu.bind() {
             // Stream-ordered: the free never waits for the device (see
             // `Gpu::alloc_stream`).
             let _ = cu!(cuMemFreeAsync(self.ptr, self.gpu.alloc_stream));
@@ -93,7 +93,7 @@ unsafe impl Sync for Mapped {}
 impl Mapped {
     /// `words` zeroed words, mapped into every context (portable).
     pub fn new(gpu: &Arc<Gpu>, words: usize) -> Result<Self, DeviceError> {
-        gpu.bind()?;
+        let _current = gpu.bind()?;
         let bytes = words
             .max(1)
             .checked_mul(4)
@@ -148,7 +148,7 @@ impl Mapped {
 
 impl Drop for Mapped {
     fn drop(&mut self) {
-        if self.gpu.bind().is_ok() {
+        if let Ok(_current) = self.gpu.bind() {
             let _ = cu!(cuMemFreeHost(self.host.cast()));
         }
     }

@@ -13,8 +13,7 @@
 //! ranks' streams or the caller's; a caller's stream is synchronised with the rank's GPU
 //! current (its primary context, where the runtime API's streams live).
 
-use super::driver::cu;
-use super::user::PrimaryContext;
+use super::driver::{cu, Current, PrimaryContext};
 use super::{driver, CudaDevice, CudaError};
 use crate::device::DeviceSpan;
 use crate::error::DeviceError;
@@ -53,27 +52,34 @@ impl PointerFacts {
         let mut ordinal: i32 = -1;
         let mut start: sys::CUdeviceptr = 0;
         let mut size: usize = 0;
+        let mut managed: u32 = 0;
         let mut attributes = [
             A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
             A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
             A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
             A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+            A::CU_POINTER_ATTRIBUTE_IS_MANAGED,
         ];
-        let mut data: [*mut std::ffi::c_void; 4] = [
+        let mut data: [*mut std::ffi::c_void; 5] = [
             (&mut memory as *mut u32).cast(),
             (&mut ordinal as *mut i32).cast(),
             (&mut start as *mut sys::CUdeviceptr).cast(),
             (&mut size as *mut usize).cast(),
+            (&mut managed as *mut u32).cast(),
         ];
         // Each data pointer points at a value of the attribute's type (unsigned int, int,
-        // CUdeviceptr, size_t), alive for the call.
+        // CUdeviceptr, size_t, a boolean: zeroed 32 bits hold it whether the driver writes
+        // one byte or four), alive for the call.
         cu!(cuPointerGetAttributes(
-            4,
+            attributes.len() as u32,
             attributes.as_mut_ptr(),
             data.as_mut_ptr(),
             addr
         ))?;
+        // Managed memory reports the type of where its pages are now (device or host),
+        // never a type of its own: the flag says what it is.
         let memory = match memory {
+            _ if managed != 0 => MemoryType::Managed,
             m if m == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32 => MemoryType::Host,
             m if m == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 => MemoryType::Device,
             m if m == sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED as u32 => MemoryType::Managed,
@@ -125,11 +131,11 @@ pub(crate) fn ordinal_of(addr: u64) -> Option<usize> {
 }
 
 impl CudaDevice {
-    /// The primary context of local rank `rank`'s GPU, retained and current.
-    fn current(&self, rank: Rank) -> Result<PrimaryContext, DeviceError> {
-        let context = PrimaryContext::retain(self.ordinal_of(rank)?)?;
-        context.bind()?;
-        Ok(context)
+    /// The ordinal of local rank `rank`'s GPU, with its primary context current while the
+    /// guard lives.
+    fn current(&self, rank: Rank) -> Result<(usize, Current), DeviceError> {
+        let ordinal = self.ordinal_of(rank)?;
+        Ok((ordinal, PrimaryContext::of(ordinal)?.bind()?))
     }
 }
 
@@ -138,16 +144,16 @@ impl UserMemory for CudaDevice {
         if span.len == 0 {
             return Ok(());
         }
-        let context = self.current(rank)?;
+        let (ordinal, _current) = self.current(rank)?;
         let facts = PointerFacts::of(span.addr)?;
-        match facts.refusal(span.addr, span.len, context.ordinal) {
+        match facts.refusal(span.addr, span.len, ordinal) {
             None => Ok(()),
             Some(found) => Err(CudaError::Pointer {
                 rank,
                 what: what.to_string(),
                 addr: span.addr,
                 len: span.len,
-                ordinal: context.ordinal,
+                ordinal,
                 found,
             }
             .into()),
@@ -166,7 +172,7 @@ impl UserMemory for CudaDevice {
         if len == 0 {
             return Ok(());
         }
-        let _context = self.current(rank)?;
+        let _current = self.current(rank)?;
         let stream = driver::new_stream()?;
         // Both spans are live memory of the rank's GPU (this function's contract).
         let copied = cu!(cuMemcpyDtoDAsync_v2(dst.addr, src.addr, len, stream))
@@ -176,7 +182,7 @@ impl UserMemory for CudaDevice {
     }
 
     fn sync_stream(&self, rank: Rank, stream: usize) -> Result<(), DeviceError> {
-        let _context = self.current(rank)?;
+        let _current = self.current(rank)?;
         // `stream` is the caller's handle (NCCL's contract: a stream of the rank's
         // device, or 0 for its default stream); the driver refuses a stale one.
         Ok(cu!(cuStreamSynchronize(stream as sys::CUstream))?)

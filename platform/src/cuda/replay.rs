@@ -189,7 +189,7 @@ fn replay_on(
         shared.stop(cause.clone());
         // What the failed replay queued before it failed may run: stopped, its kernels
         // exit at once, and nothing may touch the buffers once the call returns.
-        if group.gpu.bind().is_ok() {
+        if let Ok(_current) = group.gpu.bind() {
             let _ = cu!(cuStreamSynchronize(group.stream));
         }
         cause
@@ -319,9 +319,9 @@ fn watch(shared: &Shared, launched: &[Arc<Launch>]) {
 /// Whether `group`'s done event fired (or its query failed: the launches' own polls
 /// report that).
 fn settled(group: &GpuGroup) -> bool {
-    if group.gpu.bind().is_err() {
+    let Ok(_current) = group.gpu.bind() else {
         return true;
-    }
+    };
     // SAFETY: `done` is a live event of the group.
     let state = unsafe { sys::cuEventQuery(group.done) };
     state != sys::CUresult::CUDA_ERROR_NOT_READY

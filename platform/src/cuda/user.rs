@@ -6,9 +6,10 @@
 //! [`DeviceBytes`] is an allocation on one CUDA device that its caller owns: the adapter's
 //! typed `DeviceBuffer` wraps it, and
 //! [`UserBuffers::Device`](crate::UserBuffers::Device) binds its
-//! [`span`](DeviceBytes::span) to a call, used in place. It stands on its own: it retains
+//! [`span`](DeviceBytes::span) to a call, used in place. It stands on its own: it lives in
 //! the device's primary context (the one the backend's ranks run in, so the ranks use its
-//! memory as their own) and has a stream of its own for its copies. So it stays valid
+//! memory as their own; retained for the life of the process) and has a stream of its own
+//! for its copies. So it stays valid
 //! after the communicator that placed it is gone, and none of its copies waits for a
 //! rank's streams or makes one wait. Its memory comes from the device's stream-ordered
 //! pool, as the backend's own buffers do: freeing it never waits for the whole device,
@@ -27,49 +28,12 @@
 //! the device-memory bound `oxccl perf --device cuda` sets beside busbw.
 //! [`CudaDevice::copy_bound`] runs it for a rank with one copy per rank on its GPU.
 
-use super::driver::{self, cu};
+use super::driver::{self, cu, PrimaryContext};
 use super::{CudaDevice, CudaError};
 use crate::device::{Device, DeviceSpan};
 use crate::error::{AllocFault, DeviceError};
 use crate::ir::Rank;
 use cudarc::driver::sys;
-
-/// A retained primary context of one CUDA device, released on drop.
-pub(super) struct PrimaryContext {
-    pub(super) ordinal: usize,
-    device: sys::CUdevice,
-    context: sys::CUcontext,
-}
-
-impl PrimaryContext {
-    pub(super) fn retain(ordinal: usize) -> Result<Self, CudaError> {
-        let count = driver::init()?;
-        let index = i32::try_from(ordinal)
-            .ok()
-            .filter(|_| ordinal < count)
-            .ok_or(CudaError::NoOrdinal { ordinal, count })?;
-        let mut device = 0;
-        cu!(cuDeviceGet(&mut device, index))?;
-        let mut context = std::ptr::null_mut();
-        cu!(cuDevicePrimaryCtxRetain(&mut context, device))?;
-        Ok(PrimaryContext {
-            ordinal,
-            device,
-            context,
-        })
-    }
-
-    /// Make the context current on the calling thread.
-    pub(super) fn bind(&self) -> Result<(), CudaError> {
-        cu!(cuCtxSetCurrent(self.context))
-    }
-}
-
-impl Drop for PrimaryContext {
-    fn drop(&mut self) {
-        let _ = cu!(cuDevicePrimaryCtxRelease_v2(self.device));
-    }
-}
 
 /// Bytes of device memory a user owns on one GPU (see the module docs), zeroed when
 /// allocated and freed on drop.
@@ -79,7 +43,7 @@ pub struct DeviceBytes {
     len: usize,
     /// This buffer's own stream: its allocation, copies and free are ordered on it.
     stream: sys::CUstream,
-    /// Dropped last: the memory and the stream belong to it.
+    /// The context the memory and the stream belong to.
     context: PrimaryContext,
 }
 
@@ -104,8 +68,8 @@ impl std::fmt::Debug for DeviceBytes {
 impl DeviceBytes {
     /// `len` zeroed bytes on CUDA device `ordinal` (an empty buffer still has an address).
     pub fn zeroed(ordinal: usize, len: usize) -> Result<Self, DeviceError> {
-        let context = PrimaryContext::retain(ordinal)?;
-        context.bind()?;
+        let context = PrimaryContext::of(ordinal)?;
+        let _current = context.bind()?;
         let stream = driver::new_stream()?;
         // Owned from here: an error below destroys the stream (and frees the memory).
         let mut bytes = DeviceBytes {
@@ -156,7 +120,7 @@ impl DeviceBytes {
         if src.is_empty() {
             return Ok(());
         }
-        self.context.bind()?;
+        let _current = self.context.bind()?;
         // `src` holds `len` readable bytes and stays borrowed until the stream is
         // synchronised below.
         cu!(cuMemcpyHtoDAsync_v2(
@@ -174,7 +138,7 @@ impl DeviceBytes {
         if dst.is_empty() {
             return Ok(());
         }
-        self.context.bind()?;
+        let _current = self.context.bind()?;
         // `dst` holds `len` writable bytes and stays borrowed until the stream is
         // synchronised below.
         cu!(cuMemcpyDtoHAsync_v2(
@@ -192,7 +156,7 @@ impl DeviceBytes {
         if src.len == 0 {
             return Ok(());
         }
-        self.context.bind()?;
+        let _current = self.context.bind()?;
         cu!(cuMemcpyDtoDAsync_v2(
             self.ptr,
             src.ptr,
@@ -210,9 +174,9 @@ impl DeviceBytes {
 
 impl Drop for DeviceBytes {
     fn drop(&mut self) {
-        if self.context.bind().is_err() {
+        let Ok(_current) = self.context.bind() else {
             return;
-        }
+        };
         if self.ptr != 0 {
             // Stream-ordered: the free waits for nothing but this buffer's own stream.
             let _ = cu!(cuMemFreeAsync(self.ptr, self.stream));
@@ -303,7 +267,7 @@ pub fn copy_bandwidth(
             Ok((src, DeviceBytes::zeroed(ordinal, bytes)?))
         })
         .collect::<Result<Vec<_>, DeviceError>>()?;
-    pairs[0].0.context.bind()?;
+    let _current = pairs[0].0.context.bind()?;
     let round = || -> Result<(), CudaError> {
         for (src, dst) in &pairs {
             cu!(cuMemcpyDtoDAsync_v2(dst.ptr, src.ptr, bytes, dst.stream))?;
