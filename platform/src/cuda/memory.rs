@@ -25,6 +25,7 @@ impl DevAlloc {
     /// `len` zeroed bytes on `gpu` (at least one byte, so every buffer has an address),
     /// allocated in stream order on the GPU's allocation stream: no other stream waits.
     pub fn zeroed(gpu: &Arc<Gpu>, len: usize, what: &'static str) -> Result<Self, DeviceError> {
+        let _current = gpu.bind()?;
         let alloc = Self::new(gpu, len, what)?;
         cu!(cuMemsetD8Async(alloc.ptr, 0, len.max(1), gpu.alloc_stream))?;
         cu!(cuStreamSynchronize(gpu.alloc_stream))?;
@@ -33,6 +34,7 @@ impl DevAlloc {
 
     /// `bytes` copied into a new allocation on `gpu`.
     pub fn upload(gpu: &Arc<Gpu>, bytes: &[u8], what: &'static str) -> Result<Self, DeviceError> {
+        let _current = gpu.bind()?;
         let alloc = Self::new(gpu, bytes.len(), what)?;
         let stream = gpu.alloc_stream;
         if !bytes.is_empty() {
