@@ -1,5 +1,5 @@
 //! Files kept on disk between processes: what is slow to make and the same for every
-//! process of a machine (the CUDA backend's PTX, the host's measured figures).
+//! process of a machine (the CUDA backend's kernel module, the host's measured figures).
 //!
 //! The folder is the one a variable names (`off`, `0` or empty: no disk cache), else
 //! `$XDG_CACHE_HOME/oxccl`, else `$HOME/.cache/oxccl`. A file is written whole under a
@@ -43,7 +43,7 @@ pub fn key(parts: &[&str]) -> String {
 }
 
 /// Write `contents` as `dir/name`, whole or not at all (best effort: a cache).
-pub fn store(dir: &Path, name: &str, contents: &str) {
+pub fn store(dir: &Path, name: &str, contents: &[u8]) {
     if std::fs::create_dir_all(dir).is_err() {
         return;
     }
@@ -95,8 +95,8 @@ mod tests {
     #[test]
     fn a_stored_file_is_whole_and_leaves_no_temporary() {
         let dir = std::env::temp_dir().join(format!("oxccl-disk-cache-{}", std::process::id()));
-        store(&dir, "a.txt", "first");
-        store(&dir, "a.txt", "second");
+        store(&dir, "a.txt", b"first");
+        store(&dir, "a.txt", b"second");
         assert_eq!(
             std::fs::read_to_string(dir.join("a.txt")).unwrap(),
             "second"

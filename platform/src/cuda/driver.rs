@@ -257,12 +257,9 @@ impl Gpu {
     }
 
     fn load_kernels(&mut self, arch: &str) -> Result<(), CudaError> {
-        let ptx = kernels::compile_ptx(arch)?;
-        let image = CString::new(ptx.as_bytes()).map_err(|_| CudaError::Compile {
-            arch: arch.to_string(),
-            log: "NVRTC returned PTX with a NUL byte".into(),
-        })?;
-        cu!(cuModuleLoadData(&mut self.module, image.as_ptr().cast()))?;
+        let cubin = kernels::compile_module(arch)?;
+        // The driver reads the ELF image's own sizes; the image stays alive past the call.
+        cu!(cuModuleLoadData(&mut self.module, cubin.as_ptr().cast()))?;
         let name = CString::new(kernels::PROGRAM_KERNEL).expect("no NUL");
         cu!(cuModuleGetFunction(
             &mut self.program,

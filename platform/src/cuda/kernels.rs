@@ -1,6 +1,6 @@
 //! The program kernel's CUDA C: `program.cu` (the interpreter of a rank's tasks, see
 //! `program.rs`) after a prelude generated here, compiled by NVRTC once per architecture
-//! and kept in the process and on disk (`ptx_cache`).
+//! to a CUBIN and kept in the process and on disk (`module_cache`).
 //!
 //! The prelude holds one reduce op per (data type, reduce op), 12 x 4 = 48, and
 //! `reduce_dispatch`, which runs a block's slice of `dst[i] = op(src0[i], src1[i], ...)`
@@ -17,10 +17,10 @@
 //!
 //! Every element is read from every source before any destination is written, by the
 //! same thread, so a destination may be one of the sources (accumulate in place).
-//! Threads move 16 bytes at a time (four vectors in flight each) when every operand is
-//! 16-byte aligned, one element at a time otherwise and for the tail; a stride over the
-//! K blocks of the task's stream covers any count. A Copy is the byte "reduction" of one
-//! source ([`COPY_PAIR`]).
+//! Threads move 16 bytes at a time (four vectors in flight each for a Copy, one for a
+//! reduction) when every operand is 16-byte aligned, one element at a time otherwise and
+//! for the tail; a stride over the K blocks of the task's stream covers any count. A
+//! Copy is the byte "reduction" of one source ([`COPY_PAIR`]).
 
 use crate::dtype::{DataType, ReduceOp};
 
@@ -126,8 +126,8 @@ __device__ __noinline__ void reduce_slice(const unsigned long long* src, unsigne
   const u64 first = (u64)j * blockDim.x + threadIdx.x;
   const u64 stride = (u64)k * blockDim.x;
   constexpr int V = 16 / sizeof(T);
-  // Vectors in flight per thread: four for copies, two for reductions of wide types
-  // (each of the 48 is compiled: unrolling them all as far multiplies NVRTC's time).
+  // Vectors in flight per thread: four for copies, one for reductions (each of the 48 is
+  // compiled: unrolling them all as far multiplies NVRTC's time).
   constexpr int U = IS_COPY ? 4 : 1;
   u64 misaligned = 0;
   for (unsigned s = 0; s < nsrc; ++s) misaligned |= src[s];
@@ -240,66 +240,82 @@ pub fn find_headers() -> Result<std::path::PathBuf, super::CudaError> {
 
 #[cfg(feature = "cuda")]
 mod nvrtc {
-    use super::super::ptx_cache;
+    use super::super::module_cache;
     use super::super::CudaError;
+    use cudarc::nvrtc::{result, sys};
     use parking_lot::Mutex;
     use std::collections::HashMap;
+    use std::ffi::{c_char, CStr, CString};
     use std::sync::{Arc, OnceLock};
 
     /// Whether NVRTC can be loaded (checked before any call, which would panic).
     pub fn present() -> bool {
         // SAFETY: only tries to open the library.
-        unsafe { cudarc::nvrtc::sys::is_culib_present() }
+        unsafe { sys::is_culib_present() }
     }
 
-    /// PTX of [`super::source`] for `arch` (`sm_80`, `sm_90`, ...): compiled on the first
-    /// call for that architecture, then served from a process-wide cache.
-    pub fn compile_ptx(arch: &str) -> Result<Arc<str>, CudaError> {
-        static CACHE: OnceLock<Mutex<HashMap<String, Arc<str>>>> = OnceLock::new();
-        let cache = CACHE.get_or_init(Default::default);
-        if let Some(ptx) = cache.lock().get(arch) {
-            return Ok(ptx.clone());
+    /// What NVRTC makes of [`super::source`] for one real architecture.
+    pub struct Image {
+        /// The PTX (the virtual architecture's code, which CI checks).
+        pub ptx: String,
+        /// The CUBIN: machine code for the architecture, what the driver loads. Loading
+        /// PTX instead would make the driver compile it again (as long again as NVRTC
+        /// took, whenever its own cache misses) and would tie the module to a driver
+        /// that knows the PTX's version; a CUBIN needs neither.
+        pub cubin: Vec<u8>,
+    }
+
+    /// The CUBIN of [`super::source`] for `arch` (`sm_80`, `sm_90`, ...): compiled on
+    /// the first call for that architecture, then served from a process-wide cache.
+    /// Threads that miss together wait for one compile (NVRTC takes seconds and hundreds
+    /// of megabytes) rather than each running their own.
+    pub fn compile_module(arch: &str) -> Result<Arc<[u8]>, CudaError> {
+        static CACHE: OnceLock<Mutex<HashMap<String, Arc<[u8]>>>> = OnceLock::new();
+        let mut cache = CACHE.get_or_init(Default::default).lock();
+        if let Some(module) = cache.get(arch) {
+            return Ok(module.clone());
         }
-        let ptx: Arc<str> = compile_or_load(arch)?.into();
-        cache.lock().insert(arch.to_string(), ptx.clone());
-        Ok(ptx)
+        let module: Arc<[u8]> = compile_or_load(arch)?.into();
+        cache.insert(arch.to_string(), module.clone());
+        Ok(module)
     }
 
-    /// The PTX from the disk cache ([`super::super::ptx_cache`]), else compiled and stored.
-    fn compile_or_load(arch: &str) -> Result<String, CudaError> {
+    /// The CUBIN from the disk cache ([`module_cache`]), else compiled and stored.
+    fn compile_or_load(arch: &str) -> Result<Vec<u8>, CudaError> {
         if !present() {
             return Err(CudaError::NoNvrtc);
         }
         let include = super::find_headers()?;
-        let folder = ptx_cache::dir(|k| std::env::var(k).ok());
+        let folder = module_cache::dir(|k| std::env::var(k).ok());
         let source = super::source();
         let version = nvrtc_version();
         let include_text = include.display().to_string();
-        let key = ptx_cache::key(&[
+        let key = module_cache::key(&[
             &source,
             arch,
             &version,
             &options(arch, &include).join(" "),
             &include_text,
         ]);
-        if let Some(ptx) = folder.as_deref().and_then(|d| ptx_cache::load(d, &key)) {
-            return Ok(ptx);
+        if let Some(cubin) = folder.as_deref().and_then(|d| module_cache::load(d, &key)) {
+            return Ok(cubin);
         }
-        let ptx = compile_uncached(arch, &include)?;
+        let image = compile_uncached(arch, &include)?;
         if let Some(d) = folder.as_deref() {
-            ptx_cache::store(d, &key, &ptx);
+            module_cache::store(d, &key, &image.cubin);
         }
-        Ok(ptx)
+        Ok(image.cubin)
     }
 
     /// NVRTC's version, as `major.minor` (part of the cache key).
     fn nvrtc_version() -> String {
         let (mut major, mut minor) = (0, 0);
         // SAFETY: NVRTC is present (checked by the caller); the call writes two ints.
-        unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+        unsafe { sys::nvrtcVersion(&mut major, &mut minor) };
         format!("{major}.{minor}")
     }
 
+    /// A real architecture (`sm_XX`), so NVRTC makes a CUBIN beside the PTX.
     fn options(arch: &str, include: &std::path::Path) -> Vec<String> {
         vec![
             format!("--gpu-architecture={arch}"),
@@ -310,37 +326,74 @@ mod nvrtc {
         ]
     }
 
-    /// PTX of [`super::source`] for `arch`, compiled now (no cache read or written): what
-    /// the CI test uses, so that a cached file cannot hide a broken NVRTC.
-    pub fn compile_ptx_now(arch: &str) -> Result<String, CudaError> {
+    /// PTX and CUBIN of [`super::source`] for `arch`, compiled now (no cache read or
+    /// written): what the CI test uses, so that a cached file cannot hide a broken NVRTC.
+    pub fn compile_now(arch: &str) -> Result<Image, CudaError> {
         if !present() {
             return Err(CudaError::NoNvrtc);
         }
         compile_uncached(arch, &super::find_headers()?)
     }
 
-    fn compile_uncached(arch: &str, include: &std::path::Path) -> Result<String, CudaError> {
-        let options = cudarc::nvrtc::CompileOptions {
-            arch: None,
-            options: options(arch, include),
-            ..Default::default()
-        };
-        match cudarc::nvrtc::compile_ptx_with_opts(super::source(), options) {
-            Ok(ptx) => Ok(ptx.to_src()),
-            Err(cudarc::nvrtc::CompileError::CompileError { log, .. }) => Err(CudaError::Compile {
-                arch: arch.to_string(),
-                log: log.to_string_lossy().into_owned(),
-            }),
-            Err(e) => Err(CudaError::Compile {
-                arch: arch.to_string(),
-                log: e.to_string(),
-            }),
+    /// An NVRTC program, destroyed on drop.
+    struct Program(sys::nvrtcProgram);
+
+    impl Drop for Program {
+        fn drop(&mut self) {
+            // SAFETY: created by `create_program`, destroyed once, here.
+            let _ = unsafe { result::destroy_program(self.0) };
         }
+    }
+
+    fn compile_uncached(arch: &str, include: &std::path::Path) -> Result<Image, CudaError> {
+        let failed = |log: String| CudaError::Compile {
+            arch: arch.to_string(),
+            log,
+        };
+        let source =
+            CString::new(super::source()).map_err(|_| failed("a NUL byte in the source".into()))?;
+        // `source` outlives the program (NVRTC may keep a pointer to it).
+        let program =
+            Program(result::create_program(&source, None).map_err(|e| failed(format!("{e:?}")))?);
+        // SAFETY (this and the calls below): `program` is live until it drops.
+        if let Err(e) = unsafe { result::compile_program(program.0, &options(arch, include)) } {
+            let log = unsafe { result::get_program_log(program.0) }
+                .map(|log| text(&log))
+                .unwrap_or_else(|_| format!("{e:?} (and no log)"));
+            return Err(failed(log));
+        }
+        let ptx = unsafe { result::get_ptx(program.0) }.map_err(|e| failed(format!("{e:?}")))?;
+        let cubin = unsafe { cubin(program.0) }.map_err(|e| failed(format!("no CUBIN: {e:?}")))?;
+        Ok(Image {
+            ptx: text(&ptx),
+            cubin,
+        })
+    }
+
+    /// A NUL-terminated buffer from NVRTC as text.
+    fn text(buf: &[c_char]) -> String {
+        // SAFETY: `c_char` and `u8` have the same size and alignment.
+        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), buf.len()) };
+        CStr::from_bytes_until_nul(bytes)
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| String::from_utf8_lossy(bytes).into_owned())
+    }
+
+    /// The CUBIN of a program compiled for a real architecture.
+    ///
+    /// # Safety
+    /// `program` is live and compiled.
+    unsafe fn cubin(program: sys::nvrtcProgram) -> Result<Vec<u8>, result::NvrtcError> {
+        let mut size = 0usize;
+        unsafe { sys::nvrtcGetCUBINSize(program, &mut size) }.result()?;
+        let mut image = vec![0u8; size];
+        unsafe { sys::nvrtcGetCUBIN(program, image.as_mut_ptr().cast()) }.result()?;
+        Ok(image)
     }
 }
 
 #[cfg(feature = "cuda")]
-pub use nvrtc::{compile_ptx, compile_ptx_now, present as nvrtc_present};
+pub use nvrtc::{compile_module, compile_now, present as nvrtc_present, Image};
 
 #[cfg(test)]
 mod tests {
@@ -368,10 +421,11 @@ mod tests {
         assert_eq!(src.matches(&entry).count(), 1);
     }
 
-    /// The kernel compiles to PTX for sm_80 and sm_90 with the NVRTC found at run time (CI
-    /// installs the PyPI wheel: scripts/install-cuda-ci.sh), every (type, op) case with
-    /// it; skipped, saying why, without NVRTC or the headers, unless `OXCCL_REQUIRE_NVRTC`
-    /// is set (as in CI, where a skip would hide a broken install).
+    /// The kernel compiles to PTX and to a whole CUBIN (what the driver loads) for sm_80
+    /// and sm_90 with the NVRTC found at run time (CI installs the PyPI wheel:
+    /// scripts/install-cuda-ci.sh), every (type, op) case with it; skipped, saying why,
+    /// without NVRTC or the headers, unless `OXCCL_REQUIRE_NVRTC` is set (as in CI, where
+    /// a skip would hide a broken install).
     #[cfg(feature = "cuda")]
     #[test]
     fn the_program_kernel_compiles_to_ptx_for_sm80_and_sm90() {
@@ -387,7 +441,12 @@ mod tests {
             return;
         }
         for arch in ["sm_80", "sm_90"] {
-            let ptx = compile_ptx_now(arch).unwrap_or_else(|e| panic!("{e}"));
+            let Image { ptx, cubin } = compile_now(arch).unwrap_or_else(|e| panic!("{e}"));
+            assert!(
+                super::super::module_cache::whole(&cubin),
+                "{arch}: the CUBIN ({} bytes) is not a whole ELF file",
+                cubin.len()
+            );
             let target = format!(".target {arch}");
             assert!(ptx.contains(&target), "no {target} in the PTX");
             let entry = format!(".entry {PROGRAM_KERNEL}(");

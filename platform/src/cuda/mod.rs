@@ -80,8 +80,8 @@
 //! rank), `across` (ranks in other processes), `device` (the one-process engine),
 //! `driver` (loading, contexts, the kernel), `memory`, `compile`, `program`
 //! (the encoding and the kernel's argument), `group` (a GPU's ranks and launches),
-//! `launch` (a submission and its completion), `kernels` (CUDA C and NVRTC), `ptx_cache`
-//! (NVRTC's output kept on disk), `user` (memory the user owns on a GPU), `zero_copy`
+//! `launch` (a submission and its completion), `kernels` (CUDA C and NVRTC),
+//! `module_cache` (NVRTC's output kept on disk), `user` (memory the user owns on a GPU), `zero_copy`
 //! (what a launch checks of its ranks' user buffers), `pointers` (what the driver knows
 //! of an address; user memory by address, for the C ABI), `graph` (a sequence as a CUDA
 //! graph), `replay` (graph mode's launches: replayed, or step by step).
@@ -110,13 +110,13 @@ mod launch;
 #[cfg(feature = "cuda")]
 mod memory;
 #[cfg(feature = "cuda")]
+mod module_cache;
+#[cfg(feature = "cuda")]
 mod placement;
 #[cfg(feature = "cuda")]
 mod pointers;
 #[cfg(feature = "cuda")]
 mod program;
-#[cfg(feature = "cuda")]
-mod ptx_cache;
 #[cfg(feature = "cuda")]
 mod replay;
 #[cfg(feature = "cuda")]

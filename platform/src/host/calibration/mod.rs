@@ -148,7 +148,7 @@ pub fn this_host(workers: usize, again: bool) -> Option<(HostFigures, Origin)> {
                 Some(f) if keep(&f, again, machine_is_quiet) => Some((f, Origin::Cached)),
                 _ => {
                     let f = HostFigures::measure(workers)?;
-                    crate::disk_cache::store(&dir, &name, &cache::write(&f));
+                    crate::disk_cache::store(&dir, &name, cache::write(&f).as_bytes());
                     Some((f, Origin::Measured))
                 }
             }
