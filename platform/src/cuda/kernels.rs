@@ -6,7 +6,9 @@
 //! `reduce_dispatch`, which runs a block's slice of `dst[i] = op(src0[i], src1[i], ...)`
 //! for every destination with the op of a pair index ([`pair_index`]), folding left to
 //! right with every step rounded to the element type: the host kernels' semantics
-//! ([`crate::reduce`]), bit for bit, so a collective gives the same bytes on every device.
+//! ([`crate::reduce`]), bit for bit, so a collective gives the same bytes on every device,
+//! NaNs aside: a sum or product with a NaN operand is a NaN on both, but the GPU's
+//! arithmetic returns its canonical NaN where the host's keeps the operand's payload.
 //!
 //! - Integers wrap: sums and products are done in the unsigned type of the same width
 //!   (products of 8- and 16-bit values in 32 bits), whose overflow C defines.
