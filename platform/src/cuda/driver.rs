@@ -199,8 +199,8 @@ impl std::fmt::Debug for Gpu {
 }
 
 impl Gpu {
-    /// Retain device `ordinal`'s primary context and load the kernels for its
-    /// architecture (compiled by NVRTC on the first use in the process).
+    /// Device `ordinal` in its primary context ([`PrimaryContext`]), with the kernels for
+    /// its architecture loaded (compiled by NVRTC on the first use in the process).
     pub fn open(ordinal: usize) -> Result<Gpu, CudaError> {
         let primary = PrimaryContext::of(ordinal)?;
         let device = primary.device;

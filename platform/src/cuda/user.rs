@@ -9,9 +9,8 @@
 //! [`span`](DeviceBytes::span) to a call, used in place. It stands on its own: it lives in
 //! the device's primary context (the one the backend's ranks run in, so the ranks use its
 //! memory as their own; retained for the life of the process) and has a stream of its own
-//! for its copies. So it stays valid
-//! after the communicator that placed it is gone, and none of its copies waits for a
-//! rank's streams or makes one wait. Its memory comes from the device's stream-ordered
+//! for its copies. So it stays valid after the communicator that placed it is gone, and
+//! none of its copies waits for a rank's streams or makes one wait. Its memory comes from the device's stream-ordered
 //! pool, as the backend's own buffers do: freeing it never waits for the whole device,
 //! where a rank may be waiting for the very thread that frees. It starts zeroed.
 //!
