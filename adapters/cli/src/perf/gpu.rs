@@ -46,6 +46,12 @@ mod on_gpu {
 
     /// The copy bound for rows of `bytes` (`None` on the host, or for a row of no bytes),
     /// timed over `iters` rounds.
+    ///
+    /// A process of a job (`--procs`) times one copy per rank of its own while the other
+    /// processes, some on the same GPU, time theirs: a barrier starts them together, so
+    /// each copy shares the GPU as the ranks' collective does. Timed one process after
+    /// another, each would have the GPU alone and the bound would be as many times too
+    /// high as processes share it.
     pub fn copy_bound(
         comms: &[Communicator],
         bytes: usize,
@@ -57,6 +63,10 @@ mod on_gpu {
         };
         if bytes == 0 {
             return Ok(None);
+        }
+        let one_of_a_job = comms.len() == 1 && comm.size() > 1;
+        if one_of_a_job {
+            comm.barrier()?;
         }
         let measured = cuda.copy_bound(comm.rank(), bytes, iters)?;
         Ok(Some(CopyBound {
