@@ -22,9 +22,9 @@
 # ("skipped: ..."), so a run that found no usable GPU cannot pass for a green one; the
 # run stops at once when nvidia-smi sees no GPU. The kernel's module is kept in
 # target/gpu-cache (OXCCL_CUDA_CACHE), so a second call on a warm machine compiles
-# nothing. NVRTC comes from the
-# toolkit (CUDA_HOME, default /usr/local/cuda): cudarc loads libnvrtc.so, so a toolkit
-# that ships only a versioned library gets a link to it in a scratch folder.
+# nothing. NVRTC comes from the toolkit (CUDA_HOME, default /usr/local/cuda): cudarc
+# loads libnvrtc.so, so a toolkit that ships only a versioned library gets a link to it
+# in a scratch folder.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-target/gpu-check}
