@@ -17,7 +17,7 @@ use super::memory::DevAlloc;
 use super::program::{Params, ENTRY_WORDS};
 use super::zero_copy;
 use super::{CudaError, Shared};
-use crate::error::DeviceError;
+use crate::error::{ConfigFault, DeviceError};
 use cudarc::driver::sys::{CUevent, CUstream};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -121,6 +121,14 @@ impl GpuGroup {
         };
         for run in &runs {
             run.launched(outcome.clone());
+        }
+    }
+
+    /// Wait for everything launched on this GPU's stream (best effort: at teardown, or
+    /// after a failed launch or replay, whose queued kernels see the abort word and end).
+    pub fn drain(&self) {
+        if let Ok(_current) = self.gpu.bind() {
+            let _ = cu!(cuStreamSynchronize(self.stream));
         }
     }
 
@@ -321,8 +329,11 @@ fn grow(
         if slot.is_some() {
             cu!(cuStreamWaitEvent(gpu.alloc_stream, done, 0))?;
         }
+        let bytes = len
+            .checked_next_power_of_two()
+            .ok_or(ConfigFault::TooLarge { what })?;
         *slot = None;
-        *slot = Some(DevAlloc::zeroed(gpu, len.next_power_of_two(), what)?);
+        *slot = Some(DevAlloc::zeroed(gpu, bytes, what)?);
     }
     Ok(())
 }
@@ -367,15 +378,6 @@ fn describe(
         }
     }
     words
-}
-
-impl GpuGroup {
-    /// Wait for everything launched on this GPU's stream (best effort: at teardown).
-    pub fn drain(&self) {
-        if let Ok(_current) = self.gpu.bind() {
-            let _ = cu!(cuStreamSynchronize(self.stream));
-        }
-    }
 }
 
 impl Drop for GpuGroup {

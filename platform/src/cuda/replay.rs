@@ -20,7 +20,6 @@
 //! progress words of its own), and the device is stopped, which releases every kernel,
 //! later steps' included (a kernel of a stopped device runs nothing).
 
-use super::driver::cu;
 use super::graph::{SequenceGraph, StepPrograms, GRAPHS_KEPT};
 use super::group::GpuGroup;
 use super::launch::{Checked, Launch};
@@ -189,9 +188,7 @@ fn replay_on(
         shared.stop(cause.clone());
         // What the failed replay queued before it failed may run: stopped, its kernels
         // exit at once, and nothing may touch the buffers once the call returns.
-        if let Ok(_current) = group.gpu.bind() {
-            let _ = cu!(cuStreamSynchronize(group.stream));
-        }
+        group.drain();
         cause
     })
 }
