@@ -15,7 +15,9 @@
 //! - allocates blocks of its own ([`UserMemory::alloc`]: NCCL's unused buffers, sends
 //!   and receives staged into one block) and copies between them and the caller's
 //!   buffers ([`UserMemory::copy`]);
-//! - orders a call after the work the caller queued on its stream
+//! - checks a caller's stream when the call is made ([`UserMemory::check_stream`]: on
+//!   cuda, that it is not capturing a CUDA graph, which a blocking call cannot join), and
+//!   orders the call after the work the caller queued on it
 //!   ([`UserMemory::sync_stream`]). Calls are blocking: the call waits on the host for
 //!   the caller's stream, runs, and returns once its results are in place, so work the
 //!   caller queues on that stream afterwards sees them.
@@ -41,6 +43,12 @@ pub trait UserMemory: Send + Sync {
     /// Both spans must be memory of local rank `rank` that stays allocated during the
     /// copy, `dst` memory nothing else reads or writes meanwhile.
     unsafe fn copy(&self, rank: Rank, src: DeviceSpan, dst: DeviceSpan) -> Result<(), DeviceError>;
+
+    /// Refuse `stream`, a stream of the caller's (as for [`UserMemory::sync_stream`]),
+    /// unless local rank `rank`'s calls can wait for it: the error says why. Called when
+    /// the call is made, before anything reaches the other ranks, so a refusal is the
+    /// caller's argument error and leaves the communicator usable.
+    fn check_stream(&self, rank: Rank, stream: usize) -> Result<(), DeviceError>;
 
     /// Wait for the work queued so far on `stream`, a stream of the caller's (an opaque
     /// handle: a `CUstream` on cuda; 0 is the device's default stream), with local rank

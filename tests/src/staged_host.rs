@@ -10,11 +10,13 @@
 //! binds pointers through) and, once a test asked for it ([`start_recording`]), records
 //! what passes through it ([`Record`]): the streams it waited for, the blocks it lent, the
 //! copies it made and the spans it staged, so that a test sees the C ABI's calls take the
-//! device path. Off by default: the executor matrix runs millions of staged calls. Any stream handle is
-//! accepted except [`REFUSED_STREAM`], and any span except one starting at an address
-//! given to [`refuse_spans_at`].
+//! device path. Off by default: the executor matrix runs millions of staged calls. Any
+//! stream handle is accepted except [`CAPTURING_STREAM`] (refused when the call is made,
+//! as cuda refuses a stream inside a CUDA graph capture) and [`REFUSED_STREAM`] (refused
+//! when the call waits for it), and any span except one starting at an address given to
+//! [`refuse_spans_at`].
 
-use oxccl::platform::cuda::CudaError;
+use oxccl::platform::cuda::{CaptureState, CudaError};
 use oxccl::platform::registry::Memory;
 use oxccl::platform::staged::{HostAddressed, StageCopies, StagedDevice};
 use oxccl::platform::{ConfigFault, DeviceError, UserBlock, UserMemory};
@@ -43,6 +45,10 @@ oxccl::platform::register_backend!(
 /// A stream handle the kind's user memory refuses to wait for, as a driver refuses a
 /// stale one.
 pub const REFUSED_STREAM: usize = usize::MAX - 0xfff;
+
+/// A stream handle the kind's user memory refuses when the call is made, as cuda refuses
+/// a stream that is capturing a CUDA graph.
+pub const CAPTURING_STREAM: usize = usize::MAX - 0x1fff;
 
 /// What the kind's user memory and staging did, process-wide (tests of one binary run
 /// at once: look for what a test's own handles and buffers left).
@@ -137,6 +143,18 @@ impl UserMemory for Recorded {
         note(|r| r.copies.push((src.addr, dst.addr)));
         // SAFETY: the caller's promise, passed on.
         unsafe { self.0.copy(rank, src, dst) }
+    }
+
+    fn check_stream(&self, rank: Rank, stream: usize) -> Result<(), DeviceError> {
+        if stream == CAPTURING_STREAM {
+            return Err(CudaError::StreamCapturing {
+                rank,
+                stream,
+                state: CaptureState::Active,
+            }
+            .into());
+        }
+        Ok(())
     }
 
     fn sync_stream(&self, rank: Rank, stream: usize) -> Result<(), DeviceError> {

@@ -10,7 +10,7 @@ mod capi_abi;
 
 use capi_abi::*;
 use oxccl_capi as _;
-use oxccl_tests::staged_host::{self, REFUSED_STREAM};
+use oxccl_tests::staged_host::{self, CAPTURING_STREAM, REFUSED_STREAM};
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::Once;
@@ -201,6 +201,81 @@ fn a_stream_the_device_refuses_fails_the_call_on_every_rank_without_a_hang() {
         assert_ne!(error, SUCCESS, "rank {r} knows the communicator broke");
     }
     assert!(recvs.iter().all(|v| v.iter().all(|&x| x == 0.0)));
+    destroy(comms);
+}
+
+/// `oxcclInvalidUsage`: a call that cannot run as made.
+const INVALID_USAGE: c_int = 5;
+
+#[test]
+fn a_stream_inside_a_cuda_graph_capture_is_refused_at_the_call_and_the_comm_stays_usable() {
+    let ranks = 2;
+    let comms = init_all(ranks);
+    let mut bufs: Vec<Vec<f32>> = (0..ranks).map(|r| vec![r as f32 + 1.0; 32]).collect();
+    let capturing = CAPTURING_STREAM as Stream;
+    let assert_refused = |rc: c_int| {
+        assert_eq!(rc, INVALID_USAGE, "{}", last_error());
+        let message = last_error();
+        for word in ["capturing", "oxcclGraphCaptureBegin"] {
+            assert!(message.contains(word), "{message}");
+        }
+    };
+    let buf = bufs[0].as_mut_ptr().cast::<c_void>();
+    // SAFETY: the buffer holds 32 floats; the call is refused before it reads them.
+    assert_refused(unsafe { sum_floats(buf, buf, 32, comms[0], capturing) });
+    // SAFETY: group calls take no arguments.
+    assert_eq!(unsafe { oxcclGroupStart() }, SUCCESS);
+    // SAFETY: as above.
+    assert_refused(unsafe { sum_floats(buf, buf, 32, comms[0], capturing) });
+    // SAFETY: group calls take no arguments. The group reports its refused call again.
+    assert_refused(unsafe { oxcclGroupEnd() });
+    for &comm in &comms {
+        let mut error = SUCCESS;
+        // SAFETY: a live handle and a writable result.
+        assert_eq!(unsafe { oxcclCommGetAsyncError(comm, &mut error) }, SUCCESS);
+        assert_eq!(
+            error, SUCCESS,
+            "a refused stream leaves the communicator whole"
+        );
+    }
+    let record_graph = grouped(ranks, |r| {
+        // SAFETY: a live handle.
+        unsafe { oxcclGraphCaptureBegin(comms[r]) }
+    });
+    assert_eq!(record_graph, SUCCESS, "{}", last_error());
+    let rc = grouped(ranks, |r| {
+        let buf = bufs[r].as_mut_ptr().cast::<c_void>();
+        // SAFETY: the buffer holds 32 floats and outlives every launch.
+        unsafe { sum_floats(buf, buf, 32, comms[r], stream(6, r)) }
+    });
+    assert_eq!(rc, SUCCESS, "{}", last_error());
+    let mut graphs = vec![null_mut(); ranks];
+    let rc = grouped(ranks, |r| {
+        // SAFETY: a live handle; `graphs` outlives the group.
+        unsafe { oxcclGraphCaptureEnd(comms[r], &mut graphs[r]) }
+    });
+    assert_eq!(rc, SUCCESS, "{}", last_error());
+    // SAFETY: a live graph; the launch is refused before it runs.
+    assert_refused(unsafe { oxcclGraphLaunch(graphs[0], capturing) });
+    // Nothing ran, and the same calls on streams that do not capture run: 1 + 2.
+    assert!(bufs
+        .iter()
+        .enumerate()
+        .all(|(r, b)| b.iter().all(|&x| x == r as f32 + 1.0)));
+    let rc = grouped(ranks, |r| {
+        // SAFETY: a live graph whose buffers are alive.
+        unsafe { oxcclGraphLaunch(graphs[r], stream(6, 10 + r)) }
+    });
+    assert_eq!(rc, SUCCESS, "{}", last_error());
+    assert!(
+        bufs.iter().all(|b| b.iter().all(|&x| x == 3.0)),
+        "{:?}",
+        &bufs[0][..4]
+    );
+    for graph in graphs {
+        // SAFETY: a live graph.
+        assert_eq!(unsafe { oxcclGraphDestroy(graph) }, SUCCESS);
+    }
     destroy(comms);
 }
 

@@ -6,7 +6,7 @@
 //! AllReduce on counts 1, odd and past the CCL buffer, in and out of place; Reduce whose
 //! non-roots pass NULL; grouped sends and receives staged through device blocks;
 //! `oxcclMemAlloc`'s device memory in a call; a host pointer refused before anything
-//! runs. The same paths run without a GPU on the tests' `staged-host` kind
+//! runs; a stream capturing a CUDA graph refused without invalidating the capture. The same paths run without a GPU on the tests' `staged-host` kind
 //! (`capi_device.rs`).
 
 #![cfg(feature = "cuda")]
@@ -247,5 +247,57 @@ fn a_host_pointer_is_refused_before_anything_runs() {
     let rc = unsafe { sum_floats(host.as_ptr().cast(), ptr(&recv), 16, comms[0], null_mut()) };
     assert_invalid(rc, &["sendbuff", "not memory"]);
     assert_eq!(from_gpu::<f32>(&recv), vec![0f32; 16]);
+    destroy(comms);
+}
+
+#[test]
+fn a_stream_capturing_a_cuda_graph_is_refused_and_its_capture_survives() {
+    use cudarc::driver::{sys, CudaContext};
+    let Some(comms) = gpu_comms(1) else {
+        return;
+    };
+    let buf = on_gpu(&[1f32; 64]);
+    let context = CudaContext::new(0).expect("GPU 0's primary context");
+    let stream = context.new_stream().expect("a stream");
+    // Global mode, PyTorch's default for `torch.cuda.graph`: the strictest about what
+    // the capturing thread may call.
+    let global = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
+    stream.begin_capture(global).expect("capture begins");
+    // SAFETY: 64 floats of GPU 0; the call is refused before it reads them.
+    let rc = unsafe {
+        sum_floats(
+            ptr(&buf),
+            ptr(&buf),
+            64,
+            comms[0],
+            stream.cu_stream().cast(),
+        )
+    };
+    let message = last_error();
+    let status = stream.capture_status().expect("the capture's status");
+    let ended = stream.end_capture(sys::CUgraphInstantiate_flags(0));
+    assert_eq!(rc, 5, "oxcclInvalidUsage: {message}");
+    assert!(message.contains("capturing"), "{message}");
+    assert_eq!(
+        status,
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
+        "the refused call left the caller's capture valid"
+    );
+    if let Err(error) = ended {
+        panic!("the capture ends: {error}");
+    }
+    // The same call on the stream, captured no more, runs.
+    // SAFETY: as above; the buffer outlives the call.
+    let rc = unsafe {
+        sum_floats(
+            ptr(&buf),
+            ptr(&buf),
+            64,
+            comms[0],
+            stream.cu_stream().cast(),
+        )
+    };
+    assert_eq!(rc, SUCCESS, "{}", last_error());
+    assert_eq!(from_gpu::<f32>(&buf), vec![1f32; 64]);
     destroy(comms);
 }

@@ -7,8 +7,9 @@
 //! when the call is made (on cuda: memory of the rank's GPU holding the whole count); the
 //! blocks oxccl binds of its own (unused buffers, staged sends and receives) are device
 //! memory of the rank, and staging copies run on the device. Its `stream` argument is
-//! honoured the blocking way: the call waits for the work queued on the caller's stream
-//! (NULL: the device's default stream) when it runs — at `oxcclGroupEnd` for a call in a
+//! honoured the blocking way (and refused when the call is made if the stream is inside
+//! a CUDA graph capture, which a wait on the host would invalidate): the call waits for
+//! the work queued on the caller's stream (NULL: the device's default stream) when it runs — at `oxcclGroupEnd` for a call in a
 //! group, as NCCL queues a group's calls there — and returns once its results are in
 //! place, so whatever the caller queues on the stream afterwards sees them.
 //!
@@ -19,7 +20,8 @@ use crate::buffers::{self, HostBlock, Span};
 use crate::collectives::OxcclStream;
 use crate::handles::Comm;
 use crate::result::CError;
-use oxccl::platform::{DeviceSpan, UserBlock, UserMemory};
+use oxccl::platform::cuda::CudaError;
+use oxccl::platform::{DeviceError, DeviceSpan, UserBlock, UserMemory};
 use oxccl::Error;
 
 /// Memory oxccl owns for a call, of the kind the communicator's calls bind.
@@ -60,6 +62,16 @@ fn span_of(span: DeviceSpan) -> Span {
     }
 }
 
+/// A stream the device refused when the call was made: a stream inside a CUDA graph
+/// capture is `oxcclInvalidUsage` (a valid stream, at a time the call cannot join it),
+/// anything else the caller's argument error. Neither breaks the communicator.
+fn stream_refusal(err: DeviceError) -> CError {
+    match err {
+        DeviceError::Cuda(CudaError::StreamCapturing { .. }) => CError::usage(err.to_string()),
+        _ => CError::invalid(err.to_string()),
+    }
+}
+
 /// A C span as the device span it names.
 pub fn device_span(span: Span) -> DeviceSpan {
     DeviceSpan {
@@ -77,8 +89,12 @@ impl Comm {
     /// The stream argument of a call: `None` on host memory, where it must be NULL; the
     /// handle (0 for NULL, the default stream) on device memory.
     pub fn stream(&self, stream: *const OxcclStream) -> Result<Option<usize>, CError> {
-        if self.user_memory().is_some() {
-            return Ok(Some(stream as usize));
+        if let Some(memory) = self.user_memory() {
+            let handle = stream as usize;
+            memory
+                .check_stream(self.rank(), handle)
+                .map_err(stream_refusal)?;
+            return Ok(Some(handle));
         }
         if stream.is_null() {
             return Ok(None);

@@ -212,4 +212,55 @@ pub enum CudaError {
          OXCCL_CUDA_GRAPHS=0 to launch graph mode's steps one by one"
     )]
     GraphDescriptor { words: usize, capacity: usize },
+    #[error(
+        "rank {rank}: stream {stream:#x} {state}. oxccl's calls wait on the host for the \
+         caller's stream, which a CUDA graph capture cannot hold (the wait would invalidate \
+         it): make the call outside the capture, or record the calls with \
+         oxcclGraphCaptureBegin/oxcclGraphCaptureEnd and replay them with oxcclGraphLaunch"
+    )]
+    StreamCapturing {
+        rank: Rank,
+        stream: usize,
+        state: CaptureState,
+    },
+}
+
+/// Why a caller's stream is inside a CUDA graph capture ([`CudaError::StreamCapturing`]),
+/// as `cuStreamIsCapturing` tells it.
+#[derive(Debug, Copy, Clone, PartialEq, Eq)]
+pub enum CaptureState {
+    /// The stream is capturing (`CU_STREAM_CAPTURE_STATUS_ACTIVE`).
+    Active,
+    /// An error invalidated the stream's capture, which has not ended yet
+    /// (`CU_STREAM_CAPTURE_STATUS_INVALIDATED`).
+    Invalidated,
+    /// The stream is the legacy default stream while a blocking stream of its context
+    /// captures (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`).
+    ImplicitLegacy,
+    /// A capture status this build does not know (a newer driver's).
+    Unknown(u32),
+}
+
+impl std::fmt::Display for CaptureState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CaptureState::Active => write!(f, "is capturing a CUDA graph"),
+            CaptureState::Invalidated => write!(
+                f,
+                "is in a CUDA graph capture that an earlier error invalidated (end it with \
+                 cudaStreamEndCapture)"
+            ),
+            CaptureState::ImplicitLegacy => write!(
+                f,
+                "is the legacy default stream (NULL) while a blocking stream of the GPU \
+                 captures a CUDA graph"
+            ),
+            CaptureState::Unknown(status) => {
+                write!(
+                    f,
+                    "has capture status {status}, which this build does not know"
+                )
+            }
+        }
+    }
 }

@@ -89,7 +89,7 @@
 mod error;
 pub mod kernels;
 
-pub use error::CudaError;
+pub use error::{CaptureState, CudaError};
 
 #[cfg(feature = "cuda")]
 mod across;

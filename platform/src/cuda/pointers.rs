@@ -11,10 +11,12 @@
 //! allocation's extent); blocks are [`DeviceBytes`](super::DeviceBytes); copies run
 //! on a stream of their own, made and destroyed per copy, so they never wait for the
 //! ranks' streams or the caller's; a caller's stream is synchronised with the rank's GPU
-//! current (its primary context, where the runtime API's streams live).
+//! current (its primary context, where the runtime API's streams live), and refused when
+//! the call is made if it is inside a CUDA graph capture ([`capture_state`]): the
+//! blocking wait would invalidate the caller's capture ([`CudaError::StreamCapturing`]).
 
 use super::driver::{cu, Current, PrimaryContext};
-use super::{driver, CudaDevice, CudaError};
+use super::{driver, CaptureState, CudaDevice, CudaError};
 use crate::device::DeviceSpan;
 use crate::error::DeviceError;
 use crate::ir::Rank;
@@ -181,11 +183,57 @@ impl UserMemory for CudaDevice {
         Ok(copied?)
     }
 
+    fn check_stream(&self, rank: Rank, stream: usize) -> Result<(), DeviceError> {
+        let _current = self.current(rank)?;
+        let mut status = 0u32;
+        // SAFETY: `stream` is the caller's handle (as for `sync_stream`); `status` is a
+        // live word the driver writes the status enum into (read as a `u32`, so that a
+        // value this build does not know is a value, not an invalid enum).
+        let result = unsafe {
+            sys::cuStreamIsCapturing(
+                stream as sys::CUstream,
+                (&mut status as *mut u32).cast::<sys::CUstreamCaptureStatus>(),
+            )
+        };
+        match capture_state(result, status) {
+            Ok(None) => Ok(()),
+            Ok(Some(state)) => Err(CudaError::StreamCapturing {
+                rank,
+                stream,
+                state,
+            }
+            .into()),
+            Err(other) => Ok(driver::check("cuStreamIsCapturing", other)?),
+        }
+    }
+
     fn sync_stream(&self, rank: Rank, stream: usize) -> Result<(), DeviceError> {
         let _current = self.current(rank)?;
         // `stream` is the caller's handle (NCCL's contract: a stream of the rank's
         // device, or 0 for its default stream); the driver refuses a stale one.
         Ok(cu!(cuStreamSynchronize(stream as sys::CUstream))?)
+    }
+}
+
+/// The capture a caller's stream is in, as `cuStreamIsCapturing` answered `result` and
+/// `status`: `None` when it is in none; the legacy stream tied to a capture counts as in
+/// one (the status is unspecified then). `Err` is any other answer (a stale handle).
+fn capture_state(
+    result: sys::CUresult,
+    status: u32,
+) -> Result<Option<CaptureState>, sys::CUresult> {
+    use sys::CUstreamCaptureStatus as S;
+    match result {
+        sys::CUresult::CUDA_SUCCESS => Ok(match status {
+            s if s == S::CU_STREAM_CAPTURE_STATUS_NONE as u32 => None,
+            s if s == S::CU_STREAM_CAPTURE_STATUS_ACTIVE as u32 => Some(CaptureState::Active),
+            s if s == S::CU_STREAM_CAPTURE_STATUS_INVALIDATED as u32 => {
+                Some(CaptureState::Invalidated)
+            }
+            other => Some(CaptureState::Unknown(other)),
+        }),
+        sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT => Ok(Some(CaptureState::ImplicitLegacy)),
+        other => Err(other),
     }
 }
 
@@ -234,5 +282,46 @@ mod tests {
             .contains("[0x1000, 0x1100)"));
         assert!(f.refusal(0xff0, 0x20, 0).is_some());
         assert!(f.refusal(u64::MAX - 1, 4, 0).is_some());
+    }
+
+    #[test]
+    fn a_stream_in_any_capture_is_refused_and_a_stale_one_is_the_driver_s_error() {
+        use sys::CUresult as R;
+        use sys::CUstreamCaptureStatus as S;
+        let none = S::CU_STREAM_CAPTURE_STATUS_NONE as u32;
+        assert_eq!(capture_state(R::CUDA_SUCCESS, none), Ok(None));
+        let active = S::CU_STREAM_CAPTURE_STATUS_ACTIVE as u32;
+        assert_eq!(
+            capture_state(R::CUDA_SUCCESS, active),
+            Ok(Some(CaptureState::Active))
+        );
+        let invalidated = S::CU_STREAM_CAPTURE_STATUS_INVALIDATED as u32;
+        assert_eq!(
+            capture_state(R::CUDA_SUCCESS, invalidated),
+            Ok(Some(CaptureState::Invalidated))
+        );
+        assert_eq!(
+            capture_state(R::CUDA_SUCCESS, 7),
+            Ok(Some(CaptureState::Unknown(7))),
+            "a status this build does not know is refused, not trusted"
+        );
+        assert_eq!(
+            capture_state(R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, 99),
+            Ok(Some(CaptureState::ImplicitLegacy)),
+            "the status is unspecified with this error"
+        );
+        assert_eq!(
+            capture_state(R::CUDA_ERROR_INVALID_HANDLE, none),
+            Err(R::CUDA_ERROR_INVALID_HANDLE)
+        );
+        let message = CudaError::StreamCapturing {
+            rank: 3,
+            stream: 0x40,
+            state: CaptureState::Active,
+        }
+        .to_string();
+        for part in ["rank 3", "0x40", "capturing", "oxcclGraphCaptureBegin"] {
+            assert!(message.contains(part), "{message}");
+        }
     }
 }

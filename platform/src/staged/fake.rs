@@ -97,7 +97,7 @@ impl UserMemory for HostAddressed {
         Ok(())
     }
 
-    fn sync_stream(&self, _rank: Rank, stream: usize) -> Result<(), DeviceError> {
+    fn check_stream(&self, _rank: Rank, stream: usize) -> Result<(), DeviceError> {
         match stream {
             0 => Ok(()),
             _ => Err(ConfigFault::NoStreams {
@@ -106,5 +106,9 @@ impl UserMemory for HostAddressed {
             }
             .into()),
         }
+    }
+
+    fn sync_stream(&self, rank: Rank, stream: usize) -> Result<(), DeviceError> {
+        self.check_stream(rank, stream)
     }
 }
