@@ -15,16 +15,19 @@
 #               the device-to-device copy bound (issue 13's figure)
 #   perf-graph  the same through graph mode (--graph --graph-steps 8), to 64 MiB
 #   perf-procs  oxccl perf all-reduce --device cuda --procs 2, to 256 MiB: two processes
-#               on GPU 0, staged through host memory, beside the copy bound
+#               on GPU 0, staged through host memory (page-locked), beside the copy bound
+#   perf-procs-pageable
+#               the same with OXCCL_CUDA_PIN_STAGING=0 (pageable staging), to weigh the
+#               page-locking; not in the default list
 #
-# Arguments name the parts to run (default: all but executors, in this order), each
-# under LIMIT seconds (default 240). A summary line counts the tests that skipped
-# ("skipped: ..."), so a run that found no usable GPU cannot pass for a green one; the
-# run stops at once when nvidia-smi sees no GPU. The kernel's module is kept in
-# target/gpu-cache (OXCCL_CUDA_CACHE), so a second call on a warm machine compiles
-# nothing. NVRTC comes from the toolkit (CUDA_HOME, default /usr/local/cuda): cudarc
-# loads libnvrtc.so, so a toolkit that ships only a versioned library gets a link to it
-# in a scratch folder.
+# Arguments name the parts to run (default: all but executors and perf-procs-pageable,
+# in this order), each under LIMIT seconds (default 240). A summary line counts the
+# tests that skipped ("skipped: ..."), so a run that found no usable GPU cannot pass for
+# a green one; the run stops at once when nvidia-smi sees no GPU. The kernel's module is
+# kept in target/gpu-cache (OXCCL_CUDA_CACHE), so a second call on a warm machine
+# compiles nothing. NVRTC comes from the toolkit (CUDA_HOME, default /usr/local/cuda):
+# cudarc loads libnvrtc.so, so a toolkit that ships only a versioned library gets a link
+# to it in a scratch folder.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-target/gpu-check}
@@ -85,6 +88,10 @@ part() {
       ;;
     perf-procs)
       run perf-procs "$limit" "$bin/oxccl" perf all-reduce --device cuda --procs 2 -b 1K -e 256M -f 4
+      ;;
+    perf-procs-pageable)
+      OXCCL_CUDA_PIN_STAGING=0 run perf-procs-pageable "$limit" "$bin/oxccl" perf all-reduce \
+        --device cuda --procs 2 -b 1K -e 256M -f 4
       ;;
     *) echo "gpu-check: unknown part $1" | tee -a "$out/summary.txt" ;;
   esac

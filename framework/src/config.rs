@@ -88,6 +88,9 @@ pub struct Config {
     /// The cuda backend replays graph mode's launches as CUDA graphs where it can
     /// (`OXCCL_CUDA_GRAPHS`).
     pub cuda_graphs: bool,
+    /// The cuda backend page-locks the host blocks that stage a job of processes' calls
+    /// (`OXCCL_CUDA_PIN_STAGING`).
+    pub pin_staging: bool,
     /// Where an in-process CPU host's cost-model figures come from
     /// (`OXCCL_HOST_FIGURES`).
     pub host_figures: HostFiguresFrom,
@@ -157,6 +160,7 @@ impl Default for Config {
             rdma_nic: None,
             gpus: Vec::new(),
             cuda_graphs: true,
+            pin_staging: true,
             host_figures: HostFiguresFrom::Measured,
         }
     }
@@ -354,6 +358,9 @@ impl Config {
         if let Some(v) = get("OXCCL_CUDA_GRAPHS") {
             config.cuda_graphs = parse_switch("OXCCL_CUDA_GRAPHS", &v)?;
         }
+        if let Some(v) = get("OXCCL_CUDA_PIN_STAGING") {
+            config.pin_staging = parse_switch("OXCCL_CUDA_PIN_STAGING", &v)?;
+        }
         if let Some(v) = get("OXCCL_ALGO") {
             config.algo = v.parse()?;
         }
@@ -460,10 +467,16 @@ mod tests {
             ("OXCCL_HOSTID", " node-7 "),
             ("OXCCL_LOG", "debug"),
             ("OXCCL_CUDA_GRAPHS", "0"),
+            ("OXCCL_CUDA_PIN_STAGING", "0"),
         ]))
         .unwrap();
         assert!(c.shared_buffers);
         assert!(!c.cuda_graphs);
+        assert!(!c.pin_staging);
+        assert!(
+            Config::default().pin_staging,
+            "staging is pinned by default"
+        );
         assert!(
             Config::default().cuda_graphs,
             "CUDA graphs are on by default"
@@ -521,6 +534,7 @@ mod tests {
             ("OXCCL_SHARED_BUFFERS", "2", "use 1"),
             ("OXCCL_GRAPH_CHECK", "yes", "use 1"),
             ("OXCCL_CUDA_GRAPHS", "yes", "use 1"),
+            ("OXCCL_CUDA_PIN_STAGING", "yes", "use 1"),
             ("OXCCL_HOSTID", " ", "give a name"),
             ("OXCCL_HOSTID", "a\nb", "printable"),
             ("OXCCL_LOG", "oxccl=[", "e.g. `oxccl=debug,info`"),

@@ -113,6 +113,10 @@ pub struct DeviceConfig {
     /// The cuda backend runs graph mode's launches as CUDA graphs where it can (else step
     /// by step). Other backends ignore it.
     pub cuda_graphs: bool,
+    /// The cuda backend page-locks the host blocks that stage the calls of a job of
+    /// processes, so that its copies across the bus run at the bus's speed. Other
+    /// backends ignore it.
+    pub pin_staging: bool,
 }
 
 /// The process a rank runs in.
@@ -191,6 +195,7 @@ impl DeviceConfig {
             processes: Vec::new(),
             gpus: Vec::new(),
             cuda_graphs: true,
+            pin_staging: true,
         }
     }
 

@@ -232,6 +232,7 @@ fn create_device_for(
         processes: reach.processes,
         gpus: config.gpus.clone(),
         cuda_graphs: config.cuda_graphs,
+        pin_staging: config.pin_staging,
     };
     Ok(oxccl_platform::registry::create(&config.device, dc)?)
 }

@@ -6,8 +6,14 @@
 //! this path: every call bound to a rank's device buffers is copied into host memory, run over
 //! the host transports (shared memory on a host; RDMA or TCP between hosts), and what it
 //! wrote copied back. Each rank has its GPU's primary context (the memory its
-//! `DeviceBuffer`s come from) and a stream of its own for those copies. Graph mode runs
-//! step by step here, and no CUDA graph is built.
+//! `DeviceBuffer`s come from) and a stream of its own for those copies. The host blocks
+//! the copies go through are page-locked once, when the staging pool makes them
+//! (`cuMemHostRegister`, portable to every GPU of the process, as the pool lends a block
+//! to any local rank), so the copies are DMA at the bus's speed rather than staged again
+//! through the driver's pageable bounce buffers; `DeviceConfig::pin_staging` off
+//! (`OXCCL_CUDA_PIN_STAGING=0`), a GPU without host registration, or a first lock that
+//! fails (with a warning) leave them pageable. Graph mode runs step by step here, and no
+//! CUDA graph is built.
 
 use super::driver::{self, cu, PrimaryContext};
 use super::placement::placement;
@@ -15,8 +21,9 @@ use super::CudaError;
 use crate::device::{DeviceConfig, DeviceSpan};
 use crate::error::DeviceError;
 use crate::ir::Rank;
-use crate::staged::{StageCopies, StagedDevice};
+use crate::staged::{HostPin, StageCopies, StagedDevice};
 use cudarc::driver::sys;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The cuda backend's engine for ranks in a job of processes.
 pub(super) struct AcrossProcesses {
@@ -45,9 +52,11 @@ impl AcrossProcesses {
             .iter()
             .map(|&o| RankCopies::open(o))
             .collect::<Result<Vec<_>, _>>()?;
+        let pinning = config.pin_staging && can_register_host(&ranks)?;
         let copies = CudaCopies {
             local: config.local_ranks.clone(),
             ranks,
+            pinning: AtomicBool::new(pinning),
         };
         let device = StagedDevice::new("cuda", config, Box::new(copies))?;
         Ok(AcrossProcesses { device, ordinals })
@@ -108,11 +117,30 @@ impl Drop for RankCopies {
     }
 }
 
+/// Whether every local rank's GPU can page-lock host memory it did not allocate
+/// (`CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED`: not on every platform).
+fn can_register_host(ranks: &[RankCopies]) -> Result<bool, CudaError> {
+    for rank in ranks {
+        let mut supported = 0;
+        cu!(cuDeviceGetAttribute(
+            &mut supported,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED,
+            rank.context.device
+        ))?;
+        if supported == 0 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// Staging copies through each local rank's context and stream.
 struct CudaCopies {
     /// The local ranks, in the order of `ranks`.
     local: Vec<Rank>,
     ranks: Vec<RankCopies>,
+    /// Page-lock new staging blocks: asked for, every GPU can, and no lock failed yet.
+    pinning: AtomicBool,
 }
 
 // SAFETY: the streams and contexts are driver handles usable from any thread once the
@@ -153,6 +181,63 @@ impl StageCopies for CudaCopies {
                 stream
             ))
         })
+    }
+
+    fn pin(&self, rank: Rank, block: &mut [u8]) -> Option<HostPin> {
+        if !self.pinning.load(Ordering::Relaxed) {
+            return None;
+        }
+        let context = self.rank(rank).ok()?.context;
+        match Pinned::lock(context, block) {
+            Ok(pinned) => Some(Box::new(pinned)),
+            Err(error) => {
+                // Once: a platform that refuses one lock refuses the next ones too.
+                if self.pinning.swap(false, Ordering::Relaxed) {
+                    tracing::warn!(
+                        gpu = context.ordinal,
+                        bytes = block.len(),
+                        %error,
+                        "staging blocks stay pageable: the host memory could not be \
+                         page-locked (copies to and from the GPU run slower)"
+                    );
+                }
+                None
+            }
+        }
+    }
+}
+
+/// A staging block page-locked for every context of the process, unlocked when dropped
+/// (the pool drops it before it frees the block).
+struct Pinned {
+    addr: usize,
+    /// Where it was locked, current again to unlock it.
+    context: PrimaryContext,
+}
+
+impl Pinned {
+    fn lock(context: PrimaryContext, block: &mut [u8]) -> Result<Self, CudaError> {
+        let _current = context.bind()?;
+        // Portable: the pool lends the block to any local rank, on any GPU of the process.
+        cu!(cuMemHostRegister_v2(
+            block.as_mut_ptr().cast(),
+            block.len(),
+            sys::CU_MEMHOSTREGISTER_PORTABLE
+        ))?;
+        Ok(Pinned {
+            addr: block.as_mut_ptr() as usize,
+            context,
+        })
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let Ok(_current) = self.context.bind() {
+            // No copy uses the block any more: each is waited for before it returns, and
+            // the pool holds the block while this drops.
+            let _ = cu!(cuMemHostUnregister(self.addr as *mut std::ffi::c_void));
+        }
     }
 }
 

@@ -19,7 +19,9 @@
 //! correct path first, as NCCL keeps its host-memory paths for what P2P cannot reach.
 //! The cost is two copies across the bus per call (in, and back) beside the host
 //! collective; the host blocks they use are kept between calls (`stage::StagePool`), so
-//! a size seen before neither allocates nor faults pages in again.
+//! a size seen before neither allocates nor faults pages in again, and the backend may
+//! page-lock them once when they are made ([`StageCopies::pin`]: cuda does), so its
+//! copies run at the bus's speed.
 //!
 //! What is copied:
 //! - out of place: the input's first `extent.0` bytes in; the output's first `extent.1`
@@ -67,7 +69,22 @@ pub trait StageCopies: Send + Sync {
 
     /// Copy `src` into device memory of local rank `rank` (`dst`).
     fn to_device(&self, rank: Rank, src: &[u8], dst: DeviceSpan) -> Result<(), DeviceError>;
+
+    /// Page-lock `block`, a staging block the pool just allocated for local rank `rank`
+    /// (whole pages, kept and used again by any local rank until it is freed), so that
+    /// copies to and from it run at the bus's speed rather than through the driver's
+    /// bounce buffers: what keeps it locked, dropped before the block is freed, or `None`
+    /// when the copies gain nothing from it (memory the accelerator reads as it is) or
+    /// it could not be locked (the copies still work, slower).
+    fn pin(&self, rank: Rank, block: &mut [u8]) -> Option<HostPin> {
+        let _ = (rank, block);
+        None
+    }
 }
+
+/// What keeps a staging block page-locked ([`StageCopies::pin`]): it unlocks the block
+/// when dropped.
+pub type HostPin = Box<dyn Send + Sync>;
 
 /// A device whose calls on device memory run staged through host memory (see the module
 /// docs).

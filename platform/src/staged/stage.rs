@@ -1,7 +1,7 @@
 //! A submission's device buffers staged in host memory: copied in before the host device
 //! runs it, what it wrote copied back after.
 
-use super::{StageCopies, StagedProgram};
+use super::{HostPin, StageCopies, StagedProgram};
 use crate::device::{DeviceSpan, Submission, UserBuffers};
 use crate::error::{AllocFault, DeviceError};
 use crate::ir::Rank;
@@ -10,37 +10,54 @@ use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-/// Alignment of staging memory: a cache line, more than any reduction needs.
-const ALIGN: usize = 64;
+/// Alignment and granularity of staging memory: a page. More than any reduction needs,
+/// and what page-locking takes: the driver locks whole pages and refuses a page locked
+/// twice, so a block that may be locked ([`StageCopies::pin`]) shares no page with any
+/// other memory.
+const PAGE: usize = 4096;
 
-/// Host memory of a fixed capacity, aligned to [`ALIGN`], zeroed when allocated, freed on
-/// drop; kept between calls by the [`StagePool`].
+/// Host memory of whole pages, zeroed when allocated, freed on drop (unlocked first when
+/// the backend locked it); kept between calls by the [`StagePool`].
 pub(super) struct HostBytes {
     ptr: NonNull<u8>,
     cap: usize,
+    /// Keeps the block page-locked while it lives ([`StageCopies::pin`]).
+    pin: Option<HostPin>,
 }
 
-// SAFETY: `HostBytes` owns its allocation, as a `Box<[u8]>` does.
+// SAFETY: `HostBytes` owns its allocation, as a `Box<[u8]>` does; its pin is `Send`.
 unsafe impl Send for HostBytes {}
 
 impl HostBytes {
-    /// `cap` zeroed bytes (the allocator maps large zeroed blocks lazily).
-    fn zeroed(cap: usize) -> Result<Self, DeviceError> {
+    /// At least `len` zeroed bytes, whole pages (the allocator maps large zeroed blocks
+    /// lazily).
+    fn zeroed(len: usize) -> Result<Self, DeviceError> {
         let alloc = |fault| DeviceError::Alloc {
             what: "host staging buffer",
-            bytes: cap,
+            bytes: len,
             fault,
         };
-        if cap == 0 {
+        if len == 0 {
             // A dangling, aligned, never dereferenced pointer: an empty slice's address.
-            let ptr = NonNull::new(ALIGN as *mut u8).expect("non-zero");
-            return Ok(HostBytes { ptr, cap });
+            let ptr = NonNull::new(PAGE as *mut u8).expect("non-zero");
+            return Ok(HostBytes {
+                ptr,
+                cap: 0,
+                pin: None,
+            });
         }
-        let layout = Layout::from_size_align(cap, ALIGN).map_err(|e| alloc(e.into()))?;
+        let cap = len
+            .checked_next_multiple_of(PAGE)
+            .ok_or_else(|| alloc(AllocFault::OutOfMemory))?;
+        let layout = Layout::from_size_align(cap, PAGE).map_err(|e| alloc(e.into()))?;
         // SAFETY: the layout's size is not zero.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).ok_or_else(|| alloc(AllocFault::OutOfMemory))?;
-        Ok(HostBytes { ptr, cap })
+        Ok(HostBytes {
+            ptr,
+            cap,
+            pin: None,
+        })
     }
 
     /// The first `len` bytes (at most the capacity).
@@ -61,8 +78,10 @@ impl HostBytes {
 
 impl Drop for HostBytes {
     fn drop(&mut self) {
+        // Unlocked while the pages are still this block's.
+        drop(self.pin.take());
         if self.cap > 0 {
-            let layout = Layout::from_size_align(self.cap, ALIGN).expect("allocated with it");
+            let layout = Layout::from_size_align(self.cap, PAGE).expect("allocated with it");
             // SAFETY: allocated by `zeroed` with this layout.
             unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
         }
@@ -87,8 +106,14 @@ impl StagePool {
     }
 
     /// A block of at least `len` bytes: the smallest kept one that holds them, else a
-    /// new one.
-    fn take(&self, len: usize) -> Result<HostBytes, DeviceError> {
+    /// new one, which `copies` may page-lock for local rank `rank` (kept locked for the
+    /// block's life, whichever rank it is lent to next).
+    fn take(
+        &self,
+        len: usize,
+        copies: &dyn StageCopies,
+        rank: Rank,
+    ) -> Result<HostBytes, DeviceError> {
         if len == 0 {
             return HostBytes::zeroed(0);
         }
@@ -100,7 +125,10 @@ impl StagePool {
             Some(i) => Ok(free.swap_remove(i)),
             None => {
                 drop(free);
-                HostBytes::zeroed(len)
+                let mut block = HostBytes::zeroed(len)?;
+                let cap = block.cap;
+                block.pin = copies.pin(rank, block.slice_mut(cap));
+                Ok(block)
             }
         }
     }
@@ -185,7 +213,7 @@ impl Stage {
             pool: pool.clone(),
         };
         // Owned by the stage from here: an error below gives them back.
-        stage.output = Some(pool.take(output.len)?);
+        stage.output = Some(pool.take(output.len, copies, rank)?);
         if in_place {
             // One buffer read and written through both names: what either reaches.
             stage.back = read_in.max(reach_out);
@@ -193,7 +221,7 @@ impl Stage {
             load(copies, rank, output, stage.output_mut(), reach)?;
             return Ok(stage);
         }
-        stage.input = Some(pool.take(input.len)?);
+        stage.input = Some(pool.take(input.len, copies, rank)?);
         let block = stage.input.as_mut().expect("just taken");
         load(copies, rank, input, block.slice_mut(input.len), read_in)?;
         if program.preload_output || program.whole_buffers {
@@ -308,36 +336,120 @@ pub(super) fn stage<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::staged::HostAddressed;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Copies that never run, and pins that count themselves.
+    #[derive(Default)]
+    struct Pins {
+        pinned: Arc<Mutex<Vec<(Rank, usize, usize)>>>,
+        unpinned: Arc<AtomicUsize>,
+    }
+
+    struct Unpin(Arc<AtomicUsize>);
+
+    impl Drop for Unpin {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    impl StageCopies for Pins {
+        fn to_host(&self, _: Rank, _: DeviceSpan, _: &mut [u8]) -> Result<(), DeviceError> {
+            unreachable!("the pool copies nothing")
+        }
+
+        fn to_device(&self, _: Rank, _: &[u8], _: DeviceSpan) -> Result<(), DeviceError> {
+            unreachable!("the pool copies nothing")
+        }
+
+        fn pin(&self, rank: Rank, block: &mut [u8]) -> Option<HostPin> {
+            let at = block.as_ptr() as usize;
+            self.pinned.lock().push((rank, at, block.len()));
+            Some(Box::new(Unpin(self.unpinned.clone())))
+        }
+    }
+
+    fn copies() -> HostAddressed {
+        // SAFETY: these tests copy nothing through it.
+        unsafe { HostAddressed::new() }
+    }
 
     #[test]
     fn the_pool_lends_the_smallest_block_that_fits_and_keeps_the_largest() {
         let pool = StagePool::new(2);
-        let blocks: Vec<HostBytes> = [100, 300, 200]
+        let copies = copies();
+        let blocks: Vec<HostBytes> = [100, 2 * PAGE + 1, PAGE + 1]
             .into_iter()
-            .map(|len| pool.take(len).unwrap())
+            .map(|len| pool.take(len, &copies, 0).unwrap())
             .collect();
+        assert_eq!(
+            blocks.iter().map(|b| b.cap).collect::<Vec<_>>(),
+            vec![PAGE, 3 * PAGE, 2 * PAGE],
+            "whole pages"
+        );
         assert!(blocks
             .iter()
             .all(|b| b.slice(b.cap).iter().all(|&x| x == 0)));
         let at = |b: &HostBytes| b.slice(0).as_ptr();
-        let two_hundred = at(&blocks[2]);
+        assert!(blocks.iter().all(|b| (at(b) as usize).is_multiple_of(PAGE)));
+        let two_pages = at(&blocks[2]);
         blocks.into_iter().for_each(|b| pool.give(b));
-        assert_eq!(pool.kept(), vec![200, 300], "past two, the smallest went");
-        let lent = pool.take(150).unwrap();
+        assert_eq!(
+            pool.kept(),
+            vec![2 * PAGE, 3 * PAGE],
+            "past two, the smallest went"
+        );
+        let lent = pool.take(PAGE + 50, &copies, 1).unwrap();
         assert_eq!(
             (lent.cap, at(&lent)),
-            (200, two_hundred),
+            (2 * PAGE, two_pages),
             "the same block again"
         );
-        assert_eq!(pool.kept(), vec![300]);
-        let fresh = pool.take(400).unwrap();
+        assert_eq!(pool.kept(), vec![3 * PAGE]);
+        let fresh = pool.take(4 * PAGE, &copies, 0).unwrap();
         assert_eq!(
             (fresh.cap, pool.kept()),
-            (400, vec![300]),
+            (4 * PAGE, vec![3 * PAGE]),
             "none fits: a new one"
         );
-        assert_eq!(pool.take(0).unwrap().cap, 0);
-        pool.give(pool.take(0).unwrap());
-        assert_eq!(pool.kept(), vec![300], "empty blocks are not kept");
+        assert_eq!(pool.take(0, &copies, 0).unwrap().cap, 0);
+        pool.give(pool.take(0, &copies, 0).unwrap());
+        assert_eq!(pool.kept(), vec![3 * PAGE], "empty blocks are not kept");
+    }
+
+    #[test]
+    fn a_new_block_is_pinned_once_for_its_life_and_unpinned_when_freed() {
+        let pool = StagePool::new(1);
+        let pins = Pins::default();
+        let first = pool.take(10, &pins, 3).unwrap();
+        let first_at = first.slice(0).as_ptr() as usize;
+        assert_eq!(
+            *pins.pinned.lock(),
+            vec![(3, first_at, PAGE)],
+            "the whole block"
+        );
+        pool.give(first);
+        let again = pool.take(PAGE, &pins, 5).unwrap();
+        assert_eq!(pins.pinned.lock().len(), 1, "a kept block is lent as it is");
+        assert!(again.pin.is_some(), "and stays pinned for another rank");
+        let second = pool.take(2 * PAGE, &pins, 5).unwrap();
+        assert_eq!(pins.pinned.lock().len(), 2);
+        assert_eq!(pins.unpinned.load(Ordering::Relaxed), 0);
+        pool.give(again);
+        pool.give(second);
+        assert_eq!(pool.kept(), vec![2 * PAGE]);
+        assert_eq!(
+            pins.unpinned.load(Ordering::Relaxed),
+            1,
+            "the block the pool let go"
+        );
+        drop(pool);
+        assert_eq!(pins.unpinned.load(Ordering::Relaxed), 2);
+        let plain = StagePool::new(1).take(PAGE, &copies(), 0).unwrap();
+        assert!(
+            plain.pin.is_none(),
+            "copies that do not pin leave blocks unpinned"
+        );
     }
 }
