@@ -19,7 +19,7 @@
 use crate::buffers::{self, HostBlock, Span};
 use crate::collectives::OxcclStream;
 use crate::handles::Comm;
-use crate::result::CError;
+use crate::result::{CError, OxcclResult};
 use oxccl::platform::cuda::CudaError;
 use oxccl::platform::{DeviceError, DeviceSpan, UserBlock, UserMemory};
 use oxccl::Error;
@@ -63,13 +63,17 @@ fn span_of(span: DeviceSpan) -> Span {
 }
 
 /// A stream the device refused when the call was made: a stream inside a CUDA graph
-/// capture is `oxcclInvalidUsage` (a valid stream, at a time the call cannot join it),
-/// anything else the caller's argument error. Neither breaks the communicator.
+/// capture is `oxcclInvalidUsage` (a valid stream, at a time the call cannot join it), a
+/// driver's error about it (a stale handle, or an earlier kernel's fault the driver
+/// reports on any call) `oxcclUnhandledCudaError` as NCCL reports CUDA's, anything else
+/// the caller's argument error. None breaks the communicator: nothing reached its peers.
 fn stream_refusal(err: DeviceError) -> CError {
-    match err {
-        DeviceError::Cuda(CudaError::StreamCapturing { .. }) => CError::usage(err.to_string()),
-        _ => CError::invalid(err.to_string()),
-    }
+    let code = match &err {
+        DeviceError::Cuda(CudaError::StreamCapturing { .. }) => OxcclResult::InvalidUsage,
+        DeviceError::Cuda(_) => OxcclResult::UnhandledCudaError,
+        _ => OxcclResult::InvalidArgument,
+    };
+    CError::new(code, err.to_string())
 }
 
 /// A C span as the device span it names.
