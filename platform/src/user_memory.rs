@@ -45,9 +45,11 @@ pub trait UserMemory: Send + Sync {
     unsafe fn copy(&self, rank: Rank, src: DeviceSpan, dst: DeviceSpan) -> Result<(), DeviceError>;
 
     /// Refuse `stream`, a stream of the caller's (as for [`UserMemory::sync_stream`]),
-    /// unless local rank `rank`'s calls can wait for it: the error says why. Called when
-    /// the call is made, before anything reaches the other ranks, so a refusal is the
-    /// caller's argument error and leaves the communicator usable.
+    /// when local rank `rank`'s calls cannot wait for it (on cuda: a stream inside a CUDA
+    /// graph capture): the error says why. Called when the call is made, before anything
+    /// reaches the other ranks, so a refusal leaves the communicator usable; a failure
+    /// only the wait can tell (a stale handle) is left to the wait, which aborts the
+    /// communicator and so releases the peers.
     fn check_stream(&self, rank: Rank, stream: usize) -> Result<(), DeviceError>;
 
     /// Wait for the work queued so far on `stream`, a stream of the caller's (an opaque

@@ -23,6 +23,7 @@ use oxccl::platform::{ConfigFault, DeviceError, UserBlock, UserMemory};
 use oxccl::{Communicator, DeviceSpan, Rank, UserBuffers};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 
 /// The kind's name, for `Config::device` or `OXCCL_DEVICE`.
 pub const STAGED_HOST: &str = "staged-host";
@@ -56,6 +57,9 @@ pub const CAPTURING_STREAM: usize = usize::MAX - 0x1fff;
 pub struct Record {
     /// (rank, stream) of every stream waited for.
     pub synced: Vec<(Rank, usize)>,
+    /// (stream, thread) of every stream waited for: the thread that waited (a stream
+    /// handle may name the calling thread's own stream, as `cudaStreamPerThread` does).
+    pub synced_on: Vec<(usize, ThreadId)>,
     /// Bytes of every block lent.
     pub blocks: Vec<usize>,
     /// (source, destination) of every copy between user memory.
@@ -66,6 +70,7 @@ pub struct Record {
 
 static RECORD: Mutex<Record> = Mutex::new(Record {
     synced: Vec::new(),
+    synced_on: Vec::new(),
     blocks: Vec::new(),
     copies: Vec::new(),
     staged: Vec::new(),
@@ -165,7 +170,10 @@ impl UserMemory for Recorded {
             }
             .into());
         }
-        note(|r| r.synced.push((rank, stream)));
+        note(|r| {
+            r.synced.push((rank, stream));
+            r.synced_on.push((stream, std::thread::current().id()));
+        });
         Ok(())
     }
 }

@@ -6,8 +6,8 @@
 //! AllReduce on counts 1, odd and past the CCL buffer, in and out of place; Reduce whose
 //! non-roots pass NULL; grouped sends and receives staged through device blocks;
 //! `oxcclMemAlloc`'s device memory in a call; a host pointer refused before anything
-//! runs; a stream capturing a CUDA graph refused without invalidating the capture. The same paths run without a GPU on the tests' `staged-host` kind
-//! (`capi_device.rs`).
+//! runs; a stream capturing a CUDA graph refused without invalidating the capture. The
+//! same paths run without a GPU on the tests' `staged-host` kind (`capi_device.rs`).
 
 #![cfg(feature = "cuda")]
 
@@ -253,26 +253,26 @@ fn a_host_pointer_is_refused_before_anything_runs() {
 #[test]
 fn a_stream_capturing_a_cuda_graph_is_refused_and_its_capture_survives() {
     use cudarc::driver::{sys, CudaContext};
-    let Some(comms) = gpu_comms(1) else {
+    let ranks = 2;
+    let Some(comms) = gpu_comms(ranks) else {
         return;
     };
-    let buf = on_gpu(&[1f32; 64]);
+    let bufs: Vec<DeviceBytes> = (0..ranks).map(|_| on_gpu(&[1f32; 64])).collect();
     let context = CudaContext::new(0).expect("GPU 0's primary context");
     let stream = context.new_stream().expect("a stream");
-    // Global mode, PyTorch's default for `torch.cuda.graph`: the strictest about what
-    // the capturing thread may call.
-    let global = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
-    stream.begin_capture(global).expect("capture begins");
-    // SAFETY: 64 floats of GPU 0; the call is refused before it reads them.
-    let rc = unsafe {
-        sum_floats(
-            ptr(&buf),
-            ptr(&buf),
-            64,
-            comms[0],
-            stream.cu_stream().cast(),
-        )
+    let sum_on_stream = |r: usize| {
+        // SAFETY: 64 floats of GPU 0, alive for the call.
+        unsafe {
+            let buf = ptr(&bufs[r]);
+            sum_floats(buf, buf, 64, comms[r], stream.cu_stream().cast())
+        }
     };
+    // Thread-local mode forbids the capturing thread what global mode (PyTorch's default
+    // for `torch.cuda.graph`) does, without reaching the other tests' threads, which
+    // run beside this one. Refused before anything runs, rank 0's call needs no peer.
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    stream.begin_capture(mode).expect("capture begins");
+    let rc = sum_on_stream(0);
     let message = last_error();
     let status = stream.capture_status().expect("the capture's status");
     let ended = stream.end_capture(sys::CUgraphInstantiate_flags(0));
@@ -286,18 +286,8 @@ fn a_stream_capturing_a_cuda_graph_is_refused_and_its_capture_survives() {
     if let Err(error) = ended {
         panic!("the capture ends: {error}");
     }
-    // The same call on the stream, captured no more, runs.
-    // SAFETY: as above; the buffer outlives the call.
-    let rc = unsafe {
-        sum_floats(
-            ptr(&buf),
-            ptr(&buf),
-            64,
-            comms[0],
-            stream.cu_stream().cast(),
-        )
-    };
-    assert_eq!(rc, SUCCESS, "{}", last_error());
-    assert_eq!(from_gpu::<f32>(&buf), vec![1f32; 64]);
+    // The same calls on the stream, captured no more, run: 1 + 1.
+    assert_eq!(grouped(ranks, sum_on_stream), SUCCESS, "{}", last_error());
+    assert!(bufs.iter().all(|b| from_gpu::<f32>(b) == vec![2f32; 64]));
     destroy(comms);
 }

@@ -87,18 +87,26 @@ pub fn record(comm: &Comm, step: Step) -> Result<(), CError> {
     })
 }
 
+/// Graph work, and whether its stream was waited for ([`GraphWork::wait_stream`]).
+type Waited = (GraphWork, Result<(), CError>);
+
 /// Run deferred graph work: each communicator's items in order, the communicators side by
 /// side (one thread each) when there are several.
+///
+/// Launches wait for their streams first, on the calling thread: a stream handle may name
+/// the calling thread's own stream (`cudaStreamPerThread`), which a spawned thread would
+/// take for its own.
 pub fn run_work(work: Vec<GraphWork>) -> Vec<Result<(), CError>> {
-    let mut by_comm: Vec<(usize, Vec<GraphWork>)> = Vec::new();
+    let mut by_comm: Vec<(usize, Vec<Waited>)> = Vec::new();
     for item in work {
         let key = Arc::as_ptr(item.comm()) as usize;
+        let waited = item.wait_stream();
         match by_comm.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, items)) => items.push(item),
-            None => by_comm.push((key, vec![item])),
+            Some((_, items)) => items.push((item, waited)),
+            None => by_comm.push((key, vec![(item, waited)])),
         }
     }
-    let run = |items: Vec<GraphWork>| items.into_iter().map(run_one).collect::<Vec<_>>();
+    let run = |items: Vec<Waited>| items.into_iter().map(run_one).collect::<Vec<_>>();
     if by_comm.len() <= 1 {
         return by_comm
             .into_iter()
@@ -125,12 +133,28 @@ impl GraphWork {
             GraphWork::Launch(graph, _) => &graph.comm,
         }
     }
+
+    /// A launch: wait for the work queued on its stream (device memory only). A wait
+    /// that fails aborts the communicator, which releases the peers that would wait for
+    /// the launch.
+    fn wait_stream(&self) -> Result<(), CError> {
+        let GraphWork::Launch(graph, stream) = self else {
+            return Ok(());
+        };
+        let comm = &graph.comm;
+        comm.check_usable()?;
+        let streams: Vec<usize> = stream.iter().copied().collect();
+        comm.sync_streams(&streams)
+            .map_err(|e| comm.failed_to_start(&e))
+    }
 }
 
-fn run_one(work: GraphWork) -> Result<(), CError> {
+/// `work`, once its stream was waited for (`waited`: see [`run_work`]).
+fn run_one((work, waited): Waited) -> Result<(), CError> {
+    waited?;
     match work {
         GraphWork::End { comm, out } => end_capture(&comm, out),
-        GraphWork::Launch(graph, stream) => launch(&graph, stream),
+        GraphWork::Launch(graph, _) => launch(&graph),
     }
 }
 
@@ -213,15 +237,13 @@ fn agree_parts(comm: &Comm, open: &Capturing) -> Result<Vec<Range<usize>>, CErro
     Ok(bounds.windows(2).map(|w| w[0]..w[1]).collect())
 }
 
-/// Bind every captured step's buffers again and run the graph's parts in order, after
-/// the work queued on `stream` (the launch's stream, as a CUDA graph launches on one: the
-/// streams the steps were captured on are not waited for).
-fn launch(obj: &GraphObj, stream: Option<usize>) -> Result<(), CError> {
+/// Bind every captured step's buffers again and run the graph's parts in order, once the
+/// work queued on the launch's stream was waited for ([`GraphWork::wait_stream`]: the
+/// launch's stream, as a CUDA graph launches on one; the streams the steps were captured
+/// on are not waited for).
+fn launch(obj: &GraphObj) -> Result<(), CError> {
     obj.comm.check_usable()?;
     let comm = &obj.comm;
-    let streams: Vec<usize> = stream.into_iter().collect();
-    comm.sync_streams(&streams)
-        .map_err(|e| comm.failed_to_start(&e))?;
     let steps = obj.steps.lock();
     for (range, graph) in &obj.parts {
         let part = &steps[range.clone()];

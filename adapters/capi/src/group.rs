@@ -15,6 +15,10 @@
 //! 5. graph launches and capture ends of the group run last: each communicator's in
 //!    order, the communicators side by side, one thread each.
 //!
+//! The caller's streams are waited for on the calling thread, before any thread is
+//! spawned: a stream handle may name the calling thread's own stream
+//! (`cudaStreamPerThread`).
+//!
 //! Everything that can be checked is checked before anything runs (communicators still
 //! usable, fused buffers disjoint, no two calls of a round touching the same bytes with
 //! one writing them); the errors of the calls that ran come from `oxcclGroupEnd`, the
@@ -309,15 +313,27 @@ fn stage(
     Ok((block, items, stages))
 }
 
+/// A step of a round, and whether it was made ready to run ([`Step::prepare`]).
+type Ready = (Step, Result<(), CError>);
+
 /// Run one round: the calls of communicators that share a device as one group call,
 /// the devices side by side.
+///
+/// Each step is made ready first, on the calling thread ([`Step::prepare`]: the
+/// caller's streams waited for, staged sends copied in): a stream handle may name the
+/// calling thread's own stream (`cudaStreamPerThread`), which a thread spawned to run a
+/// device would take for its own. A step that cannot start does not run, and aborts its
+/// communicator, which releases the peers that would wait for it.
 fn run_round(round: Vec<Step>) -> Vec<Result<(), CError>> {
-    let mut by_device: BTreeMap<usize, Vec<Step>> = BTreeMap::new();
+    let mut by_device: BTreeMap<usize, Vec<Ready>> = BTreeMap::new();
     for step in round {
+        // SAFETY: the staged spans are the callers' live buffers (NCCL's contract), and
+        // no other step of the round writes them (checked before the round).
+        let ready = unsafe { step.prepare() }.map_err(|e| step.comm.failed_to_start(&e));
         by_device
             .entry(step.comm.device_key())
             .or_default()
-            .push(step);
+            .push((step, ready));
     }
     if by_device.len() <= 1 {
         return by_device.into_values().flat_map(run_batch).collect();
@@ -334,19 +350,10 @@ fn run_round(round: Vec<Step>) -> Vec<Result<(), CError>> {
     })
 }
 
-/// Run the calls of ranks that share one device as one framework group call.
-///
-/// A step that cannot start (its stream or a staging copy failed) does not run, and
-/// aborts its communicator, which releases the peers that would wait for it.
-fn run_batch(steps: Vec<Step>) -> Vec<Result<(), CError>> {
-    let mut outcomes: Vec<Result<(), CError>> = steps
-        .iter()
-        .map(|step| {
-            // SAFETY: the staged spans are the callers' live buffers (NCCL's contract),
-            // and no other step of the round writes them (checked before the round).
-            unsafe { step.prepare() }.map_err(|e| step.comm.failed_to_start(&e))
-        })
-        .collect();
+/// Run the calls of ranks that share one device as one framework group call: each step
+/// with whether it was made ready ([`run_round`]); those that were not do not run.
+fn run_batch(steps: Vec<Ready>) -> Vec<Result<(), CError>> {
+    let (steps, mut outcomes): (Vec<Step>, Vec<Result<(), CError>>) = steps.into_iter().unzip();
     let ready: Vec<&Step> = steps
         .iter()
         .zip(&outcomes)

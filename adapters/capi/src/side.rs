@@ -7,11 +7,12 @@
 //! when the call is made (on cuda: memory of the rank's GPU holding the whole count); the
 //! blocks oxccl binds of its own (unused buffers, staged sends and receives) are device
 //! memory of the rank, and staging copies run on the device. Its `stream` argument is
-//! honoured the blocking way (and refused when the call is made if the stream is inside
-//! a CUDA graph capture, which a wait on the host would invalidate): the call waits for
-//! the work queued on the caller's stream (NULL: the device's default stream) when it runs — at `oxcclGroupEnd` for a call in a
+//! honoured the blocking way: the call waits for the work queued on the caller's stream
+//! (NULL: the device's default stream) when it runs — at `oxcclGroupEnd` for a call in a
 //! group, as NCCL queues a group's calls there — and returns once its results are in
-//! place, so whatever the caller queues on the stream afterwards sees them.
+//! place, so whatever the caller queues on the stream afterwards sees them. A stream
+//! inside a CUDA graph capture, which that wait would invalidate, is refused when the
+//! call is made ([`UserMemory::check_stream`]).
 //!
 //! Every other communicator (the host device) binds host memory: pointers become slices,
 //! blocks are [`HostBlock`]s, copies are `memcpy`, and the stream must be NULL.
@@ -63,14 +64,12 @@ fn span_of(span: DeviceSpan) -> Span {
 }
 
 /// A stream the device refused when the call was made: a stream inside a CUDA graph
-/// capture is `oxcclInvalidUsage` (a valid stream, at a time the call cannot join it), a
-/// driver's error about it (a stale handle, or an earlier kernel's fault the driver
-/// reports on any call) `oxcclUnhandledCudaError` as NCCL reports CUDA's, anything else
-/// the caller's argument error. None breaks the communicator: nothing reached its peers.
+/// capture is `oxcclInvalidUsage` (a valid stream, at a time the call cannot join it),
+/// anything else (a device without streams given one) the caller's argument error.
+/// Neither breaks the communicator: nothing reached its peers.
 fn stream_refusal(err: DeviceError) -> CError {
     let code = match &err {
         DeviceError::Cuda(CudaError::StreamCapturing { .. }) => OxcclResult::InvalidUsage,
-        DeviceError::Cuda(_) => OxcclResult::UnhandledCudaError,
         _ => OxcclResult::InvalidArgument,
     };
     CError::new(code, err.to_string())
@@ -91,13 +90,18 @@ impl Comm {
     }
 
     /// The stream argument of a call: `None` on host memory, where it must be NULL; the
-    /// handle (0 for NULL, the default stream) on device memory.
+    /// handle (0 for NULL, the default stream) on device memory, checked by the device
+    /// ([`UserMemory::check_stream`]) unless the communicator records its calls (a
+    /// recorded call never waits for its stream: its graph's launch waits for the
+    /// launch's).
     pub fn stream(&self, stream: *const OxcclStream) -> Result<Option<usize>, CError> {
         if let Some(memory) = self.user_memory() {
             let handle = stream as usize;
-            memory
-                .check_stream(self.rank(), handle)
-                .map_err(stream_refusal)?;
+            if !self.capturing() {
+                memory
+                    .check_stream(self.rank(), handle)
+                    .map_err(stream_refusal)?;
+            }
             return Ok(Some(handle));
         }
         if stream.is_null() {
@@ -191,5 +195,27 @@ mod tests {
     #[should_panic(expected = "a part inside the block")]
     fn a_part_past_the_block_is_a_bug() {
         Block::Host(HostBlock::zeroed(24).unwrap()).part(16, 9);
+    }
+
+    #[test]
+    fn a_capturing_stream_is_invalid_usage_and_a_device_without_streams_an_argument_error() {
+        use oxccl::platform::cuda::CaptureState;
+        use oxccl::platform::ConfigFault;
+        let capturing = DeviceError::Cuda(CudaError::StreamCapturing {
+            rank: 1,
+            stream: 0x70,
+            state: CaptureState::Active,
+        });
+        let refused = stream_refusal(capturing);
+        assert_eq!(refused.code, OxcclResult::InvalidUsage);
+        assert!(refused.message.contains("0x70"), "{}", refused.message);
+        let no_streams = DeviceError::Config(ConfigFault::NoStreams {
+            kind: "staged test",
+            stream: 0x70,
+        });
+        assert_eq!(
+            stream_refusal(no_streams).code,
+            OxcclResult::InvalidArgument
+        );
     }
 }

@@ -11,7 +11,6 @@
 //! a shared and a mutable slice of the same bytes.
 
 use crate::buffers::Span;
-use crate::collectives::OxcclStream;
 use crate::handles::Comm;
 use crate::result::CError;
 use crate::side::{device_span, Block};
@@ -152,13 +151,6 @@ impl Step {
         Ok(step)
     }
 
-    /// The step, waiting for the caller's `stream` before it runs (refused when the
-    /// communicator has no streams and `stream` is not NULL).
-    pub fn on_stream(mut self, stream: *const OxcclStream) -> Result<Step, CError> {
-        self.streams.extend(self.comm.stream(stream)?);
-        Ok(self)
-    }
-
     /// The step, waiting for each of `streams` before it runs.
     pub fn on_streams(mut self, streams: impl IntoIterator<Item = usize>) -> Step {
         self.streams.extend(streams);
@@ -221,7 +213,8 @@ impl Step {
     }
 
     /// Make the step ready to run: wait for the caller's streams, copy the staged sends
-    /// in.
+    /// in. On the caller's thread: a stream handle may name that thread's own stream
+    /// (`cudaStreamPerThread`).
     ///
     /// # Safety
     /// As [`Step::copy_in`].

@@ -252,8 +252,8 @@ impl std::fmt::Display for CaptureState {
             ),
             CaptureState::ImplicitLegacy => write!(
                 f,
-                "is the legacy default stream (NULL) while a blocking stream of the GPU \
-                 captures a CUDA graph"
+                "is the legacy default stream (NULL or CU_STREAM_LEGACY) while a blocking \
+                 stream of the GPU captures a CUDA graph"
             ),
             CaptureState::Unknown(status) => {
                 write!(

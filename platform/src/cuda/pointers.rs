@@ -185,34 +185,53 @@ impl UserMemory for CudaDevice {
 
     fn check_stream(&self, rank: Rank, stream: usize) -> Result<(), DeviceError> {
         let _current = self.current(rank)?;
-        let mut status = 0u32;
-        // SAFETY: `stream` is the caller's handle (as for `sync_stream`); `status` is a
-        // live word the driver writes the status enum into (read as a `u32`, so that a
-        // value this build does not know is a value, not an invalid enum).
-        let result = unsafe {
-            sys::cuStreamIsCapturing(
-                stream as sys::CUstream,
-                (&mut status as *mut u32).cast::<sys::CUstreamCaptureStatus>(),
-            )
-        };
-        match capture_state(result, status) {
+        match capture_of(stream) {
             Ok(None) => Ok(()),
-            Ok(Some(state)) => Err(CudaError::StreamCapturing {
-                rank,
-                stream,
-                state,
-            }
-            .into()),
-            Err(other) => Ok(driver::check("cuStreamIsCapturing", other)?),
+            Ok(Some(state)) => Err(capturing(rank, stream, state)),
+            // An invalid handle, or an earlier kernel's fault that the driver reports on
+            // any call: left to the wait, whose failure aborts the communicator and so
+            // releases the peers (a refusal here would leave them waiting for this rank).
+            Err(_) => Ok(()),
         }
     }
 
     fn sync_stream(&self, rank: Rank, stream: usize) -> Result<(), DeviceError> {
         let _current = self.current(rank)?;
+        // Checked again: a capture may have begun since the call was made (a call of a
+        // group waits at `oxcclGroupEnd`), and the wait would invalidate it.
+        if let Ok(Some(state)) = capture_of(stream) {
+            return Err(capturing(rank, stream, state));
+        }
         // `stream` is the caller's handle (NCCL's contract: a stream of the rank's
         // device, or 0 for its default stream); the driver refuses a stale one.
         Ok(cu!(cuStreamSynchronize(stream as sys::CUstream))?)
     }
+}
+
+/// The capture `stream` is in (`cuStreamIsCapturing`, with the stream's context
+/// current), or the driver's error.
+fn capture_of(stream: usize) -> Result<Option<CaptureState>, sys::CUresult> {
+    let mut status = 0u32;
+    // SAFETY: `stream` is the caller's handle (NCCL's contract), its context current;
+    // `status` is a live word the driver writes the status enum into (read as a `u32`,
+    // so that a value this build does not know is a value, not an invalid enum).
+    let result = unsafe {
+        sys::cuStreamIsCapturing(
+            stream as sys::CUstream,
+            (&mut status as *mut u32).cast::<sys::CUstreamCaptureStatus>(),
+        )
+    };
+    capture_state(result, status)
+}
+
+/// The refusal of local rank `rank`'s call on `stream`, inside a capture.
+fn capturing(rank: Rank, stream: usize, state: CaptureState) -> DeviceError {
+    CudaError::StreamCapturing {
+        rank,
+        stream,
+        state,
+    }
+    .into()
 }
 
 /// The capture a caller's stream is in, as `cuStreamIsCapturing` answered `result` and

@@ -38,11 +38,16 @@ pub struct OxcclStream {
     _opaque: [u8; 0],
 }
 
-/// The communicator and data type every collective starts with (its stream is checked
-/// once, where the call takes it: [`collective`], or the send or receive part).
-fn begin(comm: *const OxcclComm, datatype: c_int) -> Result<(Arc<Comm>, DataType), CError> {
+/// The communicator, stream and data type a send or a receive starts with, checked in
+/// that order (see [`collective`] for why the stream comes before the rest).
+fn begin(
+    comm: *const OxcclComm,
+    stream: *const OxcclStream,
+    datatype: c_int,
+) -> Result<(Arc<Comm>, Option<usize>, DataType), CError> {
     let comm = Comm::usable(comm)?;
-    Ok((comm, data_type(datatype)?))
+    let stream = comm.stream(stream)?;
+    Ok((comm, stream, data_type(datatype)?))
 }
 
 /// A rank argument (`root`, `peer`) of `comm`.
@@ -103,14 +108,23 @@ fn extent(what: &str, counts: &[usize], displs: &[usize]) -> Result<usize, CErro
     })
 }
 
-/// Run `build`'s step (or refusal) as exported function `name`, on the caller's
-/// `stream`.
+/// Run the step `build` makes on the communicator `comm` (or its refusal) as exported
+/// function `name`, on the caller's `stream`.
+///
+/// The communicator and the stream are checked before `build` runs: a stream inside a
+/// CUDA graph capture is refused before the call allocates anything of its own (an
+/// unused buffer's block), which in the capturing thread would invalidate the capture.
 fn collective(
     name: &str,
+    comm: *const OxcclComm,
     stream: *const OxcclStream,
-    build: impl FnOnce() -> Result<Step, CError>,
+    build: impl FnOnce(Arc<Comm>) -> Result<Step, CError>,
 ) -> OxcclResult {
-    group::call(name, || build()?.on_stream(stream).map(Pending::Step))
+    group::call(name, || {
+        let comm = Comm::usable(comm)?;
+        let stream = comm.stream(stream)?;
+        Ok(Pending::Step(build(comm)?.on_streams(stream)))
+    })
 }
 
 /// `ncclAllReduce`.
@@ -127,8 +141,8 @@ pub unsafe extern "C" fn oxcclAllReduce(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclAllReduce", stream, || {
-        let (comm, dtype) = begin(comm, datatype)?;
+    collective("oxcclAllReduce", comm, stream, |comm| {
+        let dtype = data_type(datatype)?;
         let op = reduce_op(op)?;
         let recv = Span::of("recvbuff", recvbuff, count, dtype)?;
         let binding = Binding::onto(recv, sendbuff == recvbuff.cast_const(), || {
@@ -152,8 +166,8 @@ pub unsafe extern "C" fn oxcclBroadcast(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclBroadcast", stream, || {
-        let (comm, dtype) = begin(comm, datatype)?;
+    collective("oxcclBroadcast", comm, stream, |comm| {
+        let dtype = data_type(datatype)?;
         let root = rank_arg("root", root, &comm)?;
         let recv = Span::of("recvbuff", recvbuff, count, dtype)?;
         let mut owned = Vec::new();
@@ -183,8 +197,8 @@ pub unsafe extern "C" fn oxcclReduce(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclReduce", stream, || {
-        let (comm, dtype) = begin(comm, datatype)?;
+    collective("oxcclReduce", comm, stream, |comm| {
+        let dtype = data_type(datatype)?;
         let op = reduce_op(op)?;
         let root = rank_arg("root", root, &comm)?;
         let send = Span::of("sendbuff", sendbuff, count, dtype)?;
@@ -213,8 +227,8 @@ pub unsafe extern "C" fn oxcclAllGather(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclAllGather", stream, || {
-        let (comm, dtype) = begin(comm, datatype)?;
+    collective("oxcclAllGather", comm, stream, |comm| {
+        let dtype = data_type(datatype)?;
         let total = times("sendcount", sendcount, comm.size())?;
         let recv = Span::of("recvbuff", recvbuff, total, dtype)?;
         let in_place = at_block(sendbuff, recvbuff, comm.rank(), sendcount, dtype);
@@ -239,8 +253,8 @@ pub unsafe extern "C" fn oxcclReduceScatter(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclReduceScatter", stream, || {
-        let (comm, dtype) = begin(comm, datatype)?;
+    collective("oxcclReduceScatter", comm, stream, |comm| {
+        let dtype = data_type(datatype)?;
         let op = reduce_op(op)?;
         let total = times("recvcount", recvcount, comm.size())?;
         let send = Span::of("sendbuff", sendbuff, total, dtype)?;
@@ -265,8 +279,8 @@ pub unsafe extern "C" fn oxcclAlltoAll(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclAlltoAll", stream, || {
-        let (comm, dtype) = begin(comm, datatype)?;
+    collective("oxcclAlltoAll", comm, stream, |comm| {
+        let dtype = data_type(datatype)?;
         let total = times("count", count, comm.size())?;
         let binding = Binding::OutOfPlace {
             input: Span::of("sendbuff", sendbuff, total, dtype)?,
@@ -292,8 +306,8 @@ pub unsafe extern "C" fn oxcclGather(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclGather", stream, || {
-        let (comm, dtype) = begin(comm, datatype)?;
+    collective("oxcclGather", comm, stream, |comm| {
+        let dtype = data_type(datatype)?;
         let root = rank_arg("root", root, &comm)?;
         let total = times("count", count, comm.size())?;
         let mut owned = Vec::new();
@@ -324,8 +338,8 @@ pub unsafe extern "C" fn oxcclScatter(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclScatter", stream, || {
-        let (comm, dtype) = begin(comm, datatype)?;
+    collective("oxcclScatter", comm, stream, |comm| {
+        let dtype = data_type(datatype)?;
         let root = rank_arg("root", root, &comm)?;
         let total = times("count", count, comm.size())?;
         let mut owned = Vec::new();

@@ -10,7 +10,7 @@
 use super::{begin, collective, rank_arg, OxcclStream};
 use crate::buffers::Span;
 use crate::group::{self, P2pPart, Pending};
-use crate::handles::{Comm, OxcclComm};
+use crate::handles::OxcclComm;
 use crate::result::{guard, OxcclResult};
 use crate::step::{Binding, Step};
 use oxccl::OpParam;
@@ -28,11 +28,10 @@ fn p2p(
     send: bool,
 ) -> OxcclResult {
     group::call(name, || {
-        let (comm, dtype) = begin(comm, datatype)?;
+        let (comm, stream, dtype) = begin(comm, stream, datatype)?;
         let peer = rank_arg("peer", peer, &comm)?;
         let what = if send { "sendbuff" } else { "recvbuff" };
         let span = Span::of(what, buff, count, dtype)?;
-        let stream = comm.stream(stream)?;
         Ok(Pending::P2p(P2pPart {
             comm,
             span,
@@ -102,8 +101,7 @@ pub unsafe extern "C" fn oxcclBarrier(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclBarrier", stream, || {
-        let comm = Comm::usable(comm)?;
+    collective("oxcclBarrier", comm, stream, |comm| {
         let binding = Binding::OutOfPlace {
             input: Span::EMPTY,
             output: Span::EMPTY,

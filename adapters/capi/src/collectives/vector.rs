@@ -4,12 +4,12 @@
 // NCCL's argument lists are the ABI: they are as long as NCCL made them.
 #![allow(clippy::too_many_arguments)]
 
-use super::{at_block, begin, collective, extent, OxcclStream};
+use super::{at_block, collective, extent, OxcclStream};
 use crate::buffers::{read_array, Span};
 use crate::handles::{Comm, OxcclComm};
 use crate::result::{CError, OxcclResult};
 use crate::step::{Binding, Step};
-use crate::types::reduce_op;
+use crate::types::{data_type, reduce_op};
 use oxccl::framework::op::VLayout;
 use oxccl::{DataType, OpKind, OpParam, ReduceOp};
 use std::ffi::{c_int, c_void};
@@ -64,8 +64,8 @@ pub unsafe extern "C" fn oxcclAllGatherV(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclAllGatherV", stream, || {
-        let (comm, dtype) = begin(comm, datatype)?;
+    collective("oxcclAllGatherV", comm, stream, |comm| {
+        let dtype = data_type(datatype)?;
         // SAFETY: the arrays hold nranks entries each (this function's contract).
         let (counts, displs, recv) = unsafe {
             blocks(
@@ -104,8 +104,8 @@ pub unsafe extern "C" fn oxcclReduceScatterV(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclReduceScatterV", stream, || {
-        let (comm, dtype) = begin(comm, datatype)?;
+    collective("oxcclReduceScatterV", comm, stream, |comm| {
+        let dtype = data_type(datatype)?;
         let op = reduce_op(op)?;
         // SAFETY: the arrays hold nranks entries each (this function's contract).
         let (counts, displs, send) = unsafe {
@@ -144,8 +144,8 @@ pub unsafe extern "C" fn oxcclAlltoAllV(
     comm: *mut OxcclComm,
     stream: *mut OxcclStream,
 ) -> OxcclResult {
-    collective("oxcclAlltoAllV", stream, || {
-        let (comm, dtype) = begin(comm, datatype)?;
+    collective("oxcclAlltoAllV", comm, stream, |comm| {
+        let dtype = data_type(datatype)?;
         let n = comm.size();
         // SAFETY: the arrays hold nranks entries each (this function's contract).
         let [send_counts, send_displs, recv_counts, recv_displs] = unsafe {
