@@ -11,9 +11,10 @@
 //! (`cuMemHostRegister`, portable to every GPU of the process, as the pool lends a block
 //! to any local rank), so the copies are DMA at the bus's speed rather than staged again
 //! through the driver's pageable bounce buffers; `DeviceConfig::pin_staging` off
-//! (`OXCCL_CUDA_PIN_STAGING=0`), a GPU without host registration, or a first lock that
-//! fails (with a warning) leave them pageable. Graph mode runs step by step here, and no
-//! CUDA graph is built.
+//! (`OXCCL_CUDA_PIN_STAGING=0`), a GPU without host registration, or a platform that
+//! refuses to lock (warned once) leave them pageable, and a block that could not be
+//! locked for now (warned) stays pageable while the next ones are tried. Graph mode runs
+//! step by step here, and no CUDA graph is built.
 
 use super::driver::{self, cu, PrimaryContext};
 use super::placement::placement;
@@ -52,7 +53,7 @@ impl AcrossProcesses {
             .iter()
             .map(|&o| RankCopies::open(o))
             .collect::<Result<Vec<_>, _>>()?;
-        let pinning = config.pin_staging && can_register_host(&ranks)?;
+        let pinning = config.pin_staging && can_register_host(&ranks);
         let copies = CudaCopies {
             local: config.local_ranks.clone(),
             ranks,
@@ -118,20 +119,18 @@ impl Drop for RankCopies {
 }
 
 /// Whether every local rank's GPU can page-lock host memory it did not allocate
-/// (`CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED`: not on every platform).
-fn can_register_host(ranks: &[RankCopies]) -> Result<bool, CudaError> {
-    for rank in ranks {
+/// (`CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED`: not on every platform). A driver that
+/// cannot say counts as "no": pageable blocks work everywhere.
+fn can_register_host(ranks: &[RankCopies]) -> bool {
+    ranks.iter().all(|rank| {
         let mut supported = 0;
-        cu!(cuDeviceGetAttribute(
+        let asked = cu!(cuDeviceGetAttribute(
             &mut supported,
             sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED,
             rank.context.device
-        ))?;
-        if supported == 0 {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+        ));
+        asked.is_ok() && supported != 0
+    })
 }
 
 /// Staging copies through each local rank's context and stream.
@@ -183,32 +182,43 @@ impl StageCopies for CudaCopies {
         })
     }
 
-    fn pin(&self, rank: Rank, block: &mut [u8]) -> Option<HostPin> {
+    fn pin(&self, rank: Rank, block: &mut [u8]) -> Option<Box<dyn HostPin>> {
         if !self.pinning.load(Ordering::Relaxed) {
             return None;
         }
         let context = self.rank(rank).ok()?.context;
-        match Pinned::lock(context, block) {
-            Ok(pinned) => Some(Box::new(pinned)),
-            Err(error) => {
-                // Once: a platform that refuses one lock refuses the next ones too.
-                if self.pinning.swap(false, Ordering::Relaxed) {
-                    tracing::warn!(
-                        gpu = context.ordinal,
-                        bytes = block.len(),
-                        %error,
-                        "staging blocks stay pageable: the host memory could not be \
-                         page-locked (copies to and from the GPU run slower)"
-                    );
-                }
-                None
-            }
+        let error = match Pinned::lock(context, block) {
+            Ok(pinned) => return Some(Box::new(pinned)),
+            Err(error) => error,
+        };
+        // A platform that refuses page-locking refuses every block: stop asking. Other
+        // failures (memory short for now) leave this block pageable, and the next one
+        // is tried again.
+        let refused = never_locks(&error);
+        if !refused || self.pinning.swap(false, Ordering::Relaxed) {
+            tracing::warn!(
+                gpu = context.ordinal,
+                bytes = block.len(),
+                %error,
+                for_good = refused,
+                "a staging block stays pageable: it could not be page-locked (copies to \
+                 and from the GPU through it run slower)"
+            );
         }
+        None
     }
 }
 
-/// A staging block page-locked for every context of the process, unlocked when dropped
-/// (the pool drops it before it frees the block).
+/// Whether `error`, a failed `cuMemHostRegister`, says the platform never page-locks
+/// memory it did not allocate (rather than that it could not lock this block now).
+fn never_locks(error: &CudaError) -> bool {
+    use sys::CUresult as R;
+    let refusals = [R::CUDA_ERROR_NOT_SUPPORTED, R::CUDA_ERROR_NOT_PERMITTED];
+    matches!(error, CudaError::Driver { code, .. } if refusals.iter().any(|r| *r as i32 == *code))
+}
+
+/// A staging block page-locked for every context of the process, unlocked before the
+/// pool frees the block ([`HostPin::unpin`]).
 struct Pinned {
     addr: usize,
     /// Where it was locked, current again to unlock it.
@@ -231,13 +241,14 @@ impl Pinned {
     }
 }
 
-impl Drop for Pinned {
-    fn drop(&mut self) {
-        if let Ok(_current) = self.context.bind() {
-            // No copy uses the block any more: each is waited for before it returns, and
-            // the pool holds the block while this drops.
-            let _ = cu!(cuMemHostUnregister(self.addr as *mut std::ffi::c_void));
-        }
+impl HostPin for Pinned {
+    fn unpin(self: Box<Self>) -> bool {
+        // No copy uses the block any more: each is waited for before it returns, and the
+        // pool holds the block while it is unlocked.
+        let Ok(_current) = self.context.bind() else {
+            return false;
+        };
+        cu!(cuMemHostUnregister(self.addr as *mut std::ffi::c_void)).is_ok()
     }
 }
 
@@ -250,5 +261,33 @@ fn equal(device: usize, host: usize) -> Result<(), CudaError> {
             source_len: device,
             destination_len: host,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn driver(code: sys::CUresult) -> CudaError {
+        CudaError::Driver {
+            call: "cuMemHostRegister_v2",
+            code: code as i32,
+            name: format!("{code:?}"),
+        }
+    }
+
+    #[test]
+    fn only_a_platform_that_never_locks_turns_page_locking_off() {
+        use sys::CUresult as R;
+        assert!(never_locks(&driver(R::CUDA_ERROR_NOT_SUPPORTED)));
+        assert!(never_locks(&driver(R::CUDA_ERROR_NOT_PERMITTED)));
+        for passing in [
+            R::CUDA_ERROR_OUT_OF_MEMORY,
+            R::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
+            R::CUDA_ERROR_INVALID_VALUE,
+        ] {
+            assert!(!never_locks(&driver(passing)), "{passing:?}");
+        }
+        assert!(!never_locks(&CudaError::NoDriver));
     }
 }

@@ -73,18 +73,22 @@ pub trait StageCopies: Send + Sync {
     /// Page-lock `block`, a staging block the pool just allocated for local rank `rank`
     /// (whole pages, kept and used again by any local rank until it is freed), so that
     /// copies to and from it run at the bus's speed rather than through the driver's
-    /// bounce buffers: what keeps it locked, dropped before the block is freed, or `None`
-    /// when the copies gain nothing from it (memory the accelerator reads as it is) or
-    /// it could not be locked (the copies still work, slower).
-    fn pin(&self, rank: Rank, block: &mut [u8]) -> Option<HostPin> {
+    /// bounce buffers: what keeps it locked, unlocked before the block is freed, or
+    /// `None` when the copies gain nothing from it (memory the accelerator reads as it
+    /// is) or it could not be locked (the copies still work, slower).
+    fn pin(&self, rank: Rank, block: &mut [u8]) -> Option<Box<dyn HostPin>> {
         let _ = (rank, block);
         None
     }
 }
 
-/// What keeps a staging block page-locked ([`StageCopies::pin`]): it unlocks the block
-/// when dropped.
-pub type HostPin = Box<dyn Send + Sync>;
+/// What keeps a staging block page-locked ([`StageCopies::pin`]).
+pub trait HostPin: Send + Sync {
+    /// Unlock the block, which is freed next; `false` when it could not be, and the
+    /// block is then never freed (memory the driver may still hold locked must not go
+    /// back to the allocator).
+    fn unpin(self: Box<Self>) -> bool;
+}
 
 /// A device whose calls on device memory run staged through host memory (see the module
 /// docs).

@@ -10,11 +10,13 @@ use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-/// Alignment and granularity of staging memory: a page. More than any reduction needs,
-/// and what page-locking takes: the driver locks whole pages and refuses a page locked
-/// twice, so a block that may be locked ([`StageCopies::pin`]) shares no page with any
-/// other memory.
-const PAGE: usize = 4096;
+/// Alignment and granularity of staging memory: the system's page (4 KiB, or 16 or
+/// 64 KiB on some arm64 kernels). More than any reduction needs, and what page-locking
+/// takes: the driver locks whole pages and refuses a page locked twice, so a block that
+/// may be locked ([`StageCopies::pin`]) shares no page with any other memory.
+fn page() -> usize {
+    rustix::param::page_size()
+}
 
 /// Host memory of whole pages, zeroed when allocated, freed on drop (unlocked first when
 /// the backend locked it); kept between calls by the [`StagePool`].
@@ -22,15 +24,14 @@ pub(super) struct HostBytes {
     ptr: NonNull<u8>,
     cap: usize,
     /// Keeps the block page-locked while it lives ([`StageCopies::pin`]).
-    pin: Option<HostPin>,
+    pin: Option<Box<dyn HostPin>>,
 }
 
 // SAFETY: `HostBytes` owns its allocation, as a `Box<[u8]>` does; its pin is `Send`.
 unsafe impl Send for HostBytes {}
 
 impl HostBytes {
-    /// At least `len` zeroed bytes, whole pages (the allocator maps large zeroed blocks
-    /// lazily).
+    /// At least `len` zeroed bytes, whole pages.
     fn zeroed(len: usize) -> Result<Self, DeviceError> {
         let alloc = |fault| DeviceError::Alloc {
             what: "host staging buffer",
@@ -39,7 +40,7 @@ impl HostBytes {
         };
         if len == 0 {
             // A dangling, aligned, never dereferenced pointer: an empty slice's address.
-            let ptr = NonNull::new(PAGE as *mut u8).expect("non-zero");
+            let ptr = NonNull::new(page() as *mut u8).expect("non-zero");
             return Ok(HostBytes {
                 ptr,
                 cap: 0,
@@ -47,9 +48,9 @@ impl HostBytes {
             });
         }
         let cap = len
-            .checked_next_multiple_of(PAGE)
+            .checked_next_multiple_of(page())
             .ok_or_else(|| alloc(AllocFault::OutOfMemory))?;
-        let layout = Layout::from_size_align(cap, PAGE).map_err(|e| alloc(e.into()))?;
+        let layout = Layout::from_size_align(cap, page()).map_err(|e| alloc(e.into()))?;
         // SAFETY: the layout's size is not zero.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).ok_or_else(|| alloc(AllocFault::OutOfMemory))?;
@@ -79,9 +80,17 @@ impl HostBytes {
 impl Drop for HostBytes {
     fn drop(&mut self) {
         // Unlocked while the pages are still this block's.
-        drop(self.pin.take());
+        if let Some(pin) = self.pin.take() {
+            if !pin.unpin() {
+                tracing::warn!(
+                    bytes = self.cap,
+                    "a staging block could not be unlocked; it is kept, not freed"
+                );
+                return;
+            }
+        }
         if self.cap > 0 {
-            let layout = Layout::from_size_align(self.cap, PAGE).expect("allocated with it");
+            let layout = Layout::from_size_align(self.cap, page()).expect("allocated with it");
             // SAFETY: allocated by `zeroed` with this layout.
             unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
         }
@@ -348,9 +357,10 @@ mod tests {
 
     struct Unpin(Arc<AtomicUsize>);
 
-    impl Drop for Unpin {
-        fn drop(&mut self) {
+    impl HostPin for Unpin {
+        fn unpin(self: Box<Self>) -> bool {
             self.0.fetch_add(1, Ordering::Relaxed);
+            true
         }
     }
 
@@ -363,7 +373,7 @@ mod tests {
             unreachable!("the pool copies nothing")
         }
 
-        fn pin(&self, rank: Rank, block: &mut [u8]) -> Option<HostPin> {
+        fn pin(&self, rank: Rank, block: &mut [u8]) -> Option<Box<dyn HostPin>> {
             let at = block.as_ptr() as usize;
             self.pinned.lock().push((rank, at, block.len()));
             Some(Box::new(Unpin(self.unpinned.clone())))
@@ -377,68 +387,70 @@ mod tests {
 
     #[test]
     fn the_pool_lends_the_smallest_block_that_fits_and_keeps_the_largest() {
+        let page = page();
         let pool = StagePool::new(2);
         let copies = copies();
-        let blocks: Vec<HostBytes> = [100, 2 * PAGE + 1, PAGE + 1]
+        let blocks: Vec<HostBytes> = [100, 2 * page + 1, page + 1]
             .into_iter()
             .map(|len| pool.take(len, &copies, 0).unwrap())
             .collect();
         assert_eq!(
             blocks.iter().map(|b| b.cap).collect::<Vec<_>>(),
-            vec![PAGE, 3 * PAGE, 2 * PAGE],
+            vec![page, 3 * page, 2 * page],
             "whole pages"
         );
         assert!(blocks
             .iter()
             .all(|b| b.slice(b.cap).iter().all(|&x| x == 0)));
         let at = |b: &HostBytes| b.slice(0).as_ptr();
-        assert!(blocks.iter().all(|b| (at(b) as usize).is_multiple_of(PAGE)));
+        assert!(blocks.iter().all(|b| (at(b) as usize).is_multiple_of(page)));
         let two_pages = at(&blocks[2]);
         blocks.into_iter().for_each(|b| pool.give(b));
         assert_eq!(
             pool.kept(),
-            vec![2 * PAGE, 3 * PAGE],
+            vec![2 * page, 3 * page],
             "past two, the smallest went"
         );
-        let lent = pool.take(PAGE + 50, &copies, 1).unwrap();
+        let lent = pool.take(page + 50, &copies, 1).unwrap();
         assert_eq!(
             (lent.cap, at(&lent)),
-            (2 * PAGE, two_pages),
+            (2 * page, two_pages),
             "the same block again"
         );
-        assert_eq!(pool.kept(), vec![3 * PAGE]);
-        let fresh = pool.take(4 * PAGE, &copies, 0).unwrap();
+        assert_eq!(pool.kept(), vec![3 * page]);
+        let fresh = pool.take(4 * page, &copies, 0).unwrap();
         assert_eq!(
             (fresh.cap, pool.kept()),
-            (4 * PAGE, vec![3 * PAGE]),
+            (4 * page, vec![3 * page]),
             "none fits: a new one"
         );
         assert_eq!(pool.take(0, &copies, 0).unwrap().cap, 0);
         pool.give(pool.take(0, &copies, 0).unwrap());
-        assert_eq!(pool.kept(), vec![3 * PAGE], "empty blocks are not kept");
+        assert_eq!(pool.kept(), vec![3 * page], "empty blocks are not kept");
     }
 
     #[test]
     fn a_new_block_is_pinned_once_for_its_life_and_unpinned_when_freed() {
+        let page = page();
         let pool = StagePool::new(1);
         let pins = Pins::default();
         let first = pool.take(10, &pins, 3).unwrap();
         let first_at = first.slice(0).as_ptr() as usize;
         assert_eq!(
             *pins.pinned.lock(),
-            vec![(3, first_at, PAGE)],
+            vec![(3, first_at, page)],
             "the whole block"
         );
         pool.give(first);
-        let again = pool.take(PAGE, &pins, 5).unwrap();
+        let again = pool.take(page, &pins, 5).unwrap();
         assert_eq!(pins.pinned.lock().len(), 1, "a kept block is lent as it is");
         assert!(again.pin.is_some(), "and stays pinned for another rank");
-        let second = pool.take(2 * PAGE, &pins, 5).unwrap();
+        let second = pool.take(2 * page, &pins, 5).unwrap();
         assert_eq!(pins.pinned.lock().len(), 2);
         assert_eq!(pins.unpinned.load(Ordering::Relaxed), 0);
         pool.give(again);
         pool.give(second);
-        assert_eq!(pool.kept(), vec![2 * PAGE]);
+        assert_eq!(pool.kept(), vec![2 * page]);
         assert_eq!(
             pins.unpinned.load(Ordering::Relaxed),
             1,
@@ -446,7 +458,7 @@ mod tests {
         );
         drop(pool);
         assert_eq!(pins.unpinned.load(Ordering::Relaxed), 2);
-        let plain = StagePool::new(1).take(PAGE, &copies(), 0).unwrap();
+        let plain = StagePool::new(1).take(page, &copies(), 0).unwrap();
         assert!(
             plain.pin.is_none(),
             "copies that do not pin leave blocks unpinned"
