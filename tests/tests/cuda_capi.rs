@@ -6,7 +6,8 @@
 //! AllReduce on counts 1, odd and past the CCL buffer, in and out of place; Reduce whose
 //! non-roots pass NULL; grouped sends and receives staged through device blocks;
 //! `oxcclMemAlloc`'s device memory in a call; a host pointer refused before anything
-//! runs; a stream capturing a CUDA graph refused without invalidating the capture. The
+//! runs; a stream capturing a CUDA graph refused without invalidating the capture; the
+//! calling thread's current GPU found, which `oxcclCommInitRank` runs its rank on. The
 //! same paths run without a GPU on the tests' `staged-host` kind (`capi_device.rs`).
 
 #![cfg(feature = "cuda")]
@@ -290,4 +291,24 @@ fn a_stream_capturing_a_cuda_graph_is_refused_and_its_capture_survives() {
     assert_eq!(grouped(ranks, sum_on_stream), SUCCESS, "{}", last_error());
     assert!(bufs.iter().all(|b| from_gpu::<f32>(b) == vec![2f32; 64]));
     destroy(comms);
+}
+
+#[test]
+fn the_current_gpu_is_the_calling_thread_s_context_s() {
+    use cudarc::driver::CudaContext;
+    use oxccl::platform::cuda::current_gpu;
+    match oxccl::platform::cuda::gpu_count() {
+        Ok(n) if n > 0 => {}
+        Ok(_) => return eprintln!("skipped: the CUDA driver reports no GPU"),
+        Err(e) => return eprintln!("skipped: {e}"),
+    }
+    let fresh = std::thread::spawn(current_gpu).join().expect("no panic");
+    assert_eq!(
+        fresh.expect("the driver answers"),
+        None,
+        "no context current"
+    );
+    let context = CudaContext::new(0).expect("GPU 0's primary context");
+    context.bind_to_thread().expect("current");
+    assert_eq!(current_gpu().expect("the driver answers"), Some(0));
 }

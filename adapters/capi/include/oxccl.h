@@ -142,7 +142,10 @@ const char* oxcclGetLastError(oxcclComm_t comm);
 /* Start a job's root in this process and return its id (call on one rank, hand the id to
  * every rank: MPI_Bcast, a file, a store). The root serves one job, for 10 minutes at most. */
 oxcclResult_t oxcclGetUniqueId(oxcclUniqueId* uniqueId);
-/* Join the job of commId as rank `rank` of nranks: collective over the job's ranks. */
+/* Join the job of commId as rank `rank` of nranks: collective over the job's ranks. On
+ * cuda the rank runs on the calling thread's current CUDA device (cudaSetDevice before, as
+ * with NCCL), unless OXCCL_CUDA_DEVICES places it; with none current, on the GPU of its
+ * place among its host's ranks (LOCAL_RANK). */
 oxcclResult_t oxcclCommInitRank(oxcclComm_t* comm, int nranks, oxcclUniqueId commId, int rank);
 /* oxcclCommInitRank with a configuration (NULL: as oxcclCommInitRank). */
 oxcclResult_t oxcclCommInitRankConfig(oxcclComm_t* comm, int nranks, oxcclUniqueId commId,

@@ -259,10 +259,25 @@ unsafe fn init_rank(
         None => env_config(None)?,
     };
     check_linked()?;
+    let config = on_current_gpu(config);
     let comm =
         Communicator::init_rank(&id, n, r, config).map_err(|e| CError::from_oxccl(&e, Some(r)))?;
     // SAFETY: this function's contract.
     unsafe { hand_out(out, comm) }
+}
+
+/// NCCL's placement of `ncclCommInitRank`: on cuda, a rank given no placement
+/// (`OXCCL_CUDA_DEVICES`) runs on the calling thread's current CUDA device
+/// (`cudaSetDevice`), when the caller made one current. Otherwise the backend's own
+/// placement stands (round-robin from the process's `LOCAL_RANK`); a driver that cannot
+/// be asked is reported when the backend opens.
+fn on_current_gpu(mut config: Config) -> Config {
+    if config.device == "cuda" && config.gpus.is_empty() {
+        if let Ok(Some(ordinal)) = oxccl::platform::cuda::current_gpu() {
+            config.gpus = vec![ordinal];
+        }
+    }
+    config
 }
 
 /// The `oxcclConfig_t` at `ptr`, refused unless this library knows its size, magic and

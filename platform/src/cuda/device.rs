@@ -24,6 +24,21 @@ pub fn gpu_count() -> Result<usize, CudaError> {
     driver::init()
 }
 
+/// The CUDA device of the context current on the calling thread (the runtime API's
+/// current device, once the caller chose one with `cudaSetDevice` or used it), or `None`
+/// when no context is current there: NCCL's `ncclCommInitRank` takes its device so.
+pub fn current_gpu() -> Result<Option<usize>, CudaError> {
+    driver::init()?;
+    let mut context = std::ptr::null_mut();
+    cu!(cuCtxGetCurrent(&mut context))?;
+    if context.is_null() {
+        return Ok(None);
+    }
+    let mut device = 0;
+    cu!(cuCtxGetDevice(&mut device))?;
+    Ok(usize::try_from(device).ok())
+}
+
 /// The device's state, shared with its launches.
 pub(crate) struct Shared {
     pub config: DeviceConfig,

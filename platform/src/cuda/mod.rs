@@ -127,7 +127,13 @@ mod zero_copy;
 #[cfg(feature = "cuda")]
 pub(crate) use device::Shared;
 #[cfg(feature = "cuda")]
-pub use device::{gpu_count, GraphCounts};
+pub use device::{current_gpu, gpu_count, GraphCounts};
+
+/// Without the `cuda` feature there is no driver to ask: [`CudaError::NotBuilt`].
+#[cfg(not(feature = "cuda"))]
+pub fn current_gpu() -> Result<Option<usize>, CudaError> {
+    Err(CudaError::NotBuilt)
+}
 #[cfg(feature = "cuda")]
 pub use engine::CudaDevice;
 #[cfg(feature = "cuda")]
