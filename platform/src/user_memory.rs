@@ -54,7 +54,8 @@ pub trait UserMemory: Send + Sync {
 
     /// Wait for the work queued so far on `stream`, a stream of the caller's (an opaque
     /// handle: a `CUstream` on cuda; 0 is the device's default stream), with local rank
-    /// `rank`'s device current.
+    /// `rank`'s device current: at most the device's `exec_timeout` (an error naming the
+    /// stream), and no longer once the device stopped (an abort, a peer's failure).
     fn sync_stream(&self, rank: Rank, stream: usize) -> Result<(), DeviceError>;
 }
 

@@ -450,3 +450,13 @@ impl Drop for Shared {
 
 /// How long a waiter sleeps between polls of an event, at most.
 pub(crate) const MAX_POLL_SLEEP: Duration = Duration::from_millis(1);
+
+/// A waiter's pause after `waited`: a yield at first, then a sixteenth of the time
+/// waited, at most [`MAX_POLL_SLEEP`] (so an end is seen at most that late).
+pub(crate) fn pause(waited: Duration) {
+    if waited < Duration::from_micros(200) {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep((waited / 16).min(MAX_POLL_SLEEP));
+    }
+}

@@ -223,6 +223,16 @@ pub enum CudaError {
         stream: usize,
         state: CaptureState,
     },
+    #[error(
+        "rank {rank}: the work queued on the caller's stream {stream:#x} before the call did \
+         not finish within {waited:?}, so the call did not start; check that work (a kernel \
+         that never ends, a wait on an event never recorded), or raise OXCCL_EXEC_TIMEOUT"
+    )]
+    StreamTimeout {
+        rank: Rank,
+        stream: usize,
+        waited: Duration,
+    },
 }
 
 /// Why a caller's stream is inside a CUDA graph capture ([`CudaError::StreamCapturing`]),

@@ -15,13 +15,15 @@
 //! the call is made if it is inside a CUDA graph capture ([`capture_state`]): the
 //! blocking wait would invalidate the caller's capture ([`CudaError::StreamCapturing`]).
 
+use super::device::pause;
 use super::driver::{cu, Current, PrimaryContext};
 use super::{driver, CaptureState, CudaDevice, CudaError};
-use crate::device::DeviceSpan;
+use crate::device::{Device, DeviceSpan};
 use crate::error::DeviceError;
 use crate::ir::Rank;
 use crate::user_memory::{copy_len, UserBlock, UserMemory};
 use cudarc::driver::sys;
+use std::time::{Duration, Instant};
 
 /// What kind of memory an address is, as the driver says.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -202,9 +204,61 @@ impl UserMemory for CudaDevice {
         if let Ok(Some(state)) = capture_of(stream) {
             return Err(capturing(rank, stream, state));
         }
-        // `stream` is the caller's handle (NCCL's contract: a stream of the rank's
-        // device, or 0 for its default stream); the driver refuses a stale one.
-        Ok(cu!(cuStreamSynchronize(stream as sys::CUstream))?)
+        // Polled rather than synchronised, so that the wait ends, naming the stream, once
+        // the device's timeout passed, and at once when the device stops (an abort from
+        // another thread, a peer's failure): work queued before the call that never ends
+        // must not hold the call for ever.
+        wait_polling(
+            Device::config(self).exec_timeout,
+            || stream_done(stream),
+            || {
+                self.stopped()
+                    .map(|cause| DeviceError::Aborted { rank, cause })
+            },
+            |waited| {
+                CudaError::StreamTimeout {
+                    rank,
+                    stream,
+                    waited,
+                }
+                .into()
+            },
+        )
+    }
+}
+
+/// Whether the work queued on `stream` is done (`cuStreamQuery`, its context current),
+/// or the driver's error (a stale handle, or a fault of that work).
+fn stream_done(stream: usize) -> Result<bool, DeviceError> {
+    // SAFETY: `stream` is the caller's handle (NCCL's contract: a stream of the rank's
+    // device, or 0 for its default stream), its context current.
+    match unsafe { sys::cuStreamQuery(stream as sys::CUstream) } {
+        sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        answer => Ok(driver::check("cuStreamQuery", answer).map(|()| true)?),
+    }
+}
+
+/// Poll `done` until it is true: `done`'s error, `stopped`'s once it has one, or
+/// `timed_out`'s for the time waited once that passed `timeout`.
+fn wait_polling(
+    timeout: Duration,
+    mut done: impl FnMut() -> Result<bool, DeviceError>,
+    stopped: impl Fn() -> Option<DeviceError>,
+    timed_out: impl FnOnce(Duration) -> DeviceError,
+) -> Result<(), DeviceError> {
+    let started = Instant::now();
+    loop {
+        if done()? {
+            return Ok(());
+        }
+        if let Some(error) = stopped() {
+            return Err(error);
+        }
+        let waited = started.elapsed();
+        if waited >= timeout {
+            return Err(timed_out(waited));
+        }
+        pause(waited);
     }
 }
 
@@ -342,5 +396,55 @@ mod tests {
         for part in ["rank 3", "0x40", "capturing", "oxcclGraphCaptureBegin"] {
             assert!(message.contains(part), "{message}");
         }
+    }
+
+    #[test]
+    fn a_stream_wait_ends_done_failed_stopped_or_timed_out() {
+        use crate::error::AbortCause;
+        let long = Duration::from_secs(60);
+        let timed_out = |waited| {
+            CudaError::StreamTimeout {
+                rank: 2,
+                stream: 0x40,
+                waited,
+            }
+            .into()
+        };
+        let mut polls = 0;
+        let done_third = wait_polling(
+            long,
+            || {
+                polls += 1;
+                Ok(polls == 3)
+            },
+            || None,
+            timed_out,
+        );
+        assert!(done_third.is_ok());
+        assert_eq!(polls, 3);
+        let failed = wait_polling(long, || Err(CudaError::NoDriver.into()), || None, timed_out);
+        assert!(matches!(
+            failed,
+            Err(DeviceError::Cuda(CudaError::NoDriver))
+        ));
+        let aborted = || {
+            Some(DeviceError::Aborted {
+                rank: 2,
+                cause: AbortCause::UserAbort { rank: 2 },
+            })
+        };
+        let stopped = wait_polling(long, || Ok(false), aborted, timed_out);
+        assert!(matches!(stopped, Err(DeviceError::Aborted { rank: 2, .. })));
+        let short = Duration::from_millis(5);
+        let late = wait_polling(short, || Ok(false), || None, timed_out);
+        let Err(DeviceError::Cuda(CudaError::StreamTimeout { waited, .. })) = late else {
+            panic!("not the timeout: {late:?}");
+        };
+        assert!(waited >= short);
+        let message = timed_out(waited).to_string();
+        assert!(
+            message.contains("0x40") && message.contains("OXCCL_EXEC_TIMEOUT"),
+            "{message}"
+        );
     }
 }

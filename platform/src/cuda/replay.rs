@@ -20,6 +20,7 @@
 //! progress words of its own), and the device is stopped, which releases every kernel,
 //! later steps' included (a kernel of a stopped device runs nothing).
 
+use super::device::pause;
 use super::graph::{SequenceGraph, StepPrograms, GRAPHS_KEPT};
 use super::group::GpuGroup;
 use super::launch::{Checked, Launch};
@@ -29,7 +30,7 @@ use crate::error::{AbortCause, DeviceError};
 use cudarc::driver::sys;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Replay `group` as CUDA graphs, or give it back (`Err`) to be launched step by step.
 pub(crate) fn run_sequences<'a>(
@@ -322,16 +323,6 @@ fn settled(group: &GpuGroup) -> bool {
     // SAFETY: `done` is a live event of the group.
     let state = unsafe { sys::cuEventQuery(group.done) };
     state != sys::CUresult::CUDA_ERROR_NOT_READY
-}
-
-/// A waiter's pause after `waited`: a yield at first, then a sixteenth of the time
-/// waited, at most a millisecond (as a completion's wait).
-fn pause(waited: Duration) {
-    if waited < Duration::from_micros(200) {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep((waited / 16).min(super::device::MAX_POLL_SLEEP));
-    }
 }
 
 #[cfg(test)]
