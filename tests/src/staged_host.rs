@@ -11,9 +11,10 @@
 //! what passes through it ([`Record`]): the streams it waited for, the blocks it lent, the
 //! copies it made and the spans it staged, so that a test sees the C ABI's calls take the
 //! device path. Off by default: the executor matrix runs millions of staged calls. Any
-//! stream handle is accepted except [`CAPTURING_STREAM`] (refused when the call is made,
-//! as cuda refuses a stream inside a CUDA graph capture) and [`REFUSED_STREAM`] (refused
-//! when the call waits for it), and any span except one starting at an address given to
+//! stream handle is accepted except [`CAPTURING_STREAM`] and those given to
+//! [`begin_capture`] (refused when the call is made and again when it waits, as cuda
+//! refuses a stream inside a CUDA graph capture) and [`REFUSED_STREAM`] (refused when
+//! the call waits for it), and any span except one starting at an address given to
 //! [`refuse_spans_at`].
 
 use oxccl::platform::cuda::{CaptureState, CudaError};
@@ -50,6 +51,32 @@ pub const REFUSED_STREAM: usize = usize::MAX - 0xfff;
 /// A stream handle the kind's user memory refuses when the call is made, as cuda refuses
 /// a stream that is capturing a CUDA graph.
 pub const CAPTURING_STREAM: usize = usize::MAX - 0x1fff;
+
+/// Stream handles that began "capturing" ([`begin_capture`]).
+static CAPTURING: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// Make the kind treat `stream` as inside a CUDA graph capture from now on, as
+/// [`CAPTURING_STREAM`] always is.
+pub fn begin_capture(stream: usize) {
+    CAPTURING
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(stream);
+}
+
+/// The refusal of `rank`'s call on `stream` when it is "capturing".
+fn capture_refusal(rank: Rank, stream: usize) -> Result<(), DeviceError> {
+    let capturing = CAPTURING.lock().unwrap_or_else(|p| p.into_inner());
+    if stream == CAPTURING_STREAM || capturing.contains(&stream) {
+        return Err(CudaError::StreamCapturing {
+            rank,
+            stream,
+            state: CaptureState::Active,
+        }
+        .into());
+    }
+    Ok(())
+}
 
 /// What the kind's user memory and staging did, process-wide (tests of one binary run
 /// at once: look for what a test's own handles and buffers left).
@@ -151,18 +178,11 @@ impl UserMemory for Recorded {
     }
 
     fn check_stream(&self, rank: Rank, stream: usize) -> Result<(), DeviceError> {
-        if stream == CAPTURING_STREAM {
-            return Err(CudaError::StreamCapturing {
-                rank,
-                stream,
-                state: CaptureState::Active,
-            }
-            .into());
-        }
-        Ok(())
+        capture_refusal(rank, stream)
     }
 
     fn sync_stream(&self, rank: Rank, stream: usize) -> Result<(), DeviceError> {
+        capture_refusal(rank, stream)?;
         if stream == REFUSED_STREAM {
             return Err(ConfigFault::NoStreams {
                 kind: "staged-host",

@@ -259,7 +259,7 @@ fn streams_are_waited_for_on_the_calling_thread_when_devices_run_side_by_side() 
 }
 
 #[test]
-fn a_stream_inside_a_cuda_graph_capture_is_refused_unless_oxccl_records_the_call() {
+fn a_stream_inside_a_cuda_graph_capture_is_refused_at_the_call_recorded_or_not() {
     let ranks = 2;
     let comms = init_all(ranks);
     let mut bufs: Vec<Vec<f32>> = (0..ranks).map(|r| vec![r as f32 + 1.0; 32]).collect();
@@ -294,12 +294,14 @@ fn a_stream_inside_a_cuda_graph_capture_is_refused_unless_oxccl_records_the_call
         unsafe { oxcclGraphCaptureBegin(comms[r]) }
     });
     assert_eq!(record_graph, SUCCESS, "{}", last_error());
-    // Recorded, the calls never wait for their stream: one inside a CUDA graph capture
-    // is taken (oxccl's capture is what the refusal points to).
+    // A call to be recorded never waits for its stream, but making it may allocate,
+    // which a thread inside a CUDA graph capture must not: refused too.
+    // SAFETY: as above.
+    assert_refused(unsafe { sum_floats(buf, buf, 32, comms[0], capturing) });
     let rc = grouped(ranks, |r| {
         let buf = bufs[r].as_mut_ptr().cast::<c_void>();
         // SAFETY: the buffer holds 32 floats and outlives every launch.
-        unsafe { sum_floats(buf, buf, 32, comms[r], capturing) }
+        unsafe { sum_floats(buf, buf, 32, comms[r], stream(6, r)) }
     });
     assert_eq!(rc, SUCCESS, "{}", last_error());
     let mut graphs = vec![null_mut(); ranks];
@@ -329,6 +331,41 @@ fn a_stream_inside_a_cuda_graph_capture_is_refused_unless_oxccl_records_the_call
         // SAFETY: a live graph.
         assert_eq!(unsafe { oxcclGraphDestroy(graph) }, SUCCESS);
     }
+    destroy(comms);
+}
+
+#[test]
+fn a_capture_begun_before_group_end_fails_the_call_on_every_rank_without_a_hang() {
+    let ranks = 3;
+    let comms = init_all(ranks);
+    let mut bufs = vec![vec![1f32; 64]; ranks];
+    // SAFETY: group calls take no arguments.
+    assert_eq!(unsafe { oxcclGroupStart() }, SUCCESS);
+    for r in 0..ranks {
+        let buf = bufs[r].as_mut_ptr().cast::<c_void>();
+        // SAFETY: the buffer holds 64 floats and outlives the group.
+        let rc = unsafe { sum_floats(buf, buf, 64, comms[r], stream(9, r)) };
+        assert_eq!(rc, SUCCESS, "{}", last_error());
+    }
+    // Rank 1's stream begins a capture after its call was made: found before the wait,
+    // which would invalidate it.
+    staged_host::begin_capture(stream(9, 1) as usize);
+    // SAFETY: group calls take no arguments.
+    // The group's first error is rank 0's, whose call ran and met the abort; it names
+    // rank 1's cause.
+    let rc = unsafe { oxcclGroupEnd() };
+    assert_ne!(rc, SUCCESS);
+    assert!(last_error().contains("capturing"), "{}", last_error());
+    for (r, &comm) in comms.iter().enumerate() {
+        let mut error = SUCCESS;
+        // SAFETY: a live handle and a writable result.
+        assert_eq!(unsafe { oxcclCommGetAsyncError(comm, &mut error) }, SUCCESS);
+        assert_ne!(error, SUCCESS, "rank {r} knows the call failed");
+    }
+    assert!(
+        bufs.iter().all(|b| b.iter().all(|&x| x == 1.0)),
+        "nothing ran"
+    );
     destroy(comms);
 }
 

@@ -11,9 +11,11 @@
  *   (oxcclInvalidArgument otherwise). On cuda (OXCCL_DEVICE=cuda) buffers are device
  *   pointers, checked against their allocation on the rank's GPU, and the stream is a
  *   cudaStream_t (NULL: the default stream): the call waits for the work queued on it
- *   when it runs (at oxcclGroupEnd in a group), so work queued after it sees its results.
- *   A stream inside a CUDA graph capture is refused (oxcclInvalidUsage) when the call is
- *   made, leaving the capture valid: record the calls with oxcclGraphCaptureBegin instead.
+ *   when it runs (at oxcclGroupEnd in a group), so work queued after it sees its results;
+ *   that wait is bounded by OXCCL_EXEC_TIMEOUT (config->timeoutSeconds), and an abort or a
+ *   peer's failure ends it. A stream inside a CUDA graph capture is refused
+ *   (oxcclInvalidUsage) when the call is made, a call to be recorded too, leaving the
+ *   capture valid: record the calls with oxcclGraphCaptureBegin on another stream.
  * - Every argument is checked before anything runs (NULL pointers, buffers misaligned for
  *   the data type, counts whose byte size overflows, roots and peers out of range, unknown
  *   enum values, buffers that overlap without being NCCL's in-place form): the call returns

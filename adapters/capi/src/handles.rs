@@ -9,6 +9,7 @@
 
 use crate::graph::Capturing;
 use crate::result::{is_fatal, CError, OxcclResult};
+use oxccl::platform::DeviceError;
 use oxccl::{Communicator, Error, Rank};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -188,8 +189,13 @@ impl Comm {
 
     /// An error that keeps this rank from starting a call its peers make (its stream,
     /// a staging copy): the communicator is aborted, so that they return instead of
-    /// waiting for it, and the error kept for `oxcclCommGetAsyncError`.
+    /// waiting for it, and the error kept for `oxcclCommGetAsyncError`. A device already
+    /// stopped (a peer's failure, an abort, met while this rank waited for its stream) is
+    /// not this rank's failure: it is reported as it is ([`Comm::failed`]).
     pub fn failed_to_start(&self, err: &Error) -> CError {
+        if let Error::Device(DeviceError::Aborted { .. }) = err {
+            return self.failed(err);
+        }
         let c = CError::from_oxccl(err, Some(self.rank()));
         self.inner.framework().abort_failed_call(c.message.clone());
         self.keep_failure(&c);

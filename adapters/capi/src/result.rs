@@ -155,6 +155,8 @@ fn device_code(err: &DeviceError, rank: Option<Rank>) -> OxcclResult {
         DeviceError::Shm(e) => shm_code(e),
         DeviceError::Tcp(e) => tcp_code(e),
         DeviceError::Alloc { .. } => SystemError,
+        // A capture that began between a grouped call and its wait: as at the call.
+        DeviceError::Cuda(oxccl::platform::cuda::CudaError::StreamCapturing { .. }) => InvalidUsage,
         DeviceError::Cuda(_) => UnhandledCudaError,
         _ => InternalError,
     }

@@ -12,7 +12,8 @@
 //! group, as NCCL queues a group's calls there — and returns once its results are in
 //! place, so whatever the caller queues on the stream afterwards sees them. A stream
 //! inside a CUDA graph capture, which that wait would invalidate, is refused when the
-//! call is made ([`UserMemory::check_stream`]).
+//! call is made ([`UserMemory::check_stream`]), a call to be recorded by
+//! `oxcclGraphCaptureBegin` too.
 //!
 //! Every other communicator (the host device) binds host memory: pointers become slices,
 //! blocks are [`HostBlock`]s, copies are `memcpy`, and the stream must be NULL.
@@ -65,11 +66,13 @@ fn span_of(span: DeviceSpan) -> Span {
 
 /// A stream the device refused when the call was made: a stream inside a CUDA graph
 /// capture is `oxcclInvalidUsage` (a valid stream, at a time the call cannot join it),
-/// anything else (a device without streams given one) the caller's argument error.
-/// Neither breaks the communicator: nothing reached its peers.
+/// the driver's failure to answer (binding the rank's context) `oxcclUnhandledCudaError`,
+/// anything else (a device without streams given one) the caller's argument error. None
+/// breaks the communicator: nothing reached its peers.
 fn stream_refusal(err: DeviceError) -> CError {
     let code = match &err {
         DeviceError::Cuda(CudaError::StreamCapturing { .. }) => OxcclResult::InvalidUsage,
+        DeviceError::Cuda(_) => OxcclResult::UnhandledCudaError,
         _ => OxcclResult::InvalidArgument,
     };
     CError::new(code, err.to_string())
@@ -91,17 +94,15 @@ impl Comm {
 
     /// The stream argument of a call: `None` on host memory, where it must be NULL; the
     /// handle (0 for NULL, the default stream) on device memory, checked by the device
-    /// ([`UserMemory::check_stream`]) unless the communicator records its calls (a
-    /// recorded call never waits for its stream: its graph's launch waits for the
-    /// launch's).
+    /// ([`UserMemory::check_stream`]). A call recorded by `oxcclGraphCaptureBegin` never
+    /// waits for its stream, but is checked too: making it may allocate (an unused
+    /// buffer's block), which a thread inside a CUDA graph capture must not.
     pub fn stream(&self, stream: *const OxcclStream) -> Result<Option<usize>, CError> {
         if let Some(memory) = self.user_memory() {
             let handle = stream as usize;
-            if !self.capturing() {
-                memory
-                    .check_stream(self.rank(), handle)
-                    .map_err(stream_refusal)?;
-            }
+            memory
+                .check_stream(self.rank(), handle)
+                .map_err(stream_refusal)?;
             return Ok(Some(handle));
         }
         if stream.is_null() {

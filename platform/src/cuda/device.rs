@@ -24,11 +24,14 @@ pub fn gpu_count() -> Result<usize, CudaError> {
     driver::init()
 }
 
-/// The CUDA device of the context current on the calling thread (the runtime API's
-/// current device, once the caller chose one with `cudaSetDevice` or used it), or `None`
-/// when no context is current there: NCCL's `ncclCommInitRank` takes its device so.
+/// The ordinal of the CUDA device of the context current on the calling thread, or
+/// `None` when no context is current there. It stands for NCCL's `cudaGetDevice` (what
+/// `ncclCommInitRank` takes): with a CUDA 12 runtime, `cudaSetDevice` makes the device's
+/// primary context current, so a caller that chose a device is found. A caller that
+/// never touched CUDA on the thread has none current (`None`), and one that made its own
+/// context current is found on that context's device.
 pub fn current_gpu() -> Result<Option<usize>, CudaError> {
-    driver::init()?;
+    let count = driver::init()?;
     let mut context = std::ptr::null_mut();
     cu!(cuCtxGetCurrent(&mut context))?;
     if context.is_null() {
@@ -36,7 +39,18 @@ pub fn current_gpu() -> Result<Option<usize>, CudaError> {
     }
     let mut device = 0;
     cu!(cuCtxGetDevice(&mut device))?;
-    Ok(usize::try_from(device).ok())
+    // A device handle, which the driver keeps apart from the ordinal.
+    for ordinal in 0..count {
+        let mut handle = 0;
+        let Ok(index) = i32::try_from(ordinal) else {
+            break;
+        };
+        cu!(cuDeviceGet(&mut handle, index))?;
+        if handle == device {
+            return Ok(Some(ordinal));
+        }
+    }
+    Ok(None)
 }
 
 /// The device's state, shared with its launches.
@@ -451,12 +465,13 @@ impl Drop for Shared {
 /// How long a waiter sleeps between polls of an event, at most.
 pub(crate) const MAX_POLL_SLEEP: Duration = Duration::from_millis(1);
 
-/// A waiter's pause after `waited`: a yield at first, then a sixteenth of the time
-/// waited, at most [`MAX_POLL_SLEEP`] (so an end is seen at most that late).
-pub(crate) fn pause(waited: Duration) {
+/// A waiter's pause after `waited`, with `left` before its deadline: a yield at first
+/// (a short wait ends within a spin), then a sixteenth of the time waited, at most
+/// [`MAX_POLL_SLEEP`] (so an end is seen at most that late) and no longer than `left`.
+pub(crate) fn pause(waited: Duration, left: Duration) {
     if waited < Duration::from_micros(200) {
         std::thread::yield_now();
     } else {
-        std::thread::sleep((waited / 16).min(MAX_POLL_SLEEP));
+        std::thread::sleep((waited / 16).min(MAX_POLL_SLEEP).min(left));
     }
 }

@@ -226,7 +226,8 @@ pub enum CudaError {
     #[error(
         "rank {rank}: the work queued on the caller's stream {stream:#x} before the call did \
          not finish within {waited:?}, so the call did not start; check that work (a kernel \
-         that never ends, a wait on an event never recorded), or raise OXCCL_EXEC_TIMEOUT"
+         that never ends, a wait on an event never recorded), or raise OXCCL_EXEC_TIMEOUT \
+         (the C ABI's config->timeoutSeconds)"
     )]
     StreamTimeout {
         rank: Rank,

@@ -4,7 +4,7 @@
 //! is also the watchdog (see the module docs of [`super`]).
 
 use super::compile::{CudaProgram, Op};
-use super::device::{Shared, MAX_POLL_SLEEP};
+use super::device::{pause, Shared};
 use super::driver::cu;
 use super::group::{Arrival, GpuGroup};
 use super::memory::{staging, Mapped};
@@ -725,9 +725,6 @@ pub(crate) enum Word {
     Progress(usize),
 }
 
-/// How long a waiter polls without sleeping.
-const SPIN_FOR: Duration = Duration::from_micros(200);
-
 /// The progress word of a stream that ran to its end (`program.cu`).
 const PROGRESS_DONE: u32 = u32::MAX;
 
@@ -748,15 +745,7 @@ impl Completion for CudaCompletion {
             if now >= deadline {
                 return None;
             }
-            // A short call ends within a spin; a long one is polled less often, by a
-            // sixteenth of the time it has taken, so its end is seen at most that late.
-            let waited = now - start;
-            if waited < SPIN_FOR {
-                std::thread::yield_now();
-            } else {
-                let sleep = (waited / 16).min(MAX_POLL_SLEEP);
-                std::thread::sleep(sleep.min(deadline - now));
-            }
+            pause(now - start, deadline - now);
         }
     }
 }

@@ -10,10 +10,11 @@
 //! GPU, or managed memory, holding the whole span, where the driver gives the
 //! allocation's extent); blocks are [`DeviceBytes`](super::DeviceBytes); copies run
 //! on a stream of their own, made and destroyed per copy, so they never wait for the
-//! ranks' streams or the caller's; a caller's stream is synchronised with the rank's GPU
-//! current (its primary context, where the runtime API's streams live), and refused when
-//! the call is made if it is inside a CUDA graph capture ([`capture_state`]): the
-//! blocking wait would invalidate the caller's capture ([`CudaError::StreamCapturing`]).
+//! ranks' streams or the caller's; a caller's stream is waited for (an event recorded
+//! on it, polled under the device's timeout) with the rank's GPU current (its primary
+//! context, where the runtime API's streams live), and refused when the call is made if
+//! it is inside a CUDA graph capture ([`capture_state`]): the blocking wait would
+//! invalidate the caller's capture ([`CudaError::StreamCapturing`]).
 
 use super::device::pause;
 use super::driver::{cu, Current, PrimaryContext};
@@ -204,13 +205,16 @@ impl UserMemory for CudaDevice {
         if let Ok(Some(state)) = capture_of(stream) {
             return Err(capturing(rank, stream, state));
         }
-        // Polled rather than synchronised, so that the wait ends, naming the stream, once
+        // An event marks the work queued so far: what other threads queue on the stream
+        // meanwhile (the legacy stream is the whole process's) is not waited for. It is
+        // polled rather than synchronised, so that the wait ends, naming the stream, once
         // the device's timeout passed, and at once when the device stops (an abort from
         // another thread, a peer's failure): work queued before the call that never ends
         // must not hold the call for ever.
+        let mark = Mark::record(stream)?;
         wait_polling(
             Device::config(self).exec_timeout,
-            || stream_done(stream),
+            || mark.reached(),
             || {
                 self.stopped()
                     .map(|cause| DeviceError::Aborted { rank, cause })
@@ -227,14 +231,35 @@ impl UserMemory for CudaDevice {
     }
 }
 
-/// Whether the work queued on `stream` is done (`cuStreamQuery`, its context current),
-/// or the driver's error (a stale handle, or a fault of that work).
-fn stream_done(stream: usize) -> Result<bool, DeviceError> {
-    // SAFETY: `stream` is the caller's handle (NCCL's contract: a stream of the rank's
-    // device, or 0 for its default stream), its context current.
-    match unsafe { sys::cuStreamQuery(stream as sys::CUstream) } {
-        sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-        answer => Ok(driver::check("cuStreamQuery", answer).map(|()| true)?),
+/// An event recorded on a caller's stream: the work queued on it until then. Created
+/// and destroyed with the stream's context current.
+struct Mark(sys::CUevent);
+
+impl Mark {
+    /// Mark the work queued on `stream` so far (the driver refuses a stale handle).
+    fn record(stream: usize) -> Result<Mark, CudaError> {
+        let mark = Mark(driver::new_event(false)?);
+        // `stream` is the caller's handle (NCCL's contract: a stream of the rank's
+        // device, or 0 for its default stream).
+        cu!(cuEventRecord(mark.0, stream as sys::CUstream))?;
+        Ok(mark)
+    }
+
+    /// Whether the marked work is done, or the driver's error (a fault of that work).
+    fn reached(&self) -> Result<bool, DeviceError> {
+        // SAFETY: a live event of the current context.
+        match unsafe { sys::cuEventQuery(self.0) } {
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            answer => Ok(driver::check("cuEventQuery", answer).map(|()| true)?),
+        }
+    }
+}
+
+impl Drop for Mark {
+    /// With the context still current (the mark is dropped before the guard that bound
+    /// it); an event whose work is pending is freed once the work is done.
+    fn drop(&mut self) {
+        let _ = cu!(cuEventDestroy_v2(self.0));
     }
 }
 
@@ -258,7 +283,7 @@ fn wait_polling(
         if waited >= timeout {
             return Err(timed_out(waited));
         }
-        pause(waited);
+        pause(waited, timeout - waited);
     }
 }
 

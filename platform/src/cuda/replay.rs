@@ -30,7 +30,7 @@ use crate::error::{AbortCause, DeviceError};
 use cudarc::driver::sys;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Replay `group` as CUDA graphs, or give it back (`Err`) to be launched step by step.
 pub(crate) fn run_sequences<'a>(
@@ -310,7 +310,7 @@ fn watch(shared: &Shared, launched: &[Arc<Launch>]) {
                 });
             }
         }
-        pause(start.elapsed());
+        pause(start.elapsed(), Duration::MAX);
     }
 }
 

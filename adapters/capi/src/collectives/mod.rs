@@ -113,7 +113,8 @@ fn extent(what: &str, counts: &[usize], displs: &[usize]) -> Result<usize, CErro
 ///
 /// The communicator and the stream are checked before `build` runs: a stream inside a
 /// CUDA graph capture is refused before the call allocates anything of its own (an
-/// unused buffer's block), which in the capturing thread would invalidate the capture.
+/// unused buffer's block), which in the capturing thread would invalidate the capture;
+/// so is a call to be recorded by `oxcclGraphCaptureBegin`.
 fn collective(
     name: &str,
     comm: *const OxcclComm,
