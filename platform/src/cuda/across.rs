@@ -138,7 +138,8 @@ struct CudaCopies {
     /// The local ranks, in the order of `ranks`.
     local: Vec<Rank>,
     ranks: Vec<RankCopies>,
-    /// Page-lock new staging blocks: asked for, every GPU can, and no lock failed yet.
+    /// Page-lock new staging blocks: asked for, every GPU can, and the platform has not
+    /// refused a lock ([`never_locks`]).
     pinning: AtomicBool,
 }
 
