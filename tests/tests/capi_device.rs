@@ -30,6 +30,49 @@ fn stream(test: usize, rank: usize) -> Stream {
     (0x5700_0000 + test * 0x100 + rank) as Stream
 }
 
+/// Each rank's floats in `bufs` summed in place as one group, rank `r` on `stream(r)`
+/// (recorded instead where its communicator captures); the group's result.
+fn sum_in_place(comms: &[Comm], bufs: &mut [Vec<f32>], stream: impl Fn(usize) -> Stream) -> c_int {
+    grouped(comms.len(), |r| {
+        let (buf, count) = (bufs[r].as_mut_ptr().cast::<c_void>(), bufs[r].len());
+        // SAFETY: the buffer holds `count` floats and outlives the call (the test keeps
+        // it for every launch of a graph that records it).
+        unsafe { sum_floats(buf, buf, count, comms[r], stream(r)) }
+    })
+}
+
+/// Every communicator's capture ended as one group: their graphs.
+fn end_captures(comms: &[Comm]) -> Vec<Graph> {
+    let mut graphs = vec![null_mut(); comms.len()];
+    let rc = grouped(comms.len(), |r| {
+        // SAFETY: a live handle; `graphs` outlives the group.
+        unsafe { oxcclGraphCaptureEnd(comms[r], &mut graphs[r]) }
+    });
+    assert_eq!(rc, SUCCESS, "{}", last_error());
+    graphs
+}
+
+/// Destroy `graphs`, live graphs.
+fn destroy_graphs(graphs: Vec<Graph>) {
+    for graph in graphs {
+        // SAFETY: a live graph.
+        assert_eq!(unsafe { oxcclGraphDestroy(graph) }, SUCCESS);
+    }
+}
+
+/// Each communicator's `oxcclCommGetAsyncError`.
+fn async_errors(comms: &[Comm]) -> Vec<c_int> {
+    comms
+        .iter()
+        .map(|&comm| {
+            let mut error = SUCCESS;
+            // SAFETY: a live handle and a writable result.
+            assert_eq!(unsafe { oxcclCommGetAsyncError(comm, &mut error) }, SUCCESS);
+            error
+        })
+        .collect()
+}
+
 #[test]
 fn all_reduce_binds_device_pointers_and_waits_for_each_rank_s_stream() {
     let ranks = 4;
@@ -194,10 +237,7 @@ fn a_stream_the_device_refuses_fails_the_call_on_every_rank_without_a_hang() {
     assert_ne!(rc, SUCCESS);
     let message = last_error();
     assert!(message.contains("stream"), "{message}");
-    for (r, &comm) in comms.iter().enumerate() {
-        let mut error = SUCCESS;
-        // SAFETY: a live handle and a writable result.
-        assert_eq!(unsafe { oxcclCommGetAsyncError(comm, &mut error) }, SUCCESS);
+    for (r, error) in async_errors(&comms).into_iter().enumerate() {
         assert_ne!(error, SUCCESS, "rank {r} knows the communicator broke");
     }
     assert!(recvs.iter().all(|v| v.iter().all(|&x| x == 0.0)));
@@ -213,28 +253,15 @@ fn streams_are_waited_for_on_the_calling_thread_when_devices_run_side_by_side() 
     // threads.
     let comms: Vec<Comm> = (0..2).flat_map(|_| init_all(1)).collect();
     let mut bufs: Vec<Vec<f32>> = vec![vec![1.0; 16]; 2];
-    let rc = grouped(2, |r| {
-        let buf = bufs[r].as_mut_ptr().cast::<c_void>();
-        // SAFETY: the buffer holds 16 floats and outlives the group.
-        unsafe { sum_floats(buf, buf, 16, comms[r], stream(8, r)) }
-    });
+    let rc = sum_in_place(&comms, &mut bufs, |r| stream(8, r));
     assert_eq!(rc, SUCCESS, "{}", last_error());
-    for r in 0..2 {
+    for &comm in &comms {
         // SAFETY: a live handle.
-        assert_eq!(unsafe { oxcclGraphCaptureBegin(comms[r]) }, SUCCESS);
-        let buf = bufs[r].as_mut_ptr().cast::<c_void>();
-        // SAFETY: as above; the buffer outlives the graph.
-        let rc = unsafe { sum_floats(buf, buf, 16, comms[r], null_mut()) };
-        assert_eq!(rc, SUCCESS, "{}", last_error());
+        assert_eq!(unsafe { oxcclGraphCaptureBegin(comm) }, SUCCESS);
     }
-    let mut graphs = vec![null_mut(); 2];
-    for r in 0..2 {
-        // SAFETY: a live handle; `graphs` outlives the call.
-        assert_eq!(
-            unsafe { oxcclGraphCaptureEnd(comms[r], &mut graphs[r]) },
-            SUCCESS
-        );
-    }
+    let rc = sum_in_place(&comms, &mut bufs, |_| null_mut());
+    assert_eq!(rc, SUCCESS, "{}", last_error());
+    let graphs = end_captures(&comms);
     let rc = grouped(2, |r| {
         // SAFETY: a live graph whose buffer is alive.
         unsafe { oxcclGraphLaunch(graphs[r], stream(8, 10 + r)) }
@@ -251,10 +278,7 @@ fn streams_are_waited_for_on_the_calling_thread_when_devices_run_side_by_side() 
             "stream {s} was waited for on the calling thread"
         );
     }
-    for graph in graphs {
-        // SAFETY: a live graph.
-        assert_eq!(unsafe { oxcclGraphDestroy(graph) }, SUCCESS);
-    }
+    destroy_graphs(graphs);
     destroy(comms);
 }
 
@@ -280,15 +304,11 @@ fn a_stream_inside_a_cuda_graph_capture_is_refused_at_the_call_recorded_or_not()
     assert_refused(unsafe { sum_floats(buf, buf, 32, comms[0], capturing) });
     // SAFETY: group calls take no arguments. The group reports its refused call again.
     assert_refused(unsafe { oxcclGroupEnd() });
-    for &comm in &comms {
-        let mut error = SUCCESS;
-        // SAFETY: a live handle and a writable result.
-        assert_eq!(unsafe { oxcclCommGetAsyncError(comm, &mut error) }, SUCCESS);
-        assert_eq!(
-            error, SUCCESS,
-            "a refused stream leaves the communicator whole"
-        );
-    }
+    assert_eq!(
+        async_errors(&comms),
+        vec![SUCCESS; ranks],
+        "a refused stream leaves the communicator whole"
+    );
     let record_graph = grouped(ranks, |r| {
         // SAFETY: a live handle.
         unsafe { oxcclGraphCaptureBegin(comms[r]) }
@@ -298,18 +318,9 @@ fn a_stream_inside_a_cuda_graph_capture_is_refused_at_the_call_recorded_or_not()
     // which a thread inside a CUDA graph capture must not: refused too.
     // SAFETY: as above.
     assert_refused(unsafe { sum_floats(buf, buf, 32, comms[0], capturing) });
-    let rc = grouped(ranks, |r| {
-        let buf = bufs[r].as_mut_ptr().cast::<c_void>();
-        // SAFETY: the buffer holds 32 floats and outlives every launch.
-        unsafe { sum_floats(buf, buf, 32, comms[r], stream(6, r)) }
-    });
+    let rc = sum_in_place(&comms, &mut bufs, |r| stream(6, r));
     assert_eq!(rc, SUCCESS, "{}", last_error());
-    let mut graphs = vec![null_mut(); ranks];
-    let rc = grouped(ranks, |r| {
-        // SAFETY: a live handle; `graphs` outlives the group.
-        unsafe { oxcclGraphCaptureEnd(comms[r], &mut graphs[r]) }
-    });
-    assert_eq!(rc, SUCCESS, "{}", last_error());
+    let graphs = end_captures(&comms);
     // SAFETY: a live graph; the launch is refused before it runs.
     assert_refused(unsafe { oxcclGraphLaunch(graphs[0], capturing) });
     // Nothing ran, and the same calls on streams that do not capture run: 1 + 2.
@@ -327,10 +338,7 @@ fn a_stream_inside_a_cuda_graph_capture_is_refused_at_the_call_recorded_or_not()
         "{:?}",
         &bufs[0][..4]
     );
-    for graph in graphs {
-        // SAFETY: a live graph.
-        assert_eq!(unsafe { oxcclGraphDestroy(graph) }, SUCCESS);
-    }
+    destroy_graphs(graphs);
     destroy(comms);
 }
 
@@ -356,10 +364,7 @@ fn a_capture_begun_before_group_end_fails_the_call_on_every_rank_without_a_hang(
     let rc = unsafe { oxcclGroupEnd() };
     assert_ne!(rc, SUCCESS);
     assert!(last_error().contains("capturing"), "{}", last_error());
-    for (r, &comm) in comms.iter().enumerate() {
-        let mut error = SUCCESS;
-        // SAFETY: a live handle and a writable result.
-        assert_eq!(unsafe { oxcclCommGetAsyncError(comm, &mut error) }, SUCCESS);
+    for (r, error) in async_errors(&comms).into_iter().enumerate() {
         assert_ne!(error, SUCCESS, "rank {r} knows the call failed");
     }
     assert!(
@@ -394,18 +399,9 @@ fn a_graph_launches_after_the_launch_stream_on_its_captured_device_pointers() {
         // SAFETY: a live handle.
         assert_eq!(unsafe { oxcclGraphCaptureBegin(comm) }, SUCCESS);
     }
-    let rc = grouped(ranks, |r| {
-        let buf = bufs[r].as_mut_ptr().cast::<c_void>();
-        // SAFETY: the buffer holds 100 floats and outlives every launch.
-        unsafe { sum_floats(buf, buf, 100, comms[r], stream(5, r)) }
-    });
+    let rc = sum_in_place(&comms, &mut bufs, |r| stream(5, r));
     assert_eq!(rc, SUCCESS, "{}", last_error());
-    let mut graphs = vec![null_mut(); ranks];
-    let rc = grouped(ranks, |r| {
-        // SAFETY: a live handle; `graphs` outlives the group.
-        unsafe { oxcclGraphCaptureEnd(comms[r], &mut graphs[r]) }
-    });
-    assert_eq!(rc, SUCCESS, "{}", last_error());
+    let graphs = end_captures(&comms);
     for (r, buf) in bufs.iter().enumerate() {
         assert!(
             buf.iter().all(|&x| x == r as f32 + 1.0),
@@ -431,10 +427,7 @@ fn a_graph_launches_after_the_launch_stream_on_its_captured_device_pointers() {
             assert!(synced.contains(&(r, stream(5, 10 + 2 * launch + r) as usize)));
         }
     }
-    for graph in graphs {
-        // SAFETY: a live graph.
-        assert_eq!(unsafe { oxcclGraphDestroy(graph) }, SUCCESS);
-    }
+    destroy_graphs(graphs);
     destroy(comms);
 }
 

@@ -22,7 +22,6 @@ use crate::buffers::{self, HostBlock, Span};
 use crate::collectives::OxcclStream;
 use crate::handles::Comm;
 use crate::result::{CError, OxcclResult};
-use oxccl::platform::cuda::CudaError;
 use oxccl::platform::{DeviceError, DeviceSpan, UserBlock, UserMemory};
 use oxccl::Error;
 
@@ -64,15 +63,14 @@ fn span_of(span: DeviceSpan) -> Span {
     }
 }
 
-/// A stream the device refused when the call was made: a stream inside a CUDA graph
-/// capture is `oxcclInvalidUsage` (a valid stream, at a time the call cannot join it),
-/// the driver's failure to answer (binding the rank's context) `oxcclUnhandledCudaError`,
-/// anything else (a device without streams given one) the caller's argument error. None
-/// breaks the communicator: nothing reached its peers.
+/// A stream the device refused when the call was made: a CUDA error has the code every
+/// CUDA error has ([`crate::result::code_of`]: a stream inside a CUDA graph capture
+/// `oxcclInvalidUsage`, the driver's failure to bind the rank's context
+/// `oxcclUnhandledCudaError`), anything else (a device without streams given one) is the
+/// caller's argument error. None breaks the communicator: nothing reached its peers.
 fn stream_refusal(err: DeviceError) -> CError {
     let code = match &err {
-        DeviceError::Cuda(CudaError::StreamCapturing { .. }) => OxcclResult::InvalidUsage,
-        DeviceError::Cuda(_) => OxcclResult::UnhandledCudaError,
+        DeviceError::Cuda(_) => crate::result::code_of(&err.clone().into(), None),
         _ => OxcclResult::InvalidArgument,
     };
     CError::new(code, err.to_string())
@@ -200,7 +198,7 @@ mod tests {
 
     #[test]
     fn a_capturing_stream_is_invalid_usage_and_a_device_without_streams_an_argument_error() {
-        use oxccl::platform::cuda::CaptureState;
+        use oxccl::platform::cuda::{CaptureState, CudaError};
         use oxccl::platform::ConfigFault;
         let capturing = DeviceError::Cuda(CudaError::StreamCapturing {
             rank: 1,

@@ -45,9 +45,19 @@ fn begin(
     stream: *const OxcclStream,
     datatype: c_int,
 ) -> Result<(Arc<Comm>, Option<usize>, DataType), CError> {
+    let (comm, stream) = usable_on(comm, stream)?;
+    Ok((comm, stream, data_type(datatype)?))
+}
+
+/// The communicator, usable, and the call's stream checked by its device: what every
+/// call checks first (see [`collective`] for why the stream comes before the rest).
+fn usable_on(
+    comm: *const OxcclComm,
+    stream: *const OxcclStream,
+) -> Result<(Arc<Comm>, Option<usize>), CError> {
     let comm = Comm::usable(comm)?;
     let stream = comm.stream(stream)?;
-    Ok((comm, stream, data_type(datatype)?))
+    Ok((comm, stream))
 }
 
 /// A rank argument (`root`, `peer`) of `comm`.
@@ -122,8 +132,7 @@ fn collective(
     build: impl FnOnce(Arc<Comm>) -> Result<Step, CError>,
 ) -> OxcclResult {
     group::call(name, || {
-        let comm = Comm::usable(comm)?;
-        let stream = comm.stream(stream)?;
+        let (comm, stream) = usable_on(comm, stream)?;
         Ok(Pending::Step(build(comm)?.on_streams(stream)))
     })
 }
